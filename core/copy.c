@@ -1,0 +1,142 @@
+/* Copies between tensors of any layout, on one device or across devices. Device
+ * memory is moved with the device's contiguous copy functions; layouts are fixed up
+ * on the host side, or on the device through ctx->device_strided_copy. */
+#include "core.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+opr_tensor *opr_tensor_from_data_unowned_cpu(opr_ctx *ctx, opr_dtype dtype, int ndim,
+                                             const int64_t *shape, void *data)
+{
+    opr_storage *s = calloc(1, sizeof *s);
+    opr_tensor *t = calloc(1, sizeof *t);
+    if (!s || !t) {
+        free(s); free(t);
+        opr_fail(OPR_ERR_NOMEM, "out of memory wrapping host memory");
+        return NULL;
+    }
+    atomic_init(&s->refs, 1);
+    s->data = data;
+    s->nbytes = (size_t)opr_meta_numel(shape, ndim) * opr_dtype_size(dtype);
+    s->dev = OPR_CPU;
+    s->ctx = ctx;
+    s->borrowed = true;
+    atomic_init(&t->refs, 1);
+    t->ctx = ctx;
+    t->storage = s;
+    t->m.dtype = dtype;
+    t->m.ndim = ndim;
+    t->m.numel = opr_meta_numel(shape, ndim);
+    if (ndim) memcpy(t->m.shape, shape, (size_t)ndim * sizeof *shape);
+    opr_contiguous_strides(shape, ndim, t->strides);
+    atomic_fetch_add(&ctx->live_tensors, 1);
+    return t;
+}
+
+/* Strided element copy between two CPU tensors of equal shape and dtype. */
+static void host_strided_copy(opr_tensor *dst, const opr_tensor *src)
+{
+    size_t es = opr_dtype_size(src->m.dtype);
+    int nd = src->m.ndim;
+    if (opr_tensor_is_contiguous(dst) && opr_tensor_is_contiguous(src)) {
+        memmove(opr_tensor_data(dst), opr_tensor_data(src), (size_t)src->m.numel * es);
+        return;
+    }
+    char *d = opr_tensor_data(dst);
+    const char *s = opr_tensor_data(src);
+    int64_t idx[OPR_MAX_DIMS] = {0}, od = 0, os = 0;
+    for (int64_t i = 0; i < src->m.numel; i++) {
+        memcpy(d + od * (int64_t)es, s + os * (int64_t)es, es);
+        for (int k = nd - 1; k >= 0; k--) {
+            if (++idx[k] < src->m.shape[k]) { od += dst->strides[k]; os += src->strides[k]; break; }
+            od -= (src->m.shape[k] - 1) * dst->strides[k];
+            os -= (src->m.shape[k] - 1) * src->strides[k];
+            idx[k] = 0;
+        }
+    }
+}
+
+static int device_copy(opr_tensor *dst, const opr_tensor *src)
+{
+    opr_ctx *ctx = dst->ctx;
+    opr_device sd = src->storage->dev, dd = dst->storage->dev;
+    size_t n = (size_t)src->m.numel * opr_dtype_size(src->m.dtype);
+    if (sd.type == dd.type && sd.index == dd.index) {
+        if (opr_tensor_is_contiguous(dst) && opr_tensor_is_contiguous(src)) {
+            opr_device_entry *e = opr_dev_entry(ctx, sd);
+            return e->desc.copy_device(e->desc.data, sd.index, opr_tensor_data(dst), opr_tensor_data(src), n);
+        }
+        if (!ctx->device_strided_copy)
+            return opr_fail(OPR_ERR_UNSUPPORTED, "strided copy on this device needs its copy_ kernel");
+        return ctx->device_strided_copy(ctx, dst, src);
+    }
+    /* Across devices: stage through a contiguous tensor on each side as needed. */
+    opr_tensor *s = (opr_tensor *)src, *d = dst;
+    int rc = OPR_OK;
+    if (!opr_tensor_is_contiguous(src)) {
+        s = opr_tensor_empty(ctx, src->m.dtype, src->m.ndim, src->m.shape, sd);
+        if (!s) return OPR_ERR_NOMEM;
+        if ((rc = device_copy(s, src))) goto out;
+    }
+    if (!opr_tensor_is_contiguous(dst)) {
+        d = opr_tensor_empty(ctx, dst->m.dtype, dst->m.ndim, dst->m.shape, dd);
+        if (!d) { rc = OPR_ERR_NOMEM; goto out; }
+    }
+    if (n) {
+        if (sd.type == 0) {
+            opr_device_entry *e = opr_dev_entry(ctx, dd);
+            rc = e->desc.copy_from_host(e->desc.data, dd.index, opr_tensor_data(d), opr_tensor_data(s), n);
+        } else if (dd.type == 0) {
+            opr_device_entry *e = opr_dev_entry(ctx, sd);
+            rc = e->desc.copy_to_host(e->desc.data, sd.index, opr_tensor_data(d), opr_tensor_data(s), n);
+        } else {
+            /* two different accelerators: bounce through host memory */
+            opr_tensor *h = opr_tensor_empty(ctx, src->m.dtype, src->m.ndim, src->m.shape, OPR_CPU);
+            if (!h) { rc = OPR_ERR_NOMEM; goto out; }
+            if (!(rc = device_copy(h, s))) rc = device_copy(d, h);
+            opr_tensor_release(h);
+        }
+        if (rc && !opr_last_error()[0]) rc = opr_fail(rc, "device copy failed");
+    }
+    if (!rc && d != dst) rc = device_copy(dst, d);
+out:
+    if (s != src) opr_tensor_release(s);
+    if (d != dst) opr_tensor_release(d);
+    return rc;
+}
+
+int opr_tensor_copy_into(opr_tensor *dst, const opr_tensor *src)
+{
+    if (dst->m.dtype != src->m.dtype || dst->m.ndim != src->m.ndim ||
+        memcmp(dst->m.shape, src->m.shape, (size_t)src->m.ndim * sizeof(int64_t)))
+        return opr_fail(OPR_ERR_INVALID, "copy: shapes or dtypes differ");
+    if (src->storage->dev.type == 0 && dst->storage->dev.type == 0) {
+        host_strided_copy(dst, src);
+        return OPR_OK;
+    }
+    return device_copy(dst, src);
+}
+
+opr_tensor *opr_tensor_contiguous(opr_tensor *t)
+{
+    if (!t) { opr_fail(OPR_ERR_INVALID, "opr_tensor_contiguous: NULL tensor"); return NULL; }
+    if (opr_tensor_is_contiguous(t)) return opr_tensor_retain(t);
+    opr_tensor *c = opr_tensor_empty(t->ctx, t->m.dtype, t->m.ndim, t->m.shape, t->storage->dev);
+    if (c && opr_tensor_copy_into(c, t)) { opr_tensor_release(c); return NULL; }
+    return c;
+}
+
+opr_tensor *opr_tensor_to(opr_tensor *t, opr_device dev)
+{
+    if (!t) { opr_fail(OPR_ERR_INVALID, "opr_tensor_to: NULL tensor"); return NULL; }
+    if (!opr_dev_entry(t->ctx, dev)) {
+        opr_fail(OPR_ERR_INVALID, "opr_tensor_to: unknown device (type %d, ordinal %d)", dev.type, dev.index);
+        return NULL;
+    }
+    opr_device cur = t->storage->dev;
+    if (cur.type == dev.type && cur.index == dev.index) return opr_tensor_retain(t);
+    opr_tensor *c = opr_tensor_empty(t->ctx, t->m.dtype, t->m.ndim, t->m.shape, dev);
+    if (c && opr_tensor_copy_into(c, t)) { opr_tensor_release(c); return NULL; }
+    return c;
+}

@@ -1,0 +1,132 @@
+/* Private definitions of the core layer: context, devices, storage, tensors, errors.
+ * Only core/ and registry/ include this; plugins see opr_tensor_view instead. */
+#ifndef OPREG_CORE_H
+#define OPREG_CORE_H
+
+#include <opreg/opreg.h>
+#include <opreg/plugin.h>
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+
+#define OPR_MAX_DEVICE_TYPES 8
+#define OPR_MAX_ORDINALS 16
+
+/* ------------------------------------------------------------------ errors */
+
+/* Formats the thread-local error message and returns `status` (so callers can write
+ * `return opr_fail(OPR_ERR_INVALID, "...")`). */
+int opr_fail(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Same but prefixes the current message: "context: <previous message>". */
+int opr_fail_wrap(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void opr_error_vset(const char *fmt, va_list ap);
+void opr_error_clear(void);
+
+/* ------------------------------------------------------------------ devices */
+
+typedef struct opr_dev_stats {
+    _Atomic uint64_t current;
+    _Atomic uint64_t peak;
+    _Atomic uint64_t n_allocs;
+} opr_dev_stats;
+
+typedef struct opr_device_entry {
+    char name[32];
+    opr_device_desc desc;          /* copied from the plugin (cpu: host defaults) */
+    const char *plugin_name;       /* plugin that registered it, NULL for built-in cpu */
+    opr_dev_stats stats[OPR_MAX_ORDINALS];
+} opr_device_entry;
+
+/* ------------------------------------------------------------------ storage + tensor */
+
+typedef struct opr_storage {
+    _Atomic int refs;
+    void *data;
+    size_t nbytes;
+    opr_device dev;
+    opr_ctx *ctx;
+    struct DLManagedTensor *dl_owner; /* imported through DLPack: freed by its deleter */
+    bool borrowed;                    /* wraps caller memory for one copy: never freed */
+} opr_storage;
+
+/* Shape metadata, embedded in every tensor so that shape expressions can run on
+ * tensors and on bare metadata alike. */
+typedef struct opr_meta {
+    opr_dtype dtype;
+    int32_t ndim;
+    int64_t numel;
+    int64_t shape[OPR_MAX_DIMS];
+} opr_meta;
+
+struct opr_node;
+
+struct opr_tensor {
+    _Atomic int refs;
+    opr_meta m;
+    int64_t strides[OPR_MAX_DIMS];
+    int64_t offset;           /* in elements */
+    opr_storage *storage;
+    opr_ctx *ctx;
+    /* autograd */
+    bool requires_grad;
+    opr_tensor *grad;         /* accumulated leaf gradient */
+    struct opr_node *grad_fn; /* node that produced this tensor, NULL for leaves */
+    int32_t output_nr;
+};
+
+/* ------------------------------------------------------------------ context */
+
+struct opr_registry;
+struct opr_plugin_set;
+
+struct opr_ctx {
+    pthread_mutex_t lock;          /* registry and plugin mutations */
+    opr_device_entry devices[OPR_MAX_DEVICE_TYPES];
+    _Atomic int n_devices;
+    struct opr_registry *reg;
+    struct opr_plugin_set *plugins;
+    _Atomic long live_tensors;
+    /* Copies between two tensors of one non-CPU device when either is not contiguous;
+     * set by the registry, which runs the device's copy_ kernel. */
+    int (*device_strided_copy)(opr_ctx *ctx, opr_tensor *dst, const opr_tensor *src);
+};
+
+/* Device entry for a tensor's device, or NULL. */
+static inline opr_device_entry *opr_dev_entry(opr_ctx *ctx, opr_device dev)
+{
+    if (dev.type < 0 || dev.type >= atomic_load(&ctx->n_devices)) return NULL;
+    if (dev.index < 0 || dev.index >= ctx->devices[dev.type].desc.count) return NULL;
+    return &ctx->devices[dev.type];
+}
+
+/* Finds a device type by name; -1 if unknown. */
+int opr_device_type_find(const opr_ctx *ctx, const char *name);
+
+/* Storage allocation through the device allocator, counted in memory statistics.
+ * nbytes may be 0 (a valid, unique, non-NULL pointer is still returned). */
+opr_storage *opr_storage_new(opr_ctx *ctx, opr_device dev, size_t nbytes);
+void opr_storage_release(opr_storage *s);
+
+/* Meta helpers. */
+int64_t opr_meta_numel(const int64_t *shape, int ndim);
+void opr_contiguous_strides(const int64_t *shape, int ndim, int64_t *strides);
+
+/* New uninitialised contiguous tensor (kernels fill it). */
+opr_tensor *opr_tensor_empty(opr_ctx *ctx, opr_dtype dtype, int ndim, const int64_t *shape,
+                             opr_device dev);
+/* New tensor header viewing `base`'s storage with the given geometry. */
+opr_tensor *opr_tensor_make_view(opr_tensor *base, int ndim, const int64_t *shape,
+                                 const int64_t *strides, int64_t offset);
+/* Fills a plugin view of t (shape/strides point into t). */
+void opr_tensor_fill_view(const opr_tensor *t, opr_tensor_view *v);
+/* Temporary CPU tensor over caller memory (not counted, never freed). */
+opr_tensor *opr_tensor_from_data_unowned_cpu(opr_ctx *ctx, opr_dtype dtype, int ndim,
+                                             const int64_t *shape, void *data);
+/* Copies src into dst (same shape, same dtype; any layouts; any devices). */
+int opr_tensor_copy_into(opr_tensor *dst, const opr_tensor *src);
+
+/* Creates the built-in cpu device entry (type 0). */
+void opr_devices_init(opr_ctx *ctx);
+
+#endif /* OPREG_CORE_H */

@@ -1,0 +1,146 @@
+/* DLPack export and import (dlpack.h v0.6). Both directions are zero-copy. */
+#include "core.h"
+
+#include <dlpack/dlpack.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct export_ctx {
+    DLManagedTensor managed;
+    opr_tensor *t;            /* reference held until the consumer calls the deleter */
+    int64_t shape[OPR_MAX_DIMS];
+    int64_t strides[OPR_MAX_DIMS];
+} export_ctx;
+
+static void export_deleter(DLManagedTensor *m)
+{
+    export_ctx *e = m->manager_ctx;
+    opr_tensor_release(e->t);
+    free(e);
+}
+
+static bool dl_dtype_of(opr_dtype dt, DLDataType *out)
+{
+    switch (dt) {
+    case OPR_F32: *out = (DLDataType){kDLFloat, 32, 1}; return true;
+    case OPR_F64: *out = (DLDataType){kDLFloat, 64, 1}; return true;
+    case OPR_I64: *out = (DLDataType){kDLInt, 64, 1}; return true;
+    case OPR_BOOL: *out = (DLDataType){kDLUInt, 8, 1}; return true; /* dlpack 0.6 has no kDLBool */
+    case OPR_F16: *out = (DLDataType){kDLFloat, 16, 1}; return true;
+    case OPR_BF16: *out = (DLDataType){kDLBfloat, 16, 1}; return true;
+    default: return false;
+    }
+}
+
+static bool opr_dtype_of(DLDataType d, opr_dtype *out)
+{
+    if (d.lanes != 1) return false;
+    if (d.code == kDLFloat && d.bits == 32) *out = OPR_F32;
+    else if (d.code == kDLFloat && d.bits == 64) *out = OPR_F64;
+    else if (d.code == kDLInt && d.bits == 64) *out = OPR_I64;
+    else if (d.code == kDLUInt && d.bits == 8) *out = OPR_BOOL;
+    else if (d.code == kDLFloat && d.bits == 16) *out = OPR_F16;
+    else if (d.code == kDLBfloat && d.bits == 16) *out = OPR_BF16;
+    else return false;
+    return true;
+}
+
+/* Device type names opreg uses for DLPack device types it knows. */
+static const char *device_name_of(DLDeviceType t)
+{
+    switch (t) {
+    case kDLCPU: return "cpu";
+    case kDLCUDA: return "cuda";
+    case kDLROCM: return "rocm";
+    default: return NULL;
+    }
+}
+
+DLManagedTensor *opr_tensor_to_dlpack(opr_tensor *t)
+{
+    if (!t) { opr_fail(OPR_ERR_INVALID, "opr_tensor_to_dlpack: NULL tensor"); return NULL; }
+    export_ctx *e = calloc(1, sizeof *e);
+    if (!e) { opr_fail(OPR_ERR_NOMEM, "opr_tensor_to_dlpack: out of memory"); return NULL; }
+    DLTensor *d = &e->managed.dl_tensor;
+    if (!dl_dtype_of(t->m.dtype, &d->dtype)) {
+        free(e);
+        opr_fail(OPR_ERR_UNSUPPORTED, "opr_tensor_to_dlpack: dtype %s has no DLPack code", opr_dtype_name(t->m.dtype));
+        return NULL;
+    }
+    const char *dev = t->ctx->devices[t->storage->dev.type].name;
+    d->device.device_type = !strcmp(dev, "cuda") ? kDLCUDA : !strcmp(dev, "rocm") ? kDLROCM : kDLCPU;
+    d->device.device_id = t->storage->dev.index;
+    d->data = t->storage->data;
+    d->byte_offset = (uint64_t)t->offset * opr_dtype_size(t->m.dtype);
+    d->ndim = t->m.ndim;
+    memcpy(e->shape, t->m.shape, sizeof e->shape);
+    memcpy(e->strides, t->strides, sizeof e->strides);
+    d->shape = e->shape;
+    d->strides = e->strides;
+    e->t = opr_tensor_retain(t);
+    e->managed.manager_ctx = e;
+    e->managed.deleter = export_deleter;
+    return &e->managed;
+}
+
+opr_tensor *opr_tensor_from_dlpack(opr_ctx *ctx, DLManagedTensor *m)
+{
+    if (!ctx || !m) { opr_fail(OPR_ERR_INVALID, "opr_tensor_from_dlpack: NULL argument"); return NULL; }
+    DLTensor *d = &m->dl_tensor;
+    opr_dtype dt;
+    if (!opr_dtype_of(d->dtype, &dt)) {
+        opr_fail(OPR_ERR_UNSUPPORTED, "opr_tensor_from_dlpack: unsupported dtype (code %d, %d bits, %d lanes)",
+                 d->dtype.code, d->dtype.bits, d->dtype.lanes);
+        return NULL;
+    }
+    if (d->ndim < 0 || d->ndim > OPR_MAX_DIMS || (d->ndim && !d->shape)) {
+        opr_fail(OPR_ERR_INVALID, "opr_tensor_from_dlpack: ndim %d unsupported", d->ndim);
+        return NULL;
+    }
+    const char *name = device_name_of(d->device.device_type);
+    int type = name ? opr_device_type_find(ctx, name) : -1;
+    if (type < 0) {
+        opr_fail(OPR_ERR_NOT_FOUND, "opr_tensor_from_dlpack: no loaded backend for DLPack device type %d",
+                 (int)d->device.device_type);
+        return NULL;
+    }
+    opr_device dev = {type, d->device.device_id};
+    if (!opr_dev_entry(ctx, dev)) {
+        opr_fail(OPR_ERR_NOT_FOUND, "opr_tensor_from_dlpack: %s has no ordinal %d", name, dev.index);
+        return NULL;
+    }
+    size_t es = opr_dtype_size(dt);
+    if (d->byte_offset % es) {
+        opr_fail(OPR_ERR_UNSUPPORTED, "opr_tensor_from_dlpack: byte_offset not a multiple of the element size");
+        return NULL;
+    }
+    opr_storage *s = calloc(1, sizeof *s);
+    opr_tensor *t = calloc(1, sizeof *t);
+    if (!s || !t) {
+        free(s); free(t);
+        opr_fail(OPR_ERR_NOMEM, "opr_tensor_from_dlpack: out of memory");
+        return NULL;
+    }
+    /* Elements are addressed from the storage base, so the byte offset becomes the
+     * tensor's storage offset. */
+    atomic_init(&s->refs, 1);
+    s->data = d->data;
+    s->dev = dev;
+    s->ctx = ctx;
+    s->dl_owner = m;
+    atomic_init(&t->refs, 1);
+    t->ctx = ctx;
+    t->storage = s;
+    t->m.dtype = dt;
+    t->m.ndim = d->ndim;
+    if (d->ndim) memcpy(t->m.shape, d->shape, (size_t)d->ndim * sizeof(int64_t));
+    t->m.numel = opr_meta_numel(t->m.shape, d->ndim);
+    if (d->strides) memcpy(t->strides, d->strides, (size_t)d->ndim * sizeof(int64_t));
+    else opr_contiguous_strides(t->m.shape, d->ndim, t->strides);
+    t->offset = (int64_t)(d->byte_offset / es);
+    int64_t max_off = 0;
+    for (int i = 0; i < d->ndim; i++) max_off += (t->m.shape[i] - 1) * (t->strides[i] > 0 ? t->strides[i] : 0);
+    s->nbytes = (size_t)(t->offset + max_off + 1) * es;
+    atomic_fetch_add(&ctx->live_tensors, 1);
+    return t;
+}

@@ -1,0 +1,55 @@
+/* Thread-local last-error message and status names. */
+#include "core.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static _Thread_local char err_buf[1024];
+
+const char *opr_last_error(void) { return err_buf; }
+
+void opr_error_clear(void) { err_buf[0] = '\0'; }
+
+void opr_error_vset(const char *fmt, va_list ap)
+{
+    vsnprintf(err_buf, sizeof err_buf, fmt, ap);
+}
+
+int opr_fail(int status, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    opr_error_vset(fmt, ap);
+    va_end(ap);
+    return status;
+}
+
+int opr_fail_wrap(int status, const char *fmt, ...)
+{
+    char prev[sizeof err_buf];
+    memcpy(prev, err_buf, sizeof prev);
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(err_buf, sizeof err_buf, fmt, ap);
+    va_end(ap);
+    if (n >= 0 && (size_t)n < sizeof err_buf && prev[0])
+        snprintf(err_buf + n, sizeof err_buf - (size_t)n, ": %s", prev);
+    return status;
+}
+
+const char *opr_status_name(int status)
+{
+    switch (status) {
+    case OPR_OK: return "OPR_OK";
+    case OPR_ERR_INVALID: return "OPR_ERR_INVALID";
+    case OPR_ERR_NOT_FOUND: return "OPR_ERR_NOT_FOUND";
+    case OPR_ERR_NOMEM: return "OPR_ERR_NOMEM";
+    case OPR_ERR_BACKEND: return "OPR_ERR_BACKEND";
+    case OPR_ERR_PARSE: return "OPR_ERR_PARSE";
+    case OPR_ERR_ABI: return "OPR_ERR_ABI";
+    case OPR_ERR_UNSUPPORTED: return "OPR_ERR_UNSUPPORTED";
+    case OPR_ERR_IO: return "OPR_ERR_IO";
+    case OPR_ERR_REFUSED: return "OPR_ERR_REFUSED";
+    default: return "OPR_ERR_UNKNOWN";
+    }
+}

@@ -1,0 +1,31 @@
+/* Per-tensor requires_grad and the thread-local grad mode. The engine that uses them
+ * lives in the autograd layer. */
+#include "core.h"
+
+static _Thread_local bool grad_mode_off; /* zero-initialised: grad mode on by default */
+
+bool opr_grad_mode_set(bool enabled)
+{
+    bool prev = !grad_mode_off;
+    grad_mode_off = !enabled;
+    return prev;
+}
+
+bool opr_grad_mode_enabled(void) { return !grad_mode_off; }
+
+int opr_set_requires_grad(opr_tensor *t, bool requires_grad)
+{
+    if (!t) return opr_fail(OPR_ERR_INVALID, "opr_set_requires_grad: NULL tensor");
+    if (requires_grad && t->m.dtype != OPR_F32 && t->m.dtype != OPR_F64 &&
+        t->m.dtype != OPR_F16 && t->m.dtype != OPR_BF16)
+        return opr_fail(OPR_ERR_INVALID, "opr_set_requires_grad: only floating tensors can require grad, got %s",
+                        opr_dtype_name(t->m.dtype));
+    if (t->grad_fn && !requires_grad)
+        return opr_fail(OPR_ERR_INVALID, "opr_set_requires_grad: cannot clear requires_grad of a non-leaf tensor");
+    t->requires_grad = requires_grad;
+    return OPR_OK;
+}
+
+bool opr_requires_grad(const opr_tensor *t) { return t && t->requires_grad; }
+
+opr_tensor *opr_grad(const opr_tensor *t) { return t ? t->grad : NULL; }

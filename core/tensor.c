@@ -1,0 +1,244 @@
+/* Tensors: creation, reference counting, accessors, host data in and out. */
+#include "core.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int64_t opr_meta_numel(const int64_t *shape, int ndim)
+{
+    int64_t n = 1;
+    for (int i = 0; i < ndim; i++) n *= shape[i];
+    return n;
+}
+
+void opr_contiguous_strides(const int64_t *shape, int ndim, int64_t *strides)
+{
+    int64_t s = 1;
+    for (int i = ndim - 1; i >= 0; i--) {
+        strides[i] = s;
+        s *= shape[i] > 1 ? shape[i] : 1;
+    }
+}
+
+static int check_shape(int ndim, const int64_t *shape, const char *who)
+{
+    if (ndim < 0 || ndim > OPR_MAX_DIMS)
+        return opr_fail(OPR_ERR_INVALID, "%s: ndim %d out of range [0, %d]", who, ndim, OPR_MAX_DIMS);
+    if (ndim > 0 && !shape) return opr_fail(OPR_ERR_INVALID, "%s: NULL shape with ndim %d", who, ndim);
+    int64_t numel = 1;
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] < 0)
+            return opr_fail(OPR_ERR_INVALID, "%s: negative size %lld in dimension %d", who,
+                            (long long)shape[i], i);
+        if (shape[i] && numel > INT64_MAX / 16 / shape[i])
+            return opr_fail(OPR_ERR_INVALID, "%s: shape too large", who);
+        numel *= shape[i];
+    }
+    return OPR_OK;
+}
+
+static opr_tensor *tensor_alloc_header(opr_ctx *ctx)
+{
+    opr_tensor *t = calloc(1, sizeof *t);
+    if (!t) { opr_fail(OPR_ERR_NOMEM, "out of memory allocating a tensor"); return NULL; }
+    atomic_init(&t->refs, 1);
+    t->ctx = ctx;
+    atomic_fetch_add_explicit(&ctx->live_tensors, 1, memory_order_relaxed);
+    return t;
+}
+
+opr_tensor *opr_tensor_empty(opr_ctx *ctx, opr_dtype dtype, int ndim, const int64_t *shape,
+                             opr_device dev)
+{
+    int64_t numel = opr_meta_numel(shape, ndim);
+    opr_storage *s = opr_storage_new(ctx, dev, (size_t)numel * opr_dtype_size(dtype));
+    if (!s) return NULL;
+    opr_tensor *t = tensor_alloc_header(ctx);
+    if (!t) { opr_storage_release(s); return NULL; }
+    t->storage = s;
+    t->m.dtype = dtype;
+    t->m.ndim = ndim;
+    t->m.numel = numel;
+    if (ndim) memcpy(t->m.shape, shape, (size_t)ndim * sizeof *shape);
+    opr_contiguous_strides(shape, ndim, t->strides);
+    return t;
+}
+
+static int check_new_args(opr_ctx *ctx, opr_dtype dtype, int ndim, const int64_t *shape,
+                          opr_device dev, const char *who)
+{
+    if (!ctx) return opr_fail(OPR_ERR_INVALID, "%s: NULL context", who);
+    if (!opr_dtype_size(dtype)) return opr_fail(OPR_ERR_INVALID, "%s: invalid dtype %d", who, (int)dtype);
+    if (!opr_dev_entry(ctx, dev))
+        return opr_fail(OPR_ERR_INVALID, "%s: unknown device (type %d, ordinal %d)", who, dev.type, dev.index);
+    return check_shape(ndim, shape, who);
+}
+
+opr_tensor *opr_tensor_new(opr_ctx *ctx, opr_dtype dtype, int ndim, const int64_t *shape,
+                           opr_device dev)
+{
+    if (check_new_args(ctx, dtype, ndim, shape, dev, "opr_tensor_new")) return NULL;
+    opr_tensor *t = opr_tensor_empty(ctx, dtype, ndim, shape, dev);
+    if (!t) return NULL;
+    size_t n = t->storage->nbytes;
+    if (dev.type == 0) {
+        memset(t->storage->data, 0, n);
+    } else if (n) {
+        void *zeros = calloc(1, n);
+        opr_device_entry *e = opr_dev_entry(ctx, dev);
+        int rc = zeros ? e->desc.copy_from_host(e->desc.data, dev.index, t->storage->data, zeros, n)
+                       : OPR_ERR_NOMEM;
+        free(zeros);
+        if (rc) { opr_tensor_release(t); opr_fail(rc, "opr_tensor_new: zero-filling device memory failed"); return NULL; }
+    }
+    return t;
+}
+
+opr_tensor *opr_tensor_from_data(opr_ctx *ctx, opr_dtype dtype, int ndim, const int64_t *shape,
+                                 const void *data, opr_device dev)
+{
+    if (check_new_args(ctx, dtype, ndim, shape, dev, "opr_tensor_from_data")) return NULL;
+    int64_t numel = opr_meta_numel(shape, ndim);
+    if (!data && numel) { opr_fail(OPR_ERR_INVALID, "opr_tensor_from_data: NULL data"); return NULL; }
+    opr_tensor *t = opr_tensor_empty(ctx, dtype, ndim, shape, dev);
+    if (!t) return NULL;
+    size_t n = t->storage->nbytes;
+    opr_device_entry *e = opr_dev_entry(ctx, dev);
+    if (n && e->desc.copy_from_host(e->desc.data, dev.index, t->storage->data, data, n)) {
+        opr_tensor_release(t);
+        opr_fail_wrap(OPR_ERR_BACKEND, "opr_tensor_from_data: copy to %s failed", e->name);
+        return NULL;
+    }
+    return t;
+}
+
+opr_tensor *opr_tensor_make_view(opr_tensor *base, int ndim, const int64_t *shape,
+                                 const int64_t *strides, int64_t offset)
+{
+    opr_tensor *t = tensor_alloc_header(base->ctx);
+    if (!t) return NULL;
+    atomic_fetch_add(&base->storage->refs, 1);
+    t->storage = base->storage;
+    t->m.dtype = base->m.dtype;
+    t->m.ndim = ndim;
+    t->m.numel = opr_meta_numel(shape, ndim);
+    if (ndim) {
+        memcpy(t->m.shape, shape, (size_t)ndim * sizeof *shape);
+        memcpy(t->strides, strides, (size_t)ndim * sizeof *strides);
+    }
+    t->offset = offset;
+    return t;
+}
+
+opr_tensor *opr_tensor_retain(opr_tensor *t)
+{
+    if (t) atomic_fetch_add_explicit(&t->refs, 1, memory_order_relaxed);
+    return t;
+}
+
+void opr_tensor_release(opr_tensor *t)
+{
+    if (!t || atomic_fetch_sub_explicit(&t->refs, 1, memory_order_acq_rel) != 1) return;
+    opr_tensor_release(t->grad);
+    opr_storage_release(t->storage);
+    atomic_fetch_sub_explicit(&t->ctx->live_tensors, 1, memory_order_relaxed);
+    free(t);
+}
+
+void opr_tensor_fill_view(const opr_tensor *t, opr_tensor_view *v)
+{
+    v->struct_size = sizeof *v;
+    v->data = (char *)t->storage->data + t->offset * (int64_t)opr_dtype_size(t->m.dtype);
+    v->dtype = t->m.dtype;
+    v->ndim = t->m.ndim;
+    v->shape = t->m.shape;
+    v->strides = t->strides;
+    v->device = t->storage->dev;
+    v->numel = t->m.numel;
+}
+
+opr_ctx *opr_tensor_ctx(const opr_tensor *t) { return t ? t->ctx : NULL; }
+opr_dtype opr_tensor_dtype(const opr_tensor *t) { return t ? t->m.dtype : OPR_DTYPE_COUNT; }
+int opr_tensor_ndim(const opr_tensor *t) { return t ? t->m.ndim : -1; }
+const int64_t *opr_tensor_shape(const opr_tensor *t) { return t ? t->m.shape : NULL; }
+const int64_t *opr_tensor_strides(const opr_tensor *t) { return t ? t->strides : NULL; }
+int64_t opr_tensor_offset(const opr_tensor *t) { return t ? t->offset : 0; }
+int64_t opr_tensor_numel(const opr_tensor *t) { return t ? t->m.numel : 0; }
+opr_device opr_tensor_device(const opr_tensor *t) { return t ? t->storage->dev : (opr_device){-1, -1}; }
+
+int64_t opr_tensor_size(const opr_tensor *t, int d)
+{
+    if (!t) return -1;
+    if (d < 0) d += t->m.ndim;
+    return d >= 0 && d < t->m.ndim ? t->m.shape[d] : -1;
+}
+
+int64_t opr_tensor_stride(const opr_tensor *t, int d)
+{
+    if (!t) return 0;
+    if (d < 0) d += t->m.ndim;
+    return d >= 0 && d < t->m.ndim ? t->strides[d] : 0;
+}
+
+bool opr_tensor_is_contiguous(const opr_tensor *t)
+{
+    if (!t) return false;
+    int64_t expect = 1;
+    for (int d = t->m.ndim - 1; d >= 0; d--) {
+        if (t->m.shape[d] != 1 && t->strides[d] != expect) return false;
+        expect *= t->m.shape[d];
+    }
+    return true;
+}
+
+void *opr_tensor_data(const opr_tensor *t)
+{
+    return t ? (char *)t->storage->data + t->offset * (int64_t)opr_dtype_size(t->m.dtype) : NULL;
+}
+
+bool opr_tensor_shares_storage(const opr_tensor *a, const opr_tensor *b)
+{
+    return a && b && a->storage == b->storage;
+}
+
+const char *opr_tensor_describe(const opr_tensor *t, char *buf, size_t len)
+{
+    if (!buf || !len) return "";
+    if (!t) { snprintf(buf, len, "(null)"); return buf; }
+    size_t n = 0;
+    n += (size_t)snprintf(buf + n, len - n, "[");
+    for (int d = 0; d < t->m.ndim && n < len; d++)
+        n += (size_t)snprintf(buf + n, len - n, d ? ", %lld" : "%lld", (long long)t->m.shape[d]);
+    char dev[48];
+    if (n < len)
+        snprintf(buf + n, len - n, "] %s %s", opr_dtype_name(t->m.dtype),
+                 opr_device_format(t->ctx, t->storage->dev, dev, sizeof dev));
+    return buf;
+}
+
+int opr_tensor_copy_to_host(const opr_tensor *t, void *dst, size_t nbytes)
+{
+    if (!t || (!dst && t->m.numel)) return opr_fail(OPR_ERR_INVALID, "opr_tensor_copy_to_host: NULL argument");
+    size_t need = (size_t)t->m.numel * opr_dtype_size(t->m.dtype);
+    if (nbytes < need)
+        return opr_fail(OPR_ERR_INVALID, "opr_tensor_copy_to_host: buffer of %zu bytes, need %zu", nbytes, need);
+    opr_tensor *host = opr_tensor_from_data_unowned_cpu(t->ctx, t->m.dtype, t->m.ndim, t->m.shape, dst);
+    if (!host) return OPR_ERR_NOMEM;
+    int rc = opr_tensor_copy_into(host, t);
+    opr_tensor_release(host);
+    return rc;
+}
+
+int opr_tensor_copy_from_host(opr_tensor *t, const void *src, size_t nbytes)
+{
+    if (!t || (!src && t->m.numel)) return opr_fail(OPR_ERR_INVALID, "opr_tensor_copy_from_host: NULL argument");
+    size_t need = (size_t)t->m.numel * opr_dtype_size(t->m.dtype);
+    if (nbytes < need)
+        return opr_fail(OPR_ERR_INVALID, "opr_tensor_copy_from_host: buffer of %zu bytes, need %zu", nbytes, need);
+    opr_tensor *host = opr_tensor_from_data_unowned_cpu(t->ctx, t->m.dtype, t->m.ndim, t->m.shape, (void *)src);
+    if (!host) return OPR_ERR_NOMEM;
+    int rc = opr_tensor_copy_into(t, host);
+    opr_tensor_release(host);
+    return rc;
+}

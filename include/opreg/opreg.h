@@ -1,0 +1,319 @@
+/*
+ * opreg — tensor operators on backends loaded at run time.
+ *
+ * Conventions of this header:
+ *  - Functions that can fail return an opr_status (0 = OPR_OK, negative = error) or
+ *    NULL, and leave a message in opr_last_error() (thread-local). Nothing aborts.
+ *  - `_new` returns an object the caller owns and frees with the matching `_free`
+ *    (contexts) or `opr_tensor_release` (tensors, which are reference counted).
+ *  - Borrowed pointers (`const char *` names, `const opr_op *`) live as long as the
+ *    context that returned them.
+ *  - A context may be used from several threads for dispatch; registry mutations
+ *    (loading YAML or plugins) are serialised internally.
+ */
+#ifndef OPREG_OPREG_H
+#define OPREG_OPREG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define OPR_API __attribute__((visibility("default")))
+#else
+#define OPR_API
+#endif
+
+#define OPR_VERSION_MAJOR 0
+#define OPR_VERSION_MINOR 1
+#define OPR_VERSION_PATCH 0
+
+/* Most dimensions a tensor may have. */
+#define OPR_MAX_DIMS 8
+
+/* ------------------------------------------------------------------ status */
+
+typedef enum opr_status {
+    OPR_OK = 0,
+    OPR_ERR_INVALID = -1,     /* bad argument: shape, dtype, device, NULL, count */
+    OPR_ERR_NOT_FOUND = -2,   /* no such op, plugin, device or kernel */
+    OPR_ERR_NOMEM = -3,       /* allocation failed */
+    OPR_ERR_BACKEND = -4,     /* a kernel or device reported failure */
+    OPR_ERR_PARSE = -5,       /* YAML, schema or expression error */
+    OPR_ERR_ABI = -6,         /* plugin ABI major version mismatch */
+    OPR_ERR_UNSUPPORTED = -7, /* valid request that this build or backend can't do */
+    OPR_ERR_IO = -8,          /* file could not be opened or read */
+    OPR_ERR_REFUSED = -9      /* refused on purpose (e.g. world-writable plugin) */
+} opr_status;
+
+/* Short constant name of a status code ("OPR_ERR_INVALID"); never NULL. */
+OPR_API const char *opr_status_name(int status);
+
+/* Message describing the last error on this thread. Valid until the next opreg call
+ * on this thread fails. Never NULL; "" when nothing has failed yet. */
+OPR_API const char *opr_last_error(void);
+
+/* ------------------------------------------------------------------ dtypes */
+
+typedef enum opr_dtype {
+    OPR_F32 = 0,
+    OPR_F64 = 1,
+    OPR_I64 = 2,
+    OPR_BOOL = 3, /* one byte, 0 or 1 */
+    OPR_F16 = 4,  /* storage only in this version */
+    OPR_BF16 = 5, /* storage only in this version */
+    OPR_DTYPE_COUNT
+} opr_dtype;
+
+/* Bytes per element; 0 for an invalid dtype. */
+OPR_API size_t opr_dtype_size(opr_dtype dtype);
+/* "f32", "f64", "i64", "bool", "f16", "bf16"; "?" for an invalid dtype. */
+OPR_API const char *opr_dtype_name(opr_dtype dtype);
+/* Parses a dtype name (also accepts "float32", "float64", "int64", "float", "double",
+ * "long"). Returns OPR_OK or OPR_ERR_INVALID. */
+OPR_API int opr_dtype_parse(const char *name, opr_dtype *out);
+
+/* ------------------------------------------------------------------ context */
+
+typedef struct opr_ctx opr_ctx;
+
+typedef struct opr_ctx_opts {
+    size_t struct_size;            /* sizeof(opr_ctx_opts) */
+    bool skip_builtin_yaml;        /* do not load the installed registry/ops YAML files */
+    bool skip_plugin_discovery;    /* do not search OPREG_PLUGIN_PATH, install dir, build tree */
+    const char *yaml_dir;          /* overrides where the built-in op YAML is read from */
+    const char *const *plugin_paths; /* explicit plugin files or directories, loaded first */
+    int n_plugin_paths;
+} opr_ctx_opts;
+
+/* Creates a context: loads the op definitions, then discovers and loads plugins (see
+ * opr_plugin_discover). opts may be NULL for the defaults. A plugin that fails to load
+ * does not make this fail: see opr_plugin_candidates. Returns NULL on failure (for
+ * example unreadable built-in YAML). */
+OPR_API opr_ctx *opr_ctx_new(const opr_ctx_opts *opts);
+
+/* Frees the context, its registry, devices and plugins. Tensors created in it must be
+ * released first; a tensor that outlives its context is a caller bug (reported by
+ * opr_ctx_free returning the number of live tensors, 0 when clean). */
+OPR_API int opr_ctx_free(opr_ctx *ctx);
+
+/* ------------------------------------------------------------------ plugins */
+
+/* Loads one plugin file, or every lib*.so in a directory. Idempotent: a file already
+ * loaded (same inode) is skipped. Returns OPR_OK if every file loaded or was already
+ * loaded, else the first error; refusals are also listed by opr_plugin_candidates. */
+OPR_API int opr_plugin_load(opr_ctx *ctx, const char *path);
+
+/* Searches, in order: OPREG_PLUGIN_PATH (colon-separated), the install directory baked
+ * in at build time, then the build tree. Deduplicated; safe to call repeatedly. */
+OPR_API int opr_plugin_discover(opr_ctx *ctx);
+
+typedef struct opr_plugin_candidate {
+    size_t struct_size;
+    const char *path;    /* file that was considered */
+    const char *name;    /* plugin name, NULL if it never got that far */
+    const char *version; /* plugin version string, or NULL */
+    unsigned abi_major, abi_minor; /* what the plugin declared (0.0 if unknown) */
+    int score;           /* probe score: 0 unusable here, higher preferred; -1 no probe */
+    bool loaded;         /* true if in use */
+    const char *why;     /* reason for refusal or skip; NULL when loaded without remark */
+} opr_plugin_candidate;
+
+/* Number of plugin files considered so far (loaded, refused or skipped). */
+OPR_API int opr_plugin_candidate_count(const opr_ctx *ctx);
+/* Fills *out with candidate i. Strings are borrowed from the context. */
+OPR_API int opr_plugin_candidate_get(const opr_ctx *ctx, int i, opr_plugin_candidate *out);
+
+/* ------------------------------------------------------------------ devices */
+
+typedef struct opr_device {
+    int32_t type;  /* index in the context's device table; 0 is always "cpu" */
+    int32_t index; /* device ordinal */
+} opr_device;
+
+#define OPR_CPU ((opr_device){0, 0})
+
+/* Parses "cpu", "cuda", "cuda:1". OPR_ERR_NOT_FOUND if no loaded plugin provides it. */
+OPR_API int opr_device_parse(const opr_ctx *ctx, const char *name, opr_device *out);
+/* Writes "cuda:0" into buf; returns buf (or "?" when the device is unknown). */
+OPR_API const char *opr_device_format(const opr_ctx *ctx, opr_device dev, char *buf, size_t len);
+/* Number of device types known (cpu first) and their names. */
+OPR_API int opr_device_type_count(const opr_ctx *ctx);
+OPR_API const char *opr_device_type_name(const opr_ctx *ctx, int type);
+/* Number of ordinals of a device type (1 for cpu). */
+OPR_API int opr_device_type_ordinals(const opr_ctx *ctx, int type);
+/* Waits until all work queued on the device is done. */
+OPR_API int opr_device_sync(opr_ctx *ctx, opr_device dev);
+
+typedef struct opr_mem_stats {
+    size_t struct_size;
+    uint64_t current_bytes; /* bytes held by live tensor storages */
+    uint64_t peak_bytes;    /* highest current_bytes since creation or last reset */
+    uint64_t reserved_bytes;/* bytes the device allocator holds (>= current with caching) */
+    uint64_t n_allocs;      /* storages allocated so far */
+} opr_mem_stats;
+
+/* Memory statistics of one device, counted exactly for every storage. */
+OPR_API int opr_memory_stats(const opr_ctx *ctx, opr_device dev, opr_mem_stats *out);
+/* Sets peak_bytes to current_bytes. */
+OPR_API int opr_memory_reset_peak(opr_ctx *ctx, opr_device dev);
+
+/* ------------------------------------------------------------------ tensors */
+
+typedef struct opr_tensor opr_tensor;
+
+/* New tensor with contiguous layout. Contents are zero. shape may be NULL if ndim==0. */
+OPR_API opr_tensor *opr_tensor_new(opr_ctx *ctx, opr_dtype dtype, int ndim,
+                                   const int64_t *shape, opr_device dev);
+/* New tensor filled from host memory holding numel elements laid out contiguously. */
+OPR_API opr_tensor *opr_tensor_from_data(opr_ctx *ctx, opr_dtype dtype, int ndim,
+                                         const int64_t *shape, const void *data,
+                                         opr_device dev);
+/* Copies the tensor's elements, in row-major logical order, to host memory.
+ * nbytes must be at least numel * element size. Works for any layout and device. */
+OPR_API int opr_tensor_copy_to_host(const opr_tensor *t, void *dst, size_t nbytes);
+/* Copies from host memory into the tensor (any layout), in row-major logical order. */
+OPR_API int opr_tensor_copy_from_host(opr_tensor *t, const void *src, size_t nbytes);
+
+OPR_API opr_tensor *opr_tensor_retain(opr_tensor *t);  /* returns t; NULL-safe */
+OPR_API void opr_tensor_release(opr_tensor *t);        /* NULL-safe */
+
+OPR_API opr_ctx *opr_tensor_ctx(const opr_tensor *t);
+OPR_API opr_dtype opr_tensor_dtype(const opr_tensor *t);
+OPR_API int opr_tensor_ndim(const opr_tensor *t);
+/* Size of dimension d (negative d counts from the end); -1 if out of range. */
+OPR_API int64_t opr_tensor_size(const opr_tensor *t, int d);
+/* Stride in elements of dimension d; 0 if out of range. */
+OPR_API int64_t opr_tensor_stride(const opr_tensor *t, int d);
+OPR_API const int64_t *opr_tensor_shape(const opr_tensor *t);
+OPR_API const int64_t *opr_tensor_strides(const opr_tensor *t);
+OPR_API int64_t opr_tensor_offset(const opr_tensor *t); /* storage offset in elements */
+OPR_API int64_t opr_tensor_numel(const opr_tensor *t);
+OPR_API opr_device opr_tensor_device(const opr_tensor *t);
+OPR_API bool opr_tensor_is_contiguous(const opr_tensor *t);
+/* Address of element [0,...,0] (device memory for device tensors). */
+OPR_API void *opr_tensor_data(const opr_tensor *t);
+/* True when both tensors view the same storage. */
+OPR_API bool opr_tensor_shares_storage(const opr_tensor *a, const opr_tensor *b);
+/* Formats "[2, 3] f32 cpu" into buf; returns buf. */
+OPR_API const char *opr_tensor_describe(const opr_tensor *t, char *buf, size_t len);
+
+/* Views share storage with their base; all return a new reference or NULL. */
+OPR_API opr_tensor *opr_tensor_transpose(opr_tensor *t, int d0, int d1);
+OPR_API opr_tensor *opr_tensor_permute(opr_tensor *t, const int *dims, int ndims);
+OPR_API opr_tensor *opr_tensor_expand(opr_tensor *t, const int64_t *shape, int ndim);
+OPR_API opr_tensor *opr_tensor_narrow(opr_tensor *t, int dim, int64_t start, int64_t length);
+OPR_API opr_tensor *opr_tensor_diagonal(opr_tensor *t, int64_t offset, int d0, int d1);
+OPR_API opr_tensor *opr_tensor_unsqueeze(opr_tensor *t, int dim);
+OPR_API opr_tensor *opr_tensor_squeeze(opr_tensor *t, int dim); /* dim = OPR_ALL_DIMS: all */
+/* View when the strides allow it; OPR_ERR_INVALID otherwise (see opr_tensor_reshape). */
+OPR_API opr_tensor *opr_tensor_view_shape(opr_tensor *t, const int64_t *shape, int ndim);
+/* A view when possible, else a contiguous copy. One entry of shape may be -1. */
+OPR_API opr_tensor *opr_tensor_reshape(opr_tensor *t, const int64_t *shape, int ndim);
+/* t itself (new reference) when contiguous, else a contiguous copy. */
+OPR_API opr_tensor *opr_tensor_contiguous(opr_tensor *t);
+/* Copy on another device (a new reference to t when already there). */
+OPR_API opr_tensor *opr_tensor_to(opr_tensor *t, opr_device dev);
+
+#define OPR_ALL_DIMS INT32_MIN
+
+/* DLPack (dlpack.h). Export is zero-copy: the DLManagedTensor holds a reference to the
+ * tensor until its deleter runs. Import is zero-copy for CPU memory: the tensor calls
+ * the DLManagedTensor's deleter when its storage is freed; on failure the caller keeps
+ * ownership of the DLManagedTensor. */
+struct DLManagedTensor;
+OPR_API struct DLManagedTensor *opr_tensor_to_dlpack(opr_tensor *t);
+OPR_API opr_tensor *opr_tensor_from_dlpack(opr_ctx *ctx, struct DLManagedTensor *m);
+
+/* ------------------------------------------------------------------ autograd state */
+
+/* Marks a leaf tensor as requiring grad (floating dtypes only). */
+OPR_API int opr_set_requires_grad(opr_tensor *t, bool requires_grad);
+OPR_API bool opr_requires_grad(const opr_tensor *t);
+/* Accumulated gradient of a leaf (borrowed reference), or NULL. */
+OPR_API opr_tensor *opr_grad(const opr_tensor *t);
+/* Thread-local grad mode (default on). Returns the previous mode. */
+OPR_API bool opr_grad_mode_set(bool enabled);
+OPR_API bool opr_grad_mode_enabled(void);
+
+/* ------------------------------------------------------------------ ops */
+
+typedef struct opr_op opr_op;
+
+typedef enum opr_value_kind {
+    OPR_V_NONE = 0,
+    OPR_V_TENSOR,
+    OPR_V_TENSOR_LIST,
+    OPR_V_INT,
+    OPR_V_DOUBLE,
+    OPR_V_BOOL,
+    OPR_V_INT_LIST,
+    OPR_V_STRING
+} opr_value_kind;
+
+/* One argument of opr_call, in schema order. Pointers are borrowed for the call. */
+typedef struct opr_value {
+    opr_value_kind kind;
+    union {
+        opr_tensor *t;
+        struct { opr_tensor *const *items; int n; } tl;
+        int64_t i;
+        double d;
+        bool b;
+        struct { const int64_t *items; int n; } il;
+        const char *s;
+    } u;
+} opr_value;
+
+static inline opr_value opr_v_none(void) { opr_value v; v.kind = OPR_V_NONE; v.u.i = 0; return v; }
+static inline opr_value opr_v_tensor(opr_tensor *t) { opr_value v; v.kind = OPR_V_TENSOR; v.u.t = t; return v; }
+static inline opr_value opr_v_tensors(opr_tensor *const *ts, int n) { opr_value v; v.kind = OPR_V_TENSOR_LIST; v.u.tl.items = ts; v.u.tl.n = n; return v; }
+static inline opr_value opr_v_int(int64_t i) { opr_value v; v.kind = OPR_V_INT; v.u.i = i; return v; }
+static inline opr_value opr_v_double(double d) { opr_value v; v.kind = OPR_V_DOUBLE; v.u.d = d; return v; }
+static inline opr_value opr_v_bool(bool b) { opr_value v; v.kind = OPR_V_BOOL; v.u.b = b; return v; }
+static inline opr_value opr_v_ints(const int64_t *items, int n) { opr_value v; v.kind = OPR_V_INT_LIST; v.u.il.items = items; v.u.il.n = n; return v; }
+static inline opr_value opr_v_string(const char *s) { opr_value v; v.kind = OPR_V_STRING; v.u.s = s; return v; }
+
+/* Finds an op by name ("mm", "add"). Look it up once and keep the pointer. */
+OPR_API const opr_op *opr_op_find(const opr_ctx *ctx, const char *name);
+OPR_API int opr_op_count(const opr_ctx *ctx);
+OPR_API const opr_op *opr_op_at(const opr_ctx *ctx, int i);
+OPR_API const char *opr_op_name(const opr_op *op);
+/* The schema as written, "mm(Tensor self, Tensor mat2) -> Tensor". */
+OPR_API const char *opr_op_schema(const opr_op *op);
+OPR_API int opr_op_num_args(const opr_op *op);
+OPR_API int opr_op_num_outputs(const opr_op *op);
+/* True if some loaded plugin has a kernel for this op on this device type. */
+OPR_API bool opr_op_has_kernel(const opr_op *op, int device_type);
+
+/* Runs an op. args are in schema order; trailing arguments with defaults may be
+ * omitted. results receives nres new references (nres must equal the op's number of
+ * outputs). In-place ops (name ending in '_') return a new reference to `self`.
+ * On error nothing is mutated and results are set to NULL. */
+OPR_API int opr_call(const opr_op *op, const opr_value *args, int nargs,
+                     opr_tensor **results, int nres);
+/* Same, looking the op up by name (slower: for tools and tests). */
+OPR_API int opr_call_by_name(opr_ctx *ctx, const char *name, const opr_value *args,
+                             int nargs, opr_tensor **results, int nres);
+
+/* ------------------------------------------------------------------ registry */
+
+/* Loads op definitions from a YAML file. Entries with errors are refused (the error of
+ * the first one is left in opr_last_error, with file:line:column) and the rest are
+ * added. Returns OPR_OK when all entries loaded, OPR_ERR_PARSE when some were refused,
+ * OPR_ERR_IO when the file can't be read. *n_loaded (may be NULL) gets the count added. */
+OPR_API int opr_registry_load_yaml(opr_ctx *ctx, const char *path, int *n_loaded);
+/* Same from a string; `name` is used in error messages in place of a file name. */
+OPR_API int opr_registry_load_yaml_string(opr_ctx *ctx, const char *text, const char *name,
+                                          int *n_loaded);
+/* Every error message the registry has collected while loading, one per line. */
+OPR_API const char *opr_registry_errors(const opr_ctx *ctx);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* OPREG_OPREG_H */

@@ -1,0 +1,128 @@
+/* Helpers shared by the CPU kernels: argument access, dimension wrapping, broadcast
+ * strides and a strided n-d index walker. Header-only so each kernel file stays
+ * self-contained; everything is static inline. */
+#ifndef OPREG_CPU_COMMON_H
+#define OPREG_CPU_COMMON_H
+
+#include <opreg/plugin.h>
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+
+/* Loops over at least this many elements run with OpenMP; smaller ones stay on one
+ * thread because a parallel region costs microseconds. */
+#define CPU_PAR_THRESHOLD 32768
+
+/* The host table is kept by cpu_plugin.c for error reporting from kernels. */
+extern const opr_host_api *cpu_host;
+
+#define CPU_FAIL(status, ...) (cpu_host->set_error(__VA_ARGS__), (status))
+
+static inline const opr_tensor_view *cpu_arg_t(const opr_kernel_call *c, int i)
+{
+    return c->args[i].kind == OPR_ARG_TENSOR ? c->args[i].u.t : NULL;
+}
+static inline int64_t cpu_arg_i(const opr_kernel_call *c, int i)
+{
+    return c->args[i].kind == OPR_ARG_INT ? c->args[i].u.i
+         : c->args[i].kind == OPR_ARG_DOUBLE ? (int64_t)c->args[i].u.d : 0;
+}
+static inline double cpu_arg_d(const opr_kernel_call *c, int i)
+{
+    return c->args[i].kind == OPR_ARG_DOUBLE ? c->args[i].u.d
+         : c->args[i].kind == OPR_ARG_INT ? (double)c->args[i].u.i : 0.0;
+}
+static inline bool cpu_arg_b(const opr_kernel_call *c, int i)
+{
+    return c->args[i].kind == OPR_ARG_BOOL ? c->args[i].u.b : cpu_arg_i(c, i) != 0;
+}
+static inline bool cpu_arg_given(const opr_kernel_call *c, int i)
+{
+    return c->args[i].kind != OPR_ARG_NONE;
+}
+
+/* Wraps a possibly negative dim into [0, ndim). A 0-d tensor accepts 0 and -1. */
+static inline bool cpu_wrap_dim(int64_t d, int32_t ndim, int32_t *out)
+{
+    int32_t n = ndim > 0 ? ndim : 1;
+    if (d < -n || d >= n) return false;
+    *out = (int32_t)(d < 0 ? d + n : d);
+    return true;
+}
+
+/* Strides that read `v` as if expanded to out_shape (right-aligned broadcasting).
+ * Returns false when v does not broadcast to out_shape. */
+static inline bool cpu_bcast_strides(const opr_tensor_view *v, int32_t out_ndim,
+                                     const int64_t *out_shape, int64_t *strides)
+{
+    int32_t off = out_ndim - v->ndim;
+    if (off < 0) return false;
+    for (int32_t d = 0; d < out_ndim; d++) {
+        if (d < off) { strides[d] = 0; continue; }
+        int64_t s = v->shape[d - off];
+        if (s == out_shape[d]) strides[d] = s == 1 ? 0 : v->strides[d - off];
+        else if (s == 1) strides[d] = 0;
+        else return false;
+    }
+    return true;
+}
+
+/* Walks the row-major index space of `shape`, keeping up to 4 element offsets in
+ * step (one per operand, each with its own strides). */
+typedef struct cpu_walk {
+    int32_t ndim;
+    int32_t nops;
+    const int64_t *shape;
+    int64_t idx[OPR_MAX_DIMS];
+    int64_t strides[4][OPR_MAX_DIMS];
+    int64_t off[4];
+} cpu_walk;
+
+/* Positions the walker at linear index `start` (so parallel chunks can start anywhere). */
+static inline void cpu_walk_seek(cpu_walk *w, int64_t start)
+{
+    for (int32_t k = 0; k < w->nops; k++) w->off[k] = 0;
+    for (int32_t d = w->ndim - 1; d >= 0; d--) {
+        int64_t n = w->shape[d];
+        w->idx[d] = n ? start % n : 0;
+        start = n ? start / n : 0;
+        for (int32_t k = 0; k < w->nops; k++) w->off[k] += w->idx[d] * w->strides[k][d];
+    }
+}
+
+static inline void cpu_walk_next(cpu_walk *w)
+{
+    for (int32_t d = w->ndim - 1; d >= 0; d--) {
+        if (++w->idx[d] < w->shape[d]) {
+            for (int32_t k = 0; k < w->nops; k++) w->off[k] += w->strides[k][d];
+            return;
+        }
+        for (int32_t k = 0; k < w->nops; k++) w->off[k] -= (w->shape[d] - 1) * w->strides[k][d];
+        w->idx[d] = 0;
+    }
+}
+
+static inline bool cpu_is_contiguous(const opr_tensor_view *v)
+{
+    int64_t expect = 1;
+    for (int32_t d = v->ndim - 1; d >= 0; d--) {
+        if (v->shape[d] != 1 && v->strides[d] != expect) return false;
+        expect *= v->shape[d];
+    }
+    return true;
+}
+
+/* Offset in elements of logical row-major element `i` of v. */
+static inline int64_t cpu_offset_of(const opr_tensor_view *v, int64_t i)
+{
+    int64_t off = 0;
+    for (int32_t d = v->ndim - 1; d >= 0; d--) {
+        int64_t n = v->shape[d];
+        off += (i % n) * v->strides[d];
+        i /= n;
+    }
+    return off;
+}
+
+#endif /* OPREG_CPU_COMMON_H */

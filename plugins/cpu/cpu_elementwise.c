@@ -1,0 +1,545 @@
+/* Elementwise CPU kernels: arithmetic, where, comparisons and unary math.
+ *
+ * Every op is split in two layers:
+ *  - a *loop*: a function that applies the op to n elements of 1-d strided operands.
+ *    Loops are stamped out per dtype by the EW_*_LOOP macros, so each op is written once
+ *    as an expression over `x` (and `y`, `c`) plus the scalar arguments A and B.
+ *  - the *driver* (ew_apply): turns n-d broadcast operands into calls of the loop. It
+ *    merges dimensions the operands traverse alike, so a transposed or broadcast input
+ *    still runs long inner loops, and splits large outputs into blocks for OpenMP.
+ *
+ * Inputs arrive with their own shapes (not expanded) and arbitrary strides; the output is
+ * preallocated by the host with the broadcast shape. The common case (every operand
+ * contiguous with the output's element count) goes straight to one loop call with no
+ * set-up, because dispatch-overhead benchmarks run these ops on tiny tensors. */
+#include "cpu_common.h"
+#include "cpu_kernels.h"
+
+#include <tgmath.h> /* exp(x) etc. pick the float or double version from x's type */
+
+/* Outputs at or above CPU_PAR_THRESHOLD elements are cut into blocks of this many
+ * elements; each block seeks its own walker, so blocks can run on any thread. */
+#define EW_BLOCK 8192
+
+/* Scalar arguments of an op (alpha; clamp bounds; pow exponent), as the host gave them.
+ * Each loop converts them once to its element type. */
+typedef struct ew_params {
+    double a, b;
+} ew_params;
+
+/* Applies an op to n elements. ptr[0] is the output, ptr[1..] the inputs; st[k] is the
+ * step of operand k in elements (0 for a broadcast operand). */
+typedef void (*ew_loop_fn)(int64_t n, char *const *ptr, const int64_t *st, const ew_params *p);
+
+/* ------------------------------------------------------------------ dtype helpers */
+
+static size_t ew_dtype_size(opr_dtype t)
+{
+    switch (t) {
+    case OPR_F32: return 4;
+    case OPR_F64: case OPR_I64: return 8;
+    case OPR_BOOL: return 1;
+    case OPR_F16: case OPR_BF16: return 2;
+    default: return 0;
+    }
+}
+
+/* Plugins do not link libopreg, so they cannot call opr_dtype_name. */
+static const char *ew_dtype_name(opr_dtype t)
+{
+    static const char *const names[] = {"f32", "f64", "i64", "bool", "f16", "bf16"};
+    return (unsigned)t < sizeof names / sizeof names[0] ? names[t] : "?";
+}
+
+/* double -> int64 without the undefined behaviour of an out-of-range cast. */
+static inline int64_t ew_sat_i64(double v)
+{
+    if (isnan(v)) return 0;
+    if (v >= 9223372036854775807.0) return INT64_MAX;
+    if (v <= -9223372036854775808.0) return INT64_MIN;
+    return (int64_t)v;
+}
+
+/* Conversions of the double scalar arguments to each element type. */
+#define EW_CONV_f32(v) ((float)(v))
+#define EW_CONV_f64(v) ((double)(v))
+#define EW_CONV_i64(v) ew_sat_i64(v)
+#define EW_CONV_b8(v) ((void)(v), (uint8_t)0) /* bool ops take no scalars */
+
+/* i64 arithmetic wraps around like PyTorch's instead of overflowing (which is undefined
+ * in C): compute in uint64_t, convert back (implementation-defined, modular in GCC and
+ * Clang). */
+#define WADD(x, y) ((int64_t)((uint64_t)(x) + (uint64_t)(y)))
+#define WSUB(x, y) ((int64_t)((uint64_t)(x) - (uint64_t)(y)))
+#define WMUL(x, y) ((int64_t)((uint64_t)(x) * (uint64_t)(y)))
+#define WNEG(x) ((int64_t)(0u - (uint64_t)(x)))
+
+/* ------------------------------------------------------------------ loop templates */
+
+/* The contiguous branch of each loop is a plain indexed loop so the compiler can
+ * vectorize it; the "scalar operand" branch covers x op 0-d tensor, the other common
+ * broadcast; everything else takes the general strided branch. Scalars A and B are
+ * copied to locals first so that writes through `o` cannot alias them. */
+
+#define EW_UNARY_LOOP(name, TO, TI, SUF, EXPR)                                             \
+    static void name(int64_t n, char *const *ptr, const int64_t *st, const ew_params *p)   \
+    {                                                                                      \
+        TO *o = (TO *)ptr[0];                                                              \
+        const TI *a = (const TI *)ptr[1];                                                  \
+        const TI A = EW_CONV_##SUF(p->a), B = EW_CONV_##SUF(p->b);                         \
+        const int64_t so = st[0], sa = st[1];                                              \
+        (void)A; (void)B;                                                                  \
+        if (so == 1 && sa == 1)                                                            \
+            for (int64_t i = 0; i < n; i++) { const TI x = a[i]; o[i] = (TO)(EXPR); }      \
+        else                                                                               \
+            for (int64_t i = 0; i < n; i++) {                                              \
+                const TI x = a[i * sa];                                                    \
+                o[i * so] = (TO)(EXPR);                                                    \
+            }                                                                              \
+    }
+
+#define EW_BINARY_LOOP(name, TO, TI, SUF, EXPR)                                            \
+    static void name(int64_t n, char *const *ptr, const int64_t *st, const ew_params *p)   \
+    {                                                                                      \
+        TO *o = (TO *)ptr[0];                                                              \
+        const TI *a = (const TI *)ptr[1], *b = (const TI *)ptr[2];                         \
+        const TI A = EW_CONV_##SUF(p->a), B = EW_CONV_##SUF(p->b);                         \
+        const int64_t so = st[0], sa = st[1], sb = st[2];                                  \
+        (void)A; (void)B;                                                                  \
+        if (so == 1 && sa == 1 && sb == 1) {                                               \
+            for (int64_t i = 0; i < n; i++) {                                              \
+                const TI x = a[i], y = b[i];                                               \
+                o[i] = (TO)(EXPR);                                                         \
+            }                                                                              \
+        } else if (so == 1 && sa == 1 && sb == 0) {                                        \
+            const TI y = b[0];                                                             \
+            for (int64_t i = 0; i < n; i++) { const TI x = a[i]; o[i] = (TO)(EXPR); }      \
+        } else {                                                                           \
+            for (int64_t i = 0; i < n; i++) {                                              \
+                const TI x = a[i * sa], y = b[i * sb];                                     \
+                o[i * so] = (TO)(EXPR);                                                    \
+            }                                                                              \
+        }                                                                                  \
+    }
+
+/* where: operand 1 is the bool condition, operands 2 and 3 the values. */
+#define EW_WHERE_LOOP(name, T)                                                             \
+    static void name(int64_t n, char *const *ptr, const int64_t *st, const ew_params *p)   \
+    {                                                                                      \
+        T *o = (T *)ptr[0];                                                                \
+        const uint8_t *c = (const uint8_t *)ptr[1];                                        \
+        const T *a = (const T *)ptr[2], *b = (const T *)ptr[3];                            \
+        const int64_t so = st[0], sc = st[1], sa = st[2], sb = st[3];                      \
+        (void)p;                                                                           \
+        if (so == 1 && sc == 1 && sa == 1 && sb == 1)                                      \
+            for (int64_t i = 0; i < n; i++) o[i] = c[i] ? a[i] : b[i];                     \
+        else                                                                               \
+            for (int64_t i = 0; i < n; i++) o[i * so] = c[i * sc] ? a[i * sa] : b[i * sb]; \
+    }
+
+/* Float ops are written once and stamped out for f32 and f64. */
+#define EW_UNARY_FLOAT(op, EXPR)                     \
+    EW_UNARY_LOOP(op##_f32, float, float, f32, EXPR) \
+    EW_UNARY_LOOP(op##_f64, double, double, f64, EXPR)
+#define EW_BINARY_FLOAT(op, EXPR)                     \
+    EW_BINARY_LOOP(op##_f32, float, float, f32, EXPR) \
+    EW_BINARY_LOOP(op##_f64, double, double, f64, EXPR)
+/* Comparisons: bool (one byte, 0/1) out. */
+#define EW_COMPARE(op, EXPR)                               \
+    EW_BINARY_LOOP(op##_f32, uint8_t, float, f32, EXPR)    \
+    EW_BINARY_LOOP(op##_f64, uint8_t, double, f64, EXPR)   \
+    EW_BINARY_LOOP(op##_i64, uint8_t, int64_t, i64, EXPR)
+
+/* ------------------------------------------------------------------ the loops */
+
+/* add/sub: self + alpha * other. A == 1 costs one exact multiply, not worth a branch. */
+EW_BINARY_FLOAT(add, x + A * y)
+EW_BINARY_LOOP(add_i64, int64_t, int64_t, i64, WADD(x, WMUL(A, y)))
+EW_BINARY_FLOAT(sub, x - A * y)
+EW_BINARY_LOOP(sub_i64, int64_t, int64_t, i64, WSUB(x, WMUL(A, y)))
+EW_BINARY_FLOAT(mul, x * y)
+EW_BINARY_LOOP(mul_i64, int64_t, int64_t, i64, WMUL(x, y))
+EW_BINARY_FLOAT(div, x / y)
+
+EW_WHERE_LOOP(where_f32, float)
+EW_WHERE_LOOP(where_f64, double)
+EW_WHERE_LOOP(where_i64, int64_t)
+
+/* IEEE comparisons: anything against NaN is false except ne. */
+EW_COMPARE(eq, x == y)
+EW_BINARY_LOOP(eq_b8, uint8_t, uint8_t, b8, (x != 0) == (y != 0))
+EW_COMPARE(ne, x != y)
+EW_BINARY_LOOP(ne_b8, uint8_t, uint8_t, b8, (x != 0) != (y != 0))
+EW_COMPARE(gt, x > y)
+EW_COMPARE(lt, x < y)
+EW_COMPARE(ge, x >= y)
+EW_COMPARE(le, x <= y)
+
+EW_UNARY_FLOAT(neg, -x)
+EW_UNARY_LOOP(neg_i64, int64_t, int64_t, i64, WNEG(x))
+/* fabs, not x < 0 ? -x : x, so that abs(-0.0) is +0.0. */
+EW_UNARY_FLOAT(abs, fabs(x))
+EW_UNARY_LOOP(abs_i64, int64_t, int64_t, i64, x < 0 ? WNEG(x) : x)
+EW_UNARY_FLOAT(exp, exp(x))
+EW_UNARY_FLOAT(log, log(x))
+EW_UNARY_FLOAT(sqrt, sqrt(x))
+/* pow: A is the exponent. Squares are common enough (norms, losses) for their own loop;
+ * exponent 0.5 reuses sqrt, like PyTorch. */
+EW_UNARY_FLOAT(pow, pow(x, A))
+EW_UNARY_FLOAT(square, x * x)
+/* Written so that NaN propagates: NaN < 0 is false, so NaN comes out unchanged. */
+EW_UNARY_FLOAT(relu, x < 0 ? 0 : x)
+EW_UNARY_LOOP(relu_i64, int64_t, int64_t, i64, x < 0 ? 0 : x)
+/* 1 / (1 + e^-x): for very negative x, e^-x is inf and the result a correct 0. */
+EW_UNARY_FLOAT(sigmoid, 1 / (1 + exp(-x)))
+EW_UNARY_FLOAT(tanh, tanh(x))
+/* clamp: A = min, B = max; a missing bound is -inf/+inf (i64: INT64_MIN/MAX). As in
+ * PyTorch, NaN propagates and min > max gives max everywhere. */
+EW_UNARY_FLOAT(clamp, (x < A ? A : x) > B ? B : (x < A ? A : x))
+EW_UNARY_LOOP(clamp_i64, int64_t, int64_t, i64, (x < A ? A : x) > B ? B : (x < A ? A : x))
+
+/* Per-op tables indexed by dtype (the common dtype T of the op's inputs). A table is
+ * also the single source of the dtype mask the op registers with. */
+typedef ew_loop_fn ew_table[OPR_DTYPE_COUNT];
+
+#define EW_TABLE_F(op) {[OPR_F32] = op##_f32, [OPR_F64] = op##_f64}
+#define EW_TABLE_FI(op) {[OPR_F32] = op##_f32, [OPR_F64] = op##_f64, [OPR_I64] = op##_i64}
+
+static const ew_table add_t = EW_TABLE_FI(add), sub_t = EW_TABLE_FI(sub),
+                      mul_t = EW_TABLE_FI(mul), div_t = EW_TABLE_F(div),
+                      where_t = EW_TABLE_FI(where);
+static const ew_table eq_t = {[OPR_F32] = eq_f32, [OPR_F64] = eq_f64, [OPR_I64] = eq_i64,
+                              [OPR_BOOL] = eq_b8},
+                      ne_t = {[OPR_F32] = ne_f32, [OPR_F64] = ne_f64, [OPR_I64] = ne_i64,
+                              [OPR_BOOL] = ne_b8},
+                      gt_t = EW_TABLE_FI(gt), lt_t = EW_TABLE_FI(lt),
+                      ge_t = EW_TABLE_FI(ge), le_t = EW_TABLE_FI(le);
+static const ew_table neg_t = EW_TABLE_FI(neg), abs_t = EW_TABLE_FI(abs),
+                      exp_t = EW_TABLE_F(exp), log_t = EW_TABLE_F(log),
+                      sqrt_t = EW_TABLE_F(sqrt), pow_t = EW_TABLE_F(pow),
+                      square_t = EW_TABLE_F(square), relu_t = EW_TABLE_FI(relu),
+                      sigmoid_t = EW_TABLE_F(sigmoid), tanh_t = EW_TABLE_F(tanh),
+                      clamp_t = EW_TABLE_FI(clamp);
+
+static uint32_t ew_mask(const ew_table t)
+{
+    uint32_t m = 0;
+    for (int d = 0; d < OPR_DTYPE_COUNT; d++)
+        if (t[d]) m |= OPR_DTYPE_BIT(d);
+    return m;
+}
+
+/* ------------------------------------------------------------------ driver */
+
+/* Drops size-1 dims and merges dim d into d+1 wherever every operand steps through the
+ * pair as through one dim (stride[d] == stride[d+1] * shape[d+1]). Fewer dims mean longer
+ * inner loops and a cheaper walker. Returns the new ndim, at least 1. */
+static int32_t ew_coalesce(int32_t nd, int64_t *shape, int nops, int64_t st[][OPR_MAX_DIMS])
+{
+    int32_t m = 0; /* dims kept so far, in shape[0..m) */
+    for (int32_t d = 0; d < nd; d++) {
+        if (shape[d] == 1) continue;
+        bool merge = m > 0;
+        for (int k = 0; k < nops && merge; k++)
+            merge = st[k][m - 1] == st[k][d] * shape[d];
+        if (merge) {
+            shape[m - 1] *= shape[d];
+            for (int k = 0; k < nops; k++) st[k][m - 1] = st[k][d];
+        } else {
+            shape[m] = shape[d];
+            for (int k = 0; k < nops; k++) st[k][m] = st[k][d];
+            m++;
+        }
+    }
+    if (m == 0) { /* every dim was 1 (or a 0-d tensor): one element */
+        shape[0] = 1;
+        for (int k = 0; k < nops; k++) st[k][0] = 0;
+        m = 1;
+    }
+    return m;
+}
+
+/* A coalesced iteration space shared by the operands of one call. */
+typedef struct ew_space {
+    int32_t ndim, nops;
+    int64_t shape[OPR_MAX_DIMS];
+    int64_t st[4][OPR_MAX_DIMS]; /* element strides, operand 0 = output */
+    char *base[4];
+    size_t esz[4];
+} ew_space;
+
+/* Runs `fn` over the row-major output positions [start, end): a walker over the outer
+ * dims, and one loop call per stretch of the innermost dim. */
+static void ew_range(const ew_space *sp, ew_loop_fn fn, const ew_params *p, int64_t start,
+                     int64_t end)
+{
+    const int32_t in = sp->ndim - 1; /* innermost dim */
+    const int64_t len = sp->shape[in];
+    cpu_walk w;
+    w.ndim = in;
+    w.nops = sp->nops;
+    w.shape = sp->shape;
+    int64_t step[4];
+    for (int k = 0; k < sp->nops; k++) {
+        for (int32_t d = 0; d < in; d++) w.strides[k][d] = sp->st[k][d];
+        step[k] = sp->st[k][in];
+    }
+    cpu_walk_seek(&w, start / len);
+    int64_t i = start, j = start % len; /* j: position in the innermost dim */
+    while (i < end) {
+        const int64_t seg = len - j < end - i ? len - j : end - i;
+        char *ptr[4];
+        for (int k = 0; k < sp->nops; k++)
+            ptr[k] = sp->base[k] + (w.off[k] + j * step[k]) * (int64_t)sp->esz[k];
+        fn(seg, ptr, step, p);
+        i += seg;
+        j = 0;
+        cpu_walk_next(&w);
+    }
+}
+
+/* Contiguous operands, parallel: each block just offsets the pointers. */
+static void ew_contig_par(int64_t n, int nops, char *const *base, const size_t *esz,
+                          ew_loop_fn fn, const ew_params *p)
+{
+    static const int64_t unit[4] = {1, 1, 1, 1};
+    const int64_t nblk = (n + EW_BLOCK - 1) / EW_BLOCK;
+#pragma omp parallel for schedule(static)
+    for (int64_t b = 0; b < nblk; b++) {
+        const int64_t lo = b * EW_BLOCK, len = lo + EW_BLOCK < n ? EW_BLOCK : n - lo;
+        char *ptr[4];
+        for (int k = 0; k < nops; k++) ptr[k] = base[k] + lo * (int64_t)esz[k];
+        fn(len, ptr, unit, p);
+    }
+}
+
+/* Computes out = op(in[0], ..., in[nin-1]) with broadcasting. The caller has checked
+ * dtypes; this checks shapes (an input must broadcast to the output). */
+static int ew_apply(const char *op, const opr_tensor_view *out, int nin,
+                    const opr_tensor_view *const *in, ew_loop_fn fn, const ew_params *p)
+{
+    const int64_t n = out->numel;
+    if (n == 0) return OPR_OK; /* empty: data pointers must not be touched */
+    if (!out->data) return CPU_FAIL(OPR_ERR_INVALID, "%s: output is not allocated", op);
+    const int nops = nin + 1;
+    char *base[4];
+    size_t esz[4];
+    base[0] = (char *)out->data;
+    esz[0] = ew_dtype_size(out->dtype);
+    bool contig = cpu_is_contiguous(out);
+    for (int k = 0; k < nin; k++) {
+        base[k + 1] = (char *)in[k]->data;
+        esz[k + 1] = ew_dtype_size(in[k]->dtype);
+        /* Same element count and broadcastable means the same row-major order. */
+        contig = contig && in[k]->numel == n && cpu_is_contiguous(in[k]);
+    }
+    if (contig) {
+        static const int64_t unit[4] = {1, 1, 1, 1};
+        if (n < CPU_PAR_THRESHOLD) fn(n, base, unit, p); /* the tiny-tensor hot path */
+        else ew_contig_par(n, nops, base, esz, fn, p);
+        return OPR_OK;
+    }
+
+    if (out->ndim > OPR_MAX_DIMS)
+        return CPU_FAIL(OPR_ERR_INVALID, "%s: %d-d output exceeds %d dims", op, out->ndim,
+                        OPR_MAX_DIMS);
+    ew_space sp;
+    sp.ndim = out->ndim;
+    sp.nops = nops;
+    int64_t expect = 1; /* contiguous strides if the host left them out */
+    for (int32_t d = out->ndim - 1; d >= 0; d--) {
+        sp.shape[d] = out->shape[d];
+        sp.st[0][d] = out->strides ? out->strides[d] : expect;
+        expect *= out->shape[d];
+    }
+    for (int k = 0; k < nin; k++)
+        if (!cpu_bcast_strides(in[k], out->ndim, out->shape, sp.st[k + 1]))
+            return CPU_FAIL(OPR_ERR_INVALID,
+                            "%s: input %d (%d-d) does not broadcast to the %d-d output", op,
+                            k, in[k]->ndim, out->ndim);
+    sp.ndim = ew_coalesce(sp.ndim, sp.shape, nops, sp.st);
+    for (int k = 0; k < nops; k++) {
+        sp.base[k] = base[k];
+        sp.esz[k] = esz[k];
+    }
+
+    if (n < CPU_PAR_THRESHOLD) {
+        ew_range(&sp, fn, p, 0, n);
+    } else {
+        const int64_t nblk = (n + EW_BLOCK - 1) / EW_BLOCK;
+#pragma omp parallel for schedule(static)
+        for (int64_t b = 0; b < nblk; b++) {
+            const int64_t lo = b * EW_BLOCK;
+            ew_range(&sp, fn, p, lo, lo + EW_BLOCK < n ? lo + EW_BLOCK : n);
+        }
+    }
+    return OPR_OK;
+}
+
+/* ------------------------------------------------------------------ kernels */
+
+/* Checks arity, the dtype of each input and of the output, and picks the loop.
+ * Tensor inputs are args[0..nin) except where (handled by its own kernel). */
+static int ew_prepare(const opr_kernel_call *c, const char *op, int nargs, int nin,
+                      const ew_table table, bool bool_out, ew_loop_fn *fn,
+                      const opr_tensor_view **in)
+{
+    if (c->nargs < nargs || c->nout < 1)
+        return CPU_FAIL(OPR_ERR_INVALID, "%s: expected %d arguments and 1 output, got %d and %d",
+                        op, nargs, c->nargs, c->nout);
+    for (int k = 0; k < nin; k++)
+        if (!(in[k] = cpu_arg_t(c, k)))
+            return CPU_FAIL(OPR_ERR_INVALID, "%s: argument %d is not a tensor", op, k);
+    const opr_dtype t = in[0]->dtype;
+    for (int k = 1; k < nin; k++)
+        if (in[k]->dtype != t)
+            return CPU_FAIL(OPR_ERR_INVALID, "%s: dtype mismatch: argument 0 is %s, argument %d is %s",
+                            op, ew_dtype_name(t), k, ew_dtype_name(in[k]->dtype));
+    if ((unsigned)t >= OPR_DTYPE_COUNT || !(*fn = table[t]))
+        return CPU_FAIL(OPR_ERR_UNSUPPORTED, "%s: no CPU kernel for dtype %s", op, ew_dtype_name(t));
+    const opr_dtype want = bool_out ? OPR_BOOL : t;
+    if (c->outputs[0].dtype != want)
+        return CPU_FAIL(OPR_ERR_INVALID, "%s: output dtype is %s, expected %s", op,
+                        ew_dtype_name(c->outputs[0].dtype), ew_dtype_name(want));
+    return OPR_OK;
+}
+
+static int ew_run(const opr_kernel_call *c, const char *op, int nargs, int nin,
+                  const ew_table table, bool bool_out, const ew_params *p)
+{
+    const opr_tensor_view *in[3];
+    ew_loop_fn fn;
+    int rc = ew_prepare(c, op, nargs, nin, table, bool_out, &fn, in);
+    return rc ? rc : ew_apply(op, &c->outputs[0], nin, in, fn, p);
+}
+
+static const ew_params ew_none = {0, 0};
+
+/* Ops with no scalar arguments: one line each. */
+#define EW_KERNEL(op, nargs, nin, bool_out)                                \
+    static int k_##op(const opr_kernel_call *c)                            \
+    {                                                                      \
+        return ew_run(c, #op, nargs, nin, op##_t, bool_out, &ew_none);     \
+    }
+
+EW_KERNEL(mul, 2, 2, false)
+EW_KERNEL(div, 2, 2, false)
+EW_KERNEL(eq, 2, 2, true)
+EW_KERNEL(ne, 2, 2, true)
+EW_KERNEL(gt, 2, 2, true)
+EW_KERNEL(lt, 2, 2, true)
+EW_KERNEL(ge, 2, 2, true)
+EW_KERNEL(le, 2, 2, true)
+EW_KERNEL(neg, 1, 1, false)
+EW_KERNEL(abs, 1, 1, false)
+EW_KERNEL(exp, 1, 1, false)
+EW_KERNEL(log, 1, 1, false)
+EW_KERNEL(sqrt, 1, 1, false)
+EW_KERNEL(relu, 1, 1, false)
+EW_KERNEL(sigmoid, 1, 1, false)
+EW_KERNEL(tanh, 1, 1, false)
+
+/* add/sub(self, other, alpha). PyTorch refuses a fractional alpha for integer tensors
+ * rather than silently truncating it; so do we. */
+static int ew_add_sub(const opr_kernel_call *c, const char *op, const ew_table table)
+{
+    if (c->nargs < 3) return CPU_FAIL(OPR_ERR_INVALID, "%s: expected 3 arguments", op);
+    const ew_params p = {cpu_arg_d(c, 2), 0};
+    const opr_tensor_view *self = cpu_arg_t(c, 0);
+    if (self && self->dtype == OPR_I64 && p.a != floor(p.a))
+        return CPU_FAIL(OPR_ERR_INVALID, "%s: alpha must be an integer for i64 tensors, got %g",
+                        op, p.a);
+    return ew_run(c, op, 3, 2, table, false, &p);
+}
+static int k_add(const opr_kernel_call *c) { return ew_add_sub(c, "add", add_t); }
+static int k_sub(const opr_kernel_call *c) { return ew_add_sub(c, "sub", sub_t); }
+
+/* where(condition, self, other): the condition is bool and broadcasts like the values;
+ * T is the dtype of self and other. */
+static int k_where(const opr_kernel_call *c)
+{
+    if (c->nargs < 3 || c->nout < 1)
+        return CPU_FAIL(OPR_ERR_INVALID, "where: expected 3 arguments and 1 output");
+    const opr_tensor_view *cond = cpu_arg_t(c, 0);
+    if (!cond || cond->dtype != OPR_BOOL)
+        return CPU_FAIL(OPR_ERR_INVALID, "where: condition must be a bool tensor");
+    /* Check self/other as if they were the arguments of a binary op. */
+    opr_kernel_call sub = *c;
+    sub.args = c->args + 1;
+    sub.nargs = 2;
+    const opr_tensor_view *in[3];
+    ew_loop_fn fn;
+    int rc = ew_prepare(&sub, "where", 2, 2, where_t, false, &fn, in + 1);
+    if (rc) return rc;
+    in[0] = cond;
+    return ew_apply("where", &c->outputs[0], 3, in, fn, &ew_none);
+}
+
+/* pow(self, exponent) */
+static int k_pow(const opr_kernel_call *c)
+{
+    if (c->nargs < 2) return CPU_FAIL(OPR_ERR_INVALID, "pow: expected 2 arguments");
+    const ew_params p = {cpu_arg_d(c, 1), 0};
+    const ew_table *t = p.a == 2 ? &square_t : p.a == 0.5 ? &sqrt_t : &pow_t;
+    return ew_run(c, "pow", 2, 1, *t, false, &p);
+}
+
+/* Bounds for clamp. An i64 tensor with a fractional bound keeps the integers inside
+ * [min, max]: the min rounds up and the max down. */
+static double ew_lower(const opr_kernel_call *c, int i, bool is_int)
+{
+    if (!cpu_arg_given(c, i)) return -INFINITY;
+    return is_int ? ceil(cpu_arg_d(c, i)) : cpu_arg_d(c, i);
+}
+static double ew_upper(const opr_kernel_call *c, int i, bool is_int)
+{
+    if (!cpu_arg_given(c, i)) return INFINITY;
+    return is_int ? floor(cpu_arg_d(c, i)) : cpu_arg_d(c, i);
+}
+
+/* clamp(self, min?, max?) and clamp_min(self, min) share one loop. */
+static int k_clamp(const opr_kernel_call *c)
+{
+    if (c->nargs < 3) return CPU_FAIL(OPR_ERR_INVALID, "clamp: expected 3 arguments");
+    const opr_tensor_view *self = cpu_arg_t(c, 0);
+    const bool is_int = self && self->dtype == OPR_I64;
+    const ew_params p = {ew_lower(c, 1, is_int), ew_upper(c, 2, is_int)};
+    return ew_run(c, "clamp", 3, 1, clamp_t, false, &p);
+}
+static int k_clamp_min(const opr_kernel_call *c)
+{
+    if (c->nargs < 2) return CPU_FAIL(OPR_ERR_INVALID, "clamp_min: expected 2 arguments");
+    const opr_tensor_view *self = cpu_arg_t(c, 0);
+    const bool is_int = self && self->dtype == OPR_I64;
+    const ew_params p = {ew_lower(c, 1, is_int), INFINITY};
+    return ew_run(c, "clamp_min", 2, 1, clamp_t, false, &p);
+}
+
+/* ------------------------------------------------------------------ registration */
+
+int cpu_register_elementwise(opr_plugin *self)
+{
+    static const struct {
+        const char *op;
+        const ew_loop_fn *table;
+        opr_kernel_fn fn;
+    } ops[] = {
+        {"add", add_t, k_add},       {"sub", sub_t, k_sub},
+        {"mul", mul_t, k_mul},       {"div", div_t, k_div},
+        {"where", where_t, k_where},
+        {"eq", eq_t, k_eq},          {"ne", ne_t, k_ne},
+        {"gt", gt_t, k_gt},          {"lt", lt_t, k_lt},
+        {"ge", ge_t, k_ge},          {"le", le_t, k_le},
+        {"neg", neg_t, k_neg},       {"abs", abs_t, k_abs},
+        {"exp", exp_t, k_exp},       {"log", log_t, k_log},
+        {"sqrt", sqrt_t, k_sqrt},    {"pow", pow_t, k_pow},
+        {"relu", relu_t, k_relu},    {"sigmoid", sigmoid_t, k_sigmoid},
+        {"tanh", tanh_t, k_tanh},    {"clamp", clamp_t, k_clamp},
+        {"clamp_min", clamp_t, k_clamp_min},
+    };
+    for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
+        int rc = cpu_register(self, ops[i].op, ew_mask(ops[i].table), ops[i].fn);
+        if (rc != OPR_OK) return rc;
+    }
+    return OPR_OK;
+}

@@ -1,0 +1,877 @@
+/* Indexing and data-movement kernels: diag, index_select, masked_select, gather,
+ * index_add(_), scatter_add, cat, diagonal_scatter, masked_scatter, copy_, fill_,
+ * masked_fill_.
+ *
+ * Pure data movement works on elements as opaque bytes, so one code path serves every
+ * dtype; only the accumulating ops (index_add, scatter_add) are instantiated per type.
+ * Every index is checked before anything is written: an in-place op that fails leaves
+ * self untouched, and no kernel reads or writes outside its views. */
+#include "cpu_common.h"
+#include "cpu_kernels.h"
+
+#include <math.h>
+#include <stdlib.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+/* ------------------------------------------------------------------ helpers */
+
+static size_t elem_size(opr_dtype dt)
+{
+    switch (dt) {
+    case OPR_BOOL: return 1;
+    case OPR_F16: case OPR_BF16: return 2;
+    case OPR_F32: return 4;
+    default: return 8;
+    }
+}
+
+/* memcpy with a constant size per case compiles to a single load and store. */
+static inline void move_elem(char *dst, const char *src, size_t es)
+{
+    switch (es) {
+    case 1: *dst = *src; break;
+    case 2: memcpy(dst, src, 2); break;
+    case 4: memcpy(dst, src, 4); break;
+    default: memcpy(dst, src, 8); break;
+    }
+}
+
+/* The slice [*lo, *hi) of n items that the calling OpenMP thread owns. */
+static inline void thread_range(int64_t n, int64_t *lo, int64_t *hi)
+{
+#ifdef _OPENMP
+    int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+#else
+    int64_t t = 0, nt = 1;
+#endif
+    *lo = n / nt * t + (t < n % nt ? t : n % nt);
+    *hi = *lo + n / nt + (t < n % nt);
+}
+
+static cpu_walk walk_new(int32_t ndim, const int64_t *shape, int32_t nops,
+                         const int64_t *const strides[])
+{
+    cpu_walk w;
+    memset(&w, 0, sizeof w);
+    w.ndim = ndim;
+    w.nops = nops;
+    w.shape = shape;
+    for (int32_t k = 0; k < nops; k++)
+        for (int32_t d = 0; d < ndim; d++) w.strides[k][d] = strides[k][d];
+    return w;
+}
+
+static int64_t shape_numel(int32_t ndim, const int64_t *shape)
+{
+    int64_t n = 1;
+    for (int32_t d = 0; d < ndim; d++) n *= shape[d];
+    return n;
+}
+
+static bool strides_contiguous(int32_t ndim, const int64_t *shape, const int64_t *strides)
+{
+    int64_t expect = 1;
+    for (int32_t d = ndim - 1; d >= 0; d--) {
+        if (shape[d] != 1 && strides[d] != expect) return false;
+        expect *= shape[d];
+    }
+    return true;
+}
+
+/* A 0-d tensor behaves as one element along dim 0, as in PyTorch. */
+static int64_t size_at(const opr_tensor_view *v, int32_t d) { return v->ndim ? v->shape[d] : 1; }
+static int64_t stride_at(const opr_tensor_view *v, int32_t d) { return v->ndim ? v->strides[d] : 0; }
+
+/* Copies a strided region of `shape` from src to dst (both may be any layout). */
+static void copy_strided(size_t es, int32_t ndim, const int64_t *shape, char *dst,
+                         const int64_t *dst_st, const char *src, const int64_t *src_st)
+{
+    const int64_t n = shape_numel(ndim, shape);
+    if (n == 0) return;
+    if (strides_contiguous(ndim, shape, dst_st) && strides_contiguous(ndim, shape, src_st)) {
+        memcpy(dst, src, (size_t)n * es);
+        return;
+    }
+    const int64_t *st[] = { dst_st, src_st };
+    const cpu_walk w0 = walk_new(ndim, shape, 2, st);
+#pragma omp parallel if (n >= CPU_PAR_THRESHOLD)
+    {
+        int64_t lo, hi;
+        thread_range(n, &lo, &hi);
+        cpu_walk w = w0;
+        cpu_walk_seek(&w, lo);
+        for (int64_t i = lo; i < hi; i++, cpu_walk_next(&w))
+            move_elem(dst + w.off[0] * (int64_t)es, src + w.off[1] * (int64_t)es, es);
+    }
+}
+
+/* Copies view v into a fresh contiguous buffer (caller frees); NULL on failure. */
+static char *contiguous_copy(const opr_tensor_view *v, int64_t *strides)
+{
+    size_t es = elem_size(v->dtype);
+    char *buf = malloc(v->numel ? (size_t)v->numel * es : 1);
+    if (!buf) return NULL;
+    int64_t s = 1;
+    for (int32_t d = v->ndim - 1; d >= 0; d--) {
+        strides[d] = s;
+        s *= v->shape[d];
+    }
+    copy_strided(es, v->ndim, v->shape, buf, strides, v->data, v->strides);
+    return buf;
+}
+
+/* Byte range [lo, hi) that a view can touch; empty views touch nothing. */
+static void byte_range(const opr_tensor_view *v, const char **lo, const char **hi)
+{
+    int64_t mn = 0, mx = 0;
+    for (int32_t d = 0; d < v->ndim; d++) {
+        int64_t span = (v->shape[d] - 1) * v->strides[d];
+        if (span < 0) mn += span; else mx += span;
+    }
+    int64_t es = (int64_t)elem_size(v->dtype);
+    *lo = (const char *)v->data + mn * es;
+    *hi = (const char *)v->data + (mx + 1) * es;
+}
+
+static bool views_overlap(const opr_tensor_view *a, const opr_tensor_view *b)
+{
+    if (a->numel == 0 || b->numel == 0) return false;
+    const char *alo, *ahi, *blo, *bhi;
+    byte_range(a, &alo, &ahi);
+    byte_range(b, &blo, &bhi);
+    return alo < bhi && blo < ahi;
+}
+
+/* In-place writes through a view that maps several elements onto one address would
+ * race between threads and give order-dependent results; PyTorch refuses them too. */
+static int check_writable(const char *op, const opr_tensor_view *out)
+{
+    for (int32_t d = 0; d < out->ndim; d++)
+        if (out->shape[d] > 1 && out->strides[d] == 0)
+            return CPU_FAIL(OPR_ERR_INVALID, "%s: more than one element of self refers to the same memory location (dim %d is expanded)",
+                            op, (int)d);
+    return OPR_OK;
+}
+
+static bool bcast_shape(const opr_tensor_view *a, const opr_tensor_view *b, int32_t *ndim,
+                        int64_t *shape)
+{
+    int32_t n = a->ndim > b->ndim ? a->ndim : b->ndim;
+    for (int32_t d = 0; d < n; d++) {
+        int32_t da = d - (n - a->ndim), db = d - (n - b->ndim);
+        int64_t sa = da >= 0 ? a->shape[da] : 1, sb = db >= 0 ? b->shape[db] : 1;
+        if (sa != sb && sa != 1 && sb != 1) return false;
+        shape[d] = sa == 1 ? sb : sa;
+    }
+    *ndim = n;
+    return true;
+}
+
+static bool same_shape(int32_t ndim, const int64_t *shape, const opr_tensor_view *v)
+{
+    if (v->ndim != ndim) return false;
+    for (int32_t d = 0; d < ndim; d++)
+        if (v->shape[d] != shape[d]) return false;
+    return true;
+}
+
+static int check_dtype(const char *op, const char *what, const opr_tensor_view *v, opr_dtype dt)
+{
+    if (v->dtype != dt)
+        return CPU_FAIL(OPR_ERR_INVALID, "%s: %s has dtype %d, expected %d", op, what,
+                        (int)v->dtype, (int)dt);
+    return OPR_OK;
+}
+
+/* Fails unless every value of the i64 view `index` lies in [-size, size); negative
+ * values are later wrapped like Python indices. */
+static int check_indices(const char *op, const opr_tensor_view *index, int32_t dim, int64_t size)
+{
+    if (index->numel == 0) return OPR_OK;
+    const int64_t *p = index->data;
+    const int64_t *st[] = { index->strides };
+    const cpu_walk w0 = walk_new(index->ndim, index->shape, 1, st);
+    const int64_t n = index->numel;
+    int64_t mn = INT64_MAX, mx = INT64_MIN;
+#pragma omp parallel if (n >= CPU_PAR_THRESHOLD) reduction(min : mn) reduction(max : mx)
+    {
+        int64_t lo, hi;
+        thread_range(n, &lo, &hi);
+        cpu_walk w = w0;
+        cpu_walk_seek(&w, lo);
+        for (int64_t i = lo; i < hi; i++, cpu_walk_next(&w)) {
+            int64_t v = p[w.off[0]];
+            if (v < mn) mn = v;
+            if (v > mx) mx = v;
+        }
+    }
+    if (mx >= size || mn < -size)
+        return CPU_FAIL(OPR_ERR_INVALID, "%s: index %lld out of range for dimension %d of size %lld",
+                        op, (long long)(mx >= size ? mx : mn), (int)dim, (long long)size);
+    return OPR_OK;
+}
+
+static inline int64_t wrap_index(int64_t v, int64_t size) { return v < 0 ? v + size : v; }
+
+/* Element offsets along a dim for each entry of a 0-d or 1-d index (already checked). */
+static int64_t *index_offsets(const opr_tensor_view *index, int64_t size, int64_t stride)
+{
+    int64_t n = index->numel;
+    int64_t *offs = malloc(n ? (size_t)n * sizeof *offs : 1);
+    if (!offs) return NULL;
+    const int64_t *p = index->data;
+    int64_t is = index->ndim ? index->strides[0] : 0;
+    for (int64_t i = 0; i < n; i++) offs[i] = wrap_index(p[i * is], size) * stride;
+    return offs;
+}
+
+/* Encodes a double as one element of dtype dt, converted the way fill_ converts. */
+static int encode_scalar(const char *op, opr_dtype dt, double v, char elem[8])
+{
+    switch (dt) {
+    case OPR_F32: { float f = (float)v; memcpy(elem, &f, sizeof f); return OPR_OK; }
+    case OPR_F64: memcpy(elem, &v, sizeof v); return OPR_OK;
+    case OPR_I64: {
+        if (!(v >= -9223372036854775808.0 && v < 9223372036854775808.0))
+            return CPU_FAIL(OPR_ERR_INVALID, "%s: value %g cannot be represented as i64", op, v);
+        int64_t i = (int64_t)v;
+        memcpy(elem, &i, sizeof i);
+        return OPR_OK;
+    }
+    case OPR_BOOL: elem[0] = v != 0; return OPR_OK;
+    default:
+        return CPU_FAIL(OPR_ERR_UNSUPPORTED, "%s: dtype %d is not supported on cpu", op, (int)dt);
+    }
+}
+
+/* Splits n positions into chunks and counts the true mask elements in each, so later
+ * passes can run chunks in parallel yet keep row-major order. starts has nchunks + 1
+ * entries; starts[nchunks] is the total. */
+enum { MASK_CHUNKS = 64 };
+
+static int64_t chunk_lo(int64_t n, int64_t nchunks, int64_t c) { return n / nchunks * c + (c < n % nchunks ? c : n % nchunks); }
+
+static int64_t mask_chunks(int32_t ndim, const int64_t *shape, int64_t n, const bool *mask,
+                           const int64_t *mask_st, int64_t starts[MASK_CHUNKS + 1])
+{
+    int64_t nchunks = n >= CPU_PAR_THRESHOLD ? MASK_CHUNKS : 1;
+    const int64_t *st[] = { mask_st };
+    const cpu_walk w0 = walk_new(ndim, shape, 1, st);
+    starts[0] = 0;
+#pragma omp parallel for if (nchunks > 1)
+    for (int64_t c = 0; c < nchunks; c++) {
+        int64_t lo = chunk_lo(n, nchunks, c), hi = chunk_lo(n, nchunks, c + 1), cnt = 0;
+        cpu_walk w = w0;
+        cpu_walk_seek(&w, lo);
+        for (int64_t i = lo; i < hi; i++, cpu_walk_next(&w)) cnt += mask[w.off[0]] != 0;
+        starts[c + 1] = cnt;
+    }
+    for (int64_t c = 0; c < nchunks; c++) starts[c + 1] += starts[c];
+    return nchunks;
+}
+
+/* ------------------------------------------------------------------ diag */
+
+static int k_diag(const opr_kernel_call *c)
+{
+    const opr_tensor_view *x = cpu_arg_t(c, 0);
+    const int64_t k = cpu_arg_i(c, 1);
+    opr_tensor_view *out = &c->outputs[0];
+    const size_t es = elem_size(x->dtype);
+    const int64_t row0 = k < 0 ? -k : 0, col0 = k > 0 ? k : 0;
+    const char *src = x->data;
+    char *dst = out->data;
+
+    if (x->ndim == 1) {
+        const int64_t n = x->shape[0], size = n + row0 + col0;
+        if (out->ndim != 2 || out->shape[0] != size || out->shape[1] != size)
+            return CPU_FAIL(OPR_ERR_INVALID, "diag: output must be [%lld, %lld]",
+                            (long long)size, (long long)size);
+        const int64_t zst[2] = { 0, 0 };
+        const char zero[8] = { 0 };
+        copy_strided(es, 2, out->shape, dst, out->strides, zero, zst);
+        for (int64_t i = 0; i < n; i++)
+            move_elem(dst + ((i + row0) * out->strides[0] + (i + col0) * out->strides[1]) * (int64_t)es,
+                      src + i * x->strides[0] * (int64_t)es, es);
+        return OPR_OK;
+    }
+    if (x->ndim != 2)
+        return CPU_FAIL(OPR_ERR_INVALID, "diag: expected a 1-d or 2-d tensor, got %d-d", (int)x->ndim);
+    int64_t len = x->shape[0] - row0;
+    if (x->shape[1] - col0 < len) len = x->shape[1] - col0;
+    if (len < 0) len = 0;
+    if (out->ndim != 1 || out->shape[0] != len)
+        return CPU_FAIL(OPR_ERR_INVALID, "diag: output must be [%lld]", (long long)len);
+    for (int64_t i = 0; i < len; i++)
+        move_elem(dst + i * out->strides[0] * (int64_t)es,
+                  src + ((i + row0) * x->strides[0] + (i + col0) * x->strides[1]) * (int64_t)es, es);
+    return OPR_OK;
+}
+
+/* ------------------------------------------------------------------ index_select */
+
+static int k_index_select(const opr_kernel_call *c)
+{
+    const opr_tensor_view *x = cpu_arg_t(c, 0), *index = cpu_arg_t(c, 2);
+    opr_tensor_view *out = &c->outputs[0];
+    int32_t dim;
+    if (!cpu_wrap_dim(cpu_arg_i(c, 1), x->ndim, &dim))
+        return CPU_FAIL(OPR_ERR_INVALID, "index_select: dim %lld out of range for a %d-d tensor",
+                        (long long)cpu_arg_i(c, 1), (int)x->ndim);
+    int rc = check_dtype("index_select", "index", index, OPR_I64);
+    if (rc) return rc;
+    if (index->ndim > 1)
+        return CPU_FAIL(OPR_ERR_INVALID, "index_select: index must be 0-d or 1-d, got %d-d", (int)index->ndim);
+    const int64_t size = size_at(x, dim), nidx = index->numel;
+    if ((rc = check_indices("index_select", index, dim, size))) return rc;
+
+    /* Expected output: self's shape with nidx at dim (a 0-d self stays 0-d). */
+    bool shape_ok = out->numel == (x->ndim ? x->numel / (size ? size : 1) * nidx : nidx);
+    if (x->ndim) {
+        shape_ok = shape_ok && out->ndim == x->ndim;
+        for (int32_t d = 0; shape_ok && d < x->ndim; d++)
+            shape_ok = out->shape[d] == (d == dim ? nidx : x->shape[d]);
+    }
+    if (!shape_ok) return CPU_FAIL(OPR_ERR_INVALID, "index_select: output shape does not match self and index");
+    if (out->numel == 0) return OPR_OK;
+
+    const size_t es = elem_size(x->dtype);
+    int64_t *offs = index_offsets(index, size, stride_at(x, dim));
+    if (!offs) return CPU_FAIL(OPR_ERR_NOMEM, "index_select: out of memory");
+    const char *src = x->data;
+    char *dst = out->data;
+    if (x->ndim == 0) {
+        for (int64_t i = 0; i < out->numel; i++)
+            move_elem(dst + cpu_offset_of(out, i) * (int64_t)es, src, es);
+        free(offs);
+        return OPR_OK;
+    }
+    /* Self is walked with stride 0 at dim; the selected row's offset is added per element. */
+    int64_t xs[OPR_MAX_DIMS];
+    memcpy(xs, x->strides, (size_t)x->ndim * sizeof *xs);
+    xs[dim] = 0;
+    const int64_t *st[] = { out->strides, xs };
+    const cpu_walk w0 = walk_new(out->ndim, out->shape, 2, st);
+    const int64_t n = out->numel;
+#pragma omp parallel if (n >= CPU_PAR_THRESHOLD)
+    {
+        int64_t lo, hi;
+        thread_range(n, &lo, &hi);
+        cpu_walk w = w0;
+        cpu_walk_seek(&w, lo);
+        for (int64_t i = lo; i < hi; i++, cpu_walk_next(&w))
+            move_elem(dst + w.off[0] * (int64_t)es, src + (w.off[1] + offs[w.idx[dim]]) * (int64_t)es, es);
+    }
+    free(offs);
+    return OPR_OK;
+}
+
+/* ------------------------------------------------------------------ masked_select */
+
+static int k_masked_select(const opr_kernel_call *c)
+{
+    const opr_tensor_view *x = cpu_arg_t(c, 0), *mask = cpu_arg_t(c, 1);
+    int rc = check_dtype("masked_select", "mask", mask, OPR_BOOL);
+    if (rc) return rc;
+    int32_t nd;
+    int64_t shape[OPR_MAX_DIMS], xs[OPR_MAX_DIMS], ms[OPR_MAX_DIMS];
+    if (!bcast_shape(x, mask, &nd, shape) || !cpu_bcast_strides(x, nd, shape, xs) ||
+        !cpu_bcast_strides(mask, nd, shape, ms))
+        return CPU_FAIL(OPR_ERR_INVALID, "masked_select: self and mask do not broadcast together");
+    const int64_t n = shape_numel(nd, shape);
+    int64_t starts[MASK_CHUNKS + 1];
+    const int64_t nchunks = n ? mask_chunks(nd, shape, n, mask->data, ms, starts) : 0;
+    int64_t total = n ? starts[nchunks] : 0;
+    if ((rc = c->host->alloc_output(c, 0, 1, &total)) != OPR_OK) return rc;
+    const opr_tensor_view *out = &c->outputs[0];
+    if (total == 0) return OPR_OK;
+
+    const size_t es = elem_size(x->dtype);
+    const int64_t os = out->strides[0];
+    const char *src = x->data;
+    const bool *m = mask->data;
+    char *dst = out->data;
+    const int64_t *st[] = { xs, ms };
+    const cpu_walk w0 = walk_new(nd, shape, 2, st);
+#pragma omp parallel for if (nchunks > 1)
+    for (int64_t ch = 0; ch < nchunks; ch++) {
+        int64_t lo = chunk_lo(n, nchunks, ch), hi = chunk_lo(n, nchunks, ch + 1), k = starts[ch];
+        cpu_walk w = w0;
+        cpu_walk_seek(&w, lo);
+        for (int64_t i = lo; i < hi; i++, cpu_walk_next(&w))
+            if (m[w.off[1]]) move_elem(dst + k++ * os * (int64_t)es, src + w.off[0] * (int64_t)es, es);
+    }
+    return OPR_OK;
+}
+
+/* ------------------------------------------------------------------ gather */
+
+static int k_gather(const opr_kernel_call *c)
+{
+    const opr_tensor_view *x = cpu_arg_t(c, 0), *index = cpu_arg_t(c, 2);
+    opr_tensor_view *out = &c->outputs[0];
+    int32_t dim;
+    if (!cpu_wrap_dim(cpu_arg_i(c, 1), x->ndim, &dim))
+        return CPU_FAIL(OPR_ERR_INVALID, "gather: dim %lld out of range for a %d-d tensor",
+                        (long long)cpu_arg_i(c, 1), (int)x->ndim);
+    int rc = check_dtype("gather", "index", index, OPR_I64);
+    if (rc) return rc;
+    if (index->ndim != x->ndim)
+        return CPU_FAIL(OPR_ERR_INVALID, "gather: index has %d dims but self has %d", (int)index->ndim, (int)x->ndim);
+    for (int32_t d = 0; d < x->ndim; d++)
+        if (d != dim && index->shape[d] > x->shape[d])
+            return CPU_FAIL(OPR_ERR_INVALID, "gather: index has size %lld at dim %d but self has only %lld",
+                            (long long)index->shape[d], (int)d, (long long)x->shape[d]);
+    if (!same_shape(index->ndim, index->shape, out))
+        return CPU_FAIL(OPR_ERR_INVALID, "gather: output shape must equal the index shape");
+    const int64_t size = size_at(x, dim), xsd = stride_at(x, dim);
+    if ((rc = check_indices("gather", index, dim, size))) return rc;
+
+    const size_t es = elem_size(x->dtype);
+    int64_t xs[OPR_MAX_DIMS];
+    if (x->ndim) memcpy(xs, x->strides, (size_t)x->ndim * sizeof *xs);
+    if (x->ndim) xs[dim] = 0;
+    const int64_t *st[] = { out->strides, index->strides, xs };
+    const cpu_walk w0 = walk_new(out->ndim, out->shape, 3, st);
+    const int64_t n = out->numel;
+    const char *src = x->data;
+    const int64_t *ip = index->data;
+    char *dst = out->data;
+#pragma omp parallel if (n >= CPU_PAR_THRESHOLD)
+    {
+        int64_t lo, hi;
+        thread_range(n, &lo, &hi);
+        cpu_walk w = w0;
+        cpu_walk_seek(&w, lo);
+        for (int64_t i = lo; i < hi; i++, cpu_walk_next(&w)) {
+            int64_t j = wrap_index(ip[w.off[1]], size);
+            move_elem(dst + w.off[0] * (int64_t)es, src + (w.off[2] + j * xsd) * (int64_t)es, es);
+        }
+    }
+    return OPR_OK;
+}
+
+/* ------------------------------------------------------------------ index_add, scatter_add */
+
+/* Both accumulate along dim. Work is split over the positions of the other dims
+ * ("rows") and each row runs along dim on one thread, so repeated indices never make
+ * two threads add into the same element. */
+typedef struct {
+    cpu_walk rows;        /* over the other dims; ops: out, src, index */
+    int64_t nrows, len;   /* rows, and steps along dim per row */
+    int64_t out_sd, src_sd, idx_sd, size;
+    const int64_t *offs;  /* index_add: out offset per step; NULL for scatter_add */
+    char *out;
+    const char *src;
+    const int64_t *index;
+    double alpha;
+} accum_job;
+
+#define DEF_ACCUM(T, SUF)                                                                 \
+    static void accum_##SUF(const accum_job *j)                                           \
+    {                                                                                     \
+        T *out = (T *)j->out;                                                             \
+        const T *src = (const T *)j->src;                                                 \
+        const T alpha = (T)j->alpha;                                                      \
+        const bool par = j->nrows > 1 && j->nrows * j->len >= CPU_PAR_THRESHOLD;          \
+        _Pragma("omp parallel if (par)")                                                  \
+        {                                                                                 \
+            int64_t lo, hi;                                                               \
+            thread_range(j->nrows, &lo, &hi);                                             \
+            cpu_walk w = j->rows;                                                         \
+            cpu_walk_seek(&w, lo);                                                        \
+            for (int64_t r = lo; r < hi; r++, cpu_walk_next(&w)) {                        \
+                T *o = out + w.off[0];                                                    \
+                const T *s = src + w.off[1];                                              \
+                for (int64_t i = 0; i < j->len; i++) {                                    \
+                    int64_t oo = j->offs ? j->offs[i]                                     \
+                                         : wrap_index(j->index[w.off[2] + i * j->idx_sd], \
+                                                      j->size) * j->out_sd;               \
+                    o[oo] += alpha * s[i * j->src_sd];                                    \
+                }                                                                         \
+            }                                                                             \
+        }                                                                                 \
+    }
+
+DEF_ACCUM(float, f32)
+DEF_ACCUM(double, f64)
+DEF_ACCUM(int64_t, i64)
+
+static int run_accum(const char *op, opr_dtype dt, const accum_job *j)
+{
+    if (j->nrows == 0 || j->len == 0) return OPR_OK;
+    switch (dt) {
+    case OPR_F32: accum_f32(j); return OPR_OK;
+    case OPR_F64: accum_f64(j); return OPR_OK;
+    case OPR_I64: accum_i64(j); return OPR_OK;
+    default: return CPU_FAIL(OPR_ERR_UNSUPPORTED, "%s: dtype %d is not supported on cpu", op, (int)dt);
+    }
+}
+
+/* Shape of `v` with dim set to 1 (rows of an accumulation), and its row count. */
+static int64_t row_shape(const opr_tensor_view *v, int32_t dim, int64_t *shape)
+{
+    if (v->ndim) memcpy(shape, v->shape, (size_t)v->ndim * sizeof *shape);
+    if (v->ndim) shape[dim] = 1;
+    return shape_numel(v->ndim, shape);
+}
+
+static int index_add_impl(const opr_kernel_call *c, bool inplace)
+{
+    const char *op = inplace ? "index_add_" : "index_add";
+    const opr_tensor_view *x = cpu_arg_t(c, 0), *index = cpu_arg_t(c, 2), *source = cpu_arg_t(c, 3);
+    opr_tensor_view *out = &c->outputs[0];
+    int32_t dim;
+    if (!cpu_wrap_dim(cpu_arg_i(c, 1), x->ndim, &dim))
+        return CPU_FAIL(OPR_ERR_INVALID, "%s: dim %lld out of range for a %d-d tensor", op,
+                        (long long)cpu_arg_i(c, 1), (int)x->ndim);
+    int rc = check_dtype(op, "index", index, OPR_I64);
+    if (!rc) rc = check_dtype(op, "source", source, x->dtype);
+    if (rc) return rc;
+    if (index->ndim > 1)
+        return CPU_FAIL(OPR_ERR_INVALID, "%s: index must be 0-d or 1-d, got %d-d", op, (int)index->ndim);
+    if (source->ndim != x->ndim)
+        return CPU_FAIL(OPR_ERR_INVALID, "%s: source has %d dims but self has %d", op, (int)source->ndim, (int)x->ndim);
+    for (int32_t d = 0; d < x->ndim; d++)
+        if (source->shape[d] != (d == dim ? index->numel : x->shape[d]))
+            return CPU_FAIL(OPR_ERR_INVALID, "%s: source has size %lld at dim %d, expected %lld", op,
+                            (long long)source->shape[d], (int)d,
+                            (long long)(d == dim ? index->numel : x->shape[d]));
+    if (x->ndim == 0 && index->numel != 1)
+        return CPU_FAIL(OPR_ERR_INVALID, "%s: a 0-d self needs exactly one index, got %lld", op,
+                        (long long)index->numel);
+    if (!same_shape(x->ndim, x->shape, out))
+        return CPU_FAIL(OPR_ERR_INVALID, "%s: output shape must equal self's", op);
+    if (inplace && (rc = check_writable(op, out))) return rc;
+    const double alpha = cpu_arg_d(c, 4);
+    if (x->dtype == OPR_I64 && !(fabs(alpha) < 9.2e18 && alpha == (double)(int64_t)alpha))
+        return CPU_FAIL(OPR_ERR_INVALID, "%s: alpha %g must be an integer for an i64 tensor", op, alpha);
+    const int64_t size = size_at(out, dim);
+    if ((rc = check_indices(op, index, dim, size))) return rc;
+
+    int64_t *offs = index_offsets(index, size, stride_at(out, dim));
+    if (!offs) return CPU_FAIL(OPR_ERR_NOMEM, "%s: out of memory", op);
+    /* A source sharing memory with self would see its own partial sums. */
+    int64_t tmp_st[OPR_MAX_DIMS];
+    char *tmp = NULL;
+    const char *src = source->data;
+    const int64_t *src_st = source->strides;
+    if (inplace && views_overlap(out, source)) {
+        if (!(tmp = contiguous_copy(source, tmp_st))) {
+            free(offs);
+            return CPU_FAIL(OPR_ERR_NOMEM, "%s: out of memory", op);
+        }
+        src = tmp;
+        src_st = tmp_st;
+    }
+    if (!inplace)
+        copy_strided(elem_size(x->dtype), x->ndim, x->shape, out->data, out->strides, x->data, x->strides);
+
+    int64_t rshape[OPR_MAX_DIMS];
+    accum_job j = {
+        .len = index->numel, .src_sd = x->ndim ? src_st[dim] : 0, .offs = offs,
+        .out = out->data, .src = src, .alpha = alpha,
+    };
+    j.nrows = row_shape(out, dim, rshape);
+    const int64_t *st[] = { out->strides, src_st };
+    j.rows = walk_new(out->ndim, rshape, 2, st);
+    rc = run_accum(op, out->dtype, &j);
+    free(offs);
+    free(tmp);
+    return rc;
+}
+
+static int k_index_add(const opr_kernel_call *c) { return index_add_impl(c, false); }
+static int k_index_add_(const opr_kernel_call *c) { return index_add_impl(c, true); }
+
+static int k_scatter_add(const opr_kernel_call *c)
+{
+    const opr_tensor_view *x = cpu_arg_t(c, 0), *index = cpu_arg_t(c, 2), *src = cpu_arg_t(c, 3);
+    opr_tensor_view *out = &c->outputs[0];
+    int32_t dim;
+    if (!cpu_wrap_dim(cpu_arg_i(c, 1), x->ndim, &dim))
+        return CPU_FAIL(OPR_ERR_INVALID, "scatter_add: dim %lld out of range for a %d-d tensor",
+                        (long long)cpu_arg_i(c, 1), (int)x->ndim);
+    int rc = check_dtype("scatter_add", "index", index, OPR_I64);
+    if (!rc) rc = check_dtype("scatter_add", "src", src, x->dtype);
+    if (rc) return rc;
+    if (index->ndim != x->ndim || src->ndim != x->ndim)
+        return CPU_FAIL(OPR_ERR_INVALID, "scatter_add: self, index and src must have the same number of dims (%d, %d, %d)",
+                        (int)x->ndim, (int)index->ndim, (int)src->ndim);
+    for (int32_t d = 0; d < x->ndim; d++) {
+        if (index->shape[d] > src->shape[d])
+            return CPU_FAIL(OPR_ERR_INVALID, "scatter_add: index has size %lld at dim %d but src has only %lld",
+                            (long long)index->shape[d], (int)d, (long long)src->shape[d]);
+        if (d != dim && index->shape[d] > x->shape[d])
+            return CPU_FAIL(OPR_ERR_INVALID, "scatter_add: index has size %lld at dim %d but self has only %lld",
+                            (long long)index->shape[d], (int)d, (long long)x->shape[d]);
+    }
+    if (!same_shape(x->ndim, x->shape, out))
+        return CPU_FAIL(OPR_ERR_INVALID, "scatter_add: output shape must equal self's");
+    const int64_t size = size_at(x, dim);
+    if ((rc = check_indices("scatter_add", index, dim, size))) return rc;
+
+    copy_strided(elem_size(x->dtype), x->ndim, x->shape, out->data, out->strides, x->data, x->strides);
+    int64_t rshape[OPR_MAX_DIMS];
+    accum_job j = {
+        .len = size_at(index, dim), .out_sd = stride_at(out, dim), .src_sd = stride_at(src, dim),
+        .idx_sd = stride_at(index, dim), .size = size, .out = out->data, .src = src->data,
+        .index = index->data, .alpha = 1.0,
+    };
+    j.nrows = row_shape(index, dim, rshape);
+    const int64_t *st[] = { out->strides, src->strides, index->strides };
+    j.rows = walk_new(index->ndim, rshape, 3, st);
+    return run_accum("scatter_add", out->dtype, &j);
+}
+
+/* ------------------------------------------------------------------ cat */
+
+/* PyTorch's legacy rule: 1-d empty tensors may appear in any cat and are skipped. */
+static bool cat_skipped(const opr_tensor_view *t) { return t->ndim == 1 && t->shape[0] == 0; }
+
+static int k_cat(const opr_kernel_call *c)
+{
+    if (c->args[0].kind != OPR_ARG_TENSOR_LIST || c->args[0].u.tl.n == 0)
+        return CPU_FAIL(OPR_ERR_INVALID, "cat: expected a non-empty list of tensors");
+    const opr_tensor_view *ts = c->args[0].u.tl.items;
+    const int32_t nt = c->args[0].u.tl.n;
+    opr_tensor_view *out = &c->outputs[0];
+    int32_t dim;
+    if (!cpu_wrap_dim(cpu_arg_i(c, 1), out->ndim, &dim))
+        return CPU_FAIL(OPR_ERR_INVALID, "cat: dim %lld out of range for %d-d tensors",
+                        (long long)cpu_arg_i(c, 1), (int)out->ndim);
+    int64_t total = 0;
+    for (int32_t i = 0; i < nt; i++) {
+        const opr_tensor_view *t = &ts[i];
+        if (t->ndim == 0)
+            return CPU_FAIL(OPR_ERR_INVALID, "cat: zero-dimensional tensor %d cannot be concatenated", (int)i);
+        if (t->dtype != out->dtype)
+            return CPU_FAIL(OPR_ERR_INVALID, "cat: tensor %d has dtype %d, expected %d", (int)i,
+                            (int)t->dtype, (int)out->dtype);
+        if (cat_skipped(t)) continue;
+        if (t->ndim != out->ndim)
+            return CPU_FAIL(OPR_ERR_INVALID, "cat: tensor %d has %d dims, expected %d", (int)i,
+                            (int)t->ndim, (int)out->ndim);
+        for (int32_t d = 0; d < t->ndim; d++)
+            if (d != dim && t->shape[d] != out->shape[d])
+                return CPU_FAIL(OPR_ERR_INVALID, "cat: tensor %d has size %lld at dim %d, expected %lld",
+                                (int)i, (long long)t->shape[d], (int)d, (long long)out->shape[d]);
+        total += t->shape[dim];
+    }
+    if (total != out->shape[dim])
+        return CPU_FAIL(OPR_ERR_INVALID, "cat: sizes along dim %d add up to %lld, output has %lld",
+                        (int)dim, (long long)total, (long long)out->shape[dim]);
+    const size_t es = elem_size(out->dtype);
+    int64_t at = 0;
+    for (int32_t i = 0; i < nt; i++) {
+        const opr_tensor_view *t = &ts[i];
+        if (cat_skipped(t)) continue;
+        if (t->numel) {
+            char *dst = (char *)out->data + at * out->strides[dim] * (int64_t)es;
+            copy_strided(es, t->ndim, t->shape, dst, out->strides, t->data, t->strides);
+        }
+        at += t->shape[dim];
+    }
+    return OPR_OK;
+}
+
+/* ------------------------------------------------------------------ diagonal_scatter */
+
+static int k_diagonal_scatter(const opr_kernel_call *c)
+{
+    const opr_tensor_view *x = cpu_arg_t(c, 0), *src = cpu_arg_t(c, 1);
+    opr_tensor_view *out = &c->outputs[0];
+    const int64_t offset = cpu_arg_i(c, 2);
+    int32_t d1, d2;
+    if (x->ndim < 2)
+        return CPU_FAIL(OPR_ERR_INVALID, "diagonal_scatter: self must have at least 2 dims, got %d", (int)x->ndim);
+    if (!cpu_wrap_dim(cpu_arg_i(c, 3), x->ndim, &d1) || !cpu_wrap_dim(cpu_arg_i(c, 4), x->ndim, &d2))
+        return CPU_FAIL(OPR_ERR_INVALID, "diagonal_scatter: dim1 %lld or dim2 %lld out of range for a %d-d tensor",
+                        (long long)cpu_arg_i(c, 3), (long long)cpu_arg_i(c, 4), (int)x->ndim);
+    if (d1 == d2)
+        return CPU_FAIL(OPR_ERR_INVALID, "diagonal_scatter: dim1 and dim2 must differ (both are %d)", (int)d1);
+    int rc = check_dtype("diagonal_scatter", "src", src, x->dtype);
+    if (rc) return rc;
+    if (!same_shape(x->ndim, x->shape, out))
+        return CPU_FAIL(OPR_ERR_INVALID, "diagonal_scatter: output shape must equal self's");
+
+    /* The diagonal as a view of out: the other dims in order, then the diagonal. */
+    const int64_t row0 = offset < 0 ? -offset : 0, col0 = offset > 0 ? offset : 0;
+    int64_t len = out->shape[d1] - row0;
+    if (out->shape[d2] - col0 < len) len = out->shape[d2] - col0;
+    if (len < 0) len = 0;
+    int64_t vshape[OPR_MAX_DIMS], vst[OPR_MAX_DIMS];
+    int32_t vn = 0;
+    for (int32_t d = 0; d < out->ndim; d++)
+        if (d != d1 && d != d2) {
+            vshape[vn] = out->shape[d];
+            vst[vn++] = out->strides[d];
+        }
+    vshape[vn] = len;
+    vst[vn++] = out->strides[d1] + out->strides[d2];
+    if (!same_shape(vn, vshape, src))
+        return CPU_FAIL(OPR_ERR_INVALID, "diagonal_scatter: src must have the shape of the selected diagonal (%d-d, diagonal length %lld)",
+                        (int)vn, (long long)len);
+
+    const size_t es = elem_size(x->dtype);
+    copy_strided(es, x->ndim, x->shape, out->data, out->strides, x->data, x->strides);
+    if (src->numel == 0) return OPR_OK;
+    char *base = (char *)out->data + (row0 * out->strides[d1] + col0 * out->strides[d2]) * (int64_t)es;
+    copy_strided(es, vn, vshape, base, vst, src->data, src->strides);
+    return OPR_OK;
+}
+
+/* ------------------------------------------------------------------ masked_scatter */
+
+static int k_masked_scatter(const opr_kernel_call *c)
+{
+    const opr_tensor_view *x = cpu_arg_t(c, 0), *mask = cpu_arg_t(c, 1), *source = cpu_arg_t(c, 2);
+    opr_tensor_view *out = &c->outputs[0];
+    int rc = check_dtype("masked_scatter", "mask", mask, OPR_BOOL);
+    if (!rc) rc = check_dtype("masked_scatter", "source", source, x->dtype);
+    if (rc) return rc;
+    int32_t nd;
+    int64_t shape[OPR_MAX_DIMS], xs[OPR_MAX_DIMS], ms[OPR_MAX_DIMS];
+    if (!bcast_shape(x, mask, &nd, shape) || !same_shape(nd, shape, out) ||
+        !cpu_bcast_strides(x, nd, shape, xs) || !cpu_bcast_strides(mask, nd, shape, ms))
+        return CPU_FAIL(OPR_ERR_INVALID, "masked_scatter: self and mask must broadcast to the output shape");
+    const int64_t n = out->numel;
+    if (n == 0) return OPR_OK;
+    int64_t starts[MASK_CHUNKS + 1];
+    const int64_t nchunks = mask_chunks(nd, shape, n, mask->data, ms, starts);
+    if (starts[nchunks] > source->numel)
+        return CPU_FAIL(OPR_ERR_INVALID, "masked_scatter: mask has %lld true elements but source has only %lld",
+                        (long long)starts[nchunks], (long long)source->numel);
+
+    const size_t es = elem_size(x->dtype);
+    const bool src_contig = cpu_is_contiguous(source);
+    const char *xp = x->data, *sp = source->data;
+    const bool *m = mask->data;
+    char *dst = out->data;
+    const int64_t *st[] = { out->strides, xs, ms };
+    const cpu_walk w0 = walk_new(nd, shape, 3, st);
+#pragma omp parallel for if (nchunks > 1)
+    for (int64_t ch = 0; ch < nchunks; ch++) {
+        int64_t lo = chunk_lo(n, nchunks, ch), hi = chunk_lo(n, nchunks, ch + 1), k = starts[ch];
+        cpu_walk w = w0;
+        cpu_walk_seek(&w, lo);
+        for (int64_t i = lo; i < hi; i++, cpu_walk_next(&w)) {
+            const char *from;
+            if (m[w.off[2]]) {
+                from = sp + (src_contig ? k : cpu_offset_of(source, k)) * (int64_t)es;
+                k++;
+            } else {
+                from = xp + w.off[1] * (int64_t)es;
+            }
+            move_elem(dst + w.off[0] * (int64_t)es, from, es);
+        }
+    }
+    return OPR_OK;
+}
+
+/* ------------------------------------------------------------------ in place */
+
+static int k_copy_(const opr_kernel_call *c)
+{
+    const opr_tensor_view *src = cpu_arg_t(c, 1);
+    opr_tensor_view *out = &c->outputs[0];
+    int rc = check_dtype("copy_", "src", src, out->dtype);
+    if (!rc) rc = check_writable("copy_", out);
+    if (rc) return rc;
+    int64_t ss[OPR_MAX_DIMS];
+    if (!cpu_bcast_strides(src, out->ndim, out->shape, ss))
+        return CPU_FAIL(OPR_ERR_INVALID, "copy_: src does not broadcast to self");
+    if (out->numel == 0) return OPR_OK;
+    /* Copying a view onto itself is a no-op; any other overlap goes through a copy so
+     * no element is read after it was overwritten. */
+    if (src->data == out->data && same_shape(out->ndim, out->shape, src) &&
+        (out->ndim == 0 || !memcmp(src->strides, out->strides, (size_t)out->ndim * sizeof *ss)))
+        return OPR_OK;
+    const size_t es = elem_size(out->dtype);
+    if (!views_overlap(out, src)) {
+        copy_strided(es, out->ndim, out->shape, out->data, out->strides, src->data, ss);
+        return OPR_OK;
+    }
+    int64_t tmp_st[OPR_MAX_DIMS];
+    char *tmp = contiguous_copy(src, tmp_st);
+    if (!tmp) return CPU_FAIL(OPR_ERR_NOMEM, "copy_: out of memory");
+    opr_tensor_view tv = *src;
+    tv.data = tmp;
+    tv.strides = tmp_st;
+    cpu_bcast_strides(&tv, out->ndim, out->shape, ss);
+    copy_strided(es, out->ndim, out->shape, out->data, out->strides, tmp, ss);
+    free(tmp);
+    return OPR_OK;
+}
+
+static int k_fill_(const opr_kernel_call *c)
+{
+    opr_tensor_view *out = &c->outputs[0];
+    char elem[8];
+    int rc = encode_scalar("fill_", out->dtype, cpu_arg_d(c, 1), elem);
+    if (!rc) rc = check_writable("fill_", out);
+    if (rc) return rc;
+    static const int64_t zero_st[OPR_MAX_DIMS];
+    copy_strided(elem_size(out->dtype), out->ndim, out->shape, out->data, out->strides, elem, zero_st);
+    return OPR_OK;
+}
+
+static int k_masked_fill_(const opr_kernel_call *c)
+{
+    const opr_tensor_view *mask = cpu_arg_t(c, 1);
+    opr_tensor_view *out = &c->outputs[0];
+    char elem[8];
+    int rc = check_dtype("masked_fill_", "mask", mask, OPR_BOOL);
+    if (!rc) rc = encode_scalar("masked_fill_", out->dtype, cpu_arg_d(c, 2), elem);
+    if (!rc) rc = check_writable("masked_fill_", out);
+    if (rc) return rc;
+    int64_t ms[OPR_MAX_DIMS];
+    if (!cpu_bcast_strides(mask, out->ndim, out->shape, ms))
+        return CPU_FAIL(OPR_ERR_INVALID, "masked_fill_: mask does not broadcast to self");
+    const int64_t n = out->numel;
+    const size_t es = elem_size(out->dtype);
+    const bool *m = mask->data;
+    char *dst = out->data;
+    const int64_t *st[] = { out->strides, ms };
+    const cpu_walk w0 = walk_new(out->ndim, out->shape, 2, st);
+#pragma omp parallel if (n >= CPU_PAR_THRESHOLD)
+    {
+        int64_t lo, hi;
+        thread_range(n, &lo, &hi);
+        cpu_walk w = w0;
+        cpu_walk_seek(&w, lo);
+        for (int64_t i = lo; i < hi; i++, cpu_walk_next(&w))
+            if (m[w.off[1]]) move_elem(dst + w.off[0] * (int64_t)es, elem, es);
+    }
+    return OPR_OK;
+}
+
+/* ------------------------------------------------------------------ registration */
+
+int cpu_register_index(opr_plugin *self)
+{
+    const uint32_t num = OPR_DTYPE_BIT(OPR_F32) | OPR_DTYPE_BIT(OPR_F64) | OPR_DTYPE_BIT(OPR_I64);
+    const uint32_t all = num | OPR_DTYPE_BIT(OPR_BOOL);
+    const struct { const char *op; uint32_t dtypes; opr_kernel_fn fn; } table[] = {
+        { "diag", all, k_diag },
+        { "index_select", all, k_index_select },
+        { "masked_select", all, k_masked_select },
+        { "gather", all, k_gather },
+        { "index_add", num, k_index_add },
+        { "scatter_add", num, k_scatter_add },
+        { "cat", all, k_cat },
+        { "diagonal_scatter", all, k_diagonal_scatter },
+        { "masked_scatter", all, k_masked_scatter },
+        { "copy_", all, k_copy_ },
+        { "fill_", all, k_fill_ },
+        { "index_add_", num, k_index_add_ },
+        { "masked_fill_", all, k_masked_fill_ },
+    };
+    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
+        int rc = cpu_register(self, table[i].op, table[i].dtypes, table[i].fn);
+        if (rc != OPR_OK) return rc;
+    }
+    return OPR_OK;
+}

@@ -1,0 +1,18 @@
+/* Registration entry points of the CPU kernel families. Each family file registers
+ * its kernels through the host table; cpu_plugin.c calls them from opr_plugin_init. */
+#ifndef OPREG_CPU_KERNELS_H
+#define OPREG_CPU_KERNELS_H
+
+#include <opreg/plugin.h>
+
+/* Registers one kernel for device "cpu". Returns the host's status. */
+int cpu_register(opr_plugin *self, const char *op, uint32_t dtypes, opr_kernel_fn fn);
+
+int cpu_register_elementwise(opr_plugin *self); /* cpu_elementwise.c */
+int cpu_register_reduce(opr_plugin *self);      /* cpu_reduce.c */
+int cpu_register_linalg(opr_plugin *self);      /* cpu_linalg.c */
+int cpu_register_index(opr_plugin *self);       /* cpu_index.c */
+int cpu_register_sort(opr_plugin *self);        /* cpu_sort.c */
+int cpu_register_factory(opr_plugin *self);     /* cpu_factory.c */
+
+#endif

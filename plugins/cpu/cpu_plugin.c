@@ -1,0 +1,48 @@
+/* CPU backend entry points. The probe always succeeds (score 10): the CPU is the
+ * reference backend every machine has. */
+#include "cpu_common.h"
+#include "cpu_kernels.h"
+
+#include <stdio.h>
+
+const opr_host_api *cpu_host;
+
+int cpu_register(opr_plugin *self, const char *op, uint32_t dtypes, opr_kernel_fn fn)
+{
+    opr_kernel_desc d = {
+        .struct_size = sizeof d, .op = op, .device = "cpu", .dtypes = dtypes, .fn = fn,
+    };
+    return cpu_host->register_kernel(self, &d);
+}
+
+OPR_PLUGIN_EXPORT int opr_plugin_probe(char *why, size_t why_len)
+{
+    if (why && why_len) snprintf(why, why_len, "host CPU");
+    return 10;
+}
+
+OPR_PLUGIN_EXPORT int opr_plugin_init(const opr_host_api *host, opr_plugin *self)
+{
+    self->abi_major = OPR_ABI_MAJOR;
+    self->abi_minor = OPR_ABI_MINOR;
+    self->name = "cpu";
+    self->version = "0.1.0";
+    if (host->abi_major != OPR_ABI_MAJOR) return OPR_ERR_ABI;
+    cpu_host = host;
+
+    /* Rough figures for a current x86 core pair with OpenBLAS; the cost model only
+     * compares candidates, so the ratios matter more than the absolute values. */
+    opr_device_desc dev = {
+        .struct_size = sizeof dev, .name = "cpu", .count = 1,
+        .flops_per_s = 50e9, .bytes_per_s = 10e9, .launch_ns = 50,
+    };
+    int rc = host->register_device(self, &dev);
+    if (rc) return rc;
+    int (*const families[])(opr_plugin *) = {
+        cpu_register_elementwise, cpu_register_reduce, cpu_register_linalg,
+        cpu_register_index, cpu_register_sort, cpu_register_factory,
+    };
+    for (size_t i = 0; i < sizeof families / sizeof families[0]; i++)
+        if ((rc = families[i](self)) != OPR_OK) return rc;
+    return OPR_OK;
+}

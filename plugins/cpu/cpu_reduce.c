@@ -1,0 +1,868 @@
+/* Reduction CPU kernels: sum, mean, prod, max, min, max_dim, min_dim, norm, softmax and
+ * log_softmax.
+ *
+ * A reduction splits the input's dims into *kept* dims (one output element per index)
+ * and *reduced* dims (folded into that element). red_plan_make does the split once,
+ * matches the kept dims to the preallocated output(s) and merges dims that can be walked
+ * as one. Each op then provides a small vtable (red_kind): fold a stretch of one slice
+ * into an accumulator, merge two accumulators, store the result. The driver (red_run)
+ * picks how to spread the work over threads:
+ *  - many outputs: blocks of outputs in parallel, each slice folded in order;
+ *  - few outputs with long slices (sum of everything): each slice is cut into a fixed
+ *    number of parts folded in parallel and merged in order, so the result does not
+ *    depend on the number of threads.
+ * sum/mean have a third, "column" path for the case where the reduced elements are far
+ * apart but neighbouring outputs are adjacent in memory (sum over dim 0 of a row-major
+ * matrix, i.e. every bias gradient): it accumulates RED_COLS outputs side by side.
+ *
+ * f32 is accumulated in double. Floating max/min propagate NaN and report the first
+ * index of the extreme (the first NaN if any), like PyTorch. */
+#include "cpu_common.h"
+#include "cpu_kernels.h"
+
+#include <tgmath.h> /* exp(x) etc. pick the float or double version from x's type */
+
+/* Parts a long slice is cut into when there are too few outputs to share out. */
+#define RED_NPART 64
+/* ... and the shortest part worth a thread. */
+#define RED_PART_MIN 4096
+/* Outputs accumulated side by side by the column path. */
+#define RED_COLS 64
+/* max_dim/min_dim write values and indices. */
+#define RED_MAX_OUT 2
+
+/* ------------------------------------------------------------------ dtype helpers */
+
+static size_t red_dtype_size(opr_dtype t)
+{
+    switch (t) {
+    case OPR_F32: return 4;
+    case OPR_F64: case OPR_I64: return 8;
+    case OPR_BOOL: return 1;
+    case OPR_F16: case OPR_BF16: return 2;
+    default: return 0;
+    }
+}
+
+/* Plugins do not link libopreg, so they cannot call opr_dtype_name. */
+static const char *red_dtype_name(opr_dtype t)
+{
+    static const char *const names[] = {"f32", "f64", "i64", "bool", "f16", "bf16"};
+    return (unsigned)t < sizeof names / sizeof names[0] ? names[t] : "?";
+}
+
+/* ------------------------------------------------------------------ plan */
+
+/* The reduced dims of one slice, element strides relative to the slice's start. */
+typedef struct red_space {
+    int32_t ndim; /* >= 1 */
+    int64_t shape[OPR_MAX_DIMS];
+    int64_t st[OPR_MAX_DIMS];
+    int64_t n; /* elements per slice */
+} red_space;
+
+typedef struct red_plan {
+    int32_t kndim; /* kept dims, >= 1 */
+    int32_t nops;  /* 1 + number of outputs */
+    int64_t kshape[OPR_MAX_DIMS];
+    int64_t kst[1 + RED_MAX_OUT][OPR_MAX_DIMS]; /* strides of the input, then each output */
+    int64_t n_out;                              /* elements per output */
+    red_space rs;
+} red_plan;
+
+/* Drops size-1 dims and merges dim d into d+1 wherever every operand steps through the
+ * pair as through one dim. Returns the new ndim, at least 1. */
+static int32_t red_coalesce(int32_t nd, int64_t *shape, int nops, int64_t st[][OPR_MAX_DIMS])
+{
+    int32_t m = 0;
+    for (int32_t d = 0; d < nd; d++) {
+        if (shape[d] == 1) continue;
+        bool merge = m > 0;
+        for (int k = 0; k < nops && merge; k++)
+            merge = st[k][m - 1] == st[k][d] * shape[d];
+        if (merge) {
+            shape[m - 1] *= shape[d];
+            for (int k = 0; k < nops; k++) st[k][m - 1] = st[k][d];
+        } else {
+            shape[m] = shape[d];
+            for (int k = 0; k < nops; k++) st[k][m] = st[k][d];
+            m++;
+        }
+    }
+    if (m == 0) {
+        shape[0] = 1;
+        for (int k = 0; k < nops; k++) st[k][0] = 0;
+        m = 1;
+    }
+    return m;
+}
+
+/* Strides of a view, contiguous ones if the host left them out. */
+static void red_strides(const opr_tensor_view *v, int64_t *st)
+{
+    int64_t expect = 1;
+    for (int32_t d = v->ndim - 1; d >= 0; d--) {
+        st[d] = v->strides ? v->strides[d] : expect;
+        expect *= v->shape[d];
+    }
+}
+
+static inline int64_t red_abs64(int64_t v) { return v < 0 ? -v : v; }
+
+/* Splits `in` into kept and reduced dims (bit d of `mask` = reduce dim d) and matches
+ * the kept dims to each output. keepdim only decides whether the output has size-1
+ * dims in place of the reduced ones, so size-1 dims are ignored on both sides: this
+ * accepts either form and everything the host may compute for a 0-d result. */
+static int red_plan_make(const char *op, const opr_tensor_view *in, uint32_t mask, int nout,
+                         const opr_tensor_view *outs, red_plan *pl)
+{
+    if (in->ndim > OPR_MAX_DIMS)
+        return CPU_FAIL(OPR_ERR_INVALID, "%s: %d-d input exceeds %d dims", op, in->ndim,
+                        OPR_MAX_DIMS);
+    red_space *rs = &pl->rs;
+    pl->nops = 1 + nout;
+    pl->kndim = 0;
+    pl->n_out = 1;
+    rs->ndim = 0;
+    rs->n = 1;
+    int64_t ist[OPR_MAX_DIMS];
+    red_strides(in, ist);
+    for (int32_t d = 0; d < in->ndim; d++) {
+        const int64_t s = in->shape[d];
+        if (mask & (1u << d)) {
+            rs->n *= s;
+            if (s != 1) { rs->shape[rs->ndim] = s; rs->st[rs->ndim++] = ist[d]; }
+        } else {
+            pl->n_out *= s;
+            if (s != 1) { pl->kshape[pl->kndim] = s; pl->kst[0][pl->kndim++] = ist[d]; }
+        }
+    }
+    for (int j = 0; j < nout; j++) {
+        const opr_tensor_view *o = &outs[j];
+        int64_t ost[OPR_MAX_DIMS];
+        int32_t k = 0;
+        bool ok = o->ndim <= OPR_MAX_DIMS;
+        if (ok) red_strides(o, ost);
+        for (int32_t d = 0; ok && d < o->ndim; d++) {
+            if (o->shape[d] == 1) continue;
+            ok = k < pl->kndim && o->shape[d] == pl->kshape[k];
+            if (ok) pl->kst[1 + j][k++] = ost[d];
+        }
+        if (!ok || k != pl->kndim)
+            return CPU_FAIL(OPR_ERR_INVALID, "%s: output %d has the wrong shape for this reduction",
+                            op, j);
+        if (pl->n_out && !o->data)
+            return CPU_FAIL(OPR_ERR_INVALID, "%s: output %d is not allocated", op, j);
+    }
+    /* Largest stride first, so that the innermost loop of a slice has the smallest
+     * stride (a transposed input is then read along its memory order). Insertion sort:
+     * at most 8 dims. */
+    for (int32_t i = 1; i < rs->ndim; i++)
+        for (int32_t j = i; j > 0 && red_abs64(rs->st[j]) > red_abs64(rs->st[j - 1]); j--) {
+            int64_t t = rs->st[j]; rs->st[j] = rs->st[j - 1]; rs->st[j - 1] = t;
+            t = rs->shape[j]; rs->shape[j] = rs->shape[j - 1]; rs->shape[j - 1] = t;
+        }
+    rs->ndim = red_coalesce(rs->ndim, rs->shape, 1, &rs->st);
+    pl->kndim = red_coalesce(pl->kndim, pl->kshape, pl->nops, pl->kst);
+    return OPR_OK;
+}
+
+/* A walker over the first `ndim` kept dims (all of them, or all but the innermost). */
+static void red_walk_kept(const red_plan *pl, int32_t ndim, cpu_walk *w)
+{
+    w->ndim = ndim;
+    w->nops = pl->nops;
+    w->shape = pl->kshape;
+    for (int k = 0; k < pl->nops; k++)
+        for (int32_t d = 0; d < ndim; d++) w->strides[k][d] = pl->kst[k][d];
+}
+
+/* Visits elements [start, end) of one slice in row-major order of the reduced space,
+ * with `px_` pointing at the element and `ri` its linear index in the slice: a walker
+ * over the outer reduced dims and a plain loop over the innermost one. */
+#define RED_FOREACH_PTR(T, x, rs, start, end, ...)                                         \
+    do {                                                                                   \
+        if ((start) >= (end)) break;                                                       \
+        cpu_walk w_;                                                                       \
+        w_.ndim = (rs)->ndim - 1;                                                          \
+        w_.nops = 1;                                                                       \
+        w_.shape = (rs)->shape;                                                            \
+        for (int32_t d_ = 0; d_ < w_.ndim; d_++) w_.strides[0][d_] = (rs)->st[d_];         \
+        const int64_t len_ = (rs)->shape[w_.ndim], s_ = (rs)->st[w_.ndim];                 \
+        cpu_walk_seek(&w_, (start) / len_);                                                \
+        int64_t ri = (start), j_ = (start) % len_;                                         \
+        while (ri < (end)) {                                                               \
+            const T *p_ = (x) + w_.off[0] + j_ * s_;                                       \
+            const int64_t seg_ = len_ - j_ < (end) - ri ? len_ - j_ : (end) - ri;          \
+            for (int64_t k_ = 0; k_ < seg_; k_++, ri++) {                                  \
+                const T *px_ = p_ + k_ * s_;                                               \
+                __VA_ARGS__                                                                \
+            }                                                                              \
+            j_ = 0;                                                                        \
+            cpu_walk_next(&w_);                                                            \
+        }                                                                                  \
+    } while (0)
+
+/* Same, binding the element's value `v`. */
+#define RED_FOREACH(T, x, rs, start, end, ...) \
+    RED_FOREACH_PTR(T, x, rs, start, end, const T v = *px_; __VA_ARGS__)
+
+/* ------------------------------------------------------------------ op vtables */
+
+/* Accumulator: d for floating values and sums, i for i64 ones, idx for arg-max/min
+ * (-1 while nothing has been seen). */
+typedef struct red_acc {
+    double d;
+    int64_t i;
+    int64_t idx;
+} red_acc;
+
+typedef struct red_param {
+    double p;  /* norm exponent */
+    int64_t n; /* elements per slice (mean) */
+} red_param;
+
+/* Folds elements [start, end) of the slice at x into *acc. */
+typedef void (*red_fold_fn)(const void *x, const red_space *rs, int64_t start, int64_t end,
+                            double p, red_acc *acc);
+/* *a = *a (+) *b, where b's elements come after a's (matters for first-index ties). */
+typedef void (*red_merge_fn)(red_acc *a, const red_acc *b);
+/* Writes the result of one slice; out[1] (indices) is NULL unless the op has it. */
+typedef void (*red_store_fn)(char *const *out, const int64_t *off, const red_acc *acc,
+                             const red_param *prm);
+
+typedef struct red_kind {
+    red_fold_fn fold; /* NULL: dtype not supported */
+    red_merge_fn merge;
+    red_store_fn store;
+    red_acc init;
+} red_kind;
+
+#define RED_FOLD(name, T, INIT, BODY, FINISH)                                             \
+    static void name(const void *xv, const red_space *rs, int64_t start, int64_t end,     \
+                     double p, red_acc *acc)                                              \
+    {                                                                                     \
+        const T *x = (const T *)xv;                                                       \
+        (void)p;                                                                          \
+        INIT;                                                                             \
+        RED_FOREACH(T, x, rs, start, end, BODY);                                          \
+        FINISH;                                                                           \
+    }
+
+/* Floating sums get their own fold: a contiguous slice is summed with four partial
+ * sums, which breaks the chain of dependent adds (several times the throughput) and
+ * slows the growth of rounding error. */
+#define RED_SUM_FOLD(name, T)                                                             \
+    static void name(const void *xv, const red_space *rs, int64_t start, int64_t end,     \
+                     double p, red_acc *acc)                                              \
+    {                                                                                     \
+        const T *x = (const T *)xv;                                                       \
+        double s = 0;                                                                     \
+        (void)p;                                                                          \
+        if (rs->ndim == 1 && rs->st[0] == 1) {                                            \
+            double s0 = 0, s1 = 0, s2 = 0, s3 = 0;                                        \
+            int64_t i = start;                                                            \
+            for (; i + 4 <= end; i += 4) {                                                \
+                s0 += x[i];                                                               \
+                s1 += x[i + 1];                                                           \
+                s2 += x[i + 2];                                                           \
+                s3 += x[i + 3];                                                           \
+            }                                                                             \
+            for (; i < end; i++) s0 += x[i];                                              \
+            s = (s0 + s1) + (s2 + s3);                                                    \
+        } else {                                                                          \
+            RED_FOREACH(T, x, rs, start, end, s += v;);                                   \
+        }                                                                                 \
+        acc->d += s;                                                                      \
+    }
+
+/* a > b for max, with NaN above everything (NaN propagates; the first NaN wins). */
+#define RED_GT(a, b) ((a) > (b) || (isnan(a) && !isnan(b)))
+#define RED_LT(a, b) ((a) < (b) || (isnan(a) && !isnan(b)))
+#define RED_GT_I(a, b) ((a) > (b))
+#define RED_LT_I(a, b) ((a) < (b))
+
+/* Arg-extreme fold: strict comparison keeps the first index on ties. */
+#define RED_ARG_FOLD(name, T, F, FT, BEATS)                                               \
+    RED_FOLD(name, T, FT b = acc->F; int64_t bi = acc->idx,                               \
+             if (bi < 0 || BEATS(v, b)) { b = v; bi = ri; },                              \
+             acc->F = b; acc->idx = bi)
+#define RED_ARG_MERGE(name, F, BEATS)                                                     \
+    static void name(red_acc *a, const red_acc *b)                                        \
+    {                                                                                     \
+        if (b->idx >= 0 && (a->idx < 0 || BEATS(b->F, a->F))) *a = *b;                    \
+    }
+
+/* Stores VALUE (an expression of acc and prm) as T, and the index where there is one. */
+#define RED_STORE(name, T, VALUE)                                                         \
+    static void name(char *const *out, const int64_t *off, const red_acc *acc,            \
+                     const red_param *prm)                                                \
+    {                                                                                     \
+        (void)prm;                                                                        \
+        ((T *)out[0])[off[0]] = (T)(VALUE);                                               \
+        if (out[1]) ((int64_t *)out[1])[off[1]] = acc->idx;                               \
+    }
+
+/* i64 sums and products wrap around like PyTorch's instead of overflowing (undefined
+ * in C): compute in uint64_t. */
+RED_SUM_FOLD(fold_sum_f32, float)
+RED_SUM_FOLD(fold_sum_f64, double)
+RED_FOLD(fold_sum_i64, int64_t, uint64_t s = (uint64_t)acc->i, s += (uint64_t)v;,
+         acc->i = (int64_t)s)
+RED_FOLD(fold_prod_f32, float, double q = acc->d, q *= v;, acc->d = q)
+RED_FOLD(fold_prod_f64, double, double q = acc->d, q *= v;, acc->d = q)
+RED_FOLD(fold_prod_i64, int64_t, uint64_t q = (uint64_t)acc->i, q *= (uint64_t)v;,
+         acc->i = (int64_t)q)
+RED_ARG_FOLD(fold_max_f32, float, d, double, RED_GT)
+RED_ARG_FOLD(fold_max_f64, double, d, double, RED_GT)
+RED_ARG_FOLD(fold_max_i64, int64_t, i, int64_t, RED_GT_I)
+RED_ARG_FOLD(fold_min_f32, float, d, double, RED_LT)
+RED_ARG_FOLD(fold_min_f64, double, d, double, RED_LT)
+RED_ARG_FOLD(fold_min_i64, int64_t, i, int64_t, RED_LT_I)
+/* Norms, accumulated in double: sum x^2, sum |x|, sum |x|^p, max |x|. */
+#define RED_NORM_FOLDS(SUF, T)                                                            \
+    RED_FOLD(fold_norm2_##SUF, T, double s = acc->d, s += (double)v * v;, acc->d = s)     \
+    RED_FOLD(fold_norm1_##SUF, T, double s = acc->d, s += fabs((double)v);, acc->d = s)   \
+    RED_FOLD(fold_normp_##SUF, T, double s = acc->d, s += pow(fabs((double)v), p);,       \
+             acc->d = s)                                                                  \
+    RED_FOLD(fold_normi_##SUF, T, double m = acc->d,                                      \
+             const double a = fabs((double)v); if (RED_GT(a, m)) m = a;, acc->d = m)
+RED_NORM_FOLDS(f32, float)
+RED_NORM_FOLDS(f64, double)
+
+static void merge_sum_d(red_acc *a, const red_acc *b) { a->d += b->d; }
+static void merge_sum_i(red_acc *a, const red_acc *b)
+{
+    a->i = (int64_t)((uint64_t)a->i + (uint64_t)b->i);
+}
+static void merge_prod_d(red_acc *a, const red_acc *b) { a->d *= b->d; }
+static void merge_prod_i(red_acc *a, const red_acc *b)
+{
+    a->i = (int64_t)((uint64_t)a->i * (uint64_t)b->i);
+}
+static void merge_maxabs(red_acc *a, const red_acc *b)
+{
+    if (RED_GT(b->d, a->d)) a->d = b->d;
+}
+RED_ARG_MERGE(merge_max_d, d, RED_GT)
+RED_ARG_MERGE(merge_min_d, d, RED_LT)
+RED_ARG_MERGE(merge_max_i, i, RED_GT_I)
+RED_ARG_MERGE(merge_min_i, i, RED_LT_I)
+
+RED_STORE(store_d_f32, float, acc->d)
+RED_STORE(store_d_f64, double, acc->d)
+RED_STORE(store_i_i64, int64_t, acc->i)
+RED_STORE(store_mean_f32, float, acc->d / (double)prm->n) /* 0/0 = NaN for an empty slice */
+RED_STORE(store_mean_f64, double, acc->d / (double)prm->n)
+RED_STORE(store_norm2_f32, float, sqrt(acc->d))
+RED_STORE(store_norm2_f64, double, sqrt(acc->d))
+RED_STORE(store_normp_f32, float, pow(acc->d, 1.0 / prm->p))
+RED_STORE(store_normp_f64, double, pow(acc->d, 1.0 / prm->p))
+
+/* Tables indexed by the input dtype; also the source of each op's registered mask. */
+typedef red_kind red_table[OPR_DTYPE_COUNT];
+
+#define RED_INIT0 {0, 0, -1}
+#define RED_INIT1 {1, 1, -1}
+
+static const red_table sum_k = {
+    [OPR_F32] = {fold_sum_f32, merge_sum_d, store_d_f32, RED_INIT0},
+    [OPR_F64] = {fold_sum_f64, merge_sum_d, store_d_f64, RED_INIT0},
+    [OPR_I64] = {fold_sum_i64, merge_sum_i, store_i_i64, RED_INIT0},
+};
+static const red_table mean_k = {
+    [OPR_F32] = {fold_sum_f32, merge_sum_d, store_mean_f32, RED_INIT0},
+    [OPR_F64] = {fold_sum_f64, merge_sum_d, store_mean_f64, RED_INIT0},
+};
+static const red_table prod_k = {
+    [OPR_F32] = {fold_prod_f32, merge_prod_d, store_d_f32, RED_INIT1},
+    [OPR_F64] = {fold_prod_f64, merge_prod_d, store_d_f64, RED_INIT1},
+    [OPR_I64] = {fold_prod_i64, merge_prod_i, store_i_i64, RED_INIT1},
+};
+static const red_table max_k = {
+    [OPR_F32] = {fold_max_f32, merge_max_d, store_d_f32, RED_INIT0},
+    [OPR_F64] = {fold_max_f64, merge_max_d, store_d_f64, RED_INIT0},
+    [OPR_I64] = {fold_max_i64, merge_max_i, store_i_i64, RED_INIT0},
+};
+static const red_table min_k = {
+    [OPR_F32] = {fold_min_f32, merge_min_d, store_d_f32, RED_INIT0},
+    [OPR_F64] = {fold_min_f64, merge_min_d, store_d_f64, RED_INIT0},
+    [OPR_I64] = {fold_min_i64, merge_min_i, store_i_i64, RED_INIT0},
+};
+static const red_table norm2_k = {
+    [OPR_F32] = {fold_norm2_f32, merge_sum_d, store_norm2_f32, RED_INIT0},
+    [OPR_F64] = {fold_norm2_f64, merge_sum_d, store_norm2_f64, RED_INIT0},
+};
+static const red_table norm1_k = {
+    [OPR_F32] = {fold_norm1_f32, merge_sum_d, store_d_f32, RED_INIT0},
+    [OPR_F64] = {fold_norm1_f64, merge_sum_d, store_d_f64, RED_INIT0},
+};
+static const red_table normp_k = {
+    [OPR_F32] = {fold_normp_f32, merge_sum_d, store_normp_f32, RED_INIT0},
+    [OPR_F64] = {fold_normp_f64, merge_sum_d, store_normp_f64, RED_INIT0},
+};
+static const red_table normi_k = {
+    [OPR_F32] = {fold_normi_f32, merge_maxabs, store_d_f32, RED_INIT0},
+    [OPR_F64] = {fold_normi_f64, merge_maxabs, store_d_f64, RED_INIT0},
+};
+
+/* ------------------------------------------------------------------ driver */
+
+typedef struct red_job {
+    const red_plan *pl;
+    const red_kind *k;
+    red_param prm;
+    const char *x; /* input element [0,...,0] */
+    size_t esz;    /* input element size */
+    char *out[RED_MAX_OUT];
+} red_job;
+
+/* Reduces outputs [lo, hi), each slice in one go. */
+static void red_outputs(const red_job *jb, int64_t lo, int64_t hi)
+{
+    const red_plan *pl = jb->pl;
+    cpu_walk w;
+    red_walk_kept(pl, pl->kndim, &w);
+    cpu_walk_seek(&w, lo);
+    for (int64_t o = lo; o < hi; o++) {
+        red_acc acc = jb->k->init;
+        jb->k->fold(jb->x + w.off[0] * (int64_t)jb->esz, &pl->rs, 0, pl->rs.n, jb->prm.p, &acc);
+        jb->k->store(jb->out, w.off + 1, &acc, &jb->prm);
+        cpu_walk_next(&w);
+    }
+}
+
+/* Reduces every output, one slice at a time, each cut into `nparts` parts folded in
+ * parallel and merged in order. */
+static void red_split(const red_job *jb, int64_t nparts)
+{
+    const red_plan *pl = jb->pl;
+    const int64_t n = pl->rs.n;
+    cpu_walk w;
+    red_walk_kept(pl, pl->kndim, &w);
+    cpu_walk_seek(&w, 0);
+    for (int64_t o = 0; o < pl->n_out; o++) {
+        red_acc part[RED_NPART];
+        const char *x = jb->x + w.off[0] * (int64_t)jb->esz;
+#pragma omp parallel for schedule(static)
+        for (int64_t q = 0; q < nparts; q++) {
+            part[q] = jb->k->init;
+            jb->k->fold(x, &pl->rs, n * q / nparts, n * (q + 1) / nparts, jb->prm.p, &part[q]);
+        }
+        for (int64_t q = 1; q < nparts; q++) jb->k->merge(&part[0], &part[q]);
+        jb->k->store(jb->out, w.off + 1, &part[0], &jb->prm);
+        cpu_walk_next(&w);
+    }
+}
+
+static void red_run(const red_job *jb)
+{
+    const int64_t n_out = jb->pl->n_out, n_red = jb->pl->rs.n;
+    if (n_out == 0) return;
+    if (n_out * n_red < CPU_PAR_THRESHOLD) {
+        red_outputs(jb, 0, n_out);
+        return;
+    }
+    int64_t nparts = n_red / RED_PART_MIN;
+    if (nparts > RED_NPART) nparts = RED_NPART;
+    if (n_out < RED_NPART && nparts >= 2) {
+        red_split(jb, nparts);
+        return;
+    }
+    const int64_t nblk = n_out < 1024 ? n_out : 1024;
+#pragma omp parallel for schedule(static)
+    for (int64_t b = 0; b < nblk; b++) red_outputs(jb, n_out * b / nblk, n_out * (b + 1) / nblk);
+}
+
+/* ------------------------------------------------------------------ column sums */
+
+/* When to take the column path: neighbouring outputs are adjacent in the input and the
+ * elements of a slice are not. */
+static bool red_use_cols(const red_plan *pl)
+{
+    const int32_t kin = pl->kndim - 1;
+    return pl->n_out > 0 && pl->rs.n > 1 && pl->kst[0][kin] == 1 && pl->kshape[kin] >= 8 &&
+           pl->rs.st[pl->rs.ndim - 1] != 1;
+}
+
+/* One task: up to RED_COLS adjacent outputs of the innermost kept dim, whose slices are
+ * folded together by reading RED_COLS contiguous input elements per reduced index.
+ * mean divides by the slice length. */
+typedef void (*red_cols_fn)(const red_job *jb, int64_t task, bool mean);
+
+#define RED_COLSUM(name, T, ACC, FINISH)                                                  \
+    static void name(const red_job *jb, int64_t task, bool mean)                          \
+    {                                                                                     \
+        const red_plan *pl = jb->pl;                                                      \
+        const int32_t kin = pl->kndim - 1;                                                \
+        const int64_t cols = pl->kshape[kin];                                             \
+        const int64_t nchunk = (cols + RED_COLS - 1) / RED_COLS;                          \
+        const int64_t c0 = task % nchunk * RED_COLS;                                      \
+        const int64_t width = cols - c0 < RED_COLS ? cols - c0 : RED_COLS;                \
+        cpu_walk w; /* over the kept dims outside the innermost */                        \
+        red_walk_kept(pl, kin, &w);                                                       \
+        cpu_walk_seek(&w, task / nchunk);                                                 \
+        const T *x = (const T *)jb->x + w.off[0] + c0;                                    \
+        ACC acc[RED_COLS];                                                                \
+        for (int64_t c = 0; c < width; c++) acc[c] = 0;                                   \
+        RED_FOREACH_PTR(T, x, &pl->rs, 0, pl->rs.n,                                       \
+                        for (int64_t c = 0; c < width; c++) acc[c] += (ACC)px_[c];);      \
+        T *o = (T *)jb->out[0] + w.off[1];                                                \
+        const int64_t os = pl->kst[1][kin];                                               \
+        const double n = (double)pl->rs.n;                                                \
+        (void)mean; (void)n;                                                              \
+        for (int64_t c = 0; c < width; c++) o[(c0 + c) * os] = (T)(FINISH);               \
+    }
+
+RED_COLSUM(cols_f32, float, double, mean ? acc[c] / n : acc[c])
+RED_COLSUM(cols_f64, double, double, mean ? acc[c] / n : acc[c])
+RED_COLSUM(cols_i64, int64_t, uint64_t, acc[c]) /* wraps, like the i64 fold */
+
+static const red_cols_fn cols_fns[OPR_DTYPE_COUNT] = {
+    [OPR_F32] = cols_f32, [OPR_F64] = cols_f64, [OPR_I64] = cols_i64,
+};
+
+static void red_run_cols(const red_job *jb, red_cols_fn fn, bool mean)
+{
+    const red_plan *pl = jb->pl;
+    const int64_t cols = pl->kshape[pl->kndim - 1];
+    const int64_t ntask = pl->n_out / cols * ((cols + RED_COLS - 1) / RED_COLS);
+    if (pl->n_out * pl->rs.n < CPU_PAR_THRESHOLD) {
+        for (int64_t t = 0; t < ntask; t++) fn(jb, t, mean);
+        return;
+    }
+#pragma omp parallel for schedule(static)
+    for (int64_t t = 0; t < ntask; t++) fn(jb, t, mean);
+}
+
+/* ------------------------------------------------------------------ kernels */
+
+/* Checks arity and the input, and returns the vtable for its dtype. */
+static int red_begin(const opr_kernel_call *c, const char *op, int nargs, int nout,
+                     const red_kind *table, const opr_tensor_view **in, const red_kind **k)
+{
+    if (c->nargs < nargs || c->nout < nout)
+        return CPU_FAIL(OPR_ERR_INVALID, "%s: expected %d arguments and %d outputs, got %d and %d",
+                        op, nargs, nout, c->nargs, c->nout);
+    if (!(*in = cpu_arg_t(c, 0)))
+        return CPU_FAIL(OPR_ERR_INVALID, "%s: argument 0 is not a tensor", op);
+    const opr_dtype t = (*in)->dtype;
+    if ((unsigned)t >= OPR_DTYPE_COUNT || !table[t].fold)
+        return CPU_FAIL(OPR_ERR_UNSUPPORTED, "%s: no CPU kernel for dtype %s", op, red_dtype_name(t));
+    *k = &table[t];
+    for (int j = 0; j < nout; j++) {
+        const opr_dtype want = j == 0 ? t : OPR_I64;
+        if (c->outputs[j].dtype != want)
+            return CPU_FAIL(OPR_ERR_INVALID, "%s: output %d dtype is %s, expected %s", op, j,
+                            red_dtype_name(c->outputs[j].dtype), red_dtype_name(want));
+    }
+    return OPR_OK;
+}
+
+/* Wraps a dim argument; the message names the op. */
+static int red_wrap(const char *op, int64_t d, int32_t ndim, int32_t *out)
+{
+    if (!cpu_wrap_dim(d, ndim, out))
+        return CPU_FAIL(OPR_ERR_INVALID, "%s: dim %lld out of range for %d-d tensor", op,
+                        (long long)d, ndim);
+    return OPR_OK;
+}
+
+/* `int[]? dim` (sum, mean) or `int? dim` (prod) as a mask of reduced dims: NONE or an
+ * empty list reduces every dim. */
+static int red_dim_mask(const opr_kernel_call *c, int ai, const char *op, int32_t ndim,
+                        uint32_t *mask)
+{
+    const opr_kernel_arg *a = &c->args[ai];
+    const int64_t *dims = NULL;
+    int32_t n = 0;
+    if (a->kind == OPR_ARG_INT) {
+        dims = &a->u.i;
+        n = 1;
+    } else if (a->kind == OPR_ARG_INT_LIST) {
+        dims = a->u.il.items;
+        n = a->u.il.n;
+    } else if (a->kind != OPR_ARG_NONE) {
+        return CPU_FAIL(OPR_ERR_INVALID, "%s: dim must be an int or a list of ints", op);
+    }
+    if (n == 0) {
+        *mask = ndim > 0 ? (1u << ndim) - 1 : 0;
+        return OPR_OK;
+    }
+    *mask = 0;
+    for (int32_t i = 0; i < n; i++) {
+        int32_t d;
+        int rc = red_wrap(op, dims[i], ndim, &d);
+        if (rc) return rc;
+        if (*mask & (1u << d))
+            return CPU_FAIL(OPR_ERR_INVALID, "%s: dim %lld appears more than once", op,
+                            (long long)dims[i]);
+        *mask |= 1u << d;
+    }
+    return OPR_OK;
+}
+
+/* Plans and runs a reduction of `in` over `mask` into the call's first nout outputs. */
+static int red_go(const opr_kernel_call *c, const char *op, const opr_tensor_view *in,
+                  uint32_t mask, int nout, const red_kind *k, double p, red_cols_fn cols,
+                  bool mean)
+{
+    red_plan pl;
+    int rc = red_plan_make(op, in, mask, nout, c->outputs, &pl);
+    if (rc) return rc;
+    red_job jb = {
+        .pl = &pl, .k = k, .prm = {p, pl.rs.n}, .x = (const char *)in->data,
+        .esz = red_dtype_size(in->dtype),
+        .out = {(char *)c->outputs[0].data, nout > 1 ? (char *)c->outputs[1].data : NULL},
+    };
+    if (pl.n_out == 0) return OPR_OK;
+    if (cols && red_use_cols(&pl)) red_run_cols(&jb, cols, mean);
+    else red_run(&jb);
+    return OPR_OK;
+}
+
+/* sum/mean(self, int[]? dim, keepdim). keepdim is already reflected in the output
+ * shape, which is all it changes. */
+static int red_sum_like(const opr_kernel_call *c, const char *op, const red_kind *table,
+                        bool mean)
+{
+    const opr_tensor_view *in;
+    const red_kind *k;
+    uint32_t mask;
+    int rc = red_begin(c, op, 3, 1, table, &in, &k);
+    if (!rc) rc = red_dim_mask(c, 1, op, in->ndim, &mask);
+    return rc ? rc : red_go(c, op, in, mask, 1, k, 0, cols_fns[in->dtype], mean);
+}
+static int k_sum(const opr_kernel_call *c) { return red_sum_like(c, "sum", sum_k, false); }
+static int k_mean(const opr_kernel_call *c) { return red_sum_like(c, "mean", mean_k, true); }
+
+/* prod(self, int? dim, keepdim) */
+static int k_prod(const opr_kernel_call *c)
+{
+    const opr_tensor_view *in;
+    const red_kind *k;
+    uint32_t mask;
+    int rc = red_begin(c, "prod", 3, 1, prod_k, &in, &k);
+    if (!rc) rc = red_dim_mask(c, 1, "prod", in->ndim, &mask);
+    return rc ? rc : red_go(c, "prod", in, mask, 1, k, 0, NULL, false);
+}
+
+/* max/min(self): the extreme of all elements, a 0-d value. */
+static int red_extreme_all(const opr_kernel_call *c, const char *op, const red_kind *table)
+{
+    const opr_tensor_view *in;
+    const red_kind *k;
+    int rc = red_begin(c, op, 1, 1, table, &in, &k);
+    if (rc) return rc;
+    if (in->numel == 0)
+        return CPU_FAIL(OPR_ERR_INVALID, "%s: expected a non-empty tensor", op);
+    return red_go(c, op, in, ~0u, 1, k, 0, NULL, false);
+}
+static int k_max(const opr_kernel_call *c) { return red_extreme_all(c, "max", max_k); }
+static int k_min(const opr_kernel_call *c) { return red_extreme_all(c, "min", min_k); }
+
+/* max_dim/min_dim(self, dim, keepdim) -> (values, i64 indices along dim). */
+static int red_extreme_dim(const opr_kernel_call *c, const char *op, const red_kind *table)
+{
+    const opr_tensor_view *in;
+    const red_kind *k;
+    int32_t d;
+    int rc = red_begin(c, op, 3, 2, table, &in, &k);
+    if (!rc) rc = red_wrap(op, cpu_arg_i(c, 1), in->ndim, &d);
+    if (rc) return rc;
+    if (in->ndim > 0 && in->shape[d] == 0)
+        return CPU_FAIL(OPR_ERR_INVALID, "%s: dim %d has size 0", op, d);
+    return red_go(c, op, in, 1u << d, 2, k, 0, NULL, false);
+}
+static int k_max_dim(const opr_kernel_call *c) { return red_extreme_dim(c, "max_dim", max_k); }
+static int k_min_dim(const opr_kernel_call *c) { return red_extreme_dim(c, "min_dim", min_k); }
+
+/* norm(self, p): (sum |x|^p)^(1/p) over all elements, with exact special cases for
+ * p = 1, 2 and inf (max |x|). */
+static int k_norm(const opr_kernel_call *c)
+{
+    if (c->nargs < 2) return CPU_FAIL(OPR_ERR_INVALID, "norm: expected 2 arguments");
+    const double p = cpu_arg_d(c, 1);
+    if (!(p > 0)) return CPU_FAIL(OPR_ERR_INVALID, "norm: p must be > 0, got %g", p);
+    const red_kind *table = p == 2 ? norm2_k : p == 1 ? norm1_k : isinf(p) ? normi_k : normp_k;
+    const opr_tensor_view *in;
+    const red_kind *k;
+    int rc = red_begin(c, "norm", 2, 1, table, &in, &k);
+    return rc ? rc : red_go(c, "norm", in, ~0u, 1, k, p, NULL, false);
+}
+
+/* ------------------------------------------------------------------ softmax */
+
+/* One slice of len elements (input stride sx, output stride so). The max is subtracted
+ * before exp so nothing overflows; the sum is kept in double. A NaN anywhere in the
+ * slice makes the whole slice NaN, as in PyTorch; so does an all -inf slice. */
+typedef void (*red_softmax_fn)(const void *x, void *o, int64_t len, int64_t sx, int64_t so);
+
+#define RED_SOFTMAX(name, T, LOG)                                                         \
+    static void name(const void *xv, void *ov, int64_t len, int64_t sx, int64_t so)       \
+    {                                                                                     \
+        const T *x = (const T *)xv;                                                       \
+        T *o = (T *)ov;                                                                   \
+        T m = -INFINITY;                                                                  \
+        for (int64_t i = 0; i < len; i++)                                                 \
+            if (RED_GT(x[i * sx], m)) m = x[i * sx];                                      \
+        double s = 0;                                                                     \
+        if (LOG) {                                                                        \
+            for (int64_t i = 0; i < len; i++) s += exp(x[i * sx] - m);                    \
+            const T lse = (T)log(s);                                                      \
+            for (int64_t i = 0; i < len; i++) o[i * so] = x[i * sx] - m - lse;            \
+        } else {                                                                          \
+            for (int64_t i = 0; i < len; i++) {                                           \
+                const T e = exp(x[i * sx] - m);                                           \
+                o[i * so] = e;                                                            \
+                s += e;                                                                   \
+            }                                                                             \
+            for (int64_t i = 0; i < len; i++) o[i * so] = (T)(o[i * so] / s);             \
+        }                                                                                 \
+    }
+
+RED_SOFTMAX(softmax_f32, float, 0)
+RED_SOFTMAX(softmax_f64, double, 0)
+RED_SOFTMAX(log_softmax_f32, float, 1)
+RED_SOFTMAX(log_softmax_f64, double, 1)
+
+static const red_softmax_fn softmax_fns[OPR_DTYPE_COUNT] = {
+    [OPR_F32] = softmax_f32, [OPR_F64] = softmax_f64,
+};
+static const red_softmax_fn log_softmax_fns[OPR_DTYPE_COUNT] = {
+    [OPR_F32] = log_softmax_f32, [OPR_F64] = log_softmax_f64,
+};
+
+/* The slices of a softmax: every index of the dims other than `dim`. */
+typedef struct red_slices {
+    red_softmax_fn fn;
+    int32_t ndim;
+    int64_t shape[OPR_MAX_DIMS];
+    int64_t st[2][OPR_MAX_DIMS]; /* input, output */
+    int64_t len, sx, so;
+    const char *x;
+    char *o;
+    size_t esz;
+} red_slices;
+
+static void red_slices_run(const red_slices *s, int64_t lo, int64_t hi)
+{
+    cpu_walk w;
+    w.ndim = s->ndim;
+    w.nops = 2;
+    w.shape = s->shape;
+    for (int k = 0; k < 2; k++)
+        for (int32_t d = 0; d < s->ndim; d++) w.strides[k][d] = s->st[k][d];
+    cpu_walk_seek(&w, lo);
+    for (int64_t i = lo; i < hi; i++) {
+        s->fn(s->x + w.off[0] * (int64_t)s->esz, s->o + w.off[1] * (int64_t)s->esz, s->len,
+              s->sx, s->so);
+        cpu_walk_next(&w);
+    }
+}
+
+static int red_softmax_like(const opr_kernel_call *c, const char *op,
+                            const red_softmax_fn *fns)
+{
+    if (c->nargs < 2 || c->nout < 1)
+        return CPU_FAIL(OPR_ERR_INVALID, "%s: expected 2 arguments and 1 output", op);
+    const opr_tensor_view *in = cpu_arg_t(c, 0);
+    const opr_tensor_view *out = &c->outputs[0];
+    if (!in) return CPU_FAIL(OPR_ERR_INVALID, "%s: argument 0 is not a tensor", op);
+    red_slices s;
+    if ((unsigned)in->dtype >= OPR_DTYPE_COUNT || !(s.fn = fns[in->dtype]))
+        return CPU_FAIL(OPR_ERR_UNSUPPORTED, "%s: no CPU kernel for dtype %s", op,
+                        red_dtype_name(in->dtype));
+    if (out->dtype != in->dtype)
+        return CPU_FAIL(OPR_ERR_INVALID, "%s: output dtype is %s, expected %s", op,
+                        red_dtype_name(out->dtype), red_dtype_name(in->dtype));
+    int32_t dim;
+    int rc = red_wrap(op, cpu_arg_i(c, 1), in->ndim, &dim);
+    if (rc) return rc;
+    bool same = in->ndim == out->ndim && in->ndim <= OPR_MAX_DIMS;
+    for (int32_t d = 0; same && d < in->ndim; d++) same = in->shape[d] == out->shape[d];
+    if (!same) return CPU_FAIL(OPR_ERR_INVALID, "%s: output shape differs from the input's", op);
+    if (in->numel == 0) return OPR_OK;
+    if (!out->data) return CPU_FAIL(OPR_ERR_INVALID, "%s: output is not allocated", op);
+
+    int64_t ist[OPR_MAX_DIMS], ost[OPR_MAX_DIMS];
+    red_strides(in, ist);
+    red_strides(out, ost);
+    /* A 0-d tensor is one slice of one element. */
+    s.len = in->ndim ? in->shape[dim] : 1;
+    s.sx = in->ndim ? ist[dim] : 0;
+    s.so = in->ndim ? ost[dim] : 0;
+    s.ndim = 0;
+    for (int32_t d = 0; d < in->ndim; d++) {
+        if (d == dim) continue;
+        s.shape[s.ndim] = in->shape[d];
+        s.st[0][s.ndim] = ist[d];
+        s.st[1][s.ndim++] = ost[d];
+    }
+    s.ndim = red_coalesce(s.ndim, s.shape, 2, s.st);
+    s.x = (const char *)in->data;
+    s.o = (char *)out->data;
+    s.esz = red_dtype_size(in->dtype);
+
+    const int64_t nslice = in->numel / s.len;
+    if (in->numel < CPU_PAR_THRESHOLD || nslice == 1) {
+        red_slices_run(&s, 0, nslice);
+        return OPR_OK;
+    }
+    const int64_t nblk = nslice < 1024 ? nslice : 1024;
+#pragma omp parallel for schedule(static)
+    for (int64_t b = 0; b < nblk; b++) red_slices_run(&s, nslice * b / nblk, nslice * (b + 1) / nblk);
+    return OPR_OK;
+}
+static int k_softmax(const opr_kernel_call *c)
+{
+    return red_softmax_like(c, "softmax", softmax_fns);
+}
+static int k_log_softmax(const opr_kernel_call *c)
+{
+    return red_softmax_like(c, "log_softmax", log_softmax_fns);
+}
+
+/* ------------------------------------------------------------------ registration */
+
+static uint32_t red_mask(const red_kind *t)
+{
+    uint32_t m = 0;
+    for (int d = 0; d < OPR_DTYPE_COUNT; d++)
+        if (t[d].fold) m |= OPR_DTYPE_BIT(d);
+    return m;
+}
+
+static uint32_t red_softmax_mask(const red_softmax_fn *t)
+{
+    uint32_t m = 0;
+    for (int d = 0; d < OPR_DTYPE_COUNT; d++)
+        if (t[d]) m |= OPR_DTYPE_BIT(d);
+    return m;
+}
+
+int cpu_register_reduce(opr_plugin *self)
+{
+    const struct {
+        const char *op;
+        uint32_t mask;
+        opr_kernel_fn fn;
+    } ops[] = {
+        {"sum", red_mask(sum_k), k_sum},
+        {"mean", red_mask(mean_k), k_mean},
+        {"prod", red_mask(prod_k), k_prod},
+        {"max", red_mask(max_k), k_max},
+        {"min", red_mask(min_k), k_min},
+        {"max_dim", red_mask(max_k), k_max_dim},
+        {"min_dim", red_mask(min_k), k_min_dim},
+        /* every p shares the dtypes of p = 2 */
+        {"norm", red_mask(norm2_k), k_norm},
+        {"softmax", red_softmax_mask(softmax_fns), k_softmax},
+        {"log_softmax", red_softmax_mask(log_softmax_fns), k_log_softmax},
+    };
+    for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
+        int rc = cpu_register(self, ops[i].op, ops[i].mask, ops[i].fn);
+        if (rc != OPR_OK) return rc;
+    }
+    return OPR_OK;
+}

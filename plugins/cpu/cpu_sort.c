@@ -1,0 +1,279 @@
+/* Sorting kernels: sort, topk, mode.
+ *
+ * All three reduce to "stably sort each row along dim, keeping original positions":
+ * sort writes the whole row, topk its first k entries, mode scans the runs of equal
+ * values. Rows are independent, so they are spread over threads, each with its own
+ * scratch buffer. NaN sorts above every number (PyTorch's order), which keeps the
+ * comparison a total order and the sort well defined. */
+#include "cpu_common.h"
+#include "cpu_kernels.h"
+
+#include <math.h>
+#include <stdlib.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+typedef enum { ROWS_SORT, ROWS_TOPK, ROWS_MODE } rows_kind;
+
+/* One call's work: `rows` rows of n elements, each producing `k` outputs along dim
+ * (n for sort, k for topk, 1 for mode). */
+typedef struct {
+    rows_kind kind;
+    bool desc;
+    int64_t nrows, n, k;
+    int64_t xs, vs, is;   /* strides along dim: self, values, indices */
+    cpu_walk rows;        /* over self's shape with dim set to 1; ops: self, values, indices */
+    const void *x;
+    void *values;
+    int64_t *indices;
+} rows_job;
+
+/* The slice [*lo, *hi) of n items that the calling OpenMP thread owns. */
+static inline void thread_range(int64_t n, int64_t *lo, int64_t *hi)
+{
+#ifdef _OPENMP
+    int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+#else
+    int64_t t = 0, nt = 1;
+#endif
+    *lo = n / nt * t + (t < n % nt ? t : n % nt);
+    *hi = *lo + n / nt + (t < n % nt);
+}
+
+#define LESS_FLOAT(a, b) (!isnan(a) && (isnan(b) || (a) < (b)))
+#define LESS_INT(a, b) ((a) < (b))
+
+/* Instantiates, for element type T, a stable merge sort of (value, position) pairs and
+ * the row loop. Insertion sort handles short runs, then runs are merged bottom-up,
+ * taking from the right run only when strictly before, which keeps equal keys in
+ * their original order. */
+#define DEF_ROWS(T, SUF, LESS)                                                            \
+    typedef struct { T v; int64_t i; } pair_##SUF;                                        \
+                                                                                          \
+    static void msort_##SUF(pair_##SUF *a, pair_##SUF *tmp, int64_t n, bool desc)         \
+    {                                                                                     \
+        enum { RUN = 16 };                                                                \
+        for (int64_t lo = 0; lo < n; lo += RUN) {                                         \
+            int64_t hi = lo + RUN < n ? lo + RUN : n;                                     \
+            for (int64_t i = lo + 1; i < hi; i++) {                                       \
+                pair_##SUF p = a[i];                                                      \
+                int64_t j = i;                                                            \
+                while (j > lo && (desc ? LESS(a[j - 1].v, p.v) : LESS(p.v, a[j - 1].v))) {\
+                    a[j] = a[j - 1];                                                      \
+                    j--;                                                                  \
+                }                                                                         \
+                a[j] = p;                                                                 \
+            }                                                                             \
+        }                                                                                 \
+        pair_##SUF *src = a, *dst = tmp;                                                  \
+        for (int64_t w = RUN; w < n; w *= 2) {                                            \
+            for (int64_t lo = 0; lo < n; lo += 2 * w) {                                   \
+                int64_t mid = lo + w < n ? lo + w : n, hi = lo + 2 * w < n ? lo + 2 * w : n; \
+                int64_t l = lo, r = mid, o = lo;                                          \
+                while (l < mid && r < hi) {                                               \
+                    bool right = desc ? LESS(src[l].v, src[r].v) : LESS(src[r].v, src[l].v); \
+                    dst[o++] = right ? src[r++] : src[l++];                               \
+                }                                                                         \
+                while (l < mid) dst[o++] = src[l++];                                      \
+                while (r < hi) dst[o++] = src[r++];                                       \
+            }                                                                             \
+            pair_##SUF *t = src;                                                          \
+            src = dst;                                                                    \
+            dst = t;                                                                      \
+        }                                                                                 \
+        if (src != a) memcpy(a, src, (size_t)n * sizeof *a);                              \
+    }                                                                                     \
+                                                                                          \
+    /* Sorted ascending, runs of equal values are contiguous and each run keeps the   */  \
+    /* original positions in order, so its last entry is the last occurrence.        */  \
+    static pair_##SUF mode_of_##SUF(const pair_##SUF *a, int64_t n)                       \
+    {                                                                                     \
+        pair_##SUF best = a[n - 1];                                                       \
+        int64_t best_count = 0;                                                           \
+        for (int64_t lo = 0, hi; lo < n; lo = hi) {                                       \
+            for (hi = lo + 1; hi < n && !LESS(a[lo].v, a[hi].v); hi++) {}                 \
+            if (hi - lo > best_count) {                                                   \
+                best_count = hi - lo;                                                     \
+                best = a[hi - 1];                                                         \
+            }                                                                             \
+        }                                                                                 \
+        return best;                                                                      \
+    }                                                                                     \
+                                                                                          \
+    static int rows_##SUF(const rows_job *j)                                              \
+    {                                                                                     \
+        const bool par = j->nrows > 1 && j->nrows * j->n >= CPU_PAR_THRESHOLD;            \
+        int failed = 0;                                                                   \
+        _Pragma("omp parallel if (par) reduction(| : failed)")                            \
+        {                                                                                 \
+            int64_t lo, hi;                                                               \
+            thread_range(j->nrows, &lo, &hi);                                             \
+            pair_##SUF *buf = NULL;                                                       \
+            if (lo < hi) buf = malloc(2 * (size_t)(j->n ? j->n : 1) * sizeof *buf);       \
+            if (lo < hi && !buf) failed = 1;                                              \
+            cpu_walk w = j->rows;                                                         \
+            cpu_walk_seek(&w, lo);                                                        \
+            for (int64_t r = lo; buf && r < hi; r++, cpu_walk_next(&w)) {                \
+                const T *x = (const T *)j->x + w.off[0];                                  \
+                T *v = (T *)j->values + w.off[1];                                         \
+                int64_t *ix = j->indices + w.off[2];                                      \
+                for (int64_t i = 0; i < j->n; i++) {                                      \
+                    buf[i].v = x[i * j->xs];                                              \
+                    buf[i].i = i;                                                         \
+                }                                                                         \
+                msort_##SUF(buf, buf + j->n, j->n, j->desc);                              \
+                if (j->kind == ROWS_MODE) {                                               \
+                    pair_##SUF m = mode_of_##SUF(buf, j->n);                              \
+                    *v = m.v;                                                             \
+                    *ix = m.i;                                                            \
+                    continue;                                                             \
+                }                                                                         \
+                for (int64_t i = 0; i < j->k; i++) {                                      \
+                    v[i * j->vs] = buf[i].v;                                              \
+                    ix[i * j->is] = buf[i].i;                                             \
+                }                                                                         \
+            }                                                                             \
+            free(buf);                                                                    \
+        }                                                                                 \
+        return failed ? OPR_ERR_NOMEM : OPR_OK;                                           \
+    }
+
+DEF_ROWS(float, f32, LESS_FLOAT)
+DEF_ROWS(double, f64, LESS_FLOAT)
+DEF_ROWS(int64_t, i64, LESS_INT)
+
+/* Validates the outputs and runs the rows of self along dim. out_dims maps each dim of
+ * self to the matching dim of the outputs, or -1 where the outputs dropped it (mode
+ * without keepdim). */
+static int run_rows(const opr_kernel_call *c, rows_job *j, int32_t dim, const int32_t *out_dims)
+{
+    const char *op = c->op;
+    const opr_tensor_view *x = cpu_arg_t(c, 0);
+    const opr_tensor_view *vals = &c->outputs[0], *idx = &c->outputs[1];
+    if (vals->dtype != x->dtype || idx->dtype != OPR_I64)
+        return CPU_FAIL(OPR_ERR_INVALID, "%s: outputs must be (%d, i64) dtypes", op, (int)x->dtype);
+    if (vals->ndim != idx->ndim)
+        return CPU_FAIL(OPR_ERR_INVALID, "%s: values and indices outputs differ in rank", op);
+
+    int64_t rshape[OPR_MAX_DIMS], xs[OPR_MAX_DIMS], vs[OPR_MAX_DIMS], is[OPR_MAX_DIMS];
+    int32_t used = 0;
+    for (int32_t d = 0; d < x->ndim; d++) {
+        const int32_t od = out_dims[d];
+        const int64_t want = d == dim ? j->k : x->shape[d];
+        rshape[d] = d == dim ? 1 : x->shape[d];
+        xs[d] = x->strides[d];
+        if (od < 0) {
+            vs[d] = is[d] = 0;
+            continue;
+        }
+        if (od >= vals->ndim || vals->shape[od] != want || idx->shape[od] != want)
+            return CPU_FAIL(OPR_ERR_INVALID, "%s: output shape does not match self", op);
+        vs[d] = vals->strides[od];
+        is[d] = idx->strides[od];
+        used++;
+    }
+    if (used != vals->ndim)
+        return CPU_FAIL(OPR_ERR_INVALID, "%s: output has %d dims, expected %d", op, (int)vals->ndim, (int)used);
+
+    j->n = x->ndim ? x->shape[dim] : 1;
+    j->xs = x->ndim ? x->strides[dim] : 0;
+    j->vs = x->ndim && out_dims[dim] >= 0 ? vals->strides[out_dims[dim]] : 0;
+    j->is = x->ndim && out_dims[dim] >= 0 ? idx->strides[out_dims[dim]] : 0;
+    j->x = x->data;
+    j->values = vals->data;
+    j->indices = idx->data;
+    j->nrows = 1;
+    for (int32_t d = 0; d < x->ndim; d++) j->nrows *= rshape[d];
+    if (j->nrows == 0 || j->k == 0) return OPR_OK;
+
+    memset(&j->rows, 0, sizeof j->rows);
+    j->rows.ndim = x->ndim;
+    j->rows.nops = 3;
+    j->rows.shape = rshape;
+    for (int32_t d = 0; d < x->ndim; d++) {
+        j->rows.strides[0][d] = xs[d];
+        j->rows.strides[1][d] = vs[d];
+        j->rows.strides[2][d] = is[d];
+    }
+    int rc;
+    switch (x->dtype) {
+    case OPR_F32: rc = rows_f32(j); break;
+    case OPR_F64: rc = rows_f64(j); break;
+    case OPR_I64: rc = rows_i64(j); break;
+    default:
+        return CPU_FAIL(OPR_ERR_UNSUPPORTED, "%s: dtype %d is not supported on cpu", op, (int)x->dtype);
+    }
+    return rc ? CPU_FAIL(rc, "%s: out of memory", op) : OPR_OK;
+}
+
+static int wrap_or_fail(const opr_kernel_call *c, int arg, int32_t *dim)
+{
+    const opr_tensor_view *x = cpu_arg_t(c, 0);
+    if (!cpu_wrap_dim(cpu_arg_i(c, arg), x->ndim, dim))
+        return CPU_FAIL(OPR_ERR_INVALID, "%s: dim %lld out of range for a %d-d tensor", c->op,
+                        (long long)cpu_arg_i(c, arg), (int)x->ndim);
+    return OPR_OK;
+}
+
+static void identity_dims(int32_t ndim, int32_t *out_dims)
+{
+    for (int32_t d = 0; d < ndim; d++) out_dims[d] = d;
+}
+
+static int k_sort(const opr_kernel_call *c)
+{
+    const opr_tensor_view *x = cpu_arg_t(c, 0);
+    int32_t dim, out_dims[OPR_MAX_DIMS];
+    int rc = wrap_or_fail(c, 1, &dim);
+    if (rc) return rc;
+    identity_dims(x->ndim, out_dims);
+    rows_job j = { .kind = ROWS_SORT, .desc = cpu_arg_b(c, 2), .k = x->ndim ? x->shape[dim] : 1 };
+    return run_rows(c, &j, dim, out_dims);
+}
+
+/* A full sort per row, then the first k: simple, stable (ties keep the lower index)
+ * and always sorted, which also satisfies sorted=False. */
+static int k_topk(const opr_kernel_call *c)
+{
+    const opr_tensor_view *x = cpu_arg_t(c, 0);
+    int32_t dim, out_dims[OPR_MAX_DIMS];
+    int rc = wrap_or_fail(c, 2, &dim);
+    if (rc) return rc;
+    const int64_t k = cpu_arg_i(c, 1), n = x->ndim ? x->shape[dim] : 1;
+    if (k < 0 || k > n)
+        return CPU_FAIL(OPR_ERR_INVALID, "topk: k %lld out of range for dimension %d of size %lld",
+                        (long long)k, (int)dim, (long long)n);
+    identity_dims(x->ndim, out_dims);
+    rows_job j = { .kind = ROWS_TOPK, .desc = cpu_arg_b(c, 3), .k = k };
+    return run_rows(c, &j, dim, out_dims);
+}
+
+static int k_mode(const opr_kernel_call *c)
+{
+    const opr_tensor_view *x = cpu_arg_t(c, 0);
+    int32_t dim, out_dims[OPR_MAX_DIMS];
+    int rc = wrap_or_fail(c, 1, &dim);
+    if (rc) return rc;
+    if (x->ndim && x->shape[dim] == 0) {
+        /* Rows of length 0 have no mode; with no rows at all there is nothing to do. */
+        int64_t rows = 1;
+        for (int32_t d = 0; d < x->ndim; d++) rows *= d == dim ? 1 : x->shape[d];
+        if (rows > 0)
+            return CPU_FAIL(OPR_ERR_INVALID, "mode: dimension %d has size 0", (int)dim);
+    }
+    const bool keepdim = cpu_arg_b(c, 2);
+    for (int32_t d = 0; d < x->ndim; d++)
+        out_dims[d] = keepdim ? d : d < dim ? d : d == dim ? -1 : d - 1;
+    rows_job j = { .kind = ROWS_MODE, .k = 1 };
+    return run_rows(c, &j, dim, out_dims);
+}
+
+int cpu_register_sort(opr_plugin *self)
+{
+    const uint32_t dtypes = OPR_DTYPE_BIT(OPR_F32) | OPR_DTYPE_BIT(OPR_F64) | OPR_DTYPE_BIT(OPR_I64);
+    int rc;
+    if ((rc = cpu_register(self, "sort", dtypes, k_sort)) != OPR_OK) return rc;
+    if ((rc = cpu_register(self, "topk", dtypes, k_topk)) != OPR_OK) return rc;
+    return cpu_register(self, "mode", dtypes, k_mode);
+}

@@ -1,0 +1,100 @@
+/* Context creation: devices, the op registry from the built-in YAML, then plugins. */
+#include "registry.h"
+
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#ifndef OPREG_YAML_INSTALL_DIR
+#define OPREG_YAML_INSTALL_DIR ""
+#endif
+#ifndef OPREG_YAML_SOURCE_DIR
+#define OPREG_YAML_SOURCE_DIR ""
+#endif
+
+static bool is_dir(const char *p)
+{
+    struct stat sb;
+    return p && p[0] && !stat(p, &sb) && S_ISDIR(sb.st_mode);
+}
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* Loads every *.yaml of dir in name order. Entry errors are logged in the registry
+ * and do not fail the context; an unreadable directory does. */
+static int load_yaml_dir(opr_ctx *ctx, const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d) return opr_fail(OPR_ERR_IO, "cannot open op definition directory %s", dir);
+    char *names[256];
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d)) && n < 256;) {
+        size_t len = strlen(e->d_name);
+        if (len > 5 && !strcmp(e->d_name + len - 5, ".yaml")) names[n++] = strdup(e->d_name);
+    }
+    closedir(d);
+    qsort(names, (size_t)n, sizeof *names, cmp_str);
+    int rc = OPR_OK;
+    for (int i = 0; i < n; i++) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        int r = names[i] ? yaml_load_file(ctx, path, NULL) : OPR_ERR_NOMEM;
+        if (r == OPR_ERR_IO || r == OPR_ERR_NOMEM) rc = r;
+        free(names[i]);
+    }
+    return rc;
+}
+
+static const char *builtin_yaml_dir(const opr_ctx_opts *opts)
+{
+    if (opts && opts->yaml_dir) return opts->yaml_dir;
+    const char *env = getenv("OPREG_YAML_DIR");
+    if (env && env[0]) return env;
+    if (is_dir(OPREG_YAML_INSTALL_DIR)) return OPREG_YAML_INSTALL_DIR;
+    return OPREG_YAML_SOURCE_DIR;
+}
+
+opr_ctx *opr_ctx_new(const opr_ctx_opts *opts)
+{
+    if (opts && opts->struct_size < offsetof(opr_ctx_opts, n_plugin_paths) + sizeof(int)) {
+        opr_fail(OPR_ERR_INVALID, "opr_ctx_new: opts->struct_size not set");
+        return NULL;
+    }
+    opr_ctx *ctx = calloc(1, sizeof *ctx);
+    if (!ctx) { opr_fail(OPR_ERR_NOMEM, "opr_ctx_new: out of memory"); return NULL; }
+    /* Recursive: a plugin's init may load its own YAML while the loader holds the lock. */
+    pthread_mutexattr_t attr;
+    pthread_mutexattr_init(&attr);
+    pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_RECURSIVE);
+    pthread_mutex_init(&ctx->lock, &attr);
+    pthread_mutexattr_destroy(&attr);
+    opr_devices_init(ctx);
+    dispatch_init(ctx);
+    if (registry_new(ctx) || plugins_new(ctx)) { opr_ctx_free(ctx); return NULL; }
+    if (!(opts && opts->skip_builtin_yaml)) {
+        const char *dir = builtin_yaml_dir(opts);
+        if (!is_dir(dir) || load_yaml_dir(ctx, dir)) {
+            opr_fail(OPR_ERR_IO, "opr_ctx_new: cannot read the op definitions in '%s' (set OPREG_YAML_DIR)", dir);
+            opr_ctx_free(ctx);
+            return NULL;
+        }
+    }
+    for (int i = 0; opts && i < opts->n_plugin_paths; i++)
+        if (opts->plugin_paths && opts->plugin_paths[i]) opr_plugin_load(ctx, opts->plugin_paths[i]);
+    if (!(opts && opts->skip_plugin_discovery)) opr_plugin_discover(ctx);
+    opr_error_clear();
+    return ctx;
+}
+
+int opr_ctx_free(opr_ctx *ctx)
+{
+    if (!ctx) return 0;
+    int live = (int)atomic_load(&ctx->live_tensors);
+    plugins_free(ctx);
+    registry_free(ctx);
+    pthread_mutex_destroy(&ctx->lock);
+    free(ctx);
+    return live;
+}

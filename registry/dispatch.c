@@ -1,0 +1,403 @@
+/* opr_call: argument checking against the schema, output shape and dtype inference,
+ * output allocation, kernel selection by device, and the call itself. Nothing here
+ * takes a lock: the op pointer and its kernel slots are read atomically. */
+#include "registry.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Everything alloc_output needs to allocate a data-dependent output. */
+typedef struct call_frame {
+    opr_ctx *ctx;
+    opr_device dev;
+    opr_dtype out_dtype[OPR_MAX_OUTS];
+    opr_tensor *outs[OPR_MAX_OUTS];
+} call_frame;
+
+static const char *type_name(arg_type t)
+{
+    static const char *names[] = {"Tensor", "Tensor[]", "int", "float", "bool", "int[]", "str"};
+    return names[t];
+}
+
+static const char *value_kind_name(opr_value_kind k)
+{
+    static const char *names[] = {"None", "Tensor", "Tensor[]", "int", "float", "bool", "int[]", "str"};
+    return (unsigned)k <= OPR_V_STRING ? names[k] : "invalid value";
+}
+
+static void mval_of_karg(const opr_kernel_arg *k, mval *m)
+{
+    switch (k->kind) {
+    case OPR_ARG_INT: m->k = MV_INT; m->u.i = k->u.i; break;
+    case OPR_ARG_DOUBLE: m->k = MV_FLOAT; m->u.d = k->u.d; break;
+    case OPR_ARG_BOOL: m->k = MV_BOOL; m->u.b = k->u.b; break;
+    case OPR_ARG_STRING: m->k = MV_STR; m->u.s = k->u.s; break;
+    case OPR_ARG_INT_LIST:
+        m->k = MV_LIST;
+        m->n = k->u.il.n;
+        memcpy(m->u.l, k->u.il.items, (size_t)k->u.il.n * sizeof(int64_t));
+        break;
+    default: m->k = MV_NONE; break;
+    }
+}
+
+/* State collected while checking the arguments. */
+typedef struct checked {
+    opr_kernel_arg kargs[OPR_MAX_ARGS];
+    opr_tensor_view views[OPR_MAX_ARGS];
+    opr_tensor_view *list_views;  /* views of the one Tensor[] argument, if any */
+    opr_tensor *tensors[OPR_MAX_ARGS];
+    mval slots[OPR_MAX_ARGS + OPR_MAX_OUTS + 1];
+    int common;                   /* common dtype T, -1 until seen */
+    opr_device dev;
+    bool have_dev;
+    opr_ctx *ctx;
+    bool any_requires_grad;
+} checked;
+
+static int check_tensor(const opr_op *op, const op_arg *a, opr_tensor *t, checked *c, const char *where)
+{
+    char buf[96], dev[48];
+    if (c->ctx && t->ctx != c->ctx)
+        return opr_fail(OPR_ERR_INVALID, "%s: argument '%s'%s belongs to another context", op->name, a->name, where);
+    c->ctx = t->ctx;
+    opr_device d = t->storage->dev;
+    if (!c->have_dev) { c->dev = d; c->have_dev = true; }
+    else if (c->dev.type != d.type || c->dev.index != d.index)
+        return opr_fail(OPR_ERR_INVALID, "%s: argument '%s'%s is on %s but earlier arguments are on %s", op->name, a->name,
+                        where, opr_device_format(t->ctx, d, buf, sizeof buf), opr_device_format(t->ctx, c->dev, dev, sizeof dev));
+    if (a->fixed_dtype >= 0) {
+        if ((int)t->m.dtype != a->fixed_dtype)
+            return opr_fail(OPR_ERR_INVALID, "%s: argument '%s'%s must be %s, got %s", op->name, a->name, where,
+                            opr_dtype_name((opr_dtype)a->fixed_dtype), opr_tensor_describe(t, buf, sizeof buf));
+    } else if (c->common < 0) {
+        c->common = (int)t->m.dtype;
+    } else if ((int)t->m.dtype != c->common) {
+        return opr_fail(OPR_ERR_INVALID, "%s: argument '%s'%s is %s but earlier tensor arguments are %s (no implicit casts)",
+                        op->name, a->name, where, opr_dtype_name(t->m.dtype), opr_dtype_name((opr_dtype)c->common));
+    }
+    c->any_requires_grad |= t->requires_grad;
+    return OPR_OK;
+}
+
+static int check_args(const opr_op *op, const opr_value *args, int nargs, checked *c)
+{
+    for (int i = 0; i < op->nargs; i++) {
+        const op_arg *a = &op->args[i];
+        opr_kernel_arg *k = &c->kargs[i];
+        mval *m = &c->slots[i];
+        c->tensors[i] = NULL;
+        if (i >= nargs) {
+            if (!a->has_default)
+                return opr_fail(OPR_ERR_INVALID, "%s: missing argument '%s' (%s); schema: %s", op->name, a->name,
+                                type_name(a->type), op->schema);
+            *k = a->def;
+            mval_of_karg(k, m);
+            continue;
+        }
+        const opr_value *v = &args[i];
+        if (v->kind == OPR_V_NONE) {
+            if (!a->optional)
+                return opr_fail(OPR_ERR_INVALID, "%s: argument '%s' (%s) is not optional", op->name, a->name, type_name(a->type));
+            k->kind = OPR_ARG_NONE;
+            m->k = MV_NONE;
+            continue;
+        }
+        bool ok = true;
+        switch (a->type) {
+        case ARG_TENSOR:
+            if ((ok = v->kind == OPR_V_TENSOR)) {
+                if (!v->u.t) return opr_fail(OPR_ERR_INVALID, "%s: argument '%s' is a NULL tensor", op->name, a->name);
+                int rc = check_tensor(op, a, v->u.t, c, "");
+                if (rc) return rc;
+                opr_tensor_fill_view(v->u.t, &c->views[i]);
+                c->tensors[i] = v->u.t;
+                k->kind = OPR_ARG_TENSOR;
+                k->u.t = &c->views[i];
+                m->k = MV_TENSOR;
+                m->u.t = &v->u.t->m;
+            }
+            break;
+        case ARG_TENSOR_LIST:
+            if ((ok = v->kind == OPR_V_TENSOR_LIST)) {
+                if (v->u.tl.n < 0 || (v->u.tl.n && !v->u.tl.items))
+                    return opr_fail(OPR_ERR_INVALID, "%s: argument '%s' is a NULL tensor list", op->name, a->name);
+                free(c->list_views);
+                c->list_views = malloc(((size_t)v->u.tl.n + 1) * sizeof *c->list_views);
+                if (!c->list_views) return opr_fail(OPR_ERR_NOMEM, "%s: out of memory", op->name);
+                for (int j = 0; j < v->u.tl.n; j++) {
+                    char where[32];
+                    snprintf(where, sizeof where, "[%d]", j);
+                    if (!v->u.tl.items[j]) return opr_fail(OPR_ERR_INVALID, "%s: argument '%s%s' is NULL", op->name, a->name, where);
+                    int rc = check_tensor(op, a, v->u.tl.items[j], c, where);
+                    if (rc) return rc;
+                    opr_tensor_fill_view(v->u.tl.items[j], &c->list_views[j]);
+                }
+                k->kind = OPR_ARG_TENSOR_LIST;
+                k->u.tl.items = c->list_views;
+                k->u.tl.n = v->u.tl.n;
+                m->k = MV_TENSORS;
+                m->n = v->u.tl.n;
+                m->u.ts = v->u.tl.items;
+            }
+            break;
+        case ARG_INT:
+            if ((ok = v->kind == OPR_V_INT)) { k->kind = OPR_ARG_INT; k->u.i = v->u.i; }
+            break;
+        case ARG_FLOAT:
+            if (v->kind == OPR_V_INT) { k->kind = OPR_ARG_DOUBLE; k->u.d = (double)v->u.i; }
+            else if ((ok = v->kind == OPR_V_DOUBLE)) { k->kind = OPR_ARG_DOUBLE; k->u.d = v->u.d; }
+            break;
+        case ARG_BOOL:
+            if ((ok = v->kind == OPR_V_BOOL)) { k->kind = OPR_ARG_BOOL; k->u.b = v->u.b; }
+            break;
+        case ARG_INT_LIST:
+            if ((ok = v->kind == OPR_V_INT_LIST)) {
+                if (v->u.il.n < 0 || v->u.il.n > OPR_MAX_DIMS || (v->u.il.n && !v->u.il.items))
+                    return opr_fail(OPR_ERR_INVALID, "%s: argument '%s' must be a list of 0 to %d ints", op->name,
+                                    a->name, OPR_MAX_DIMS);
+                k->kind = OPR_ARG_INT_LIST;
+                k->u.il.items = v->u.il.items;
+                k->u.il.n = v->u.il.n;
+            }
+            break;
+        case ARG_STR:
+            if ((ok = v->kind == OPR_V_STRING && v->u.s)) { k->kind = OPR_ARG_STRING; k->u.s = v->u.s; }
+            break;
+        }
+        if (!ok)
+            return opr_fail(OPR_ERR_INVALID, "%s: argument '%s' expects %s, got %s", op->name, a->name,
+                            type_name(a->type), value_kind_name(v->kind));
+        if (a->type != ARG_TENSOR && a->type != ARG_TENSOR_LIST) mval_of_karg(k, m);
+    }
+    return OPR_OK;
+}
+
+/* Quotes a failed check with the shapes of the tensors involved. */
+static int check_failed(const opr_op *op, const expr *e, const checked *c)
+{
+    char text[256] = "", shapes[512] = "";
+    expr_format(e, text, sizeof text);
+    for (int i = 0; i < op->nargs; i++) {
+        if (!c->tensors[i]) continue;
+        char d[96];
+        size_t n = strlen(shapes);
+        snprintf(shapes + n, sizeof shapes - n, "%s%s: %s", n ? ", " : "", op->args[i].name,
+                 opr_tensor_describe(c->tensors[i], d, sizeof d));
+    }
+    return opr_fail(OPR_ERR_INVALID, "%s: check failed: %s%s%s%s", op->name, text, shapes[0] ? " (" : "", shapes,
+                    shapes[0] ? ")" : "");
+}
+
+static int to_int(int64_t v, int *out)
+{
+    if (v < INT32_MIN + 1 || v > INT32_MAX) return OPR_ERR_INVALID;
+    *out = (int)v;
+    return OPR_OK;
+}
+
+/* Host-implemented view ops. */
+static opr_tensor *run_view(const opr_op *op, checked *c)
+{
+    opr_tensor *self = c->tensors[0];
+    const opr_kernel_arg *k = c->kargs;
+    int a = 0, b = 0;
+    switch (op->view) {
+    case VIEW_T:
+        if (self->m.ndim > 2) { opr_fail(OPR_ERR_INVALID, "t: expects a tensor with <= 2 dims, got %d", self->m.ndim); return NULL; }
+        return self->m.ndim == 2 ? opr_tensor_transpose(self, 0, 1)
+                                 : opr_tensor_make_view(self, self->m.ndim, self->m.shape, self->strides, self->offset);
+    case VIEW_TRANSPOSE:
+        if (to_int(k[1].u.i, &a) || to_int(k[2].u.i, &b)) break;
+        return opr_tensor_transpose(self, a, b);
+    case VIEW_PERMUTE: {
+        int dims[OPR_MAX_DIMS];
+        for (int i = 0; i < k[1].u.il.n; i++) if (to_int(k[1].u.il.items[i], &dims[i])) goto bad;
+        return opr_tensor_permute(self, dims, k[1].u.il.n);
+    }
+    case VIEW_RESHAPE: return opr_tensor_reshape(self, k[1].u.il.items, k[1].u.il.n);
+    case VIEW_EXPAND: return opr_tensor_expand(self, k[1].u.il.items, k[1].u.il.n);
+    case VIEW_UNSQUEEZE:
+        if (to_int(k[1].u.i, &a)) break;
+        return opr_tensor_unsqueeze(self, a);
+    case VIEW_SQUEEZE:
+        if (k[1].kind == OPR_ARG_NONE) return opr_tensor_squeeze(self, OPR_ALL_DIMS);
+        if (to_int(k[1].u.i, &a)) break;
+        return opr_tensor_squeeze(self, a);
+    case VIEW_NARROW:
+        if (to_int(k[1].u.i, &a)) break;
+        return opr_tensor_narrow(self, a, k[2].u.i, k[3].u.i);
+    case VIEW_DIAGONAL:
+        if (to_int(k[2].u.i, &a) || to_int(k[3].u.i, &b)) break;
+        return opr_tensor_diagonal(self, k[1].u.i, a, b);
+    case VIEW_CONTIGUOUS: return opr_tensor_contiguous(self);
+    case VIEW_NONE: break;
+    }
+bad:
+    opr_fail(OPR_ERR_INVALID, "%s: dimension argument out of range", op->name);
+    return NULL;
+}
+
+static int out_dtype(const opr_op *op, int i, const checked *c, opr_dtype *out)
+{
+    int rule = op->out_dtype[i];
+    if (rule == OUT_DTYPE_T) { *out = (opr_dtype)c->common; return OPR_OK; }
+    if (rule == OUT_DTYPE_ARG) {
+        const opr_kernel_arg *k = &c->kargs[op->dtype_arg];
+        int rc = opr_dtype_parse(k->u.s, out);
+        return rc ? opr_fail_wrap(rc, "%s: argument '%s'", op->name, op->args[op->dtype_arg].name) : OPR_OK;
+    }
+    *out = (opr_dtype)rule;
+    return OPR_OK;
+}
+
+int dispatch_alloc_output(const opr_kernel_call *call, int32_t index, int32_t ndim, const int64_t *shape)
+{
+    call_frame *f = call ? call->host_call : NULL;
+    if (!f || index < 0 || index >= call->nout || ndim < 0 || ndim > OPR_MAX_DIMS || (ndim && !shape))
+        return opr_fail(OPR_ERR_INVALID, "alloc_output: bad output index or shape");
+    if (f->outs[index]) return opr_fail(OPR_ERR_INVALID, "alloc_output: output %d is already allocated", index);
+    for (int d = 0; d < ndim; d++)
+        if (shape[d] < 0) return opr_fail(OPR_ERR_INVALID, "alloc_output: negative size");
+    opr_tensor *t = opr_tensor_empty(f->ctx, f->out_dtype[index], ndim, shape, f->dev);
+    if (!t) return OPR_ERR_NOMEM;
+    f->outs[index] = t;
+    opr_tensor_fill_view(t, &call->outputs[index]);
+    return OPR_OK;
+}
+
+static int prepare(const opr_op *op, const opr_value *args, int nargs, opr_tensor **results, int nres, checked *c)
+{
+    if (!op) return opr_fail(OPR_ERR_INVALID, "opr_call: NULL op");
+    if (nres && !results) return opr_fail(OPR_ERR_INVALID, "%s: NULL results array", op->name);
+    for (int i = 0; i < nres; i++) results[i] = NULL;
+    if (nres != op->nout)
+        return opr_fail(OPR_ERR_INVALID, "%s: returns %d tensor(s), %d result slot(s) given", op->name, op->nout, nres);
+    if (nargs < 0 || nargs > op->nargs || (nargs && !args))
+        return opr_fail(OPR_ERR_INVALID, "%s: takes at most %d argument(s), %d given; schema: %s", op->name, op->nargs,
+                        nargs, op->schema);
+    c->common = -1;
+    c->ctx = op->ctx;
+    int rc = check_args(op, args, nargs, c);
+    if (rc) return rc;
+    if (op->device_arg >= 0 && !c->have_dev) {
+        rc = opr_device_parse(op->ctx, c->kargs[op->device_arg].u.s, &c->dev);
+        if (rc) return opr_fail_wrap(rc, "%s: argument 'device'", op->name);
+        c->have_dev = true;
+    }
+    if (!c->have_dev) c->dev = OPR_CPU;
+    if (c->common < 0) {
+        opr_dtype dt = OPR_F32;
+        if (op->dtype_arg >= 0 && (rc = out_dtype(op, 0, c, &dt))) return rc;
+        c->common = (int)dt;
+    }
+    if (!(op->dtypes & OPR_DTYPE_BIT(c->common)))
+        return opr_fail(OPR_ERR_INVALID, "%s: dtype %s is not supported by this op", op->name,
+                        opr_dtype_name((opr_dtype)c->common));
+    for (int i = 0; i < op->nchecks; i++) {
+        mval v;
+        if ((rc = expr_eval(op->checks[i], c->slots, &v))) return opr_fail_wrap(rc, "%s", op->name);
+        if (v.k != MV_BOOL || !v.u.b) return check_failed(op, op->checks[i], c);
+    }
+    return OPR_OK;
+}
+
+int opr_call(const opr_op *op, const opr_value *args, int nargs, opr_tensor **results, int nres)
+{
+    checked c;
+    c.list_views = NULL;
+    c.have_dev = false;
+    c.any_requires_grad = false;
+    int rc = prepare(op, args, nargs, results, nres, &c);
+    if (rc) { free(c.list_views); return rc; }
+
+    if (op->view) {
+        results[0] = run_view(op, &c);
+        free(c.list_views);
+        return results[0] ? OPR_OK : OPR_ERR_INVALID;
+    }
+
+    kernel_entry *kern = atomic_load_explicit(&((opr_op *)op)->kernels[c.dev.type], memory_order_acquire);
+    if (!kern) {
+        free(c.list_views);
+        return opr_fail(OPR_ERR_NOT_FOUND, "%s: no kernel for device %s (is its plugin loaded?)", op->name,
+                        op->ctx->devices[c.dev.type].name);
+    }
+    if (!(kern->dtypes & OPR_DTYPE_BIT(c.common))) {
+        free(c.list_views);
+        return opr_fail(OPR_ERR_UNSUPPORTED, "%s: the %s kernel (plugin %s) does not implement dtype %s", op->name,
+                        op->ctx->devices[c.dev.type].name, kern->plugin, opr_dtype_name((opr_dtype)c.common));
+    }
+
+    call_frame f = {.ctx = op->ctx, .dev = c.dev};
+    opr_tensor_view out_views[OPR_MAX_OUTS];
+    for (int i = 0; i < op->nout && !rc; i++) {
+        if ((rc = out_dtype(op, i, &c, &f.out_dtype[i]))) break;
+        if (op->inplace) {
+            f.outs[0] = opr_tensor_retain(c.tensors[0]);
+            out_views[0] = c.views[0];
+            continue;
+        }
+        if (op->dynamic_shape) { memset(&out_views[i], 0, sizeof out_views[i]); continue; }
+        mval shape;
+        if ((rc = expr_eval(op->shapes[i], c.slots, &shape))) { rc = opr_fail_wrap(rc, "%s", op->name); break; }
+        if (shape.k != MV_LIST) { rc = opr_fail(OPR_ERR_INVALID, "%s: shape expression did not give a list", op->name); break; }
+        for (int d = 0; d < shape.n && !rc; d++)
+            if (shape.u.l[d] < 0) rc = opr_fail(OPR_ERR_INVALID, "%s: negative output size %lld", op->name, (long long)shape.u.l[d]);
+        if (rc) break;
+        if (!(f.outs[i] = opr_tensor_empty(op->ctx, f.out_dtype[i], shape.n, shape.u.l, c.dev))) { rc = OPR_ERR_NOMEM; break; }
+        opr_tensor_fill_view(f.outs[i], &out_views[i]);
+    }
+    if (!rc) {
+        opr_kernel_call call = {
+            .struct_size = sizeof call, .op = op->name, .args = c.kargs, .nargs = op->nargs,
+            .outputs = out_views, .nout = op->nout, .host = plugin_host_api(), .host_call = &f,
+            .kernel_data = kern->data,
+        };
+        opr_error_clear(); /* so a failing kernel's detail is not mixed with an older message */
+        rc = kern->fn(&call);
+        if (rc) {
+            char msg[1024];
+            snprintf(msg, sizeof msg, "%s", opr_last_error());
+            rc = opr_fail(rc < 0 ? rc : OPR_ERR_BACKEND, "%s (%s, plugin %s): %s", op->name,
+                          op->ctx->devices[c.dev.type].name, kern->plugin, msg[0] ? msg : "kernel failed without detail");
+        } else if (op->dynamic_shape && !f.outs[0]) {
+            rc = opr_fail(OPR_ERR_BACKEND, "%s: kernel did not allocate its data-dependent output", op->name);
+        }
+    }
+    free(c.list_views);
+    if (rc) {
+        for (int i = 0; i < op->nout; i++) opr_tensor_release(f.outs[i]);
+        return rc;
+    }
+    /* The autograd step (DESIGN.md "Data flow of one call") goes here: when grad mode
+     * is on and c.any_requires_grad, record a node with the op's plan. */
+    for (int i = 0; i < op->nout; i++) results[i] = f.outs[i];
+    return OPR_OK;
+}
+
+int opr_call_by_name(opr_ctx *ctx, const char *name, const opr_value *args, int nargs, opr_tensor **results, int nres)
+{
+    const opr_op *op = opr_op_find(ctx, name);
+    if (!op) {
+        for (int i = 0; results && i < nres; i++) results[i] = NULL;
+        return OPR_ERR_NOT_FOUND;
+    }
+    return opr_call(op, args, nargs, results, nres);
+}
+
+/* Strided copies on accelerators run the device's copy_ kernel. */
+static int strided_copy(opr_ctx *ctx, opr_tensor *dst, const opr_tensor *src)
+{
+    opr_op *op = registry_find(ctx, "copy_");
+    if (!op) return opr_fail(OPR_ERR_NOT_FOUND, "strided device copy needs the copy_ op");
+    opr_value args[2] = {opr_v_tensor(dst), opr_v_tensor((opr_tensor *)src)};
+    opr_tensor *out = NULL;
+    int rc = opr_call(op, args, 2, &out, 1);
+    opr_tensor_release(out);
+    return rc;
+}
+
+void dispatch_init(opr_ctx *ctx) { ctx->device_strided_copy = strided_copy; }

@@ -1,0 +1,83 @@
+/* The expression language of op definitions: shapes, checks, costs and (later)
+ * derivative formulas. Parsed once at load time into a small tree; evaluated on
+ * metadata (shapes, scalars) at call time. */
+#ifndef OPREG_EXPR_H
+#define OPREG_EXPR_H
+
+#include "../core/core.h"
+
+typedef enum expr_kind {
+    EXPR_INT, EXPR_FLOAT, EXPR_BOOL, EXPR_NONE, EXPR_STR,
+    EXPR_NAME,   /* an argument or `result` */
+    EXPR_CALL,   /* f(a, b, key=c) */
+    EXPR_LIST,   /* [a, b] */
+    EXPR_BINARY, /* a op b */
+    EXPR_UNARY,  /* -a, !a */
+    EXPR_INDEX   /* a[b] */
+} expr_kind;
+
+/* Operators of EXPR_BINARY / EXPR_UNARY. */
+enum { EOP_ADD = 1, EOP_SUB, EOP_MUL, EOP_DIV, EOP_MOD, EOP_EQ, EOP_NE, EOP_LT, EOP_LE,
+       EOP_GT, EOP_GE, EOP_AND, EOP_OR, EOP_NEG, EOP_NOT };
+
+typedef struct expr {
+    expr_kind kind;
+    int line, col;          /* where it starts in its file */
+    int op;                 /* EOP_* for BINARY and UNARY */
+    int64_t i;
+    double d;
+    bool b;
+    char *name;             /* NAME, CALL callee, STR text */
+    struct expr **args;     /* CALL arguments, LIST items, operands */
+    char **kwnames;         /* CALL: keyword of each argument, NULL if positional */
+    int nargs;
+    int slot;               /* NAME: resolved slot (see expr_resolve) */
+    int builtin;            /* CALL: built-in function id, -1 if not a built-in */
+} expr;
+
+/* Where an expression came from, for error messages. */
+typedef struct expr_src {
+    const char *file;
+    int line, col;          /* position of the first character of `text` */
+} expr_src;
+
+/* Parses `text`. On error returns NULL with "file:line:col: message near 'token'" in
+ * opr_last_error (status OPR_ERR_PARSE). */
+expr *expr_parse(const char *text, const expr_src *src);
+void expr_free(expr *e);
+
+/* Names an expression may read: argument names in schema order, then `result` names.
+ * Resolves every NAME to its slot and every CALL to a built-in; reports unknown
+ * names and built-ins (with their position). */
+int expr_resolve(expr *e, const char *const *names, int nnames, const expr_src *src);
+
+/* ------------------------------------------------------------------ evaluation */
+
+typedef enum mval_kind { MV_NONE, MV_INT, MV_FLOAT, MV_BOOL, MV_LIST, MV_TENSOR, MV_TENSORS, MV_STR } mval_kind;
+
+/* A value during metadata evaluation. Tensors are seen through their metadata only. */
+typedef struct mval {
+    mval_kind k;
+    int n;                           /* LIST length, TENSORS count */
+    union {
+        int64_t i;
+        double d;
+        bool b;
+        int64_t l[OPR_MAX_DIMS];
+        const opr_meta *t;
+        opr_tensor *const *ts;
+        const char *s;
+    } u;
+} mval;
+
+/* Evaluates e with slots[k] the value of slot k. On error returns a status with the
+ * message in opr_last_error. */
+int expr_eval(const expr *e, const mval *slots, mval *out);
+
+/* Appends the source-like text of e to buf (for error messages). */
+void expr_format(const expr *e, char *buf, size_t len);
+
+/* Broadcast of two shapes (right-aligned); false when incompatible. */
+bool shape_broadcast(const int64_t *a, int na, const int64_t *b, int nb, int64_t *out, int *nout);
+
+#endif

@@ -1,0 +1,543 @@
+/* Name resolution and metadata evaluation of expressions, with the built-in shape
+ * functions. Evaluation never touches tensor data, only shapes and scalars. */
+#include "expr.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+typedef int (*builtin_fn)(const mval *a, int n, mval *out);
+
+static int want_tensor(const mval *v, const char *fn)
+{
+    return v->k == MV_TENSOR ? OPR_OK : opr_fail(OPR_ERR_INVALID, "%s: expected a tensor argument", fn);
+}
+
+static bool as_int(const mval *v, int64_t *out)
+{
+    if (v->k == MV_INT) { *out = v->u.i; return true; }
+    if (v->k == MV_BOOL) { *out = v->u.b; return true; }
+    if (v->k == MV_FLOAT && v->u.d == floor(v->u.d)) { *out = (int64_t)v->u.d; return true; }
+    return false;
+}
+
+static bool as_num(const mval *v, double *out)
+{
+    if (v->k == MV_INT) { *out = (double)v->u.i; return true; }
+    if (v->k == MV_FLOAT) { *out = v->u.d; return true; }
+    if (v->k == MV_BOOL) { *out = v->u.b; return true; }
+    return false;
+}
+
+/* Shape of a tensor or an int list value. */
+static bool as_shape(const mval *v, const int64_t **shape, int *n)
+{
+    if (v->k == MV_TENSOR) { *shape = v->u.t->shape; *n = v->u.t->ndim; return true; }
+    if (v->k == MV_LIST) { *shape = v->u.l; *n = v->n; return true; }
+    return false;
+}
+
+static int wrap(int64_t d, int ndim, const char *fn, int *out)
+{
+    int n = ndim > 0 ? ndim : 1;
+    if (d < -n || d >= n)
+        return opr_fail(OPR_ERR_INVALID, "%s: dim %lld out of range for %d dims", fn, (long long)d, ndim);
+    *out = (int)(d < 0 ? d + n : d);
+    return OPR_OK;
+}
+
+static void set_list(mval *out, const int64_t *l, int n)
+{
+    out->k = MV_LIST;
+    out->n = n;
+    if (n) memcpy(out->u.l, l, (size_t)n * sizeof *l);
+}
+
+bool shape_broadcast(const int64_t *a, int na, const int64_t *b, int nb, int64_t *out, int *nout)
+{
+    int n = na > nb ? na : nb;
+    for (int i = 0; i < n; i++) {
+        int64_t x = i < n - na ? 1 : a[i - (n - na)];
+        int64_t y = i < n - nb ? 1 : b[i - (n - nb)];
+        if (x != y && x != 1 && y != 1) return false;
+        out[i] = x == 1 ? y : x;
+    }
+    *nout = n;
+    return true;
+}
+
+static int bi_size(const mval *a, int n, mval *out)
+{
+    (void)n;
+    int d = 0;
+    int64_t di;
+    if (want_tensor(&a[0], "size")) return OPR_ERR_INVALID;
+    if (!as_int(&a[1], &di)) return opr_fail(OPR_ERR_INVALID, "size: dim must be an int");
+    if (a[0].u.t->ndim == 0) return opr_fail(OPR_ERR_INVALID, "size: tensor has no dimensions");
+    if (wrap(di, a[0].u.t->ndim, "size", &d)) return OPR_ERR_INVALID;
+    out->k = MV_INT;
+    out->u.i = a[0].u.t->shape[d];
+    return OPR_OK;
+}
+
+static int bi_sizes(const mval *a, int n, mval *out)
+{
+    (void)n;
+    if (want_tensor(&a[0], "sizes")) return OPR_ERR_INVALID;
+    set_list(out, a[0].u.t->shape, a[0].u.t->ndim);
+    return OPR_OK;
+}
+
+static int bi_dim(const mval *a, int n, mval *out)
+{
+    (void)n;
+    if (want_tensor(&a[0], "dim")) return OPR_ERR_INVALID;
+    out->k = MV_INT;
+    out->u.i = a[0].u.t->ndim;
+    return OPR_OK;
+}
+
+static int bi_numel(const mval *a, int n, mval *out)
+{
+    (void)n;
+    const int64_t *s;
+    int nd;
+    if (!as_shape(&a[0], &s, &nd)) return opr_fail(OPR_ERR_INVALID, "numel: expected a tensor or a shape");
+    out->k = MV_INT;
+    out->u.i = opr_meta_numel(s, nd);
+    return OPR_OK;
+}
+
+static int broadcast_all(const mval *a, int n, int64_t *shape, int *nd, const char *fn)
+{
+    *nd = 0;
+    for (int i = 0; i < n; i++) {
+        const int64_t *s;
+        int ns;
+        if (a[i].k == MV_NONE) continue; /* optional tensors that were not given */
+        if (!as_shape(&a[i], &s, &ns)) return opr_fail(OPR_ERR_INVALID, "%s: expected tensors or shapes", fn);
+        int64_t tmp[OPR_MAX_DIMS];
+        int nt;
+        if (!shape_broadcast(shape, *nd, s, ns, tmp, &nt)) return OPR_ERR_INVALID;
+        memcpy(shape, tmp, (size_t)nt * sizeof *tmp);
+        *nd = nt;
+    }
+    return OPR_OK;
+}
+
+static void fmt_shape(char *buf, size_t len, const int64_t *s, int n)
+{
+    size_t k = (size_t)snprintf(buf, len, "[");
+    for (int i = 0; i < n && k < len; i++) k += (size_t)snprintf(buf + k, len - k, i ? ", %lld" : "%lld", (long long)s[i]);
+    if (k < len) snprintf(buf + k, len - k, "]");
+}
+
+static int bi_broadcast(const mval *a, int n, mval *out)
+{
+    int64_t shape[OPR_MAX_DIMS];
+    int nd;
+    if (broadcast_all(a, n, shape, &nd, "broadcast")) {
+        char msg[512] = "shapes do not broadcast:";
+        for (int i = 0; i < n; i++) {
+            const int64_t *s;
+            int ns;
+            char one[96];
+            if (!as_shape(&a[i], &s, &ns)) continue;
+            fmt_shape(one, sizeof one, s, ns);
+            strncat(msg, " ", sizeof msg - strlen(msg) - 1);
+            strncat(msg, one, sizeof msg - strlen(msg) - 1);
+        }
+        return opr_fail(OPR_ERR_INVALID, "%s", msg);
+    }
+    set_list(out, shape, nd);
+    return OPR_OK;
+}
+
+static int bi_broadcastable(const mval *a, int n, mval *out)
+{
+    int64_t shape[OPR_MAX_DIMS];
+    int nd;
+    out->k = MV_BOOL;
+    out->u.b = broadcast_all(a, n, shape, &nd, "broadcastable") == OPR_OK;
+    return OPR_OK;
+}
+
+/* a broadcasts to exactly b's shape */
+static int bi_broadcastable_to(const mval *a, int n, mval *out)
+{
+    (void)n;
+    const int64_t *sa, *sb;
+    int na, nb;
+    if (!as_shape(&a[0], &sa, &na) || !as_shape(&a[1], &sb, &nb))
+        return opr_fail(OPR_ERR_INVALID, "broadcastable_to: expected tensors or shapes");
+    int64_t tmp[OPR_MAX_DIMS];
+    int nt;
+    out->k = MV_BOOL;
+    out->u.b = na <= nb && shape_broadcast(sa, na, sb, nb, tmp, &nt) && !memcmp(tmp, sb, (size_t)nb * sizeof *sb);
+    return OPR_OK;
+}
+
+/* reduce(t, dims, keepdim): dims None / [] = all; an int or a list of ints. */
+static int bi_reduce(const mval *a, int n, mval *out)
+{
+    if (want_tensor(&a[0], "reduce")) return OPR_ERR_INVALID;
+    const opr_meta *t = a[0].u.t;
+    bool keep = n > 2 && a[2].k == MV_BOOL && a[2].u.b;
+    bool red[OPR_MAX_DIMS] = {false};
+    bool all = n < 2 || a[1].k == MV_NONE || (a[1].k == MV_LIST && a[1].n == 0);
+    if (!all) {
+        int64_t single;
+        int count = a[1].k == MV_LIST ? a[1].n : 1;
+        for (int i = 0; i < count; i++) {
+            int64_t di;
+            if (a[1].k == MV_LIST) di = a[1].u.l[i];
+            else if (as_int(&a[1], &single)) di = single;
+            else return opr_fail(OPR_ERR_INVALID, "reduce: dim must be an int or a list of ints");
+            int d = 0;
+            if (wrap(di, t->ndim, "reduce", &d)) return OPR_ERR_INVALID;
+            if (red[d]) return opr_fail(OPR_ERR_INVALID, "dim %d appears twice in the reduction dims", d);
+            red[d] = true;
+        }
+    }
+    int64_t shape[OPR_MAX_DIMS];
+    int nd = 0;
+    for (int d = 0; d < t->ndim; d++) {
+        if (all || red[d]) { if (keep) shape[nd++] = 1; }
+        else shape[nd++] = t->shape[d];
+    }
+    set_list(out, shape, nd);
+    return OPR_OK;
+}
+
+/* set(list, i, v): the list with entry i (negative counts from the end) replaced. */
+static int bi_set(const mval *a, int n, mval *out)
+{
+    (void)n;
+    int64_t i, v;
+    if (a[0].k != MV_LIST || !as_int(&a[1], &i) || !as_int(&a[2], &v))
+        return opr_fail(OPR_ERR_INVALID, "set: expected (list, int, int)");
+    int d = 0;
+    if (a[0].n == 0) return opr_fail(OPR_ERR_INVALID, "dim %lld out of range for a 0-d tensor", (long long)i);
+    if (wrap(i, a[0].n, "set", &d)) return OPR_ERR_INVALID;
+    *out = a[0];
+    out->u.l[d] = v;
+    return OPR_OK;
+}
+
+static int bi_matmul_shape(const mval *a, int n, mval *out)
+{
+    (void)n;
+    if (want_tensor(&a[0], "matmul_shape") || want_tensor(&a[1], "matmul_shape")) return OPR_ERR_INVALID;
+    const opr_meta *x = a[0].u.t, *y = a[1].u.t;
+    int64_t xk = x->shape[x->ndim - 1];
+    int64_t yk = y->ndim == 1 ? y->shape[0] : y->shape[y->ndim - 2];
+    if (xk != yk)
+        return opr_fail(OPR_ERR_INVALID, "matmul: inner dimensions differ (%lld vs %lld)", (long long)xk, (long long)yk);
+    int64_t shape[OPR_MAX_DIMS];
+    int nd = 0;
+    if (x->ndim >= 2 || y->ndim >= 2) {
+        int nbx = x->ndim > 2 ? x->ndim - 2 : 0, nby = y->ndim > 2 ? y->ndim - 2 : 0;
+        if (!shape_broadcast(x->shape, nbx, y->shape, nby, shape, &nd))
+            return opr_fail(OPR_ERR_INVALID, "matmul: batch dimensions do not broadcast");
+        if (x->ndim >= 2) shape[nd++] = x->shape[x->ndim - 2];
+        if (y->ndim >= 2) shape[nd++] = y->shape[y->ndim - 1];
+    }
+    if (nd > OPR_MAX_DIMS) return opr_fail(OPR_ERR_INVALID, "matmul: too many dims");
+    set_list(out, shape, nd);
+    return OPR_OK;
+}
+
+static int bi_cat_shape(const mval *a, int n, mval *out)
+{
+    (void)n;
+    int64_t di;
+    if (a[0].k != MV_TENSORS || !as_int(&a[1], &di)) return opr_fail(OPR_ERR_INVALID, "cat_shape: expected (tensors, int)");
+    if (a[0].n == 0) return opr_fail(OPR_ERR_INVALID, "cat: expected a non-empty list of tensors");
+    const opr_meta *ref = NULL;
+    /* 1-d empty tensors are skipped, as PyTorch does for legacy reasons */
+    for (int i = 0; i < a[0].n && !ref; i++) {
+        const opr_meta *m = &a[0].u.ts[i]->m;
+        if (!(m->ndim == 1 && m->shape[0] == 0)) ref = m;
+    }
+    if (!ref) { int64_t z = 0; set_list(out, &z, 1); return OPR_OK; }
+    int d = 0;
+    if (ref->ndim == 0) return opr_fail(OPR_ERR_INVALID, "cat: zero-dimensional tensor cannot be concatenated");
+    if (wrap(di, ref->ndim, "cat", &d)) return OPR_ERR_INVALID;
+    int64_t total = 0;
+    for (int i = 0; i < a[0].n; i++) {
+        const opr_meta *m = &a[0].u.ts[i]->m;
+        if (m->ndim == 1 && m->shape[0] == 0) continue;
+        if (m->ndim != ref->ndim)
+            return opr_fail(OPR_ERR_INVALID, "cat: tensor %d has %d dims, expected %d", i, m->ndim, ref->ndim);
+        for (int k = 0; k < m->ndim; k++)
+            if (k != d && m->shape[k] != ref->shape[k])
+                return opr_fail(OPR_ERR_INVALID, "cat: tensor %d has size %lld in dim %d, expected %lld", i,
+                                (long long)m->shape[k], k, (long long)ref->shape[k]);
+        total += m->shape[d];
+    }
+    set_list(out, ref->shape, ref->ndim);
+    out->u.l[d] = total;
+    return OPR_OK;
+}
+
+static int bi_diag_shape(const mval *a, int n, mval *out)
+{
+    (void)n;
+    int64_t k;
+    if (want_tensor(&a[0], "diag_shape") || !as_int(&a[1], &k)) return opr_fail(OPR_ERR_INVALID, "diag_shape: expected (tensor, int)");
+    const opr_meta *t = a[0].u.t;
+    int64_t absk = k < 0 ? -k : k;
+    if (t->ndim == 1) {
+        int64_t s = t->shape[0] + absk, sh[2] = {s, s};
+        set_list(out, sh, 2);
+    } else {
+        int64_t len = k >= 0 ? (t->shape[1] - k < t->shape[0] ? t->shape[1] - k : t->shape[0])
+                             : (t->shape[0] + k < t->shape[1] ? t->shape[0] + k : t->shape[1]);
+        if (len < 0) len = 0;
+        set_list(out, &len, 1);
+    }
+    return OPR_OK;
+}
+
+static int minmax(const mval *a, mval *out, bool want_max)
+{
+    int64_t x, y;
+    if (as_int(&a[0], &x) && as_int(&a[1], &y) && a[0].k != MV_FLOAT && a[1].k != MV_FLOAT) {
+        out->k = MV_INT;
+        out->u.i = (x > y) == want_max ? x : y;
+        return OPR_OK;
+    }
+    double dx, dy;
+    if (!as_num(&a[0], &dx) || !as_num(&a[1], &dy)) return opr_fail(OPR_ERR_INVALID, "max/min: expected numbers");
+    out->k = MV_FLOAT;
+    out->u.d = (dx > dy) == want_max ? dx : dy;
+    return OPR_OK;
+}
+static int bi_max(const mval *a, int n, mval *out) { (void)n; return minmax(a, out, true); }
+static int bi_min(const mval *a, int n, mval *out) { (void)n; return minmax(a, out, false); }
+
+static int rounding(const mval *a, mval *out, double (*f)(double), const char *fn)
+{
+    double d;
+    if (!as_num(&a[0], &d)) return opr_fail(OPR_ERR_INVALID, "%s: expected a number", fn);
+    out->k = MV_INT;
+    out->u.i = (int64_t)f(d);
+    return OPR_OK;
+}
+static int bi_ceil(const mval *a, int n, mval *out) { (void)n; return rounding(a, out, ceil, "ceil"); }
+static int bi_floor(const mval *a, int n, mval *out) { (void)n; return rounding(a, out, floor, "floor"); }
+
+static const struct builtin {
+    const char *name;
+    int min_args, max_args; /* max -1: variadic */
+    builtin_fn fn;
+} builtins[] = {
+    {"size", 2, 2, bi_size}, {"sizes", 1, 1, bi_sizes}, {"dim", 1, 1, bi_dim},
+    {"numel", 1, 1, bi_numel}, {"broadcast", 1, -1, bi_broadcast},
+    {"broadcastable", 2, -1, bi_broadcastable}, {"broadcastable_to", 2, 2, bi_broadcastable_to},
+    {"reduce", 1, 3, bi_reduce}, {"set", 3, 3, bi_set}, {"matmul_shape", 2, 2, bi_matmul_shape},
+    {"cat_shape", 2, 2, bi_cat_shape}, {"diag_shape", 2, 2, bi_diag_shape},
+    {"max", 2, 2, bi_max}, {"min", 2, 2, bi_min}, {"ceil", 1, 1, bi_ceil}, {"floor", 1, 1, bi_floor},
+};
+#define N_BUILTINS ((int)(sizeof builtins / sizeof builtins[0]))
+
+int expr_resolve(expr *e, const char *const *names, int nnames, const expr_src *src)
+{
+    for (int i = 0; i < e->nargs; i++) {
+        int rc = expr_resolve(e->args[i], names, nnames, src);
+        if (rc) return rc;
+    }
+    if (e->kind == EXPR_NAME) {
+        for (int i = 0; i < nnames; i++)
+            if (names[i] && !strcmp(names[i], e->name)) { e->slot = i; return OPR_OK; }
+        return opr_fail(OPR_ERR_PARSE, "%s:%d:%d: unknown name '%s'", src->file, e->line, e->col, e->name);
+    }
+    if (e->kind == EXPR_CALL) {
+        for (int b = 0; b < N_BUILTINS; b++) {
+            if (strcmp(builtins[b].name, e->name)) continue;
+            if (e->nargs < builtins[b].min_args || (builtins[b].max_args >= 0 && e->nargs > builtins[b].max_args))
+                return opr_fail(OPR_ERR_PARSE, "%s:%d:%d: '%s' takes %d to %d arguments, got %d", src->file,
+                                e->line, e->col, e->name, builtins[b].min_args, builtins[b].max_args, e->nargs);
+            e->builtin = b;
+            return OPR_OK;
+        }
+        return opr_fail(OPR_ERR_PARSE, "%s:%d:%d: unknown function '%s'", src->file, e->line, e->col, e->name);
+    }
+    return OPR_OK;
+}
+
+static int arith(int op, const mval *x, const mval *y, mval *out)
+{
+    int64_t a, b;
+    bool ints = x->k != MV_FLOAT && y->k != MV_FLOAT && as_int(x, &a) && as_int(y, &b);
+    if (ints && op != EOP_DIV) {
+        out->k = MV_INT;
+        switch (op) {
+        case EOP_ADD: out->u.i = a + b; return OPR_OK;
+        case EOP_SUB: out->u.i = a - b; return OPR_OK;
+        case EOP_MUL: out->u.i = a * b; return OPR_OK;
+        case EOP_MOD:
+            if (!b) return opr_fail(OPR_ERR_INVALID, "modulo by zero");
+            out->u.i = a % b;
+            return OPR_OK;
+        }
+    }
+    double da, db;
+    if (!as_num(x, &da) || !as_num(y, &db)) return opr_fail(OPR_ERR_INVALID, "arithmetic on non-numbers");
+    out->k = MV_FLOAT;
+    switch (op) {
+    case EOP_ADD: out->u.d = da + db; break;
+    case EOP_SUB: out->u.d = da - db; break;
+    case EOP_MUL: out->u.d = da * db; break;
+    case EOP_DIV: out->u.d = da / db; break;
+    case EOP_MOD: out->u.d = fmod(da, db); break;
+    }
+    return OPR_OK;
+}
+
+static bool values_equal(const mval *x, const mval *y)
+{
+    if (x->k == MV_LIST && y->k == MV_LIST)
+        return x->n == y->n && !memcmp(x->u.l, y->u.l, (size_t)x->n * sizeof(int64_t));
+    if (x->k == MV_NONE || y->k == MV_NONE) return x->k == y->k;
+    if (x->k == MV_STR && y->k == MV_STR) return !strcmp(x->u.s, y->u.s);
+    double a, b;
+    return as_num(x, &a) && as_num(y, &b) && a == b;
+}
+
+static bool truthy(const mval *v)
+{
+    switch (v->k) {
+    case MV_BOOL: return v->u.b;
+    case MV_INT: return v->u.i != 0;
+    case MV_FLOAT: return v->u.d != 0;
+    case MV_NONE: return false;
+    default: return true;
+    }
+}
+
+int expr_eval(const expr *e, const mval *slots, mval *out)
+{
+    switch (e->kind) {
+    case EXPR_INT: out->k = MV_INT; out->u.i = e->i; return OPR_OK;
+    case EXPR_FLOAT: out->k = MV_FLOAT; out->u.d = e->d; return OPR_OK;
+    case EXPR_BOOL: out->k = MV_BOOL; out->u.b = e->b; return OPR_OK;
+    case EXPR_NONE: out->k = MV_NONE; return OPR_OK;
+    case EXPR_STR: out->k = MV_STR; out->u.s = e->name; return OPR_OK;
+    case EXPR_NAME: *out = slots[e->slot]; return OPR_OK;
+    case EXPR_LIST: {
+        if (e->nargs > OPR_MAX_DIMS) return opr_fail(OPR_ERR_INVALID, "list longer than %d", OPR_MAX_DIMS);
+        out->k = MV_LIST;
+        out->n = e->nargs;
+        for (int i = 0; i < e->nargs; i++) {
+            mval v;
+            int rc = expr_eval(e->args[i], slots, &v);
+            if (rc) return rc;
+            if (!as_int(&v, &out->u.l[i])) return opr_fail(OPR_ERR_INVALID, "list items must be ints");
+        }
+        return OPR_OK;
+    }
+    case EXPR_CALL: {
+        mval a[8];
+        if (e->builtin < 0 || e->nargs > 8) return opr_fail(OPR_ERR_INVALID, "'%s' is not evaluable on metadata", e->name);
+        for (int i = 0; i < e->nargs; i++) {
+            int rc = expr_eval(e->args[i], slots, &a[i]);
+            if (rc) return rc;
+        }
+        return builtins[e->builtin].fn(a, e->nargs, out);
+    }
+    case EXPR_UNARY: {
+        mval v;
+        int rc = expr_eval(e->args[0], slots, &v);
+        if (rc) return rc;
+        if (e->op == EOP_NOT) { out->k = MV_BOOL; out->u.b = !truthy(&v); return OPR_OK; }
+        mval zero = {.k = MV_INT};
+        return arith(EOP_SUB, &zero, &v, out);
+    }
+    case EXPR_INDEX: {
+        mval l, i;
+        int rc = expr_eval(e->args[0], slots, &l);
+        if (!rc) rc = expr_eval(e->args[1], slots, &i);
+        if (rc) return rc;
+        int64_t k;
+        int d = 0;
+        if (l.k != MV_LIST || !as_int(&i, &k)) return opr_fail(OPR_ERR_INVALID, "only int lists can be indexed");
+        if (wrap(k, l.n, "index", &d) || l.n == 0) return OPR_ERR_INVALID;
+        out->k = MV_INT;
+        out->u.i = l.u.l[d];
+        return OPR_OK;
+    }
+    case EXPR_BINARY: {
+        mval x, y;
+        int rc = expr_eval(e->args[0], slots, &x);
+        if (rc) return rc;
+        if (e->op == EOP_AND || e->op == EOP_OR) { /* short-circuit */
+            bool tx = truthy(&x);
+            if ((e->op == EOP_AND && !tx) || (e->op == EOP_OR && tx)) { out->k = MV_BOOL; out->u.b = tx; return OPR_OK; }
+            if ((rc = expr_eval(e->args[1], slots, &y))) return rc;
+            out->k = MV_BOOL;
+            out->u.b = truthy(&y);
+            return OPR_OK;
+        }
+        if ((rc = expr_eval(e->args[1], slots, &y))) return rc;
+        if (e->op <= EOP_MOD) return arith(e->op, &x, &y, out);
+        out->k = MV_BOOL;
+        if (e->op == EOP_EQ) { out->u.b = values_equal(&x, &y); return OPR_OK; }
+        if (e->op == EOP_NE) { out->u.b = !values_equal(&x, &y); return OPR_OK; }
+        double a, b;
+        if (!as_num(&x, &a) || !as_num(&y, &b)) return opr_fail(OPR_ERR_INVALID, "comparison of non-numbers");
+        out->u.b = e->op == EOP_LT ? a < b : e->op == EOP_LE ? a <= b : e->op == EOP_GT ? a > b : a >= b;
+        return OPR_OK;
+    }
+    }
+    return opr_fail(OPR_ERR_INVALID, "bad expression node");
+}
+
+static const char *op_text(int op)
+{
+    static const char *t[] = {"", "+", "-", "*", "/", "%", "==", "!=", "<", "<=", ">", ">=", "&&", "||", "-", "!"};
+    return op > 0 && op <= EOP_NOT ? t[op] : "?";
+}
+
+void expr_format(const expr *e, char *buf, size_t len)
+{
+    size_t k = strlen(buf);
+    if (k + 1 >= len) return;
+    char *p = buf + k;
+    size_t room = len - k;
+    switch (e->kind) {
+    case EXPR_INT: snprintf(p, room, "%lld", (long long)e->i); return;
+    case EXPR_FLOAT: snprintf(p, room, "%g", e->d); return;
+    case EXPR_BOOL: snprintf(p, room, "%s", e->b ? "True" : "False"); return;
+    case EXPR_NONE: snprintf(p, room, "None"); return;
+    case EXPR_STR: snprintf(p, room, "\"%s\"", e->name); return;
+    case EXPR_NAME: snprintf(p, room, "%s", e->name); return;
+    case EXPR_UNARY: snprintf(p, room, "%s", op_text(e->op)); expr_format(e->args[0], buf, len); return;
+    case EXPR_BINARY:
+        expr_format(e->args[0], buf, len);
+        k = strlen(buf);
+        if (k < len) snprintf(buf + k, len - k, " %s ", op_text(e->op));
+        expr_format(e->args[1], buf, len);
+        return;
+    case EXPR_INDEX:
+        expr_format(e->args[0], buf, len);
+        strncat(buf, "[", len - strlen(buf) - 1);
+        expr_format(e->args[1], buf, len);
+        strncat(buf, "]", len - strlen(buf) - 1);
+        return;
+    case EXPR_CALL:
+    case EXPR_LIST:
+        if (e->kind == EXPR_CALL) snprintf(p, room, "%s(", e->name);
+        else snprintf(p, room, "[");
+        for (int i = 0; i < e->nargs; i++) {
+            if (i) strncat(buf, ", ", len - strlen(buf) - 1);
+            if (e->kwnames && e->kwnames[i]) {
+                strncat(buf, e->kwnames[i], len - strlen(buf) - 1);
+                strncat(buf, "=", len - strlen(buf) - 1);
+            }
+            expr_format(e->args[i], buf, len);
+        }
+        strncat(buf, e->kind == EXPR_CALL ? ")" : "]", len - strlen(buf) - 1);
+        return;
+    }
+}

@@ -1,0 +1,454 @@
+/* Plugin discovery and loading (DESIGN.md, plugin ABI rules 1-8).
+ *
+ * A plugin's registrations are staged while its init runs and committed only when
+ * init succeeded, its ABI major matches and every registration was valid; a broken
+ * plugin therefore leaves nothing behind and never stops the others. Loaded plugins
+ * are dlclose'd only when their context is freed. */
+#include "registry.h"
+
+#include <dirent.h>
+#include <dlfcn.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#ifndef OPREG_PLUGIN_INSTALL_DIR
+#define OPREG_PLUGIN_INSTALL_DIR ""
+#endif
+#ifndef OPREG_PLUGIN_BUILD_DIR
+#define OPREG_PLUGIN_BUILD_DIR ""
+#endif
+
+typedef struct staged_kernel {
+    char op[64];
+    int device;              /* device type index, or -1 for a device staged by this plugin */
+    char device_name[32];
+    kernel_entry entry;
+} staged_kernel;
+
+typedef struct candidate {
+    char *path;
+    char *name, *version, *why;
+    unsigned abi_major, abi_minor;
+    int score;
+    bool loaded;
+    dev_t st_dev;
+    ino_t st_ino;
+    void *handle;            /* kept open while loaded */
+    opr_plugin self;
+} candidate;
+
+typedef struct staging {
+    opr_ctx *ctx;
+    candidate *cand;
+    staged_kernel *kernels;
+    int nkernels, cap;
+    opr_device_desc devices[4];
+    char device_names[4][32];
+    int ndevices;
+    char error[512];         /* first invalid registration */
+} staging;
+
+struct opr_plugin_set {
+    candidate **items;
+    int n, cap;
+};
+
+int plugins_new(opr_ctx *ctx)
+{
+    ctx->plugins = calloc(1, sizeof *ctx->plugins);
+    return ctx->plugins ? OPR_OK : opr_fail(OPR_ERR_NOMEM, "out of memory");
+}
+
+void plugins_free(opr_ctx *ctx)
+{
+    struct opr_plugin_set *set = ctx->plugins;
+    if (!set) return;
+    for (int i = 0; i < set->n; i++) {
+        candidate *c = set->items[i];
+        if (c->loaded && c->self.shutdown) c->self.shutdown(&c->self);
+        /* Only plugins whose init never ran are closed early; the rest close here. */
+        if (c->handle) dlclose(c->handle);
+        free(c->path); free(c->name); free(c->version); free(c->why);
+        free(c);
+    }
+    free(set->items);
+    free(set);
+    ctx->plugins = NULL;
+}
+
+/* ------------------------------------------------------------------ host API table */
+
+static void stage_error(staging *st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void stage_error(staging *st, const char *fmt, ...)
+{
+    if (st->error[0]) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(st->error, sizeof st->error, fmt, ap);
+    va_end(ap);
+}
+
+static staging *staging_of(opr_plugin *self)
+{
+    return self ? (staging *)self->host_private : NULL;
+}
+
+static int host_register_kernel(opr_plugin *self, const opr_kernel_desc *d)
+{
+    staging *st = staging_of(self);
+    if (!st) return OPR_ERR_INVALID;
+    if (!d || d->struct_size < offsetof(opr_kernel_desc, data)) {
+        stage_error(st, "register_kernel: descriptor is NULL or too small (struct_size %zu)", d ? d->struct_size : 0);
+        return OPR_ERR_INVALID;
+    }
+    const char *op = d->op ? d->op : "(null)";
+    if (!d->op || !d->device) { stage_error(st, "register_kernel: NULL op or device name"); return OPR_ERR_INVALID; }
+    if (!d->fn) { stage_error(st, "register_kernel: kernel for '%s' has a NULL function pointer", op); return OPR_ERR_INVALID; }
+    if (!registry_find(st->ctx, d->op)) { stage_error(st, "register_kernel: unknown op '%s'", op); return OPR_ERR_NOT_FOUND; }
+    int dev = opr_device_type_find(st->ctx, d->device);
+    bool staged_dev = false;
+    for (int i = 0; i < st->ndevices && dev < 0; i++) staged_dev = !strcmp(st->device_names[i], d->device);
+    if (dev < 0 && !staged_dev) {
+        stage_error(st, "register_kernel: '%s' names unknown device '%s' (register_device it first)", op, d->device);
+        return OPR_ERR_NOT_FOUND;
+    }
+    for (int i = 0; i < st->nkernels; i++)
+        if (!strcmp(st->kernels[i].op, d->op) && !strcmp(st->kernels[i].device_name, d->device)) {
+            stage_error(st, "register_kernel: kernel '%s' on %s registered twice", op, d->device);
+            return OPR_ERR_INVALID;
+        }
+    if (strlen(d->op) >= sizeof st->kernels[0].op) { stage_error(st, "register_kernel: op name too long"); return OPR_ERR_INVALID; }
+    if (st->nkernels == st->cap) {
+        int cap = st->cap ? st->cap * 2 : 64;
+        staged_kernel *k = realloc(st->kernels, (size_t)cap * sizeof *k);
+        if (!k) { stage_error(st, "out of memory"); return OPR_ERR_NOMEM; }
+        st->kernels = k;
+        st->cap = cap;
+    }
+    staged_kernel *k = &st->kernels[st->nkernels++];
+    snprintf(k->op, sizeof k->op, "%s", d->op);
+    snprintf(k->device_name, sizeof k->device_name, "%s", d->device);
+    k->entry = (kernel_entry){d->fn, d->data, d->dtypes, NULL};
+    return OPR_OK;
+}
+
+static int host_register_device(opr_plugin *self, const opr_device_desc *d)
+{
+    staging *st = staging_of(self);
+    if (!st) return OPR_ERR_INVALID;
+    if (!d || d->struct_size < offsetof(opr_device_desc, reserved) || !d->name || !d->name[0] ||
+        strlen(d->name) >= sizeof st->device_names[0]) {
+        stage_error(st, "register_device: descriptor NULL, too small or unnamed");
+        return OPR_ERR_INVALID;
+    }
+    bool is_cpu = !strcmp(d->name, "cpu");
+    if (!is_cpu && (!d->alloc || !d->free || !d->copy_to_host || !d->copy_from_host || !d->copy_device)) {
+        stage_error(st, "register_device: device '%s' lacks an allocator or copy function", d->name);
+        return OPR_ERR_INVALID;
+    }
+    if (!is_cpu && opr_device_type_find(st->ctx, d->name) >= 0) {
+        stage_error(st, "register_device: device '%s' is already provided by another plugin", d->name);
+        return OPR_ERR_INVALID;
+    }
+    if (d->count < 1 || d->count > OPR_MAX_ORDINALS || st->ndevices == 4) {
+        stage_error(st, "register_device: '%s' has %d ordinals (1..%d allowed)", d->name, d->count, OPR_MAX_ORDINALS);
+        return OPR_ERR_INVALID;
+    }
+    st->devices[st->ndevices] = *d;
+    snprintf(st->device_names[st->ndevices++], sizeof st->device_names[0], "%s", d->name);
+    return OPR_OK;
+}
+
+static int host_load_yaml(opr_plugin *self, const char *path)
+{
+    staging *st = staging_of(self);
+    if (!st || !path) return OPR_ERR_INVALID;
+    return yaml_load_file(st->ctx, path, NULL);
+}
+
+static void host_set_error(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    opr_error_vset(fmt, ap);
+    va_end(ap);
+}
+
+static void host_log(opr_plugin *self, int level, const char *fmt, ...)
+{
+    if (level < OPR_LOG_WARN && !getenv("OPREG_DEBUG")) return;
+    fprintf(stderr, "opreg[%s]: ", self && self->name ? self->name : "plugin");
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+}
+
+static const opr_host_api host_api = {
+    .struct_size = sizeof(opr_host_api),
+    .abi_major = OPR_ABI_MAJOR,
+    .abi_minor = OPR_ABI_MINOR,
+    .register_kernel = host_register_kernel,
+    .register_device = host_register_device,
+    .load_yaml = host_load_yaml,
+    .set_error = host_set_error,
+    .log = host_log,
+    .alloc_output = dispatch_alloc_output,
+};
+
+const opr_host_api *plugin_host_api(void) { return &host_api; }
+
+/* ------------------------------------------------------------------ loading */
+
+static candidate *candidate_add(opr_ctx *ctx, const char *path)
+{
+    struct opr_plugin_set *set = ctx->plugins;
+    if (set->n == set->cap) {
+        int cap = set->cap ? set->cap * 2 : 8;
+        candidate **items = realloc(set->items, (size_t)cap * sizeof *items);
+        if (!items) return NULL;
+        set->items = items;
+        set->cap = cap;
+    }
+    candidate *c = calloc(1, sizeof *c);
+    if (!c || !(c->path = strdup(path))) { free(c); return NULL; }
+    c->score = -1;
+    set->items[set->n++] = c;
+    return c;
+}
+
+static int refuse(candidate *c, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int refuse(candidate *c, int status, const char *fmt, ...)
+{
+    char why[768];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof why, fmt, ap);
+    va_end(ap);
+    free(c->why);
+    c->why = strdup(why);
+    return opr_fail(status, "plugin %s: %s", c->path, why);
+}
+
+/* Commits a staged plugin: devices first, then kernels (already-provided kernels stay
+ * with the plugin that came first, with a remark). */
+static void commit(opr_ctx *ctx, staging *st, candidate *c)
+{
+    for (int i = 0; i < st->ndevices; i++) {
+        const opr_device_desc *d = &st->devices[i];
+        if (!strcmp(d->name, "cpu")) { /* speed description of the built-in CPU device */
+            opr_device_desc *cpu = &ctx->devices[0].desc;
+            if (d->flops_per_s > 0) cpu->flops_per_s = d->flops_per_s;
+            if (d->bytes_per_s > 0) cpu->bytes_per_s = d->bytes_per_s;
+            if (d->launch_ns > 0) cpu->launch_ns = d->launch_ns;
+            continue;
+        }
+        int t = atomic_load(&ctx->n_devices);
+        if (t == OPR_MAX_DEVICE_TYPES) continue;
+        opr_device_entry *e = &ctx->devices[t];
+        memset(e, 0, sizeof *e);
+        snprintf(e->name, sizeof e->name, "%s", d->name);
+        size_t n = d->struct_size < sizeof e->desc ? d->struct_size : sizeof e->desc;
+        memcpy(&e->desc, d, n);
+        e->desc.name = e->name;
+        e->plugin_name = c->name;
+        atomic_store(&ctx->n_devices, t + 1);
+    }
+    int skipped = 0;
+    for (int i = 0; i < st->nkernels; i++) {
+        staged_kernel *k = &st->kernels[i];
+        opr_op *op = registry_find(ctx, k->op);
+        int dev = opr_device_type_find(ctx, k->device_name);
+        if (!op || dev < 0) continue;
+        kernel_entry *e = malloc(sizeof *e);
+        if (!e) continue;
+        *e = k->entry;
+        e->plugin = c->name;
+        kernel_entry *expected = NULL;
+        if (!atomic_compare_exchange_strong(&op->kernels[dev], &expected, e)) { free(e); skipped++; }
+    }
+    if (skipped) {
+        char why[128];
+        snprintf(why, sizeof why, "%d kernel(s) already provided by an earlier plugin were not replaced", skipped);
+        c->why = strdup(why);
+    }
+}
+
+static bool name_loaded(opr_ctx *ctx, const char *name, const candidate *self)
+{
+    for (int i = 0; i < ctx->plugins->n; i++) {
+        candidate *o = ctx->plugins->items[i];
+        if (o != self && o->loaded && o->name && !strcmp(o->name, name)) return true;
+    }
+    return false;
+}
+
+static int load_file(opr_ctx *ctx, const char *path)
+{
+    struct stat sb;
+    char real[PATH_MAX];
+    if (!realpath(path, real)) snprintf(real, sizeof real, "%s", path);
+    if (stat(real, &sb)) return opr_fail(OPR_ERR_NOT_FOUND, "plugin %s: cannot stat", path);
+    for (int i = 0; i < ctx->plugins->n; i++) { /* same file: idempotent */
+        candidate *o = ctx->plugins->items[i];
+        if (o->st_dev == sb.st_dev && o->st_ino == sb.st_ino) return OPR_OK;
+    }
+    candidate *c = candidate_add(ctx, real);
+    if (!c) return opr_fail(OPR_ERR_NOMEM, "out of memory");
+    c->st_dev = sb.st_dev;
+    c->st_ino = sb.st_ino;
+
+    /* A world-writable file or directory lets anyone put code into this process. */
+    if (sb.st_mode & S_IWOTH) return refuse(c, OPR_ERR_REFUSED, "refused: file is world-writable");
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", real);
+    char *slash = strrchr(dir, '/');
+    if (slash) {
+        *slash = '\0';
+        struct stat db;
+        if (!stat(dir[0] ? dir : "/", &db) && (db.st_mode & S_IWOTH) && !(db.st_mode & S_ISVTX))
+            return refuse(c, OPR_ERR_REFUSED, "refused: directory %s is world-writable", dir);
+    }
+
+    dlerror();
+    void *h = dlopen(real, RTLD_NOW | RTLD_LOCAL);
+    if (!h) return refuse(c, OPR_ERR_NOT_FOUND, "dlopen failed: %s", dlerror());
+    dlerror();
+    opr_plugin_init_fn init = (opr_plugin_init_fn)dlsym(h, OPR_PLUGIN_INIT_SYMBOL);
+    if (!init) {
+        const char *err = dlerror();
+        int rc = refuse(c, OPR_ERR_NOT_FOUND, "no %s symbol: %s", OPR_PLUGIN_INIT_SYMBOL, err ? err : "symbol is NULL");
+        dlclose(h);
+        return rc;
+    }
+    opr_plugin_probe_fn probe = (opr_plugin_probe_fn)dlsym(h, OPR_PLUGIN_PROBE_SYMBOL);
+    if (probe) {
+        char why[256] = "";
+        c->score = probe(why, sizeof why);
+        if (c->score <= 0) {
+            int rc = refuse(c, OPR_ERR_UNSUPPORTED, "skipped: %s", why[0] ? why : "probe says unusable here");
+            dlclose(h);
+            return rc;
+        }
+    }
+
+    staging st = {.ctx = ctx, .cand = c};
+    c->self = (opr_plugin){.struct_size = sizeof(opr_plugin), .host_private = &st};
+    c->handle = h; /* init ran: never closed before the context */
+    opr_error_clear();
+    pthread_mutex_lock(&ctx->lock);
+    int rc = init(&host_api, &c->self);
+    c->abi_major = c->self.abi_major;
+    c->abi_minor = c->self.abi_minor;
+    if (c->self.name) c->name = strdup(c->self.name);
+    if (c->self.version) c->version = strdup(c->self.version);
+    if (c->self.abi_major != OPR_ABI_MAJOR) {
+        rc = refuse(c, OPR_ERR_ABI, "refused: plugin ABI %u.%u is %s than host ABI %d.%d (major versions must match)",
+                    c->abi_major, c->abi_minor, c->abi_major < OPR_ABI_MAJOR ? "older" : "newer",
+                    OPR_ABI_MAJOR, OPR_ABI_MINOR);
+    } else if (rc != OPR_OK) {
+        char detail[512];
+        snprintf(detail, sizeof detail, "%s", opr_last_error());
+        rc = refuse(c, rc < 0 ? rc : OPR_ERR_BACKEND, "refused: init failed with %s%s%s", opr_status_name(rc),
+                    detail[0] ? ": " : "", detail);
+    } else if (st.error[0]) {
+        rc = refuse(c, OPR_ERR_INVALID, "refused: %s", st.error);
+    } else if (!c->name) {
+        rc = refuse(c, OPR_ERR_INVALID, "refused: init did not set a plugin name");
+    } else if (name_loaded(ctx, c->name, c)) {
+        rc = refuse(c, OPR_ERR_REFUSED, "skipped: a plugin named '%s' is already loaded", c->name);
+    } else {
+        commit(ctx, &st, c);
+        c->loaded = true;
+        if (c->abi_minor > OPR_ABI_MINOR && !c->why) {
+            char why[128];
+            snprintf(why, sizeof why, "plugin ABI %u.%u is newer than host %d.%d (accepted)", c->abi_major,
+                     c->abi_minor, OPR_ABI_MAJOR, OPR_ABI_MINOR);
+            c->why = strdup(why);
+        }
+    }
+    pthread_mutex_unlock(&ctx->lock);
+    c->self.host_private = NULL;
+    free(st.kernels);
+    return rc;
+}
+
+static bool has_suffix(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && !strcmp(s + n - k, suffix);
+}
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+int opr_plugin_load(opr_ctx *ctx, const char *path)
+{
+    if (!ctx || !path || !path[0]) return opr_fail(OPR_ERR_INVALID, "opr_plugin_load: NULL or empty path");
+    struct stat sb;
+    if (stat(path, &sb)) return opr_fail(OPR_ERR_NOT_FOUND, "plugin path %s does not exist", path);
+    if (!S_ISDIR(sb.st_mode)) return load_file(ctx, path);
+    if (sb.st_mode & S_IWOTH && !(sb.st_mode & S_ISVTX))
+        return opr_fail(OPR_ERR_REFUSED, "plugin directory %s is world-writable: refused", path);
+    DIR *d = opendir(path);
+    if (!d) return opr_fail(OPR_ERR_IO, "cannot open plugin directory %s", path);
+    char **names = NULL;
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        if (e->d_name[0] == '.' || !has_suffix(e->d_name, ".so")) continue;
+        char **grown = realloc(names, (size_t)(n + 1) * sizeof *names);
+        if (!grown) break;
+        names = grown;
+        size_t len = strlen(path) + strlen(e->d_name) + 2;
+        if (!(names[n] = malloc(len))) break;
+        snprintf(names[n++], len, "%s/%s", path, e->d_name);
+    }
+    closedir(d);
+    qsort(names, (size_t)n, sizeof *names, cmp_str); /* deterministic order */
+    int first = OPR_OK;
+    char first_msg[1024] = "";
+    for (int i = 0; i < n; i++) {
+        int rc = load_file(ctx, names[i]);
+        if (rc && !first) { first = rc; snprintf(first_msg, sizeof first_msg, "%s", opr_last_error()); }
+        free(names[i]);
+    }
+    free(names);
+    if (first) opr_fail(first, "%s", first_msg);
+    return first;
+}
+
+int opr_plugin_discover(opr_ctx *ctx)
+{
+    if (!ctx) return opr_fail(OPR_ERR_INVALID, "opr_plugin_discover: NULL context");
+    const char *env = getenv("OPREG_PLUGIN_PATH");
+    if (env) {
+        char *copy = strdup(env);
+        for (char *save = NULL, *p = copy ? strtok_r(copy, ":", &save) : NULL; p; p = strtok_r(NULL, ":", &save))
+            opr_plugin_load(ctx, p);
+        free(copy);
+    }
+    struct stat sb;
+    if (OPREG_PLUGIN_INSTALL_DIR[0] && !stat(OPREG_PLUGIN_INSTALL_DIR, &sb)) opr_plugin_load(ctx, OPREG_PLUGIN_INSTALL_DIR);
+    if (OPREG_PLUGIN_BUILD_DIR[0] && !stat(OPREG_PLUGIN_BUILD_DIR, &sb)) opr_plugin_load(ctx, OPREG_PLUGIN_BUILD_DIR);
+    /* refusals are recorded per candidate; discovery itself succeeds */
+    return OPR_OK;
+}
+
+int opr_plugin_candidate_count(const opr_ctx *ctx) { return ctx && ctx->plugins ? ctx->plugins->n : 0; }
+
+int opr_plugin_candidate_get(const opr_ctx *ctx, int i, opr_plugin_candidate *out)
+{
+    if (!ctx || !out || i < 0 || i >= opr_plugin_candidate_count(ctx))
+        return opr_fail(OPR_ERR_INVALID, "opr_plugin_candidate_get: index %d out of range", i);
+    const candidate *c = ctx->plugins->items[i];
+    *out = (opr_plugin_candidate){
+        .struct_size = sizeof *out, .path = c->path, .name = c->name, .version = c->version,
+        .abi_major = c->abi_major, .abi_minor = c->abi_minor, .score = c->score,
+        .loaded = c->loaded, .why = c->why,
+    };
+    return OPR_OK;
+}

@@ -1,0 +1,102 @@
+/* Private definitions of the registry layer: op schemas, the op table, kernels. */
+#ifndef OPREG_REGISTRY_H
+#define OPREG_REGISTRY_H
+
+#include "expr.h"
+
+#define OPR_MAX_ARGS 12
+#define OPR_MAX_OUTS 4
+
+typedef enum arg_type {
+    ARG_TENSOR, ARG_TENSOR_LIST, ARG_INT, ARG_FLOAT, ARG_BOOL, ARG_INT_LIST, ARG_STR
+} arg_type;
+
+typedef struct op_arg {
+    char *name;
+    arg_type type;
+    bool optional;          /* `Type?`: None accepted */
+    bool has_default;
+    opr_kernel_arg def;     /* default value; int lists point at def_ints */
+    int64_t def_ints[OPR_MAX_DIMS];
+    char *def_str;
+    int fixed_dtype;        /* tensor args: -1 = takes part in the common dtype T */
+} op_arg;
+
+typedef struct kernel_entry {
+    opr_kernel_fn fn;
+    void *data;
+    uint32_t dtypes;
+    const char *plugin;     /* name of the plugin providing it (owned by the plugin set) */
+} kernel_entry;
+
+/* Output dtype rules. */
+#define OUT_DTYPE_T (-1)    /* the common dtype of the plain tensor arguments */
+#define OUT_DTYPE_ARG (-2)  /* named by the str argument op->dtype_arg */
+
+typedef enum view_kind {
+    VIEW_NONE = 0, VIEW_T, VIEW_TRANSPOSE, VIEW_PERMUTE, VIEW_RESHAPE, VIEW_EXPAND,
+    VIEW_UNSQUEEZE, VIEW_SQUEEZE, VIEW_NARROW, VIEW_DIAGONAL, VIEW_CONTIGUOUS
+} view_kind;
+
+struct opr_op {
+    char *name;
+    char *schema;
+    opr_ctx *ctx;
+    char *file;
+    int line;
+    op_arg args[OPR_MAX_ARGS];
+    int nargs;
+    char *out_names[OPR_MAX_OUTS];
+    int nout;
+    bool inplace;              /* name ends in '_': output 0 is `self` */
+    uint32_t dtypes;           /* OPR_DTYPE_BIT mask allowed for T */
+    int out_dtype[OPR_MAX_OUTS];
+    int dtype_arg;             /* str argument naming the output dtype, or -1 */
+    int device_arg;            /* str argument named "device" (factories), or -1 */
+    expr *checks[8];
+    int nchecks;
+    expr *shapes[OPR_MAX_OUTS];
+    bool dynamic_shape;        /* the kernel allocates output 0 */
+    expr *flops;
+    view_kind view;
+    _Atomic(kernel_entry *) kernels[OPR_MAX_DEVICE_TYPES];
+};
+
+/* Slots of an op's expressions: args, then outputs by name, then `result`. */
+static inline int op_nslots(const opr_op *op) { return op->nargs + op->nout + 1; }
+
+typedef struct opr_registry {
+    opr_op **ops;
+    int n, cap;
+    char *errors;              /* every load error, newline-separated */
+    size_t errors_len;
+} opr_registry;
+
+/* Parses a schema string into op (name, args, outputs). src locates it for errors. */
+int schema_parse(opr_op *op, const char *schema, const expr_src *src);
+void op_free(opr_op *op);
+
+int registry_new(opr_ctx *ctx);
+void registry_free(opr_ctx *ctx);
+/* Adds an op (takes ownership); fails on a duplicate name. Call with ctx->lock held. */
+int registry_add(opr_ctx *ctx, opr_op *op);
+/* Appends a line to the registry's error log. */
+void registry_note_error(opr_ctx *ctx, const char *msg);
+opr_op *registry_find(const opr_ctx *ctx, const char *name);
+
+/* Loads YAML text (the registry lock is taken inside). */
+int yaml_load_text(opr_ctx *ctx, const char *text, size_t len, const char *file, int *n_loaded);
+int yaml_load_file(opr_ctx *ctx, const char *path, int *n_loaded);
+
+/* Installs the hook that copies strided tensors on accelerators (dispatch.c). */
+void dispatch_init(opr_ctx *ctx);
+
+/* Plugin set (plugin_load.c). */
+int plugins_new(opr_ctx *ctx);
+/* The host service table handed to plugins and kernels. */
+const opr_host_api *plugin_host_api(void);
+/* host->alloc_output (dispatch.c). */
+int dispatch_alloc_output(const opr_kernel_call *call, int32_t index, int32_t ndim, const int64_t *shape);
+void plugins_free(opr_ctx *ctx);
+
+#endif

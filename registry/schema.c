@@ -1,0 +1,195 @@
+/* Schema strings: "name(Type arg=default, ...) -> Ret" where Type is Tensor, Tensor?,
+ * Tensor[], int, int?, int[], int[]?, float, float?, bool or str, and Ret is Tensor
+ * or "(Tensor a, Tensor b)". Defaults are literals of the expression language. */
+#include "registry.h"
+
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const struct { const char *text; arg_type type; bool optional; } type_names[] = {
+    {"Tensor[]", ARG_TENSOR_LIST, false}, {"Tensor?", ARG_TENSOR, true}, {"Tensor", ARG_TENSOR, false},
+    {"int[]?", ARG_INT_LIST, true}, {"int[]", ARG_INT_LIST, false}, {"int?", ARG_INT, true},
+    {"int", ARG_INT, false}, {"float?", ARG_FLOAT, true}, {"float", ARG_FLOAT, false},
+    {"bool", ARG_BOOL, false}, {"str", ARG_STR, false},
+};
+
+typedef struct cursor {
+    const char *text, *p;
+    const expr_src *src;
+} cursor;
+
+static int fail(const cursor *c, const char *at, const char *what)
+{
+    char tok[40];
+    size_t n = strcspn(at, " ,()");
+    if (n == 0) n = *at ? 1 : 0;
+    if (n >= sizeof tok) n = sizeof tok - 1;
+    memcpy(tok, at, n);
+    tok[n] = '\0';
+    return opr_fail(OPR_ERR_PARSE, "%s:%d:%d: %s near '%s'", c->src->file, c->src->line,
+                    c->src->col + (int)(at - c->text), what, n ? tok : "end of schema");
+}
+
+static void skip(cursor *c) { while (isspace((unsigned char)*c->p)) c->p++; }
+
+static char *ident(cursor *c)
+{
+    skip(c);
+    const char *s = c->p;
+    while (isalnum((unsigned char)*c->p) || *c->p == '_') c->p++;
+    return c->p > s ? strndup(s, (size_t)(c->p - s)) : NULL;
+}
+
+/* Evaluates a default literal into arg->def. */
+static int parse_default(cursor *c, op_arg *a, const char *at)
+{
+    /* the default runs to the next ',' or ')' at bracket depth 0 */
+    const char *s = c->p;
+    int depth = 0;
+    while (*c->p && !(depth == 0 && (*c->p == ',' || *c->p == ')'))) {
+        if (*c->p == '[') depth++;
+        if (*c->p == ']') depth--;
+        c->p++;
+    }
+    char *text = strndup(s, (size_t)(c->p - s));
+    if (!text) return opr_fail(OPR_ERR_NOMEM, "out of memory");
+    expr_src src = {c->src->file, c->src->line, c->src->col + (int)(s - c->text)};
+    expr *e = expr_parse(text, &src);
+    free(text);
+    if (!e) return OPR_ERR_PARSE;
+    int rc = OPR_OK;
+    a->has_default = true;
+    if (e->kind == EXPR_NONE) {
+        if (!a->optional) rc = fail(c, at, "None default for a non-optional argument");
+        a->def.kind = OPR_ARG_NONE;
+    } else if (a->type == ARG_INT && e->kind == EXPR_INT) {
+        a->def.kind = OPR_ARG_INT; a->def.u.i = e->i;
+    } else if (a->type == ARG_FLOAT && (e->kind == EXPR_INT || e->kind == EXPR_FLOAT)) {
+        a->def.kind = OPR_ARG_DOUBLE; a->def.u.d = e->kind == EXPR_INT ? (double)e->i : e->d;
+    } else if (a->type == ARG_BOOL && e->kind == EXPR_BOOL) {
+        a->def.kind = OPR_ARG_BOOL; a->def.u.b = e->b;
+    } else if (a->type == ARG_STR && e->kind == EXPR_STR) {
+        a->def_str = strdup(e->name);
+        a->def.kind = OPR_ARG_STRING; a->def.u.s = a->def_str;
+    } else if (a->type == ARG_INT_LIST && e->kind == EXPR_LIST && e->nargs <= OPR_MAX_DIMS) {
+        for (int i = 0; i < e->nargs && !rc; i++) {
+            if (e->args[i]->kind != EXPR_INT) rc = fail(c, at, "int list default must hold ints");
+            else a->def_ints[i] = e->args[i]->i;
+        }
+        a->def.kind = OPR_ARG_INT_LIST; a->def.u.il.items = a->def_ints; a->def.u.il.n = e->nargs;
+    } else {
+        rc = fail(c, at, "default value does not match the argument type");
+    }
+    expr_free(e);
+    return rc;
+}
+
+static int parse_arg(cursor *c, op_arg *a)
+{
+    skip(c);
+    const char *at = c->p;
+    size_t i;
+    for (i = 0; i < sizeof type_names / sizeof type_names[0]; i++) {
+        size_t n = strlen(type_names[i].text);
+        if (!strncmp(c->p, type_names[i].text, n) && (isspace((unsigned char)c->p[n]))) {
+            a->type = type_names[i].type;
+            a->optional = type_names[i].optional;
+            c->p += n;
+            break;
+        }
+    }
+    if (i == sizeof type_names / sizeof type_names[0]) return fail(c, at, "unknown argument type");
+    a->fixed_dtype = -1;
+    const char *name_at = c->p;
+    if (!(a->name = ident(c))) return fail(c, name_at, "expected an argument name");
+    skip(c);
+    if (*c->p == '=') {
+        c->p++;
+        skip(c);
+        return parse_default(c, a, c->p);
+    }
+    return OPR_OK;
+}
+
+static int parse_returns(cursor *c, opr_op *op)
+{
+    skip(c);
+    if (!strncmp(c->p, "Tensor", 6) && !isalnum((unsigned char)c->p[6])) {
+        c->p += 6;
+        op->out_names[0] = strdup("result");
+        op->nout = 1;
+        return OPR_OK;
+    }
+    if (*c->p != '(') return fail(c, c->p, "expected 'Tensor' or '(' after '->'");
+    c->p++;
+    for (;;) {
+        skip(c);
+        if (strncmp(c->p, "Tensor", 6)) return fail(c, c->p, "only Tensor outputs are supported");
+        c->p += 6;
+        if (op->nout == OPR_MAX_OUTS) return fail(c, c->p, "too many outputs");
+        char *name = ident(c);
+        if (!name) {
+            char buf[16];
+            snprintf(buf, sizeof buf, "result%d", op->nout);
+            name = strdup(buf);
+        }
+        op->out_names[op->nout++] = name;
+        skip(c);
+        if (*c->p == ',') { c->p++; continue; }
+        if (*c->p == ')') { c->p++; return OPR_OK; }
+        return fail(c, c->p, "expected ',' or ')' in the outputs");
+    }
+}
+
+int schema_parse(opr_op *op, const char *schema, const expr_src *src)
+{
+    cursor c = {schema, schema, src};
+    const char *at = c.p;
+    if (!(op->name = ident(&c))) return fail(&c, at, "expected an op name");
+    skip(&c);
+    if (*c.p != '(') return fail(&c, c.p, "expected '('");
+    c.p++;
+    skip(&c);
+    if (*c.p == ')') c.p++;
+    else for (;;) {
+        if (op->nargs == OPR_MAX_ARGS) return fail(&c, c.p, "too many arguments");
+        op_arg *a = &op->args[op->nargs++];
+        int rc = parse_arg(&c, a);
+        if (rc) return rc;
+        for (int k = 0; k < op->nargs - 1; k++)
+            if (!strcmp(op->args[k].name, a->name)) return fail(&c, c.p - strlen(a->name), "duplicate argument name");
+        if (!a->has_default && op->nargs > 1 && op->args[op->nargs - 2].has_default)
+            return fail(&c, c.p - strlen(a->name), "argument without default after one with a default");
+        skip(&c);
+        if (*c.p == ',') { c.p++; continue; }
+        if (*c.p == ')') { c.p++; break; }
+        return fail(&c, c.p, "expected ',' or ')'");
+    }
+    skip(&c);
+    if (strncmp(c.p, "->", 2)) return fail(&c, c.p, "expected '->'");
+    c.p += 2;
+    int rc = parse_returns(&c, op);
+    if (rc) return rc;
+    skip(&c);
+    if (*c.p) return fail(&c, c.p, "unexpected text after the schema");
+    op->inplace = op->name[strlen(op->name) - 1] == '_';
+    if (op->inplace && (op->nargs == 0 || op->args[0].type != ARG_TENSOR || op->nout != 1))
+        return fail(&c, schema, "in-place op must take a Tensor first and return one Tensor");
+    return OPR_OK;
+}
+
+void op_free(opr_op *op)
+{
+    if (!op) return;
+    free(op->name);
+    free(op->schema);
+    free(op->file);
+    for (int i = 0; i < op->nargs; i++) { free(op->args[i].name); free(op->args[i].def_str); }
+    for (int i = 0; i < op->nout; i++) { free(op->out_names[i]); expr_free(op->shapes[i]); }
+    for (int i = 0; i < op->nchecks; i++) expr_free(op->checks[i]);
+    expr_free(op->flops);
+    for (int i = 0; i < OPR_MAX_DEVICE_TYPES; i++) free(atomic_load(&op->kernels[i]));
+    free(op);
+}

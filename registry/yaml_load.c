@@ -1,0 +1,334 @@
+/* Loads op definitions from YAML (libyaml's document API). A file is a sequence of
+ * mappings, one per op. An entry with an error is refused with file:line:column and
+ * the offending token; the others are still added. */
+#include "registry.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <yaml.h>
+
+typedef struct loader {
+    opr_ctx *ctx;
+    yaml_document_t *doc;
+    const char *text;   /* the whole file, to re-read flow sequences as expressions */
+    const char *file;
+} loader;
+
+static int at_node(const loader *l, const yaml_node_t *n, int status, const char *fmt, const char *tok)
+{
+    char msg[256];
+    snprintf(msg, sizeof msg, fmt, tok);
+    return opr_fail(status, "%s:%zu:%zu: %s", l->file, n->start_mark.line + 1, n->start_mark.column + 1, msg);
+}
+
+static const char *scalar(const yaml_node_t *n)
+{
+    return n && n->type == YAML_SCALAR_NODE ? (const char *)n->data.scalar.value : NULL;
+}
+
+/* Position of a scalar's first character (past the opening quote if any). */
+static expr_src scalar_src(const loader *l, const yaml_node_t *n)
+{
+    int quoted = n->data.scalar.style == YAML_SINGLE_QUOTED_SCALAR_STYLE ||
+                 n->data.scalar.style == YAML_DOUBLE_QUOTED_SCALAR_STYLE;
+    return (expr_src){l->file, (int)n->start_mark.line + 1, (int)n->start_mark.column + 1 + quoted};
+}
+
+/* Parses expression-valued keys into exprs. A flow sequence is re-read from the file
+ * text as one bracketed list, because YAML would split "size(self, 0)" at its comma. */
+static int parse_expr_list(const loader *l, const yaml_node_t *n, expr **out, int max, int *count,
+                           const char *key)
+{
+    *count = 0;
+    if (n->type == YAML_SCALAR_NODE) {
+        expr_src src = scalar_src(l, n);
+        if (!(out[0] = expr_parse(scalar(n), &src))) return OPR_ERR_PARSE;
+        *count = 1;
+        return OPR_OK;
+    }
+    if (n->type != YAML_SEQUENCE_NODE) return at_node(l, n, OPR_ERR_PARSE, "'%s' must be an expression or a list of them", key);
+    if (n->data.sequence.style == YAML_FLOW_SEQUENCE_STYLE) {
+        size_t a = n->start_mark.index, b = n->end_mark.index;
+        char *text = strndup(l->text + a, b - a);
+        if (!text) return opr_fail(OPR_ERR_NOMEM, "out of memory");
+        expr_src src = {l->file, (int)n->start_mark.line + 1, (int)n->start_mark.column + 1};
+        expr *list = expr_parse(text, &src);
+        free(text);
+        if (!list) return OPR_ERR_PARSE;
+        if (list->kind != EXPR_LIST) { expr_free(list); return at_node(l, n, OPR_ERR_PARSE, "'%s' must be a list", key); }
+        if (list->nargs > max) { expr_free(list); return at_node(l, n, OPR_ERR_PARSE, "too many items in '%s'", key); }
+        for (int i = 0; i < list->nargs; i++) { out[i] = list->args[i]; list->args[i] = NULL; }
+        *count = list->nargs;
+        expr_free(list);
+        return OPR_OK;
+    }
+    for (yaml_node_item_t *it = n->data.sequence.items.start; it < n->data.sequence.items.top; it++) {
+        yaml_node_t *item = yaml_document_get_node(l->doc, *it);
+        if (!scalar(item)) return at_node(l, item, OPR_ERR_PARSE, "items of '%s' must be expressions", key);
+        if (*count == max) return at_node(l, item, OPR_ERR_PARSE, "too many items in '%s'", key);
+        expr_src src = scalar_src(l, item);
+        if (!(out[*count] = expr_parse(scalar(item), &src))) return OPR_ERR_PARSE;
+        (*count)++;
+    }
+    return OPR_OK;
+}
+
+static int arg_index(const opr_op *op, const char *name)
+{
+    for (int i = 0; i < op->nargs; i++)
+        if (!strcmp(op->args[i].name, name)) return i;
+    return -1;
+}
+
+static int parse_dtype_list(const loader *l, const yaml_node_t *n, uint32_t *mask)
+{
+    if (n->type != YAML_SEQUENCE_NODE) return at_node(l, n, OPR_ERR_PARSE, "%s must be a list of dtypes", "dtypes");
+    *mask = 0;
+    for (yaml_node_item_t *it = n->data.sequence.items.start; it < n->data.sequence.items.top; it++) {
+        yaml_node_t *item = yaml_document_get_node(l->doc, *it);
+        opr_dtype dt;
+        if (!scalar(item) || opr_dtype_parse(scalar(item), &dt))
+            return at_node(l, item, OPR_ERR_PARSE, "unknown dtype '%s'", scalar(item) ? scalar(item) : "?");
+        *mask |= OPR_DTYPE_BIT(dt);
+    }
+    return OPR_OK;
+}
+
+/* "T", a dtype name, or "arg(NAME)". */
+static int parse_out_dtype(const loader *l, opr_op *op, const yaml_node_t *n, int *out)
+{
+    const char *s = scalar(n);
+    if (!s) return at_node(l, n, OPR_ERR_PARSE, "%s must be a dtype", "dtype");
+    if (!strcmp(s, "T")) { *out = OUT_DTYPE_T; return OPR_OK; }
+    size_t len = strlen(s);
+    if (!strncmp(s, "arg(", 4) && len > 5 && s[len - 1] == ')') {
+        char name[64];
+        snprintf(name, sizeof name, "%.*s", (int)(len - 5), s + 4);
+        int a = arg_index(op, name);
+        if (a < 0 || op->args[a].type != ARG_STR)
+            return at_node(l, n, OPR_ERR_PARSE, "arg(%s): no str argument of that name", name);
+        op->dtype_arg = a;
+        *out = OUT_DTYPE_ARG;
+        return OPR_OK;
+    }
+    opr_dtype dt;
+    if (opr_dtype_parse(s, &dt)) return at_node(l, n, OPR_ERR_PARSE, "unknown dtype '%s'", s);
+    *out = (int)dt;
+    return OPR_OK;
+}
+
+static const char *const view_names[] = {
+    [VIEW_T] = "t", [VIEW_TRANSPOSE] = "transpose", [VIEW_PERMUTE] = "permute",
+    [VIEW_RESHAPE] = "reshape", [VIEW_EXPAND] = "expand", [VIEW_UNSQUEEZE] = "unsqueeze",
+    [VIEW_SQUEEZE] = "squeeze", [VIEW_NARROW] = "narrow", [VIEW_DIAGONAL] = "diagonal",
+    [VIEW_CONTIGUOUS] = "contiguous",
+};
+
+static int parse_key(const loader *l, opr_op *op, const char *key, const yaml_node_t *v)
+{
+    int count, rc;
+    if (!strcmp(key, "name")) return OPR_OK; /* handled first */
+    if (!strcmp(key, "shape") || !strcmp(key, "shapes")) {
+        if (scalar(v) && !strcmp(scalar(v), "dynamic")) { op->dynamic_shape = true; return OPR_OK; }
+        bool many = key[5] == 's';
+        if ((rc = parse_expr_list(l, v, op->shapes, many ? OPR_MAX_OUTS : 1, &count, key))) return rc;
+        if (!many && v->type != YAML_SCALAR_NODE)
+            return at_node(l, v, OPR_ERR_PARSE, "%s must be one expression (quote a [a, b] list)", key);
+        if (count != op->nout)
+            return at_node(l, v, OPR_ERR_PARSE, "'%s' gives a different number of shapes than the op has outputs", key);
+        return OPR_OK;
+    }
+    if (!strcmp(key, "check")) {
+        rc = parse_expr_list(l, v, op->checks, (int)(sizeof op->checks / sizeof op->checks[0]), &count, key);
+        op->nchecks = count;
+        return rc;
+    }
+    if (!strcmp(key, "flops")) {
+        if (!scalar(v)) return at_node(l, v, OPR_ERR_PARSE, "%s must be an expression", key);
+        expr_src src = scalar_src(l, v);
+        return (op->flops = expr_parse(scalar(v), &src)) ? OPR_OK : OPR_ERR_PARSE;
+    }
+    if (!strcmp(key, "dtypes")) return parse_dtype_list(l, v, &op->dtypes);
+    if (!strcmp(key, "dtype")) {
+        if (op->nout != 1) return at_node(l, v, OPR_ERR_PARSE, "%s: use dtypes_out for several outputs", key);
+        return parse_out_dtype(l, op, v, &op->out_dtype[0]);
+    }
+    if (!strcmp(key, "dtypes_out")) {
+        if (v->type != YAML_SEQUENCE_NODE || v->data.sequence.items.top - v->data.sequence.items.start != op->nout)
+            return at_node(l, v, OPR_ERR_PARSE, "%s must list one dtype per output", key);
+        int i = 0;
+        for (yaml_node_item_t *it = v->data.sequence.items.start; it < v->data.sequence.items.top; it++, i++)
+            if ((rc = parse_out_dtype(l, op, yaml_document_get_node(l->doc, *it), &op->out_dtype[i]))) return rc;
+        return OPR_OK;
+    }
+    if (!strcmp(key, "arg_dtypes")) {
+        if (v->type != YAML_MAPPING_NODE) return at_node(l, v, OPR_ERR_PARSE, "%s must map argument names to dtypes", key);
+        for (yaml_node_pair_t *p = v->data.mapping.pairs.start; p < v->data.mapping.pairs.top; p++) {
+            yaml_node_t *k = yaml_document_get_node(l->doc, p->key), *d = yaml_document_get_node(l->doc, p->value);
+            int a = scalar(k) ? arg_index(op, scalar(k)) : -1;
+            if (a < 0 || op->args[a].type != ARG_TENSOR)
+                return at_node(l, k, OPR_ERR_PARSE, "'%s' is not a Tensor argument", scalar(k) ? scalar(k) : "?");
+            opr_dtype dt;
+            if (!scalar(d) || opr_dtype_parse(scalar(d), &dt))
+                return at_node(l, d, OPR_ERR_PARSE, "unknown dtype '%s'", scalar(d) ? scalar(d) : "?");
+            op->args[a].fixed_dtype = (int)dt;
+        }
+        return OPR_OK;
+    }
+    if (!strcmp(key, "view")) {
+        for (int k = 1; k <= VIEW_CONTIGUOUS; k++)
+            if (scalar(v) && !strcmp(scalar(v), view_names[k])) { op->view = (view_kind)k; return OPR_OK; }
+        return at_node(l, v, OPR_ERR_PARSE, "unknown view kind '%s'", scalar(v) ? scalar(v) : "?");
+    }
+    return at_node(l, v, OPR_ERR_PARSE, "unknown key '%s'", key);
+}
+
+/* Resolves every expression of op against its slot names and checks completeness. */
+static int finish_op(const loader *l, opr_op *op, const yaml_node_t *entry)
+{
+    const char *names[OPR_MAX_ARGS + OPR_MAX_OUTS + 1];
+    int n = 0;
+    for (int i = 0; i < op->nargs; i++) names[n++] = op->args[i].name;
+    for (int i = 0; i < op->nout; i++) names[n++] = op->out_names[i];
+    names[n++] = "result";
+    expr_src src = {l->file, 0, 0};
+    for (int i = 0; i < op->nchecks; i++) if (expr_resolve(op->checks[i], names, n, &src)) return OPR_ERR_PARSE;
+    /* shapes and checks run before outputs exist: they may only read the arguments */
+    for (int i = 0; i < op->nout; i++)
+        if (op->shapes[i] && expr_resolve(op->shapes[i], names, op->nargs, &src)) return OPR_ERR_PARSE;
+    if (op->flops && expr_resolve(op->flops, names, n, &src)) return OPR_ERR_PARSE;
+    if (!op->view && !op->dynamic_shape && !op->shapes[0])
+        return at_node(l, entry, OPR_ERR_PARSE, "op '%s' needs a 'shape' (or 'view')", op->name);
+    if (op->view && (op->nargs == 0 || op->args[0].type != ARG_TENSOR || op->nout != 1))
+        return at_node(l, entry, OPR_ERR_PARSE, "view op '%s' must take a Tensor first and return one Tensor", op->name);
+    for (int i = 0; i < op->nargs; i++)
+        if (op->args[i].type == ARG_STR && !strcmp(op->args[i].name, "device")) op->device_arg = i;
+    return OPR_OK;
+}
+
+static opr_op *load_entry(const loader *l, yaml_node_t *entry)
+{
+    if (entry->type != YAML_MAPPING_NODE) {
+        at_node(l, entry, OPR_ERR_PARSE, "each entry must be a mapping with a 'name'%s", "");
+        return NULL;
+    }
+    yaml_node_t *name = NULL;
+    for (yaml_node_pair_t *p = entry->data.mapping.pairs.start; p < entry->data.mapping.pairs.top; p++) {
+        const char *k = scalar(yaml_document_get_node(l->doc, p->key));
+        if (k && !strcmp(k, "name")) name = yaml_document_get_node(l->doc, p->value);
+    }
+    if (!scalar(name)) {
+        at_node(l, entry, OPR_ERR_PARSE, "entry has no 'name' schema%s", "");
+        return NULL;
+    }
+    opr_op *op = calloc(1, sizeof *op);
+    if (!op) { opr_fail(OPR_ERR_NOMEM, "out of memory"); return NULL; }
+    op->dtypes = OPR_DTYPE_BIT(OPR_F32) | OPR_DTYPE_BIT(OPR_F64);
+    op->dtype_arg = op->device_arg = -1;
+    for (int i = 0; i < OPR_MAX_OUTS; i++) op->out_dtype[i] = OUT_DTYPE_T;
+    op->schema = strdup(scalar(name));
+    op->file = strdup(l->file);
+    op->line = (int)name->start_mark.line + 1;
+    expr_src src = scalar_src(l, name);
+    int rc = schema_parse(op, scalar(name), &src);
+    for (yaml_node_pair_t *p = entry->data.mapping.pairs.start; !rc && p < entry->data.mapping.pairs.top; p++) {
+        yaml_node_t *k = yaml_document_get_node(l->doc, p->key);
+        if (!scalar(k)) { rc = at_node(l, k, OPR_ERR_PARSE, "keys must be plain names%s", ""); break; }
+        rc = parse_key(l, op, scalar(k), yaml_document_get_node(l->doc, p->value));
+    }
+    if (!rc) rc = finish_op(l, op, entry);
+    if (rc) { op_free(op); return NULL; }
+    return op;
+}
+
+int yaml_load_text(opr_ctx *ctx, const char *text, size_t len, const char *file, int *n_loaded)
+{
+    yaml_parser_t parser;
+    yaml_document_t doc;
+    int added = 0, refused = 0;
+    char first_error[1024] = "";
+    if (n_loaded) *n_loaded = 0;
+    if (!yaml_parser_initialize(&parser)) return opr_fail(OPR_ERR_NOMEM, "libyaml: cannot initialise parser");
+    yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
+    if (!yaml_parser_load(&parser, &doc)) {
+        int rc = opr_fail(OPR_ERR_PARSE, "%s:%zu:%zu: %s%s%s", file, parser.problem_mark.line + 1,
+                          parser.problem_mark.column + 1, parser.problem ? parser.problem : "YAML error",
+                          parser.context ? " " : "", parser.context ? parser.context : "");
+        pthread_mutex_lock(&ctx->lock);
+        registry_note_error(ctx, opr_last_error());
+        pthread_mutex_unlock(&ctx->lock);
+        yaml_parser_delete(&parser);
+        return rc;
+    }
+    loader l = {ctx, &doc, text, file};
+    yaml_node_t *root = yaml_document_get_root_node(&doc);
+    int rc = OPR_OK;
+    if (root && root->type != YAML_SEQUENCE_NODE) {
+        rc = at_node(&l, root, OPR_ERR_PARSE, "the file must be a sequence of op entries%s", "");
+        pthread_mutex_lock(&ctx->lock);
+        registry_note_error(ctx, opr_last_error());
+        pthread_mutex_unlock(&ctx->lock);
+    }
+    for (yaml_node_item_t *it = root && !rc ? root->data.sequence.items.start : NULL;
+         it && it < root->data.sequence.items.top; it++) {
+        opr_op *op = load_entry(&l, yaml_document_get_node(&doc, *it));
+        pthread_mutex_lock(&ctx->lock);
+        int add_rc = op ? registry_add(ctx, op) : OPR_ERR_PARSE;
+        if (add_rc) {
+            if (op) op_free(op);
+            registry_note_error(ctx, opr_last_error());
+            if (!refused++) snprintf(first_error, sizeof first_error, "%s", opr_last_error());
+        } else {
+            added++;
+        }
+        pthread_mutex_unlock(&ctx->lock);
+    }
+    yaml_document_delete(&doc);
+    yaml_parser_delete(&parser);
+    if (n_loaded) *n_loaded = added;
+    if (rc) return rc;
+    if (refused)
+        return opr_fail(OPR_ERR_PARSE, "%s%s", first_error,
+                        refused > 1 ? " (and more: see opr_registry_errors)" : "");
+    return OPR_OK;
+}
+
+int yaml_load_file(opr_ctx *ctx, const char *path, int *n_loaded)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return opr_fail(OPR_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    char *buf = NULL;
+    size_t len = 0, cap = 0;
+    for (;;) {
+        if (len + 4096 > cap) {
+            cap = cap ? cap * 2 : 65536;
+            char *nb = realloc(buf, cap + 1);
+            if (!nb) { free(buf); fclose(f); return opr_fail(OPR_ERR_NOMEM, "%s: out of memory", path); }
+            buf = nb;
+        }
+        size_t got = fread(buf + len, 1, cap - len, f);
+        len += got;
+        if (got == 0) break;
+    }
+    int err = ferror(f);
+    fclose(f);
+    if (err) { free(buf); return opr_fail(OPR_ERR_IO, "%s: read error", path); }
+    buf[len] = '\0';
+    int rc = yaml_load_text(ctx, buf, len, path, n_loaded);
+    free(buf);
+    return rc;
+}
+
+int opr_registry_load_yaml(opr_ctx *ctx, const char *path, int *n_loaded)
+{
+    if (!ctx || !path) return opr_fail(OPR_ERR_INVALID, "opr_registry_load_yaml: NULL argument");
+    return yaml_load_file(ctx, path, n_loaded);
+}
+
+int opr_registry_load_yaml_string(opr_ctx *ctx, const char *text, const char *name, int *n_loaded)
+{
+    if (!ctx || !text) return opr_fail(OPR_ERR_INVALID, "opr_registry_load_yaml_string: NULL argument");
+    return yaml_load_text(ctx, text, strlen(text), name ? name : "<string>", n_loaded);
+}

@@ -1,0 +1,20 @@
+/* Shared pieces of the opreg command-line tool. */
+#ifndef OPREG_CLI_H
+#define OPREG_CLI_H
+
+#include <opreg/opreg.h>
+
+#include <stdbool.h>
+
+/* Each command: argv[0] is the command name. Returns the process exit status. */
+int cmd_info(int argc, char **argv);
+int cmd_ops(int argc, char **argv);
+int cmd_demo(int argc, char **argv);
+
+/* True if argv holds -h or --help. */
+bool cli_wants_help(int argc, char **argv);
+/* Creates a context with default discovery plus --plugin PATH options of argv;
+ * prints the error and returns NULL on failure. */
+opr_ctx *cli_ctx_new(int argc, char **argv);
+
+#endif

@@ -1,0 +1,42 @@
+/* opreg info: what the loader found. */
+#include "cli.h"
+
+#include <opreg/plugin.h>
+#include <stdio.h>
+
+int cmd_info(int argc, char **argv)
+{
+    if (cli_wants_help(argc, argv)) {
+        printf("usage: opreg info [--plugin PATH]...\n\n"
+               "Lists every plugin file considered (explicit paths, OPREG_PLUGIN_PATH, the install\n"
+               "directory, the build tree), with its name, version, ABI, probe score and whether\n"
+               "it was loaded or why not; then the devices and the number of ops with kernels.\n");
+        return 0;
+    }
+    opr_ctx *ctx = cli_ctx_new(argc, argv);
+    if (!ctx) return 1;
+    printf("opreg %d.%d.%d, plugin ABI %d.%d\n\nplugins:\n", OPR_VERSION_MAJOR, OPR_VERSION_MINOR,
+           OPR_VERSION_PATCH, OPR_ABI_MAJOR, OPR_ABI_MINOR);
+    int n = opr_plugin_candidate_count(ctx);
+    if (n == 0) printf("  (none found; set OPREG_PLUGIN_PATH or pass --plugin)\n");
+    for (int i = 0; i < n; i++) {
+        opr_plugin_candidate c = {.struct_size = sizeof c};
+        opr_plugin_candidate_get(ctx, i, &c);
+        printf("  %-8s %-8s ABI %u.%u  score %-3d %s\n           %s\n", c.name ? c.name : "?",
+               c.version ? c.version : "-", c.abi_major, c.abi_minor, c.score,
+               c.loaded ? "loaded" : "not loaded", c.path);
+        if (c.why) printf("           %s\n", c.why);
+    }
+    printf("\ndevices:\n");
+    int nops = opr_op_count(ctx);
+    for (int t = 0; t < opr_device_type_count(ctx); t++) {
+        int with_kernel = 0;
+        for (int i = 0; i < nops; i++) with_kernel += opr_op_has_kernel(opr_op_at(ctx, i), t);
+        printf("  %-6s %d ordinal(s), %d of %d ops runnable\n", opr_device_type_name(ctx, t),
+               opr_device_type_ordinals(ctx, t), with_kernel, nops);
+    }
+    const char *errs = opr_registry_errors(ctx);
+    if (errs[0]) printf("\nop definitions refused:\n%s", errs);
+    opr_ctx_free(ctx);
+    return 0;
+}

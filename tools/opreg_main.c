@@ -1,0 +1,64 @@
+/* opreg: inspect backends and ops, run the demo. */
+#include "cli.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const struct command {
+    const char *name;
+    int (*run)(int, char **);
+    const char *summary;
+} commands[] = {
+    {"info", cmd_info, "plugins found, their versions, devices and scores, and why any was refused"},
+    {"ops", cmd_ops, "every registered op, one schema per line"},
+    {"demo", cmd_demo, "an MLP on a generated three-spirals data set, on the best backend"},
+};
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: opreg COMMAND [OPTIONS]\n\n"
+            "Tensor operators on backends loaded at run time.\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(out, "  %-6s %s\n", commands[i].name, commands[i].summary);
+    fprintf(out,
+            "\nEvery command accepts --help, and --plugin PATH (repeatable) to load a plugin file\n"
+            "or directory before discovery. Environment: OPREG_PLUGIN_PATH (colon-separated\n"
+            "plugin files or directories), OPREG_YAML_DIR (op definitions).\n");
+}
+
+bool cli_wants_help(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) return true;
+    return false;
+}
+
+opr_ctx *cli_ctx_new(int argc, char **argv)
+{
+    const char *paths[16];
+    int n = 0;
+    for (int i = 1; i + 1 < argc && n < 16; i++)
+        if (!strcmp(argv[i], "--plugin")) paths[n++] = argv[++i];
+    opr_ctx_opts opts = {.struct_size = sizeof opts, .plugin_paths = paths, .n_plugin_paths = n};
+    opr_ctx *ctx = opr_ctx_new(&opts);
+    if (!ctx) fprintf(stderr, "opreg: %s\n", opr_last_error());
+    return ctx;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
+        usage(stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    if (!strcmp(argv[1], "--version")) {
+        printf("opreg %d.%d.%d\n", OPR_VERSION_MAJOR, OPR_VERSION_MINOR, OPR_VERSION_PATCH);
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (!strcmp(argv[1], commands[i].name)) return commands[i].run(argc - 1, argv + 1);
+    fprintf(stderr, "opreg: unknown command '%s'\n\n", argv[1]);
+    usage(stderr);
+    return 2;
+}
