@@ -269,7 +269,7 @@ static int check_operands(const gemm_job *j, const opr_tensor_view *out,
     if (a->dtype != out->dtype || b->dtype != out->dtype)
         return CPU_FAIL(OPR_ERR_INVALID, "%s: operands must both be %s (got %s and %s)", j->op,
                         dtype_name(out->dtype), dtype_name(a->dtype), dtype_name(b->dtype));
-    if (!cpu_is_contiguous(out) || out->numel != batch_count(j) * m * n)
+    if (out->numel != batch_count(j) * m * n || (out->numel > 0 && !cpu_is_contiguous(out)))
         return CPU_FAIL(OPR_ERR_INVALID, "%s: output must be a contiguous tensor of %lld elements", j->op,
                         (long long)(batch_count(j) * m * n));
     return OPR_OK;
@@ -386,14 +386,14 @@ static int k_addmm(const opr_kernel_call *c)
         return CPU_FAIL(OPR_ERR_INVALID, "addmm: mat1 and mat2 must be 2-d (got %d-d and %d-d)", (int)x->ndim, (int)y->ndim);
     gemm_job j = job_for(c, cpu_arg_d(c, 4), cpu_arg_d(c, 3));
     const mat_arg a = mat_of(x), b = mat_of(y);
-    int rc = check_operands(&j, out, x, y, a.rows, b.cols);
-    if (rc) return rc;
     const int64_t shape[2] = { a.rows, b.cols };
     int64_t sst[2];
     if (out->ndim != 2 || out->shape[0] != a.rows || out->shape[1] != b.cols ||
         s->dtype != j.dt || !cpu_bcast_strides(s, 2, shape, sst))
         return CPU_FAIL(OPR_ERR_INVALID, "addmm: self must be %s and broadcast to [%lld, %lld]",
                         dtype_name(j.dt), (long long)a.rows, (long long)b.cols);
+    int rc = check_operands(&j, out, x, y, a.rows, b.cols);
+    if (rc) return rc;
     if (j.beta != 0 && out->numel > 0) pack(elem_size(j.dt), s->data, a.rows, b.cols, sst[0], sst[1], j.c);
     return gemm_run(&j, &a, &b);
 }
@@ -505,7 +505,7 @@ static int k_cdist(const opr_kernel_call *c)
         .nbatch = batch_count(&batch), .P = x1->shape[nd - 2], .R = x2->shape[nd - 2],
         .M = x1->shape[nd - 1], .out = out->data,
     };
-    if (!cpu_is_contiguous(out) || out->numel != j.nbatch * j.P * j.R)
+    if (out->numel != j.nbatch * j.P * j.R || (out->numel > 0 && !cpu_is_contiguous(out)))
         return CPU_FAIL(OPR_ERR_INVALID, "cdist: output must be a contiguous tensor of %lld elements",
                         (long long)(j.nbatch * j.P * j.R));
     if (out->numel == 0) return OPR_OK;

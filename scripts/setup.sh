@@ -1,0 +1,30 @@
+#!/bin/sh
+# Installs the Debian packages opreg needs to build and test. Quick and silent when
+# everything is present. Usage: scripts/setup.sh [bench]
+#   bench   also installs libtorch-dev and python3-torch (side-by-side benchmarks)
+set -eu
+
+packages="gcc g++ make cmake ninja-build pkg-config libyaml-dev libopenblas-dev check libsubunit-dev libdlpack-dev binutils"
+if [ "${1:-}" = bench ]; then packages="$packages libtorch-dev python3-torch"; fi
+
+missing=""
+for p in $packages; do
+    status=$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null || true)
+    [ "$status" = installed ] || missing="$missing $p"
+done
+[ -z "$missing" ] && exit 0
+
+echo "setup: installing${missing}" >&2
+if [ "$(id -u)" -eq 0 ]; then
+    SUDO=""
+elif command -v sudo >/dev/null 2>&1; then
+    SUDO="sudo"
+else
+    echo "setup: need root (or sudo) to install:${missing}" >&2
+    exit 1
+fi
+export DEBIAN_FRONTEND=noninteractive
+# Refresh the package lists only when an install fails on stale ones.
+# shellcheck disable=SC2086
+$SUDO apt-get install -y -q --no-install-recommends $missing >/dev/null 2>&1 ||
+    { $SUDO apt-get update -q >/dev/null && $SUDO apt-get install -y -q --no-install-recommends $missing >/dev/null; }

@@ -1,0 +1,104 @@
+#include "test_util.h"
+
+#include <stdlib.h>
+#include <math.h>
+#include <string.h>
+
+opr_ctx *tu_ctx(void)
+{
+    opr_ctx *ctx = opr_ctx_new(NULL);
+    ck_assert_msg(ctx != NULL, "opr_ctx_new: %s", opr_last_error());
+    ck_assert_msg(opr_op_has_kernel(opr_op_find(ctx, "add"), 0), "CPU plugin not loaded (OPREG_PLUGIN_PATH=%s)",
+                  getenv("OPREG_PLUGIN_PATH") ? getenv("OPREG_PLUGIN_PATH") : "unset");
+    return ctx;
+}
+
+void tu_ctx_free(opr_ctx *ctx)
+{
+    int live = opr_ctx_free(ctx);
+    ck_assert_msg(live == 0, "%d tensor(s) leaked", live);
+}
+
+static uint64_t state = 88172645463325252ull;
+
+void tu_seed(uint64_t seed) { state = seed ? seed : 1; }
+
+double tu_uniform(double lo, double hi)
+{
+    state ^= state << 13;
+    state ^= state >> 7;
+    state ^= state << 17;
+    return lo + (hi - lo) * (double)(state >> 11) / 9007199254740992.0;
+}
+
+opr_tensor *tu_rand(opr_ctx *ctx, opr_dtype dt, int ndim, const int64_t *shape, double lo, double hi)
+{
+    int64_t n = 1;
+    for (int i = 0; i < ndim; i++) n *= shape[i];
+    void *buf = malloc((size_t)(n ? n : 1) * 8);
+    ck_assert_ptr_nonnull(buf);
+    for (int64_t i = 0; i < n; i++) {
+        double v = tu_uniform(lo, hi);
+        switch (dt) {
+        case OPR_F32: ((float *)buf)[i] = (float)v; break;
+        case OPR_F64: ((double *)buf)[i] = v; break;
+        case OPR_I64: ((int64_t *)buf)[i] = (int64_t)floor(v); break;
+        case OPR_BOOL: ((uint8_t *)buf)[i] = v >= (lo + hi) / 2; break;
+        default: ck_abort_msg("tu_rand: unsupported dtype");
+        }
+    }
+    opr_tensor *t = opr_tensor_from_data(ctx, dt, ndim, shape, buf, OPR_CPU);
+    free(buf);
+    ck_assert_msg(t != NULL, "tu_rand: %s", opr_last_error());
+    return t;
+}
+
+double *tu_to_f64(const opr_tensor *t)
+{
+    int64_t n = opr_tensor_numel(t);
+    opr_dtype dt = opr_tensor_dtype(t);
+    size_t es = opr_dtype_size(dt);
+    void *raw = malloc((size_t)(n ? n : 1) * es);
+    double *out = malloc((size_t)(n ? n : 1) * sizeof *out);
+    ck_assert(raw && out);
+    ck_assert_int_eq(opr_tensor_copy_to_host(t, raw, (size_t)n * es), OPR_OK);
+    for (int64_t i = 0; i < n; i++) {
+        switch (dt) {
+        case OPR_F32: out[i] = ((float *)raw)[i]; break;
+        case OPR_F64: out[i] = ((double *)raw)[i]; break;
+        case OPR_I64: out[i] = (double)((int64_t *)raw)[i]; break;
+        case OPR_BOOL: out[i] = ((uint8_t *)raw)[i]; break;
+        default: ck_abort_msg("tu_to_f64: unsupported dtype");
+        }
+    }
+    free(raw);
+    return out;
+}
+
+opr_tensor *tu_call1(opr_ctx *ctx, const char *op, const opr_value *args, int nargs)
+{
+    opr_tensor *out = NULL;
+    int rc = opr_call_by_name(ctx, op, args, nargs, &out, 1);
+    ck_assert_msg(rc == OPR_OK, "%s failed: %s", op, opr_last_error());
+    return out;
+}
+
+void tu_expect_fail(opr_ctx *ctx, const char *op, const opr_value *args, int nargs, int nres, int status,
+                    const char *needle)
+{
+    opr_tensor *out[4] = {NULL, NULL, NULL, NULL};
+    int rc = opr_call_by_name(ctx, op, args, nargs, out, nres);
+    ck_assert_msg(rc == status, "%s: expected %s, got %s (%s)", op, opr_status_name(status), opr_status_name(rc),
+                  opr_last_error());
+    for (int i = 0; i < 4; i++) ck_assert_ptr_null(out[i]);
+    ck_assert_msg(strstr(opr_last_error(), needle) != NULL, "%s: message '%s' lacks '%s'", op, opr_last_error(), needle);
+}
+
+int tu_run(Suite *s)
+{
+    SRunner *r = srunner_create(s);
+    srunner_run_all(r, CK_NORMAL);
+    int failed = srunner_ntests_failed(r);
+    srunner_free(r);
+    return failed ? 1 : 0;
+}
