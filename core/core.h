@@ -126,6 +126,9 @@ opr_tensor *opr_tensor_from_data_unowned_cpu(opr_ctx *ctx, opr_dtype dtype, int 
 /* Copies src into dst (same shape, same dtype; any layouts; any devices). */
 int opr_tensor_copy_into(opr_tensor *dst, const opr_tensor *src);
 
+/* Drops a reference to an autograd node (autograd/record.c). */
+void ag_node_release(struct opr_node *n);
+
 /* Creates the built-in cpu device entry (type 0). */
 void opr_devices_init(opr_ctx *ctx);
 

@@ -141,6 +141,7 @@ void opr_tensor_release(opr_tensor *t)
 {
     if (!t || atomic_fetch_sub_explicit(&t->refs, 1, memory_order_acq_rel) != 1) return;
     opr_tensor_release(t->grad);
+    if (t->grad_fn) ag_node_release(t->grad_fn);
     opr_storage_release(t->storage);
     atomic_fetch_sub_explicit(&t->ctx->live_tensors, 1, memory_order_relaxed);
     free(t);

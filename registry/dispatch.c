@@ -1,7 +1,7 @@
 /* opr_call: argument checking against the schema, output shape and dtype inference,
  * output allocation, kernel selection by device, and the call itself. Nothing here
  * takes a lock: the op pointer and its kernel slots are read atomically. */
-#include "registry.h"
+#include "../autograd/autograd.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,22 +27,6 @@ static const char *value_kind_name(opr_value_kind k)
     return (unsigned)k <= OPR_V_STRING ? names[k] : "invalid value";
 }
 
-static void mval_of_karg(const opr_kernel_arg *k, mval *m)
-{
-    switch (k->kind) {
-    case OPR_ARG_INT: m->k = MV_INT; m->u.i = k->u.i; break;
-    case OPR_ARG_DOUBLE: m->k = MV_FLOAT; m->u.d = k->u.d; break;
-    case OPR_ARG_BOOL: m->k = MV_BOOL; m->u.b = k->u.b; break;
-    case OPR_ARG_STRING: m->k = MV_STR; m->u.s = k->u.s; break;
-    case OPR_ARG_INT_LIST:
-        m->k = MV_LIST;
-        m->n = k->u.il.n;
-        memcpy(m->u.l, k->u.il.items, (size_t)k->u.il.n * sizeof(int64_t));
-        break;
-    default: m->k = MV_NONE; break;
-    }
-}
-
 /* State collected while checking the arguments. */
 typedef struct checked {
     opr_kernel_arg kargs[OPR_MAX_ARGS];
@@ -55,6 +39,7 @@ typedef struct checked {
     bool have_dev;
     opr_ctx *ctx;
     bool any_requires_grad;
+    bool list_requires_grad;  /* a Tensor[] element requires grad */
 } checked;
 
 static int check_tensor(const opr_op *op, const op_arg *a, opr_tensor *t, checked *c, const char *where)
@@ -94,7 +79,7 @@ static int check_args(const opr_op *op, const opr_value *args, int nargs, checke
                 return opr_fail(OPR_ERR_INVALID, "%s: missing argument '%s' (%s); schema: %s", op->name, a->name,
                                 type_name(a->type), op->schema);
             *k = a->def;
-            mval_of_karg(k, m);
+            mval_of_kernel_arg(k, m);
             continue;
         }
         const opr_value *v = &args[i];
@@ -133,6 +118,7 @@ static int check_args(const opr_op *op, const opr_value *args, int nargs, checke
                     if (!v->u.tl.items[j]) return opr_fail(OPR_ERR_INVALID, "%s: argument '%s%s' is NULL", op->name, a->name, where);
                     int rc = check_tensor(op, a, v->u.tl.items[j], c, where);
                     if (rc) return rc;
+                    c->list_requires_grad |= v->u.tl.items[j]->requires_grad;
                     opr_tensor_fill_view(v->u.tl.items[j], &c->list_views[j]);
                 }
                 k->kind = OPR_ARG_TENSOR_LIST;
@@ -170,7 +156,7 @@ static int check_args(const opr_op *op, const opr_value *args, int nargs, checke
         if (!ok)
             return opr_fail(OPR_ERR_INVALID, "%s: argument '%s' expects %s, got %s", op->name, a->name,
                             type_name(a->type), value_kind_name(v->kind));
-        if (a->type != ARG_TENSOR && a->type != ARG_TENSOR_LIST) mval_of_karg(k, m);
+        if (a->type != ARG_TENSOR && a->type != ARG_TENSOR_LIST) mval_of_kernel_arg(k, m);
     }
     return OPR_OK;
 }
@@ -309,14 +295,25 @@ int opr_call(const opr_op *op, const opr_value *args, int nargs, opr_tensor **re
     checked c;
     c.list_views = NULL;
     c.have_dev = false;
-    c.any_requires_grad = false;
+    c.any_requires_grad = c.list_requires_grad = false;
     int rc = prepare(op, args, nargs, results, nres, &c);
     if (rc) { free(c.list_views); return rc; }
+    bool record = c.any_requires_grad && opr_grad_mode_enabled();
+    if (record && op->inplace && op->deriv) { /* refuse before anything is mutated */
+        free(c.list_views);
+        return opr_fail(OPR_ERR_UNSUPPORTED, "%s: in-place ops on tensors that require grad are not recorded by "
+                        "autograd; use the out-of-place op or no_grad", op->name);
+    }
 
     if (op->view) {
-        results[0] = run_view(op, &c);
+        opr_tensor *v = run_view(op, &c);
+        if (v && record && (rc = ag_record(op, c.tensors, c.slots, &v, c.dev, c.list_requires_grad))) {
+            opr_tensor_release(v);
+            v = NULL;
+        }
         free(c.list_views);
-        return results[0] ? OPR_OK : OPR_ERR_INVALID;
+        results[0] = v;
+        return v ? OPR_OK : rc ? rc : OPR_ERR_INVALID;
     }
 
     kernel_entry *kern = atomic_load_explicit(&((opr_op *)op)->kernels[c.dev.type], memory_order_acquire);
@@ -367,13 +364,14 @@ int opr_call(const opr_op *op, const opr_value *args, int nargs, opr_tensor **re
             rc = opr_fail(OPR_ERR_BACKEND, "%s: kernel did not allocate its data-dependent output", op->name);
         }
     }
+    /* The autograd step (DESIGN.md "Data flow of one call"): a node with the plan for
+     * the inputs that require grad, saving only what its formulas read. */
+    if (!rc && record) rc = ag_record(op, c.tensors, c.slots, f.outs, c.dev, c.list_requires_grad);
     free(c.list_views);
     if (rc) {
         for (int i = 0; i < op->nout; i++) opr_tensor_release(f.outs[i]);
         return rc;
     }
-    /* The autograd step (DESIGN.md "Data flow of one call") goes here: when grad mode
-     * is on and c.any_requires_grad, record a node with the op's plan. */
     for (int i = 0; i < op->nout; i++) results[i] = f.outs[i];
     return OPR_OK;
 }

@@ -6,6 +6,8 @@
 
 #include "../core/core.h"
 
+#define OPR_MAX_ARGS 12 /* arguments of an op (and of a call in an expression) */
+
 typedef enum expr_kind {
     EXPR_INT, EXPR_FLOAT, EXPR_BOOL, EXPR_NONE, EXPR_STR,
     EXPR_NAME,   /* an argument or `result` */
@@ -33,6 +35,7 @@ typedef struct expr {
     int nargs;
     int slot;               /* NAME: resolved slot (see expr_resolve) */
     int builtin;            /* CALL: built-in function id, -1 if not a built-in */
+    struct opr_op *callee;  /* CALL in a derivative formula: the op it calls */
 } expr;
 
 /* Where an expression came from, for error messages. */
@@ -50,6 +53,9 @@ void expr_free(expr *e);
  * Resolves every NAME to its slot and every CALL to a built-in; reports unknown
  * names and built-ins (with their position). */
 int expr_resolve(expr *e, const char *const *names, int nnames, const expr_src *src);
+/* Same for derivative formulas, where calls may also name ops (linked later). */
+int expr_resolve_formula(expr *e, const char *const *names, int nnames, const expr_src *src);
+
 
 /* ------------------------------------------------------------------ evaluation */
 
@@ -73,6 +79,25 @@ typedef struct mval {
 /* Evaluates e with slots[k] the value of slot k. On error returns a status with the
  * message in opr_last_error. */
 int expr_eval(const expr *e, const mval *slots, mval *out);
+
+/* Calls that are not built-ins (ops, in derivative formulas) go to a hook: it gets
+ * the call node (for keyword names) and its evaluated arguments. */
+typedef struct expr_hooks {
+    void *ud;
+    int (*call)(void *ud, const expr *call, const mval *args, int nargs, mval *out);
+} expr_hooks;
+int expr_eval_with(const expr *e, const mval *slots, const expr_hooks *h, mval *out);
+
+/* Id of the built-in function `name`, or -1. */
+int expr_builtin_find(const char *name);
+/* True for built-ins, which read only the metadata of their tensor arguments: a
+ * tensor seen only through them is not saved. */
+bool expr_builtin_reads_meta(int builtin);
+/* Calls built-in `builtin` on evaluated arguments. */
+int expr_builtin_call(int builtin, const mval *args, int n, mval *out);
+
+/* The metadata view of a kernel argument (tensors are not converted). */
+void mval_of_kernel_arg(const opr_kernel_arg *k, mval *m);
 
 /* Appends the source-like text of e to buf (for error messages). */
 void expr_format(const expr *e, char *buf, size_t len);

@@ -327,6 +327,121 @@ static int rounding(const mval *a, mval *out, double (*f)(double), const char *f
 static int bi_ceil(const mval *a, int n, mval *out) { (void)n; return rounding(a, out, ceil, "ceil"); }
 static int bi_floor(const mval *a, int n, mval *out) { (void)n; return rounding(a, out, floor, "floor"); }
 
+
+/* Shapes of the host views, so that formulas using them can be costed on metadata. */
+static int bi_transpose_shape(const mval *a, int n, mval *out)
+{
+    (void)n;
+    int64_t x, y;
+    int i = 0, j = 0;
+    if (want_tensor(&a[0], "transpose_shape") || !as_int(&a[1], &x) || !as_int(&a[2], &y))
+        return opr_fail(OPR_ERR_INVALID, "transpose_shape: expected (tensor, int, int)");
+    const opr_meta *t = a[0].u.t;
+    set_list(out, t->shape, t->ndim);
+    if (t->ndim == 0) return OPR_OK;
+    if (wrap(x, t->ndim, "transpose", &i) || wrap(y, t->ndim, "transpose", &j)) return OPR_ERR_INVALID;
+    out->u.l[i] = t->shape[j];
+    out->u.l[j] = t->shape[i];
+    return OPR_OK;
+}
+
+static int bi_permute_shape(const mval *a, int n, mval *out)
+{
+    (void)n;
+    if (want_tensor(&a[0], "permute_shape") || a[1].k != MV_LIST || a[1].n != a[0].u.t->ndim)
+        return opr_fail(OPR_ERR_INVALID, "permute_shape: expected (tensor, one dim per dimension)");
+    const opr_meta *t = a[0].u.t;
+    out->k = MV_LIST;
+    out->n = t->ndim;
+    for (int k = 0; k < t->ndim; k++) {
+        int d = 0;
+        if (wrap(a[1].u.l[k], t->ndim, "permute", &d)) return OPR_ERR_INVALID;
+        out->u.l[k] = t->shape[d];
+    }
+    return OPR_OK;
+}
+
+static int bi_reshape_shape(const mval *a, int n, mval *out)
+{
+    (void)n;
+    if (want_tensor(&a[0], "reshape_shape") || a[1].k != MV_LIST)
+        return opr_fail(OPR_ERR_INVALID, "reshape_shape: expected (tensor, int list)");
+    *out = a[1];
+    int64_t known = 1;
+    int infer = -1;
+    for (int k = 0; k < out->n; k++) {
+        if (out->u.l[k] == -1) infer = k;
+        else known *= out->u.l[k];
+    }
+    if (infer >= 0) out->u.l[infer] = known ? a[0].u.t->numel / known : 0;
+    return OPR_OK;
+}
+
+static int bi_expand_shape(const mval *a, int n, mval *out)
+{
+    (void)n;
+    if (want_tensor(&a[0], "expand_shape") || a[1].k != MV_LIST)
+        return opr_fail(OPR_ERR_INVALID, "expand_shape: expected (tensor, int list)");
+    const opr_meta *t = a[0].u.t;
+    *out = a[1];
+    for (int k = 0; k < out->n; k++) {
+        int src = k - (out->n - t->ndim);
+        if (out->u.l[k] == -1 && src >= 0) out->u.l[k] = t->shape[src];
+    }
+    return OPR_OK;
+}
+
+static int bi_unsqueeze_shape(const mval *a, int n, mval *out)
+{
+    (void)n;
+    int64_t di;
+    int d = 0;
+    if (want_tensor(&a[0], "unsqueeze_shape") || !as_int(&a[1], &di))
+        return opr_fail(OPR_ERR_INVALID, "unsqueeze_shape: expected (tensor, int)");
+    const opr_meta *t = a[0].u.t;
+    if (t->ndim >= OPR_MAX_DIMS || wrap(di, t->ndim + 1, "unsqueeze", &d)) return OPR_ERR_INVALID;
+    out->k = MV_LIST;
+    out->n = t->ndim + 1;
+    for (int k = 0, j = 0; k < out->n; k++) out->u.l[k] = k == d ? 1 : t->shape[j++];
+    return OPR_OK;
+}
+
+static int bi_squeeze_shape(const mval *a, int n, mval *out)
+{
+    int64_t di = 0;
+    int only = -1;
+    if (want_tensor(&a[0], "squeeze_shape")) return OPR_ERR_INVALID;
+    const opr_meta *t = a[0].u.t;
+    if (n > 1 && a[1].k != MV_NONE) {
+        if (!as_int(&a[1], &di) || wrap(di, t->ndim, "squeeze", &only)) return OPR_ERR_INVALID;
+    }
+    out->k = MV_LIST;
+    out->n = 0;
+    for (int k = 0; k < t->ndim; k++)
+        if (!(t->shape[k] == 1 && (only < 0 || only == k))) out->u.l[out->n++] = t->shape[k];
+    return OPR_OK;
+}
+
+static int bi_diagonal_shape(const mval *a, int n, mval *out)
+{
+    (void)n;
+    int64_t off, x, y;
+    int i = 0, j = 0;
+    if (want_tensor(&a[0], "diagonal_shape") || !as_int(&a[1], &off) || !as_int(&a[2], &x) || !as_int(&a[3], &y))
+        return opr_fail(OPR_ERR_INVALID, "diagonal_shape: expected (tensor, int, int, int)");
+    const opr_meta *t = a[0].u.t;
+    if (t->ndim < 2 || wrap(x, t->ndim, "diagonal", &i) || wrap(y, t->ndim, "diagonal", &j) || i == j)
+        return opr_fail(OPR_ERR_INVALID, "diagonal: needs two distinct dims of a tensor with >= 2 dims");
+    int64_t len = off >= 0 ? (t->shape[j] - off < t->shape[i] ? t->shape[j] - off : t->shape[i])
+                           : (t->shape[i] + off < t->shape[j] ? t->shape[i] + off : t->shape[j]);
+    out->k = MV_LIST;
+    out->n = 0;
+    for (int k = 0; k < t->ndim; k++)
+        if (k != i && k != j) out->u.l[out->n++] = t->shape[k];
+    out->u.l[out->n++] = len > 0 ? len : 0;
+    return OPR_OK;
+}
+
 static const struct builtin {
     const char *name;
     int min_args, max_args; /* max -1: variadic */
@@ -338,13 +453,34 @@ static const struct builtin {
     {"reduce", 1, 3, bi_reduce}, {"set", 3, 3, bi_set}, {"matmul_shape", 2, 2, bi_matmul_shape},
     {"cat_shape", 2, 2, bi_cat_shape}, {"diag_shape", 2, 2, bi_diag_shape},
     {"max", 2, 2, bi_max}, {"min", 2, 2, bi_min}, {"ceil", 1, 1, bi_ceil}, {"floor", 1, 1, bi_floor},
+    {"transpose_shape", 3, 3, bi_transpose_shape}, {"permute_shape", 2, 2, bi_permute_shape},
+    {"reshape_shape", 2, 2, bi_reshape_shape}, {"expand_shape", 2, 2, bi_expand_shape},
+    {"unsqueeze_shape", 2, 2, bi_unsqueeze_shape}, {"squeeze_shape", 1, 2, bi_squeeze_shape},
+    {"diagonal_shape", 4, 4, bi_diagonal_shape},
 };
 #define N_BUILTINS ((int)(sizeof builtins / sizeof builtins[0]))
 
-int expr_resolve(expr *e, const char *const *names, int nnames, const expr_src *src)
+int expr_builtin_find(const char *name)
+{
+    for (int b = 0; b < N_BUILTINS; b++)
+        if (!strcmp(builtins[b].name, name)) return b;
+    return -1;
+}
+
+bool expr_builtin_reads_meta(int builtin)
+{
+    return builtin >= 0 && builtin < N_BUILTINS; /* no built-in ever reads tensor data */
+}
+
+int expr_builtin_call(int builtin, const mval *args, int n, mval *out)
+{
+    return builtins[builtin].fn(args, n, out);
+}
+
+static int resolve(expr *e, const char *const *names, int nnames, const expr_src *src, bool ops_allowed)
 {
     for (int i = 0; i < e->nargs; i++) {
-        int rc = expr_resolve(e->args[i], names, nnames, src);
+        int rc = resolve(e->args[i], names, nnames, src, ops_allowed);
         if (rc) return rc;
     }
     if (e->kind == EXPR_NAME) {
@@ -361,9 +497,20 @@ int expr_resolve(expr *e, const char *const *names, int nnames, const expr_src *
             e->builtin = b;
             return OPR_OK;
         }
+        if (ops_allowed) return OPR_OK; /* an op: linked once every file is loaded */
         return opr_fail(OPR_ERR_PARSE, "%s:%d:%d: unknown function '%s'", src->file, e->line, e->col, e->name);
     }
     return OPR_OK;
+}
+
+int expr_resolve(expr *e, const char *const *names, int nnames, const expr_src *src)
+{
+    return resolve(e, names, nnames, src, false);
+}
+
+int expr_resolve_formula(expr *e, const char *const *names, int nnames, const expr_src *src)
+{
+    return resolve(e, names, nnames, src, true);
 }
 
 static int arith(int op, const mval *x, const mval *y, mval *out)
@@ -416,7 +563,9 @@ static bool truthy(const mval *v)
     }
 }
 
-int expr_eval(const expr *e, const mval *slots, mval *out)
+int expr_eval(const expr *e, const mval *slots, mval *out) { return expr_eval_with(e, slots, NULL, out); }
+
+int expr_eval_with(const expr *e, const mval *slots, const expr_hooks *h, mval *out)
 {
     switch (e->kind) {
     case EXPR_INT: out->k = MV_INT; out->u.i = e->i; return OPR_OK;
@@ -431,24 +580,25 @@ int expr_eval(const expr *e, const mval *slots, mval *out)
         out->n = e->nargs;
         for (int i = 0; i < e->nargs; i++) {
             mval v;
-            int rc = expr_eval(e->args[i], slots, &v);
+            int rc = expr_eval_with(e->args[i], slots, h, &v);
             if (rc) return rc;
             if (!as_int(&v, &out->u.l[i])) return opr_fail(OPR_ERR_INVALID, "list items must be ints");
         }
         return OPR_OK;
     }
     case EXPR_CALL: {
-        mval a[8];
-        if (e->builtin < 0 || e->nargs > 8) return opr_fail(OPR_ERR_INVALID, "'%s' is not evaluable on metadata", e->name);
+        mval a[OPR_MAX_ARGS];
+        if ((e->builtin < 0 && !(h && h->call)) || e->nargs > OPR_MAX_ARGS)
+            return opr_fail(OPR_ERR_INVALID, "'%s' is not evaluable on metadata", e->name);
         for (int i = 0; i < e->nargs; i++) {
-            int rc = expr_eval(e->args[i], slots, &a[i]);
+            int rc = expr_eval_with(e->args[i], slots, h, &a[i]);
             if (rc) return rc;
         }
-        return builtins[e->builtin].fn(a, e->nargs, out);
+        return e->builtin >= 0 ? builtins[e->builtin].fn(a, e->nargs, out) : h->call(h->ud, e, a, e->nargs, out);
     }
     case EXPR_UNARY: {
         mval v;
-        int rc = expr_eval(e->args[0], slots, &v);
+        int rc = expr_eval_with(e->args[0], slots, h, &v);
         if (rc) return rc;
         if (e->op == EOP_NOT) { out->k = MV_BOOL; out->u.b = !truthy(&v); return OPR_OK; }
         mval zero = {.k = MV_INT};
@@ -456,11 +606,18 @@ int expr_eval(const expr *e, const mval *slots, mval *out)
     }
     case EXPR_INDEX: {
         mval l, i;
-        int rc = expr_eval(e->args[0], slots, &l);
-        if (!rc) rc = expr_eval(e->args[1], slots, &i);
+        int rc = expr_eval_with(e->args[0], slots, h, &l);
+        if (!rc) rc = expr_eval_with(e->args[1], slots, h, &i);
         if (rc) return rc;
         int64_t k;
         int d = 0;
+        if (l.k == MV_TENSORS && as_int(&i, &k)) { /* grads[k], results[k] */
+            if (wrap(k, l.n, "index", &d) || l.n == 0) return OPR_ERR_INVALID;
+            if (!l.u.ts[d]) { out->k = MV_NONE; return OPR_OK; }
+            out->k = MV_TENSOR;
+            out->u.t = &l.u.ts[d]->m;
+            return OPR_OK;
+        }
         if (l.k != MV_LIST || !as_int(&i, &k)) return opr_fail(OPR_ERR_INVALID, "only int lists can be indexed");
         if (wrap(k, l.n, "index", &d) || l.n == 0) return OPR_ERR_INVALID;
         out->k = MV_INT;
@@ -469,17 +626,17 @@ int expr_eval(const expr *e, const mval *slots, mval *out)
     }
     case EXPR_BINARY: {
         mval x, y;
-        int rc = expr_eval(e->args[0], slots, &x);
+        int rc = expr_eval_with(e->args[0], slots, h, &x);
         if (rc) return rc;
         if (e->op == EOP_AND || e->op == EOP_OR) { /* short-circuit */
             bool tx = truthy(&x);
             if ((e->op == EOP_AND && !tx) || (e->op == EOP_OR && tx)) { out->k = MV_BOOL; out->u.b = tx; return OPR_OK; }
-            if ((rc = expr_eval(e->args[1], slots, &y))) return rc;
+            if ((rc = expr_eval_with(e->args[1], slots, h, &y))) return rc;
             out->k = MV_BOOL;
             out->u.b = truthy(&y);
             return OPR_OK;
         }
-        if ((rc = expr_eval(e->args[1], slots, &y))) return rc;
+        if ((rc = expr_eval_with(e->args[1], slots, h, &y))) return rc;
         if (e->op <= EOP_MOD) return arith(e->op, &x, &y, out);
         out->k = MV_BOOL;
         if (e->op == EOP_EQ) { out->u.b = values_equal(&x, &y); return OPR_OK; }
@@ -491,6 +648,22 @@ int expr_eval(const expr *e, const mval *slots, mval *out)
     }
     }
     return opr_fail(OPR_ERR_INVALID, "bad expression node");
+}
+
+void mval_of_kernel_arg(const opr_kernel_arg *k, mval *m)
+{
+    switch (k->kind) {
+    case OPR_ARG_INT: m->k = MV_INT; m->u.i = k->u.i; break;
+    case OPR_ARG_DOUBLE: m->k = MV_FLOAT; m->u.d = k->u.d; break;
+    case OPR_ARG_BOOL: m->k = MV_BOOL; m->u.b = k->u.b; break;
+    case OPR_ARG_STRING: m->k = MV_STR; m->u.s = k->u.s; break;
+    case OPR_ARG_INT_LIST:
+        m->k = MV_LIST;
+        m->n = k->u.il.n;
+        if (k->u.il.n) memcpy(m->u.l, k->u.il.items, (size_t)k->u.il.n * sizeof(int64_t));
+        break;
+    default: m->k = MV_NONE; break;
+    }
 }
 
 static const char *op_text(int op)

@@ -34,6 +34,7 @@ typedef struct candidate {
     char *name, *version, *why;
     unsigned abi_major, abi_minor;
     int score;
+    int status;              /* refusal status (0 when loaded or not yet decided) */
     bool loaded;
     dev_t st_dev;
     ino_t st_ino;
@@ -111,7 +112,7 @@ static int host_register_kernel(opr_plugin *self, const opr_kernel_desc *d)
     if (!registry_find(st->ctx, d->op)) { stage_error(st, "register_kernel: unknown op '%s'", op); return OPR_ERR_NOT_FOUND; }
     int dev = opr_device_type_find(st->ctx, d->device);
     bool staged_dev = false;
-    for (int i = 0; i < st->ndevices && dev < 0; i++) staged_dev = !strcmp(st->device_names[i], d->device);
+    for (int i = 0; i < st->ndevices && dev < 0 && !staged_dev; i++) staged_dev = !strcmp(st->device_names[i], d->device);
     if (dev < 0 && !staged_dev) {
         stage_error(st, "register_kernel: '%s' names unknown device '%s' (register_device it first)", op, d->device);
         return OPR_ERR_NOT_FOUND;
@@ -154,6 +155,11 @@ static int host_register_device(opr_plugin *self, const opr_device_desc *d)
         stage_error(st, "register_device: device '%s' is already provided by another plugin", d->name);
         return OPR_ERR_INVALID;
     }
+    for (int i = 0; i < st->ndevices; i++)
+        if (!strcmp(st->device_names[i], d->name)) {
+            stage_error(st, "register_device: device '%s' registered twice", d->name);
+            return OPR_ERR_INVALID;
+        }
     if (d->count < 1 || d->count > OPR_MAX_ORDINALS || st->ndevices == 4) {
         stage_error(st, "register_device: '%s' has %d ordinals (1..%d allowed)", d->name, d->count, OPR_MAX_ORDINALS);
         return OPR_ERR_INVALID;
@@ -232,6 +238,7 @@ static int refuse(candidate *c, int status, const char *fmt, ...)
     va_end(ap);
     free(c->why);
     c->why = strdup(why);
+    c->status = status;
     return opr_fail(status, "plugin %s: %s", c->path, why);
 }
 
@@ -296,7 +303,10 @@ static int load_file(opr_ctx *ctx, const char *path)
     if (stat(real, &sb)) return opr_fail(OPR_ERR_NOT_FOUND, "plugin %s: cannot stat", path);
     for (int i = 0; i < ctx->plugins->n; i++) { /* same file: idempotent */
         candidate *o = ctx->plugins->items[i];
-        if (o->st_dev == sb.st_dev && o->st_ino == sb.st_ino) return OPR_OK;
+        if (o->st_dev != sb.st_dev || o->st_ino != sb.st_ino) continue;
+        if (o->loaded || !o->status) return OPR_OK;
+        /* considered once: a refused file stays refused, with the same reason */
+        return opr_fail(o->status, "plugin %s: %s", o->path, o->why ? o->why : "refused earlier");
     }
     candidate *c = candidate_add(ctx, real);
     if (!c) return opr_fail(OPR_ERR_NOMEM, "out of memory");
@@ -316,7 +326,10 @@ static int load_file(opr_ctx *ctx, const char *path)
     }
 
     dlerror();
-    void *h = dlopen(real, RTLD_NOW | RTLD_LOCAL);
+    /* RTLD_NODELETE: dlclose at context free only drops the reference. Unmapping a
+     * plugin would also unload the runtimes it pulled in (libgomp, OpenBLAS) under
+     * their own live state and threads, and leave any late call into it dangling. */
+    void *h = dlopen(real, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
     if (!h) return refuse(c, OPR_ERR_NOT_FOUND, "dlopen failed: %s", dlerror());
     dlerror();
     opr_plugin_init_fn init = (opr_plugin_init_fn)dlsym(h, OPR_PLUGIN_INIT_SYMBOL);
@@ -342,6 +355,7 @@ static int load_file(opr_ctx *ctx, const char *path)
     c->handle = h; /* init ran: never closed before the context */
     opr_error_clear();
     pthread_mutex_lock(&ctx->lock);
+    int nops_before = ctx->reg->n; /* host->load_yaml during init adds after these */
     int rc = init(&host_api, &c->self);
     c->abi_major = c->self.abi_major;
     c->abi_minor = c->self.abi_minor;
@@ -354,8 +368,9 @@ static int load_file(opr_ctx *ctx, const char *path)
     } else if (rc != OPR_OK) {
         char detail[512];
         snprintf(detail, sizeof detail, "%s", opr_last_error());
-        rc = refuse(c, rc < 0 ? rc : OPR_ERR_BACKEND, "refused: init failed with %s%s%s", opr_status_name(rc),
-                    detail[0] ? ": " : "", detail);
+        /* init often just passes on a registration's error code: say which one */
+        rc = refuse(c, rc < 0 ? rc : OPR_ERR_BACKEND, "refused: init failed with %s%s%s%s%s", opr_status_name(rc),
+                    detail[0] || st.error[0] ? ": " : "", detail, detail[0] && st.error[0] ? "; " : "", st.error);
     } else if (st.error[0]) {
         rc = refuse(c, OPR_ERR_INVALID, "refused: %s", st.error);
     } else if (!c->name) {
@@ -371,6 +386,10 @@ static int load_file(opr_ctx *ctx, const char *path)
                      c->abi_minor, OPR_ABI_MAJOR, OPR_ABI_MINOR);
             c->why = strdup(why);
         }
+    }
+    if (!c->loaded) { /* staged registrations are dropped; so are the ops it defined */
+        for (int i = nops_before; i < ctx->reg->n; i++) op_free(ctx->reg->ops[i]);
+        if (ctx->reg->n > nops_before) ctx->reg->n = nops_before;
     }
     pthread_mutex_unlock(&ctx->lock);
     c->self.host_private = NULL;

@@ -4,7 +4,6 @@
 
 #include "expr.h"
 
-#define OPR_MAX_ARGS 12
 #define OPR_MAX_OUTS 4
 
 typedef enum arg_type {
@@ -60,6 +59,8 @@ struct opr_op {
     expr *flops;
     view_kind view;
     _Atomic(kernel_entry *) kernels[OPR_MAX_DEVICE_TYPES];
+    struct deriv_info *deriv;  /* derivative candidates, NULL if not differentiable */
+    struct opr_op *backward_of;/* set on fused backward kernel slots ("mm_backward") */
 };
 
 /* Slots of an op's expressions: args, then outputs by name, then `result`. */

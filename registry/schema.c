@@ -1,7 +1,7 @@
 /* Schema strings: "name(Type arg=default, ...) -> Ret" where Type is Tensor, Tensor?,
  * Tensor[], int, int?, int[], int[]?, float, float?, bool or str, and Ret is Tensor
  * or "(Tensor a, Tensor b)". Defaults are literals of the expression language. */
-#include "registry.h"
+#include "deriv.h"
 
 #include <ctype.h>
 #include <stdio.h>
@@ -23,7 +23,7 @@ typedef struct cursor {
 static int fail(const cursor *c, const char *at, const char *what)
 {
     char tok[40];
-    size_t n = strcspn(at, " ,()");
+    size_t n = strcspn(at, " ,()=");
     if (n == 0) n = *at ? 1 : 0;
     if (n >= sizeof tok) n = sizeof tok - 1;
     memcpy(tok, at, n);
@@ -86,7 +86,7 @@ static int parse_default(cursor *c, op_arg *a, const char *at)
     return rc;
 }
 
-static int parse_arg(cursor *c, op_arg *a)
+static int parse_arg(cursor *c, op_arg *a, const char **name_pos)
 {
     skip(c);
     const char *at = c->p;
@@ -102,8 +102,10 @@ static int parse_arg(cursor *c, op_arg *a)
     }
     if (i == sizeof type_names / sizeof type_names[0]) return fail(c, at, "unknown argument type");
     a->fixed_dtype = -1;
+    skip(c);
     const char *name_at = c->p;
     if (!(a->name = ident(c))) return fail(c, name_at, "expected an argument name");
+    *name_pos = name_at;
     skip(c);
     if (*c->p == '=') {
         c->p++;
@@ -156,12 +158,13 @@ int schema_parse(opr_op *op, const char *schema, const expr_src *src)
     else for (;;) {
         if (op->nargs == OPR_MAX_ARGS) return fail(&c, c.p, "too many arguments");
         op_arg *a = &op->args[op->nargs++];
-        int rc = parse_arg(&c, a);
+        const char *name_at = c.p;
+        int rc = parse_arg(&c, a, &name_at);
         if (rc) return rc;
         for (int k = 0; k < op->nargs - 1; k++)
-            if (!strcmp(op->args[k].name, a->name)) return fail(&c, c.p - strlen(a->name), "duplicate argument name");
+            if (!strcmp(op->args[k].name, a->name)) return fail(&c, name_at, "duplicate argument name");
         if (!a->has_default && op->nargs > 1 && op->args[op->nargs - 2].has_default)
-            return fail(&c, c.p - strlen(a->name), "argument without default after one with a default");
+            return fail(&c, name_at, "argument without default after one with a default");
         skip(&c);
         if (*c.p == ',') { c.p++; continue; }
         if (*c.p == ')') { c.p++; break; }
@@ -183,11 +186,14 @@ int schema_parse(opr_op *op, const char *schema, const expr_src *src)
 void op_free(opr_op *op)
 {
     if (!op) return;
+    deriv_free(op);
     free(op->name);
     free(op->schema);
     free(op->file);
     for (int i = 0; i < op->nargs; i++) { free(op->args[i].name); free(op->args[i].def_str); }
-    for (int i = 0; i < op->nout; i++) { free(op->out_names[i]); expr_free(op->shapes[i]); }
+    for (int i = 0; i < op->nout; i++) free(op->out_names[i]);
+    /* a refused entry may hold more shapes than outputs */
+    for (int i = 0; i < OPR_MAX_OUTS; i++) expr_free(op->shapes[i]);
     for (int i = 0; i < op->nchecks; i++) expr_free(op->checks[i]);
     expr_free(op->flops);
     for (int i = 0; i < OPR_MAX_DEVICE_TYPES; i++) free(atomic_load(&op->kernels[i]));

@@ -1,35 +1,26 @@
 /* Loads op definitions from YAML (libyaml's document API). A file is a sequence of
  * mappings, one per op. An entry with an error is refused with file:line:column and
  * the offending token; the others are still added. */
-#include "registry.h"
+#include "yaml_loader.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <yaml.h>
 
-typedef struct loader {
-    opr_ctx *ctx;
-    yaml_document_t *doc;
-    const char *text;   /* the whole file, to re-read flow sequences as expressions */
-    const char *file;
-} loader;
-
-static int at_node(const loader *l, const yaml_node_t *n, int status, const char *fmt, const char *tok)
+int yaml_fail_at(const loader *l, const yaml_node_t *n, int status, const char *fmt, const char *tok)
 {
     char msg[256];
     snprintf(msg, sizeof msg, fmt, tok);
     return opr_fail(status, "%s:%zu:%zu: %s", l->file, n->start_mark.line + 1, n->start_mark.column + 1, msg);
 }
 
-static const char *scalar(const yaml_node_t *n)
+const char *yaml_scalar(const yaml_node_t *n)
 {
     return n && n->type == YAML_SCALAR_NODE ? (const char *)n->data.scalar.value : NULL;
 }
 
-/* Position of a scalar's first character (past the opening quote if any). */
-static expr_src scalar_src(const loader *l, const yaml_node_t *n)
+expr_src yaml_scalar_src(const loader *l, const yaml_node_t *n)
 {
     int quoted = n->data.scalar.style == YAML_SINGLE_QUOTED_SCALAR_STYLE ||
                  n->data.scalar.style == YAML_DOUBLE_QUOTED_SCALAR_STYLE;
@@ -43,12 +34,12 @@ static int parse_expr_list(const loader *l, const yaml_node_t *n, expr **out, in
 {
     *count = 0;
     if (n->type == YAML_SCALAR_NODE) {
-        expr_src src = scalar_src(l, n);
-        if (!(out[0] = expr_parse(scalar(n), &src))) return OPR_ERR_PARSE;
+        expr_src src = yaml_scalar_src(l, n);
+        if (!(out[0] = expr_parse(yaml_scalar(n), &src))) return OPR_ERR_PARSE;
         *count = 1;
         return OPR_OK;
     }
-    if (n->type != YAML_SEQUENCE_NODE) return at_node(l, n, OPR_ERR_PARSE, "'%s' must be an expression or a list of them", key);
+    if (n->type != YAML_SEQUENCE_NODE) return yaml_fail_at(l, n, OPR_ERR_PARSE, "'%s' must be an expression or a list of them", key);
     if (n->data.sequence.style == YAML_FLOW_SEQUENCE_STYLE) {
         size_t a = n->start_mark.index, b = n->end_mark.index;
         char *text = strndup(l->text + a, b - a);
@@ -57,8 +48,8 @@ static int parse_expr_list(const loader *l, const yaml_node_t *n, expr **out, in
         expr *list = expr_parse(text, &src);
         free(text);
         if (!list) return OPR_ERR_PARSE;
-        if (list->kind != EXPR_LIST) { expr_free(list); return at_node(l, n, OPR_ERR_PARSE, "'%s' must be a list", key); }
-        if (list->nargs > max) { expr_free(list); return at_node(l, n, OPR_ERR_PARSE, "too many items in '%s'", key); }
+        if (list->kind != EXPR_LIST) { expr_free(list); return yaml_fail_at(l, n, OPR_ERR_PARSE, "'%s' must be a list", key); }
+        if (list->nargs > max) { expr_free(list); return yaml_fail_at(l, n, OPR_ERR_PARSE, "too many items in '%s'", key); }
         for (int i = 0; i < list->nargs; i++) { out[i] = list->args[i]; list->args[i] = NULL; }
         *count = list->nargs;
         expr_free(list);
@@ -66,10 +57,10 @@ static int parse_expr_list(const loader *l, const yaml_node_t *n, expr **out, in
     }
     for (yaml_node_item_t *it = n->data.sequence.items.start; it < n->data.sequence.items.top; it++) {
         yaml_node_t *item = yaml_document_get_node(l->doc, *it);
-        if (!scalar(item)) return at_node(l, item, OPR_ERR_PARSE, "items of '%s' must be expressions", key);
-        if (*count == max) return at_node(l, item, OPR_ERR_PARSE, "too many items in '%s'", key);
-        expr_src src = scalar_src(l, item);
-        if (!(out[*count] = expr_parse(scalar(item), &src))) return OPR_ERR_PARSE;
+        if (!yaml_scalar(item)) return yaml_fail_at(l, item, OPR_ERR_PARSE, "items of '%s' must be expressions", key);
+        if (*count == max) return yaml_fail_at(l, item, OPR_ERR_PARSE, "too many items in '%s'", key);
+        expr_src src = yaml_scalar_src(l, item);
+        if (!(out[*count] = expr_parse(yaml_scalar(item), &src))) return OPR_ERR_PARSE;
         (*count)++;
     }
     return OPR_OK;
@@ -84,13 +75,13 @@ static int arg_index(const opr_op *op, const char *name)
 
 static int parse_dtype_list(const loader *l, const yaml_node_t *n, uint32_t *mask)
 {
-    if (n->type != YAML_SEQUENCE_NODE) return at_node(l, n, OPR_ERR_PARSE, "%s must be a list of dtypes", "dtypes");
+    if (n->type != YAML_SEQUENCE_NODE) return yaml_fail_at(l, n, OPR_ERR_PARSE, "%s must be a list of dtypes", "dtypes");
     *mask = 0;
     for (yaml_node_item_t *it = n->data.sequence.items.start; it < n->data.sequence.items.top; it++) {
         yaml_node_t *item = yaml_document_get_node(l->doc, *it);
         opr_dtype dt;
-        if (!scalar(item) || opr_dtype_parse(scalar(item), &dt))
-            return at_node(l, item, OPR_ERR_PARSE, "unknown dtype '%s'", scalar(item) ? scalar(item) : "?");
+        if (!yaml_scalar(item) || opr_dtype_parse(yaml_scalar(item), &dt))
+            return yaml_fail_at(l, item, OPR_ERR_PARSE, "unknown dtype '%s'", yaml_scalar(item) ? yaml_scalar(item) : "?");
         *mask |= OPR_DTYPE_BIT(dt);
     }
     return OPR_OK;
@@ -99,8 +90,8 @@ static int parse_dtype_list(const loader *l, const yaml_node_t *n, uint32_t *mas
 /* "T", a dtype name, or "arg(NAME)". */
 static int parse_out_dtype(const loader *l, opr_op *op, const yaml_node_t *n, int *out)
 {
-    const char *s = scalar(n);
-    if (!s) return at_node(l, n, OPR_ERR_PARSE, "%s must be a dtype", "dtype");
+    const char *s = yaml_scalar(n);
+    if (!s) return yaml_fail_at(l, n, OPR_ERR_PARSE, "%s must be a dtype", "dtype");
     if (!strcmp(s, "T")) { *out = OUT_DTYPE_T; return OPR_OK; }
     size_t len = strlen(s);
     if (!strncmp(s, "arg(", 4) && len > 5 && s[len - 1] == ')') {
@@ -108,13 +99,13 @@ static int parse_out_dtype(const loader *l, opr_op *op, const yaml_node_t *n, in
         snprintf(name, sizeof name, "%.*s", (int)(len - 5), s + 4);
         int a = arg_index(op, name);
         if (a < 0 || op->args[a].type != ARG_STR)
-            return at_node(l, n, OPR_ERR_PARSE, "arg(%s): no str argument of that name", name);
+            return yaml_fail_at(l, n, OPR_ERR_PARSE, "arg(%s): no str argument of that name", name);
         op->dtype_arg = a;
         *out = OUT_DTYPE_ARG;
         return OPR_OK;
     }
     opr_dtype dt;
-    if (opr_dtype_parse(s, &dt)) return at_node(l, n, OPR_ERR_PARSE, "unknown dtype '%s'", s);
+    if (opr_dtype_parse(s, &dt)) return yaml_fail_at(l, n, OPR_ERR_PARSE, "unknown dtype '%s'", s);
     *out = (int)dt;
     return OPR_OK;
 }
@@ -126,18 +117,19 @@ static const char *const view_names[] = {
     [VIEW_CONTIGUOUS] = "contiguous",
 };
 
-static int parse_key(const loader *l, opr_op *op, const char *key, const yaml_node_t *v)
+static int parse_key(const loader *l, opr_op *op, const yaml_node_t *k, const yaml_node_t *v)
 {
+    const char *key = yaml_scalar(k);
     int count, rc;
     if (!strcmp(key, "name")) return OPR_OK; /* handled first */
     if (!strcmp(key, "shape") || !strcmp(key, "shapes")) {
-        if (scalar(v) && !strcmp(scalar(v), "dynamic")) { op->dynamic_shape = true; return OPR_OK; }
+        if (yaml_scalar(v) && !strcmp(yaml_scalar(v), "dynamic")) { op->dynamic_shape = true; return OPR_OK; }
         bool many = key[5] == 's';
         if ((rc = parse_expr_list(l, v, op->shapes, many ? OPR_MAX_OUTS : 1, &count, key))) return rc;
         if (!many && v->type != YAML_SCALAR_NODE)
-            return at_node(l, v, OPR_ERR_PARSE, "%s must be one expression (quote a [a, b] list)", key);
+            return yaml_fail_at(l, v, OPR_ERR_PARSE, "%s must be one expression (quote a [a, b] list)", key);
         if (count != op->nout)
-            return at_node(l, v, OPR_ERR_PARSE, "'%s' gives a different number of shapes than the op has outputs", key);
+            return yaml_fail_at(l, v, OPR_ERR_PARSE, "'%s' gives a different number of shapes than the op has outputs", key);
         return OPR_OK;
     }
     if (!strcmp(key, "check")) {
@@ -146,43 +138,47 @@ static int parse_key(const loader *l, opr_op *op, const char *key, const yaml_no
         return rc;
     }
     if (!strcmp(key, "flops")) {
-        if (!scalar(v)) return at_node(l, v, OPR_ERR_PARSE, "%s must be an expression", key);
-        expr_src src = scalar_src(l, v);
-        return (op->flops = expr_parse(scalar(v), &src)) ? OPR_OK : OPR_ERR_PARSE;
+        if (!yaml_scalar(v)) return yaml_fail_at(l, v, OPR_ERR_PARSE, "%s must be an expression", key);
+        expr_src src = yaml_scalar_src(l, v);
+        return (op->flops = expr_parse(yaml_scalar(v), &src)) ? OPR_OK : OPR_ERR_PARSE;
     }
     if (!strcmp(key, "dtypes")) return parse_dtype_list(l, v, &op->dtypes);
     if (!strcmp(key, "dtype")) {
-        if (op->nout != 1) return at_node(l, v, OPR_ERR_PARSE, "%s: use dtypes_out for several outputs", key);
+        if (op->nout != 1) return yaml_fail_at(l, v, OPR_ERR_PARSE, "%s: use dtypes_out for several outputs", key);
         return parse_out_dtype(l, op, v, &op->out_dtype[0]);
     }
     if (!strcmp(key, "dtypes_out")) {
         if (v->type != YAML_SEQUENCE_NODE || v->data.sequence.items.top - v->data.sequence.items.start != op->nout)
-            return at_node(l, v, OPR_ERR_PARSE, "%s must list one dtype per output", key);
+            return yaml_fail_at(l, v, OPR_ERR_PARSE, "%s must list one dtype per output", key);
         int i = 0;
         for (yaml_node_item_t *it = v->data.sequence.items.start; it < v->data.sequence.items.top; it++, i++)
             if ((rc = parse_out_dtype(l, op, yaml_document_get_node(l->doc, *it), &op->out_dtype[i]))) return rc;
         return OPR_OK;
     }
     if (!strcmp(key, "arg_dtypes")) {
-        if (v->type != YAML_MAPPING_NODE) return at_node(l, v, OPR_ERR_PARSE, "%s must map argument names to dtypes", key);
+        if (v->type != YAML_MAPPING_NODE) return yaml_fail_at(l, v, OPR_ERR_PARSE, "%s must map argument names to dtypes", key);
         for (yaml_node_pair_t *p = v->data.mapping.pairs.start; p < v->data.mapping.pairs.top; p++) {
             yaml_node_t *k = yaml_document_get_node(l->doc, p->key), *d = yaml_document_get_node(l->doc, p->value);
-            int a = scalar(k) ? arg_index(op, scalar(k)) : -1;
+            int a = yaml_scalar(k) ? arg_index(op, yaml_scalar(k)) : -1;
             if (a < 0 || op->args[a].type != ARG_TENSOR)
-                return at_node(l, k, OPR_ERR_PARSE, "'%s' is not a Tensor argument", scalar(k) ? scalar(k) : "?");
+                return yaml_fail_at(l, k, OPR_ERR_PARSE, "'%s' is not a Tensor argument", yaml_scalar(k) ? yaml_scalar(k) : "?");
             opr_dtype dt;
-            if (!scalar(d) || opr_dtype_parse(scalar(d), &dt))
-                return at_node(l, d, OPR_ERR_PARSE, "unknown dtype '%s'", scalar(d) ? scalar(d) : "?");
+            if (!yaml_scalar(d) || opr_dtype_parse(yaml_scalar(d), &dt))
+                return yaml_fail_at(l, d, OPR_ERR_PARSE, "unknown dtype '%s'", yaml_scalar(d) ? yaml_scalar(d) : "?");
             op->args[a].fixed_dtype = (int)dt;
         }
         return OPR_OK;
     }
     if (!strcmp(key, "view")) {
         for (int k = 1; k <= VIEW_CONTIGUOUS; k++)
-            if (scalar(v) && !strcmp(scalar(v), view_names[k])) { op->view = (view_kind)k; return OPR_OK; }
-        return at_node(l, v, OPR_ERR_PARSE, "unknown view kind '%s'", scalar(v) ? scalar(v) : "?");
+            if (yaml_scalar(v) && !strcmp(yaml_scalar(v), view_names[k])) { op->view = (view_kind)k; return OPR_OK; }
+        return yaml_fail_at(l, v, OPR_ERR_PARSE, "unknown view kind '%s'", yaml_scalar(v) ? yaml_scalar(v) : "?");
     }
-    return at_node(l, v, OPR_ERR_PARSE, "unknown key '%s'", key);
+    /* a key naming inputs ("self", "self, mat2") holds their derivative */
+    char first[64];
+    snprintf(first, sizeof first, "%.*s", (int)strcspn(key, ", "), key);
+    if (arg_index(op, first) >= 0) return yaml_deriv_key(l, op, k, v);
+    return yaml_fail_at(l, k, OPR_ERR_PARSE, "unknown key '%s'", key);
 }
 
 /* Resolves every expression of op against its slot names and checks completeness. */
@@ -200,9 +196,9 @@ static int finish_op(const loader *l, opr_op *op, const yaml_node_t *entry)
         if (op->shapes[i] && expr_resolve(op->shapes[i], names, op->nargs, &src)) return OPR_ERR_PARSE;
     if (op->flops && expr_resolve(op->flops, names, n, &src)) return OPR_ERR_PARSE;
     if (!op->view && !op->dynamic_shape && !op->shapes[0])
-        return at_node(l, entry, OPR_ERR_PARSE, "op '%s' needs a 'shape' (or 'view')", op->name);
+        return yaml_fail_at(l, entry, OPR_ERR_PARSE, "op '%s' needs a 'shape' (or 'view')", op->name);
     if (op->view && (op->nargs == 0 || op->args[0].type != ARG_TENSOR || op->nout != 1))
-        return at_node(l, entry, OPR_ERR_PARSE, "view op '%s' must take a Tensor first and return one Tensor", op->name);
+        return yaml_fail_at(l, entry, OPR_ERR_PARSE, "view op '%s' must take a Tensor first and return one Tensor", op->name);
     for (int i = 0; i < op->nargs; i++)
         if (op->args[i].type == ARG_STR && !strcmp(op->args[i].name, "device")) op->device_arg = i;
     return OPR_OK;
@@ -211,16 +207,16 @@ static int finish_op(const loader *l, opr_op *op, const yaml_node_t *entry)
 static opr_op *load_entry(const loader *l, yaml_node_t *entry)
 {
     if (entry->type != YAML_MAPPING_NODE) {
-        at_node(l, entry, OPR_ERR_PARSE, "each entry must be a mapping with a 'name'%s", "");
+        yaml_fail_at(l, entry, OPR_ERR_PARSE, "each entry must be a mapping with a 'name'%s", "");
         return NULL;
     }
     yaml_node_t *name = NULL;
     for (yaml_node_pair_t *p = entry->data.mapping.pairs.start; p < entry->data.mapping.pairs.top; p++) {
-        const char *k = scalar(yaml_document_get_node(l->doc, p->key));
+        const char *k = yaml_scalar(yaml_document_get_node(l->doc, p->key));
         if (k && !strcmp(k, "name")) name = yaml_document_get_node(l->doc, p->value);
     }
-    if (!scalar(name)) {
-        at_node(l, entry, OPR_ERR_PARSE, "entry has no 'name' schema%s", "");
+    if (!yaml_scalar(name)) {
+        yaml_fail_at(l, entry, OPR_ERR_PARSE, "entry has no 'name' schema%s", "");
         return NULL;
     }
     opr_op *op = calloc(1, sizeof *op);
@@ -228,15 +224,30 @@ static opr_op *load_entry(const loader *l, yaml_node_t *entry)
     op->dtypes = OPR_DTYPE_BIT(OPR_F32) | OPR_DTYPE_BIT(OPR_F64);
     op->dtype_arg = op->device_arg = -1;
     for (int i = 0; i < OPR_MAX_OUTS; i++) op->out_dtype[i] = OUT_DTYPE_T;
-    op->schema = strdup(scalar(name));
+    op->schema = strdup(yaml_scalar(name));
     op->file = strdup(l->file);
     op->line = (int)name->start_mark.line + 1;
-    expr_src src = scalar_src(l, name);
-    int rc = schema_parse(op, scalar(name), &src);
+    expr_src src = yaml_scalar_src(l, name);
+    int rc = schema_parse(op, yaml_scalar(name), &src);
+    if (!rc) { /* a duplicate is reported at its name, with where the first one is */
+        pthread_mutex_lock(&l->ctx->lock);
+        const opr_op *first = registry_find(l->ctx, op->name);
+        if (first) {
+            char msg[256];
+            snprintf(msg, sizeof msg, "op '%s' is already defined (first defined at %s:%d)", op->name,
+                     first->file ? first->file : "?", first->line);
+            rc = yaml_fail_at(l, name, OPR_ERR_INVALID, "%s", msg);
+        }
+        pthread_mutex_unlock(&l->ctx->lock);
+    }
     for (yaml_node_pair_t *p = entry->data.mapping.pairs.start; !rc && p < entry->data.mapping.pairs.top; p++) {
         yaml_node_t *k = yaml_document_get_node(l->doc, p->key);
-        if (!scalar(k)) { rc = at_node(l, k, OPR_ERR_PARSE, "keys must be plain names%s", ""); break; }
-        rc = parse_key(l, op, scalar(k), yaml_document_get_node(l->doc, p->value));
+        if (!yaml_scalar(k)) { rc = yaml_fail_at(l, k, OPR_ERR_PARSE, "keys must be plain names%s", ""); break; }
+        for (yaml_node_pair_t *q = entry->data.mapping.pairs.start; q < p && !rc; q++) {
+            const char *prev = yaml_scalar(yaml_document_get_node(l->doc, q->key));
+            if (prev && !strcmp(prev, yaml_scalar(k))) rc = yaml_fail_at(l, k, OPR_ERR_PARSE, "duplicate key '%s'", yaml_scalar(k));
+        }
+        if (!rc) rc = parse_key(l, op, k, yaml_document_get_node(l->doc, p->value));
     }
     if (!rc) rc = finish_op(l, op, entry);
     if (rc) { op_free(op); return NULL; }
@@ -266,7 +277,7 @@ int yaml_load_text(opr_ctx *ctx, const char *text, size_t len, const char *file,
     yaml_node_t *root = yaml_document_get_root_node(&doc);
     int rc = OPR_OK;
     if (root && root->type != YAML_SEQUENCE_NODE) {
-        rc = at_node(&l, root, OPR_ERR_PARSE, "the file must be a sequence of op entries%s", "");
+        rc = yaml_fail_at(&l, root, OPR_ERR_PARSE, "the file must be a sequence of op entries%s", "");
         pthread_mutex_lock(&ctx->lock);
         registry_note_error(ctx, opr_last_error());
         pthread_mutex_unlock(&ctx->lock);
@@ -297,6 +308,7 @@ int yaml_load_text(opr_ctx *ctx, const char *text, size_t len, const char *file,
 
 int yaml_load_file(opr_ctx *ctx, const char *path, int *n_loaded)
 {
+    if (n_loaded) *n_loaded = 0;
     FILE *f = fopen(path, "rb");
     if (!f) return opr_fail(OPR_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     char *buf = NULL;
@@ -323,12 +335,14 @@ int yaml_load_file(opr_ctx *ctx, const char *path, int *n_loaded)
 
 int opr_registry_load_yaml(opr_ctx *ctx, const char *path, int *n_loaded)
 {
+    if (n_loaded) *n_loaded = 0;
     if (!ctx || !path) return opr_fail(OPR_ERR_INVALID, "opr_registry_load_yaml: NULL argument");
     return yaml_load_file(ctx, path, n_loaded);
 }
 
 int opr_registry_load_yaml_string(opr_ctx *ctx, const char *text, const char *name, int *n_loaded)
 {
+    if (n_loaded) *n_loaded = 0;
     if (!ctx || !text) return opr_fail(OPR_ERR_INVALID, "opr_registry_load_yaml_string: NULL argument");
     return yaml_load_text(ctx, text, strlen(text), name ? name : "<string>", n_loaded);
 }

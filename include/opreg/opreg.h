@@ -236,9 +236,33 @@ OPR_API int opr_set_requires_grad(opr_tensor *t, bool requires_grad);
 OPR_API bool opr_requires_grad(const opr_tensor *t);
 /* Accumulated gradient of a leaf (borrowed reference), or NULL. */
 OPR_API opr_tensor *opr_grad(const opr_tensor *t);
-/* Thread-local grad mode (default on). Returns the previous mode. */
+/* Thread-local grad mode (default on). Returns the previous mode. While it is off
+ * (no_grad), ops record nothing and their outputs do not require grad. */
 OPR_API bool opr_grad_mode_set(bool enabled);
 OPR_API bool opr_grad_mode_enabled(void);
+/* Drops the accumulated gradient of t. */
+OPR_API int opr_zero_grad(opr_tensor *t);
+/* A new tensor sharing t's storage, cut off from the graph (requires_grad false). */
+OPR_API opr_tensor *opr_tensor_detach(opr_tensor *t);
+
+typedef struct opr_backward_opts {
+    size_t struct_size;
+    bool retain_graph;  /* keep saved tensors so the graph can be run again */
+    bool create_graph;  /* record the backward pass itself (for higher derivatives) */
+} opr_backward_opts;
+
+/* Accumulates d(root)/d(leaf), weighted by grad, into every leaf that requires grad and
+ * that root depends on. grad may be NULL when root has one element (it is then 1).
+ * opts may be NULL (both false). Saved tensors are released as each node finishes
+ * unless retain_graph. */
+OPR_API int opr_backward(opr_tensor *root, opr_tensor *grad, const opr_backward_opts *opts);
+
+/* Gradients of outputs (weighted by grad_outputs; NULL entries or a NULL array mean 1
+ * for one-element outputs) with respect to inputs, returned in grads (new references;
+ * NULL where an input does not influence the outputs). Leaves' .grad is untouched. */
+OPR_API int opr_autograd_grad(opr_tensor *const *outputs, opr_tensor *const *grad_outputs, int n_outputs,
+                              opr_tensor *const *inputs, int n_inputs, opr_tensor **grads,
+                              const opr_backward_opts *opts);
 
 /* ------------------------------------------------------------------ ops */
 
@@ -299,6 +323,27 @@ OPR_API int opr_call(const opr_op *op, const opr_value *args, int nargs,
 /* Same, looking the op up by name (slower: for tools and tests). */
 OPR_API int opr_call_by_name(opr_ctx *ctx, const char *name, const opr_value *args,
                              int nargs, opr_tensor **results, int nres);
+
+/* ------------------------------------------------------------------ plans */
+
+/* Explains how the gradients of op would be computed for these arguments (shapes are
+ * what matters) when the inputs named in requires_grad need grad: every candidate set
+ * with its estimated cost and saved bytes, the chosen one and why. Writes text into
+ * buf. Returns OPR_OK, or an error if the op has no derivative for some input. */
+OPR_API int opr_plan_explain(const opr_op *op, const opr_value *args, int nargs,
+                             const char *const *requires_grad, int n_requires_grad,
+                             char *buf, size_t len);
+/* Bytes the chosen plan saves for backward, for the same arguments. */
+OPR_API int opr_plan_saved_bytes(const opr_op *op, const opr_value *args, int nargs,
+                                 const char *const *requires_grad, int n_requires_grad,
+                                 uint64_t *bytes);
+/* Derivative candidates of op (for tests and tools): their count and labels
+ * ("self", "self, mat2 (kernel mm_backward)"). */
+OPR_API int opr_op_grad_candidate_count(const opr_op *op);
+OPR_API const char *opr_op_grad_candidate_label(const opr_op *op, int i);
+/* Makes every plan of op use candidate i where it applies (-1 restores choice by
+ * cost). Meant for tests; not to be changed while other threads use op. */
+OPR_API int opr_op_force_grad_candidate(const opr_op *op, int i);
 
 /* ------------------------------------------------------------------ registry */
 

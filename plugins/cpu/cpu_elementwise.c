@@ -346,11 +346,9 @@ static int ew_apply(const char *op, const opr_tensor_view *out, int nin,
     ew_space sp;
     sp.ndim = out->ndim;
     sp.nops = nops;
-    int64_t expect = 1; /* contiguous strides if the host left them out */
-    for (int32_t d = out->ndim - 1; d >= 0; d--) {
+    for (int32_t d = 0; d < out->ndim; d++) {
         sp.shape[d] = out->shape[d];
-        sp.st[0][d] = out->strides ? out->strides[d] : expect;
-        expect *= out->shape[d];
+        sp.st[0][d] = out->strides[d];
     }
     for (int k = 0; k < nin; k++)
         if (!cpu_bcast_strides(in[k], out->ndim, out->shape, sp.st[k + 1]))
@@ -378,8 +376,9 @@ static int ew_apply(const char *op, const opr_tensor_view *out, int nin,
 
 /* ------------------------------------------------------------------ kernels */
 
-/* Checks arity, the dtype of each input and of the output, and picks the loop.
- * Tensor inputs are args[0..nin) except where (handled by its own kernel). */
+/* Checks arity, the dtype of each input and of the output, and picks the loop. The
+ * tensor inputs are args[0..nin), all of the common dtype T (where passes a call whose
+ * args start after its bool condition). */
 static int ew_prepare(const opr_kernel_call *c, const char *op, int nargs, int nin,
                       const ew_table table, bool bool_out, ew_loop_fn *fn,
                       const opr_tensor_view **in)
@@ -393,10 +392,12 @@ static int ew_prepare(const opr_kernel_call *c, const char *op, int nargs, int n
     const opr_dtype t = in[0]->dtype;
     for (int k = 1; k < nin; k++)
         if (in[k]->dtype != t)
-            return CPU_FAIL(OPR_ERR_INVALID, "%s: dtype mismatch: argument 0 is %s, argument %d is %s",
-                            op, ew_dtype_name(t), k, ew_dtype_name(in[k]->dtype));
+            return CPU_FAIL(OPR_ERR_INVALID,
+                            "%s: dtype mismatch: argument 0 is %s, argument %d is %s", op,
+                            ew_dtype_name(t), k, ew_dtype_name(in[k]->dtype));
     if ((unsigned)t >= OPR_DTYPE_COUNT || !(*fn = table[t]))
-        return CPU_FAIL(OPR_ERR_UNSUPPORTED, "%s: no CPU kernel for dtype %s", op, ew_dtype_name(t));
+        return CPU_FAIL(OPR_ERR_UNSUPPORTED, "%s: no CPU kernel for dtype %s", op,
+                        ew_dtype_name(t));
     const opr_dtype want = bool_out ? OPR_BOOL : t;
     if (c->outputs[0].dtype != want)
         return CPU_FAIL(OPR_ERR_INVALID, "%s: output dtype is %s, expected %s", op,

@@ -9,13 +9,19 @@
 #include "cpu_common.h"
 #include "cpu_kernels.h"
 
-#include <math.h>
 #include <stdlib.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
 
 /* ------------------------------------------------------------------ helpers */
+
+/* Plugins do not link libopreg, so opr_dtype_name is not available here. */
+static const char *dtype_name(opr_dtype dt)
+{
+    static const char *const names[] = { "f32", "f64", "i64", "bool", "f16", "bf16" };
+    return (unsigned)dt < sizeof names / sizeof names[0] ? names[dt] : "?";
+}
 
 static size_t elem_size(opr_dtype dt)
 {
@@ -38,7 +44,15 @@ static inline void move_elem(char *dst, const char *src, size_t es)
     }
 }
 
-/* The slice [*lo, *hi) of n items that the calling OpenMP thread owns. */
+/* Start of chunk c when n items are cut into nchunks nearly equal chunks. */
+static inline int64_t chunk_lo(int64_t n, int64_t nchunks, int64_t c)
+{
+    return n / nchunks * c + (c < n % nchunks ? c : n % nchunks);
+}
+
+/* The slice [*lo, *hi) of n items that the calling OpenMP thread owns. Parallel loops
+ * over strided views use this instead of `omp for` so that each thread positions its
+ * walker once (cpu_walk_seek) and then only steps it. */
 static inline void thread_range(int64_t n, int64_t *lo, int64_t *hi)
 {
 #ifdef _OPENMP
@@ -46,8 +60,8 @@ static inline void thread_range(int64_t n, int64_t *lo, int64_t *hi)
 #else
     int64_t t = 0, nt = 1;
 #endif
-    *lo = n / nt * t + (t < n % nt ? t : n % nt);
-    *hi = *lo + n / nt + (t < n % nt);
+    *lo = chunk_lo(n, nt, t);
+    *hi = chunk_lo(n, nt, t + 1);
 }
 
 static cpu_walk walk_new(int32_t ndim, const int64_t *shape, int32_t nops,
@@ -180,8 +194,8 @@ static bool same_shape(int32_t ndim, const int64_t *shape, const opr_tensor_view
 static int check_dtype(const char *op, const char *what, const opr_tensor_view *v, opr_dtype dt)
 {
     if (v->dtype != dt)
-        return CPU_FAIL(OPR_ERR_INVALID, "%s: %s has dtype %d, expected %d", op, what,
-                        (int)v->dtype, (int)dt);
+        return CPU_FAIL(OPR_ERR_INVALID, "%s: %s has dtype %s, expected %s", op, what,
+                        dtype_name(v->dtype), dtype_name(dt));
     return OPR_OK;
 }
 
@@ -227,6 +241,13 @@ static int64_t *index_offsets(const opr_tensor_view *index, int64_t size, int64_
     return offs;
 }
 
+/* Doubles at or beyond 2^63 in magnitude (and NaN) have no i64 value; converting them
+ * is undefined behaviour in C, so they are refused instead. */
+static bool fits_i64(double v)
+{
+    return v >= -9223372036854775808.0 && v < 9223372036854775808.0;
+}
+
 /* Encodes a double as one element of dtype dt, converted the way fill_ converts. */
 static int encode_scalar(const char *op, opr_dtype dt, double v, char elem[8])
 {
@@ -234,7 +255,7 @@ static int encode_scalar(const char *op, opr_dtype dt, double v, char elem[8])
     case OPR_F32: { float f = (float)v; memcpy(elem, &f, sizeof f); return OPR_OK; }
     case OPR_F64: memcpy(elem, &v, sizeof v); return OPR_OK;
     case OPR_I64: {
-        if (!(v >= -9223372036854775808.0 && v < 9223372036854775808.0))
+        if (!fits_i64(v))
             return CPU_FAIL(OPR_ERR_INVALID, "%s: value %g cannot be represented as i64", op, v);
         int64_t i = (int64_t)v;
         memcpy(elem, &i, sizeof i);
@@ -242,16 +263,16 @@ static int encode_scalar(const char *op, opr_dtype dt, double v, char elem[8])
     }
     case OPR_BOOL: elem[0] = v != 0; return OPR_OK;
     default:
-        return CPU_FAIL(OPR_ERR_UNSUPPORTED, "%s: dtype %d is not supported on cpu", op, (int)dt);
+        return CPU_FAIL(OPR_ERR_UNSUPPORTED, "%s: dtype %s is not supported on cpu", op, dtype_name(dt));
     }
 }
 
-/* Splits n positions into chunks and counts the true mask elements in each, so later
- * passes can run chunks in parallel yet keep row-major order. starts has nchunks + 1
- * entries; starts[nchunks] is the total. */
+/* Masked ops write their output in row-major order of the true positions. To run in
+ * parallel, the positions are cut into fixed chunks and the trues of each chunk are
+ * counted first; starts[c] is then where chunk c begins writing (starts has nchunks + 1
+ * entries, starts[nchunks] is the total). A fixed count rather than the thread count
+ * keeps the result independent of OMP_NUM_THREADS. */
 enum { MASK_CHUNKS = 64 };
-
-static int64_t chunk_lo(int64_t n, int64_t nchunks, int64_t c) { return n / nchunks * c + (c < n % nchunks ? c : n % nchunks); }
 
 static int64_t mask_chunks(int32_t ndim, const int64_t *shape, int64_t n, const bool *mask,
                            const int64_t *mask_st, int64_t starts[MASK_CHUNKS + 1])
@@ -430,9 +451,11 @@ static int k_gather(const opr_kernel_call *c)
     if ((rc = check_indices("gather", index, dim, size))) return rc;
 
     const size_t es = elem_size(x->dtype);
-    int64_t xs[OPR_MAX_DIMS];
-    if (x->ndim) memcpy(xs, x->strides, (size_t)x->ndim * sizeof *xs);
-    if (x->ndim) xs[dim] = 0;
+    int64_t xs[OPR_MAX_DIMS] = { 0 };
+    if (x->ndim) {
+        memcpy(xs, x->strides, (size_t)x->ndim * sizeof *xs);
+        xs[dim] = 0; /* the gathered position is added per element */
+    }
     const int64_t *st[] = { out->strides, index->strides, xs };
     const cpu_walk w0 = walk_new(out->ndim, out->shape, 3, st);
     const int64_t n = out->numel;
@@ -506,7 +529,7 @@ static int run_accum(const char *op, opr_dtype dt, const accum_job *j)
     case OPR_F32: accum_f32(j); return OPR_OK;
     case OPR_F64: accum_f64(j); return OPR_OK;
     case OPR_I64: accum_i64(j); return OPR_OK;
-    default: return CPU_FAIL(OPR_ERR_UNSUPPORTED, "%s: dtype %d is not supported on cpu", op, (int)dt);
+    default: return CPU_FAIL(OPR_ERR_UNSUPPORTED, "%s: dtype %s is not supported on cpu", op, dtype_name(dt));
     }
 }
 
@@ -546,7 +569,7 @@ static int index_add_impl(const opr_kernel_call *c, bool inplace)
         return CPU_FAIL(OPR_ERR_INVALID, "%s: output shape must equal self's", op);
     if (inplace && (rc = check_writable(op, out))) return rc;
     const double alpha = cpu_arg_d(c, 4);
-    if (x->dtype == OPR_I64 && !(fabs(alpha) < 9.2e18 && alpha == (double)(int64_t)alpha))
+    if (x->dtype == OPR_I64 && !(fits_i64(alpha) && alpha == (double)(int64_t)alpha))
         return CPU_FAIL(OPR_ERR_INVALID, "%s: alpha %g must be an integer for an i64 tensor", op, alpha);
     const int64_t size = size_at(out, dim);
     if ((rc = check_indices(op, index, dim, size))) return rc;
@@ -648,8 +671,8 @@ static int k_cat(const opr_kernel_call *c)
         if (t->ndim == 0)
             return CPU_FAIL(OPR_ERR_INVALID, "cat: zero-dimensional tensor %d cannot be concatenated", (int)i);
         if (t->dtype != out->dtype)
-            return CPU_FAIL(OPR_ERR_INVALID, "cat: tensor %d has dtype %d, expected %d", (int)i,
-                            (int)t->dtype, (int)out->dtype);
+            return CPU_FAIL(OPR_ERR_INVALID, "cat: tensor %d has dtype %s, expected %s", (int)i,
+                            dtype_name(t->dtype), dtype_name(out->dtype));
         if (cat_skipped(t)) continue;
         if (t->ndim != out->ndim)
             return CPU_FAIL(OPR_ERR_INVALID, "cat: tensor %d has %d dims, expected %d", (int)i,

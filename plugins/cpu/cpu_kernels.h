@@ -14,5 +14,6 @@ int cpu_register_linalg(opr_plugin *self);      /* cpu_linalg.c */
 int cpu_register_index(opr_plugin *self);       /* cpu_index.c */
 int cpu_register_sort(opr_plugin *self);        /* cpu_sort.c */
 int cpu_register_factory(opr_plugin *self);     /* cpu_factory.c */
+int cpu_register_grad(opr_plugin *self);        /* cpu_grad.c */
 
 #endif

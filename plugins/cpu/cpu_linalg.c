@@ -18,6 +18,7 @@
  * OpenBLAS was built with INTERFACE64). */
 #define BLAS_INT_MAX ((int64_t)(sizeof(blasint) == 4 ? INT32_MAX : INT64_MAX))
 
+/* Plugins do not link libopreg, so opr_dtype_name is not available here. */
 static const char *dtype_name(opr_dtype dt)
 {
     static const char *const names[] = { "f32", "f64", "i64", "bool", "f16", "bf16" };

@@ -97,7 +97,8 @@ static int32_t red_coalesce(int32_t nd, int64_t *shape, int nops, int64_t st[][O
     return m;
 }
 
-/* Strides of a view, contiguous ones if the host left them out. */
+/* Strides of a view; contiguous ones if a view comes without (defensive: the ABI
+ * always passes them for ndim > 0). */
 static void red_strides(const opr_tensor_view *v, int64_t *st)
 {
     int64_t expect = 1;
@@ -505,8 +506,14 @@ typedef void (*red_cols_fn)(const red_job *jb, int64_t task, bool mean);
         const T *x = (const T *)jb->x + w.off[0] + c0;                                    \
         ACC acc[RED_COLS];                                                                \
         for (int64_t c = 0; c < width; c++) acc[c] = 0;                                   \
-        RED_FOREACH_PTR(T, x, &pl->rs, 0, pl->rs.n,                                       \
-                        for (int64_t c = 0; c < width; c++) acc[c] += (ACC)px_[c];);      \
+        /* A constant trip count for full chunks lets -O2 (GCC's cheap cost model)      \
+         * vectorize the inner loop too. */                                             \
+        if (width == RED_COLS)                                                            \
+            RED_FOREACH_PTR(T, x, &pl->rs, 0, pl->rs.n,                                   \
+                            for (int c = 0; c < RED_COLS; c++) acc[c] += (ACC)px_[c];);   \
+        else                                                                              \
+            RED_FOREACH_PTR(T, x, &pl->rs, 0, pl->rs.n,                                   \
+                            for (int64_t c = 0; c < width; c++) acc[c] += (ACC)px_[c];);  \
         T *o = (T *)jb->out[0] + w.off[1];                                                \
         const int64_t os = pl->kst[1][kin];                                               \
         const double n = (double)pl->rs.n;                                                \
@@ -548,7 +555,8 @@ static int red_begin(const opr_kernel_call *c, const char *op, int nargs, int no
         return CPU_FAIL(OPR_ERR_INVALID, "%s: argument 0 is not a tensor", op);
     const opr_dtype t = (*in)->dtype;
     if ((unsigned)t >= OPR_DTYPE_COUNT || !table[t].fold)
-        return CPU_FAIL(OPR_ERR_UNSUPPORTED, "%s: no CPU kernel for dtype %s", op, red_dtype_name(t));
+        return CPU_FAIL(OPR_ERR_UNSUPPORTED, "%s: no CPU kernel for dtype %s", op,
+                        red_dtype_name(t));
     *k = &table[t];
     for (int j = 0; j < nout; j++) {
         const opr_dtype want = j == 0 ? t : OPR_I64;
@@ -694,31 +702,41 @@ static int k_norm(const opr_kernel_call *c)
 /* ------------------------------------------------------------------ softmax */
 
 /* One slice of len elements (input stride sx, output stride so). The max is subtracted
- * before exp so nothing overflows; the sum is kept in double. A NaN anywhere in the
- * slice makes the whole slice NaN, as in PyTorch; so does an all -inf slice. */
+ * before exp so nothing overflows; the sum is kept in double and applied as one
+ * reciprocal, like PyTorch. A NaN anywhere in the slice makes the whole slice NaN, as in
+ * PyTorch; so does an all -inf slice. */
 typedef void (*red_softmax_fn)(const void *x, void *o, int64_t len, int64_t sx, int64_t so);
+
+/* The three passes, written once over strides SX/SO so that the contiguous case can be
+ * stamped out with constant strides (vectorizable) next to the general one. */
+#define RED_SOFTMAX_BODY(T, LOG, SX, SO)                                                  \
+    do {                                                                                  \
+        T m = -INFINITY;                                                                  \
+        for (int64_t i = 0; i < len; i++)                                                 \
+            if (RED_GT(x[i * (SX)], m)) m = x[i * (SX)];                                  \
+        double s = 0;                                                                     \
+        if (LOG) {                                                                        \
+            for (int64_t i = 0; i < len; i++) s += exp(x[i * (SX)] - m);                  \
+            const T lse = (T)log(s);                                                      \
+            for (int64_t i = 0; i < len; i++) o[i * (SO)] = x[i * (SX)] - m - lse;        \
+        } else {                                                                          \
+            for (int64_t i = 0; i < len; i++) {                                           \
+                const T e = exp(x[i * (SX)] - m);                                         \
+                o[i * (SO)] = e;                                                          \
+                s += e;                                                                   \
+            }                                                                             \
+            const T inv = (T)(1 / s);                                                     \
+            for (int64_t i = 0; i < len; i++) o[i * (SO)] *= inv;                         \
+        }                                                                                 \
+    } while (0)
 
 #define RED_SOFTMAX(name, T, LOG)                                                         \
     static void name(const void *xv, void *ov, int64_t len, int64_t sx, int64_t so)       \
     {                                                                                     \
         const T *x = (const T *)xv;                                                       \
         T *o = (T *)ov;                                                                   \
-        T m = -INFINITY;                                                                  \
-        for (int64_t i = 0; i < len; i++)                                                 \
-            if (RED_GT(x[i * sx], m)) m = x[i * sx];                                      \
-        double s = 0;                                                                     \
-        if (LOG) {                                                                        \
-            for (int64_t i = 0; i < len; i++) s += exp(x[i * sx] - m);                    \
-            const T lse = (T)log(s);                                                      \
-            for (int64_t i = 0; i < len; i++) o[i * so] = x[i * sx] - m - lse;            \
-        } else {                                                                          \
-            for (int64_t i = 0; i < len; i++) {                                           \
-                const T e = exp(x[i * sx] - m);                                           \
-                o[i * so] = e;                                                            \
-                s += e;                                                                   \
-            }                                                                             \
-            for (int64_t i = 0; i < len; i++) o[i * so] = (T)(o[i * so] / s);             \
-        }                                                                                 \
+        if (sx == 1 && so == 1) RED_SOFTMAX_BODY(T, LOG, 1, 1);                           \
+        else RED_SOFTMAX_BODY(T, LOG, sx, so);                                            \
     }
 
 RED_SOFTMAX(softmax_f32, float, 0)
@@ -811,7 +829,8 @@ static int red_softmax_like(const opr_kernel_call *c, const char *op,
     }
     const int64_t nblk = nslice < 1024 ? nslice : 1024;
 #pragma omp parallel for schedule(static)
-    for (int64_t b = 0; b < nblk; b++) red_slices_run(&s, nslice * b / nblk, nslice * (b + 1) / nblk);
+    for (int64_t b = 0; b < nblk; b++)
+        red_slices_run(&s, nslice * b / nblk, nslice * (b + 1) / nblk);
     return OPR_OK;
 }
 static int k_softmax(const opr_kernel_call *c)

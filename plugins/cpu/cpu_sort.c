@@ -14,6 +14,13 @@
 #include <omp.h>
 #endif
 
+/* Plugins do not link libopreg, so opr_dtype_name is not available here. */
+static const char *dtype_name(opr_dtype dt)
+{
+    static const char *const names[] = { "f32", "f64", "i64", "bool", "f16", "bf16" };
+    return (unsigned)dt < sizeof names / sizeof names[0] ? names[dt] : "?";
+}
+
 typedef enum { ROWS_SORT, ROWS_TOPK, ROWS_MODE } rows_kind;
 
 /* One call's work: `rows` rows of n elements, each producing `k` outputs along dim
@@ -86,13 +93,14 @@ static inline void thread_range(int64_t n, int64_t *lo, int64_t *hi)
     }                                                                                     \
                                                                                           \
     /* Sorted ascending, runs of equal values are contiguous and each run keeps the   */  \
-    /* original positions in order, so its last entry is the last occurrence.        */  \
+    /* original positions in order, so its last entry is the last occurrence. Runs   */  \
+    /* compare with == as PyTorch does: every NaN counts as a value of its own.       */  \
     static pair_##SUF mode_of_##SUF(const pair_##SUF *a, int64_t n)                       \
     {                                                                                     \
         pair_##SUF best = a[n - 1];                                                       \
         int64_t best_count = 0;                                                           \
         for (int64_t lo = 0, hi; lo < n; lo = hi) {                                       \
-            for (hi = lo + 1; hi < n && !LESS(a[lo].v, a[hi].v); hi++) {}                 \
+            for (hi = lo + 1; hi < n && a[lo].v == a[hi].v; hi++) {}                      \
             if (hi - lo > best_count) {                                                   \
                 best_count = hi - lo;                                                     \
                 best = a[hi - 1];                                                         \
@@ -152,7 +160,7 @@ static int run_rows(const opr_kernel_call *c, rows_job *j, int32_t dim, const in
     const opr_tensor_view *x = cpu_arg_t(c, 0);
     const opr_tensor_view *vals = &c->outputs[0], *idx = &c->outputs[1];
     if (vals->dtype != x->dtype || idx->dtype != OPR_I64)
-        return CPU_FAIL(OPR_ERR_INVALID, "%s: outputs must be (%d, i64) dtypes", op, (int)x->dtype);
+        return CPU_FAIL(OPR_ERR_INVALID, "%s: outputs must be %s values and i64 indices", op, dtype_name(x->dtype));
     if (vals->ndim != idx->ndim)
         return CPU_FAIL(OPR_ERR_INVALID, "%s: values and indices outputs differ in rank", op);
 
@@ -202,7 +210,7 @@ static int run_rows(const opr_kernel_call *c, rows_job *j, int32_t dim, const in
     case OPR_F64: rc = rows_f64(j); break;
     case OPR_I64: rc = rows_i64(j); break;
     default:
-        return CPU_FAIL(OPR_ERR_UNSUPPORTED, "%s: dtype %d is not supported on cpu", op, (int)x->dtype);
+        return CPU_FAIL(OPR_ERR_UNSUPPORTED, "%s: dtype %s is not supported on cpu", op, dtype_name(x->dtype));
     }
     return rc ? CPU_FAIL(rc, "%s: out of memory", op) : OPR_OK;
 }
@@ -245,7 +253,8 @@ static int k_topk(const opr_kernel_call *c)
         return CPU_FAIL(OPR_ERR_INVALID, "topk: k %lld out of range for dimension %d of size %lld",
                         (long long)k, (int)dim, (long long)n);
     identity_dims(x->ndim, out_dims);
-    rows_job j = { .kind = ROWS_TOPK, .desc = cpu_arg_b(c, 3), .k = k };
+    /* A 0-d self gives a 0-d result holding its element even for k = 0 (PyTorch). */
+    rows_job j = { .kind = ROWS_TOPK, .desc = cpu_arg_b(c, 3), .k = x->ndim ? k : 1 };
     return run_rows(c, &j, dim, out_dims);
 }
 

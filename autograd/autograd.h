@@ -1,0 +1,50 @@
+/* Private definitions of the autograd layer: graph nodes recorded by opr_call, the
+ * engine that runs them backward, and the formula runner. */
+#ifndef OPREG_AUTOGRAD_H
+#define OPREG_AUTOGRAD_H
+
+#include "../registry/deriv.h"
+
+#define AG_TENSOR_SLOTS (OPR_MAX_ARGS + OPR_MAX_OUTS)
+
+/* Where the gradient of one input goes: the node that produced it, or a leaf. */
+typedef struct ag_edge {
+    struct opr_node *node;   /* owned reference, or NULL */
+    int32_t out_nr;
+    opr_tensor *leaf;        /* owned reference to a leaf that requires grad, or NULL */
+} ag_edge;
+
+typedef struct opr_node {
+    _Atomic int refs;
+    const opr_op *op;
+    const ag_plan *plan;
+    opr_device dev;
+    uint32_t mask;                      /* inputs whose gradient flows back */
+    ag_edge next[OPR_MAX_ARGS];
+    /* What the formulas see: scalars of the call and the metadata of every tensor
+     * argument and output; tensors the plan saves are in saved[]. */
+    mval slots[AG_TENSOR_SLOTS];
+    opr_meta metas[AG_TENSOR_SLOTS];
+    opr_tensor *saved[AG_TENSOR_SLOTS]; /* owned; outputs are saved as detached views */
+    bool released;                      /* saved tensors freed after a backward */
+    /* engine scratch, valid during one backward */
+    opr_tensor *pending[OPR_MAX_OUTS];  /* accumulated gradient of each output */
+    int deps;
+    bool queued;
+} opr_node;
+
+/* Called by opr_call after the kernel ran, when grad mode is on and some tensor
+ * argument requires grad. tensors[i] is argument i (NULL for non-tensors); slots
+ * are the arguments' metadata values. Sets the outputs' grad_fn. */
+int ag_record(const opr_op *op, opr_tensor *const *tensors, const mval *slots, opr_tensor **outs,
+              opr_device dev, bool list_requires_grad);
+
+/* Runs plan candidate `c` for the inputs in `want`, writing new references into
+ * grads_out[arg]. grads_in holds the gradient of each output (NULL: none flowed). */
+int ag_run_candidate(opr_node *n, const deriv_cand *c, uint32_t want, opr_tensor *const *grads_in,
+                     opr_tensor **grads_out, bool create_graph);
+
+/* Zeros of the given metadata on dev. */
+opr_tensor *ag_zeros(opr_ctx *ctx, const opr_meta *m, opr_device dev);
+
+#endif

@@ -1,0 +1,246 @@
+/* The backward engine: runs the recorded nodes in dependency order, each with the
+ * candidates of its plan, accumulates gradients (also for tensors used several times),
+ * and releases each node's saved tensors as soon as it has run (unless retain_graph). */
+#include "autograd.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct node_list {
+    opr_node **items;
+    int n, cap;
+} node_list;
+
+static int push(node_list *l, opr_node *n)
+{
+    if (l->n == l->cap) {
+        int cap = l->cap ? l->cap * 2 : 64;
+        opr_node **items = realloc(l->items, (size_t)cap * sizeof *items);
+        if (!items) return opr_fail(OPR_ERR_NOMEM, "out of memory in backward");
+        l->items = items;
+        l->cap = cap;
+    }
+    l->items[l->n++] = n;
+    return OPR_OK;
+}
+
+/* a + b as a new reference (b is consumed). */
+static int accumulate(opr_tensor **slot, opr_tensor *g)
+{
+    if (!*slot) { *slot = g; return OPR_OK; }
+    const opr_op *add = registry_find(g->ctx, "add");
+    opr_value args[2] = {opr_v_tensor(*slot), opr_v_tensor(g)};
+    opr_tensor *sum = NULL;
+    int rc = add ? opr_call(add, args, 2, &sum, 1) : opr_fail(OPR_ERR_NOT_FOUND, "backward needs the add op");
+    opr_tensor_release(g);
+    if (rc) return rc;
+    opr_tensor_release(*slot);
+    *slot = sum;
+    return OPR_OK;
+}
+
+/* A gradient stored in a leaf's .grad must not alias storage someone else holds. */
+static int own_copy(opr_tensor **g)
+{
+    opr_tensor *t = *g;
+    if (atomic_load(&t->refs) == 1 && opr_tensor_is_contiguous(t) && !t->grad_fn) return OPR_OK;
+    if (t->grad_fn) return OPR_OK; /* create_graph: keep the history */
+    opr_tensor *c = opr_tensor_empty(t->ctx, t->m.dtype, t->m.ndim, t->m.shape, t->storage->dev);
+    if (!c) return OPR_ERR_NOMEM;
+    int rc = opr_tensor_copy_into(c, t);
+    opr_tensor_release(t);
+    *g = c;
+    return rc;
+}
+
+typedef struct capture {
+    opr_tensor *const *inputs;
+    int n;
+    opr_tensor **grads;
+} capture;
+
+static int capture_index(const capture *cap, const opr_tensor *t)
+{
+    for (int i = 0; cap && i < cap->n; i++)
+        if (cap->inputs[i] == t) return i;
+    return -1;
+}
+
+/* Gradient g (consumed) arriving at a leaf. */
+static int deliver_leaf(opr_tensor *leaf, opr_tensor *g, const capture *cap)
+{
+    int ci = capture_index(cap, leaf);
+    if (ci >= 0) return accumulate(&cap->grads[ci], g);
+    if (cap) { opr_tensor_release(g); return OPR_OK; } /* autograd_grad leaves .grad alone */
+    int rc = accumulate(&leaf->grad, g);
+    return rc ? rc : own_copy(&leaf->grad);
+}
+
+static int check_grad_shape(const opr_node *n, int arg, const opr_tensor *g)
+{
+    const opr_meta *want = &n->metas[arg];
+    if (g->m.ndim == want->ndim && !memcmp(g->m.shape, want->shape, (size_t)want->ndim * sizeof(int64_t)) &&
+        g->m.dtype == want->dtype)
+        return OPR_OK;
+    char got[96];
+    return opr_fail(OPR_ERR_INVALID, "backward of %s: the gradient for '%s' is %s but the input is %d-d %s "
+                    "(formula bug: reduce broadcast dims with sum_to)", n->op->name, n->op->args[arg].name,
+                    opr_tensor_describe(g, got, sizeof got), want->ndim, opr_dtype_name(want->dtype));
+}
+
+static int run_node(opr_node *n, const opr_backward_opts *o, const capture *cap, node_list *ready)
+{
+    const opr_op *op = n->op;
+    if (n->released)
+        return opr_fail(OPR_ERR_INVALID, "backward of %s: its saved tensors were already freed by an earlier "
+                        "backward; pass retain_graph to run a graph twice", op->name);
+    for (int k = 0; cap && k < op->nout; k++) /* captured non-leaf inputs */
+        for (int i = 0; i < cap->n; i++)
+            if (cap->inputs[i]->grad_fn == n && cap->inputs[i]->output_nr == k && n->pending[k]) {
+                int rc = accumulate(&cap->grads[i], opr_tensor_retain(n->pending[k]));
+                if (rc) return rc;
+            }
+    opr_tensor *grads[OPR_MAX_ARGS] = {NULL};
+    int rc = OPR_OK;
+    const ag_plan *p = n->plan;
+    for (int i = 0; i < p->nchosen && !rc; i++)
+        rc = ag_run_candidate(n, &op->deriv->cands[p->chosen[i]], p->chosen_mask[i], n->pending, grads,
+                              o->create_graph);
+    for (int k = 0; k < OPR_MAX_OUTS; k++) { opr_tensor_release(n->pending[k]); n->pending[k] = NULL; }
+    for (int a = 0; a < op->nargs; a++) {
+        if (!grads[a]) continue;
+        if (!rc) rc = check_grad_shape(n, a, grads[a]);
+        if (rc) { opr_tensor_release(grads[a]); continue; }
+        ag_edge *e = &n->next[a];
+        if (e->leaf) {
+            rc = deliver_leaf(e->leaf, grads[a], cap);
+        } else if (e->node) {
+            rc = accumulate(&e->node->pending[e->out_nr], grads[a]);
+            if (!rc && --e->node->deps == 0) rc = push(ready, e->node);
+        } else {
+            opr_tensor_release(grads[a]);
+        }
+    }
+    if (!o->retain_graph) {
+        for (int s = 0; s < AG_TENSOR_SLOTS; s++) { opr_tensor_release(n->saved[s]); n->saved[s] = NULL; }
+        n->released = true;
+    }
+    return rc;
+}
+
+/* Counts, for every node reachable from the roots, how many edges lead into it. */
+static int collect(node_list *all, opr_node *const *roots, int nroots)
+{
+    node_list stack = {0};
+    int rc = OPR_OK;
+    for (int i = 0; i < nroots && !rc; i++)
+        if (roots[i] && !roots[i]->queued) { roots[i]->queued = true; rc = push(&stack, roots[i]); }
+    while (!rc && stack.n) {
+        opr_node *n = stack.items[--stack.n];
+        if ((rc = push(all, n))) break;
+        for (int a = 0; a < n->op->nargs; a++) {
+            opr_node *next = n->next[a].node;
+            if (!next) continue;
+            next->deps++;
+            if (!next->queued) { next->queued = true; rc = push(&stack, next); }
+        }
+    }
+    free(stack.items);
+    return rc;
+}
+
+static int backward(opr_tensor *const *outputs, opr_tensor *const *grad_outputs, int n_outputs, const capture *cap,
+                    const opr_backward_opts *opts)
+{
+    opr_backward_opts o = {.struct_size = sizeof o};
+    if (opts) {
+        o.retain_graph = opts->retain_graph;
+        o.create_graph = opts->create_graph;
+    }
+    if (o.create_graph) o.retain_graph = true;
+    opr_tensor *seeds[16] = {NULL};
+    opr_node *roots[16] = {NULL};
+    if (n_outputs < 1 || n_outputs > 16) return opr_fail(OPR_ERR_INVALID, "backward: 1 to 16 outputs, %d given", n_outputs);
+    int rc = OPR_OK;
+    for (int i = 0; i < n_outputs && !rc; i++) {
+        opr_tensor *t = outputs[i];
+        opr_tensor *g = grad_outputs ? grad_outputs[i] : NULL;
+        if (!t) { rc = opr_fail(OPR_ERR_INVALID, "backward: output %d is NULL", i); break; }
+        if (!t->requires_grad) {
+            rc = opr_fail(OPR_ERR_INVALID, "backward: output %d does not require grad (no input of its graph "
+                          "requires grad, or it was computed under no_grad)", i);
+            break;
+        }
+        if (g) {
+            if (g->m.ndim != t->m.ndim || memcmp(g->m.shape, t->m.shape, (size_t)t->m.ndim * sizeof(int64_t)) ||
+                g->m.dtype != t->m.dtype) {
+                char a[96], b[96];
+                rc = opr_fail(OPR_ERR_INVALID, "backward: grad %s does not match output %s", opr_tensor_describe(g, a, sizeof a),
+                              opr_tensor_describe(t, b, sizeof b));
+                break;
+            }
+            seeds[i] = opr_tensor_retain(g);
+        } else {
+            if (t->m.numel != 1) {
+                rc = opr_fail(OPR_ERR_INVALID, "backward: grad can be omitted only for one-element outputs, "
+                              "output %d has %lld elements", i, (long long)t->m.numel);
+                break;
+            }
+            seeds[i] = opr_tensor_new(t->ctx, t->m.dtype, t->m.ndim, t->m.shape, t->storage->dev);
+            const opr_op *fill = seeds[i] ? registry_find(t->ctx, "fill_") : NULL;
+            opr_value fa[2] = {opr_v_tensor(seeds[i]), opr_v_double(1)};
+            opr_tensor *same = NULL;
+            rc = fill ? opr_call(fill, fa, 2, &same, 1) : OPR_ERR_NOMEM;
+            opr_tensor_release(same);
+        }
+        roots[i] = t->grad_fn;
+    }
+    bool prev_mode = opr_grad_mode_set(o.create_graph);
+    node_list all = {0}, ready = {0};
+    if (!rc) rc = collect(&all, roots, n_outputs);
+    /* seed: gradients of the outputs themselves */
+    for (int i = 0; i < n_outputs && !rc; i++) {
+        opr_tensor *t = outputs[i];
+        opr_tensor *g = seeds[i];
+        seeds[i] = NULL;
+        if (t->grad_fn) rc = accumulate(&t->grad_fn->pending[t->output_nr], g);
+        else rc = deliver_leaf(t, g, cap);
+    }
+    for (int i = 0; i < all.n && !rc; i++)
+        if (all.items[i]->deps == 0) rc = push(&ready, all.items[i]);
+    while (!rc && ready.n) rc = run_node(ready.items[--ready.n], &o, cap, &ready);
+    for (int i = 0; i < all.n; i++) { /* reset scratch, also after an error */
+        opr_node *n = all.items[i];
+        n->deps = 0;
+        n->queued = false;
+        for (int k = 0; k < OPR_MAX_OUTS; k++) { opr_tensor_release(n->pending[k]); n->pending[k] = NULL; }
+    }
+    for (int i = 0; i < 16; i++) opr_tensor_release(seeds[i]);
+    opr_grad_mode_set(prev_mode);
+    free(all.items);
+    free(ready.items);
+    return rc;
+}
+
+int opr_backward(opr_tensor *root, opr_tensor *grad, const opr_backward_opts *opts)
+{
+    if (!root) return opr_fail(OPR_ERR_INVALID, "opr_backward: NULL root");
+    opr_tensor *g[1] = {grad};
+    return backward(&root, g, 1, NULL, opts);
+}
+
+int opr_autograd_grad(opr_tensor *const *outputs, opr_tensor *const *grad_outputs, int n_outputs,
+                      opr_tensor *const *inputs, int n_inputs, opr_tensor **grads, const opr_backward_opts *opts)
+{
+    if (!outputs || !inputs || !grads || n_inputs < 1)
+        return opr_fail(OPR_ERR_INVALID, "opr_autograd_grad: NULL argument or no inputs");
+    for (int i = 0; i < n_inputs; i++) {
+        grads[i] = NULL;
+        if (!inputs[i]) return opr_fail(OPR_ERR_INVALID, "opr_autograd_grad: input %d is NULL", i);
+    }
+    capture cap = {inputs, n_inputs, grads};
+    int rc = backward(outputs, grad_outputs, n_outputs, &cap, opts);
+    if (rc)
+        for (int i = 0; i < n_inputs; i++) { opr_tensor_release(grads[i]); grads[i] = NULL; }
+    return rc;
+}

@@ -1,0 +1,108 @@
+/* Recording: when an op runs with grad mode on and an input requires grad, a node is
+ * created with the plan for exactly those inputs, and only what the plan's formulas
+ * read is saved. */
+#include "autograd.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static bool is_floating(opr_dtype dt)
+{
+    return dt == OPR_F32 || dt == OPR_F64 || dt == OPR_F16 || dt == OPR_BF16;
+}
+
+/* Outputs are saved as views without grad_fn, so that output -> node -> output does
+ * not form a reference cycle. */
+static opr_tensor *detached_view(opr_tensor *t)
+{
+    return opr_tensor_make_view(t, t->m.ndim, t->m.shape, t->strides, t->offset);
+}
+
+void ag_node_release(struct opr_node *first)
+{
+    /* Iterative: a long chain of nodes must not recurse once per node. */
+    opr_node *stack[64];
+    int top = 0;
+    if (first) stack[top++] = first;
+    while (top) {
+        opr_node *n = stack[--top];
+        if (atomic_fetch_sub(&n->refs, 1) != 1) continue;
+        for (int s = 0; s < AG_TENSOR_SLOTS; s++) opr_tensor_release(n->saved[s]);
+        for (int k = 0; k < OPR_MAX_OUTS; k++) opr_tensor_release(n->pending[k]);
+        for (int i = 0; i < OPR_MAX_ARGS; i++) {
+            opr_tensor_release(n->next[i].leaf);
+            opr_node *next = n->next[i].node;
+            if (!next) continue;
+            if (top < 64) stack[top++] = next;
+            else ag_node_release(next); /* rare: very wide fan-in */
+        }
+        free(n);
+    }
+}
+
+int ag_record(const opr_op *op, opr_tensor *const *tensors, const mval *slots, opr_tensor **outs,
+              opr_device dev, bool list_requires_grad)
+{
+    if (list_requires_grad)
+        return opr_fail(OPR_ERR_UNSUPPORTED, "%s: autograd through Tensor[] arguments is not supported yet; "
+                        "run it under no_grad or detach its inputs", op->name);
+    uint32_t mask = 0;
+    for (int i = 0; i < op->nargs; i++)
+        if (tensors[i] && tensors[i]->requires_grad) mask |= 1u << i;
+    if (!mask || !op->deriv) return OPR_OK; /* not differentiable: outputs are constants */
+    if (op->inplace)
+        return opr_fail(OPR_ERR_UNSUPPORTED, "%s: in-place ops on tensors that require grad are not recorded by "
+                        "autograd; use the out-of-place op", op->name);
+    if (mask & ~op->deriv->differentiable) {
+        int bad = __builtin_ctz(mask & ~op->deriv->differentiable);
+        return opr_fail(OPR_ERR_UNSUPPORTED, "%s: no derivative formula for input '%s' (it requires grad)",
+                        op->name, op->args[bad].name);
+    }
+    opr_node *n = calloc(1, sizeof *n);
+    if (!n) return opr_fail(OPR_ERR_NOMEM, "out of memory recording %s", op->name);
+    n->op = op;
+    n->dev = dev;
+    n->mask = mask;
+    memcpy(n->slots, slots, (size_t)op->nargs * sizeof *slots);
+    for (int i = 0; i < op->nargs; i++) /* borrowed pointers of the call must not outlive it */
+        if (n->slots[i].k == MV_TENSORS || n->slots[i].k == MV_STR) n->slots[i].k = MV_NONE;
+    for (int i = 0; i < op->nargs; i++)
+        if (tensors[i]) {
+            n->metas[i] = tensors[i]->m;
+            n->slots[i].u.t = &n->metas[i];
+        }
+    for (int k = 0; k < op->nout; k++) {
+        n->metas[op->nargs + k] = outs[k]->m;
+        n->slots[op->nargs + k].k = MV_TENSOR;
+        n->slots[op->nargs + k].u.t = &n->metas[op->nargs + k];
+    }
+    n->plan = plan_get(op, mask, dev, n->slots);
+    if (!n->plan) { free(n); return opr_fail_wrap(OPR_ERR_UNSUPPORTED, "%s: planning the backward", op->name); }
+    for (int s = 0; s < op->nargs + op->nout; s++) {
+        if (!((n->plan->save >> s) & 1)) continue;
+        n->saved[s] = s < op->nargs ? opr_tensor_retain(tensors[s]) : detached_view(outs[s - op->nargs]);
+        if (!n->saved[s]) { ag_node_release(n); return OPR_ERR_NOMEM; }
+        n->slots[s].u.t = &n->saved[s]->m;
+    }
+    for (int i = 0; i < op->nargs; i++) {
+        if (!((mask >> i) & 1)) continue;
+        opr_tensor *t = tensors[i];
+        if (t->grad_fn) {
+            atomic_fetch_add(&t->grad_fn->refs, 1);
+            n->next[i].node = t->grad_fn;
+            n->next[i].out_nr = t->output_nr;
+        } else {
+            n->next[i].leaf = opr_tensor_retain(t);
+        }
+    }
+    atomic_init(&n->refs, 0);
+    for (int k = 0; k < op->nout; k++) {
+        if (!is_floating(outs[k]->m.dtype)) continue; /* indices and masks carry no gradient */
+        atomic_fetch_add(&n->refs, 1);
+        outs[k]->grad_fn = n;
+        outs[k]->output_nr = k;
+        outs[k]->requires_grad = true;
+    }
+    if (atomic_load(&n->refs) == 0) { atomic_store(&n->refs, 1); ag_node_release(n); }
+    return OPR_OK;
+}

@@ -1,0 +1,93 @@
+/* Derivative entries of an op (the keys named after its inputs in the YAML), their
+ * analysis (what each formula reads), costs, and the plans chosen from them.
+ *
+ * A candidate computes the gradients of one or more inputs:
+ *   separate   `self: mm(grad, t(mat2))`            one input, one formula
+ *   composite  `x1, x2: {let: {...}, x1: ..., x2: ...}`  several inputs sharing
+ *              intermediates (`let`) that are computed once
+ *   kernel     `self, mat2: {kernel: mm_backward, needs: {self: [mat2], ...}}`
+ *              a native fused backward a backend may implement
+ * A plan is a set of candidates that together cover exactly the inputs that need
+ * grad; it saves the union of what the chosen formulas read. */
+#ifndef OPREG_DERIV_H
+#define OPREG_DERIV_H
+
+#include "registry.h"
+
+#define DERIV_MAX_LETS 4
+
+/* Formula slots: the op's arguments, its outputs by name, then these. */
+static inline int slot_result(const opr_op *op) { return op->nargs + op->nout; }
+static inline int slot_grad(const opr_op *op) { return op->nargs + op->nout + 1; }
+static inline int slot_grads(const opr_op *op) { return op->nargs + op->nout + 2; }   /* grads[k] */
+static inline int slot_results(const opr_op *op) { return op->nargs + op->nout + 3; } /* results[k] */
+static inline int slot_let0(const opr_op *op) { return op->nargs + op->nout + 4; }
+#define DERIV_MAX_SLOTS (OPR_MAX_ARGS + OPR_MAX_OUTS + 4 + DERIV_MAX_LETS)
+
+typedef struct deriv_cand {
+    char *label;                      /* as written: "self", "self, mat2" */
+    int ncover;
+    int cover[OPR_MAX_ARGS];          /* input arg indices, in the order written */
+    uint32_t covers;                  /* bit per input arg */
+    /* composite (and separate): one formula per covered input, shared lets */
+    expr *formula[OPR_MAX_ARGS];      /* by cover position */
+    expr *lets[DERIV_MAX_LETS];
+    int nlets;
+    /* kernel entry */
+    struct opr_op *kernel;            /* the backward kernel slot ("mm_backward") */
+    expr *flops;                      /* kernel cost, all outputs */
+    /* analysis: slots read as tensors / only as metadata, per output and by lets */
+    uint64_t out_needs[OPR_MAX_ARGS];
+    uint64_t out_meta[OPR_MAX_ARGS];
+    uint64_t let_needs, let_meta;
+} deriv_cand;
+
+typedef struct deriv_info {
+    deriv_cand *cands;
+    int ncands;
+    uint32_t differentiable;          /* inputs some candidate covers */
+    char *slot_names[DERIV_MAX_SLOTS];/* borrowed names, for messages and `opreg plan` */
+    int nslots;
+    struct plan_cache *cache;
+    int forced;                       /* candidate forced by tests, -1 = choose by cost */
+} deriv_info;
+
+/* A chosen plan for (op, requires-grad mask, device type, input shapes). */
+typedef struct ag_plan {
+    uint32_t mask;                    /* inputs whose gradient is computed */
+    int nchosen;
+    int chosen[OPR_MAX_ARGS];         /* candidate indices */
+    uint32_t chosen_mask[OPR_MAX_ARGS]; /* what each chosen candidate computes */
+    uint64_t save;                    /* slots saved as tensors */
+    uint64_t save_meta;               /* slots kept as metadata only */
+    double cost_ns;                   /* estimated */
+    uint64_t saved_bytes;             /* bytes of the saved tensors */
+} ag_plan;
+
+/* Parsed from YAML by yaml_load.c; analysed here. Returns a status with a
+ * file:line:column message. */
+int deriv_add_formula(opr_op *op, deriv_cand *c, int cover_pos, expr *e, const char **names, int nnames,
+                      const expr_src *src);
+void deriv_free(opr_op *op);
+
+/* Resolves op names called in formulas and kernel slots (lazily, since formulas may
+ * call ops defined in later files). Call with the registry lock held. */
+int deriv_link(opr_ctx *ctx, opr_op *op);
+
+/* Maps the arguments of a formula's call to the callee's parameters: pos[p] is the
+ * index of the call argument bound to parameter p, or -1 (use its default). */
+int deriv_bind(const opr_op *callee, const expr *call, int *pos);
+
+int plan_cache_new(deriv_info *d);
+void plan_cache_free(struct plan_cache *cache);
+/* Drops cached plans (after forcing a candidate). */
+void plan_cache_clear(deriv_info *d);
+
+/* The plan for a call; cached. metas: the op's slots (args and outputs) as metadata.
+ * Returns NULL with a message on failure. */
+const ag_plan *plan_get(const opr_op *op, uint32_t mask, opr_device dev, const mval *slots);
+
+/* Writes a human-readable account of every candidate set for the given shapes. */
+int plan_explain(const opr_op *op, uint32_t mask, opr_device dev, const mval *slots, char *buf, size_t len);
+
+#endif

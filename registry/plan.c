@@ -1,0 +1,503 @@
+/* Cost model, selection and the plan cache.
+ *
+ * A candidate's cost is estimated on metadata: every op its formula calls contributes
+ * flops / flop-rate + bytes / bandwidth + one launch on the backend's description
+ * (views are free); a kernel entry contributes its own flops expression, its bytes and
+ * one launch. Selection tries every set of candidates that covers the requested
+ * inputs exactly once and takes the cheapest; within TIE_FRACTION, fewer saved bytes
+ * win, then fewer launches. Plans are cached per (mask, device, argument metadata). */
+#include "deriv.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TIE_FRACTION 0.03
+#define CACHE_SLOTS 64
+#define MAX_FAKES 96
+
+/* ------------------------------------------------------------------ binding */
+
+int deriv_bind(const opr_op *callee, const expr *call, int *pos)
+{
+    for (int i = 0; i < callee->nargs; i++) pos[i] = -1;
+    int next = 0;
+    for (int i = 0; i < call->nargs; i++) {
+        const char *kw = call->kwnames ? call->kwnames[i] : NULL;
+        int p = -1;
+        if (!kw) p = next++;
+        else for (int k = 0; k < callee->nargs; k++) if (!strcmp(callee->args[k].name, kw)) p = k;
+        if (p < 0 || p >= callee->nargs)
+            return opr_fail(OPR_ERR_INVALID, "%s:%d:%d: %s() has no argument %s%s", callee->file, call->line, call->col,
+                            callee->name, kw ? kw : "at this position", "");
+        pos[p] = i;
+    }
+    return OPR_OK;
+}
+
+/* ------------------------------------------------------------------ cost on metadata */
+
+typedef struct cost_ctx {
+    const opr_device_desc *dev;
+    double flops, bytes;
+    int launches;
+    opr_tensor fakes[MAX_FAKES]; /* metadata holders for intermediate results */
+    int nfakes;
+} cost_ctx;
+
+static opr_tensor *fake_new(cost_ctx *cc, opr_dtype dt, int ndim, const int64_t *shape)
+{
+    if (cc->nfakes == MAX_FAKES) return NULL;
+    opr_tensor *t = &cc->fakes[cc->nfakes++];
+    memset(t, 0, sizeof *t);
+    t->m.dtype = dt;
+    t->m.ndim = ndim;
+    if (ndim) memcpy(t->m.shape, shape, (size_t)ndim * sizeof *shape);
+    t->m.numel = opr_meta_numel(shape, ndim);
+    return t;
+}
+
+static int cost_call(void *ud, const expr *call, const mval *args, int n, mval *out)
+{
+    (void)n;
+    cost_ctx *cc = ud;
+    const opr_op *op = call->callee;
+    int pos[OPR_MAX_ARGS];
+    int rc = deriv_bind(op, call, pos);
+    if (rc) return rc;
+    mval slots[OPR_MAX_ARGS + OPR_MAX_OUTS + 1];
+    opr_dtype dt = OPR_F32;
+    bool have_dt = false;
+    double bytes = 0;
+    for (int i = 0; i < op->nargs; i++) {
+        if (pos[i] < 0) { mval_of_kernel_arg(&op->args[i].def, &slots[i]); continue; }
+        slots[i] = args[pos[i]];
+        if (op->args[i].type == ARG_TENSOR && (slots[i].k == MV_INT || slots[i].k == MV_FLOAT)) {
+            opr_tensor *s = fake_new(cc, OPR_F32, 0, NULL); /* a number where a tensor goes: 0-d */
+            if (!s) return opr_fail(OPR_ERR_NOMEM, "formula too large to cost");
+            slots[i].k = MV_TENSOR;
+            slots[i].u.t = &s->m;
+        }
+        if (slots[i].k == MV_TENSOR) {
+            if (!have_dt && op->args[i].fixed_dtype < 0) { dt = slots[i].u.t->dtype; have_dt = true; }
+            bytes += (double)slots[i].u.t->numel;
+        }
+    }
+    mval shape;
+    if (op->dynamic_shape || !op->shapes[0]) {
+        shape.k = MV_LIST;
+        shape.n = 1;
+        shape.u.l[0] = slots[0].k == MV_TENSOR ? slots[0].u.t->numel : 1;
+    } else if ((rc = expr_eval(op->shapes[0], slots, &shape))) {
+        return opr_fail_wrap(rc, "costing %s", op->name);
+    }
+    if (op->out_dtype[0] >= 0) dt = (opr_dtype)op->out_dtype[0];
+    opr_tensor *res = fake_new(cc, dt, shape.n, shape.u.l);
+    if (!res) return opr_fail(OPR_ERR_NOMEM, "formula too large to cost");
+    for (int k = 0; k < op->nout; k++) { slots[op->nargs + k].k = MV_TENSOR; slots[op->nargs + k].u.t = &res->m; }
+    slots[op->nargs + op->nout] = slots[op->nargs];
+    if (!op->view) {
+        mval f;
+        double flops = (double)res->m.numel;
+        if (op->flops && !expr_eval(op->flops, slots, &f)) flops = f.k == MV_INT ? (double)f.u.i : f.u.d;
+        cc->flops += flops;
+        cc->bytes += (bytes + (double)res->m.numel) * (double)opr_dtype_size(dt);
+        cc->launches++;
+    }
+    out->k = MV_TENSOR;
+    out->u.t = &res->m;
+    return OPR_OK;
+}
+
+static double cost_ns(const cost_ctx *cc)
+{
+    const opr_device_desc *d = cc->dev;
+    return cc->flops / d->flops_per_s * 1e9 + cc->bytes / d->bytes_per_s * 1e9 + cc->launches * d->launch_ns;
+}
+
+static bool kernel_available(const deriv_cand *c, opr_device dev, opr_dtype dt)
+{
+    kernel_entry *k = atomic_load(&c->kernel->kernels[dev.type]);
+    return k && (k->dtypes & OPR_DTYPE_BIT(dt));
+}
+
+static uint64_t slot_bytes(const opr_op *op, const mval *slots, uint64_t save)
+{
+    uint64_t total = 0;
+    for (int s = 0; s < op->nargs + op->nout; s++)
+        if ((save >> s) & 1 && slots[s].k == MV_TENSOR)
+            total += (uint64_t)slots[s].u.t->numel * opr_dtype_size(slots[s].u.t->dtype);
+    return total;
+}
+
+/* Cost of candidate c computing the inputs in `want` (a subset of its covers). */
+static int cand_cost(const opr_op *op, const deriv_cand *c, uint32_t want, opr_device dev, const mval *in_slots,
+                     double *ns, int *launches, uint64_t *save, uint64_t *meta)
+{
+    const opr_device_desc *d = &op->ctx->devices[dev.type].desc;
+    cost_ctx *cc = calloc(1, sizeof *cc);
+    if (!cc) return opr_fail(OPR_ERR_NOMEM, "out of memory costing %s", op->name);
+    cc->dev = d;
+    mval slots[DERIV_MAX_SLOTS];
+    memcpy(slots, in_slots, sizeof slots);
+    /* gradients have their outputs' metadata */
+    opr_tensor *outs[OPR_MAX_OUTS];
+    for (int k = 0; k < op->nout; k++) {
+        const opr_meta *m = slots[op->nargs + k].u.t;
+        outs[k] = fake_new(cc, m->dtype, m->ndim, m->shape);
+    }
+    slots[slot_result(op)] = slots[op->nargs];
+    slots[slot_grad(op)] = slots[op->nargs];
+    slots[slot_grads(op)] = (mval){.k = MV_TENSORS, .n = op->nout, .u.ts = outs};
+    slots[slot_results(op)] = slots[slot_grads(op)];
+    int rc = OPR_OK;
+    *save = 0;
+    *meta = 0;
+    if (c->kernel) {
+        opr_dtype dt = slots[op->nargs].u.t->dtype;
+        if (!kernel_available(c, dev, dt)) { free(cc); return OPR_ERR_NOT_FOUND; }
+        mval f;
+        double flops = 0;
+        if (c->flops && !expr_eval(c->flops, slots, &f)) flops = f.k == MV_INT ? (double)f.u.i : f.u.d;
+        double frac = 0, bytes = 0;
+        for (int k = 0; k < c->ncover; k++) {
+            if (!((want >> c->cover[k]) & 1)) continue;
+            frac += 1.0 / c->ncover;
+            *save |= c->out_needs[k];
+            *meta |= c->out_meta[k];
+            bytes += (double)slots[c->cover[k]].u.t->numel; /* the gradient written */
+        }
+        cc->flops = flops * frac;
+        cc->bytes = (bytes + (double)slots[op->nargs].u.t->numel) * (double)opr_dtype_size(dt) +
+                    (double)slot_bytes(op, slots, *save);
+        cc->launches = 1;
+    } else {
+        expr_hooks h = {cc, cost_call};
+        for (int k = 0; k < c->nlets && !rc; k++) rc = expr_eval_with(c->lets[k], slots, &h, &slots[slot_let0(op) + k]);
+        if (c->nlets) { *save |= c->let_needs; *meta |= c->let_meta; }
+        for (int k = 0; k < c->ncover && !rc; k++) {
+            if (!((want >> c->cover[k]) & 1)) continue;
+            mval out;
+            rc = expr_eval_with(c->formula[k], slots, &h, &out);
+            *save |= c->out_needs[k];
+            *meta |= c->out_meta[k];
+        }
+    }
+    if (!rc) { *ns = cost_ns(cc); *launches = cc->launches; }
+    free(cc);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ selection */
+
+typedef struct choice {
+    int n;
+    int cand[OPR_MAX_ARGS];
+    uint32_t part[OPR_MAX_ARGS];
+    double ns;
+    int launches;
+    uint64_t save, meta, bytes;
+} choice;
+
+typedef struct search {
+    const opr_op *op;
+    opr_device dev;
+    const mval *slots;
+    uint32_t mask;
+    choice cur, best;
+    bool have_best;
+    void (*visit)(void *ud, const choice *c);
+    void *ud;
+    int forced;
+    int status;
+} search;
+
+static bool better(const choice *a, const choice *b)
+{
+    double hi = a->ns > b->ns ? a->ns : b->ns;
+    if (fabs(a->ns - b->ns) > TIE_FRACTION * hi) return a->ns < b->ns;
+    if (a->bytes != b->bytes) return a->bytes < b->bytes;
+    if (a->launches != b->launches) return a->launches < b->launches;
+    return a->ns < b->ns;
+}
+
+/* Assigns the lowest uncovered input to each candidate that can take it, recursively. */
+static void enumerate(search *s, uint32_t covered)
+{
+    if (covered == s->mask) {
+        const deriv_info *d = s->op->deriv;
+        bool forced_ok = s->forced < 0 || !(d->cands[s->forced].covers & s->mask);
+        for (int i = 0; i < s->cur.n && !forced_ok; i++) forced_ok = s->cur.cand[i] == s->forced;
+        if (!forced_ok) return;
+        choice c = s->cur;
+        c.ns = 0;
+        c.launches = 0;
+        c.save = c.meta = 0;
+        for (int i = 0; i < c.n; i++) {
+            double ns;
+            int launches;
+            uint64_t save, meta;
+            int rc = cand_cost(s->op, &d->cands[c.cand[i]], c.part[i], s->dev, s->slots, &ns, &launches, &save, &meta);
+            if (rc == OPR_ERR_NOT_FOUND) return; /* kernel not on this backend */
+            if (rc) { s->status = rc; return; }
+            c.ns += ns;
+            c.launches += launches;
+            c.save |= save;
+            c.meta |= meta;
+        }
+        c.meta &= ~c.save;
+        c.bytes = slot_bytes(s->op, s->slots, c.save);
+        if (s->visit) s->visit(s->ud, &c);
+        if (!s->have_best || better(&c, &s->best)) { s->best = c; s->have_best = true; }
+        return;
+    }
+    uint32_t rest = s->mask & ~covered;
+    int first = __builtin_ctz(rest);
+    const deriv_info *d = s->op->deriv;
+    for (int i = 0; i < d->ncands && !s->status; i++) {
+        const deriv_cand *c = &d->cands[i];
+        if (!((c->covers >> first) & 1)) continue;
+        uint32_t part = c->covers & rest;
+        /* a candidate that would recompute an input already covered is still fine:
+         * it is asked only for `part` (its mask), so no input is computed twice */
+        s->cur.cand[s->cur.n] = i;
+        s->cur.part[s->cur.n++] = part;
+        enumerate(s, covered | part);
+        s->cur.n--;
+    }
+}
+
+static int select_plan(const opr_op *op, uint32_t mask, opr_device dev, const mval *slots, ag_plan *out,
+                       void (*visit)(void *, const choice *), void *ud)
+{
+    deriv_info *d = op->deriv;
+    if (!d) return opr_fail(OPR_ERR_UNSUPPORTED, "%s is not differentiable", op->name);
+    if (mask & ~d->differentiable) {
+        int bad = __builtin_ctz(mask & ~d->differentiable);
+        return opr_fail(OPR_ERR_UNSUPPORTED, "%s: no derivative formula for input '%s'", op->name, op->args[bad].name);
+    }
+    search *s = calloc(1, sizeof *s);
+    if (!s) return opr_fail(OPR_ERR_NOMEM, "out of memory planning %s", op->name);
+    *s = (search){.op = op, .dev = dev, .slots = slots, .mask = mask, .visit = visit, .ud = ud, .forced = d->forced};
+    enumerate(s, 0);
+    int rc = s->status;
+    if (!rc && !s->have_best)
+        rc = opr_fail(OPR_ERR_NOT_FOUND, "%s: no candidate set computes the requested gradients on %s%s", op->name,
+                      op->ctx->devices[dev.type].name, d->forced >= 0 ? " with the forced candidate" : "");
+    if (!rc) {
+        const choice *b = &s->best;
+        *out = (ag_plan){.mask = mask, .nchosen = b->n, .save = b->save, .save_meta = b->meta, .cost_ns = b->ns,
+                         .saved_bytes = b->bytes};
+        memcpy(out->chosen, b->cand, sizeof b->cand);
+        memcpy(out->chosen_mask, b->part, sizeof b->part);
+    }
+    free(s);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ cache */
+
+#define KEY_MAX (4 + (OPR_MAX_ARGS + OPR_MAX_OUTS) * (OPR_MAX_DIMS + 2))
+
+typedef struct plan_entry {
+    int64_t key[KEY_MAX];
+    int klen;
+    ag_plan plan;
+    struct plan_entry *retired_next;
+} plan_entry;
+
+typedef struct plan_cache {
+    _Atomic(plan_entry *) slots[CACHE_SLOTS];
+    pthread_mutex_t lock;
+    plan_entry *retired; /* replaced entries: readers may still hold them */
+} plan_cache;
+
+void plan_cache_free(plan_cache *c)
+{
+    if (!c) return;
+    for (int i = 0; i < CACHE_SLOTS; i++) free(atomic_load(&c->slots[i]));
+    for (plan_entry *e = c->retired, *n; e; e = n) { n = e->retired_next; free(e); }
+    pthread_mutex_destroy(&c->lock);
+    free(c);
+}
+
+static int make_key(const opr_op *op, uint32_t mask, opr_device dev, const mval *slots, int64_t *key)
+{
+    int n = 0;
+    key[n++] = mask;
+    key[n++] = dev.type;
+    key[n++] = op->deriv->forced;
+    for (int s = 0; s < op->nargs + op->nout && n + OPR_MAX_DIMS + 2 < KEY_MAX; s++) {
+        const mval *v = &slots[s];
+        key[n++] = v->k;
+        if (v->k == MV_TENSOR) {
+            key[n++] = v->u.t->dtype * 16 + v->u.t->ndim;
+            for (int d = 0; d < v->u.t->ndim; d++) key[n++] = v->u.t->shape[d];
+        } else if (v->k == MV_INT) {
+            key[n++] = v->u.i;
+        } else if (v->k == MV_BOOL) {
+            key[n++] = v->u.b;
+        } else if (v->k == MV_FLOAT) {
+            int64_t bits;
+            memcpy(&bits, &v->u.d, sizeof bits);
+            key[n++] = bits;
+        } else if (v->k == MV_LIST) {
+            key[n++] = v->n;
+            for (int d = 0; d < v->n; d++) key[n++] = v->u.l[d];
+        }
+    }
+    return n;
+}
+
+static uint64_t hash_key(const int64_t *key, int n)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (int i = 0; i < n; i++) h = (h ^ (uint64_t)key[i]) * 1099511628211ull;
+    return h;
+}
+
+const ag_plan *plan_get(const opr_op *op, uint32_t mask, opr_device dev, const mval *slots)
+{
+    deriv_info *d = op->deriv;
+    if (!d) { opr_fail(OPR_ERR_UNSUPPORTED, "%s is not differentiable", op->name); return NULL; }
+    plan_cache *cache = d->cache;
+    int64_t key[KEY_MAX];
+    int klen = make_key(op, mask, dev, slots, key);
+    uint64_t h = hash_key(key, klen) % CACHE_SLOTS;
+    plan_entry *e = atomic_load_explicit(&cache->slots[h], memory_order_acquire);
+    if (e && e->klen == klen && !memcmp(e->key, key, (size_t)klen * sizeof *key)) return &e->plan;
+
+    plan_entry *fresh = malloc(sizeof *fresh);
+    if (!fresh) { opr_fail(OPR_ERR_NOMEM, "out of memory caching a plan for %s", op->name); return NULL; }
+    memcpy(fresh->key, key, (size_t)klen * sizeof *key);
+    fresh->klen = klen;
+    fresh->retired_next = NULL;
+    pthread_mutex_lock(&op->ctx->lock);
+    int rc = deriv_link(op->ctx, (opr_op *)op);
+    pthread_mutex_unlock(&op->ctx->lock);
+    if (!rc) rc = select_plan(op, mask, dev, slots, &fresh->plan, NULL, NULL);
+    if (rc) { free(fresh); return NULL; }
+    pthread_mutex_lock(&cache->lock);
+    plan_entry *old = atomic_exchange(&cache->slots[h], fresh);
+    if (old) { old->retired_next = cache->retired; cache->retired = old; }
+    pthread_mutex_unlock(&cache->lock);
+    return &fresh->plan;
+}
+
+int plan_cache_new(deriv_info *d)
+{
+    d->cache = calloc(1, sizeof *d->cache);
+    if (!d->cache) return opr_fail(OPR_ERR_NOMEM, "out of memory");
+    pthread_mutex_init(&d->cache->lock, NULL);
+    return OPR_OK;
+}
+
+void plan_cache_clear(deriv_info *d)
+{
+    pthread_mutex_lock(&d->cache->lock);
+    for (int i = 0; i < CACHE_SLOTS; i++) {
+        plan_entry *old = atomic_exchange(&d->cache->slots[i], NULL);
+        if (old) { old->retired_next = d->cache->retired; d->cache->retired = old; }
+    }
+    pthread_mutex_unlock(&d->cache->lock);
+}
+
+/* ------------------------------------------------------------------ explain */
+
+typedef struct explain_buf {
+    const opr_op *op;
+    const mval *slots;
+    char *buf;
+    size_t len, used;
+} explain_buf;
+
+static void appendf(explain_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void appendf(explain_buf *b, const char *fmt, ...)
+{
+    if (b->used + 1 >= b->len) return;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(b->buf + b->used, b->len - b->used, fmt, ap);
+    va_end(ap);
+    if (n > 0) b->used = b->used + (size_t)n < b->len ? b->used + (size_t)n : b->len - 1;
+}
+
+static void describe_set(explain_buf *b, const choice *c)
+{
+    const deriv_info *d = b->op->deriv;
+    for (int i = 0; i < c->n; i++) {
+        const deriv_cand *k = &d->cands[c->cand[i]];
+        appendf(b, "%s[%s%s", i ? " + " : "", k->label, k->kernel ? " kernel " : "");
+        if (k->kernel) appendf(b, "%s", k->kernel->name);
+        if (c->part[i] != k->covers) {
+            appendf(b, " for");
+            for (int a = 0; a < b->op->nargs; a++) if ((c->part[i] >> a) & 1) appendf(b, " %s", b->op->args[a].name);
+        }
+        appendf(b, "]");
+    }
+}
+
+static void describe_saves(explain_buf *b, uint64_t save, uint64_t meta)
+{
+    const opr_op *op = b->op;
+    const deriv_info *d = op->deriv;
+    appendf(b, "saves {");
+    int first = 1;
+    for (int s = 0; s < op->nargs + op->nout; s++)
+        if ((save >> s) & 1) { appendf(b, first ? "%s" : ", %s", d->slot_names[s]); first = 0; }
+    appendf(b, "}");
+    if (meta) {
+        appendf(b, " + sizes of {");
+        first = 1;
+        for (int s = 0; s < op->nargs + op->nout; s++)
+            if ((meta >> s) & 1) { appendf(b, first ? "%s" : ", %s", d->slot_names[s]); first = 0; }
+        appendf(b, "}");
+    }
+}
+
+static void fmt_bytes(char *buf, size_t len, uint64_t n)
+{
+    if (n >= (1u << 20)) snprintf(buf, len, "%.2f MiB", (double)n / (1 << 20));
+    else if (n >= 1024) snprintf(buf, len, "%.1f KiB", (double)n / 1024);
+    else snprintf(buf, len, "%llu B", (unsigned long long)n);
+}
+
+static void explain_visit(void *ud, const choice *c)
+{
+    explain_buf *b = ud;
+    char bytes[32];
+    fmt_bytes(bytes, sizeof bytes, c->bytes);
+    appendf(b, "  candidate ");
+    describe_set(b, c);
+    appendf(b, "\n      cost %.1f us, %d launch(es), ", c->ns / 1000, c->launches);
+    describe_saves(b, c->save, c->meta);
+    appendf(b, " = %s\n", bytes);
+}
+
+int plan_explain(const opr_op *op, uint32_t mask, opr_device dev, const mval *slots, char *buf, size_t len)
+{
+    explain_buf b = {op, slots, buf, len, 0};
+    if (len) buf[0] = '\0';
+    if (!op->deriv) return opr_fail(OPR_ERR_UNSUPPORTED, "%s has no derivative formulas", op->name);
+    pthread_mutex_lock(&op->ctx->lock);
+    int rc = deriv_link(op->ctx, (opr_op *)op);
+    pthread_mutex_unlock(&op->ctx->lock);
+    if (rc) return rc;
+    ag_plan p;
+    rc = select_plan(op, mask, dev, slots, &p, explain_visit, &b);
+    if (rc) return rc;
+    char bytes[32];
+    fmt_bytes(bytes, sizeof bytes, p.saved_bytes);
+    choice best = {.n = p.nchosen, .ns = p.cost_ns, .save = p.save, .meta = p.save_meta, .bytes = p.saved_bytes};
+    memcpy(best.cand, p.chosen, sizeof best.cand);
+    memcpy(best.part, p.chosen_mask, sizeof best.part);
+    appendf(&b, "chosen: ");
+    describe_set(&b, &best);
+    appendf(&b, "\n  ");
+    describe_saves(&b, p.save, p.save_meta);
+    appendf(&b, " = %s\n  why: lowest estimated cost (%.1f us); ties within %.0f%% go to fewer saved bytes, then fewer launches\n",
+            bytes, p.cost_ns / 1000, TIE_FRACTION * 100);
+    return OPR_OK;
+}

@@ -1,0 +1,26 @@
+/* Pieces of the YAML loader shared by yaml_load.c (op entries) and yaml_deriv.c
+ * (their derivative keys). */
+#ifndef OPREG_YAML_LOADER_H
+#define OPREG_YAML_LOADER_H
+
+#include "registry.h"
+
+#include <yaml.h>
+
+typedef struct loader {
+    opr_ctx *ctx;
+    yaml_document_t *doc;
+    const char *text;   /* the whole file, to re-read flow sequences as expressions */
+    const char *file;
+} loader;
+
+/* Fails with "file:line:col: " + fmt (one %s for tok) at node n. */
+int yaml_fail_at(const loader *l, const yaml_node_t *n, int status, const char *fmt, const char *tok);
+/* The text of a scalar node, NULL for other nodes. */
+const char *yaml_scalar(const yaml_node_t *n);
+/* Position of a scalar's first character (past the opening quote if any). */
+expr_src yaml_scalar_src(const loader *l, const yaml_node_t *n);
+/* A derivative key (`self`, `self, mat2`) of op. */
+int yaml_deriv_key(const loader *l, opr_op *op, const yaml_node_t *k, const yaml_node_t *v);
+
+#endif
