@@ -48,6 +48,7 @@ typedef struct opr_storage {
     opr_ctx *ctx;
     struct DLManagedTensor *dl_owner; /* imported through DLPack: freed by its deleter */
     bool borrowed;                    /* wraps caller memory for one copy: never freed */
+    bool inline_data;                 /* data lives in the header's block */
 } opr_storage;
 
 /* Shape metadata, embedded in every tensor so that shape expressions can run on
@@ -107,6 +108,13 @@ int opr_device_type_find(const opr_ctx *ctx, const char *name);
  * nbytes may be 0 (a valid, unique, non-NULL pointer is still returned). */
 opr_storage *opr_storage_new(opr_ctx *ctx, opr_device dev, size_t nbytes);
 void opr_storage_release(opr_storage *s);
+
+/* Element size without a call (hot paths); valid dtypes only. */
+static inline size_t opr_elem_size(opr_dtype dt)
+{
+    static const unsigned char sizes[OPR_DTYPE_COUNT] = {4, 8, 8, 1, 2, 2};
+    return sizes[dt];
+}
 
 /* Meta helpers. */
 int64_t opr_meta_numel(const int64_t *shape, int ndim);

@@ -38,12 +38,19 @@ static int check_shape(int ndim, const int64_t *shape, const char *who)
     return OPR_OK;
 }
 
+/* Callers set the shape, strides and storage; only the rest is initialised here (a
+ * full calloc of the header shows up in the cost of small ops). */
 static opr_tensor *tensor_alloc_header(opr_ctx *ctx)
 {
-    opr_tensor *t = calloc(1, sizeof *t);
+    opr_tensor *t = malloc(sizeof *t);
     if (!t) { opr_fail(OPR_ERR_NOMEM, "out of memory allocating a tensor"); return NULL; }
     atomic_init(&t->refs, 1);
     t->ctx = ctx;
+    t->offset = 0;
+    t->requires_grad = false;
+    t->grad = NULL;
+    t->grad_fn = NULL;
+    t->output_nr = 0;
     atomic_fetch_add_explicit(&ctx->live_tensors, 1, memory_order_relaxed);
     return t;
 }
@@ -52,7 +59,7 @@ opr_tensor *opr_tensor_empty(opr_ctx *ctx, opr_dtype dtype, int ndim, const int6
                              opr_device dev)
 {
     int64_t numel = opr_meta_numel(shape, ndim);
-    opr_storage *s = opr_storage_new(ctx, dev, (size_t)numel * opr_dtype_size(dtype));
+    opr_storage *s = opr_storage_new(ctx, dev, (size_t)numel * opr_elem_size(dtype));
     if (!s) return NULL;
     opr_tensor *t = tensor_alloc_header(ctx);
     if (!t) { opr_storage_release(s); return NULL; }
@@ -139,7 +146,10 @@ opr_tensor *opr_tensor_retain(opr_tensor *t)
 
 void opr_tensor_release(opr_tensor *t)
 {
-    if (!t || atomic_fetch_sub_explicit(&t->refs, 1, memory_order_acq_rel) != 1) return;
+    /* refs == 1 means no other holder exists who could race with us */
+    if (!t || (atomic_load_explicit(&t->refs, memory_order_acquire) != 1 &&
+               atomic_fetch_sub_explicit(&t->refs, 1, memory_order_acq_rel) != 1))
+        return;
     opr_tensor_release(t->grad);
     if (t->grad_fn) ag_node_release(t->grad_fn);
     opr_storage_release(t->storage);
@@ -150,7 +160,7 @@ void opr_tensor_release(opr_tensor *t)
 void opr_tensor_fill_view(const opr_tensor *t, opr_tensor_view *v)
 {
     v->struct_size = sizeof *v;
-    v->data = (char *)t->storage->data + t->offset * (int64_t)opr_dtype_size(t->m.dtype);
+    v->data = (char *)t->storage->data + t->offset * (int64_t)opr_elem_size(t->m.dtype);
     v->dtype = t->m.dtype;
     v->ndim = t->m.ndim;
     v->shape = t->m.shape;

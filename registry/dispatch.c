@@ -257,6 +257,9 @@ int dispatch_alloc_output(const opr_kernel_call *call, int32_t index, int32_t nd
 static int prepare(const opr_op *op, const opr_value *args, int nargs, opr_tensor **results, int nres, checked *c)
 {
     if (!op) return opr_fail(OPR_ERR_INVALID, "opr_call: NULL op");
+    if (op->backward_of)
+        return opr_fail(OPR_ERR_INVALID, "%s is the fused backward kernel of %s, run by the autograd engine; "
+                        "it cannot be called directly", op->name, op->backward_of->name);
     if (nres && !results) return opr_fail(OPR_ERR_INVALID, "%s: NULL results array", op->name);
     for (int i = 0; i < nres; i++) results[i] = NULL;
     if (nres != op->nout)
@@ -339,7 +342,16 @@ int opr_call(const opr_op *op, const opr_value *args, int nargs, opr_tensor **re
         }
         if (op->dynamic_shape) { memset(&out_views[i], 0, sizeof out_views[i]); continue; }
         mval shape;
-        if ((rc = expr_eval(op->shapes[i], c.slots, &shape))) { rc = opr_fail_wrap(rc, "%s", op->name); break; }
+        const opr_meta *a = op->same_shape_args[0] >= 0 ? c.slots[op->same_shape_args[0]].u.t : NULL;
+        const opr_meta *b = a ? c.slots[op->same_shape_args[1]].u.t : NULL;
+        if (a && a->ndim == b->ndim && !memcmp(a->shape, b->shape, (size_t)a->ndim * sizeof(int64_t))) {
+            shape.k = MV_LIST;
+            shape.n = a->ndim;
+            memcpy(shape.u.l, a->shape, sizeof shape.u.l);
+        } else if ((rc = expr_eval(op->shapes[i], c.slots, &shape))) {
+            rc = opr_fail_wrap(rc, "%s", op->name);
+            break;
+        }
         if (shape.k != MV_LIST) { rc = opr_fail(OPR_ERR_INVALID, "%s: shape expression did not give a list", op->name); break; }
         for (int d = 0; d < shape.n && !rc; d++)
             if (shape.u.l[d] < 0) rc = opr_fail(OPR_ERR_INVALID, "%s: negative output size %lld", op->name, (long long)shape.u.l[d]);
@@ -367,7 +379,7 @@ int opr_call(const opr_op *op, const opr_value *args, int nargs, opr_tensor **re
     /* The autograd step (DESIGN.md "Data flow of one call"): a node with the plan for
      * the inputs that require grad, saving only what its formulas read. */
     if (!rc && record) rc = ag_record(op, c.tensors, c.slots, f.outs, c.dev, c.list_requires_grad);
-    free(c.list_views);
+    if (c.list_views) free(c.list_views);
     if (rc) {
         for (int i = 0; i < op->nout; i++) opr_tensor_release(f.outs[i]);
         return rc;

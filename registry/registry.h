@@ -55,6 +55,7 @@ struct opr_op {
     expr *checks[8];
     int nchecks;
     expr *shapes[OPR_MAX_OUTS];
+    int same_shape_args[2];    /* shape is broadcast(a, b) of these tensor args, else -1 */
     bool dynamic_shape;        /* the kernel allocates output 0 */
     expr *flops;
     view_kind view;

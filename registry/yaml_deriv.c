@@ -116,6 +116,7 @@ static int kernel_slot(const loader *l, opr_op *op, deriv_cand *c, const yaml_no
     k->nout = c->ncover;
     k->dtypes = op->dtypes;
     k->dtype_arg = k->device_arg = -1;
+    k->same_shape_args[0] = k->same_shape_args[1] = -1;
     pthread_mutex_lock(&l->ctx->lock);
     int rc = registry_add(l->ctx, k);
     pthread_mutex_unlock(&l->ctx->lock);

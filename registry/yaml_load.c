@@ -122,6 +122,7 @@ static int parse_key(const loader *l, opr_op *op, const yaml_node_t *k, const ya
     const char *key = yaml_scalar(k);
     int count, rc;
     if (!strcmp(key, "name")) return OPR_OK; /* handled first */
+    if (!strcmp(key, "samples")) return OPR_OK; /* test inputs, read by the gradcheck suite */
     if (!strcmp(key, "shape") || !strcmp(key, "shapes")) {
         if (yaml_scalar(v) && !strcmp(yaml_scalar(v), "dynamic")) { op->dynamic_shape = true; return OPR_OK; }
         bool many = key[5] == 's';
@@ -201,6 +202,17 @@ static int finish_op(const loader *l, opr_op *op, const yaml_node_t *entry)
         return yaml_fail_at(l, entry, OPR_ERR_PARSE, "view op '%s' must take a Tensor first and return one Tensor", op->name);
     for (int i = 0; i < op->nargs; i++)
         if (op->args[i].type == ARG_STR && !strcmp(op->args[i].name, "device")) op->device_arg = i;
+    /* broadcast(a, b) of two tensors is the common elementwise case: dispatch skips
+     * evaluating it when both shapes are equal */
+    const expr *sh = op->shapes[0];
+    op->same_shape_args[0] = op->same_shape_args[1] = -1;
+    if (sh && sh->kind == EXPR_CALL && !strcmp(sh->name, "broadcast") && sh->nargs == 2 &&
+        sh->args[0]->kind == EXPR_NAME && sh->args[1]->kind == EXPR_NAME &&
+        op->args[sh->args[0]->slot].type == ARG_TENSOR && op->args[sh->args[1]->slot].type == ARG_TENSOR &&
+        !op->args[sh->args[0]->slot].optional && !op->args[sh->args[1]->slot].optional) {
+        op->same_shape_args[0] = sh->args[0]->slot;
+        op->same_shape_args[1] = sh->args[1]->slot;
+    }
     return OPR_OK;
 }
 

@@ -101,7 +101,18 @@ typedef struct opr_kernel_call {
     void *kernel_data;              /* opr_kernel_desc.data */
 } opr_kernel_call;
 
-/* Returns OPR_OK or an error status after host->set_error(...) with the detail. */
+/* Returns OPR_OK or an error status after host->set_error(...) with the detail.
+ *
+ * Forward kernels get the op's arguments in schema order and its preallocated
+ * outputs. Fused backward kernels (registered under the name a derivative entry gives
+ * in `kernel:`, e.g. "mm_backward") get:
+ *   args:    the gradient of each forward output (OPR_ARG_NONE where none flowed),
+ *            then every forward argument in schema order (tensors the plan did not
+ *            save are OPR_ARG_NONE; scalars as in the forward call),
+ *            then every forward output (OPR_ARG_NONE unless saved);
+ *   outputs: one per input the entry covers, in the order of its YAML key
+ *            ("self, mat2"), shaped and typed like that input, contiguous;
+ *            grad_input_mask bit p set = output p wanted (the others have data NULL). */
 typedef int (*opr_kernel_fn)(const opr_kernel_call *call);
 
 /* Dtype bit for opr_kernel_desc.dtypes. */
