@@ -133,3 +133,44 @@ int opr_op_force_grad_candidate(const opr_op *op, int i)
     plan_cache_clear(op->deriv);
     return OPR_OK;
 }
+
+static void plan_text(const opr_node *n, char *buf, size_t len)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < n->plan->nchosen && used + 1 < len; i++) {
+        const deriv_cand *c = &n->op->deriv->cands[n->plan->chosen[i]];
+        int k = snprintf(buf + used, len - used, "%s[%s%s%s]", i ? " + " : "", c->label, c->kernel ? " kernel " : "",
+                         c->kernel ? c->kernel->name : "");
+        if (k > 0) used += (size_t)k;
+    }
+}
+
+int opr_autograd_walk(const opr_tensor *root, void (*fn)(void *ud, const opr_node_info *info), void *ud)
+{
+    if (!root || !fn) return opr_fail(OPR_ERR_INVALID, "opr_autograd_walk: NULL argument");
+    opr_node *stack[256];
+    opr_node *seen[1024];
+    int top = 0, nseen = 0;
+    if (root->grad_fn) stack[top++] = root->grad_fn;
+    while (top) {
+        opr_node *n = stack[--top];
+        bool dup = false;
+        for (int i = 0; i < nseen && !dup; i++) dup = seen[i] == n;
+        if (dup) continue;
+        if (nseen == 1024) return opr_fail(OPR_ERR_UNSUPPORTED, "opr_autograd_walk: graph larger than 1024 nodes");
+        seen[nseen++] = n;
+        char plan[256];
+        plan_text(n, plan, sizeof plan);
+        opr_node_info info = {.struct_size = sizeof info, .op = n->op->name, .plan = plan};
+        for (int s = 0; s < AG_TENSOR_SLOTS; s++)
+            if (n->saved[s]) info.saved_bytes += (uint64_t)n->saved[s]->m.numel * opr_elem_size(n->saved[s]->m.dtype);
+        for (int a = 0; a < n->op->nargs; a++)
+            if (n->op->args[a].type == ARG_TENSOR && n->slots[a].k == MV_TENSOR)
+                info.all_inputs_bytes += (uint64_t)n->metas[a].numel * opr_elem_size(n->metas[a].dtype);
+        fn(ud, &info);
+        for (int a = 0; a < n->op->nargs; a++)
+            if (n->next[a].node && top < 256) stack[top++] = n->next[a].node;
+    }
+    return nseen;
+}

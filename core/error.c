@@ -32,8 +32,15 @@ int opr_fail_wrap(int status, const char *fmt, ...)
     va_start(ap, fmt);
     int n = vsnprintf(err_buf, sizeof err_buf, fmt, ap);
     va_end(ap);
-    if (n >= 0 && (size_t)n < sizeof err_buf && prev[0])
-        snprintf(err_buf + n, sizeof err_buf - (size_t)n, ": %s", prev);
+    if (n >= 0 && (size_t)n + 2 < sizeof err_buf && prev[0]) {
+        /* append ": <previous>", cut to what fits */
+        size_t room = sizeof err_buf - (size_t)n - 2;
+        err_buf[n] = ':';
+        err_buf[n + 1] = ' ';
+        size_t len = strnlen(prev, room - 1);
+        memcpy(err_buf + n + 2, prev, len);
+        err_buf[(size_t)n + 2 + len] = '\0';
+    }
     return status;
 }
 

@@ -86,6 +86,20 @@ const char *opr_op_schema(const opr_op *op) { return op ? op->schema : NULL; }
 int opr_op_num_args(const opr_op *op) { return op ? op->nargs : -1; }
 int opr_op_num_outputs(const opr_op *op) { return op ? op->nout : -1; }
 
+const char *opr_op_arg_name(const opr_op *op, int i)
+{
+    return op && i >= 0 && i < op->nargs ? op->args[i].name : NULL;
+}
+
+int opr_op_arg_kind(const opr_op *op, int i)
+{
+    static const opr_value_kind kinds[] = {
+        [ARG_TENSOR] = OPR_V_TENSOR, [ARG_TENSOR_LIST] = OPR_V_TENSOR_LIST, [ARG_INT] = OPR_V_INT,
+        [ARG_FLOAT] = OPR_V_DOUBLE, [ARG_BOOL] = OPR_V_BOOL, [ARG_INT_LIST] = OPR_V_INT_LIST, [ARG_STR] = OPR_V_STRING,
+    };
+    return op && i >= 0 && i < op->nargs ? (int)kinds[op->args[i].type] : -1;
+}
+
 bool opr_op_has_kernel(const opr_op *op, int device_type)
 {
     if (!op || device_type < 0 || device_type >= OPR_MAX_DEVICE_TYPES) return false;

@@ -11,7 +11,8 @@ static const struct command {
 } commands[] = {
     {"info", cmd_info, "plugins found, their versions, devices and scores, and why any was refused"},
     {"ops", cmd_ops, "every registered op, one schema per line"},
-    {"demo", cmd_demo, "an MLP on a generated three-spirals data set, on the best backend"},
+    {"plan", cmd_plan, "how an op's gradients would be computed: candidates, costs, saved bytes"},
+    {"demo", cmd_demo, "trains an MLP on a generated three-spirals data set, on the best backend"},
 };
 
 static void usage(FILE *out)

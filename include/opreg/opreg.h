@@ -311,6 +311,10 @@ OPR_API const char *opr_op_name(const opr_op *op);
 OPR_API const char *opr_op_schema(const opr_op *op);
 OPR_API int opr_op_num_args(const opr_op *op);
 OPR_API int opr_op_num_outputs(const opr_op *op);
+/* Name of argument i, or NULL when out of range. */
+OPR_API const char *opr_op_arg_name(const opr_op *op, int i);
+/* Kind of value argument i takes (OPR_V_TENSOR, OPR_V_INT, ...), -1 when out of range. */
+OPR_API int opr_op_arg_kind(const opr_op *op, int i);
 /* True if some loaded plugin has a kernel for this op on this device type. */
 OPR_API bool opr_op_has_kernel(const opr_op *op, int device_type);
 
@@ -323,6 +327,19 @@ OPR_API int opr_call(const opr_op *op, const opr_value *args, int nargs,
 /* Same, looking the op up by name (slower: for tools and tests). */
 OPR_API int opr_call_by_name(opr_ctx *ctx, const char *name, const opr_value *args,
                              int nargs, opr_tensor **results, int nres);
+
+/* One recorded node of a graph, as opr_autograd_walk reports it. */
+typedef struct opr_node_info {
+    size_t struct_size;
+    const char *op;            /* op name */
+    const char *plan;          /* chosen candidates, e.g. "[self] + [mat2]" */
+    uint64_t saved_bytes;      /* bytes of the tensors this node saved for backward */
+    uint64_t all_inputs_bytes; /* bytes of all its tensor inputs: what saving every input would cost */
+} opr_node_info;
+
+/* Calls fn once for every node of the graph behind root (before backward frees the
+ * saved tensors). Returns the number of nodes, or a negative status. */
+OPR_API int opr_autograd_walk(const opr_tensor *root, void (*fn)(void *ud, const opr_node_info *info), void *ud);
 
 /* ------------------------------------------------------------------ plans */
 

@@ -1,0 +1,110 @@
+/* opreg plan: how the registry would compute an op's gradients for given shapes. */
+#include "cli.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void usage(void)
+{
+    printf("usage: opreg plan OP --requires-grad NAME[,NAME...] [--shape NAME=AxBx...]...\n"
+           "                   [--arg NAME=VALUE]... [--dtype f32|f64] [--backend NAME] [--plugin PATH]...\n\n"
+           "Prints every candidate set that computes the gradients of the named inputs of OP, with\n"
+           "its estimated cost, launches and the tensors it saves (and their bytes), then the chosen\n"
+           "set and why it won. Every tensor argument needs a --shape; other arguments take their\n"
+           "defaults unless given with --arg (ints, floats, true/false, or lists like 0,1).\n\n"
+           "example: opreg plan mm --requires-grad self --shape self=64x512 --shape mat2=512x512\n");
+}
+
+static int parse_dims(const char *s, int64_t *dims)
+{
+    int n = 0;
+    if (!*s) return 0; /* a 0-d tensor */
+    for (const char *p = s; n < OPR_MAX_DIMS;) {
+        char *end;
+        long long v = strtoll(p, &end, 10);
+        if (end == p || v < 0) return -1;
+        dims[n++] = v;
+        if (!*end) return n;
+        if (*end != 'x' && *end != ',') return -1;
+        p = end + 1;
+    }
+    return -1;
+}
+
+static const char *value_of(int argc, char **argv, const char *flag, const char *name)
+{
+    size_t n = strlen(name);
+    for (int i = 1; i + 1 < argc; i++)
+        if (!strcmp(argv[i], flag) && !strncmp(argv[i + 1], name, n) && argv[i + 1][n] == '=') return argv[i + 1] + n + 1;
+    return NULL;
+}
+
+int cmd_plan(int argc, char **argv)
+{
+    if (cli_wants_help(argc, argv) || argc < 2 || argv[1][0] == '-') {
+        usage();
+        return argc < 2 || (argc >= 2 && argv[1][0] == '-' && !cli_wants_help(argc, argv)) ? 2 : 0;
+    }
+    const char *op_name = argv[1], *rg = NULL, *backend = "cpu", *dtype_name = "f32";
+    for (int i = 2; i + 1 < argc; i++) {
+        if (!strcmp(argv[i], "--requires-grad")) rg = argv[i + 1];
+        else if (!strcmp(argv[i], "--backend")) backend = argv[i + 1];
+        else if (!strcmp(argv[i], "--dtype")) dtype_name = argv[i + 1];
+    }
+    if (!rg) { fprintf(stderr, "opreg plan: --requires-grad is required (see --help)\n"); return 2; }
+    opr_dtype dt;
+    if (opr_dtype_parse(dtype_name, &dt)) { fprintf(stderr, "opreg plan: %s\n", opr_last_error()); return 2; }
+    opr_ctx *ctx = cli_ctx_new(argc, argv);
+    if (!ctx) return 1;
+    int status = 1;
+    opr_device dev;
+    const opr_op *op = opr_op_find(ctx, op_name);
+    opr_value args[16];
+    opr_tensor *owned[16] = {NULL};
+    int64_t lists[16][OPR_MAX_DIMS];
+    char *names[16];
+    int nnames = 0;
+    char *rg_copy = strdup(rg);
+    if (!op || opr_device_parse(ctx, backend, &dev)) { fprintf(stderr, "opreg plan: %s\n", opr_last_error()); goto out; }
+    for (char *save = NULL, *t = strtok_r(rg_copy, ",", &save); t && nnames < 16; t = strtok_r(NULL, ",", &save))
+        names[nnames++] = t;
+    int nargs = opr_op_num_args(op);
+    printf("%s on %s, gradients for %s\n", opr_op_schema(op), backend, rg);
+    for (int i = 0; i < nargs && i < 16; i++) {
+        const char *name = opr_op_arg_name(op, i);
+        int kind = opr_op_arg_kind(op, i);
+        const char *shape = value_of(argc, argv, "--shape", name), *val = value_of(argc, argv, "--arg", name);
+        if (kind == OPR_V_TENSOR) {
+            int n = shape ? parse_dims(shape, lists[i]) : -1;
+            if (n < 0) {
+                fprintf(stderr, "opreg plan: give the shape of tensor argument '%s' with --shape %s=AxB\n", name, name);
+                goto out;
+            }
+            if (!(owned[i] = opr_tensor_new(ctx, dt, n, lists[i], dev))) { fprintf(stderr, "opreg plan: %s\n", opr_last_error()); goto out; }
+            args[i] = opr_v_tensor(owned[i]);
+            char d[96];
+            printf("  %-8s %s\n", name, opr_tensor_describe(owned[i], d, sizeof d));
+            continue;
+        }
+        if (!val) { nargs = i; break; } /* this and the rest take their defaults */
+        if (kind == OPR_V_INT) args[i] = opr_v_int(atoll(val));
+        else if (kind == OPR_V_DOUBLE) args[i] = opr_v_double(atof(val));
+        else if (kind == OPR_V_BOOL) args[i] = opr_v_bool(!strcmp(val, "true") || !strcmp(val, "1"));
+        else if (kind == OPR_V_INT_LIST) args[i] = opr_v_ints(lists[i], parse_dims(val, lists[i]) < 0 ? 0 : parse_dims(val, lists[i]));
+        else args[i] = opr_v_string(val);
+    }
+    char *buf = malloc(1 << 16);
+    if (buf && !opr_plan_explain(op, args, nargs, (const char *const *)names, nnames, buf, 1 << 16)) {
+        printf("%s", buf);
+        status = 0;
+    } else {
+        fprintf(stderr, "opreg plan: %s\n", opr_last_error());
+    }
+    free(buf);
+out:
+    for (int i = 0; i < 16; i++) opr_tensor_release(owned[i]);
+    free(rg_copy);
+    opr_ctx_free(ctx);
+    return status;
+}
