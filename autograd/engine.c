@@ -28,10 +28,10 @@ static int push(node_list *l, opr_node *n)
 static int accumulate(opr_tensor **slot, opr_tensor *g)
 {
     if (!*slot) { *slot = g; return OPR_OK; }
-    const opr_op *add = registry_find(g->ctx, "add");
+    const opr_op *add = registry_engine_op(g->ctx, ENGINE_OP_ADD);
     opr_value args[2] = {opr_v_tensor(*slot), opr_v_tensor(g)};
     opr_tensor *sum = NULL;
-    int rc = add ? opr_call(add, args, 2, &sum, 1) : opr_fail(OPR_ERR_NOT_FOUND, "backward needs the add op");
+    int rc = add ? opr_call(add, args, 2, &sum, 1) : OPR_ERR_NOT_FOUND;
     opr_tensor_release(g);
     if (rc) return rc;
     opr_tensor_release(*slot);
@@ -187,7 +187,7 @@ static int backward(opr_tensor *const *outputs, opr_tensor *const *grad_outputs,
                 break;
             }
             seeds[i] = opr_tensor_new(t->ctx, t->m.dtype, t->m.ndim, t->m.shape, t->storage->dev);
-            const opr_op *fill = seeds[i] ? registry_find(t->ctx, "fill_") : NULL;
+            const opr_op *fill = seeds[i] ? registry_engine_op(t->ctx, ENGINE_OP_FILL) : NULL;
             opr_value fa[2] = {opr_v_tensor(seeds[i]), opr_v_double(1)};
             opr_tensor *same = NULL;
             rc = fill ? opr_call(fill, fa, 2, &same, 1) : OPR_ERR_NOMEM;

@@ -249,8 +249,9 @@ int ag_run_candidate(opr_node *n, const deriv_cand *c, uint32_t want, opr_tensor
         }
         return OPR_OK;
     }
-    run_ctx *r = calloc(1, sizeof *r);
-    if (!r) return opr_fail(OPR_ERR_NOMEM, "out of memory running a formula of %s", op->name);
+    run_ctx rc_storage;
+    run_ctx *r = &rc_storage;
+    r->nknown = r->ntemps = 0;
     r->ctx = op->ctx;
     r->dev = n->dev;
     r->dt = n->metas[op->nargs].dtype;
@@ -274,6 +275,5 @@ int ag_run_candidate(opr_node *n, const deriv_cand *c, uint32_t want, opr_tensor
     }
     if (rc) rc = opr_fail_wrap(rc, "backward of %s [%s]", op->name, c->label);
     for (int i = 0; i < r->ntemps; i++) opr_tensor_release(r->temps[i]);
-    free(r);
     return rc;
 }

@@ -58,8 +58,14 @@ int ag_record(const opr_op *op, opr_tensor *const *tensors, const mval *slots, o
         return opr_fail(OPR_ERR_UNSUPPORTED, "%s: no derivative formula for input '%s' (it requires grad)",
                         op->name, op->args[bad].name);
     }
-    opr_node *n = calloc(1, sizeof *n);
+    /* Not calloc: the node is large and only its first nargs + nout slots are used. */
+    opr_node *n = malloc(sizeof *n);
     if (!n) return opr_fail(OPR_ERR_NOMEM, "out of memory recording %s", op->name);
+    memset(n->next, 0, sizeof n->next);
+    memset(n->saved, 0, sizeof n->saved);
+    memset(n->pending, 0, sizeof n->pending);
+    n->released = n->queued = false;
+    n->deps = 0;
     n->op = op;
     n->dev = dev;
     n->mask = mask;

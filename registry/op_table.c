@@ -28,6 +28,19 @@ opr_op *registry_find(const opr_ctx *ctx, const char *name)
     return NULL;
 }
 
+const opr_op *registry_engine_op(opr_ctx *ctx, int which)
+{
+    static const char *const names[] = {"add", "fill_"};
+    opr_op *op = atomic_load_explicit(&ctx->reg->engine_ops[which], memory_order_acquire);
+    if (op) return op;
+    pthread_mutex_lock(&ctx->lock);
+    op = registry_find(ctx, names[which]);
+    pthread_mutex_unlock(&ctx->lock);
+    if (!op) opr_fail(OPR_ERR_NOT_FOUND, "the autograd engine needs the '%s' op", names[which]);
+    else atomic_store_explicit(&ctx->reg->engine_ops[which], op, memory_order_release);
+    return op;
+}
+
 int registry_add(opr_ctx *ctx, opr_op *op)
 {
     opr_registry *r = ctx->reg;

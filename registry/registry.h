@@ -72,6 +72,7 @@ typedef struct opr_registry {
     int n, cap;
     char *errors;              /* every load error, newline-separated */
     size_t errors_len;
+    _Atomic(opr_op *) engine_ops[2]; /* add, fill_: looked up once for the autograd engine */
 } opr_registry;
 
 /* Parses a schema string into op (name, args, outputs). src locates it for errors. */
@@ -85,6 +86,9 @@ int registry_add(opr_ctx *ctx, opr_op *op);
 /* Appends a line to the registry's error log. */
 void registry_note_error(opr_ctx *ctx, const char *msg);
 opr_op *registry_find(const opr_ctx *ctx, const char *name);
+/* The ops the autograd engine itself calls, cached after the first lookup. */
+enum { ENGINE_OP_ADD, ENGINE_OP_FILL };
+const opr_op *registry_engine_op(opr_ctx *ctx, int which);
 
 /* Loads YAML text (the registry lock is taken inside). */
 int yaml_load_text(opr_ctx *ctx, const char *text, size_t len, const char *file, int *n_loaded);
