@@ -10,6 +10,10 @@
 #include <stdint.h>
 #include <string.h>
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
 /* Loops over at least this many elements run with OpenMP; smaller ones stay on one
  * thread because a parallel region costs microseconds. */
 #define CPU_PAR_THRESHOLD 32768
@@ -123,6 +127,41 @@ static inline int64_t cpu_offset_of(const opr_tensor_view *v, int64_t i)
         i /= n;
     }
     return off;
+}
+
+
+/* Element size and name of a dtype: plugins do not link libopreg, so they cannot call
+ * opr_dtype_size / opr_dtype_name. */
+static inline size_t cpu_dtype_size(opr_dtype t)
+{
+    static const unsigned char sizes[] = {4, 8, 8, 1, 2, 2};
+    return (unsigned)t < sizeof sizes ? sizes[t] : 0;
+}
+
+static inline const char *cpu_dtype_name(opr_dtype t)
+{
+    static const char *const names[] = {"f32", "f64", "i64", "bool", "f16", "bf16"};
+    return (unsigned)t < sizeof names / sizeof names[0] ? names[t] : "?";
+}
+
+/* First item of chunk c when n items are cut into nchunks nearly equal chunks. */
+static inline int64_t cpu_chunk_lo(int64_t n, int64_t nchunks, int64_t c)
+{
+    return n / nchunks * c + (c < n % nchunks ? c : n % nchunks);
+}
+
+/* The slice [*lo, *hi) of n items that the calling OpenMP thread owns. Parallel loops
+ * over strided views use this instead of `omp for` so that each thread positions its
+ * walker once (cpu_walk_seek) and then only steps it. */
+static inline void cpu_thread_range(int64_t n, int64_t *lo, int64_t *hi)
+{
+#ifdef _OPENMP
+    int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+#else
+    int64_t t = 0, nt = 1;
+#endif
+    *lo = cpu_chunk_lo(n, nt, t);
+    *hi = cpu_chunk_lo(n, nt, t + 1);
 }
 
 #endif /* OPREG_CPU_COMMON_H */

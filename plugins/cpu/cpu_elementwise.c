@@ -33,24 +33,6 @@ typedef void (*ew_loop_fn)(int64_t n, char *const *ptr, const int64_t *st, const
 
 /* ------------------------------------------------------------------ dtype helpers */
 
-static size_t ew_dtype_size(opr_dtype t)
-{
-    switch (t) {
-    case OPR_F32: return 4;
-    case OPR_F64: case OPR_I64: return 8;
-    case OPR_BOOL: return 1;
-    case OPR_F16: case OPR_BF16: return 2;
-    default: return 0;
-    }
-}
-
-/* Plugins do not link libopreg, so they cannot call opr_dtype_name. */
-static const char *ew_dtype_name(opr_dtype t)
-{
-    static const char *const names[] = {"f32", "f64", "i64", "bool", "f16", "bf16"};
-    return (unsigned)t < sizeof names / sizeof names[0] ? names[t] : "?";
-}
-
 /* double -> int64 without the undefined behaviour of an out-of-range cast. */
 static inline int64_t ew_sat_i64(double v)
 {
@@ -325,11 +307,11 @@ static int ew_apply(const char *op, const opr_tensor_view *out, int nin,
     char *base[4];
     size_t esz[4];
     base[0] = (char *)out->data;
-    esz[0] = ew_dtype_size(out->dtype);
+    esz[0] = cpu_dtype_size(out->dtype);
     bool contig = cpu_is_contiguous(out);
     for (int k = 0; k < nin; k++) {
         base[k + 1] = (char *)in[k]->data;
-        esz[k + 1] = ew_dtype_size(in[k]->dtype);
+        esz[k + 1] = cpu_dtype_size(in[k]->dtype);
         /* Same element count and broadcastable means the same row-major order. */
         contig = contig && in[k]->numel == n && cpu_is_contiguous(in[k]);
     }
@@ -394,14 +376,14 @@ static int ew_prepare(const opr_kernel_call *c, const char *op, int nargs, int n
         if (in[k]->dtype != t)
             return CPU_FAIL(OPR_ERR_INVALID,
                             "%s: dtype mismatch: argument 0 is %s, argument %d is %s", op,
-                            ew_dtype_name(t), k, ew_dtype_name(in[k]->dtype));
+                            cpu_dtype_name(t), k, cpu_dtype_name(in[k]->dtype));
     if ((unsigned)t >= OPR_DTYPE_COUNT || !(*fn = table[t]))
         return CPU_FAIL(OPR_ERR_UNSUPPORTED, "%s: no CPU kernel for dtype %s", op,
-                        ew_dtype_name(t));
+                        cpu_dtype_name(t));
     const opr_dtype want = bool_out ? OPR_BOOL : t;
     if (c->outputs[0].dtype != want)
         return CPU_FAIL(OPR_ERR_INVALID, "%s: output dtype is %s, expected %s", op,
-                        ew_dtype_name(c->outputs[0].dtype), ew_dtype_name(want));
+                        cpu_dtype_name(c->outputs[0].dtype), cpu_dtype_name(want));
     return OPR_OK;
 }
 

@@ -7,13 +7,6 @@
 
 #include <math.h>
 
-/* Plugins do not link libopreg, so opr_dtype_name is not available here. */
-static const char *dtype_name(opr_dtype dt)
-{
-    static const char *const names[] = { "f32", "f64", "i64", "bool", "f16", "bf16" };
-    return (unsigned)dt < sizeof names / sizeof names[0] ? names[dt] : "?";
-}
-
 /* Doubles at or beyond 2^63 in magnitude have no i64 value; converting them is
  * undefined behaviour in C, so they are refused instead. */
 static bool fits_i64(double v)
@@ -46,7 +39,7 @@ static int fill_value(const char *op, opr_tensor_view *out, double v)
     case OPR_BOOL: memset(out->data, v != 0, (size_t)out->numel); return OPR_OK;
     default:
         return CPU_FAIL(OPR_ERR_UNSUPPORTED, "%s: dtype %s is not supported on cpu", op,
-                        dtype_name(out->dtype));
+                        cpu_dtype_name(out->dtype));
     }
 }
 
@@ -101,7 +94,7 @@ static int k_arange(const opr_kernel_call *c)
     }
     default:
         return CPU_FAIL(OPR_ERR_UNSUPPORTED, "arange: dtype %s is not supported on cpu",
-                        dtype_name(out->dtype));
+                        cpu_dtype_name(out->dtype));
     }
 }
 

@@ -10,28 +10,8 @@
 #include "cpu_kernels.h"
 
 #include <stdlib.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 /* ------------------------------------------------------------------ helpers */
-
-/* Plugins do not link libopreg, so opr_dtype_name is not available here. */
-static const char *dtype_name(opr_dtype dt)
-{
-    static const char *const names[] = { "f32", "f64", "i64", "bool", "f16", "bf16" };
-    return (unsigned)dt < sizeof names / sizeof names[0] ? names[dt] : "?";
-}
-
-static size_t elem_size(opr_dtype dt)
-{
-    switch (dt) {
-    case OPR_BOOL: return 1;
-    case OPR_F16: case OPR_BF16: return 2;
-    case OPR_F32: return 4;
-    default: return 8;
-    }
-}
 
 /* memcpy with a constant size per case compiles to a single load and store. */
 static inline void move_elem(char *dst, const char *src, size_t es)
@@ -42,26 +22,6 @@ static inline void move_elem(char *dst, const char *src, size_t es)
     case 4: memcpy(dst, src, 4); break;
     default: memcpy(dst, src, 8); break;
     }
-}
-
-/* Start of chunk c when n items are cut into nchunks nearly equal chunks. */
-static inline int64_t chunk_lo(int64_t n, int64_t nchunks, int64_t c)
-{
-    return n / nchunks * c + (c < n % nchunks ? c : n % nchunks);
-}
-
-/* The slice [*lo, *hi) of n items that the calling OpenMP thread owns. Parallel loops
- * over strided views use this instead of `omp for` so that each thread positions its
- * walker once (cpu_walk_seek) and then only steps it. */
-static inline void thread_range(int64_t n, int64_t *lo, int64_t *hi)
-{
-#ifdef _OPENMP
-    int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
-#else
-    int64_t t = 0, nt = 1;
-#endif
-    *lo = chunk_lo(n, nt, t);
-    *hi = chunk_lo(n, nt, t + 1);
 }
 
 static cpu_walk walk_new(int32_t ndim, const int64_t *shape, int32_t nops,
@@ -113,7 +73,7 @@ static void copy_strided(size_t es, int32_t ndim, const int64_t *shape, char *ds
 #pragma omp parallel if (n >= CPU_PAR_THRESHOLD)
     {
         int64_t lo, hi;
-        thread_range(n, &lo, &hi);
+        cpu_thread_range(n, &lo, &hi);
         cpu_walk w = w0;
         cpu_walk_seek(&w, lo);
         for (int64_t i = lo; i < hi; i++, cpu_walk_next(&w))
@@ -124,7 +84,7 @@ static void copy_strided(size_t es, int32_t ndim, const int64_t *shape, char *ds
 /* Copies view v into a fresh contiguous buffer (caller frees); NULL on failure. */
 static char *contiguous_copy(const opr_tensor_view *v, int64_t *strides)
 {
-    size_t es = elem_size(v->dtype);
+    size_t es = cpu_dtype_size(v->dtype);
     char *buf = malloc(v->numel ? (size_t)v->numel * es : 1);
     if (!buf) return NULL;
     int64_t s = 1;
@@ -144,7 +104,7 @@ static void byte_range(const opr_tensor_view *v, const char **lo, const char **h
         int64_t span = (v->shape[d] - 1) * v->strides[d];
         if (span < 0) mn += span; else mx += span;
     }
-    int64_t es = (int64_t)elem_size(v->dtype);
+    int64_t es = (int64_t)cpu_dtype_size(v->dtype);
     *lo = (const char *)v->data + mn * es;
     *hi = (const char *)v->data + (mx + 1) * es;
 }
@@ -195,7 +155,7 @@ static int check_dtype(const char *op, const char *what, const opr_tensor_view *
 {
     if (v->dtype != dt)
         return CPU_FAIL(OPR_ERR_INVALID, "%s: %s has dtype %s, expected %s", op, what,
-                        dtype_name(v->dtype), dtype_name(dt));
+                        cpu_dtype_name(v->dtype), cpu_dtype_name(dt));
     return OPR_OK;
 }
 
@@ -212,7 +172,7 @@ static int check_indices(const char *op, const opr_tensor_view *index, int32_t d
 #pragma omp parallel if (n >= CPU_PAR_THRESHOLD) reduction(min : mn) reduction(max : mx)
     {
         int64_t lo, hi;
-        thread_range(n, &lo, &hi);
+        cpu_thread_range(n, &lo, &hi);
         cpu_walk w = w0;
         cpu_walk_seek(&w, lo);
         for (int64_t i = lo; i < hi; i++, cpu_walk_next(&w)) {
@@ -263,7 +223,7 @@ static int encode_scalar(const char *op, opr_dtype dt, double v, char elem[8])
     }
     case OPR_BOOL: elem[0] = v != 0; return OPR_OK;
     default:
-        return CPU_FAIL(OPR_ERR_UNSUPPORTED, "%s: dtype %s is not supported on cpu", op, dtype_name(dt));
+        return CPU_FAIL(OPR_ERR_UNSUPPORTED, "%s: dtype %s is not supported on cpu", op, cpu_dtype_name(dt));
     }
 }
 
@@ -283,7 +243,7 @@ static int64_t mask_chunks(int32_t ndim, const int64_t *shape, int64_t n, const 
     starts[0] = 0;
 #pragma omp parallel for if (nchunks > 1)
     for (int64_t c = 0; c < nchunks; c++) {
-        int64_t lo = chunk_lo(n, nchunks, c), hi = chunk_lo(n, nchunks, c + 1), cnt = 0;
+        int64_t lo = cpu_chunk_lo(n, nchunks, c), hi = cpu_chunk_lo(n, nchunks, c + 1), cnt = 0;
         cpu_walk w = w0;
         cpu_walk_seek(&w, lo);
         for (int64_t i = lo; i < hi; i++, cpu_walk_next(&w)) cnt += mask[w.off[0]] != 0;
@@ -300,7 +260,7 @@ static int k_diag(const opr_kernel_call *c)
     const opr_tensor_view *x = cpu_arg_t(c, 0);
     const int64_t k = cpu_arg_i(c, 1);
     opr_tensor_view *out = &c->outputs[0];
-    const size_t es = elem_size(x->dtype);
+    const size_t es = cpu_dtype_size(x->dtype);
     const int64_t row0 = k < 0 ? -k : 0, col0 = k > 0 ? k : 0;
     const char *src = x->data;
     char *dst = out->data;
@@ -358,7 +318,7 @@ static int k_index_select(const opr_kernel_call *c)
     if (!shape_ok) return CPU_FAIL(OPR_ERR_INVALID, "index_select: output shape does not match self and index");
     if (out->numel == 0) return OPR_OK;
 
-    const size_t es = elem_size(x->dtype);
+    const size_t es = cpu_dtype_size(x->dtype);
     int64_t *offs = index_offsets(index, size, stride_at(x, dim));
     if (!offs) return CPU_FAIL(OPR_ERR_NOMEM, "index_select: out of memory");
     const char *src = x->data;
@@ -379,7 +339,7 @@ static int k_index_select(const opr_kernel_call *c)
 #pragma omp parallel if (n >= CPU_PAR_THRESHOLD)
     {
         int64_t lo, hi;
-        thread_range(n, &lo, &hi);
+        cpu_thread_range(n, &lo, &hi);
         cpu_walk w = w0;
         cpu_walk_seek(&w, lo);
         for (int64_t i = lo; i < hi; i++, cpu_walk_next(&w))
@@ -409,7 +369,7 @@ static int k_masked_select(const opr_kernel_call *c)
     const opr_tensor_view *out = &c->outputs[0];
     if (total == 0) return OPR_OK;
 
-    const size_t es = elem_size(x->dtype);
+    const size_t es = cpu_dtype_size(x->dtype);
     const int64_t os = out->strides[0];
     const char *src = x->data;
     const bool *m = mask->data;
@@ -418,7 +378,7 @@ static int k_masked_select(const opr_kernel_call *c)
     const cpu_walk w0 = walk_new(nd, shape, 2, st);
 #pragma omp parallel for if (nchunks > 1)
     for (int64_t ch = 0; ch < nchunks; ch++) {
-        int64_t lo = chunk_lo(n, nchunks, ch), hi = chunk_lo(n, nchunks, ch + 1), k = starts[ch];
+        int64_t lo = cpu_chunk_lo(n, nchunks, ch), hi = cpu_chunk_lo(n, nchunks, ch + 1), k = starts[ch];
         cpu_walk w = w0;
         cpu_walk_seek(&w, lo);
         for (int64_t i = lo; i < hi; i++, cpu_walk_next(&w))
@@ -450,7 +410,7 @@ static int k_gather(const opr_kernel_call *c)
     const int64_t size = size_at(x, dim), xsd = stride_at(x, dim);
     if ((rc = check_indices("gather", index, dim, size))) return rc;
 
-    const size_t es = elem_size(x->dtype);
+    const size_t es = cpu_dtype_size(x->dtype);
     int64_t xs[OPR_MAX_DIMS] = { 0 };
     if (x->ndim) {
         memcpy(xs, x->strides, (size_t)x->ndim * sizeof *xs);
@@ -465,7 +425,7 @@ static int k_gather(const opr_kernel_call *c)
 #pragma omp parallel if (n >= CPU_PAR_THRESHOLD)
     {
         int64_t lo, hi;
-        thread_range(n, &lo, &hi);
+        cpu_thread_range(n, &lo, &hi);
         cpu_walk w = w0;
         cpu_walk_seek(&w, lo);
         for (int64_t i = lo; i < hi; i++, cpu_walk_next(&w)) {
@@ -502,7 +462,7 @@ typedef struct {
         _Pragma("omp parallel if (par)")                                                  \
         {                                                                                 \
             int64_t lo, hi;                                                               \
-            thread_range(j->nrows, &lo, &hi);                                             \
+            cpu_thread_range(j->nrows, &lo, &hi);                                             \
             cpu_walk w = j->rows;                                                         \
             cpu_walk_seek(&w, lo);                                                        \
             for (int64_t r = lo; r < hi; r++, cpu_walk_next(&w)) {                        \
@@ -529,7 +489,7 @@ static int run_accum(const char *op, opr_dtype dt, const accum_job *j)
     case OPR_F32: accum_f32(j); return OPR_OK;
     case OPR_F64: accum_f64(j); return OPR_OK;
     case OPR_I64: accum_i64(j); return OPR_OK;
-    default: return CPU_FAIL(OPR_ERR_UNSUPPORTED, "%s: dtype %s is not supported on cpu", op, dtype_name(dt));
+    default: return CPU_FAIL(OPR_ERR_UNSUPPORTED, "%s: dtype %s is not supported on cpu", op, cpu_dtype_name(dt));
     }
 }
 
@@ -590,7 +550,7 @@ static int index_add_impl(const opr_kernel_call *c, bool inplace)
         src_st = tmp_st;
     }
     if (!inplace)
-        copy_strided(elem_size(x->dtype), x->ndim, x->shape, out->data, out->strides, x->data, x->strides);
+        copy_strided(cpu_dtype_size(x->dtype), x->ndim, x->shape, out->data, out->strides, x->data, x->strides);
 
     int64_t rshape[OPR_MAX_DIMS];
     accum_job j = {
@@ -636,7 +596,7 @@ static int k_scatter_add(const opr_kernel_call *c)
     const int64_t size = size_at(x, dim);
     if ((rc = check_indices("scatter_add", index, dim, size))) return rc;
 
-    copy_strided(elem_size(x->dtype), x->ndim, x->shape, out->data, out->strides, x->data, x->strides);
+    copy_strided(cpu_dtype_size(x->dtype), x->ndim, x->shape, out->data, out->strides, x->data, x->strides);
     int64_t rshape[OPR_MAX_DIMS];
     accum_job j = {
         .len = size_at(index, dim), .out_sd = stride_at(out, dim), .src_sd = stride_at(src, dim),
@@ -672,7 +632,7 @@ static int k_cat(const opr_kernel_call *c)
             return CPU_FAIL(OPR_ERR_INVALID, "cat: zero-dimensional tensor %d cannot be concatenated", (int)i);
         if (t->dtype != out->dtype)
             return CPU_FAIL(OPR_ERR_INVALID, "cat: tensor %d has dtype %s, expected %s", (int)i,
-                            dtype_name(t->dtype), dtype_name(out->dtype));
+                            cpu_dtype_name(t->dtype), cpu_dtype_name(out->dtype));
         if (cat_skipped(t)) continue;
         if (t->ndim != out->ndim)
             return CPU_FAIL(OPR_ERR_INVALID, "cat: tensor %d has %d dims, expected %d", (int)i,
@@ -686,7 +646,7 @@ static int k_cat(const opr_kernel_call *c)
     if (total != out->shape[dim])
         return CPU_FAIL(OPR_ERR_INVALID, "cat: sizes along dim %d add up to %lld, output has %lld",
                         (int)dim, (long long)total, (long long)out->shape[dim]);
-    const size_t es = elem_size(out->dtype);
+    const size_t es = cpu_dtype_size(out->dtype);
     int64_t at = 0;
     for (int32_t i = 0; i < nt; i++) {
         const opr_tensor_view *t = &ts[i];
@@ -738,7 +698,7 @@ static int k_diagonal_scatter(const opr_kernel_call *c)
         return CPU_FAIL(OPR_ERR_INVALID, "diagonal_scatter: src must have the shape of the selected diagonal (%d-d, diagonal length %lld)",
                         (int)vn, (long long)len);
 
-    const size_t es = elem_size(x->dtype);
+    const size_t es = cpu_dtype_size(x->dtype);
     copy_strided(es, x->ndim, x->shape, out->data, out->strides, x->data, x->strides);
     if (src->numel == 0) return OPR_OK;
     char *base = (char *)out->data + (row0 * out->strides[d1] + col0 * out->strides[d2]) * (int64_t)es;
@@ -768,7 +728,7 @@ static int k_masked_scatter(const opr_kernel_call *c)
         return CPU_FAIL(OPR_ERR_INVALID, "masked_scatter: mask has %lld true elements but source has only %lld",
                         (long long)starts[nchunks], (long long)source->numel);
 
-    const size_t es = elem_size(x->dtype);
+    const size_t es = cpu_dtype_size(x->dtype);
     const bool src_contig = cpu_is_contiguous(source);
     const char *xp = x->data, *sp = source->data;
     const bool *m = mask->data;
@@ -777,7 +737,7 @@ static int k_masked_scatter(const opr_kernel_call *c)
     const cpu_walk w0 = walk_new(nd, shape, 3, st);
 #pragma omp parallel for if (nchunks > 1)
     for (int64_t ch = 0; ch < nchunks; ch++) {
-        int64_t lo = chunk_lo(n, nchunks, ch), hi = chunk_lo(n, nchunks, ch + 1), k = starts[ch];
+        int64_t lo = cpu_chunk_lo(n, nchunks, ch), hi = cpu_chunk_lo(n, nchunks, ch + 1), k = starts[ch];
         cpu_walk w = w0;
         cpu_walk_seek(&w, lo);
         for (int64_t i = lo; i < hi; i++, cpu_walk_next(&w)) {
@@ -812,7 +772,7 @@ static int k_copy_(const opr_kernel_call *c)
     if (src->data == out->data && same_shape(out->ndim, out->shape, src) &&
         (out->ndim == 0 || !memcmp(src->strides, out->strides, (size_t)out->ndim * sizeof *ss)))
         return OPR_OK;
-    const size_t es = elem_size(out->dtype);
+    const size_t es = cpu_dtype_size(out->dtype);
     if (!views_overlap(out, src)) {
         copy_strided(es, out->ndim, out->shape, out->data, out->strides, src->data, ss);
         return OPR_OK;
@@ -837,7 +797,7 @@ static int k_fill_(const opr_kernel_call *c)
     if (!rc) rc = check_writable("fill_", out);
     if (rc) return rc;
     static const int64_t zero_st[OPR_MAX_DIMS];
-    copy_strided(elem_size(out->dtype), out->ndim, out->shape, out->data, out->strides, elem, zero_st);
+    copy_strided(cpu_dtype_size(out->dtype), out->ndim, out->shape, out->data, out->strides, elem, zero_st);
     return OPR_OK;
 }
 
@@ -854,7 +814,7 @@ static int k_masked_fill_(const opr_kernel_call *c)
     if (!cpu_bcast_strides(mask, out->ndim, out->shape, ms))
         return CPU_FAIL(OPR_ERR_INVALID, "masked_fill_: mask does not broadcast to self");
     const int64_t n = out->numel;
-    const size_t es = elem_size(out->dtype);
+    const size_t es = cpu_dtype_size(out->dtype);
     const bool *m = mask->data;
     char *dst = out->data;
     const int64_t *st[] = { out->strides, ms };
@@ -862,7 +822,7 @@ static int k_masked_fill_(const opr_kernel_call *c)
 #pragma omp parallel if (n >= CPU_PAR_THRESHOLD)
     {
         int64_t lo, hi;
-        thread_range(n, &lo, &hi);
+        cpu_thread_range(n, &lo, &hi);
         cpu_walk w = w0;
         cpu_walk_seek(&w, lo);
         for (int64_t i = lo; i < hi; i++, cpu_walk_next(&w))

@@ -18,13 +18,6 @@
  * OpenBLAS was built with INTERFACE64). */
 #define BLAS_INT_MAX ((int64_t)(sizeof(blasint) == 4 ? INT32_MAX : INT64_MAX))
 
-/* Plugins do not link libopreg, so opr_dtype_name is not available here. */
-static const char *dtype_name(opr_dtype dt)
-{
-    static const char *const names[] = { "f32", "f64", "i64", "bool", "f16", "bf16" };
-    return (unsigned)dt < sizeof names / sizeof names[0] ? names[dt] : "?";
-}
-
 /* One operand of a batched product. Element (i, j) of batch b lies at
  * data + (boff(b) + i * rs + j * cs) * element size, boff summing bst over the batch
  * index. */
@@ -53,7 +46,6 @@ static int64_t batch_count(const gemm_job *j)
     return n;
 }
 
-static size_t elem_size(opr_dtype dt) { return dt == OPR_F32 ? 4 : 8; }
 
 /* ------------------------------------------------------------------ BLAS plumbing */
 
@@ -138,7 +130,7 @@ static bool fold_rows(const gemm_job *j, const mat_arg *a, int64_t *rows, int64_
 static void scale_c(const gemm_job *j, int64_t n)
 {
     if (j->beta == 0) {
-        memset(j->c, 0, (size_t)n * elem_size(j->dt));
+        memset(j->c, 0, (size_t)n * cpu_dtype_size(j->dt));
     } else if (j->beta != 1) {
         if (j->dt == OPR_F32) {
             float *p = (float *)j->c;
@@ -154,7 +146,7 @@ static void scale_c(const gemm_job *j, int64_t n)
 static int gemm_loop(const gemm_job *j, int32_t nb, const mat_arg *a, const mat_arg *b)
 {
     const int64_t m = a->rows, k = a->cols, n = b->cols;
-    const size_t es = elem_size(j->dt);
+    const size_t es = cpu_dtype_size(j->dt);
     blas_layout la = layout_of(m, k, a->rs, a->cs), lb = layout_of(k, n, b->rs, b->cs);
     const bool pack_a = !la.direct, pack_b = !lb.direct;
     char *sa = pack_a ? malloc((size_t)(m * k) * es) : NULL;
@@ -266,10 +258,10 @@ static int check_operands(const gemm_job *j, const opr_tensor_view *out,
 {
     if (out->dtype != OPR_F32 && out->dtype != OPR_F64)
         return CPU_FAIL(OPR_ERR_UNSUPPORTED, "%s: dtype %s is not supported on cpu", j->op,
-                        dtype_name(out->dtype));
+                        cpu_dtype_name(out->dtype));
     if (a->dtype != out->dtype || b->dtype != out->dtype)
         return CPU_FAIL(OPR_ERR_INVALID, "%s: operands must both be %s (got %s and %s)", j->op,
-                        dtype_name(out->dtype), dtype_name(a->dtype), dtype_name(b->dtype));
+                        cpu_dtype_name(out->dtype), cpu_dtype_name(a->dtype), cpu_dtype_name(b->dtype));
     if (out->numel != batch_count(j) * m * n || (out->numel > 0 && !cpu_is_contiguous(out)))
         return CPU_FAIL(OPR_ERR_INVALID, "%s: output must be a contiguous tensor of %lld elements", j->op,
                         (long long)(batch_count(j) * m * n));
@@ -369,10 +361,10 @@ static int k_linear(const opr_kernel_call *c)
         int64_t bst;
         if (bias->dtype != j.dt || !cpu_bcast_strides(bias, 1, &b.cols, &bst))
             return CPU_FAIL(OPR_ERR_INVALID, "linear: bias must be %s and broadcast to [%lld]",
-                            dtype_name(j.dt), (long long)b.cols);
+                            cpu_dtype_name(j.dt), (long long)b.cols);
         /* Every output row starts as the bias; the GEMM then accumulates (beta = 1). */
         if (b.cols > 0 && bias->numel > 0)
-            pack(elem_size(j.dt), bias->data, batch_count(&j) * a.rows, b.cols, 0, bst, j.c);
+            pack(cpu_dtype_size(j.dt), bias->data, batch_count(&j) * a.rows, b.cols, 0, bst, j.c);
     }
     return gemm_run(&j, &a, &b);
 }
@@ -392,10 +384,10 @@ static int k_addmm(const opr_kernel_call *c)
     if (out->ndim != 2 || out->shape[0] != a.rows || out->shape[1] != b.cols ||
         s->dtype != j.dt || !cpu_bcast_strides(s, 2, shape, sst))
         return CPU_FAIL(OPR_ERR_INVALID, "addmm: self must be %s and broadcast to [%lld, %lld]",
-                        dtype_name(j.dt), (long long)a.rows, (long long)b.cols);
+                        cpu_dtype_name(j.dt), (long long)a.rows, (long long)b.cols);
     int rc = check_operands(&j, out, x, y, a.rows, b.cols);
     if (rc) return rc;
-    if (j.beta != 0 && out->numel > 0) pack(elem_size(j.dt), s->data, a.rows, b.cols, sst[0], sst[1], j.c);
+    if (j.beta != 0 && out->numel > 0) pack(cpu_dtype_size(j.dt), s->data, a.rows, b.cols, sst[0], sst[1], j.c);
     return gemm_run(&j, &a, &b);
 }
 
@@ -452,7 +444,7 @@ static char *unit_rows(const opr_tensor_view *v, int64_t *st, const char **data)
     memcpy(st, v->strides, (size_t)v->ndim * sizeof *st);
     *data = v->data;
     if (v->strides[v->ndim - 1] == 1 || v->shape[v->ndim - 1] <= 1 || v->numel == 0) return NULL;
-    const size_t es = elem_size(v->dtype);
+    const size_t es = cpu_dtype_size(v->dtype);
     char *buf = malloc((size_t)v->numel * es);
     if (!buf) {
         *data = NULL;
@@ -490,9 +482,9 @@ static int k_cdist(const opr_kernel_call *c)
     if (nd < 2 || x2->ndim != nd || x1->shape[nd - 1] != x2->shape[nd - 1])
         return CPU_FAIL(OPR_ERR_INVALID, "cdist: expected x1 [..., P, M] and x2 [..., R, M] with the same number of dims");
     if (out->dtype != OPR_F32 && out->dtype != OPR_F64)
-        return CPU_FAIL(OPR_ERR_UNSUPPORTED, "cdist: dtype %s is not supported on cpu", dtype_name(out->dtype));
+        return CPU_FAIL(OPR_ERR_UNSUPPORTED, "cdist: dtype %s is not supported on cpu", cpu_dtype_name(out->dtype));
     if (x1->dtype != out->dtype || x2->dtype != out->dtype)
-        return CPU_FAIL(OPR_ERR_INVALID, "cdist: x1 and x2 must both be %s", dtype_name(out->dtype));
+        return CPU_FAIL(OPR_ERR_INVALID, "cdist: x1 and x2 must both be %s", cpu_dtype_name(out->dtype));
 
     gemm_job batch;
     memset(&batch, 0, sizeof batch);

@@ -33,24 +33,6 @@
 
 /* ------------------------------------------------------------------ dtype helpers */
 
-static size_t red_dtype_size(opr_dtype t)
-{
-    switch (t) {
-    case OPR_F32: return 4;
-    case OPR_F64: case OPR_I64: return 8;
-    case OPR_BOOL: return 1;
-    case OPR_F16: case OPR_BF16: return 2;
-    default: return 0;
-    }
-}
-
-/* Plugins do not link libopreg, so they cannot call opr_dtype_name. */
-static const char *red_dtype_name(opr_dtype t)
-{
-    static const char *const names[] = {"f32", "f64", "i64", "bool", "f16", "bf16"};
-    return (unsigned)t < sizeof names / sizeof names[0] ? names[t] : "?";
-}
-
 /* ------------------------------------------------------------------ plan */
 
 /* The reduced dims of one slice, element strides relative to the slice's start. */
@@ -556,13 +538,13 @@ static int red_begin(const opr_kernel_call *c, const char *op, int nargs, int no
     const opr_dtype t = (*in)->dtype;
     if ((unsigned)t >= OPR_DTYPE_COUNT || !table[t].fold)
         return CPU_FAIL(OPR_ERR_UNSUPPORTED, "%s: no CPU kernel for dtype %s", op,
-                        red_dtype_name(t));
+                        cpu_dtype_name(t));
     *k = &table[t];
     for (int j = 0; j < nout; j++) {
         const opr_dtype want = j == 0 ? t : OPR_I64;
         if (c->outputs[j].dtype != want)
             return CPU_FAIL(OPR_ERR_INVALID, "%s: output %d dtype is %s, expected %s", op, j,
-                            red_dtype_name(c->outputs[j].dtype), red_dtype_name(want));
+                            cpu_dtype_name(c->outputs[j].dtype), cpu_dtype_name(want));
     }
     return OPR_OK;
 }
@@ -620,7 +602,7 @@ static int red_go(const opr_kernel_call *c, const char *op, const opr_tensor_vie
     if (rc) return rc;
     red_job jb = {
         .pl = &pl, .k = k, .prm = {p, pl.rs.n}, .x = (const char *)in->data,
-        .esz = red_dtype_size(in->dtype),
+        .esz = cpu_dtype_size(in->dtype),
         .out = {(char *)c->outputs[0].data, nout > 1 ? (char *)c->outputs[1].data : NULL},
     };
     if (pl.n_out == 0) return OPR_OK;
@@ -790,10 +772,10 @@ static int red_softmax_like(const opr_kernel_call *c, const char *op,
     red_slices s;
     if ((unsigned)in->dtype >= OPR_DTYPE_COUNT || !(s.fn = fns[in->dtype]))
         return CPU_FAIL(OPR_ERR_UNSUPPORTED, "%s: no CPU kernel for dtype %s", op,
-                        red_dtype_name(in->dtype));
+                        cpu_dtype_name(in->dtype));
     if (out->dtype != in->dtype)
         return CPU_FAIL(OPR_ERR_INVALID, "%s: output dtype is %s, expected %s", op,
-                        red_dtype_name(out->dtype), red_dtype_name(in->dtype));
+                        cpu_dtype_name(out->dtype), cpu_dtype_name(in->dtype));
     int32_t dim;
     int rc = red_wrap(op, cpu_arg_i(c, 1), in->ndim, &dim);
     if (rc) return rc;
@@ -820,7 +802,7 @@ static int red_softmax_like(const opr_kernel_call *c, const char *op,
     s.ndim = red_coalesce(s.ndim, s.shape, 2, s.st);
     s.x = (const char *)in->data;
     s.o = (char *)out->data;
-    s.esz = red_dtype_size(in->dtype);
+    s.esz = cpu_dtype_size(in->dtype);
 
     const int64_t nslice = in->numel / s.len;
     if (in->numel < CPU_PAR_THRESHOLD || nslice == 1) {

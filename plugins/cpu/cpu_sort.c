@@ -10,16 +10,6 @@
 
 #include <math.h>
 #include <stdlib.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
-/* Plugins do not link libopreg, so opr_dtype_name is not available here. */
-static const char *dtype_name(opr_dtype dt)
-{
-    static const char *const names[] = { "f32", "f64", "i64", "bool", "f16", "bf16" };
-    return (unsigned)dt < sizeof names / sizeof names[0] ? names[dt] : "?";
-}
 
 typedef enum { ROWS_SORT, ROWS_TOPK, ROWS_MODE } rows_kind;
 
@@ -35,18 +25,6 @@ typedef struct {
     void *values;
     int64_t *indices;
 } rows_job;
-
-/* The slice [*lo, *hi) of n items that the calling OpenMP thread owns. */
-static inline void thread_range(int64_t n, int64_t *lo, int64_t *hi)
-{
-#ifdef _OPENMP
-    int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
-#else
-    int64_t t = 0, nt = 1;
-#endif
-    *lo = n / nt * t + (t < n % nt ? t : n % nt);
-    *hi = *lo + n / nt + (t < n % nt);
-}
 
 #define LESS_FLOAT(a, b) (!isnan(a) && (isnan(b) || (a) < (b)))
 #define LESS_INT(a, b) ((a) < (b))
@@ -116,7 +94,7 @@ static inline void thread_range(int64_t n, int64_t *lo, int64_t *hi)
         _Pragma("omp parallel if (par) reduction(| : failed)")                            \
         {                                                                                 \
             int64_t lo, hi;                                                               \
-            thread_range(j->nrows, &lo, &hi);                                             \
+            cpu_thread_range(j->nrows, &lo, &hi);                                             \
             pair_##SUF *buf = NULL;                                                       \
             if (lo < hi) buf = malloc(2 * (size_t)(j->n ? j->n : 1) * sizeof *buf);       \
             if (lo < hi && !buf) failed = 1;                                              \
@@ -160,7 +138,7 @@ static int run_rows(const opr_kernel_call *c, rows_job *j, int32_t dim, const in
     const opr_tensor_view *x = cpu_arg_t(c, 0);
     const opr_tensor_view *vals = &c->outputs[0], *idx = &c->outputs[1];
     if (vals->dtype != x->dtype || idx->dtype != OPR_I64)
-        return CPU_FAIL(OPR_ERR_INVALID, "%s: outputs must be %s values and i64 indices", op, dtype_name(x->dtype));
+        return CPU_FAIL(OPR_ERR_INVALID, "%s: outputs must be %s values and i64 indices", op, cpu_dtype_name(x->dtype));
     if (vals->ndim != idx->ndim)
         return CPU_FAIL(OPR_ERR_INVALID, "%s: values and indices outputs differ in rank", op);
 
@@ -210,7 +188,7 @@ static int run_rows(const opr_kernel_call *c, rows_job *j, int32_t dim, const in
     case OPR_F64: rc = rows_f64(j); break;
     case OPR_I64: rc = rows_i64(j); break;
     default:
-        return CPU_FAIL(OPR_ERR_UNSUPPORTED, "%s: dtype %s is not supported on cpu", op, dtype_name(x->dtype));
+        return CPU_FAIL(OPR_ERR_UNSUPPORTED, "%s: dtype %s is not supported on cpu", op, cpu_dtype_name(x->dtype));
     }
     return rc ? CPU_FAIL(rc, "%s: out of memory", op) : OPR_OK;
 }
