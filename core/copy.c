@@ -6,34 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-opr_tensor *opr_tensor_from_data_unowned_cpu(opr_ctx *ctx, opr_dtype dtype, int ndim,
-                                             const int64_t *shape, void *data)
-{
-    opr_storage *s = calloc(1, sizeof *s);
-    opr_tensor *t = calloc(1, sizeof *t);
-    if (!s || !t) {
-        free(s); free(t);
-        opr_fail(OPR_ERR_NOMEM, "out of memory wrapping host memory");
-        return NULL;
-    }
-    atomic_init(&s->refs, 1);
-    s->data = data;
-    s->nbytes = (size_t)opr_meta_numel(shape, ndim) * opr_dtype_size(dtype);
-    s->dev = OPR_CPU;
-    s->ctx = ctx;
-    s->borrowed = true;
-    atomic_init(&t->refs, 1);
-    t->ctx = ctx;
-    t->storage = s;
-    t->m.dtype = dtype;
-    t->m.ndim = ndim;
-    t->m.numel = opr_meta_numel(shape, ndim);
-    if (ndim) memcpy(t->m.shape, shape, (size_t)ndim * sizeof *shape);
-    opr_contiguous_strides(shape, ndim, t->strides);
-    atomic_fetch_add(&ctx->live_tensors, 1);
-    return t;
-}
-
 /* Strided element copy between two CPU tensors of equal shape and dtype. */
 static void host_strided_copy(opr_tensor *dst, const opr_tensor *src)
 {

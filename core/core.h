@@ -128,9 +128,14 @@ opr_tensor *opr_tensor_make_view(opr_tensor *base, int ndim, const int64_t *shap
                                  const int64_t *strides, int64_t offset);
 /* Fills a plugin view of t (shape/strides point into t). */
 void opr_tensor_fill_view(const opr_tensor *t, opr_tensor_view *v);
-/* Temporary CPU tensor over caller memory (not counted, never freed). */
-opr_tensor *opr_tensor_from_data_unowned_cpu(opr_ctx *ctx, opr_dtype dtype, int ndim,
-                                             const int64_t *shape, void *data);
+/* A tensor over memory opreg did not allocate (not counted in memory statistics).
+ * With an owner (DLPack import) the owner's deleter runs when the storage is freed;
+ * without one the memory is the caller's and is never freed here. strides NULL means
+ * contiguous. */
+struct DLManagedTensor;
+opr_tensor *opr_tensor_over_memory(opr_ctx *ctx, opr_device dev, void *data, opr_dtype dtype, int ndim,
+                                   const int64_t *shape, const int64_t *strides, int64_t offset,
+                                   struct DLManagedTensor *owner);
 /* Copies src into dst (same shape, same dtype; any layouts; any devices). */
 int opr_tensor_copy_into(opr_tensor *dst, const opr_tensor *src);
 

@@ -114,33 +114,8 @@ opr_tensor *opr_tensor_from_dlpack(opr_ctx *ctx, DLManagedTensor *m)
         opr_fail(OPR_ERR_UNSUPPORTED, "opr_tensor_from_dlpack: byte_offset not a multiple of the element size");
         return NULL;
     }
-    opr_storage *s = calloc(1, sizeof *s);
-    opr_tensor *t = calloc(1, sizeof *t);
-    if (!s || !t) {
-        free(s); free(t);
-        opr_fail(OPR_ERR_NOMEM, "opr_tensor_from_dlpack: out of memory");
-        return NULL;
-    }
     /* Elements are addressed from the storage base, so the byte offset becomes the
      * tensor's storage offset. */
-    atomic_init(&s->refs, 1);
-    s->data = d->data;
-    s->dev = dev;
-    s->ctx = ctx;
-    s->dl_owner = m;
-    atomic_init(&t->refs, 1);
-    t->ctx = ctx;
-    t->storage = s;
-    t->m.dtype = dt;
-    t->m.ndim = d->ndim;
-    if (d->ndim) memcpy(t->m.shape, d->shape, (size_t)d->ndim * sizeof(int64_t));
-    t->m.numel = opr_meta_numel(t->m.shape, d->ndim);
-    if (d->strides) memcpy(t->strides, d->strides, (size_t)d->ndim * sizeof(int64_t));
-    else opr_contiguous_strides(t->m.shape, d->ndim, t->strides);
-    t->offset = (int64_t)(d->byte_offset / es);
-    int64_t max_off = 0;
-    for (int i = 0; i < d->ndim; i++) max_off += (t->m.shape[i] - 1) * (t->strides[i] > 0 ? t->strides[i] : 0);
-    s->nbytes = (size_t)(t->offset + max_off + 1) * es;
-    atomic_fetch_add(&ctx->live_tensors, 1);
-    return t;
+    return opr_tensor_over_memory(ctx, dev, d->data, dt, d->ndim, d->shape, d->strides,
+                                  (int64_t)(d->byte_offset / es), m);
 }

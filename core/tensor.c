@@ -120,6 +120,40 @@ opr_tensor *opr_tensor_from_data(opr_ctx *ctx, opr_dtype dtype, int ndim, const 
     return t;
 }
 
+opr_tensor *opr_tensor_over_memory(opr_ctx *ctx, opr_device dev, void *data, opr_dtype dtype, int ndim,
+                                   const int64_t *shape, const int64_t *strides, int64_t offset,
+                                   struct DLManagedTensor *owner)
+{
+    opr_storage *s = calloc(1, sizeof *s);
+    opr_tensor *t = tensor_alloc_header(ctx);
+    if (!s || !t) {
+        free(s);
+        if (t) { atomic_fetch_sub(&ctx->live_tensors, 1); free(t); }
+        opr_fail(OPR_ERR_NOMEM, "out of memory wrapping memory in a tensor");
+        return NULL;
+    }
+    atomic_init(&s->refs, 1);
+    s->data = data;
+    s->dev = dev;
+    s->ctx = ctx;
+    s->dl_owner = owner;
+    s->borrowed = !owner;
+    t->storage = s;
+    t->m.dtype = dtype;
+    t->m.ndim = ndim;
+    t->m.numel = opr_meta_numel(shape, ndim);
+    for (int i = 0; i < ndim && i < OPR_MAX_DIMS; i++) {
+        t->m.shape[i] = shape[i];
+        if (strides) t->strides[i] = strides[i];
+    }
+    if (!strides) opr_contiguous_strides(shape, ndim, t->strides);
+    t->offset = offset;
+    int64_t last = 0; /* the storage spans up to the furthest element */
+    for (int i = 0; i < ndim; i++) last += (shape[i] - 1) * (t->strides[i] > 0 ? t->strides[i] : 0);
+    s->nbytes = t->m.numel ? (size_t)(offset + last + 1) * opr_elem_size(dtype) : 0;
+    return t;
+}
+
 opr_tensor *opr_tensor_make_view(opr_tensor *base, int ndim, const int64_t *shape,
                                  const int64_t *strides, int64_t offset)
 {
@@ -234,7 +268,7 @@ int opr_tensor_copy_to_host(const opr_tensor *t, void *dst, size_t nbytes)
     size_t need = (size_t)t->m.numel * opr_dtype_size(t->m.dtype);
     if (nbytes < need)
         return opr_fail(OPR_ERR_INVALID, "opr_tensor_copy_to_host: buffer of %zu bytes, need %zu", nbytes, need);
-    opr_tensor *host = opr_tensor_from_data_unowned_cpu(t->ctx, t->m.dtype, t->m.ndim, t->m.shape, dst);
+    opr_tensor *host = opr_tensor_over_memory(t->ctx, OPR_CPU, dst, t->m.dtype, t->m.ndim, t->m.shape, NULL, 0, NULL);
     if (!host) return OPR_ERR_NOMEM;
     int rc = opr_tensor_copy_into(host, t);
     opr_tensor_release(host);
@@ -247,7 +281,7 @@ int opr_tensor_copy_from_host(opr_tensor *t, const void *src, size_t nbytes)
     size_t need = (size_t)t->m.numel * opr_dtype_size(t->m.dtype);
     if (nbytes < need)
         return opr_fail(OPR_ERR_INVALID, "opr_tensor_copy_from_host: buffer of %zu bytes, need %zu", nbytes, need);
-    opr_tensor *host = opr_tensor_from_data_unowned_cpu(t->ctx, t->m.dtype, t->m.ndim, t->m.shape, (void *)src);
+    opr_tensor *host = opr_tensor_over_memory(t->ctx, OPR_CPU, (void *)src, t->m.dtype, t->m.ndim, t->m.shape, NULL, 0, NULL);
     if (!host) return OPR_ERR_NOMEM;
     int rc = opr_tensor_copy_into(t, host);
     opr_tensor_release(host);
