@@ -1,11 +1,12 @@
 #!/bin/sh
 # Installs the Debian packages opreg needs to build and test. Quick and silent when
 # everything is present. Usage: scripts/setup.sh [bench]
-#   bench   also installs libtorch-dev and python3-torch (side-by-side benchmarks)
+#   bench   also installs libtorch-dev (side-by-side benchmarks in C++)
 set -eu
 
-packages="gcc g++ make cmake ninja-build pkg-config libyaml-dev libopenblas-dev check libsubunit-dev libdlpack-dev binutils"
-if [ "${1:-}" = bench ]; then packages="$packages libtorch-dev python3-torch"; fi
+# python3-torch is the outside oracle of the autograd tests (tests/oracle).
+packages="gcc g++ make cmake ninja-build pkg-config libyaml-dev libopenblas-dev check libsubunit-dev libdlpack-dev binutils python3 python3-torch"
+if [ "${1:-}" = bench ]; then packages="$packages libtorch-dev"; fi
 
 missing=""
 for p in $packages; do

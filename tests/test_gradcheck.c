@@ -1,6 +1,6 @@
 /* Gradient checks generated from the registry.
  *
- * The suite reads registry/ops/*.yaml itself (libyaml; the directory is
+ * The suite reads the YAML files of registry/ops itself (libyaml; the directory is
  * $OPREG_YAML_DIR) and, for every op that has derivative candidates and `samples:`,
  * runs for every sample, every candidate forced in turn, and every non-empty subset of
  * the sample's floating tensor inputs as requires-grad mask:
@@ -588,7 +588,7 @@ static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *
 static void load_file(const char *path, const char *base)
 {
     FILE *f = fopen(path, "rb");
-    if (!f) { snprintf(load_error, sizeof load_error, "cannot open %s", path); return; }
+    if (!f) { snprintf(load_error, sizeof load_error, "cannot open %.900s", path); return; }
     yaml_parser_t parser;
     yaml_document_t doc;
     yaml_parser_initialize(&parser);
@@ -850,7 +850,7 @@ static void report(opstate *st, const char *fmt, ...)
     va_end(ap);
     printf("  FAIL %s: %s\n", st->y->sc.name, msg);
     fflush(stdout);
-    if (!st->first_fail[0]) snprintf(st->first_fail, sizeof st->first_fail, "%s", msg);
+    if (!st->first_fail[0]) snprintf(st->first_fail, sizeof st->first_fail, "%.1000s", msg);
 }
 
 static bool forward_plain(opstate *st, const sample *s, const sdata *sd, int pert, int64_t pel, double delta,
