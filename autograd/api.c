@@ -58,9 +58,14 @@ static int meta_slots(const opr_op *op, const opr_value *args, int nargs, mval *
     }
     for (int k = 0; k < op->nout; k++) {
         mval shape;
-        if (!op->shapes[k]) return opr_fail(OPR_ERR_UNSUPPORTED, "%s: output shape is data-dependent", op->name);
-        int rc = expr_eval(op->shapes[k], slots, &shape);
-        if (rc) return opr_fail_wrap(rc, "%s", op->name);
+        if (!op->shapes[k]) { /* data-dependent (masked_select): plan for the largest it can be */
+            shape.k = MV_LIST;
+            shape.n = 1;
+            shape.u.l[0] = slots[0].k == MV_TENSOR ? slots[0].u.t->numel : 1;
+        } else {
+            int rc = expr_eval(op->shapes[k], slots, &shape);
+            if (rc) return opr_fail_wrap(rc, "%s", op->name);
+        }
         outs[k] = (opr_meta){.dtype = op->out_dtype[k] >= 0 ? (opr_dtype)op->out_dtype[k] : dt, .ndim = shape.n};
         memcpy(outs[k].shape, shape.u.l, sizeof shape.u.l);
         outs[k].numel = opr_meta_numel(outs[k].shape, shape.n);

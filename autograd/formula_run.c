@@ -130,7 +130,8 @@ static int bind_slots(run_ctx *r, opr_node *n, opr_tensor *const *grads_in, bool
     for (int s = 0; s < op->nargs + op->nout; s++) {
         opr_tensor *t = n->saved[s];
         if (!t) continue;
-        if (create_graph && s >= op->nargs && !t->grad_fn) {
+        bool floating = t->m.dtype == OPR_F32 || t->m.dtype == OPR_F64 || t->m.dtype == OPR_F16 || t->m.dtype == OPR_BF16;
+        if (create_graph && s >= op->nargs && !t->grad_fn && floating) {
             opr_tensor *v = opr_tensor_make_view(t, t->m.ndim, t->m.shape, t->strides, t->offset);
             if (!v || keep(r, v)) return OPR_ERR_NOMEM;
             atomic_fetch_add(&n->refs, 1);

@@ -66,6 +66,7 @@ int ag_record(const opr_op *op, opr_tensor *const *tensors, const mval *slots, o
     memset(n->pending, 0, sizeof n->pending);
     n->released = n->queued = false;
     n->deps = 0;
+    atomic_init(&n->refs, 1); /* ours until the outputs take it over, below */
     n->op = op;
     n->dev = dev;
     n->mask = mask;
@@ -83,11 +84,15 @@ int ag_record(const opr_op *op, opr_tensor *const *tensors, const mval *slots, o
         n->slots[op->nargs + k].u.t = &n->metas[op->nargs + k];
     }
     n->plan = plan_get(op, mask, dev, n->slots);
-    if (!n->plan) { free(n); return opr_fail_wrap(OPR_ERR_UNSUPPORTED, "%s: planning the backward", op->name); }
+    if (!n->plan) { ag_node_release(n); return opr_fail_wrap(OPR_ERR_UNSUPPORTED, "%s: planning the backward", op->name); }
     for (int s = 0; s < op->nargs + op->nout; s++) {
         if (!((n->plan->save >> s) & 1)) continue;
         n->saved[s] = s < op->nargs ? opr_tensor_retain(tensors[s]) : detached_view(outs[s - op->nargs]);
-        if (!n->saved[s]) { ag_node_release(n); return OPR_ERR_NOMEM; }
+        if (!n->saved[s]) {
+            ag_node_release(n);
+            return opr_fail(OPR_ERR_INVALID, "%s: the plan saves '%s', which was not given", op->name,
+                            op->deriv->slot_names[s]);
+        }
         n->slots[s].u.t = &n->saved[s]->m;
     }
     for (int i = 0; i < op->nargs; i++) {
@@ -101,7 +106,6 @@ int ag_record(const opr_op *op, opr_tensor *const *tensors, const mval *slots, o
             n->next[i].leaf = opr_tensor_retain(t);
         }
     }
-    atomic_init(&n->refs, 0);
     for (int k = 0; k < op->nout; k++) {
         if (!is_floating(outs[k]->m.dtype)) continue; /* indices and masks carry no gradient */
         atomic_fetch_add(&n->refs, 1);
@@ -109,6 +113,6 @@ int ag_record(const opr_op *op, opr_tensor *const *tensors, const mval *slots, o
         outs[k]->output_nr = k;
         outs[k]->requires_grad = true;
     }
-    if (atomic_load(&n->refs) == 0) { atomic_store(&n->refs, 1); ag_node_release(n); }
+    ag_node_release(n); /* drop ours: freed here if no output took the node */
     return OPR_OK;
 }

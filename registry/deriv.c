@@ -10,6 +10,7 @@
 static uint64_t saved_bit(const opr_op *op, int slot)
 {
     if (slot == slot_result(op)) return 1ull << op->nargs;
+    if (slot < op->nargs) return op->args[slot].type == ARG_TENSOR ? 1ull << slot : 0; /* scalars are kept anyway */
     if (slot < op->nargs + op->nout) return 1ull << slot;
     return 0;
 }

@@ -218,7 +218,10 @@ static opr_tensor *run_view(const opr_op *op, checked *c)
     case VIEW_DIAGONAL:
         if (to_int(k[2].u.i, &a) || to_int(k[3].u.i, &b)) break;
         return opr_tensor_diagonal(self, k[1].u.i, a, b);
-    case VIEW_CONTIGUOUS: return opr_tensor_contiguous(self);
+    case VIEW_CONTIGUOUS: /* a new header even when no copy is needed: autograd records on it */
+        return opr_tensor_is_contiguous(self)
+                   ? opr_tensor_make_view(self, self->m.ndim, self->m.shape, self->strides, self->offset)
+                   : opr_tensor_contiguous(self);
     case VIEW_NONE: break;
     }
 bad:
@@ -302,7 +305,7 @@ int opr_call(const opr_op *op, const opr_value *args, int nargs, opr_tensor **re
     int rc = prepare(op, args, nargs, results, nres, &c);
     if (rc) { free(c.list_views); return rc; }
     bool record = c.any_requires_grad && opr_grad_mode_enabled();
-    if (record && op->inplace && op->deriv) { /* refuse before anything is mutated */
+    if (record && op->inplace) { /* refuse before anything is mutated */
         free(c.list_views);
         return opr_fail(OPR_ERR_UNSUPPORTED, "%s: in-place ops on tensors that require grad are not recorded by "
                         "autograd; use the out-of-place op or no_grad", op->name);

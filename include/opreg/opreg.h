@@ -179,9 +179,15 @@ OPR_API int opr_tensor_copy_to_host(const opr_tensor *t, void *dst, size_t nbyte
 /* Copies from host memory into the tensor (any layout), in row-major logical order. */
 OPR_API int opr_tensor_copy_from_host(opr_tensor *t, const void *src, size_t nbytes);
 
-OPR_API opr_tensor *opr_tensor_retain(opr_tensor *t);  /* returns t; NULL-safe */
-OPR_API void opr_tensor_release(opr_tensor *t);        /* NULL-safe */
+/* Reference counting: retain returns t; release frees the tensor (and its storage,
+ * when no view holds it) at the last reference. Both accept NULL. Safe to call from
+ * several threads on the same tensor. */
+OPR_API opr_tensor *opr_tensor_retain(opr_tensor *t);
+OPR_API void opr_tensor_release(opr_tensor *t);
 
+/* Accessors. On a NULL tensor they return NULL, -1, 0 or an invalid dtype/device
+ * rather than crashing. Shape and stride arrays have opr_tensor_ndim entries and live
+ * as long as the tensor. */
 OPR_API opr_ctx *opr_tensor_ctx(const opr_tensor *t);
 OPR_API opr_dtype opr_tensor_dtype(const opr_tensor *t);
 OPR_API int opr_tensor_ndim(const opr_tensor *t);

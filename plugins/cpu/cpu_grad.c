@@ -1,5 +1,7 @@
-/* Kernels that exist for gradients: sum_to (reduce a broadcast gradient back to an
- * input's shape). The fused backward kernels live in cpu_backward.c. */
+/* Kernels of the helper ops that derivative formulas call (registry/ops/core.yaml,
+ * "gradient helpers"): sum_to (reduce a broadcast gradient back to an input's shape),
+ * new_zeros, sign, narrow_scatter and diag_backward. The fused backward kernels live in
+ * cpu_backward.c. */
 #include "cpu_common.h"
 #include "cpu_kernels.h"
 
@@ -40,7 +42,173 @@ static int k_sum_to(const opr_kernel_call *c)
     return OPR_OK;
 }
 
+/* ------------------------------------------------------------------ data movement */
+
+static void move_elem(char *dst, const char *src, size_t es)
+{
+    switch (es) {
+    case 1: *dst = *src; break;
+    case 2: memcpy(dst, src, 2); break;
+    case 4: memcpy(dst, src, 4); break;
+    default: memcpy(dst, src, 8); break;
+    }
+}
+
+/* Copies a region of `shape` between two strided layouts (elements of es bytes). */
+static void copy_region(size_t es, int32_t ndim, const int64_t *shape, char *dst, const int64_t *dst_st,
+                        const char *src, const int64_t *src_st)
+{
+    int64_t n = 1;
+    for (int32_t d = 0; d < ndim; d++) n *= shape[d];
+    if (n == 0) return;
+    cpu_walk w;
+    memset(&w, 0, sizeof w);
+    w.ndim = ndim;
+    w.nops = 2;
+    w.shape = shape;
+    for (int32_t d = 0; d < ndim; d++) {
+        w.strides[0][d] = dst_st[d];
+        w.strides[1][d] = src_st[d];
+    }
+    cpu_walk_seek(&w, 0);
+    for (int64_t i = 0; i < n; i++, cpu_walk_next(&w))
+        move_elem(dst + w.off[0] * (int64_t)es, src + w.off[1] * (int64_t)es, es);
+}
+
+static bool same_shape(const opr_tensor_view *a, int32_t ndim, const int64_t *shape)
+{
+    if (a->ndim != ndim) return false;
+    for (int32_t d = 0; d < ndim; d++)
+        if (a->shape[d] != shape[d]) return false;
+    return true;
+}
+
+/* new_zeros(self, size): zeros of self's dtype (self's data is not read). Zero bits are
+ * the zero of every dtype. */
+static int k_new_zeros(const opr_kernel_call *c)
+{
+    opr_tensor_view *out = &c->outputs[0];
+    if (out->numel) memset(out->data, 0, (size_t)out->numel * cpu_dtype_size(out->dtype));
+    return OPR_OK;
+}
+
+#define SIGN(T, SUF)                                                                             \
+    static void sign_##SUF(const opr_tensor_view *x, opr_tensor_view *out)                       \
+    {                                                                                            \
+        T *o = out->data;                                                                        \
+        const T *in = x->data;                                                                   \
+        cpu_walk w;                                                                              \
+        memset(&w, 0, sizeof w);                                                                 \
+        w.ndim = x->ndim;                                                                        \
+        w.nops = 1;                                                                              \
+        w.shape = x->shape;                                                                      \
+        memcpy(w.strides[0], x->strides, (size_t)x->ndim * sizeof(int64_t));                   \
+        cpu_walk_seek(&w, 0);                                                                    \
+        for (int64_t i = 0; i < x->numel; i++, cpu_walk_next(&w)) {                             \
+            const T v = in[w.off[0]];                                                            \
+            o[i] = (T)((v > 0) - (v < 0)); /* NaN stays NaN below */                             \
+            if (v != v) o[i] = v;                                                                \
+        }                                                                                        \
+    }
+SIGN(float, f32)
+SIGN(double, f64)
+SIGN(int64_t, i64)
+
+/* sign(self): -1, 0 or 1 (NaN for NaN). */
+static int k_sign(const opr_kernel_call *c)
+{
+    const opr_tensor_view *x = cpu_arg_t(c, 0);
+    opr_tensor_view *out = &c->outputs[0];
+    switch (out->dtype) {
+    case OPR_F32: sign_f32(x, out); break;
+    case OPR_F64: sign_f64(x, out); break;
+    case OPR_I64: sign_i64(x, out); break;
+    default: return CPU_FAIL(OPR_ERR_UNSUPPORTED, "sign: dtype %s is not supported on cpu", cpu_dtype_name(out->dtype));
+    }
+    return OPR_OK;
+}
+
+/* narrow_scatter(self, src, dim, start): self with narrow(dim, start, size(src, dim))
+ * replaced by src. start may be negative (counted from the end, as narrow does). */
+static int k_narrow_scatter(const opr_kernel_call *c)
+{
+    const opr_tensor_view *x = cpu_arg_t(c, 0), *src = cpu_arg_t(c, 1);
+    opr_tensor_view *out = &c->outputs[0];
+    int32_t dim;
+    if (x->ndim == 0 || !cpu_wrap_dim(cpu_arg_i(c, 2), x->ndim, &dim))
+        return CPU_FAIL(OPR_ERR_INVALID, "narrow_scatter: dim %lld out of range for a %d-d tensor",
+                        (long long)cpu_arg_i(c, 2), (int)x->ndim);
+    if (src->dtype != x->dtype)
+        return CPU_FAIL(OPR_ERR_INVALID, "narrow_scatter: src is %s but self is %s", cpu_dtype_name(src->dtype),
+                        cpu_dtype_name(x->dtype));
+    const int64_t size = x->shape[dim];
+    int64_t start = cpu_arg_i(c, 3);
+    if (start < 0) start += size;
+    bool ok = src->ndim == x->ndim && start >= 0 && start <= size;
+    for (int32_t d = 0; ok && d < x->ndim; d++)
+        ok = d == dim ? src->shape[d] <= size - start : src->shape[d] == x->shape[d];
+    if (!ok)
+        return CPU_FAIL(OPR_ERR_INVALID, "narrow_scatter: src must have self's shape except at dim %d, where it must fit "
+                        "from start %lld into size %lld", (int)dim, (long long)cpu_arg_i(c, 3), (long long)size);
+    if (!same_shape(out, x->ndim, x->shape))
+        return CPU_FAIL(OPR_ERR_INVALID, "narrow_scatter: output shape must equal self's");
+    const size_t es = cpu_dtype_size(x->dtype);
+    copy_region(es, x->ndim, x->shape, out->data, out->strides, x->data, x->strides);
+    char *base = (char *)out->data + start * out->strides[dim] * (int64_t)es;
+    copy_region(es, src->ndim, src->shape, base, out->strides, src->data, src->strides);
+    return OPR_OK;
+}
+
+/* diag_backward(self, size, diagonal): the adjoint of diag. For a 1-d input of diag
+ * (size [n]) the gradient is diagonal `diagonal` of self [n + |k|, n + |k|]; for a 2-d
+ * input (size [r, c]) it is an r x c zero matrix with self on that diagonal. */
+static int k_diag_backward(const opr_kernel_call *c)
+{
+    const opr_tensor_view *g = cpu_arg_t(c, 0);
+    opr_tensor_view *out = &c->outputs[0];
+    const int64_t k = cpu_arg_i(c, 2);
+    const int64_t row0 = k < 0 ? -k : 0, col0 = k > 0 ? k : 0;
+    const size_t es = cpu_dtype_size(out->dtype);
+    if (g->dtype != out->dtype) return CPU_FAIL(OPR_ERR_INVALID, "diag_backward: dtype mismatch");
+    if (out->ndim == 1) {
+        const int64_t n = out->shape[0], s = n + row0 + col0;
+        if (g->ndim != 2 || g->shape[0] != s || g->shape[1] != s)
+            return CPU_FAIL(OPR_ERR_INVALID, "diag_backward: for size [%lld] and diagonal %lld, self must be [%lld, %lld]",
+                            (long long)n, (long long)k, (long long)s, (long long)s);
+        const int64_t gst[1] = {g->strides[0] + g->strides[1]};
+        const char *src = (const char *)g->data + (row0 * g->strides[0] + col0 * g->strides[1]) * (int64_t)es;
+        copy_region(es, 1, &n, out->data, out->strides, src, gst);
+        return OPR_OK;
+    }
+    if (out->ndim != 2)
+        return CPU_FAIL(OPR_ERR_INVALID, "diag_backward: size must have 1 or 2 dims, got %d", (int)out->ndim);
+    int64_t len = out->shape[0] - row0;
+    if (out->shape[1] - col0 < len) len = out->shape[1] - col0;
+    if (len < 0) len = 0;
+    if (g->ndim != 1 || g->shape[0] != len)
+        return CPU_FAIL(OPR_ERR_INVALID, "diag_backward: for size [%lld, %lld] and diagonal %lld, self must be [%lld]",
+                        (long long)out->shape[0], (long long)out->shape[1], (long long)k, (long long)len);
+    if (out->numel) memset(out->data, 0, (size_t)out->numel * es);
+    const int64_t ost[1] = {out->strides[0] + out->strides[1]};
+    char *dst = (char *)out->data + (row0 * out->strides[0] + col0 * out->strides[1]) * (int64_t)es;
+    copy_region(es, 1, &len, dst, ost, g->data, g->strides);
+    return OPR_OK;
+}
+
 int cpu_register_grad(opr_plugin *self)
 {
-    return cpu_register(self, "sum_to", OPR_DTYPE_BIT(OPR_F32) | OPR_DTYPE_BIT(OPR_F64), k_sum_to);
+    const uint32_t fl = OPR_DTYPE_BIT(OPR_F32) | OPR_DTYPE_BIT(OPR_F64);
+    const uint32_t all = fl | OPR_DTYPE_BIT(OPR_I64) | OPR_DTYPE_BIT(OPR_BOOL);
+    const struct { const char *op; uint32_t dtypes; opr_kernel_fn fn; } table[] = {
+        {"sum_to", fl, k_sum_to},
+        {"new_zeros", all, k_new_zeros},
+        {"sign", fl | OPR_DTYPE_BIT(OPR_I64), k_sign},
+        {"narrow_scatter", all, k_narrow_scatter},
+        {"diag_backward", all, k_diag_backward},
+    };
+    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
+        int rc = cpu_register(self, table[i].op, table[i].dtypes, table[i].fn);
+        if (rc != OPR_OK) return rc;
+    }
+    return OPR_OK;
 }

@@ -1,0 +1,428 @@
+/* Shared by every source of the GPU plugin: argument access and validation helpers
+ * (the same rules as plugins/cpu/cpu_common.h), the per-call device context, scratch
+ * buffers from the caching allocator, strided index geometry for kernels, dtype
+ * conversion for device code, and the entry points the kernel families provide to each
+ * other (strided copy, fill, sum over dims, batched GEMM).
+ *
+ * Conventions:
+ *  - every kernel entry point starts with gk_begin(), which selects the device of the
+ *    call's tensors and gives its stream; all work of a device runs on that one stream,
+ *    so freed memory can be reused at once (stream order) and results are ordered;
+ *  - every runtime call is checked with GK_TRY and every launch with gk_launched();
+ *    failures are reported through host->set_error naming the op, never abort;
+ *  - index arithmetic is int64 throughout (tensors may exceed 2^31 elements). */
+#ifndef OPREG_CUDA_COMMON_CUH
+#define OPREG_CUDA_COMMON_CUH
+
+#include "../gpu/gpu_port.h"
+
+#include <opreg/plugin.h>
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#define GK_MAXD OPR_MAX_DIMS
+#define GK_THREADS 256
+/* The host keeps statistics for at most this many ordinals per device type. */
+#define GK_MAX_ORDINALS 16
+
+extern const opr_host_api *gk_host;
+
+#define GK_FAIL(status, ...) (gk_host->set_error(__VA_ARGS__), (status))
+
+/* ------------------------------------------------------------------ arguments */
+
+static inline const opr_tensor_view *gk_arg_t(const opr_kernel_call *c, int i)
+{
+    return i < c->nargs && c->args[i].kind == OPR_ARG_TENSOR ? c->args[i].u.t : NULL;
+}
+static inline int64_t gk_arg_i(const opr_kernel_call *c, int i)
+{
+    if (i >= c->nargs) return 0;
+    return c->args[i].kind == OPR_ARG_INT ? c->args[i].u.i
+         : c->args[i].kind == OPR_ARG_DOUBLE ? (int64_t)c->args[i].u.d : 0;
+}
+static inline double gk_arg_d(const opr_kernel_call *c, int i)
+{
+    if (i >= c->nargs) return 0.0;
+    return c->args[i].kind == OPR_ARG_DOUBLE ? c->args[i].u.d
+         : c->args[i].kind == OPR_ARG_INT ? (double)c->args[i].u.i : 0.0;
+}
+static inline bool gk_arg_b(const opr_kernel_call *c, int i)
+{
+    if (i >= c->nargs) return false;
+    return c->args[i].kind == OPR_ARG_BOOL ? c->args[i].u.b : gk_arg_i(c, i) != 0;
+}
+static inline bool gk_arg_given(const opr_kernel_call *c, int i)
+{
+    return i < c->nargs && c->args[i].kind != OPR_ARG_NONE;
+}
+
+static inline bool gk_wrap_dim(int64_t d, int32_t ndim, int32_t *out)
+{
+    int32_t n = ndim > 0 ? ndim : 1;
+    if (d < -n || d >= n) return false;
+    *out = (int32_t)(d < 0 ? d + n : d);
+    return true;
+}
+
+static inline size_t gk_dtype_size(opr_dtype t)
+{
+    static const unsigned char sizes[] = {4, 8, 8, 1, 2, 2};
+    return (unsigned)t < sizeof sizes ? sizes[t] : 0;
+}
+
+static inline const char *gk_dtype_name(opr_dtype t)
+{
+    static const char *const names[] = {"f32", "f64", "i64", "bool", "f16", "bf16"};
+    return (unsigned)t < sizeof names / sizeof names[0] ? names[t] : "?";
+}
+
+#define GK_BIT(dt) OPR_DTYPE_BIT(dt)
+#define GK_FLOATS (GK_BIT(OPR_F32) | GK_BIT(OPR_F64))
+#define GK_NUMERIC (GK_FLOATS | GK_BIT(OPR_I64))
+#define GK_HALVES (GK_BIT(OPR_F16) | GK_BIT(OPR_BF16))
+#define GK_ALL (GK_NUMERIC | GK_BIT(OPR_BOOL) | GK_HALVES)
+
+/* Strides that read v as if expanded to out_shape (right-aligned broadcasting). */
+static inline bool gk_bcast_strides(const opr_tensor_view *v, int32_t out_ndim,
+                                    const int64_t *out_shape, int64_t *strides)
+{
+    int32_t off = out_ndim - v->ndim;
+    if (off < 0) return false;
+    for (int32_t d = 0; d < out_ndim; d++) {
+        if (d < off) { strides[d] = 0; continue; }
+        int64_t s = v->shape[d - off];
+        if (s == out_shape[d]) strides[d] = s == 1 ? 0 : v->strides[d - off];
+        else if (s == 1) strides[d] = 0;
+        else return false;
+    }
+    return true;
+}
+
+static inline bool gk_strides_contiguous(int32_t ndim, const int64_t *shape, const int64_t *st)
+{
+    int64_t expect = 1;
+    for (int32_t d = ndim - 1; d >= 0; d--) {
+        if (shape[d] != 1 && st[d] != expect) return false;
+        expect *= shape[d];
+    }
+    return true;
+}
+
+static inline bool gk_is_contiguous(const opr_tensor_view *v)
+{
+    return gk_strides_contiguous(v->ndim, v->shape, v->strides);
+}
+
+static inline int64_t gk_numel(int32_t ndim, const int64_t *shape)
+{
+    int64_t n = 1;
+    for (int32_t d = 0; d < ndim; d++) n *= shape[d];
+    return n;
+}
+
+static inline bool gk_same_shape(int32_t ndim, const int64_t *shape, const opr_tensor_view *v)
+{
+    if (v->ndim != ndim) return false;
+    for (int32_t d = 0; d < ndim; d++)
+        if (v->shape[d] != shape[d]) return false;
+    return true;
+}
+
+static inline void gk_contig_strides(int32_t ndim, const int64_t *shape, int64_t *st)
+{
+    int64_t s = 1;
+    for (int32_t d = ndim - 1; d >= 0; d--) {
+        st[d] = s;
+        s *= shape[d];
+    }
+}
+
+/* Byte ranges two views can touch intersect (empty views touch nothing). */
+static inline bool gk_views_overlap(const opr_tensor_view *a, const opr_tensor_view *b)
+{
+    if (a->numel == 0 || b->numel == 0) return false;
+    const char *lo[2], *hi[2];
+    const opr_tensor_view *v[2] = {a, b};
+    for (int k = 0; k < 2; k++) {
+        int64_t mn = 0, mx = 0;
+        for (int32_t d = 0; d < v[k]->ndim; d++) {
+            int64_t span = (v[k]->shape[d] - 1) * v[k]->strides[d];
+            if (span < 0) mn += span; else mx += span;
+        }
+        int64_t es = (int64_t)gk_dtype_size(v[k]->dtype);
+        lo[k] = (const char *)v[k]->data + mn * es;
+        hi[k] = (const char *)v[k]->data + (mx + 1) * es;
+    }
+    return lo[0] < hi[1] && lo[1] < hi[0];
+}
+
+/* In-place writes through a view with an expanded (stride 0) dim would race. */
+static inline int gk_check_writable(const char *op, const opr_tensor_view *out)
+{
+    for (int32_t d = 0; d < out->ndim; d++)
+        if (out->shape[d] > 1 && out->strides[d] == 0)
+            return GK_FAIL(OPR_ERR_INVALID, "%s: more than one element of self refers to the same memory location (dim %d is expanded)",
+                           op, (int)d);
+    return OPR_OK;
+}
+
+static inline int gk_check_dtype(const char *op, const char *what, const opr_tensor_view *v, opr_dtype dt)
+{
+    if (v->dtype != dt)
+        return GK_FAIL(OPR_ERR_INVALID, "%s: %s has dtype %s, expected %s", op, what,
+                       gk_dtype_name(v->dtype), gk_dtype_name(dt));
+    return OPR_OK;
+}
+
+/* Doubles at or beyond 2^63 in magnitude (and NaN) have no i64 value. */
+static inline bool gk_fits_i64(double v)
+{
+    return v >= -9223372036854775808.0 && v < 9223372036854775808.0;
+}
+
+/* ------------------------------------------------------------------ device context */
+
+/* What a kernel entry point needs of its device: set by gk_begin. */
+typedef struct gk_ctx {
+    const char *op;
+    int ordinal;
+    gpuStream_t stream;
+    int sm_count;
+} gk_ctx;
+
+/* Selects the device of the call (its first tensor argument, else output 0), makes it
+ * current on this thread and initialises it on first use. */
+int gk_begin(const opr_kernel_call *c, const char *op, gk_ctx *k);
+/* Same for an explicit ordinal (device callbacks). */
+int gk_begin_ordinal(int ordinal, const char *op, gk_ctx *k);
+
+/* Reports a runtime error for the current op; returns OPR_ERR_BACKEND. */
+int gk_fail_gpu(const gk_ctx *k, const char *what, gpuError_t e);
+
+#define GK_TRY(k, call)                                               \
+    do {                                                              \
+        gpuError_t gk_e_ = (call);                                    \
+        if (gk_e_ != gpuSuccess) return gk_fail_gpu((k), #call, gk_e_); \
+    } while (0)
+
+/* Checks the launch that was just made. */
+static inline int gk_launched(const gk_ctx *k, const char *what)
+{
+    gpuError_t e = gpuGetLastError();
+    return e == gpuSuccess ? OPR_OK : gk_fail_gpu(k, what, e);
+}
+
+/* Copies n bytes of device memory into host memory; complete on return. */
+int gk_to_host(const gk_ctx *k, void *dst, const void *src, size_t n);
+/* Copies n bytes of host memory to the device; the host buffer may be reused on return. */
+int gk_from_host(const gk_ctx *k, void *dst, const void *src, size_t n);
+
+/* OPREG_CUDA_TILED_GEMM=1: run GEMMs on the tiled kernel even where cuBLAS exists. */
+extern bool gk_force_tiled_gemm;
+#if GPU_HAVE_BLAS
+/* The cuBLAS handle of a ready ordinal, bound to its stream (a cublasHandle_t). */
+void *gk_blas_handle(int ordinal);
+#endif
+
+/* Caching allocator (cuda_device.cu). NULL on failure (no error set). */
+void *gk_mem_alloc(int ordinal, size_t nbytes);
+void gk_mem_free(int ordinal, void *ptr, size_t nbytes);
+
+/* Launch size for a grid-stride loop over n items. */
+static inline unsigned gk_blocks(int64_t n, int threads = GK_THREADS)
+{
+    int64_t b = (n + threads - 1) / threads;
+    if (b < 1) b = 1;
+    if (b > (1 << 20)) b = 1 << 20;
+    return (unsigned)b;
+}
+
+#ifdef __cplusplus
+/* Device scratch that goes back to the cache when it leaves scope. */
+struct gk_buf {
+    int ordinal = 0;
+    void *p = nullptr;
+    size_t n = 0;
+    gk_buf() = default;
+    gk_buf(const gk_buf &) = delete;
+    gk_buf &operator=(const gk_buf &) = delete;
+    ~gk_buf() { release(); }
+    void release()
+    {
+        if (p) gk_mem_free(ordinal, p, n);
+        p = nullptr;
+        n = 0;
+    }
+    /* Returns OPR_OK, or OPR_ERR_NOMEM after reporting it for k->op. */
+    int alloc(const gk_ctx *k, size_t nbytes)
+    {
+        release();
+        ordinal = k->ordinal;
+        n = nbytes ? nbytes : 1;
+        p = gk_mem_alloc(ordinal, n);
+        if (!p) {
+            n = 0;
+            return GK_FAIL(OPR_ERR_NOMEM, "%s: out of %s device memory (%zu bytes of scratch)", k->op,
+                           GPU_RUNTIME_NAME, nbytes);
+        }
+        return OPR_OK;
+    }
+    template <class T> T *as() const { return (T *)p; }
+};
+#endif
+
+/* ------------------------------------------------------------------ index geometry */
+
+/* Up to 4 operands walked over one shape (operand 0 is usually the output). Passed by
+ * value to kernels. */
+typedef struct gk_geom {
+    int32_t ndim;
+    int64_t shape[GK_MAXD];
+    int64_t st[4][GK_MAXD];
+} gk_geom;
+
+/* Drops size-1 dims and merges neighbouring dims every operand walks as one. Returns
+ * the new ndim (0 for a single element). */
+static inline int32_t gk_coalesce(int32_t nd, int64_t *shape, int nops, int64_t st[][GK_MAXD])
+{
+    int32_t m = 0;
+    for (int32_t d = 0; d < nd; d++) {
+        if (shape[d] == 1) continue;
+        bool merge = m > 0;
+        for (int k = 0; k < nops && merge; k++) merge = st[k][m - 1] == st[k][d] * shape[d];
+        if (merge) {
+            shape[m - 1] *= shape[d];
+            for (int k = 0; k < nops; k++) st[k][m - 1] = st[k][d];
+        } else {
+            shape[m] = shape[d];
+            for (int k = 0; k < nops; k++) st[k][m] = st[k][d];
+            m++;
+        }
+    }
+    return m;
+}
+
+/* Builds a coalesced geometry over `shape` from each operand's strides. */
+static inline void gk_geom_make(gk_geom *g, int32_t ndim, const int64_t *shape, int nops,
+                                const int64_t *const *strides)
+{
+    memset(g, 0, sizeof *g);
+    g->ndim = ndim;
+    for (int32_t d = 0; d < ndim; d++) {
+        g->shape[d] = shape[d];
+        for (int k = 0; k < nops; k++) g->st[k][d] = strides[k][d];
+    }
+    g->ndim = gk_coalesce(ndim, g->shape, nops, g->st);
+}
+
+#ifdef __CUDACC__
+#define GK_DEV __device__ __forceinline__
+#elif defined(__HIPCC__)
+#define GK_DEV __device__ inline
+#else
+#define GK_DEV inline
+#endif
+
+#if defined(__CUDACC__) || defined(__HIPCC__)
+/* Element offsets of row-major position i for the first N operands. */
+template <int N>
+GK_DEV void gk_offsets(const gk_geom &g, int64_t i, int64_t *off)
+{
+#pragma unroll
+    for (int k = 0; k < N; k++) off[k] = 0;
+    for (int32_t d = g.ndim - 1; d >= 0; d--) {
+        const int64_t n = g.shape[d];
+        const int64_t q = i / n, idx = i - q * n;
+        i = q;
+#pragma unroll
+        for (int k = 0; k < N; k++) off[k] += idx * g.st[k][d];
+    }
+}
+
+/* Grid-stride loop over [0, n). */
+#define GK_LOOP(i, n)                                                                         \
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);              \
+         i += (int64_t)gridDim.x * blockDim.x)
+
+/* ------------------------------------------------------------------ dtype conversion */
+
+/* Compute type of a storage type: halves compute in float. */
+template <class S> struct gk_acc { typedef S type; };
+template <> struct gk_acc<gpu_f16> { typedef float type; };
+template <> struct gk_acc<gpu_bf16> { typedef float type; };
+
+template <class D, class S> struct gk_conv {
+    static GK_DEV D run(S v) { return (D)v; }
+};
+template <> struct gk_conv<float, gpu_f16> {
+    static GK_DEV float run(gpu_f16 v) { return gpu_f16_to_float(v); }
+};
+template <> struct gk_conv<gpu_f16, float> {
+    static GK_DEV gpu_f16 run(float v) { return gpu_float_to_f16(v); }
+};
+template <> struct gk_conv<float, gpu_bf16> {
+    static GK_DEV float run(gpu_bf16 v) { return gpu_bf16_to_float(v); }
+};
+template <> struct gk_conv<gpu_bf16, float> {
+    static GK_DEV gpu_bf16 run(float v) { return gpu_float_to_bf16(v); }
+};
+template <> struct gk_conv<uint8_t, bool> {
+    static GK_DEV uint8_t run(bool v) { return v ? 1 : 0; }
+};
+template <class D, class S> GK_DEV D gk_cvt(S v) { return gk_conv<D, S>::run(v); }
+
+/* Wrapping i64 arithmetic (PyTorch's behaviour; signed overflow is undefined in C++). */
+GK_DEV int64_t gk_wadd(int64_t x, int64_t y) { return (int64_t)((uint64_t)x + (uint64_t)y); }
+GK_DEV int64_t gk_wsub(int64_t x, int64_t y) { return (int64_t)((uint64_t)x - (uint64_t)y); }
+GK_DEV int64_t gk_wmul(int64_t x, int64_t y) { return (int64_t)((uint64_t)x * (uint64_t)y); }
+GK_DEV float gk_wadd(float x, float y) { return x + y; }
+GK_DEV float gk_wsub(float x, float y) { return x - y; }
+GK_DEV float gk_wmul(float x, float y) { return x * y; }
+GK_DEV double gk_wadd(double x, double y) { return x + y; }
+GK_DEV double gk_wsub(double x, double y) { return x - y; }
+GK_DEV double gk_wmul(double x, double y) { return x * y; }
+
+/* NaN-aware orderings: NaN above every number. */
+GK_DEV bool gk_isnan(float v) { return v != v; }
+GK_DEV bool gk_isnan(double v) { return v != v; }
+GK_DEV bool gk_isnan(int64_t) { return false; }
+#endif
+
+/* ------------------------------------------------------------------ shared entry points */
+
+/* Strided copy of `shape` elements of size es (1, 2, 4 or 8) from src to dst; either
+ * side may have any strides (0 allowed on the source). Overlap is the caller's
+ * business. (cuda_copy.cu) */
+int gk_copy_strided(const gk_ctx *k, size_t es, int32_t ndim, const int64_t *shape, void *dst,
+                    const int64_t *dst_st, const void *src, const int64_t *src_st);
+/* Writes the element whose bytes are `bits` (es bytes, little end) everywhere. */
+int gk_fill(const gk_ctx *k, size_t es, int32_t ndim, const int64_t *shape, void *dst,
+            const int64_t *st, uint64_t bits);
+/* Encodes v as one element of dt the way fill_ converts (bool: v != 0; i64: refuses
+ * values out of range). */
+int gk_encode_scalar(const char *op, opr_dtype dt, double v, uint64_t *bits);
+/* Copies a view into a new contiguous scratch buffer of the same dtype. */
+int gk_contiguous_copy(const gk_ctx *k, const opr_tensor_view *v, gk_buf *buf, int64_t *strides);
+
+/* Sum of `in` (f32/f64) over the dims in `mask` into `out`, whose non-size-1 dims
+ * match the kept dims of `in` in order; out strides arbitrary. scale multiplies the
+ * result. (cuda_reduce.cu) */
+int gk_sum_dims(const gk_ctx *k, const opr_tensor_view *in, uint32_t mask, const opr_tensor_view *out,
+                double scale);
+/* out = scale * g summed down to out's shape (right-aligned broadcasting), f32/f64. */
+int gk_sum_to(const gk_ctx *k, const opr_tensor_view *g, const opr_tensor_view *out, double scale);
+
+/* Registration of each kernel family. */
+int gk_register(opr_plugin *self, const char *op, uint32_t dtypes, opr_kernel_fn fn);
+int gk_register_elementwise(opr_plugin *self); /* cuda_elementwise.cu */
+int gk_register_compare(opr_plugin *self);     /* cuda_compare.cu */
+int gk_register_reduce(opr_plugin *self);      /* cuda_reduce.cu */
+int gk_register_linalg(opr_plugin *self);      /* cuda_linalg.cu */
+int gk_register_index(opr_plugin *self);       /* cuda_index.cu */
+int gk_register_copy(opr_plugin *self);        /* cuda_copy.cu */
+int gk_register_sort(opr_plugin *self);        /* cuda_sort.cu */
+
+#endif /* OPREG_CUDA_COMMON_CUH */

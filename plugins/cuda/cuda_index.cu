@@ -1,0 +1,662 @@
+/* Indexing kernels: index_select, gather, scatter_add, index_add, index_add_,
+ * masked_select, masked_scatter. Validation follows plugins/cpu/cpu_index.c; in
+ * particular every index is checked before anything is written (a min/max pass over
+ * the index, read back to the host: one synchronisation per call), so a failing call
+ * leaves its outputs and an in-place self untouched and nothing is read or written
+ * outside the views.
+ *
+ * scatter_add and index_add accumulate with atomicAdd (f32, f64, i64 wrapping), so
+ * floating sums over repeated indices are not bitwise reproducible from run to run.
+ * masked_select and masked_scatter count the true mask elements per chunk, prefix-sum
+ * the counts on the host (which needs the total anyway: it sizes masked_select's
+ * output through host->alloc_output and is checked against masked_scatter's source),
+ * then write in row-major order with a block-level scan inside each chunk. */
+#include "cuda_common.cuh"
+
+#include <stdlib.h>
+#include <vector>
+
+namespace {
+
+/* ------------------------------------------------------------------ helpers */
+
+int64_t size_at(const opr_tensor_view *v, int32_t d) { return v->ndim ? v->shape[d] : 1; }
+int64_t stride_at(const opr_tensor_view *v, int32_t d) { return v->ndim ? v->strides[d] : 0; }
+
+GK_DEV int64_t wrap_index(int64_t v, int64_t size) { return v < 0 ? v + size : v; }
+
+GK_DEV void atomic_add(float *p, float v) { atomicAdd(p, v); }
+GK_DEV void atomic_add(double *p, double v) { atomicAdd(p, v); }
+GK_DEV void atomic_add(int64_t *p, int64_t v) { atomicAdd((unsigned long long *)p, (unsigned long long)v); }
+
+/* Order-preserving map of i64 onto u64 (for atomicMin/atomicMax on unsigned). */
+GK_DEV unsigned long long ord_u64(int64_t v) { return (unsigned long long)v ^ (1ull << 63); }
+
+__global__ void k_index_minmax(int64_t n, gk_geom g, const int64_t *p, unsigned long long *mm)
+{
+    __shared__ unsigned long long smin[GK_THREADS], smax[GK_THREADS];
+    unsigned long long lo = ~0ull, hi = 0;
+    GK_LOOP(i, n)
+    {
+        int64_t off[1];
+        gk_offsets<1>(g, i, off);
+        const unsigned long long u = ord_u64(p[off[0]]);
+        lo = u < lo ? u : lo;
+        hi = u > hi ? u : hi;
+    }
+    const int tid = threadIdx.x;
+    smin[tid] = lo;
+    smax[tid] = hi;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (tid < s) {
+            if (smin[tid + s] < smin[tid]) smin[tid] = smin[tid + s];
+            if (smax[tid + s] > smax[tid]) smax[tid] = smax[tid + s];
+        }
+        __syncthreads();
+    }
+    if (tid == 0) {
+        atomicMin(&mm[0], smin[0]);
+        atomicMax(&mm[1], smax[0]);
+    }
+}
+
+/* Fails unless every value of the i64 view `index` lies in [-size, size). */
+int check_indices(const gk_ctx *k, const opr_tensor_view *index, int32_t dim, int64_t size)
+{
+    const int64_t n = index->numel;
+    if (n == 0) return OPR_OK;
+    gk_buf mm;
+    int rc = mm.alloc(k, 2 * sizeof(unsigned long long));
+    if (rc) return rc;
+    GK_TRY(k, gpuMemsetAsync(mm.p, 0xff, sizeof(unsigned long long), k->stream));
+    GK_TRY(k, gpuMemsetAsync(mm.as<unsigned long long>() + 1, 0, sizeof(unsigned long long), k->stream));
+    gk_geom g;
+    const int64_t *st[1] = {index->strides};
+    gk_geom_make(&g, index->ndim, index->shape, 1, st);
+    unsigned blocks = gk_blocks(n);
+    if (blocks > 1024) blocks = 1024;
+    k_index_minmax<<<blocks, GK_THREADS, 0, k->stream>>>(n, g, (const int64_t *)index->data, mm.as<unsigned long long>());
+    if ((rc = gk_launched(k, "index check kernel"))) return rc;
+    unsigned long long h[2];
+    if ((rc = gk_to_host(k, h, mm.p, sizeof h))) return rc;
+    const int64_t mn = (int64_t)(h[0] ^ (1ull << 63)), mx = (int64_t)(h[1] ^ (1ull << 63));
+    if (mx >= size || mn < -size)
+        return GK_FAIL(OPR_ERR_INVALID, "%s: index %lld out of range for dimension %d of size %lld", k->op,
+                       (long long)(mx >= size ? mx : mn), (int)dim, (long long)size);
+    return OPR_OK;
+}
+
+/* A geometry that also yields the coordinate along one dim (not coalesced). */
+struct dim_geom {
+    int32_t ndim, dim;
+    int64_t shape[GK_MAXD];
+    int64_t st[2][GK_MAXD];
+};
+
+GK_DEV void dim_offsets(const dim_geom &g, int64_t i, int64_t *off, int64_t *coord)
+{
+    off[0] = off[1] = 0;
+    *coord = 0;
+    for (int32_t d = g.ndim - 1; d >= 0; d--) {
+        const int64_t n = g.shape[d];
+        const int64_t q = i / n, idx = i - q * n;
+        i = q;
+        off[0] += idx * g.st[0][d];
+        off[1] += idx * g.st[1][d];
+        if (d == g.dim) *coord = idx;
+    }
+}
+
+dim_geom dim_geom_make(int32_t ndim, const int64_t *shape, int32_t dim, const int64_t *st0, const int64_t *st1)
+{
+    dim_geom g;
+    memset(&g, 0, sizeof g);
+    g.ndim = ndim;
+    g.dim = dim;
+    for (int32_t d = 0; d < ndim; d++) {
+        g.shape[d] = shape[d];
+        g.st[0][d] = st0[d];
+        g.st[1][d] = st1[d];
+    }
+    return g;
+}
+
+int check_dtype(const char *op, const char *what, const opr_tensor_view *v, opr_dtype dt)
+{
+    return gk_check_dtype(op, what, v, dt);
+}
+
+/* ------------------------------------------------------------------ index_select */
+
+template <class E>
+__global__ void k_index_select(int64_t n, dim_geom g, E *out, const E *x, const int64_t *index, int64_t is,
+                               int64_t size, int64_t xsd)
+{
+    GK_LOOP(i, n)
+    {
+        int64_t off[2], coord;
+        dim_offsets(g, i, off, &coord);
+        out[off[0]] = x[off[1] + wrap_index(index[coord * is], size) * xsd];
+    }
+}
+
+int k_index_select_op(const opr_kernel_call *c)
+{
+    gk_ctx k;
+    int rc = gk_begin(c, "index_select", &k);
+    if (rc) return rc;
+    const opr_tensor_view *x = gk_arg_t(c, 0), *index = gk_arg_t(c, 2);
+    opr_tensor_view *out = &c->outputs[0];
+    if (!x || !index) return GK_FAIL(OPR_ERR_INVALID, "index_select: self and index must be tensors");
+    int32_t dim;
+    if (!gk_wrap_dim(gk_arg_i(c, 1), x->ndim, &dim))
+        return GK_FAIL(OPR_ERR_INVALID, "index_select: dim %lld out of range for a %d-d tensor",
+                       (long long)gk_arg_i(c, 1), (int)x->ndim);
+    if ((rc = check_dtype("index_select", "index", index, OPR_I64))) return rc;
+    if (index->ndim > 1)
+        return GK_FAIL(OPR_ERR_INVALID, "index_select: index must be 0-d or 1-d, got %d-d", (int)index->ndim);
+    if (out->dtype != x->dtype) return GK_FAIL(OPR_ERR_INVALID, "index_select: output dtype differs from self's");
+    const int64_t size = size_at(x, dim), nidx = index->numel;
+    if ((rc = check_indices(&k, index, dim, size))) return rc;
+    bool shape_ok = out->numel == (x->ndim ? x->numel / (size ? size : 1) * nidx : nidx);
+    if (x->ndim) {
+        shape_ok = shape_ok && out->ndim == x->ndim;
+        for (int32_t d = 0; shape_ok && d < x->ndim; d++)
+            shape_ok = out->shape[d] == (d == dim ? nidx : x->shape[d]);
+    }
+    if (!shape_ok) return GK_FAIL(OPR_ERR_INVALID, "index_select: output shape does not match self and index");
+    if (out->numel == 0) return OPR_OK;
+    const size_t es = gk_dtype_size(x->dtype);
+    if (x->ndim == 0) { /* one element, which every index (0 or -1) selects */
+        static const int64_t zero[GK_MAXD] = {0};
+        return gk_copy_strided(&k, es, out->ndim, out->shape, out->data, out->strides, x->data, zero);
+    }
+    int64_t xs[GK_MAXD];
+    memcpy(xs, x->strides, (size_t)x->ndim * sizeof *xs);
+    xs[dim] = 0;
+    const dim_geom g = dim_geom_make(out->ndim, out->shape, dim, out->strides, xs);
+    const int64_t n = out->numel, is = index->ndim ? index->strides[0] : 0, xsd = x->strides[dim];
+    const int64_t *ip = (const int64_t *)index->data;
+    const unsigned nb = gk_blocks(n);
+    switch (es) {
+    case 1: k_index_select<uint8_t><<<nb, GK_THREADS, 0, k.stream>>>(n, g, (uint8_t *)out->data, (const uint8_t *)x->data, ip, is, size, xsd); break;
+    case 2: k_index_select<uint16_t><<<nb, GK_THREADS, 0, k.stream>>>(n, g, (uint16_t *)out->data, (const uint16_t *)x->data, ip, is, size, xsd); break;
+    case 4: k_index_select<uint32_t><<<nb, GK_THREADS, 0, k.stream>>>(n, g, (uint32_t *)out->data, (const uint32_t *)x->data, ip, is, size, xsd); break;
+    default: k_index_select<unsigned long long><<<nb, GK_THREADS, 0, k.stream>>>(n, g, (unsigned long long *)out->data, (const unsigned long long *)x->data, ip, is, size, xsd); break;
+    }
+    return gk_launched(&k, "index_select kernel");
+}
+
+/* ------------------------------------------------------------------ gather */
+
+template <class E>
+__global__ void k_gather(int64_t n, gk_geom g, E *out, const int64_t *index, const E *x, int64_t size, int64_t xsd)
+{
+    GK_LOOP(i, n)
+    {
+        int64_t off[3];
+        gk_offsets<3>(g, i, off);
+        out[off[0]] = x[off[2] + wrap_index(index[off[1]], size) * xsd];
+    }
+}
+
+int k_gather_op(const opr_kernel_call *c)
+{
+    gk_ctx k;
+    int rc = gk_begin(c, "gather", &k);
+    if (rc) return rc;
+    const opr_tensor_view *x = gk_arg_t(c, 0), *index = gk_arg_t(c, 2);
+    opr_tensor_view *out = &c->outputs[0];
+    if (!x || !index) return GK_FAIL(OPR_ERR_INVALID, "gather: self and index must be tensors");
+    int32_t dim;
+    if (!gk_wrap_dim(gk_arg_i(c, 1), x->ndim, &dim))
+        return GK_FAIL(OPR_ERR_INVALID, "gather: dim %lld out of range for a %d-d tensor", (long long)gk_arg_i(c, 1),
+                       (int)x->ndim);
+    if ((rc = check_dtype("gather", "index", index, OPR_I64))) return rc;
+    if (index->ndim != x->ndim)
+        return GK_FAIL(OPR_ERR_INVALID, "gather: index has %d dims but self has %d", (int)index->ndim, (int)x->ndim);
+    for (int32_t d = 0; d < x->ndim; d++)
+        if (d != dim && index->shape[d] > x->shape[d])
+            return GK_FAIL(OPR_ERR_INVALID, "gather: index has size %lld at dim %d but self has only %lld",
+                           (long long)index->shape[d], (int)d, (long long)x->shape[d]);
+    if (!gk_same_shape(index->ndim, index->shape, out))
+        return GK_FAIL(OPR_ERR_INVALID, "gather: output shape must equal the index shape");
+    if (out->dtype != x->dtype) return GK_FAIL(OPR_ERR_INVALID, "gather: output dtype differs from self's");
+    const int64_t size = size_at(x, dim), xsd = stride_at(x, dim);
+    if ((rc = check_indices(&k, index, dim, size))) return rc;
+    const int64_t n = out->numel;
+    if (n == 0) return OPR_OK;
+    int64_t xs[GK_MAXD] = {0};
+    if (x->ndim) {
+        memcpy(xs, x->strides, (size_t)x->ndim * sizeof *xs);
+        xs[dim] = 0;
+    }
+    gk_geom g;
+    const int64_t *st[3] = {out->strides, index->strides, xs};
+    gk_geom_make(&g, out->ndim, out->shape, 3, st);
+    const int64_t *ip = (const int64_t *)index->data;
+    const unsigned nb = gk_blocks(n);
+    switch (gk_dtype_size(x->dtype)) {
+    case 1: k_gather<uint8_t><<<nb, GK_THREADS, 0, k.stream>>>(n, g, (uint8_t *)out->data, ip, (const uint8_t *)x->data, size, xsd); break;
+    case 2: k_gather<uint16_t><<<nb, GK_THREADS, 0, k.stream>>>(n, g, (uint16_t *)out->data, ip, (const uint16_t *)x->data, size, xsd); break;
+    case 4: k_gather<uint32_t><<<nb, GK_THREADS, 0, k.stream>>>(n, g, (uint32_t *)out->data, ip, (const uint32_t *)x->data, size, xsd); break;
+    default: k_gather<unsigned long long><<<nb, GK_THREADS, 0, k.stream>>>(n, g, (unsigned long long *)out->data, ip, (const unsigned long long *)x->data, size, xsd); break;
+    }
+    return gk_launched(&k, "gather kernel");
+}
+
+/* ------------------------------------------------------------------ scatter_add */
+
+template <class T>
+__global__ void k_scatter_add(int64_t n, gk_geom g, T *out, const T *src, const int64_t *index, int64_t size,
+                              int64_t out_sd)
+{
+    GK_LOOP(i, n)
+    {
+        int64_t off[3];
+        gk_offsets<3>(g, i, off);
+        atomic_add(out + off[0] + wrap_index(index[off[2]], size) * out_sd, src[off[1]]);
+    }
+}
+
+int k_scatter_add_op(const opr_kernel_call *c)
+{
+    gk_ctx k;
+    int rc = gk_begin(c, "scatter_add", &k);
+    if (rc) return rc;
+    const opr_tensor_view *x = gk_arg_t(c, 0), *index = gk_arg_t(c, 2), *src = gk_arg_t(c, 3);
+    opr_tensor_view *out = &c->outputs[0];
+    if (!x || !index || !src) return GK_FAIL(OPR_ERR_INVALID, "scatter_add: self, index and src must be tensors");
+    int32_t dim;
+    if (!gk_wrap_dim(gk_arg_i(c, 1), x->ndim, &dim))
+        return GK_FAIL(OPR_ERR_INVALID, "scatter_add: dim %lld out of range for a %d-d tensor",
+                       (long long)gk_arg_i(c, 1), (int)x->ndim);
+    rc = check_dtype("scatter_add", "index", index, OPR_I64);
+    if (!rc) rc = check_dtype("scatter_add", "src", src, x->dtype);
+    if (rc) return rc;
+    if (x->dtype != OPR_F32 && x->dtype != OPR_F64 && x->dtype != OPR_I64)
+        return GK_FAIL(OPR_ERR_UNSUPPORTED, "scatter_add: dtype %s is not supported on %s", gk_dtype_name(x->dtype),
+                       GPU_NAME);
+    if (index->ndim != x->ndim || src->ndim != x->ndim)
+        return GK_FAIL(OPR_ERR_INVALID, "scatter_add: self, index and src must have the same number of dims (%d, %d, %d)",
+                       (int)x->ndim, (int)index->ndim, (int)src->ndim);
+    for (int32_t d = 0; d < x->ndim; d++) {
+        if (index->shape[d] > src->shape[d])
+            return GK_FAIL(OPR_ERR_INVALID, "scatter_add: index has size %lld at dim %d but src has only %lld",
+                           (long long)index->shape[d], (int)d, (long long)src->shape[d]);
+        if (d != dim && index->shape[d] > x->shape[d])
+            return GK_FAIL(OPR_ERR_INVALID, "scatter_add: index has size %lld at dim %d but self has only %lld",
+                           (long long)index->shape[d], (int)d, (long long)x->shape[d]);
+    }
+    if (!gk_same_shape(x->ndim, x->shape, out) || out->dtype != x->dtype)
+        return GK_FAIL(OPR_ERR_INVALID, "scatter_add: output shape must equal self's");
+    const int64_t size = size_at(x, dim);
+    if ((rc = check_indices(&k, index, dim, size))) return rc;
+    const size_t es = gk_dtype_size(x->dtype);
+    if ((rc = gk_copy_strided(&k, es, x->ndim, x->shape, out->data, out->strides, x->data, x->strides))) return rc;
+    const int64_t n = index->numel;
+    if (n == 0) return OPR_OK;
+    int64_t os[GK_MAXD] = {0};
+    if (out->ndim) {
+        memcpy(os, out->strides, (size_t)out->ndim * sizeof *os);
+        os[dim] = 0;
+    }
+    gk_geom g;
+    const int64_t *st[3] = {os, src->strides, index->strides};
+    gk_geom_make(&g, index->ndim, index->shape, 3, st);
+    const int64_t *ip = (const int64_t *)index->data;
+    const int64_t osd = stride_at(out, dim);
+    const unsigned nb = gk_blocks(n);
+    switch (x->dtype) {
+    case OPR_F32: k_scatter_add<float><<<nb, GK_THREADS, 0, k.stream>>>(n, g, (float *)out->data, (const float *)src->data, ip, size, osd); break;
+    case OPR_F64: k_scatter_add<double><<<nb, GK_THREADS, 0, k.stream>>>(n, g, (double *)out->data, (const double *)src->data, ip, size, osd); break;
+    default: k_scatter_add<int64_t><<<nb, GK_THREADS, 0, k.stream>>>(n, g, (int64_t *)out->data, (const int64_t *)src->data, ip, size, osd); break;
+    }
+    return gk_launched(&k, "scatter_add kernel");
+}
+
+/* ------------------------------------------------------------------ index_add */
+
+GK_DEV float scaled(float a, float v) { return a * v; }
+GK_DEV double scaled(double a, double v) { return a * v; }
+GK_DEV int64_t scaled(int64_t a, int64_t v) { return (int64_t)((uint64_t)a * (uint64_t)v); }
+
+template <class T>
+__global__ void k_index_add(int64_t n, dim_geom g, T *out, const T *src, const int64_t *index, int64_t is,
+                            int64_t size, int64_t out_sd, T alpha)
+{
+    GK_LOOP(i, n)
+    {
+        int64_t off[2], coord;
+        dim_offsets(g, i, off, &coord);
+        atomic_add(out + off[0] + wrap_index(index[coord * is], size) * out_sd, scaled(alpha, src[off[1]]));
+    }
+}
+
+int index_add_impl(const opr_kernel_call *c, bool inplace)
+{
+    const char *op = inplace ? "index_add_" : "index_add";
+    gk_ctx k;
+    int rc = gk_begin(c, op, &k);
+    if (rc) return rc;
+    const opr_tensor_view *x = gk_arg_t(c, 0), *index = gk_arg_t(c, 2), *source = gk_arg_t(c, 3);
+    opr_tensor_view *out = &c->outputs[0];
+    if (!x || !index || !source) return GK_FAIL(OPR_ERR_INVALID, "%s: self, index and source must be tensors", op);
+    int32_t dim;
+    if (!gk_wrap_dim(gk_arg_i(c, 1), x->ndim, &dim))
+        return GK_FAIL(OPR_ERR_INVALID, "%s: dim %lld out of range for a %d-d tensor", op, (long long)gk_arg_i(c, 1),
+                       (int)x->ndim);
+    rc = check_dtype(op, "index", index, OPR_I64);
+    if (!rc) rc = check_dtype(op, "source", source, x->dtype);
+    if (rc) return rc;
+    if (x->dtype != OPR_F32 && x->dtype != OPR_F64 && x->dtype != OPR_I64)
+        return GK_FAIL(OPR_ERR_UNSUPPORTED, "%s: dtype %s is not supported on %s", op, gk_dtype_name(x->dtype), GPU_NAME);
+    if (index->ndim > 1)
+        return GK_FAIL(OPR_ERR_INVALID, "%s: index must be 0-d or 1-d, got %d-d", op, (int)index->ndim);
+    if (source->ndim != x->ndim)
+        return GK_FAIL(OPR_ERR_INVALID, "%s: source has %d dims but self has %d", op, (int)source->ndim, (int)x->ndim);
+    for (int32_t d = 0; d < x->ndim; d++)
+        if (source->shape[d] != (d == dim ? index->numel : x->shape[d]))
+            return GK_FAIL(OPR_ERR_INVALID, "%s: source has size %lld at dim %d, expected %lld", op,
+                           (long long)source->shape[d], (int)d, (long long)(d == dim ? index->numel : x->shape[d]));
+    if (x->ndim == 0 && index->numel != 1)
+        return GK_FAIL(OPR_ERR_INVALID, "%s: a 0-d self needs exactly one index, got %lld", op,
+                       (long long)index->numel);
+    if (!gk_same_shape(x->ndim, x->shape, out) || out->dtype != x->dtype)
+        return GK_FAIL(OPR_ERR_INVALID, "%s: output shape must equal self's", op);
+    if (inplace && (rc = gk_check_writable(op, out))) return rc;
+    const double alpha = gk_arg_d(c, 4);
+    if (x->dtype == OPR_I64 && !(gk_fits_i64(alpha) && alpha == (double)(int64_t)alpha))
+        return GK_FAIL(OPR_ERR_INVALID, "%s: alpha %g must be an integer for an i64 tensor", op, alpha);
+    const int64_t size = size_at(out, dim);
+    if ((rc = check_indices(&k, index, dim, size))) return rc;
+
+    /* A source sharing memory with self would see its own partial sums. */
+    gk_buf tmp;
+    int64_t tmp_st[GK_MAXD];
+    const void *src = source->data;
+    const int64_t *src_st = source->strides;
+    if (inplace && gk_views_overlap(out, source)) {
+        if ((rc = gk_contiguous_copy(&k, source, &tmp, tmp_st))) return rc;
+        src = tmp.p;
+        src_st = tmp_st;
+    }
+    if (!inplace &&
+        (rc = gk_copy_strided(&k, gk_dtype_size(x->dtype), x->ndim, x->shape, out->data, out->strides, x->data, x->strides)))
+        return rc;
+    const int64_t n = source->numel;
+    if (n == 0) return OPR_OK;
+    int64_t os[GK_MAXD] = {0};
+    if (out->ndim) {
+        memcpy(os, out->strides, (size_t)out->ndim * sizeof *os);
+        os[dim] = 0;
+    }
+    const dim_geom g = dim_geom_make(source->ndim, source->shape, source->ndim ? dim : -1, os, src_st);
+    const int64_t *ip = (const int64_t *)index->data;
+    const int64_t is = index->ndim ? index->strides[0] : 0, osd = stride_at(out, dim);
+    const unsigned nb = gk_blocks(n);
+    switch (x->dtype) {
+    case OPR_F32: k_index_add<float><<<nb, GK_THREADS, 0, k.stream>>>(n, g, (float *)out->data, (const float *)src, ip, is, size, osd, (float)alpha); break;
+    case OPR_F64: k_index_add<double><<<nb, GK_THREADS, 0, k.stream>>>(n, g, (double *)out->data, (const double *)src, ip, is, size, osd, alpha); break;
+    default: k_index_add<int64_t><<<nb, GK_THREADS, 0, k.stream>>>(n, g, (int64_t *)out->data, (const int64_t *)src, ip, is, size, osd, (int64_t)alpha); break;
+    }
+    return gk_launched(&k, "index_add kernel");
+}
+
+int k_index_add_op(const opr_kernel_call *c) { return index_add_impl(c, false); }
+int k_index_add_inplace(const opr_kernel_call *c) { return index_add_impl(c, true); }
+
+/* ------------------------------------------------------------------ masked ops */
+
+#define MASK_CHUNK 4096 /* positions per chunk (one block each) */
+
+bool bcast_shape(const opr_tensor_view *a, const opr_tensor_view *b, int32_t *ndim, int64_t *shape)
+{
+    int32_t n = a->ndim > b->ndim ? a->ndim : b->ndim;
+    if (n > GK_MAXD) return false;
+    for (int32_t d = 0; d < n; d++) {
+        int32_t da = d - (n - a->ndim), db = d - (n - b->ndim);
+        int64_t sa = da >= 0 ? a->shape[da] : 1, sb = db >= 0 ? b->shape[db] : 1;
+        if (sa != sb && sa != 1 && sb != 1) return false;
+        shape[d] = sa == 1 ? sb : sa;
+    }
+    *ndim = n;
+    return true;
+}
+
+/* Exclusive prefix of `flag` over the block (blockDim.x a power of two), and the
+ * block's total. Every thread of the block must call it. */
+__device__ int block_scan(int *sh, int flag, int *total)
+{
+    const int tid = threadIdx.x;
+    sh[tid] = flag;
+    __syncthreads();
+    for (int off = 1; off < (int)blockDim.x; off <<= 1) {
+        const int v = tid >= off ? sh[tid - off] : 0;
+        __syncthreads();
+        sh[tid] += v;
+        __syncthreads();
+    }
+    *total = sh[blockDim.x - 1];
+    const int excl = sh[tid] - flag;
+    __syncthreads();
+    return excl;
+}
+
+/* counts[c] = number of true mask positions in chunk c. */
+__global__ void k_mask_count(int64_t n, int64_t nchunks, gk_geom g, const uint8_t *mask, int64_t *counts)
+{
+    __shared__ int64_t sh[GK_THREADS];
+    const int tid = threadIdx.x;
+    for (int64_t c = blockIdx.x; c < nchunks; c += gridDim.x) {
+        const int64_t lo = c * MASK_CHUNK, hi = lo + MASK_CHUNK < n ? lo + MASK_CHUNK : n;
+        int64_t cnt = 0;
+        for (int64_t i = lo + tid; i < hi; i += blockDim.x) {
+            int64_t off[1];
+            gk_offsets<1>(g, i, off);
+            cnt += mask[off[0]] != 0;
+        }
+        sh[tid] = cnt;
+        __syncthreads();
+        for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+            if (tid < s) sh[tid] += sh[tid + s];
+            __syncthreads();
+        }
+        if (tid == 0) counts[c] = sh[0];
+        __syncthreads();
+    }
+}
+
+/* masked_select: geometry operands (x, mask); out[k * os] for the k-th true position. */
+template <class E>
+__global__ void k_mask_select(int64_t n, int64_t nchunks, gk_geom g, const E *x, const uint8_t *mask,
+                              const int64_t *starts, E *out, int64_t os)
+{
+    __shared__ int sh[GK_THREADS];
+    const int tid = threadIdx.x;
+    for (int64_t c = blockIdx.x; c < nchunks; c += gridDim.x) {
+        int64_t base = starts[c];
+        const int64_t lo = c * MASK_CHUNK, hi = lo + MASK_CHUNK < n ? lo + MASK_CHUNK : n;
+        for (int64_t r = lo; r < hi; r += blockDim.x) {
+            const int64_t i = r + tid;
+            int64_t off[2] = {0, 0};
+            int flag = 0;
+            if (i < hi) {
+                gk_offsets<2>(g, i, off);
+                flag = mask[off[1]] != 0;
+            }
+            int total;
+            const int excl = block_scan(sh, flag, &total);
+            if (flag) out[(base + excl) * os] = x[off[0]];
+            base += total;
+        }
+    }
+}
+
+/* masked_scatter: geometry operands (out, x, mask); source read through sg (its own
+ * shape and strides) at the k-th true position. */
+template <class E>
+__global__ void k_mask_scatter(int64_t n, int64_t nchunks, gk_geom g, E *out, const E *x, const uint8_t *mask,
+                               const int64_t *starts, const E *source, gk_geom sg)
+{
+    __shared__ int sh[GK_THREADS];
+    const int tid = threadIdx.x;
+    for (int64_t c = blockIdx.x; c < nchunks; c += gridDim.x) {
+        int64_t base = starts[c];
+        const int64_t lo = c * MASK_CHUNK, hi = lo + MASK_CHUNK < n ? lo + MASK_CHUNK : n;
+        for (int64_t r = lo; r < hi; r += blockDim.x) {
+            const int64_t i = r + tid;
+            int64_t off[3] = {0, 0, 0};
+            int flag = 0;
+            if (i < hi) {
+                gk_offsets<3>(g, i, off);
+                flag = mask[off[2]] != 0;
+            }
+            int total;
+            const int excl = block_scan(sh, flag, &total);
+            if (i < hi) {
+                if (flag) {
+                    int64_t so[1];
+                    gk_offsets<1>(sg, base + excl, so);
+                    out[off[0]] = source[so[0]];
+                } else {
+                    out[off[0]] = x[off[1]];
+                }
+            }
+            base += total;
+        }
+    }
+}
+
+/* Counts the true positions of `mask` (read through ms over shape) per chunk and
+ * returns the chunk starts on the device and the total. */
+int mask_starts(const gk_ctx *k, int32_t nd, const int64_t *shape, int64_t n, const opr_tensor_view *mask,
+                const int64_t *ms, gk_buf *starts, int64_t *nchunks, int64_t *total)
+{
+    *nchunks = (n + MASK_CHUNK - 1) / MASK_CHUNK;
+    gk_buf counts;
+    int rc = counts.alloc(k, (size_t)*nchunks * sizeof(int64_t));
+    if (!rc) rc = starts->alloc(k, (size_t)*nchunks * sizeof(int64_t));
+    if (rc) return rc;
+    gk_geom g;
+    const int64_t *st[1] = {ms};
+    gk_geom_make(&g, nd, shape, 1, st);
+    const unsigned blocks = (unsigned)(*nchunks < 65535 ? *nchunks : 65535);
+    k_mask_count<<<blocks, GK_THREADS, 0, k->stream>>>(n, *nchunks, g, (const uint8_t *)mask->data, counts.as<int64_t>());
+    if ((rc = gk_launched(k, "mask count kernel"))) return rc;
+    std::vector<int64_t> h((size_t)*nchunks);
+    if ((rc = gk_to_host(k, h.data(), counts.p, h.size() * sizeof(int64_t)))) return rc;
+    int64_t acc = 0;
+    for (size_t i = 0; i < h.size(); i++) {
+        const int64_t cnt = h[i];
+        h[i] = acc;
+        acc += cnt;
+    }
+    *total = acc;
+    return gk_from_host(k, starts->p, h.data(), h.size() * sizeof(int64_t));
+}
+
+int k_masked_select_op(const opr_kernel_call *c)
+{
+    gk_ctx k;
+    int rc = gk_begin(c, "masked_select", &k);
+    if (rc) return rc;
+    const opr_tensor_view *x = gk_arg_t(c, 0), *mask = gk_arg_t(c, 1);
+    if (!x || !mask) return GK_FAIL(OPR_ERR_INVALID, "masked_select: self and mask must be tensors");
+    if ((rc = check_dtype("masked_select", "mask", mask, OPR_BOOL))) return rc;
+    int32_t nd;
+    int64_t shape[GK_MAXD], xs[GK_MAXD], ms[GK_MAXD];
+    if (!bcast_shape(x, mask, &nd, shape) || !gk_bcast_strides(x, nd, shape, xs) ||
+        !gk_bcast_strides(mask, nd, shape, ms))
+        return GK_FAIL(OPR_ERR_INVALID, "masked_select: self and mask do not broadcast together");
+    const int64_t n = gk_numel(nd, shape);
+    gk_buf starts;
+    int64_t nchunks = 0, total = 0;
+    if (n && (rc = mask_starts(&k, nd, shape, n, mask, ms, &starts, &nchunks, &total))) return rc;
+    if ((rc = c->host->alloc_output(c, 0, 1, &total)) != OPR_OK) return rc;
+    const opr_tensor_view *out = &c->outputs[0];
+    if (total == 0) return OPR_OK;
+    if (out->dtype != x->dtype) return GK_FAIL(OPR_ERR_INVALID, "masked_select: output dtype differs from self's");
+    gk_geom g;
+    const int64_t *st[2] = {xs, ms};
+    gk_geom_make(&g, nd, shape, 2, st);
+    const int64_t os = out->strides[0];
+    const int64_t *sp = starts.as<int64_t>();
+    const uint8_t *m = (const uint8_t *)mask->data;
+    const unsigned blocks = (unsigned)(nchunks < 65535 ? nchunks : 65535);
+    switch (gk_dtype_size(x->dtype)) {
+    case 1: k_mask_select<uint8_t><<<blocks, GK_THREADS, 0, k.stream>>>(n, nchunks, g, (const uint8_t *)x->data, m, sp, (uint8_t *)out->data, os); break;
+    case 2: k_mask_select<uint16_t><<<blocks, GK_THREADS, 0, k.stream>>>(n, nchunks, g, (const uint16_t *)x->data, m, sp, (uint16_t *)out->data, os); break;
+    case 4: k_mask_select<uint32_t><<<blocks, GK_THREADS, 0, k.stream>>>(n, nchunks, g, (const uint32_t *)x->data, m, sp, (uint32_t *)out->data, os); break;
+    default: k_mask_select<unsigned long long><<<blocks, GK_THREADS, 0, k.stream>>>(n, nchunks, g, (const unsigned long long *)x->data, m, sp, (unsigned long long *)out->data, os); break;
+    }
+    return gk_launched(&k, "masked_select kernel");
+}
+
+int k_masked_scatter_op(const opr_kernel_call *c)
+{
+    gk_ctx k;
+    int rc = gk_begin(c, "masked_scatter", &k);
+    if (rc) return rc;
+    const opr_tensor_view *x = gk_arg_t(c, 0), *mask = gk_arg_t(c, 1), *source = gk_arg_t(c, 2);
+    opr_tensor_view *out = &c->outputs[0];
+    if (!x || !mask || !source) return GK_FAIL(OPR_ERR_INVALID, "masked_scatter: self, mask and source must be tensors");
+    rc = check_dtype("masked_scatter", "mask", mask, OPR_BOOL);
+    if (!rc) rc = check_dtype("masked_scatter", "source", source, x->dtype);
+    if (rc) return rc;
+    int32_t nd;
+    int64_t shape[GK_MAXD], xs[GK_MAXD], ms[GK_MAXD];
+    if (!bcast_shape(x, mask, &nd, shape) || !gk_same_shape(nd, shape, out) || !gk_bcast_strides(x, nd, shape, xs) ||
+        !gk_bcast_strides(mask, nd, shape, ms) || out->dtype != x->dtype)
+        return GK_FAIL(OPR_ERR_INVALID, "masked_scatter: self and mask must broadcast to the output shape");
+    const int64_t n = out->numel;
+    if (n == 0) return OPR_OK;
+    gk_buf starts;
+    int64_t nchunks = 0, total = 0;
+    if ((rc = mask_starts(&k, nd, shape, n, mask, ms, &starts, &nchunks, &total))) return rc;
+    if (total > source->numel)
+        return GK_FAIL(OPR_ERR_INVALID, "masked_scatter: mask has %lld true elements but source has only %lld",
+                       (long long)total, (long long)source->numel);
+    if (source->ndim > GK_MAXD) return GK_FAIL(OPR_ERR_INVALID, "masked_scatter: source has too many dims");
+    gk_geom g, sg;
+    const int64_t *st[3] = {out->strides, xs, ms};
+    gk_geom_make(&g, nd, shape, 3, st);
+    const int64_t *sst[1] = {source->strides};
+    gk_geom_make(&sg, source->ndim, source->shape, 1, sst);
+    const int64_t *sp = starts.as<int64_t>();
+    const uint8_t *m = (const uint8_t *)mask->data;
+    const unsigned blocks = (unsigned)(nchunks < 65535 ? nchunks : 65535);
+    switch (gk_dtype_size(x->dtype)) {
+    case 1: k_mask_scatter<uint8_t><<<blocks, GK_THREADS, 0, k.stream>>>(n, nchunks, g, (uint8_t *)out->data, (const uint8_t *)x->data, m, sp, (const uint8_t *)source->data, sg); break;
+    case 2: k_mask_scatter<uint16_t><<<blocks, GK_THREADS, 0, k.stream>>>(n, nchunks, g, (uint16_t *)out->data, (const uint16_t *)x->data, m, sp, (const uint16_t *)source->data, sg); break;
+    case 4: k_mask_scatter<uint32_t><<<blocks, GK_THREADS, 0, k.stream>>>(n, nchunks, g, (uint32_t *)out->data, (const uint32_t *)x->data, m, sp, (const uint32_t *)source->data, sg); break;
+    default: k_mask_scatter<unsigned long long><<<blocks, GK_THREADS, 0, k.stream>>>(n, nchunks, g, (unsigned long long *)out->data, (const unsigned long long *)x->data, m, sp, (const unsigned long long *)source->data, sg); break;
+    }
+    return gk_launched(&k, "masked_scatter kernel");
+}
+
+} // namespace
+
+int gk_register_index(opr_plugin *self)
+{
+    const uint32_t num = GK_NUMERIC, all = GK_ALL;
+    const struct {
+        const char *op;
+        uint32_t dtypes;
+        opr_kernel_fn fn;
+    } table[] = {
+        {"index_select", all, k_index_select_op},
+        {"masked_select", all, k_masked_select_op},
+        {"gather", all, k_gather_op},
+        {"index_add", num, k_index_add_op},
+        {"scatter_add", num, k_scatter_add_op},
+        {"masked_scatter", all, k_masked_scatter_op},
+        {"index_add_", num, k_index_add_inplace},
+    };
+    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
+        int rc = gk_register(self, table[i].op, table[i].dtypes, table[i].fn);
+        if (rc != OPR_OK) return rc;
+    }
+    return OPR_OK;
+}

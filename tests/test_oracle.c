@@ -1,0 +1,342 @@
+/* PyTorch as an outside oracle for values and gradients of whole programs:
+ *   mlp         two-layer MLP, log_softmax and NLL loss through gather/mean
+ *   attention   matmul -> softmax -> matmul attention block
+ *   cdist_norm  cdist followed by norms
+ *
+ * Each test draws deterministic f64 inputs, writes them to a temporary file, runs the
+ * matching script of tests/oracle (OPREG_ORACLE_DIR) with a python3 that has torch,
+ * reads the values and gradients it wrote, and compares them with the same program
+ * run through opreg (opr_backward on the scalar loss). The format of the files is
+ * described in oracle/oracle_io.py.
+ *
+ * Without python3 or torch the suite is skipped (exit status 77, the test's
+ * SKIP_RETURN_CODE) with the reason printed. $OPREG_PYTHON, when set, is the only
+ * interpreter tried; otherwise python3 on PATH, then /usr/bin/python3 (Debian's
+ * python3-torch, which a pyenv or venv python3 first on PATH may not see). */
+#include "test_util.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#ifndef OPREG_ORACLE_DIR
+#error "OPREG_ORACLE_DIR must name tests/oracle"
+#endif
+
+#define ARGS(...) (opr_value[]){__VA_ARGS__}, (int)(sizeof((opr_value[]){__VA_ARGS__}) / sizeof(opr_value))
+#define TV(t) opr_v_tensor(t)
+#define MAXREC 32
+#define TOL 1e-9
+
+static char python[256];
+static opr_ctx *ctx;
+
+/* ------------------------------------------------------------------ python */
+
+static bool has_torch(const char *py)
+{
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "'%s' -c 'import torch' >/dev/null 2>&1", py);
+    return system(cmd) == 0;
+}
+
+static bool find_python(char *why, size_t len)
+{
+    const char *env = getenv("OPREG_PYTHON");
+    const char *cands[2] = {"python3", "/usr/bin/python3"};
+    if (env && env[0]) cands[0] = env, cands[1] = NULL; /* set: that interpreter or none */
+    size_t used = 0;
+    why[0] = '\0';
+    for (int i = 0; i < 2; i++) {
+        if (!cands[i]) continue;
+        if (has_torch(cands[i])) {
+            snprintf(python, sizeof python, "%s", cands[i]);
+            return true;
+        }
+        int n = snprintf(why + used, len - used, "%s%s", used ? ", " : "", cands[i]);
+        if (n > 0 && (size_t)n < len - used) used += (size_t)n;
+    }
+    return false;
+}
+
+/* ------------------------------------------------------------------ tensor files */
+
+typedef struct rec {
+    char name[64];
+    opr_dtype dt;
+    int ndim;
+    int64_t shape[OPR_MAX_DIMS];
+    int64_t numel;
+    double *v;
+} rec;
+
+typedef struct recs {
+    rec r[MAXREC];
+    int n;
+} recs;
+
+static void recs_free(recs *rs)
+{
+    for (int i = 0; i < rs->n; i++) free(rs->r[i].v);
+    rs->n = 0;
+}
+
+static void write_tensor(FILE *f, const char *name, const opr_tensor *t)
+{
+    opr_dtype dt = opr_tensor_dtype(t);
+    ck_assert(dt == OPR_F64 || dt == OPR_I64);
+    fprintf(f, "tensor %s %s %d", name, dt == OPR_F64 ? "f64" : "i64", opr_tensor_ndim(t));
+    for (int d = 0; d < opr_tensor_ndim(t); d++) fprintf(f, " %lld", (long long)opr_tensor_size(t, d));
+    fprintf(f, "\n");
+    double *v = tu_to_f64(t);
+    for (int64_t i = 0; i < opr_tensor_numel(t); i++) {
+        if (dt == OPR_F64) fprintf(f, "%s%.17g", i ? " " : "", v[i]);
+        else fprintf(f, "%s%lld", i ? " " : "", (long long)v[i]);
+    }
+    fprintf(f, "\n");
+    free(v);
+}
+
+static void read_recs(const char *path, recs *rs)
+{
+    FILE *f = fopen(path, "r");
+    ck_assert_msg(f != NULL, "cannot read %s", path);
+    rs->n = 0;
+    char word[16], dt[8];
+    while (fscanf(f, "%15s", word) == 1) {
+        ck_assert_msg(!strcmp(word, "tensor") && rs->n < MAXREC, "%s: bad record '%s'", path, word);
+        rec *r = &rs->r[rs->n++];
+        memset(r, 0, sizeof *r);
+        ck_assert_int_eq(fscanf(f, "%63s %7s %d", r->name, dt, &r->ndim), 3);
+        ck_assert(r->ndim >= 0 && r->ndim <= OPR_MAX_DIMS);
+        r->dt = !strcmp(dt, "i64") ? OPR_I64 : OPR_F64;
+        r->numel = 1;
+        for (int d = 0; d < r->ndim; d++) {
+            long long s;
+            ck_assert_int_eq(fscanf(f, "%lld", &s), 1);
+            r->shape[d] = s;
+            r->numel *= s;
+        }
+        r->v = malloc((size_t)(r->numel ? r->numel : 1) * sizeof(double));
+        for (int64_t i = 0; i < r->numel; i++) ck_assert_msg(fscanf(f, "%lf", &r->v[i]) == 1, "%s: short record %s", path, r->name);
+    }
+    fclose(f);
+}
+
+/* Runs oracle/<script>.py on the named inputs; fills out with what it wrote. */
+static void run_oracle(const char *script, const char *const *names, opr_tensor *const *ts, int n, recs *out)
+{
+    char dir[] = "/tmp/opreg_oracle_XXXXXX";
+    ck_assert_msg(mkdtemp(dir) != NULL, "mkdtemp failed");
+    char in[64], outp[64], err[64], cmd[1400];
+    snprintf(in, sizeof in, "%s/in.txt", dir);
+    snprintf(outp, sizeof outp, "%s/out.txt", dir);
+    snprintf(err, sizeof err, "%s/err.txt", dir);
+    FILE *f = fopen(in, "w");
+    ck_assert_ptr_nonnull(f);
+    for (int i = 0; i < n; i++) write_tensor(f, names[i], ts[i]);
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "'%s' -B '%s/%s.py' '%s' '%s' 2>'%s'", python, OPREG_ORACLE_DIR, script, in, outp, err);
+    int rc = system(cmd);
+    if (rc != 0) {
+        char msg[2048] = "";
+        FILE *e = fopen(err, "r");
+        if (e) {
+            size_t k = fread(msg, 1, sizeof msg - 1, e);
+            msg[k] = '\0';
+            fclose(e);
+        }
+        unlink(in);
+        unlink(outp);
+        unlink(err);
+        rmdir(dir);
+        ck_abort_msg("oracle %s.py failed (status %d): %s", script, rc, msg);
+    }
+    read_recs(outp, out);
+    unlink(in);
+    unlink(outp);
+    unlink(err);
+    rmdir(dir);
+}
+
+/* Compares an opreg tensor with the oracle's record `name`. */
+static void expect_close(const recs *rs, const char *name, const opr_tensor *t, const char *program)
+{
+    const rec *r = NULL;
+    for (int i = 0; i < rs->n; i++)
+        if (!strcmp(rs->r[i].name, name)) r = &rs->r[i];
+    ck_assert_msg(r != NULL, "%s: the oracle wrote no '%s'", program, name);
+    ck_assert_msg(t != NULL, "%s: opreg has no value for '%s'", program, name);
+    ck_assert_msg(opr_tensor_ndim(t) == r->ndim, "%s: %s is %d-d in opreg, %d-d in torch", program, name,
+                  opr_tensor_ndim(t), r->ndim);
+    for (int d = 0; d < r->ndim; d++)
+        ck_assert_msg(opr_tensor_size(t, d) == r->shape[d], "%s: %s dim %d is %lld in opreg, %lld in torch", program,
+                      name, d, (long long)opr_tensor_size(t, d), (long long)r->shape[d]);
+    double *v = tu_to_f64(t);
+    for (int64_t i = 0; i < r->numel; i++) {
+        if (!(fabs(v[i] - r->v[i]) <= TOL * (1 + fabs(r->v[i])))) {
+            double a = v[i];
+            free(v);
+            ck_abort_msg("%s: %s[%lld] is %.15g in opreg, %.15g in torch", program, name, (long long)i, a, r->v[i]);
+        }
+    }
+    free(v);
+}
+
+/* ------------------------------------------------------------------ opreg side */
+
+static opr_tensor *call(const char *program, const char *op, const opr_value *args, int nargs)
+{
+    opr_tensor *out = NULL;
+    int rc = opr_call_by_name(ctx, op, args, nargs, &out, 1);
+    ck_assert_msg(rc == OPR_OK, "%s: %s failed: %s: %s", program, op, opr_status_name(rc), opr_last_error());
+    return out;
+}
+#define CALL(op, ...) keep(call(program, op, ARGS(__VA_ARGS__)))
+
+static opr_tensor *kept[64];
+static int nkept;
+static opr_tensor *keep(opr_tensor *t)
+{
+    ck_assert(nkept < 64);
+    return kept[nkept++] = t;
+}
+
+static opr_tensor *param(int ndim, const int64_t *shape, double lo, double hi)
+{
+    opr_tensor *t = keep(tu_rand(ctx, OPR_F64, ndim, shape, lo, hi));
+    ck_assert_int_eq(opr_set_requires_grad(t, true), OPR_OK);
+    return t;
+}
+
+static void run_backward(const char *program, opr_tensor *loss)
+{
+    ck_assert_msg(opr_requires_grad(loss), "%s: the loss does not require grad (an op without a derivative "
+                  "formula cut the graph)", program);
+    int rc = opr_backward(loss, NULL, NULL);
+    ck_assert_msg(rc == OPR_OK, "%s: backward: %s: %s", program, opr_status_name(rc), opr_last_error());
+}
+
+static void setup(void)
+{
+    ctx = tu_ctx();
+    nkept = 0;
+    opr_grad_mode_set(true);
+}
+
+static void teardown(void)
+{
+    for (int i = nkept - 1; i >= 0; i--) opr_tensor_release(kept[i]);
+    nkept = 0;
+    tu_ctx_free(ctx);
+}
+
+START_TEST(mlp)
+{
+    const char *program = "mlp";
+    tu_seed(101);
+    const int64_t N = 8, D = 5, H = 16, C = 4;
+    opr_tensor *x = param(2, (int64_t[]){N, D}, -1, 1);
+    opr_tensor *w1 = param(2, (int64_t[]){H, D}, -0.5, 0.5);
+    opr_tensor *b1 = param(1, (int64_t[]){H}, -0.1, 0.1);
+    opr_tensor *w2 = param(2, (int64_t[]){C, H}, -0.5, 0.5);
+    opr_tensor *b2 = param(1, (int64_t[]){C}, -0.1, 0.1);
+    opr_tensor *target = keep(tu_rand(ctx, OPR_I64, 2, (int64_t[]){N, 1}, 0, (double)C));
+    const char *names[] = {"x", "w1", "b1", "w2", "b2", "target"};
+    opr_tensor *ins[] = {x, w1, b1, w2, b2, target};
+    recs rs;
+    run_oracle("mlp", names, ins, 6, &rs);
+
+    opr_tensor *h = CALL("relu", TV(CALL("linear", TV(x), TV(w1), TV(b1))));
+    opr_tensor *logits = CALL("linear", TV(h), TV(w2), TV(b2));
+    opr_tensor *lp = CALL("log_softmax", TV(logits), opr_v_int(1));
+    opr_tensor *picked = CALL("gather", TV(lp), opr_v_int(1), TV(target));
+    opr_tensor *loss = CALL("neg", TV(CALL("mean", TV(picked))));
+    expect_close(&rs, "logits", logits, program);
+    expect_close(&rs, "lp", lp, program);
+    expect_close(&rs, "loss", loss, program);
+    run_backward(program, loss);
+    const char *gn[] = {"grad_x", "grad_w1", "grad_b1", "grad_w2", "grad_b2"};
+    for (int i = 0; i < 5; i++) expect_close(&rs, gn[i], opr_grad(ins[i]), program);
+    recs_free(&rs);
+}
+END_TEST
+
+START_TEST(attention)
+{
+    const char *program = "attention";
+    tu_seed(202);
+    const int64_t B = 2, T = 5, E = 8;
+    opr_tensor *x = param(3, (int64_t[]){B, T, E}, -1, 1);
+    opr_tensor *wq = param(2, (int64_t[]){E, E}, -0.5, 0.5);
+    opr_tensor *wk = param(2, (int64_t[]){E, E}, -0.5, 0.5);
+    opr_tensor *wv = param(2, (int64_t[]){E, E}, -0.5, 0.5);
+    opr_tensor *r = keep(tu_rand(ctx, OPR_F64, 3, (int64_t[]){B, T, E}, -1, 1));
+    double sc = 1 / sqrt((double)E);
+    opr_tensor *scale = keep(opr_tensor_from_data(ctx, OPR_F64, 0, NULL, &sc, OPR_CPU));
+    const char *names[] = {"x", "wq", "wk", "wv", "r", "scale"};
+    opr_tensor *ins[] = {x, wq, wk, wv, r, scale};
+    recs rs;
+    run_oracle("attention", names, ins, 6, &rs);
+
+    opr_tensor *q = CALL("matmul", TV(x), TV(wq));
+    opr_tensor *k = CALL("matmul", TV(x), TV(wk));
+    opr_tensor *v = CALL("matmul", TV(x), TV(wv));
+    opr_tensor *kt = CALL("transpose", TV(k), opr_v_int(1), opr_v_int(2));
+    opr_tensor *scores = CALL("mul", TV(CALL("matmul", TV(q), TV(kt))), TV(scale));
+    opr_tensor *a = CALL("softmax", TV(scores), opr_v_int(-1));
+    opr_tensor *o = CALL("matmul", TV(a), TV(v));
+    opr_tensor *loss = CALL("sum", TV(CALL("mul", TV(o), TV(r))));
+    expect_close(&rs, "a", a, program);
+    expect_close(&rs, "o", o, program);
+    expect_close(&rs, "loss", loss, program);
+    run_backward(program, loss);
+    const char *gn[] = {"grad_x", "grad_wq", "grad_wk", "grad_wv"};
+    for (int i = 0; i < 4; i++) expect_close(&rs, gn[i], opr_grad(ins[i]), program);
+    recs_free(&rs);
+}
+END_TEST
+
+START_TEST(cdist_norm)
+{
+    const char *program = "cdist_norm";
+    tu_seed(303);
+    opr_tensor *x1 = param(3, (int64_t[]){2, 6, 3}, -1, 1);
+    opr_tensor *x2 = param(3, (int64_t[]){2, 4, 3}, -1, 1);
+    const char *names[] = {"x1", "x2"};
+    opr_tensor *ins[] = {x1, x2};
+    recs rs;
+    run_oracle("cdist_norm", names, ins, 2, &rs);
+
+    opr_tensor *d = CALL("cdist", TV(x1), TV(x2));
+    opr_tensor *loss = CALL("mul", TV(CALL("norm", TV(d))), TV(CALL("norm", TV(x2), opr_v_double(3))));
+    expect_close(&rs, "d", d, program);
+    expect_close(&rs, "loss", loss, program);
+    run_backward(program, loss);
+    expect_close(&rs, "grad_x1", opr_grad(x1), program);
+    expect_close(&rs, "grad_x2", opr_grad(x2), program);
+    recs_free(&rs);
+}
+END_TEST
+
+int main(void)
+{
+    char why[1024];
+    if (!find_python(why, sizeof why)) {
+        printf("test_oracle: SKIPPED: no python3 with torch (tried %s); install python3-torch or set OPREG_PYTHON\n", why);
+        return 77;
+    }
+    printf("test_oracle: oracle is %s with torch, scripts in %s\n", python, OPREG_ORACLE_DIR);
+    fflush(stdout);
+    Suite *s = suite_create("oracle");
+    TCase *tc = tcase_create("programs");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, mlp);
+    tcase_add_test(tc, attention);
+    tcase_add_test(tc, cdist_norm);
+    suite_add_tcase(s, tc);
+    return tu_run(s);
+}
