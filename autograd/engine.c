@@ -94,6 +94,14 @@ static int run_node(opr_node *n, const opr_backward_opts *o, const capture *cap,
     if (n->released)
         return opr_fail(OPR_ERR_INVALID, "backward of %s: its saved tensors were already freed by an earlier "
                         "backward; pass retain_graph to run a graph twice", op->name);
+    for (int s = 0; s < op->nargs + op->nout; s++) {
+        const opr_tensor *t = n->saved[s];
+        uint32_t now = t ? atomic_load_explicit(&t->storage->version, memory_order_relaxed) : 0;
+        if (t && now != n->saved_version[s])
+            return opr_fail(OPR_ERR_INVALID, "backward of %s: '%s', saved for it, was modified in place afterwards "
+                            "(version %u when saved, %u now); its gradient would be wrong", op->name,
+                            op->deriv->slot_names[s], n->saved_version[s], now);
+    }
     for (int k = 0; cap && k < op->nout; k++) /* captured non-leaf inputs */
         for (int i = 0; i < cap->n; i++)
             if (cap->inputs[i]->grad_fn == n && cap->inputs[i]->output_nr == k && n->pending[k]) {

@@ -49,7 +49,16 @@ int ag_record(const opr_op *op, opr_tensor *const *tensors, const mval *slots, o
     uint32_t mask = 0;
     for (int i = 0; i < op->nargs; i++)
         if (tensors[i] && tensors[i]->requires_grad) mask |= 1u << i;
-    if (!mask || !op->deriv) return OPR_OK; /* not differentiable: outputs are constants */
+    if (!mask) return OPR_OK;
+    if (!op->deriv) {
+        /* An op without formulas would silently cut the graph: only ops declared
+         * `differentiable: false` (or with no floating output) may do that. */
+        bool floating_out = false;
+        for (int k = 0; k < op->nout; k++) floating_out |= is_floating(outs[k]->m.dtype);
+        if (!floating_out || op->nondifferentiable) return OPR_OK;
+        return opr_fail(OPR_ERR_UNSUPPORTED, "%s has no derivative formulas but an input requires grad; add them "
+                        "to its YAML entry (or `differentiable: false`), or run it under no_grad", op->name);
+    }
     if (op->inplace)
         return opr_fail(OPR_ERR_UNSUPPORTED, "%s: in-place ops on tensors that require grad are not recorded by "
                         "autograd; use the out-of-place op", op->name);
@@ -94,6 +103,7 @@ int ag_record(const opr_op *op, opr_tensor *const *tensors, const mval *slots, o
                             op->deriv->slot_names[s]);
         }
         n->slots[s].u.t = &n->saved[s]->m;
+        n->saved_version[s] = atomic_load_explicit(&n->saved[s]->storage->version, memory_order_relaxed);
     }
     for (int i = 0; i < op->nargs; i++) {
         if (!((mask >> i) & 1)) continue;

@@ -49,6 +49,8 @@ typedef struct opr_storage {
     struct DLManagedTensor *dl_owner; /* imported through DLPack: freed by its deleter */
     bool borrowed;                    /* wraps caller memory for one copy: never freed */
     bool inline_data;                 /* data lives in the header's block */
+    _Atomic uint32_t version;         /* bumped by every in-place write, so autograd can
+                                         tell a saved tensor was changed after saving */
 } opr_storage;
 
 /* Shape metadata, embedded in every tensor so that shape expressions can run on

@@ -45,6 +45,7 @@ opr_storage *opr_storage_new(opr_ctx *ctx, opr_device dev, size_t nbytes)
     s->ctx = ctx;
     s->dl_owner = NULL;
     s->borrowed = false;
+    atomic_init(&s->version, 0);
     stats_add(&e->stats[dev.index], nbytes);
     return s;
 }

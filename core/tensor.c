@@ -283,6 +283,7 @@ int opr_tensor_copy_from_host(opr_tensor *t, const void *src, size_t nbytes)
         return opr_fail(OPR_ERR_INVALID, "opr_tensor_copy_from_host: buffer of %zu bytes, need %zu", nbytes, need);
     opr_tensor *host = opr_tensor_over_memory(t->ctx, OPR_CPU, (void *)src, t->m.dtype, t->m.ndim, t->m.shape, NULL, 0, NULL);
     if (!host) return OPR_ERR_NOMEM;
+    atomic_fetch_add(&t->storage->version, 1);
     int rc = opr_tensor_copy_into(t, host);
     opr_tensor_release(host);
     return rc;

@@ -381,6 +381,7 @@ int opr_call(const opr_op *op, const opr_value *args, int nargs, opr_tensor **re
     }
     /* The autograd step (DESIGN.md "Data flow of one call"): a node with the plan for
      * the inputs that require grad, saving only what its formulas read. */
+    if (!rc && op->inplace) atomic_fetch_add_explicit(&f.outs[0]->storage->version, 1, memory_order_relaxed);
     if (!rc && record) rc = ag_record(op, c.tensors, c.slots, f.outs, c.dev, c.list_requires_grad);
     if (c.list_views) free(c.list_views);
     if (rc) {

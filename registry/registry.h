@@ -48,6 +48,7 @@ struct opr_op {
     char *out_names[OPR_MAX_OUTS];
     int nout;
     bool inplace;              /* name ends in '_': output 0 is `self` */
+    bool nondifferentiable;    /* `differentiable: false`: outputs are constants */
     uint32_t dtypes;           /* OPR_DTYPE_BIT mask allowed for T */
     int out_dtype[OPR_MAX_OUTS];
     int dtype_arg;             /* str argument naming the output dtype, or -1 */

@@ -123,6 +123,13 @@ static int parse_key(const loader *l, opr_op *op, const yaml_node_t *k, const ya
     int count, rc;
     if (!strcmp(key, "name")) return OPR_OK; /* handled first */
     if (!strcmp(key, "samples")) return OPR_OK; /* test inputs, read by the gradcheck suite */
+    if (!strcmp(key, "differentiable")) {
+        const char *b = yaml_scalar(v);
+        if (!b || (strcmp(b, "false") && strcmp(b, "true")))
+            return yaml_fail_at(l, v, OPR_ERR_PARSE, "differentiable must be true or false, not '%s'", b ? b : "?");
+        op->nondifferentiable = !strcmp(b, "false");
+        return OPR_OK;
+    }
     if (!strcmp(key, "shape") || !strcmp(key, "shapes")) {
         if (yaml_scalar(v) && !strcmp(yaml_scalar(v), "dynamic")) { op->dynamic_shape = true; return OPR_OK; }
         bool many = key[5] == 's';

@@ -473,6 +473,37 @@ START_TEST(backward_wrong_shape_grad_fails)
 END_TEST
 
 /* In-place ops on a tensor that requires grad are refused before anything changes. */
+START_TEST(inplace_change_of_saved_tensor_detected)
+{
+    /* y = x * w saves w (x requires grad); changing w in place afterwards must make
+     * backward fail instead of giving a gradient computed from the new values */
+    int64_t s[1] = {3};
+    opr_tensor *x = leaf(1, s, true), *w = leaf(1, s, false);
+    opr_tensor *y = CALL("mul", TV(x), TV(w)), *z = sum_all(y);
+    opr_tensor *same = CALL("fill_", TV(w), opr_v_double(0));
+    opr_tensor_release(same);
+    int rc = opr_backward(z, NULL, NULL);
+    ck_assert_int_eq(rc, OPR_ERR_INVALID);
+    ck_assert_msg(strstr(opr_last_error(), "modified in place") && strstr(opr_last_error(), "'other'"),
+                  "message: %s", opr_last_error());
+    ck_assert_ptr_null(opr_grad(x));
+    opr_tensor *all[] = {x, w, y, z};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) opr_tensor_release(all[i]);
+}
+END_TEST
+
+START_TEST(declared_constant_ops_do_not_propagate)
+{
+    /* zeros_like is `differentiable: false`: its output is a constant */
+    int64_t s[1] = {3};
+    opr_tensor *x = leaf(1, s, true);
+    opr_tensor *z = CALL("zeros_like", TV(x));
+    ck_assert(!opr_requires_grad(z));
+    opr_tensor_release(z);
+    opr_tensor_release(x);
+}
+END_TEST
+
 START_TEST(inplace_on_requires_grad_refused)
 {
     int64_t s[1] = {4};
@@ -762,6 +793,8 @@ int main(void)
     tcase_add_test(eng, backward_non_scalar_without_grad_fails);
     tcase_add_test(eng, backward_wrong_shape_grad_fails);
     tcase_add_test(eng, inplace_on_requires_grad_refused);
+    tcase_add_test(eng, inplace_change_of_saved_tensor_detected);
+    tcase_add_test(eng, declared_constant_ops_do_not_propagate);
     suite_add_tcase(s, eng);
     TCase *cg = tcase_create("create_graph");
     tcase_add_checked_fixture(cg, setup, teardown);
