@@ -36,7 +36,7 @@
  *                             [--time-b S] [--reps-b N] [--budget-c S] [--ops-c LIST]
  *                             [--python PATH|none]
  *          --budget-c  seconds of timed rounds in part c, spread over its cases (at
- *                      least 3 rounds each, so large shapes take longer; default 30)
+ *                      least 3 rounds each, so large shapes take longer; default 20)
  *          --ops-c     only these ops in part c (comma-separated)
  *        opreg_bench_autograd --profile a|b [--iters N]
  *          opreg's loop alone, untimed, for perf or callgrind
@@ -1063,6 +1063,8 @@ typedef struct c_set {
     double samples[C_MAX_SAMPLES];
     int nsamples;
     double t_ns;     /* the fastest round (see run_c_case) */
+    double first_s;  /* the first call (warm-up and check) */
+    bool pruned;     /* timed in one round only: far slower than the fastest */
 } c_set;
 
 typedef struct c_case {
@@ -1198,13 +1200,11 @@ static int run_c_case(const opr_op *op, const c_tensors *t, opr_value *args, int
     /* warm-up and check: every set gives the same gradients */
     opr_backward_opts bo = {.struct_size = sizeof bo, .retain_graph = true};
     float *ref[3] = {NULL, NULL, NULL};
-    double t_call = 0;
     for (int s = 0; s < nsets && !status && !cc->wrong; s++) {
         opr_tensor *grads[3] = {NULL, NULL, NULL};
         double t0 = bench_now_s();
         int rc = opr_autograd_grad(&sets[s].out, &t->g, 1, inputs, nin, grads, &bo);
-        double t1 = bench_now_s();
-        if (t1 - t0 > t_call) t_call = t1 - t0; /* the slowest set's first call: an upper bound */
+        sets[s].first_s = bench_now_s() - t0;
         if (rc) { /* a broken formula or kernel: reported in the row, the run goes on */
             snprintf(cc->why, sizeof cc->why, "ERROR: backward with %.80s fails: %s %.100s", sets[s].text, opr_status_name(rc),
                      opr_last_error());
@@ -1235,22 +1235,33 @@ static int run_c_case(const opr_op *op, const c_tensors *t, opr_value *args, int
     for (int i = 0; i < 3; i++) free(ref[i]);
     if (status || cc->wrong) goto out;
 
-    /* calibrate: a sample is `calls` backward calls of >= 1 ms; as many rounds as the
-     * budget allows, 3 to C_MAX_SAMPLES, odd */
-    if (t_call <= 0) t_call = 1e-7;
-    long calls = (long)ceil(1e-3 / t_call);
+    /* calibrate on the first calls: a sample is `calls` backward calls, >= 1 ms for the
+     * fastest set; as many rounds as the budget allows, 3 (5 when cheap) to
+     * C_MAX_SAMPLES, odd. A set whose first call took over 3x the fastest's cannot be
+     * the fastest: it is timed in the first round only (unless it is the automatic
+     * choice), which keeps pathological sets from eating the run time. */
+    double first_min = INFINITY;
+    for (int s = 0; s < nsets; s++)
+        if (sets[s].first_s < first_min) first_min = sets[s].first_s;
+    if (first_min <= 0) first_min = 1e-7;
+    long calls = (long)ceil(1e-3 / first_min);
     if (calls < 1) calls = 1;
-    const double round_s = (double)nsets * (double)calls * t_call;
+    double round_s = 0;
+    for (int s = 0; s < nsets; s++) {
+        sets[s].pruned = s != cc->auto_set && sets[s].first_s > 3 * first_min;
+        if (!sets[s].pruned) round_s += (double)calls * sets[s].first_s;
+    }
     int rounds = (int)(budget_s / round_s);
     if (nsets == 1) rounds = 1; /* nothing to compare: one sample for the table */
     else {
-        const int least = round_s * 5 <= 1.5 ? 5 : 3; /* large shapes: 3 rounds, to bound the run time */
+        const int least = round_s * 5 <= 0.75 ? 5 : 3; /* large shapes: 3 rounds, to bound the run time */
         if (rounds < least) rounds = least;
         if (rounds > C_MAX_SAMPLES) rounds = C_MAX_SAMPLES;
         if (rounds % 2 == 0) rounds--;
     }
     for (int r = 0; r < rounds && !status; r++)
         for (int s = 0; s < nsets && !status; s++) {
+            if (r > 0 && sets[s].pruned) continue;
             double t0 = bench_now_s();
             for (long c = 0; c < calls; c++) {
                 opr_tensor *grads[3] = {NULL, NULL, NULL};
@@ -1278,8 +1289,9 @@ static int run_c_case(const opr_op *op, const c_tensors *t, opr_value *args, int
     size_t used = 0;
     for (int s = 0; s < nsets; s++) {
         char tb[32];
-        int n = snprintf(cc->sets_line + used, sizeof cc->sets_line - used, "%s%s %s%s%s", s ? " | " : "", sets[s].brief,
-                         fmt_ns(sets[s].t_ns, tb, sizeof tb), s == cc->auto_set ? " A" : "", s == cc->best_set ? " *" : "");
+        int n = snprintf(cc->sets_line + used, sizeof cc->sets_line - used, "%s%s %s%s%s%s", s ? " | " : "", sets[s].brief,
+                         fmt_ns(sets[s].t_ns, tb, sizeof tb), sets[s].pruned ? "~" : "", s == cc->auto_set ? " A" : "",
+                         s == cc->best_set ? " *" : "");
         if (n > 0) used = used + (size_t)n < sizeof cc->sets_line ? used + (size_t)n : sizeof cc->sets_line - 1;
     }
     if (verbose_miss && !cc->hit) { /* printed after the case's row */
@@ -1344,7 +1356,8 @@ static int run_part_c(opr_ctx *ctx, double budget_total_s, const char *only_ops,
            C_WITHIN * 100);
     printf("      f32, retain_graph backward through opr_autograd_grad with a random grad_output; times per backward call,\n"
            "      the fastest of the interleaved rounds (at least 3; contention on a shared machine only adds time)\n");
-    printf("      sets: #i = candidate i of the op (legend per op); A = automatic choice, * = fastest\n\n");
+    printf("      sets: #i = candidate i of the op (legend per op), (x) = only for input x; A = automatic choice,\n"
+           "      * = fastest, ~ = timed in one round only (its first call took over 3x the fastest set's)\n\n");
     for (int o = 0; o < 4 && !status; o++) {
         if (!c_selected(only_ops, C_OPS[o])) continue;
         const opr_op *op = opr_op_find(ctx, C_OPS[o]);
@@ -1423,7 +1436,7 @@ int main(int argc, char **argv)
 {
     bench_opts oa = {.cell_s = 0.3, .reps = 11}, ob = {.cell_s = 0.5, .reps = 5};
     int threads = 2;
-    double budget_c = 30;
+    double budget_c = 20;
     const char *parts = "abc", *python = NULL, *profile = NULL, *c_ops = NULL;
     long profile_iters = 0;
     for (int i = 1; i < argc; i++) {

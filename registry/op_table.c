@@ -113,6 +113,11 @@ int opr_op_arg_kind(const opr_op *op, int i)
     return op && i >= 0 && i < op->nargs ? (int)kinds[op->args[i].type] : -1;
 }
 
+bool opr_op_supports_dtype(const opr_op *op, opr_dtype dtype)
+{
+    return op && (unsigned)dtype < OPR_DTYPE_COUNT && (op->dtypes & OPR_DTYPE_BIT(dtype));
+}
+
 bool opr_op_has_kernel(const opr_op *op, int device_type)
 {
     if (!op || device_type < 0 || device_type >= OPR_MAX_DEVICE_TYPES) return false;

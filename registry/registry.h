@@ -62,6 +62,8 @@ struct opr_op {
     view_kind view;
     _Atomic(kernel_entry *) kernels[OPR_MAX_DEVICE_TYPES];
     struct deriv_info *deriv;  /* derivative candidates, NULL if not differentiable */
+    struct op_sample *samples; /* example inputs (`samples:`), for conformance checks */
+    int nsamples;
     struct opr_op *backward_of;/* set on fused backward kernel slots ("mm_backward") */
 };
 
@@ -94,6 +96,9 @@ const opr_op *registry_engine_op(opr_ctx *ctx, int which);
 /* Loads YAML text (the registry lock is taken inside). */
 int yaml_load_text(opr_ctx *ctx, const char *text, size_t len, const char *file, int *n_loaded);
 int yaml_load_file(opr_ctx *ctx, const char *path, int *n_loaded);
+
+typedef struct op_sample op_sample;
+void samples_free(opr_op *op);
 
 /* Installs the hook that copies strided tensors on accelerators (dispatch.c). */
 void dispatch_init(opr_ctx *ctx);

@@ -187,6 +187,7 @@ void op_free(opr_op *op)
 {
     if (!op) return;
     deriv_free(op);
+    samples_free(op);
     free(op->name);
     free(op->schema);
     free(op->file);

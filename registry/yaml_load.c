@@ -122,7 +122,7 @@ static int parse_key(const loader *l, opr_op *op, const yaml_node_t *k, const ya
     const char *key = yaml_scalar(k);
     int count, rc;
     if (!strcmp(key, "name")) return OPR_OK; /* handled first */
-    if (!strcmp(key, "samples")) return OPR_OK; /* test inputs, read by the gradcheck suite */
+    if (!strcmp(key, "samples")) return samples_parse(l, op, v);
     if (!strcmp(key, "differentiable")) {
         const char *b = yaml_scalar(v);
         if (!b || (strcmp(b, "false") && strcmp(b, "true")))

@@ -77,6 +77,13 @@ OPR_API const char *opr_dtype_name(opr_dtype dtype);
  * "long"). Returns OPR_OK or OPR_ERR_INVALID. */
 OPR_API int opr_dtype_parse(const char *name, opr_dtype *out);
 
+/* IEEE half (f16) and bfloat16 values from and to float, rounding to nearest even:
+ * for filling or reading f16/bf16 tensors from the host. */
+OPR_API uint16_t opr_f16_from_float(float f);
+OPR_API float opr_f16_to_float(uint16_t h);
+OPR_API uint16_t opr_bf16_from_float(float f);
+OPR_API float opr_bf16_to_float(uint16_t h);
+
 /* ------------------------------------------------------------------ context */
 
 typedef struct opr_ctx opr_ctx;
@@ -321,6 +328,8 @@ OPR_API int opr_op_num_outputs(const opr_op *op);
 OPR_API const char *opr_op_arg_name(const opr_op *op, int i);
 /* Kind of value argument i takes (OPR_V_TENSOR, OPR_V_INT, ...), -1 when out of range. */
 OPR_API int opr_op_arg_kind(const opr_op *op, int i);
+/* True if the op accepts dtype as its common dtype (its YAML `dtypes:`). */
+OPR_API bool opr_op_supports_dtype(const opr_op *op, opr_dtype dtype);
 /* True if some loaded plugin has a kernel for this op on this device type. */
 OPR_API bool opr_op_has_kernel(const opr_op *op, int device_type);
 
@@ -367,6 +376,22 @@ OPR_API const char *opr_op_grad_candidate_label(const opr_op *op, int i);
 /* Makes every plan of op use candidate i where it applies (-1 restores choice by
  * cost). Meant for tests; not to be changed while other threads use op. */
 OPR_API int opr_op_force_grad_candidate(const opr_op *op, int i);
+
+/* ------------------------------------------------------------------ samples */
+
+/* Most tensors one sample can create. */
+#define OPR_SAMPLE_MAX_TENSORS 16
+
+/* Number of example inputs the op's YAML entry gives (`samples:`). */
+OPR_API int opr_op_sample_count(const opr_op *op);
+/* Builds the arguments of sample i on dev: tensors in `dtype` (index and mask tensors
+ * keep their own dtype; factories get dtype and device through their str arguments),
+ * values drawn from a generator seeded with `seed`, so every dtype and backend gets
+ * the same numbers. args (room for the op's argument count) and *nargs receive the
+ * values for opr_call; the tensors created go to owned (room for
+ * OPR_SAMPLE_MAX_TENSORS), *nowned of them, for the caller to release. */
+OPR_API int opr_op_sample_args(const opr_op *op, int i, opr_dtype dtype, opr_device dev, uint64_t seed,
+                               opr_value *args, int *nargs, opr_tensor **owned, int *nowned);
 
 /* ------------------------------------------------------------------ registry */
 
