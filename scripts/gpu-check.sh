@@ -1,0 +1,37 @@
+#!/bin/sh
+# One prepared run on a lent GPU machine (no network there). Carry deps/ (made by
+# scripts/fetch-gpu-deps.sh) with the working tree, then:
+#     sh scripts/gpu-check.sh
+# It unpacks the .deb files into /tmp/deps (a prefix of its own, never /), builds with
+# the CUDA plugin, runs `opreg info`, the test suites, `opreg check --backend cuda` and
+# the GPU benchmark, and writes everything to $OUT/gpu-check.log.
+set -u
+cd "$(dirname "$0")/.."
+out=${OUT:-/tmp}
+log="$out/gpu-check.log"
+: > "$log"
+say() { echo "== $*" | tee -a "$log"; }
+run() { say "$*"; "$@" >> "$log" 2>&1; rc=$?; echo "   exit $rc" | tee -a "$log"; return $rc; }
+
+deps=/tmp/deps
+mkdir -p "$deps"
+for deb in deps/*.deb; do
+    [ -e "$deb" ] || { say "no deps/*.deb: run scripts/fetch-gpu-deps.sh on a machine with network first"; exit 1; }
+    dpkg -x "$deb" "$deps"
+done
+# Debian's OpenBLAS is reached through alternatives symlinks that dpkg -x does not make.
+ln -sf openblas-pthread/libopenblas.so.0 "$deps/usr/lib/x86_64-linux-gnu/libopenblas.so.0"
+export PKG_CONFIG_SYSROOT_DIR="$deps"
+export PKG_CONFIG_PATH="$deps/usr/lib/x86_64-linux-gnu/pkgconfig:$deps/usr/share/pkgconfig"
+export LD_LIBRARY_PATH="$deps/usr/lib/x86_64-linux-gnu:$deps/usr/lib/x86_64-linux-gnu/openblas-pthread:${LD_LIBRARY_PATH:-}"
+nvidia-smi >> "$log" 2>&1
+
+build=build-gpu
+run cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DOPREG_BUILD_CUDA=ON \
+    -DCMAKE_PREFIX_PATH="$deps/usr" -DCMAKE_CUDA_ARCHITECTURES=90 || exit 1
+run cmake --build "$build" -j "$(nproc)" || exit 1
+run "./$build/tools/opreg" info
+(cd "$build" && run ctest --output-on-failure -j 8)
+run "./$build/tools/opreg" check --backend cuda
+if [ -x "./$build/bench/opreg_bench_gpu" ]; then run "./$build/bench/opreg_bench_gpu"; fi
+say "done; log in $log"
