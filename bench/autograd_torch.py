@@ -156,7 +156,7 @@ def main():
     ap.add_argument("--time-a", type=float, default=0.3, help="timed seconds of case a, all repetitions")
     ap.add_argument("--reps-a", type=int, default=11)
     ap.add_argument("--time-b", type=float, default=0.5)
-    ap.add_argument("--reps-b", type=int, default=5)
+    ap.add_argument("--reps-b", type=int, default=7)
     ap.add_argument("--widths", default="1024,4096,4096,4096,1024")
     ap.add_argument("--batch", type=int, default=64)
     args = ap.parse_args()

@@ -432,6 +432,9 @@ int opr_plugin_load(opr_ctx *ctx, const char *path)
     char first_msg[1024] = "";
     for (int i = 0; i < n; i++) {
         int rc = load_file(ctx, names[i]);
+        /* a plugin whose probe says "not usable here" is skipped, not an error, when a
+         * whole directory is loaded (its reason stays in the candidate list) */
+        if (rc == OPR_ERR_UNSUPPORTED) rc = OPR_OK;
         if (rc && !first) { first = rc; snprintf(first_msg, sizeof first_msg, "%s", opr_last_error()); }
         free(names[i]);
     }

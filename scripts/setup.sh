@@ -2,11 +2,15 @@
 # Installs the Debian packages opreg needs to build and test. Quick and silent when
 # everything is present. Usage: scripts/setup.sh [bench]
 #   bench   also installs libtorch-dev (side-by-side benchmarks in C++)
+#   rocm    also installs hipcc (Debian's HIP 5.2), so the ROCm plugin is compiled
 set -eu
 
 # python3-torch is the outside oracle of the autograd tests (tests/oracle).
 packages="gcc g++ make cmake ninja-build pkg-config libyaml-dev libopenblas-dev check libsubunit-dev libdlpack-dev binutils python3 python3-torch"
-if [ "${1:-}" = bench ]; then packages="$packages libtorch-dev"; fi
+case "${1:-}" in
+bench) packages="$packages libtorch-dev" ;;
+rocm) packages="$packages hipcc" ;;
+esac
 
 missing=""
 for p in $packages; do

@@ -876,6 +876,47 @@ START_TEST(test_ctx_opts_plugin_paths)
     expect_cpu_works(ctx);
     tu_ctx_free(ctx);
 }
+
+/* The GPU plugins, where they were built, decline on a machine without the device or
+ * driver: the probe says why, nothing is registered, and the CPU plugin loaded beside
+ * them in the same context keeps working. On a machine with the device they load. */
+START_TEST(test_gpu_plugins_decline_without_device)
+{
+    const char *names[] = {"cuda", "rocm"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        char path[PATH_MAX];
+        snprintf(path, sizeof path, "%s", cpu_plugin());
+        char *slash = strrchr(path, '/');
+        snprintf(slash + 1, sizeof path - (size_t)(slash + 1 - path), "libopreg_%s.so", names[i]);
+        if (access(path, R_OK) != 0) {
+            printf("%s plugin not built here (no %s compiler): nothing to check\n", names[i],
+                   i == 0 ? "nvcc" : "hipcc");
+            continue;
+        }
+        opr_ctx *ctx = bare_ctx();
+        ck_assert_int_eq(opr_plugin_load(ctx, cpu_plugin()), OPR_OK);
+        int ndev = opr_device_type_count(ctx);
+        int rc = opr_plugin_load(ctx, path);
+        opr_plugin_candidate c = candidate_for(ctx, path);
+        if (rc == OPR_OK) {
+            printf("%s plugin loaded: this machine has the device\n", names[i]);
+            ck_assert(c.loaded);
+        } else {
+            ck_assert_int_eq(rc, OPR_ERR_UNSUPPORTED);
+            assert_has(opr_last_error(), "skipped: no ", "opr_last_error()");
+            assert_has(c.why, "skipped: no ", "candidate why");
+            ck_assert_int_eq(c.score, 0);
+            ck_assert(!c.loaded);
+            ck_assert_int_eq(opr_device_type_count(ctx), ndev);
+            opr_device d;
+            ck_assert_int_eq(opr_device_parse(ctx, names[i], &d), OPR_ERR_NOT_FOUND);
+        }
+        expect_cpu_works(ctx);
+        tu_ctx_free(ctx);
+    }
+}
+END_TEST
+
 END_TEST
 
 static Suite *loader_suite(void)
@@ -883,6 +924,7 @@ static Suite *loader_suite(void)
     Suite *s = suite_create("loader");
     TCase *t = tcase_create("refusals");
     tcase_add_test(t, test_no_entry_symbol);
+    tcase_add_test(t, test_gpu_plugins_decline_without_device);
     tcase_add_test(t, test_abi_major_older);
     tcase_add_test(t, test_abi_major_newer);
     tcase_add_test(t, test_init_fails);

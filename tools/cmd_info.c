@@ -3,6 +3,7 @@
 
 #include <opreg/plugin.h>
 #include <stdio.h>
+#include <string.h>
 
 int cmd_info(int argc, char **argv)
 {
@@ -22,7 +23,14 @@ int cmd_info(int argc, char **argv)
     for (int i = 0; i < n; i++) {
         opr_plugin_candidate c = {.struct_size = sizeof c};
         opr_plugin_candidate_get(ctx, i, &c);
-        printf("  %-8s %-8s ABI %u.%u  score %-3d %s\n           %s\n", c.name ? c.name : "?",
+        char guess[64] = "?";
+        if (!c.name) { /* init never ran: name it after its file, libopreg_cuda.so -> cuda */
+            const char *base = strrchr(c.path, '/') ? strrchr(c.path, '/') + 1 : c.path;
+            if (!strncmp(base, "lib", 3)) base += 3;
+            if (!strncmp(base, "opreg_", 6)) base += 6;
+            snprintf(guess, sizeof guess, "%.*s", (int)strcspn(base, "."), base);
+        }
+        printf("  %-8s %-8s ABI %u.%u  score %-3d %s\n           %s\n", c.name ? c.name : guess,
                c.version ? c.version : "-", c.abi_major, c.abi_minor, c.score,
                c.loaded ? "loaded" : "not loaded", c.path);
         if (c.why) printf("           %s\n", c.why);

@@ -110,9 +110,11 @@ OPR_API int opr_ctx_free(opr_ctx *ctx);
 
 /* ------------------------------------------------------------------ plugins */
 
-/* Loads one plugin file, or every lib*.so in a directory. Idempotent: a file already
+/* Loads one plugin file, or every *.so in a directory. Idempotent: a file already
  * loaded (same inode) is skipped. Returns OPR_OK if every file loaded or was already
- * loaded, else the first error; refusals are also listed by opr_plugin_candidates. */
+ * loaded, else the first error; refusals are also listed by opr_plugin_candidate_get.
+ * A plugin whose probe says it cannot run here (no device) gives OPR_ERR_UNSUPPORTED
+ * when loaded by file name, and is merely skipped when its directory is loaded. */
 OPR_API int opr_plugin_load(opr_ctx *ctx, const char *path);
 
 /* Searches, in order: OPREG_PLUGIN_PATH (colon-separated), the install directory baked

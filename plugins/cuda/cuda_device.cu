@@ -65,9 +65,9 @@ size_t size_class(size_t n)
 /* Returns every cached block of `d` to the driver. Called with d.lock held. */
 void trim_locked(device_state &d)
 {
-    if (d.ready.load(std::memory_order_acquire)) gpuStreamSynchronize(d.stream);
+    if (d.ready.load(std::memory_order_acquire)) (void)gpuStreamSynchronize(d.stream);
     for (auto &kv : d.cache) {
-        for (void *p : kv.second) gpuFree(p);
+        for (void *p : kv.second) (void)gpuFree(p);
         d.held -= (uint64_t)kv.first * kv.second.size();
     }
     d.cache.clear();
@@ -93,7 +93,7 @@ int ensure_ready(int ordinal, const char *op)
     gpuError_t e = gpuSetDevice(ordinal);
     if (e == gpuSuccess) e = gpuStreamCreateWithFlags(&d.stream, gpuStreamNonBlocking);
     if (e != gpuSuccess) {
-        gpuGetLastError();
+        (void)gpuGetLastError();
         return GK_FAIL(OPR_ERR_BACKEND, "%s: cannot initialise %s device %d: %s", op, GPU_RUNTIME_NAME,
                        ordinal, gpuGetErrorString(e));
     }
@@ -106,7 +106,7 @@ int ensure_ready(int ordinal, const char *op)
     if (s != CUBLAS_STATUS_SUCCESS) {
         if (d.blas) cublasDestroy(d.blas);
         d.blas = nullptr;
-        gpuStreamDestroy(d.stream);
+        (void)gpuStreamDestroy(d.stream);
         d.stream = nullptr;
         return GK_FAIL(OPR_ERR_BACKEND, "%s: cannot create a cuBLAS handle on device %d (status %d)", op,
                        ordinal, (int)s);
@@ -122,7 +122,7 @@ int ensure_ready(int ordinal, const char *op)
 
 int gk_fail_gpu(const gk_ctx *k, const char *what, gpuError_t e)
 {
-    gpuGetLastError(); /* clear a non-sticky error so later calls are not blamed */
+    (void)gpuGetLastError(); /* clear a non-sticky error so later calls are not blamed */
     return GK_FAIL(OPR_ERR_BACKEND, "%s: %s error on device %d: %s (in %s)", k ? k->op : "?",
                    GPU_RUNTIME_NAME, k ? k->ordinal : -1, gpuGetErrorString(e), what);
 }
@@ -199,18 +199,18 @@ void *gk_mem_alloc(int ordinal, size_t nbytes)
         }
     }
     if (use_device(ordinal) != gpuSuccess) {
-        gpuGetLastError();
+        (void)gpuGetLastError();
         return nullptr;
     }
     void *p = nullptr;
     gpuError_t e = gpuMalloc(&p, c);
     if (e != gpuSuccess) {
-        gpuGetLastError();
+        (void)gpuGetLastError();
         if (d.cached == 0) return nullptr;
         trim_locked(d);
         p = nullptr;
         if (gpuMalloc(&p, c) != gpuSuccess) {
-            gpuGetLastError();
+            (void)gpuGetLastError();
             return nullptr;
         }
     }
@@ -226,8 +226,8 @@ void gk_mem_free(int ordinal, void *ptr, size_t nbytes)
     std::lock_guard<std::mutex> lk(d.lock);
     if (g_no_cache) {
         /* gpuFree waits for the work still using the block. */
-        if (use_device(ordinal) == gpuSuccess) gpuFree(ptr);
-        gpuGetLastError();
+        if (use_device(ordinal) == gpuSuccess) (void)gpuFree(ptr);
+        (void)gpuGetLastError();
         d.held -= c;
         return;
     }
@@ -303,13 +303,13 @@ uint64_t dev_reserved(void *, int32_t ordinal)
 void device_speed(opr_device_desc *desc)
 {
     int sms = 0, clk = 0, mem_clk = 0, bus = 0, major = 0, minor = 0;
-    gpuDeviceGetAttribute(&sms, gpuDevAttrMultiProcessorCount, 0);
-    gpuDeviceGetAttribute(&clk, gpuDevAttrClockRate, 0);
-    gpuDeviceGetAttribute(&mem_clk, gpuDevAttrMemoryClockRate, 0);
-    gpuDeviceGetAttribute(&bus, gpuDevAttrGlobalMemoryBusWidth, 0);
-    gpuDeviceGetAttribute(&major, gpuDevAttrComputeCapabilityMajor, 0);
-    gpuDeviceGetAttribute(&minor, gpuDevAttrComputeCapabilityMinor, 0);
-    gpuGetLastError();
+    (void)gpuDeviceGetAttribute(&sms, gpuDevAttrMultiProcessorCount, 0);
+    (void)gpuDeviceGetAttribute(&clk, gpuDevAttrClockRate, 0);
+    (void)gpuDeviceGetAttribute(&mem_clk, gpuDevAttrMemoryClockRate, 0);
+    (void)gpuDeviceGetAttribute(&bus, gpuDevAttrGlobalMemoryBusWidth, 0);
+    (void)gpuDeviceGetAttribute(&major, gpuDevAttrComputeCapabilityMajor, 0);
+    (void)gpuDeviceGetAttribute(&minor, gpuDevAttrComputeCapabilityMinor, 0);
+    (void)gpuGetLastError();
 #ifdef GPU_BACKEND_HIP
     const int lanes = 64; /* FP32 lanes per compute unit (CDNA/RDNA) */
 #else
@@ -333,7 +333,7 @@ void plugin_shutdown(opr_plugin *)
         std::lock_guard<std::mutex> lk(d.lock);
         if (!d.ready.load(std::memory_order_acquire)) continue;
         if (gpuSetDevice(i) != gpuSuccess) {
-            gpuGetLastError();
+            (void)gpuGetLastError();
             continue;
         }
         trim_locked(d);
@@ -341,10 +341,10 @@ void plugin_shutdown(opr_plugin *)
         if (d.blas) cublasDestroy(d.blas);
         d.blas = nullptr;
 #endif
-        gpuStreamDestroy(d.stream);
+        (void)gpuStreamDestroy(d.stream);
         d.stream = nullptr;
         d.ready.store(false, std::memory_order_release);
-        gpuGetLastError();
+        (void)gpuGetLastError();
     }
 }
 
@@ -380,7 +380,7 @@ extern "C" OPR_PLUGIN_EXPORT int opr_plugin_init(const opr_host_api *host, opr_p
     int n = 0;
     gpuError_t e = gpuGetDeviceCount(&n);
     if (e != gpuSuccess || n < 1) {
-        gpuGetLastError();
+        (void)gpuGetLastError();
         host->set_error("%s: no usable device (%s)", GPU_NAME,
                         e != gpuSuccess ? gpuGetErrorString(e) : "device count is 0");
         return OPR_ERR_UNSUPPORTED;
