@@ -6,17 +6,34 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A growable list that starts in place: small graphs never touch the heap. */
+#define NODE_LIST_INLINE 32
 typedef struct node_list {
     opr_node **items;
     int n, cap;
+    opr_node *inline_items[NODE_LIST_INLINE];
 } node_list;
+
+static void list_init(node_list *l)
+{
+    l->items = l->inline_items;
+    l->n = 0;
+    l->cap = NODE_LIST_INLINE;
+}
+
+static void list_free(node_list *l)
+{
+    if (l->items != l->inline_items) free(l->items);
+}
 
 static int push(node_list *l, opr_node *n)
 {
     if (l->n == l->cap) {
-        int cap = l->cap ? l->cap * 2 : 64;
-        opr_node **items = realloc(l->items, (size_t)cap * sizeof *items);
+        int cap = l->cap * 2;
+        opr_node **items = malloc((size_t)cap * sizeof *items);
         if (!items) return opr_fail(OPR_ERR_NOMEM, "out of memory in backward");
+        memcpy(items, l->items, (size_t)l->n * sizeof *items);
+        list_free(l);
         l->items = items;
         l->cap = cap;
     }
@@ -139,7 +156,8 @@ static int run_node(opr_node *n, const opr_backward_opts *o, const capture *cap,
 /* Counts, for every node reachable from the roots, how many edges lead into it. */
 static int collect(node_list *all, opr_node *const *roots, int nroots)
 {
-    node_list stack = {0};
+    node_list stack;
+    list_init(&stack);
     int rc = OPR_OK;
     for (int i = 0; i < nroots && !rc; i++)
         if (roots[i] && !roots[i]->queued) { roots[i]->queued = true; rc = push(&stack, roots[i]); }
@@ -153,7 +171,7 @@ static int collect(node_list *all, opr_node *const *roots, int nroots)
             if (!next->queued) { next->queued = true; rc = push(&stack, next); }
         }
     }
-    free(stack.items);
+    list_free(&stack);
     return rc;
 }
 
@@ -194,17 +212,21 @@ static int backward(opr_tensor *const *outputs, opr_tensor *const *grad_outputs,
                               "output %d has %lld elements", i, (long long)t->m.numel);
                 break;
             }
-            seeds[i] = opr_tensor_new(t->ctx, t->m.dtype, t->m.ndim, t->m.shape, t->storage->dev);
-            const opr_op *fill = seeds[i] ? registry_engine_op(t->ctx, ENGINE_OP_FILL) : NULL;
-            opr_value fa[2] = {opr_v_tensor(seeds[i]), opr_v_double(1)};
-            opr_tensor *same = NULL;
-            rc = fill ? opr_call(fill, fa, 2, &same, 1) : OPR_ERR_NOMEM;
-            opr_tensor_release(same);
+            /* the implicit gradient 1 of a one-element output */
+            const float one_f = 1;
+            const double one_d = 1;
+            const uint16_t one_h = opr_f16_from_float(1), one_b = opr_bf16_from_float(1);
+            const void *one = t->m.dtype == OPR_F32 ? (const void *)&one_f : t->m.dtype == OPR_F64 ? (const void *)&one_d
+                            : t->m.dtype == OPR_F16 ? (const void *)&one_h : (const void *)&one_b;
+            seeds[i] = opr_tensor_from_data(t->ctx, t->m.dtype, t->m.ndim, t->m.shape, one, t->storage->dev);
+            if (!seeds[i]) rc = OPR_ERR_NOMEM;
         }
         roots[i] = t->grad_fn;
     }
     bool prev_mode = opr_grad_mode_set(o.create_graph);
-    node_list all = {0}, ready = {0};
+    node_list all, ready;
+    list_init(&all);
+    list_init(&ready);
     if (!rc) rc = collect(&all, roots, n_outputs);
     /* seed: gradients of the outputs themselves */
     for (int i = 0; i < n_outputs && !rc; i++) {
@@ -225,8 +247,8 @@ static int backward(opr_tensor *const *outputs, opr_tensor *const *grad_outputs,
     }
     for (int i = 0; i < 16; i++) opr_tensor_release(seeds[i]);
     opr_grad_mode_set(prev_mode);
-    free(all.items);
-    free(ready.items);
+    list_free(&all);
+    list_free(&ready);
     return rc;
 }
 

@@ -311,8 +311,16 @@ int opr_call(const opr_op *op, const opr_value *args, int nargs, opr_tensor **re
                         "autograd; use the out-of-place op or no_grad", op->name);
     }
 
-    if (op->view) {
-        opr_tensor *v = run_view(op, &c);
+    bool identity = false;
+    if (op->identity_if) { /* e.g. sum_to a shape the tensor already has: no kernel, no copy */
+        mval v;
+        if ((rc = expr_eval(op->identity_if, c.slots, &v))) { free(c.list_views); return opr_fail_wrap(rc, "%s", op->name); }
+        identity = v.k == MV_BOOL && v.u.b && c.tensors[0]->m.dtype == (opr_dtype)c.common;
+    }
+    if (op->view || identity) {
+        opr_tensor *self = c.tensors[0];
+        opr_tensor *v = identity ? opr_tensor_make_view(self, self->m.ndim, self->m.shape, self->strides, self->offset)
+                                 : run_view(op, &c);
         if (v && record && (rc = ag_record(op, c.tensors, c.slots, &v, c.dev, c.list_requires_grad))) {
             opr_tensor_release(v);
             v = NULL;

@@ -30,7 +30,7 @@ opr_op *registry_find(const opr_ctx *ctx, const char *name)
 
 const opr_op *registry_engine_op(opr_ctx *ctx, int which)
 {
-    static const char *const names[] = {"add", "fill_"};
+    static const char *const names[ENGINE_OP_COUNT] = {"add"};
     opr_op *op = atomic_load_explicit(&ctx->reg->engine_ops[which], memory_order_acquire);
     if (op) return op;
     pthread_mutex_lock(&ctx->lock);

@@ -98,7 +98,9 @@ static int cost_call(void *ud, const expr *call, const mval *args, int n, mval *
     if (!res) return opr_fail(OPR_ERR_NOMEM, "formula too large to cost");
     for (int k = 0; k < op->nout; k++) { slots[op->nargs + k].k = MV_TENSOR; slots[op->nargs + k].u.t = &res->m; }
     slots[op->nargs + op->nout] = slots[op->nargs];
-    if (!op->view) {
+    mval same;
+    bool identity = op->identity_if && !expr_eval(op->identity_if, slots, &same) && same.k == MV_BOOL && same.u.b;
+    if (!op->view && !identity) {
         mval f;
         double flops = (double)res->m.numel;
         if (op->flops && !expr_eval(op->flops, slots, &f)) flops = f.k == MV_INT ? (double)f.u.i : f.u.d;

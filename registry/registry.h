@@ -59,6 +59,7 @@ struct opr_op {
     int same_shape_args[2];    /* shape is broadcast(a, b) of these tensor args, else -1 */
     bool dynamic_shape;        /* the kernel allocates output 0 */
     expr *flops;
+    expr *identity_if;         /* when true, the result is `self` itself (a new header) */
     view_kind view;
     _Atomic(kernel_entry *) kernels[OPR_MAX_DEVICE_TYPES];
     struct deriv_info *deriv;  /* derivative candidates, NULL if not differentiable */
@@ -75,7 +76,7 @@ typedef struct opr_registry {
     int n, cap;
     char *errors;              /* every load error, newline-separated */
     size_t errors_len;
-    _Atomic(opr_op *) engine_ops[2]; /* add, fill_: looked up once for the autograd engine */
+    _Atomic(opr_op *) engine_ops[1]; /* add: looked up once for the autograd engine */
 } opr_registry;
 
 /* Parses a schema string into op (name, args, outputs). src locates it for errors. */
@@ -90,7 +91,7 @@ int registry_add(opr_ctx *ctx, opr_op *op);
 void registry_note_error(opr_ctx *ctx, const char *msg);
 opr_op *registry_find(const opr_ctx *ctx, const char *name);
 /* The ops the autograd engine itself calls, cached after the first lookup. */
-enum { ENGINE_OP_ADD, ENGINE_OP_FILL };
+enum { ENGINE_OP_ADD, ENGINE_OP_COUNT };
 const opr_op *registry_engine_op(opr_ctx *ctx, int which);
 
 /* Loads YAML text (the registry lock is taken inside). */

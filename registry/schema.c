@@ -197,6 +197,7 @@ void op_free(opr_op *op)
     for (int i = 0; i < OPR_MAX_OUTS; i++) expr_free(op->shapes[i]);
     for (int i = 0; i < op->nchecks; i++) expr_free(op->checks[i]);
     expr_free(op->flops);
+    expr_free(op->identity_if);
     for (int i = 0; i < OPR_MAX_DEVICE_TYPES; i++) free(atomic_load(&op->kernels[i]));
     free(op);
 }

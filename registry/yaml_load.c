@@ -145,6 +145,13 @@ static int parse_key(const loader *l, opr_op *op, const yaml_node_t *k, const ya
         op->nchecks = count;
         return rc;
     }
+    if (!strcmp(key, "identity_if")) {
+        if (!yaml_scalar(v)) return yaml_fail_at(l, v, OPR_ERR_PARSE, "%s must be an expression", key);
+        if (op->nout != 1 || op->nargs == 0 || op->args[0].type != ARG_TENSOR || op->inplace)
+            return yaml_fail_at(l, k, OPR_ERR_PARSE, "%s needs an out-of-place op taking a Tensor first and returning one", key);
+        expr_src src = yaml_scalar_src(l, v);
+        return (op->identity_if = expr_parse(yaml_scalar(v), &src)) ? OPR_OK : OPR_ERR_PARSE;
+    }
     if (!strcmp(key, "flops")) {
         if (!yaml_scalar(v)) return yaml_fail_at(l, v, OPR_ERR_PARSE, "%s must be an expression", key);
         expr_src src = yaml_scalar_src(l, v);
@@ -203,6 +210,7 @@ static int finish_op(const loader *l, opr_op *op, const yaml_node_t *entry)
     for (int i = 0; i < op->nout; i++)
         if (op->shapes[i] && expr_resolve(op->shapes[i], names, op->nargs, &src)) return OPR_ERR_PARSE;
     if (op->flops && expr_resolve(op->flops, names, n, &src)) return OPR_ERR_PARSE;
+    if (op->identity_if && expr_resolve(op->identity_if, names, op->nargs, &src)) return OPR_ERR_PARSE;
     if (!op->view && !op->dynamic_shape && !op->shapes[0])
         return yaml_fail_at(l, entry, OPR_ERR_PARSE, "op '%s' needs a 'shape' (or 'view')", op->name);
     if (op->view && (op->nargs == 0 || op->args[0].type != ARG_TENSOR || op->nout != 1))

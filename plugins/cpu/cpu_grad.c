@@ -22,6 +22,42 @@
 SUM_TO(float)
 SUM_TO(double)
 
+/* The common case (a bias gradient): x contiguous, summed over leading dims only, so x
+ * reads as R rows of C = numel(out) columns. Columns are split into blocks that threads
+ * take whole; each block accumulates in double over the rows. */
+#define ROWS_BLOCK 256
+#define SUM_ROWS(T)                                                                                \
+    static void sum_rows_##T(const T *in, T *o, int64_t rows, int64_t cols)                        \
+    {                                                                                              \
+        int64_t nblocks = (cols + ROWS_BLOCK - 1) / ROWS_BLOCK;                                   \
+        _Pragma("omp parallel for if (rows * cols >= CPU_PAR_THRESHOLD)")                          \
+        for (int64_t b = 0; b < nblocks; b++) {                                                    \
+            int64_t c0 = b * ROWS_BLOCK, n = cols - c0 < ROWS_BLOCK ? cols - c0 : ROWS_BLOCK;      \
+            double acc[ROWS_BLOCK] = {0};                                                          \
+            for (int64_t r = 0; r < rows; r++) {                                                   \
+                const T *row = in + r * cols + c0;                                                 \
+                for (int64_t j = 0; j < n; j++) acc[j] += row[j];                                  \
+            }                                                                                      \
+            for (int64_t j = 0; j < n; j++) o[c0 + j] = (T)acc[j];                                 \
+        }                                                                                          \
+    }
+SUM_ROWS(float)
+SUM_ROWS(double)
+
+/* True when summing x to out only removes (or collapses) leading dims of contiguous x. */
+static bool leading_dims_only(const opr_tensor_view *x, const opr_tensor_view *out, const int64_t *ostr)
+{
+    if (!cpu_is_contiguous(x) || out->numel == 0) return false;
+    int32_t d = 0;
+    while (d < x->ndim && ostr[d] == 0) d++; /* the reduced leading dims */
+    int64_t expect = 1;
+    for (int32_t k = x->ndim - 1; k >= d; k--) {
+        if (x->shape[k] != 1 && ostr[k] != expect) return false;
+        expect *= x->shape[k];
+    }
+    return expect == out->numel;
+}
+
 /* sum_to(self, size): self's shape broadcasts from `size`; sum over the broadcast dims. */
 static int k_sum_to(const opr_kernel_call *c)
 {
@@ -37,8 +73,15 @@ static int k_sum_to(const opr_kernel_call *c)
     if (!cpu_bcast_strides(&as_strided, x->ndim, x->shape, ostr))
         return CPU_FAIL(OPR_ERR_INVALID, "sum_to: a tensor of %d dims cannot be summed to %d dims of these sizes",
                         x->ndim, out->ndim);
-    if (x->dtype == OPR_F32) sum_to_float(x, out, ostr);
-    else sum_to_double(x, out, ostr);
+    if (leading_dims_only(x, out, ostr)) {
+        int64_t cols = out->numel, rows = x->numel / cols;
+        if (x->dtype == OPR_F32) sum_rows_float(x->data, out->data, rows, cols);
+        else sum_rows_double(x->data, out->data, rows, cols);
+    } else if (x->dtype == OPR_F32) {
+        sum_to_float(x, out, ostr);
+    } else {
+        sum_to_double(x, out, ostr);
+    }
     return OPR_OK;
 }
 
