@@ -144,7 +144,16 @@ int opr_tensor_copy_into(opr_tensor *dst, const opr_tensor *src);
 /* Drops a reference to an autograd node (autograd/record.c). */
 void ag_node_release(struct opr_node *n);
 
-/* Creates the built-in cpu device entry (type 0). */
+/* Creates the built-in cpu device entry (type 0); frees what it holds. */
 void opr_devices_init(opr_ctx *ctx);
+void opr_devices_free(opr_ctx *ctx);
+
+/* The CPU allocator with its cache of large blocks (cpu_cache.c). */
+void *cpu_cache_new(void);
+void cpu_cache_free(void *cache);
+void *cpu_cache_alloc(void *cache, int32_t ordinal, size_t nbytes);
+void cpu_cache_release(void *cache, int32_t ordinal, void *ptr, size_t nbytes);
+/* Bytes kept in the cache, not in any tensor. */
+uint64_t cpu_cache_cached(void *cache);
 
 #endif /* OPREG_CORE_H */

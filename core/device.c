@@ -6,22 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* 64-byte alignment suits AVX-512 loads and keeps cache lines unshared. */
-#define CPU_ALIGN 64
-
-static void *cpu_alloc(void *data, int32_t ordinal, size_t nbytes)
-{
-    (void)data; (void)ordinal;
-    size_t rounded = (nbytes + CPU_ALIGN - 1) / CPU_ALIGN * CPU_ALIGN;
-    return aligned_alloc(CPU_ALIGN, rounded ? rounded : CPU_ALIGN);
-}
-
-static void cpu_free(void *data, int32_t ordinal, void *ptr, size_t nbytes)
-{
-    (void)data; (void)ordinal; (void)nbytes;
-    free(ptr);
-}
-
 static int cpu_copy(void *data, int32_t ordinal, void *dst, const void *src, size_t n)
 {
     (void)data; (void)ordinal;
@@ -36,11 +20,18 @@ void opr_devices_init(opr_ctx *ctx)
     strcpy(e->name, "cpu");
     e->desc = (opr_device_desc){
         .struct_size = sizeof e->desc, .name = e->name, .count = 1,
-        .flops_per_s = 20e9, .bytes_per_s = 10e9, .launch_ns = 50,
-        .alloc = cpu_alloc, .free = cpu_free, .copy_to_host = cpu_copy,
+        .flops_per_s = 20e9, .bytes_per_s = 10e9, .launch_ns = 200,
+        .data = cpu_cache_new(), .alloc = cpu_cache_alloc, .free = cpu_cache_release,
+        .copy_to_host = cpu_copy,
         .copy_from_host = cpu_copy, .copy_device = cpu_copy,
     };
     atomic_store(&ctx->n_devices, 1);
+}
+
+void opr_devices_free(opr_ctx *ctx)
+{
+    cpu_cache_free(ctx->devices[0].desc.data);
+    ctx->devices[0].desc.data = NULL;
 }
 
 int opr_device_type_find(const opr_ctx *ctx, const char *name)
@@ -117,8 +108,8 @@ int opr_memory_stats(const opr_ctx *ctx, opr_device dev, opr_mem_stats *out)
     out->current_bytes = atomic_load(&s->current);
     out->peak_bytes = atomic_load(&s->peak);
     out->n_allocs = atomic_load(&s->n_allocs);
-    out->reserved_bytes = e->desc.reserved ? e->desc.reserved(e->desc.data, dev.index)
-                                           : out->current_bytes;
+    out->reserved_bytes = dev.type == 0 ? out->current_bytes + cpu_cache_cached(e->desc.data)
+                          : e->desc.reserved ? e->desc.reserved(e->desc.data, dev.index) : out->current_bytes;
     return OPR_OK;
 }
 

@@ -72,6 +72,11 @@ opr_ctx *opr_ctx_new(const opr_ctx_opts *opts)
     pthread_mutexattr_destroy(&attr);
     opr_devices_init(ctx);
     dispatch_init(ctx);
+    if (!ctx->devices[0].desc.data) {
+        opr_fail(OPR_ERR_NOMEM, "opr_ctx_new: out of memory");
+        opr_ctx_free(ctx);
+        return NULL;
+    }
     if (registry_new(ctx) || plugins_new(ctx)) { opr_ctx_free(ctx); return NULL; }
     if (!(opts && opts->skip_builtin_yaml)) {
         const char *dir = builtin_yaml_dir(opts);
@@ -94,6 +99,7 @@ int opr_ctx_free(opr_ctx *ctx)
     int live = (int)atomic_load(&ctx->live_tensors);
     plugins_free(ctx);
     registry_free(ctx);
+    opr_devices_free(ctx);
     pthread_mutex_destroy(&ctx->lock);
     free(ctx);
     return live;

@@ -105,6 +105,7 @@ void deriv_free(opr_op *op)
         for (int k = 0; k < c->ncover; k++) expr_free(c->formula[k]);
         for (int k = 0; k < c->nlets; k++) expr_free(c->lets[k]);
         expr_free(c->flops);
+        for (int k = 0; k < c->ncover; k++) expr_free(c->out_flops[k]);
     }
     for (int i = op->nargs + op->nout; i < d->nslots; i++) free(d->slot_names[i]);
     free(d->cands);

@@ -35,7 +35,8 @@ typedef struct deriv_cand {
     int nlets;
     /* kernel entry */
     struct opr_op *kernel;            /* the backward kernel slot ("mm_backward") */
-    expr *flops;                      /* kernel cost, all outputs */
+    expr *flops;                      /* kernel cost, all outputs (or NULL) */
+    expr *out_flops[OPR_MAX_ARGS];    /* kernel cost per output, by cover position */
     /* analysis: slots read as tensors / only as metadata, per output and by lets */
     uint64_t out_needs[OPR_MAX_ARGS];
     uint64_t out_meta[OPR_MAX_ARGS];

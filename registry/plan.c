@@ -163,15 +163,18 @@ static int cand_cost(const opr_op *op, const deriv_cand *c, uint32_t want, opr_d
         mval f;
         double flops = 0;
         if (c->flops && !expr_eval(c->flops, slots, &f)) flops = f.k == MV_INT ? (double)f.u.i : f.u.d;
-        double frac = 0, bytes = 0;
+        double frac = 0, bytes = 0, per_output = 0;
         for (int k = 0; k < c->ncover; k++) {
             if (!((want >> c->cover[k]) & 1)) continue;
             frac += 1.0 / c->ncover;
+            if (c->out_flops[k] && !expr_eval(c->out_flops[k], slots, &f))
+                per_output += f.k == MV_INT ? (double)f.u.i : f.u.d;
             *save |= c->out_needs[k];
             *meta |= c->out_meta[k];
             bytes += (double)slots[c->cover[k]].u.t->numel; /* the gradient written */
         }
-        cc->flops = flops * frac;
+        /* per-output figures when the entry gives them, else a share of the whole */
+        cc->flops = c->flops ? flops * frac : per_output;
         cc->bytes = (bytes + (double)slots[op->nargs].u.t->numel) * (double)opr_dtype_size(dt) +
                     (double)slot_bytes(op, slots, *save);
         cc->launches = 1;

@@ -169,7 +169,17 @@ static int parse_fused(const loader *l, opr_op *op, deriv_cand *c, const yaml_no
     if (kernel) {
         if ((rc = kernel_slot(l, op, c, kernel))) return rc;
         if (needs && (rc = parse_needs(l, op, c, needs))) return rc;
-        if (flops) {
+        if (flops && flops->type == YAML_MAPPING_NODE) { /* per output: {self: .., mat2: ..} */
+            for (yaml_node_pair_t *p = flops->data.mapping.pairs.start; p < flops->data.mapping.pairs.top; p++) {
+                yaml_node_t *fk = yaml_document_get_node(l->doc, p->key), *fv = yaml_document_get_node(l->doc, p->value);
+                int pos = yaml_scalar(fk) ? cover_pos(c, arg_of(op, yaml_scalar(fk))) : -1;
+                if (pos < 0 || !yaml_scalar(fv))
+                    return yaml_fail_at(l, fk, OPR_ERR_PARSE, "flops: '%s' is not an input of this entry", yaml_scalar(fk) ? yaml_scalar(fk) : "?");
+                expr_src src = yaml_scalar_src(l, fv);
+                if (!(c->out_flops[pos] = expr_parse(yaml_scalar(fv), &src))) return OPR_ERR_PARSE;
+                if ((rc = expr_resolve(c->out_flops[pos], (const char *const *)d->slot_names, d->nslots, &src))) return rc;
+            }
+        } else if (flops) {
             if (!yaml_scalar(flops)) return yaml_fail_at(l, flops, OPR_ERR_PARSE, "flops must be an expression%s", "");
             expr_src src = yaml_scalar_src(l, flops);
             if (!(c->flops = expr_parse(yaml_scalar(flops), &src))) return OPR_ERR_PARSE;
@@ -211,6 +221,7 @@ int yaml_deriv_key(const loader *l, opr_op *op, const yaml_node_t *k, const yaml
         free(c.label);
         for (int i = 0; i < c.ncover; i++) expr_free(c.formula[i]);
         for (int i = 0; i < c.nlets; i++) expr_free(c.lets[i]);
+        for (int i = 0; i < c.ncover; i++) expr_free(c.out_flops[i]);
         expr_free(c.flops);
         /* a kernel slot already registered stays: it is harmless without a candidate */
         return rc ? rc : opr_fail(OPR_ERR_NOMEM, "out of memory");

@@ -334,6 +334,28 @@ START_TEST(grad_state)
 }
 END_TEST
 
+START_TEST(large_blocks_are_cached_and_reported_as_reserved)
+{
+    opr_ctx *ctx = bare_ctx();
+    const int64_t shape[1] = {1 << 18}; /* 1 MiB of f32 */
+    opr_mem_stats s0 = {.struct_size = sizeof s0}, s = {.struct_size = sizeof s};
+    opr_memory_stats(ctx, OPR_CPU, &s0);
+    opr_tensor *a = opr_tensor_new(ctx, OPR_F32, 1, shape, OPR_CPU);
+    void *first = opr_tensor_data(a);
+    opr_tensor_release(a);
+    opr_memory_stats(ctx, OPR_CPU, &s);
+    ck_assert_uint_eq(s.current_bytes, s0.current_bytes);           /* no tensor holds it */
+    ck_assert_uint_ge(s.reserved_bytes - s0.reserved_bytes, 1u << 20); /* but the cache does */
+    opr_tensor *b = opr_tensor_new(ctx, OPR_F32, 1, shape, OPR_CPU);
+    ck_assert_ptr_eq(opr_tensor_data(b), first);                   /* and hands it out again */
+    opr_memory_stats(ctx, OPR_CPU, &s);
+    ck_assert_uint_eq(s.current_bytes - s0.current_bytes, 1u << 20);
+    ck_assert_uint_eq(s.reserved_bytes, s.current_bytes);
+    opr_tensor_release(b);
+    tu_ctx_free(ctx);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("core");
@@ -344,6 +366,7 @@ int main(void)
     tcase_add_test(tc, view_errors_are_reported);
     tcase_add_test(tc, memory_stats_are_exact);
     tcase_add_test(tc, memory_stats_count_op_outputs);
+    tcase_add_test(tc, large_blocks_are_cached_and_reported_as_reserved);
     tcase_add_test(tc, dlpack_round_trip_is_zero_copy);
     tcase_add_test(tc, last_error_is_thread_local);
     tcase_add_test(tc, dtype_and_device_names);

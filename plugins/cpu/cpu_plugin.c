@@ -34,7 +34,7 @@ OPR_PLUGIN_EXPORT int opr_plugin_init(const opr_host_api *host, opr_plugin *self
      * compares candidates, so the ratios matter more than the absolute values. */
     opr_device_desc dev = {
         .struct_size = sizeof dev, .name = "cpu", .count = 1,
-        .flops_per_s = 50e9, .bytes_per_s = 10e9, .launch_ns = 50,
+        .flops_per_s = 50e9, .bytes_per_s = 10e9, .launch_ns = 200,
     };
     int rc = host->register_device(self, &dev);
     if (rc) return rc;
