@@ -277,7 +277,7 @@ int main(int argc, char **argv)
         print_row("add f32[8]", "c10::InferenceMode", r_add.ns, t_add[2].ns);
         print_row("mm f32[256x256]", "torch::NoGradGuard", r_mm.ns, t_mm.ns);
         printf("(one opreg figure per op, measured once: no input requires grad, and opreg's call\n"
-               " path has no grad-mode branch yet, so each libtorch variant is compared with it)\n\n");
+               " path checks grad mode only when an input requires grad, so each libtorch variant is compared with it)\n\n");
     } else {
         print_row("add f32[8]", "(libtorch not available)", r_add.ns, -1);
         print_row("mm f32[256x256]", "(libtorch not available)", r_mm.ns, -1);

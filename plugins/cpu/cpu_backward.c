@@ -348,6 +348,7 @@ static int sum_to_scaled(const char *op, const opr_tensor_view *g, opr_tensor_vi
     if (!cpu_bcast_strides(&as, g->ndim, g->shape, ost))
         return CPU_FAIL(OPR_ERR_INVALID, "%s: the gradient does not reduce to a %d-d input of these sizes", op,
                         (int)out->ndim);
+    if (cpu_sum_rows(g, out, ost, scale)) return OPR_OK; /* the usual bias case, in parallel */
     double *acc = calloc((size_t)(out->numel ? out->numel : 1), sizeof *acc);
     if (!acc) return CPU_FAIL(OPR_ERR_NOMEM, "%s: out of memory", op);
     cpu_walk w;

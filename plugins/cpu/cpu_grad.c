@@ -27,7 +27,7 @@ SUM_TO(double)
  * take whole; each block accumulates in double over the rows. */
 #define ROWS_BLOCK 256
 #define SUM_ROWS(T)                                                                                \
-    static void sum_rows_##T(const T *in, T *o, int64_t rows, int64_t cols)                        \
+    static void sum_rows_##T(const T *in, T *o, int64_t rows, int64_t cols, double scale)          \
     {                                                                                              \
         int64_t nblocks = (cols + ROWS_BLOCK - 1) / ROWS_BLOCK;                                   \
         _Pragma("omp parallel for if (rows * cols >= CPU_PAR_THRESHOLD)")                          \
@@ -38,7 +38,7 @@ SUM_TO(double)
                 const T *row = in + r * cols + c0;                                                 \
                 for (int64_t j = 0; j < n; j++) acc[j] += row[j];                                  \
             }                                                                                      \
-            for (int64_t j = 0; j < n; j++) o[c0 + j] = (T)acc[j];                                 \
+            for (int64_t j = 0; j < n; j++) o[c0 + j] = (T)(scale * acc[j]);                       \
         }                                                                                          \
     }
 SUM_ROWS(float)
@@ -58,6 +58,15 @@ static bool leading_dims_only(const opr_tensor_view *x, const opr_tensor_view *o
     return expect == out->numel;
 }
 
+bool cpu_sum_rows(const opr_tensor_view *x, opr_tensor_view *out, const int64_t *ostr, double scale)
+{
+    if (!leading_dims_only(x, out, ostr) || (x->dtype != OPR_F32 && x->dtype != OPR_F64)) return false;
+    int64_t cols = out->numel, rows = x->numel / cols;
+    if (x->dtype == OPR_F32) sum_rows_float(x->data, out->data, rows, cols, scale);
+    else sum_rows_double(x->data, out->data, rows, cols, scale);
+    return true;
+}
+
 /* sum_to(self, size): self's shape broadcasts from `size`; sum over the broadcast dims. */
 static int k_sum_to(const opr_kernel_call *c)
 {
@@ -73,10 +82,8 @@ static int k_sum_to(const opr_kernel_call *c)
     if (!cpu_bcast_strides(&as_strided, x->ndim, x->shape, ostr))
         return CPU_FAIL(OPR_ERR_INVALID, "sum_to: a tensor of %d dims cannot be summed to %d dims of these sizes",
                         x->ndim, out->ndim);
-    if (leading_dims_only(x, out, ostr)) {
-        int64_t cols = out->numel, rows = x->numel / cols;
-        if (x->dtype == OPR_F32) sum_rows_float(x->data, out->data, rows, cols);
-        else sum_rows_double(x->data, out->data, rows, cols);
+    if (cpu_sum_rows(x, out, ostr, 1.0)) {
+        /* done: summed over leading dims */
     } else if (x->dtype == OPR_F32) {
         sum_to_float(x, out, ostr);
     } else {

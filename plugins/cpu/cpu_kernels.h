@@ -8,6 +8,10 @@
 /* Registers one kernel for device "cpu". Returns the host's status. */
 int cpu_register(opr_plugin *self, const char *op, uint32_t dtypes, opr_kernel_fn fn);
 
+/* out = scale * x summed over x's leading dims, when that is all that summing x to out
+ * (broadcast strides ostr) does and x is contiguous; false otherwise (cpu_grad.c). */
+bool cpu_sum_rows(const opr_tensor_view *x, opr_tensor_view *out, const int64_t *ostr, double scale);
+
 int cpu_register_elementwise(opr_plugin *self); /* cpu_elementwise.c */
 int cpu_register_reduce(opr_plugin *self);      /* cpu_reduce.c */
 int cpu_register_linalg(opr_plugin *self);      /* cpu_linalg.c */
