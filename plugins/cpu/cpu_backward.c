@@ -18,12 +18,11 @@
  * linear on [..., in] input is one [out, N] @ [N, in] GEMM over all N leading rows,
  * and nothing of batch size is ever materialised and then summed. */
 #include "cpu_common.h"
+#include "cpu_blas.h"
 #include "cpu_kernels.h"
 
-#include <cblas.h>
 #include <stdlib.h>
 
-#define BLAS_INT_MAX ((int64_t)(sizeof(blasint) == 4 ? INT32_MAX : INT64_MAX))
 
 /* A strided matrix operand: element (i, j) of batch position b at
  * data + (sum_d idx_d * bst[d] + i * rs + j * cs) * element size. */
@@ -41,53 +40,6 @@ static bmat bmat_t(bmat m) /* the transpose, as strides */
     t.rs = m.cs;
     t.cs = m.rs;
     return t;
-}
-
-/* How BLAS reads a matrix in place: row-major with leading dimension ld, or as the
- * transpose of one. Strides of size-1 dims do not matter. */
-typedef struct { bool direct, trans; int64_t ld; } blas_layout;
-
-static blas_layout layout_of(int64_t rows, int64_t cols, int64_t rs, int64_t cs)
-{
-    blas_layout l = {false, false, 0};
-    const int64_t min_rs = cols > 1 ? cols : 1, min_cs = rows > 1 ? rows : 1;
-    if ((cs == 1 || cols == 1) && (rows == 1 || rs >= min_rs)) {
-        l.direct = true;
-        l.ld = rows == 1 ? min_rs : rs;
-    } else if ((rs == 1 || rows == 1) && (cols == 1 || cs >= min_cs)) {
-        l.direct = l.trans = true;
-        l.ld = cols == 1 ? min_cs : cs;
-    }
-    if (l.ld > BLAS_INT_MAX) l.direct = false;
-    return l;
-}
-
-#define PACK(T)                                                                            \
-    do {                                                                                   \
-        const T *s_ = (const T *)src;                                                      \
-        T *d_ = (T *)dst;                                                                  \
-        for (int64_t i = 0; i < rows; i++)                                                 \
-            for (int64_t j = 0; j < cols; j++) d_[i * cols + j] = s_[i * rs + j * cs];     \
-    } while (0)
-
-/* Copies a strided matrix into a contiguous row-major one. */
-static void pack(size_t es, const char *src, int64_t rows, int64_t cols, int64_t rs, int64_t cs, char *dst)
-{
-    if (es == 4) PACK(float);
-    else PACK(double);
-}
-
-static void blas_gemm(opr_dtype dt, blas_layout la, blas_layout lb, int64_t m, int64_t n, int64_t k,
-                      double alpha, const void *a, const void *b, double beta, void *c)
-{
-    const enum CBLAS_TRANSPOSE ta = la.trans ? CblasTrans : CblasNoTrans;
-    const enum CBLAS_TRANSPOSE tb = lb.trans ? CblasTrans : CblasNoTrans;
-    if (dt == OPR_F32)
-        cblas_sgemm(CblasRowMajor, ta, tb, (blasint)m, (blasint)n, (blasint)k, (float)alpha, a, (blasint)la.ld, b,
-                    (blasint)lb.ld, (float)beta, c, (blasint)n);
-    else
-        cblas_dgemm(CblasRowMajor, ta, tb, (blasint)m, (blasint)n, (blasint)k, alpha, a, (blasint)la.ld, b,
-                    (blasint)lb.ld, beta, c, (blasint)n);
 }
 
 /* ------------------------------------------------------------------ reducing batched GEMM */

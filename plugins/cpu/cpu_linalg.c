@@ -8,15 +8,14 @@
  * [..., k] @ [k, n] case of linear and matmul then runs as one large product, which is
  * both faster and lets OpenBLAS thread it well. */
 #include "cpu_common.h"
+#include "cpu_blas.h"
 #include "cpu_kernels.h"
 
-#include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
 
 /* The largest dimension or leading dimension BLAS takes (blasint is 32-bit unless
  * OpenBLAS was built with INTERFACE64). */
-#define BLAS_INT_MAX ((int64_t)(sizeof(blasint) == 4 ? INT32_MAX : INT64_MAX))
 
 /* One operand of a batched product. Element (i, j) of batch b lies at
  * data + (boff(b) + i * rs + j * cs) * element size, boff summing bst over the batch
@@ -46,59 +45,6 @@ static int64_t batch_count(const gemm_job *j)
     return n;
 }
 
-
-/* ------------------------------------------------------------------ BLAS plumbing */
-
-/* How BLAS can read a matrix without a copy: row-major with leading dimension ld, or
- * (trans) as the transpose of a row-major matrix. Strides of size-1 dims are free. */
-typedef struct { bool direct, trans; int64_t ld; } blas_layout;
-
-static blas_layout layout_of(int64_t rows, int64_t cols, int64_t rs, int64_t cs)
-{
-    blas_layout l = { false, false, 0 };
-    const int64_t min_rs = cols > 1 ? cols : 1, min_cs = rows > 1 ? rows : 1;
-    if ((cs == 1 || cols == 1) && (rows == 1 || rs >= min_rs)) {
-        l.direct = true;
-        l.ld = rows == 1 ? min_rs : rs;
-    } else if ((rs == 1 || rows == 1) && (cols == 1 || cs >= min_cs)) {
-        l.direct = l.trans = true;
-        l.ld = cols == 1 ? min_cs : cs;
-    }
-    if (l.ld > BLAS_INT_MAX) l.direct = false;
-    return l;
-}
-
-#define PACK_LOOP(T)                                                                      \
-    do {                                                                                  \
-        const T *s_ = (const T *)src;                                                     \
-        T *d_ = (T *)dst;                                                                 \
-        _Pragma("omp parallel for if (par)")                                              \
-        for (int64_t i = 0; i < rows; i++)                                                \
-            for (int64_t j = 0; j < cols; j++) d_[i * cols + j] = s_[i * rs + j * cs];    \
-    } while (0)
-
-/* Copies a strided (possibly broadcast) matrix into a contiguous row-major one. */
-static void pack(size_t es, const char *src, int64_t rows, int64_t cols, int64_t rs,
-                 int64_t cs, char *dst)
-{
-    const bool par = rows > 1 && rows * cols >= CPU_PAR_THRESHOLD;
-    if (es == 4) PACK_LOOP(float);
-    else PACK_LOOP(double);
-}
-
-static void blas_gemm(opr_dtype dt, blas_layout la, blas_layout lb, int64_t m, int64_t n,
-                      int64_t k, double alpha, const void *a, const void *b, double beta,
-                      void *c)
-{
-    const enum CBLAS_TRANSPOSE ta = la.trans ? CblasTrans : CblasNoTrans;
-    const enum CBLAS_TRANSPOSE tb = lb.trans ? CblasTrans : CblasNoTrans;
-    if (dt == OPR_F32)
-        cblas_sgemm(CblasRowMajor, ta, tb, (blasint)m, (blasint)n, (blasint)k, (float)alpha,
-                    a, (blasint)la.ld, b, (blasint)lb.ld, (float)beta, c, (blasint)n);
-    else
-        cblas_dgemm(CblasRowMajor, ta, tb, (blasint)m, (blasint)n, (blasint)k, alpha,
-                    a, (blasint)la.ld, b, (blasint)lb.ld, beta, c, (blasint)n);
-}
 
 /* ------------------------------------------------------------------ batched driver */
 

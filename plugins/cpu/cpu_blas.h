@@ -1,0 +1,64 @@
+/* CBLAS plumbing shared by the forward GEMMs (cpu_linalg.c) and the fused backward
+ * kernels (cpu_backward.c): reading strided matrices in place where BLAS can, packing
+ * them where it cannot. */
+#ifndef OPREG_CPU_BLAS_H
+#define OPREG_CPU_BLAS_H
+
+#include "cpu_common.h"
+
+#include <cblas.h>
+
+#define BLAS_INT_MAX ((int64_t)(sizeof(blasint) == 4 ? INT32_MAX : INT64_MAX))
+
+/* How BLAS can read a matrix without a copy: row-major with leading dimension ld, or
+ * (trans) as the transpose of a row-major matrix. Strides of size-1 dims are free. */
+typedef struct { bool direct, trans; int64_t ld; } blas_layout;
+
+static inline blas_layout layout_of(int64_t rows, int64_t cols, int64_t rs, int64_t cs)
+{
+    blas_layout l = { false, false, 0 };
+    const int64_t min_rs = cols > 1 ? cols : 1, min_cs = rows > 1 ? rows : 1;
+    if ((cs == 1 || cols == 1) && (rows == 1 || rs >= min_rs)) {
+        l.direct = true;
+        l.ld = rows == 1 ? min_rs : rs;
+    } else if ((rs == 1 || rows == 1) && (cols == 1 || cs >= min_cs)) {
+        l.direct = l.trans = true;
+        l.ld = cols == 1 ? min_cs : cs;
+    }
+    if (l.ld > BLAS_INT_MAX) l.direct = false;
+    return l;
+}
+
+#define PACK_LOOP(T)                                                                      \
+    do {                                                                                  \
+        const T *s_ = (const T *)src;                                                     \
+        T *d_ = (T *)dst;                                                                 \
+        _Pragma("omp parallel for if (par)")                                              \
+        for (int64_t i = 0; i < rows; i++)                                                \
+            for (int64_t j = 0; j < cols; j++) d_[i * cols + j] = s_[i * rs + j * cs];    \
+    } while (0)
+
+/* Copies a strided (possibly broadcast) matrix into a contiguous row-major one. */
+static inline void pack(size_t es, const char *src, int64_t rows, int64_t cols, int64_t rs,
+                 int64_t cs, char *dst)
+{
+    const bool par = rows > 1 && rows * cols >= CPU_PAR_THRESHOLD;
+    if (es == 4) PACK_LOOP(float);
+    else PACK_LOOP(double);
+}
+
+static inline void blas_gemm(opr_dtype dt, blas_layout la, blas_layout lb, int64_t m, int64_t n,
+                      int64_t k, double alpha, const void *a, const void *b, double beta,
+                      void *c)
+{
+    const enum CBLAS_TRANSPOSE ta = la.trans ? CblasTrans : CblasNoTrans;
+    const enum CBLAS_TRANSPOSE tb = lb.trans ? CblasTrans : CblasNoTrans;
+    if (dt == OPR_F32)
+        cblas_sgemm(CblasRowMajor, ta, tb, (blasint)m, (blasint)n, (blasint)k, (float)alpha,
+                    a, (blasint)la.ld, b, (blasint)lb.ld, (float)beta, c, (blasint)n);
+    else
+        cblas_dgemm(CblasRowMajor, ta, tb, (blasint)m, (blasint)n, (blasint)k, alpha,
+                    a, (blasint)la.ld, b, (blasint)lb.ld, beta, c, (blasint)n);
+}
+
+#endif
