@@ -1,5 +1,5 @@
 #!/bin/sh
-# One prepared run on a lent GPU machine (no network there). Carry deps/ (made by
+# One prepared run on a GPU machine without network access. Carry deps/ (made by
 # scripts/fetch-gpu-deps.sh) with the working tree, then:
 #     sh scripts/gpu-check.sh
 # It unpacks the .deb files into /tmp/deps (a prefix of its own, never /), builds with
