@@ -477,16 +477,19 @@ static int k_linear_backward(const opr_kernel_call *c)
     const opr_tensor_view *g = cpu_arg_t(c, 0);
     opr_tensor_view *gx = wanted(c, 0) ? &c->outputs[0] : NULL, *gw = wanted(c, 1) ? &c->outputs[1] : NULL;
     opr_tensor_view *gb = c->nout > 2 && wanted(c, 2) ? &c->outputs[2] : NULL;
-    if (gb && (rc = sum_to_scaled(c->op, g, gb, 1.0))) return rc;
-    if (!gx && !gw) return OPR_OK;
-    operand x, w;
-    if (!operand_of(c, 1, 0, &x) || !operand_of(c, 2, 1, &w) || x.ndim < 1 || w.ndim != 2)
-        return CPU_FAIL(OPR_ERR_INVALID, "%s: expected input with at least 1 dim and a 2-d weight", c->op);
-    if ((gx && !shape_is(gx, x.ndim, x.shape)) || (gw && !shape_is(gw, 2, w.shape)))
-        return CPU_FAIL(OPR_ERR_INVALID, "%s: gradient outputs must have the inputs' shapes", c->op);
-    mm_problem p = {x.t ? x.t->data : NULL, w.t ? w.t->data : NULL, x.ndim, 2, x.shape, w.shape,
-                    x.t ? x.t->strides : NULL, w.t ? w.t->strides : NULL, true, 1.0};
-    return matmul_bwd(c, dt, g, &p, gx, gw);
+    /* GEMMs first, the bias sum after: an OpenMP region right before an OpenBLAS call
+     * leaves spinning threads that slow the GEMM down on a machine with few cores */
+    if (gx || gw) {
+        operand x, w;
+        if (!operand_of(c, 1, 0, &x) || !operand_of(c, 2, 1, &w) || x.ndim < 1 || w.ndim != 2)
+            return CPU_FAIL(OPR_ERR_INVALID, "%s: expected input with at least 1 dim and a 2-d weight", c->op);
+        if ((gx && !shape_is(gx, x.ndim, x.shape)) || (gw && !shape_is(gw, 2, w.shape)))
+            return CPU_FAIL(OPR_ERR_INVALID, "%s: gradient outputs must have the inputs' shapes", c->op);
+        mm_problem p = {x.t ? x.t->data : NULL, w.t ? w.t->data : NULL, x.ndim, 2, x.shape, w.shape,
+                        x.t ? x.t->strides : NULL, w.t ? w.t->strides : NULL, true, 1.0};
+        if ((rc = matmul_bwd(c, dt, g, &p, gx, gw))) return rc;
+    }
+    return gb ? sum_to_scaled(c->op, g, gb, 1.0) : OPR_OK;
 }
 
 /* addmm_backward: args (grad, self, mat1, mat2, beta, alpha, result); outputs (self,
@@ -500,16 +503,17 @@ static int k_addmm_backward(const opr_kernel_call *c)
     const double beta = cpu_arg_d(c, 4), alpha = cpu_arg_d(c, 5);
     opr_tensor_view *gs = wanted(c, 0) ? &c->outputs[0] : NULL;
     opr_tensor_view *g1 = wanted(c, 1) ? &c->outputs[1] : NULL, *g2 = wanted(c, 2) ? &c->outputs[2] : NULL;
-    if (gs && (rc = sum_to_scaled(c->op, g, gs, beta))) return rc;
-    if (!g1 && !g2) return OPR_OK;
-    operand x, y;
-    if (!operand_of(c, 2, 1, &x) || !operand_of(c, 3, 2, &y) || x.ndim != 2 || y.ndim != 2)
-        return CPU_FAIL(OPR_ERR_INVALID, "%s: expected 2-d mat1 and mat2", c->op);
-    if ((g1 && !shape_is(g1, 2, x.shape)) || (g2 && !shape_is(g2, 2, y.shape)))
-        return CPU_FAIL(OPR_ERR_INVALID, "%s: gradient outputs must have the inputs' shapes", c->op);
-    mm_problem p = {x.t ? x.t->data : NULL, y.t ? y.t->data : NULL, 2, 2, x.shape, y.shape,
-                    x.t ? x.t->strides : NULL, y.t ? y.t->strides : NULL, false, alpha};
-    return matmul_bwd(c, dt, g, &p, g1, g2);
+    if (g1 || g2) { /* GEMMs before the OpenMP reduction, as in linear_backward */
+        operand x, y;
+        if (!operand_of(c, 2, 1, &x) || !operand_of(c, 3, 2, &y) || x.ndim != 2 || y.ndim != 2)
+            return CPU_FAIL(OPR_ERR_INVALID, "%s: expected 2-d mat1 and mat2", c->op);
+        if ((g1 && !shape_is(g1, 2, x.shape)) || (g2 && !shape_is(g2, 2, y.shape)))
+            return CPU_FAIL(OPR_ERR_INVALID, "%s: gradient outputs must have the inputs' shapes", c->op);
+        mm_problem p = {x.t ? x.t->data : NULL, y.t ? y.t->data : NULL, 2, 2, x.shape, y.shape,
+                        x.t ? x.t->strides : NULL, y.t ? y.t->strides : NULL, false, alpha};
+        if ((rc = matmul_bwd(c, dt, g, &p, g1, g2))) return rc;
+    }
+    return gs ? sum_to_scaled(c->op, g, gs, beta) : OPR_OK;
 }
 
 int cpu_register_backward(opr_plugin *self)
