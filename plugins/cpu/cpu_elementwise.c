@@ -1,4 +1,4 @@
-/* Elementwise CPU kernels: arithmetic, where, comparisons and unary math.
+/* Elementwise CPU kernels: arithmetic, where, lerp, addcmul, comparisons and unary math.
  *
  * Every op is split in two layers:
  *  - a *loop*: a function that applies the op to n elements of 1-d strided operands.
@@ -119,6 +119,21 @@ static inline int64_t ew_sat_i64(double v)
             for (int64_t i = 0; i < n; i++) o[i * so] = c[i * sc] ? a[i * sa] : b[i * sb]; \
     }
 
+/* Three value operands (lerp, addcmul): x, y, z, with A the scalar argument. */
+#define EW_TERNARY_LOOP(name, T, EXPR)                                                     \
+    static void name(int64_t n, char *const *ptr, const int64_t *st, const ew_params *p)   \
+    {                                                                                      \
+        T *o = (T *)ptr[0];                                                                \
+        const T *a = (const T *)ptr[1], *b = (const T *)ptr[2], *c = (const T *)ptr[3];    \
+        const int64_t so = st[0], sa = st[1], sb = st[2], sc = st[3];                      \
+        const T A = (T)p->a;                                                               \
+        (void)A;                                                                           \
+        for (int64_t i = 0; i < n; i++) {                                                  \
+            const T x = a[i * sa], y = b[i * sb], z = c[i * sc];                           \
+            o[i * so] = (T)(EXPR);                                                         \
+        }                                                                                  \
+    }
+
 /* Float ops are written once and stamped out for f32 and f64. */
 #define EW_UNARY_FLOAT(op, EXPR)                     \
     EW_UNARY_LOOP(op##_f32, float, float, f32, EXPR) \
@@ -142,6 +157,12 @@ EW_BINARY_LOOP(sub_i64, int64_t, int64_t, i64, WSUB(x, WMUL(A, y)))
 EW_BINARY_FLOAT(mul, x * y)
 EW_BINARY_LOOP(mul_i64, int64_t, int64_t, i64, WMUL(x, y))
 EW_BINARY_FLOAT(div, x / y)
+
+/* lerp(self, end, weight) = self + weight * (end - self); addcmul = self + A * t1 * t2 */
+EW_TERNARY_LOOP(lerp_f32, float, x + z * (y - x))
+EW_TERNARY_LOOP(lerp_f64, double, x + z * (y - x))
+EW_TERNARY_LOOP(addcmul_f32, float, x + A * y * z)
+EW_TERNARY_LOOP(addcmul_f64, double, x + A * y * z)
 
 EW_WHERE_LOOP(where_f32, float)
 EW_WHERE_LOOP(where_f64, double)
@@ -189,7 +210,8 @@ typedef ew_loop_fn ew_table[OPR_DTYPE_COUNT];
 
 static const ew_table add_t = EW_TABLE_FI(add), sub_t = EW_TABLE_FI(sub),
                       mul_t = EW_TABLE_FI(mul), div_t = EW_TABLE_F(div),
-                      where_t = EW_TABLE_FI(where);
+                      where_t = EW_TABLE_FI(where), lerp_t = EW_TABLE_F(lerp),
+                      addcmul_t = EW_TABLE_F(addcmul);
 static const ew_table eq_t = {[OPR_F32] = eq_f32, [OPR_F64] = eq_f64, [OPR_I64] = eq_i64,
                               [OPR_BOOL] = eq_b8},
                       ne_t = {[OPR_F32] = ne_f32, [OPR_F64] = ne_f64, [OPR_I64] = ne_i64,
@@ -406,6 +428,7 @@ static const ew_params ew_none = {0, 0};
     }
 
 EW_KERNEL(mul, 2, 2, false)
+EW_KERNEL(lerp, 3, 3, false)
 EW_KERNEL(div, 2, 2, false)
 EW_KERNEL(eq, 2, 2, true)
 EW_KERNEL(ne, 2, 2, true)
@@ -456,6 +479,14 @@ static int k_where(const opr_kernel_call *c)
     if (rc) return rc;
     in[0] = cond;
     return ew_apply("where", &c->outputs[0], 3, in, fn, &ew_none);
+}
+
+/* addcmul(self, tensor1, tensor2, value) */
+static int k_addcmul(const opr_kernel_call *c)
+{
+    if (c->nargs < 4) return CPU_FAIL(OPR_ERR_INVALID, "addcmul: expected 4 arguments");
+    const ew_params p = {cpu_arg_d(c, 3), 0};
+    return ew_run(c, "addcmul", 4, 3, addcmul_t, false, &p);
 }
 
 /* pow(self, exponent) */
@@ -510,6 +541,7 @@ int cpu_register_elementwise(opr_plugin *self)
         {"add", add_t, k_add},       {"sub", sub_t, k_sub},
         {"mul", mul_t, k_mul},       {"div", div_t, k_div},
         {"where", where_t, k_where},
+        {"lerp", lerp_t, k_lerp},    {"addcmul", addcmul_t, k_addcmul},
         {"eq", eq_t, k_eq},          {"ne", ne_t, k_ne},
         {"gt", gt_t, k_gt},          {"lt", lt_t, k_lt},
         {"ge", ge_t, k_ge},          {"le", le_t, k_le},
