@@ -88,13 +88,9 @@ typedef struct expr_hooks {
 } expr_hooks;
 int expr_eval_with(const expr *e, const mval *slots, const expr_hooks *h, mval *out);
 
-/* Id of the built-in function `name`, or -1. */
-int expr_builtin_find(const char *name);
 /* True for built-ins, which read only the metadata of their tensor arguments: a
  * tensor seen only through them is not saved. */
 bool expr_builtin_reads_meta(int builtin);
-/* Calls built-in `builtin` on evaluated arguments. */
-int expr_builtin_call(int builtin, const mval *args, int n, mval *out);
 
 /* The metadata view of a kernel argument (tensors are not converted). */
 void mval_of_kernel_arg(const opr_kernel_arg *k, mval *m);

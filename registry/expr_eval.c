@@ -460,21 +460,9 @@ static const struct builtin {
 };
 #define N_BUILTINS ((int)(sizeof builtins / sizeof builtins[0]))
 
-int expr_builtin_find(const char *name)
-{
-    for (int b = 0; b < N_BUILTINS; b++)
-        if (!strcmp(builtins[b].name, name)) return b;
-    return -1;
-}
-
 bool expr_builtin_reads_meta(int builtin)
 {
     return builtin >= 0 && builtin < N_BUILTINS; /* no built-in ever reads tensor data */
-}
-
-int expr_builtin_call(int builtin, const mval *args, int n, mval *out)
-{
-    return builtins[builtin].fn(args, n, out);
 }
 
 static int resolve(expr *e, const char *const *names, int nnames, const expr_src *src, bool ops_allowed)
