@@ -130,8 +130,7 @@ static int bind_slots(run_ctx *r, opr_node *n, opr_tensor *const *grads_in, bool
     for (int s = 0; s < op->nargs + op->nout; s++) {
         opr_tensor *t = n->saved[s];
         if (!t) continue;
-        bool floating = t->m.dtype == OPR_F32 || t->m.dtype == OPR_F64 || t->m.dtype == OPR_F16 || t->m.dtype == OPR_BF16;
-        if (create_graph && s >= op->nargs && !t->grad_fn && floating) {
+        if (create_graph && s >= op->nargs && !t->grad_fn && opr_dtype_is_floating(t->m.dtype)) {
             opr_tensor *v = opr_tensor_make_view(t, t->m.ndim, t->m.shape, t->strides, t->offset);
             if (!v || keep(r, v)) return OPR_ERR_NOMEM;
             atomic_fetch_add(&n->refs, 1);
@@ -147,8 +146,7 @@ static int bind_slots(run_ctx *r, opr_node *n, opr_tensor *const *grads_in, bool
     }
     for (int k = 0; k < op->nout; k++) {
         grads[k] = grads_in[k];
-        bool floating = n->metas[op->nargs + k].dtype == OPR_F32 || n->metas[op->nargs + k].dtype == OPR_F64;
-        if (!grads[k] && floating) { /* no gradient flowed into this output: it is zero */
+        if (!grads[k] && opr_dtype_is_floating(n->metas[op->nargs + k].dtype)) { /* no gradient flowed into this output: it is zero */
             grads[k] = ag_zeros(r->ctx, &n->metas[op->nargs + k], n->dev);
             if (!grads[k] || keep(r, grads[k])) return OPR_ERR_NOMEM;
         }

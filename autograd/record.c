@@ -6,10 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static bool is_floating(opr_dtype dt)
-{
-    return dt == OPR_F32 || dt == OPR_F64 || dt == OPR_F16 || dt == OPR_BF16;
-}
 
 /* Outputs are saved as views without grad_fn, so that output -> node -> output does
  * not form a reference cycle. */
@@ -54,7 +50,7 @@ int ag_record(const opr_op *op, opr_tensor *const *tensors, const mval *slots, o
         /* An op without formulas would silently cut the graph: only ops declared
          * `differentiable: false` (or with no floating output) may do that. */
         bool floating_out = false;
-        for (int k = 0; k < op->nout; k++) floating_out |= is_floating(outs[k]->m.dtype);
+        for (int k = 0; k < op->nout; k++) floating_out |= opr_dtype_is_floating(outs[k]->m.dtype);
         if (!floating_out || op->nondifferentiable) return OPR_OK;
         return opr_fail(OPR_ERR_UNSUPPORTED, "%s has no derivative formulas but an input requires grad; add them "
                         "to its YAML entry (or `differentiable: false`), or run it under no_grad", op->name);
@@ -117,7 +113,7 @@ int ag_record(const opr_op *op, opr_tensor *const *tensors, const mval *slots, o
         }
     }
     for (int k = 0; k < op->nout; k++) {
-        if (!is_floating(outs[k]->m.dtype)) continue; /* indices and masks carry no gradient */
+        if (!opr_dtype_is_floating(outs[k]->m.dtype)) continue; /* indices and masks carry no gradient */
         atomic_fetch_add(&n->refs, 1);
         outs[k]->grad_fn = n;
         outs[k]->output_nr = k;

@@ -16,8 +16,7 @@ bool opr_grad_mode_enabled(void) { return !grad_mode_off; }
 int opr_set_requires_grad(opr_tensor *t, bool requires_grad)
 {
     if (!t) return opr_fail(OPR_ERR_INVALID, "opr_set_requires_grad: NULL tensor");
-    if (requires_grad && t->m.dtype != OPR_F32 && t->m.dtype != OPR_F64 &&
-        t->m.dtype != OPR_F16 && t->m.dtype != OPR_BF16)
+    if (requires_grad && !opr_dtype_is_floating(t->m.dtype))
         return opr_fail(OPR_ERR_INVALID, "opr_set_requires_grad: only floating tensors can require grad, got %s",
                         opr_dtype_name(t->m.dtype));
     if (t->grad_fn && !requires_grad)

@@ -19,8 +19,6 @@ typedef struct tally {
 
 static bool verbose;
 
-static bool is_float(opr_dtype dt) { return dt == OPR_F32 || dt == OPR_F64 || dt == OPR_F16 || dt == OPR_BF16; }
-
 static double *to_f64(const opr_tensor *t)
 {
     int64_t n = opr_tensor_numel(t);
@@ -119,7 +117,7 @@ static int float_inputs(const opr_op *op, const sample_run *r, int *pos)
     int n = 0;
     for (int a = 0; a < r->nargs; a++)
         if (opr_op_arg_kind(op, a) == OPR_V_TENSOR && r->args[a].kind == OPR_V_TENSOR &&
-            is_float(opr_tensor_dtype(r->args[a].u.t)))
+            opr_dtype_is_floating(opr_tensor_dtype(r->args[a].u.t)))
             pos[n++] = a;
     return n;
 }
@@ -213,7 +211,7 @@ static void check_op(const opr_op *op, opr_device dev, const opr_dtype *dts, int
             opr_dtype dt = dts[k];
             sample_run ref, got;
             /* integral and bool ops are their own reference dtype */
-            opr_dtype ref_dt = is_float(dt) ? OPR_F64 : dt;
+            opr_dtype ref_dt = opr_dtype_is_floating(dt) ? OPR_F64 : dt;
             if (run_sample(op, s, ref_dt, (opr_device){0, 0}, &ref) || ref.rc) { run_free(&ref); continue; }
             if (run_sample(op, s, dt, dev, &got)) { run_free(&ref); continue; }
             char what[256], why[160] = "";
@@ -230,7 +228,7 @@ static void check_op(const opr_op *op, opr_device dev, const opr_dtype *dts, int
             }
             run_free(&ref);
             run_free(&got);
-            if (backward && is_float(dt) && opr_op_grad_candidate_count(op) > 0) check_backward(op, s, dt, dev, t);
+            if (backward && opr_dtype_is_floating(dt) && opr_op_grad_candidate_count(op) > 0) check_backward(op, s, dt, dev, t);
         }
     }
 }

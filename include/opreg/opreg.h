@@ -69,6 +69,11 @@ typedef enum opr_dtype {
     OPR_DTYPE_COUNT
 } opr_dtype;
 
+/* True for f32, f64, f16 and bf16: the dtypes that can require grad. */
+static inline bool opr_dtype_is_floating(opr_dtype dt)
+{
+    return dt == OPR_F32 || dt == OPR_F64 || dt == OPR_F16 || dt == OPR_BF16;
+}
 /* Bytes per element; 0 for an invalid dtype. */
 OPR_API size_t opr_dtype_size(opr_dtype dtype);
 /* "f32", "f64", "i64", "bool", "f16", "bf16"; "?" for an invalid dtype. */
