@@ -213,11 +213,8 @@ static int backward(opr_tensor *const *outputs, opr_tensor *const *grad_outputs,
                 break;
             }
             /* the implicit gradient 1 of a one-element output */
-            const float one_f = 1;
-            const double one_d = 1;
-            const uint16_t one_h = opr_f16_from_float(1), one_b = opr_bf16_from_float(1);
-            const void *one = t->m.dtype == OPR_F32 ? (const void *)&one_f : t->m.dtype == OPR_F64 ? (const void *)&one_d
-                            : t->m.dtype == OPR_F16 ? (const void *)&one_h : (const void *)&one_b;
+            unsigned char one[8];
+            opr_dtype_store(t->m.dtype, 1.0, one);
             seeds[i] = opr_tensor_from_data(t->ctx, t->m.dtype, t->m.ndim, t->m.shape, one, t->storage->dev);
             if (!seeds[i]) rc = OPR_ERR_NOMEM;
         }

@@ -39,11 +39,7 @@ static int keep(run_ctx *r, opr_tensor *t)
 static opr_tensor *scalar_tensor(run_ctx *r, double v)
 {
     unsigned char buf[8];
-    switch (r->dt) {
-    case OPR_F32: { float f = (float)v; memcpy(buf, &f, 4); break; }
-    case OPR_I64: { int64_t i = (int64_t)v; memcpy(buf, &i, 8); break; }
-    default: memcpy(buf, &v, 8); break;
-    }
+    opr_dtype_store(r->dt, v, buf);
     opr_tensor *t = opr_tensor_from_data(r->ctx, r->dt, 0, NULL, buf, r->dev);
     return t && !keep(r, t) ? t : NULL;
 }

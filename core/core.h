@@ -118,6 +118,10 @@ static inline size_t opr_elem_size(opr_dtype dt)
     return sizes[dt];
 }
 
+/* Writes v as one element of dt at dst (opr_elem_size(dt) bytes): rounded to f32,
+ * f16 or bf16, truncated for i64, v != 0 for bool. */
+void opr_dtype_store(opr_dtype dt, double v, void *dst);
+
 /* Meta helpers. */
 int64_t opr_meta_numel(const int64_t *shape, int ndim);
 void opr_contiguous_strides(const int64_t *shape, int ndim, int64_t *strides);

@@ -82,3 +82,16 @@ float opr_f16_to_float(uint16_t h)
     memcpy(&f, &u, 4);
     return f;
 }
+
+void opr_dtype_store(opr_dtype dt, double v, void *dst)
+{
+    switch (dt) {
+    case OPR_F32: { float f = (float)v; memcpy(dst, &f, sizeof f); break; }
+    case OPR_F64: memcpy(dst, &v, sizeof v); break;
+    case OPR_I64: { int64_t i = (int64_t)v; memcpy(dst, &i, sizeof i); break; }
+    case OPR_BOOL: *(unsigned char *)dst = v != 0; break;
+    case OPR_F16: { uint16_t h = opr_f16_from_float((float)v); memcpy(dst, &h, sizeof h); break; }
+    case OPR_BF16: { uint16_t h = opr_bf16_from_float((float)v); memcpy(dst, &h, sizeof h); break; }
+    default: break;
+    }
+}

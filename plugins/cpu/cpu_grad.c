@@ -248,7 +248,9 @@ static int k_diag_backward(const opr_kernel_call *c)
 int cpu_register_grad(opr_plugin *self)
 {
     const uint32_t fl = OPR_DTYPE_BIT(OPR_F32) | OPR_DTYPE_BIT(OPR_F64);
-    const uint32_t all = fl | OPR_DTYPE_BIT(OPR_I64) | OPR_DTYPE_BIT(OPR_BOOL);
+    /* The helpers that only move bytes serve the half types too (storage-only here). */
+    const uint32_t all = fl | OPR_DTYPE_BIT(OPR_I64) | OPR_DTYPE_BIT(OPR_BOOL) | OPR_DTYPE_BIT(OPR_F16) |
+                         OPR_DTYPE_BIT(OPR_BF16);
     const struct { const char *op; uint32_t dtypes; opr_kernel_fn fn; } table[] = {
         {"sum_to", fl, k_sum_to},
         {"new_zeros", all, k_new_zeros},

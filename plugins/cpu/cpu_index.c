@@ -837,17 +837,20 @@ int cpu_register_index(opr_plugin *self)
 {
     const uint32_t num = OPR_DTYPE_BIT(OPR_F32) | OPR_DTYPE_BIT(OPR_F64) | OPR_DTYPE_BIT(OPR_I64);
     const uint32_t all = num | OPR_DTYPE_BIT(OPR_BOOL);
+    /* diag, copy_ and diagonal_scatter move bytes, so they serve the half types, which only
+     * have storage here. */
+    const uint32_t any = all | OPR_DTYPE_BIT(OPR_F16) | OPR_DTYPE_BIT(OPR_BF16);
     const struct { const char *op; uint32_t dtypes; opr_kernel_fn fn; } table[] = {
-        { "diag", all, k_diag },
+        { "diag", any, k_diag },
         { "index_select", all, k_index_select },
         { "masked_select", all, k_masked_select },
         { "gather", all, k_gather },
         { "index_add", num, k_index_add },
         { "scatter_add", num, k_scatter_add },
         { "cat", all, k_cat },
-        { "diagonal_scatter", all, k_diagonal_scatter },
+        { "diagonal_scatter", any, k_diagonal_scatter },
         { "masked_scatter", all, k_masked_scatter },
-        { "copy_", all, k_copy_ },
+        { "copy_", any, k_copy_ },
         { "fill_", all, k_fill_ },
         { "index_add_", num, k_index_add_ },
         { "masked_fill_", all, k_masked_fill_ },

@@ -326,7 +326,7 @@ static inline void gk_geom_make(gk_geom *g, int32_t ndim, const int64_t *shape, 
 #define GK_DEV inline
 #endif
 
-#if defined(__CUDACC__) || defined(__HIPCC__)
+#if defined(__CUDACC__) || defined(__HIPCC__) || defined(GPU_BACKEND_EMU)
 /* Element offsets of row-major position i for the first N operands. */
 template <int N>
 GK_DEV void gk_offsets(const gk_geom &g, int64_t i, int64_t *off)
@@ -407,12 +407,12 @@ int gk_encode_scalar(const char *op, opr_dtype dt, double v, uint64_t *bits);
 /* Copies a view into a new contiguous scratch buffer of the same dtype. */
 int gk_contiguous_copy(const gk_ctx *k, const opr_tensor_view *v, gk_buf *buf, int64_t *strides);
 
-/* Sum of `in` (f32/f64) over the dims in `mask` into `out`, whose non-size-1 dims
+/* Sum of `in` (f32/f64/f16/bf16) over the dims in `mask` into `out`, whose non-size-1 dims
  * match the kept dims of `in` in order; out strides arbitrary. scale multiplies the
  * result. (cuda_reduce.cu) */
 int gk_sum_dims(const gk_ctx *k, const opr_tensor_view *in, uint32_t mask, const opr_tensor_view *out,
                 double scale);
-/* out = scale * g summed down to out's shape (right-aligned broadcasting), f32/f64. */
+/* out = scale * g summed down to out's shape (right-aligned broadcasting), floating dtypes. */
 int gk_sum_to(const gk_ctx *k, const opr_tensor_view *g, const opr_tensor_view *out, double scale);
 
 /* Registration of each kernel family. */

@@ -48,7 +48,7 @@ __global__ void k_masked_fill(int64_t n, gk_geom g, E *dst, const uint8_t *mask,
 template <class E>
 int launch_copy(const gk_ctx *k, int64_t n, const gk_geom &g, void *dst, const void *src)
 {
-    k_copy<E><<<gk_blocks(n), GK_THREADS, 0, k->stream>>>(n, g, (E *)dst, (const E *)src);
+    gk_launch(k_copy<E>, gk_blocks(n), GK_THREADS, 0, k->stream, n, g, (E *)dst, (const E *)src);
     return gk_launched(k, "strided copy kernel");
 }
 
@@ -57,7 +57,7 @@ int launch_fill(const gk_ctx *k, int64_t n, const gk_geom &g, void *dst, uint64_
 {
     E v;
     memcpy(&v, &bits, sizeof v); /* little end first: the element's own bytes */
-    k_fill<E><<<gk_blocks(n), GK_THREADS, 0, k->stream>>>(n, g, (E *)dst, v);
+    gk_launch(k_fill<E>, gk_blocks(n), GK_THREADS, 0, k->stream, n, g, (E *)dst, v);
     return gk_launched(k, "fill kernel");
 }
 
@@ -208,11 +208,11 @@ int k_masked_fill_(const opr_kernel_call *c)
     const uint8_t *m = (const uint8_t *)mask->data;
     const unsigned nb = gk_blocks(n);
     switch (gk_dtype_size(out->dtype)) {
-    case 1: k_masked_fill<uint8_t><<<nb, GK_THREADS, 0, k.stream>>>(n, g, (uint8_t *)out->data, m, (uint8_t)bits); break;
-    case 2: k_masked_fill<uint16_t><<<nb, GK_THREADS, 0, k.stream>>>(n, g, (uint16_t *)out->data, m, (uint16_t)bits); break;
-    case 4: k_masked_fill<uint32_t><<<nb, GK_THREADS, 0, k.stream>>>(n, g, (uint32_t *)out->data, m, (uint32_t)bits); break;
+    case 1: gk_launch(k_masked_fill<uint8_t>, nb, GK_THREADS, 0, k.stream, n, g, (uint8_t *)out->data, m, (uint8_t)bits); break;
+    case 2: gk_launch(k_masked_fill<uint16_t>, nb, GK_THREADS, 0, k.stream, n, g, (uint16_t *)out->data, m, (uint16_t)bits); break;
+    case 4: gk_launch(k_masked_fill<uint32_t>, nb, GK_THREADS, 0, k.stream, n, g, (uint32_t *)out->data, m, (uint32_t)bits); break;
     default:
-        k_masked_fill<unsigned long long><<<nb, GK_THREADS, 0, k.stream>>>(n, g, (unsigned long long *)out->data, m,
+        gk_launch(k_masked_fill<unsigned long long>, nb, GK_THREADS, 0, k.stream, n, g, (unsigned long long *)out->data, m,
                                                                             (unsigned long long)bits);
         break;
     }
@@ -265,8 +265,8 @@ int k_arange(const opr_kernel_call *c)
     if (n == 0) return OPR_OK;
     const unsigned nb = gk_blocks(n);
     switch (out->dtype) {
-    case OPR_F32: k_arange_f<float><<<nb, GK_THREADS, 0, k.stream>>>(n, (float *)out->data, start, step); break;
-    case OPR_F64: k_arange_f<double><<<nb, GK_THREADS, 0, k.stream>>>(n, (double *)out->data, start, step); break;
+    case OPR_F32: gk_launch(k_arange_f<float>, nb, GK_THREADS, 0, k.stream, n, (float *)out->data, start, step); break;
+    case OPR_F64: gk_launch(k_arange_f<double>, nb, GK_THREADS, 0, k.stream, n, (double *)out->data, start, step); break;
     case OPR_I64: {
         if (!gk_fits_i64(start) || !gk_fits_i64(step))
             return GK_FAIL(OPR_ERR_INVALID, "arange: start %g or step %g does not fit i64", start, step);
@@ -275,7 +275,7 @@ int k_arange(const opr_kernel_call *c)
         int64_t span, last;
         if (__builtin_mul_overflow(n - 1, st, &span) || __builtin_add_overflow(s0, span, &last))
             return GK_FAIL(OPR_ERR_INVALID, "arange: values overflow i64");
-        k_arange_i<<<nb, GK_THREADS, 0, k.stream>>>(n, (int64_t *)out->data, s0, st);
+        gk_launch(k_arange_i, nb, GK_THREADS, 0, k.stream, n, (int64_t *)out->data, s0, st);
         break;
     }
     default:

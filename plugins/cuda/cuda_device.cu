@@ -16,7 +16,7 @@
 #include "cuda_common.cuh"
 
 #if GPU_HAVE_BLAS
-#include <cublas_v2.h>
+#include GPU_BLAS_HEADER
 #endif
 
 #include <atomic>
@@ -372,7 +372,7 @@ extern "C" OPR_PLUGIN_EXPORT int opr_plugin_init(const opr_host_api *host, opr_p
 {
     self->abi_major = OPR_ABI_MAJOR;
     self->abi_minor = OPR_ABI_MINOR;
-    self->name = GPU_NAME;
+    self->name = GPU_PLUGIN_NAME;
     self->version = "0.1.0";
     if (host->abi_major != OPR_ABI_MAJOR) return OPR_ERR_ABI;
     gk_host = host;

@@ -1,5 +1,5 @@
 /* Elementwise arithmetic and unary math: add, sub, mul, div, where, neg, abs, exp, log,
- * sqrt, pow, relu, sigmoid, tanh, clamp, clamp_min, sign. f32, f64, f16 and bf16
+ * sqrt, pow, relu, sigmoid, tanh, clamp, clamp_min, sign, lerp, addcmul. f32, f64, f16 and bf16
  * (halves compute in float); i64 where the CPU backend has it (wrapping arithmetic).
  * Semantics follow plugins/cpu/cpu_elementwise.c: NaN propagates through relu and
  * clamp, clamp with min > max gives max, pow(x, 2) is x * x and pow(x, 0.5) is sqrt,
@@ -31,6 +31,9 @@ GK_UNARY_FN(f_sigmoid, C, (C)1 / ((C)1 + gk_exp(-x)))
 GK_UNARY_FN(f_tanh, C, gk_tanh(x))
 GK_UNARY_FN(f_clamp, C, (x < a ? a : x) > b ? b : (x < a ? a : x))
 GK_UNARY_FN(f_sign, C, gk_isnan(x) ? x : (C)((x > (C)0) - (x < (C)0)))
+/* lerp(self, end, weight) = self + weight * (end - self); addcmul = self + value * t1 * t2 */
+GK_TERNARY_FN(f_lerp, C, x + z * (y - x))
+GK_TERNARY_FN(f_addcmul, C, x + a * y * z)
 
 const uint32_t FLOATS = GK_FLOATS | GK_HALVES;
 const uint32_t NUMS = GK_NUMERIC | GK_HALVES;
@@ -65,6 +68,12 @@ int k_sqrt(const opr_kernel_call *c) { return run_float<f_sqrt, 1>(c, "sqrt", 1,
 int k_relu(const opr_kernel_call *c) { return run_num<f_relu, 1>(c, "relu", 1, 0, 0); }
 int k_sigmoid(const opr_kernel_call *c) { return run_float<f_sigmoid, 1>(c, "sigmoid", 1, 0, 0); }
 int k_tanh(const opr_kernel_call *c) { return run_float<f_tanh, 1>(c, "tanh", 1, 0, 0); }
+#ifdef OPR_GK_HAVE_LERP
+int k_lerp(const opr_kernel_call *c) { return run_float<f_lerp, 3>(c, "lerp", 3, 0, 0); }
+#endif
+#ifdef OPR_GK_HAVE_ADDCMUL
+int k_addcmul(const opr_kernel_call *c) { return run_float<f_addcmul, 3>(c, "addcmul", 4, gk_arg_d(c, 3), 0); }
+#endif
 #ifdef OPR_GK_HAVE_SIGN
 int k_sign(const opr_kernel_call *c) { return run_num<f_sign, 1>(c, "sign", 1, 0, 0); }
 #endif
@@ -137,7 +146,7 @@ template <class E>
 int launch_where(const gk_ctx *k, int64_t n, const gk_geom &g, void *o, const void *cond, const void *x,
                  const void *y)
 {
-    k_where<E><<<gk_blocks(n), GK_THREADS, 0, k->stream>>>(n, g, (E *)o, (const uint8_t *)cond, (const E *)x,
+    gk_launch(k_where<E>, gk_blocks(n), GK_THREADS, 0, k->stream, n, g, (E *)o, (const uint8_t *)cond, (const E *)x,
                                                              (const E *)y);
     return gk_launched(k, "where kernel");
 }
@@ -194,8 +203,14 @@ int gk_register_elementwise(opr_plugin *self)
         {"pow", FLOATS, k_pow},        {"relu", NUMS, k_relu},
         {"sigmoid", FLOATS, k_sigmoid}, {"tanh", FLOATS, k_tanh},
         {"clamp", NUMS, k_clamp},      {"clamp_min", NUMS, k_clamp_min},
+#ifdef OPR_GK_HAVE_LERP
+        {"lerp", FLOATS, k_lerp},
+#endif
+#ifdef OPR_GK_HAVE_ADDCMUL
+        {"addcmul", FLOATS, k_addcmul},
+#endif
 #ifdef OPR_GK_HAVE_SIGN
-        {"sign", GK_NUMERIC, k_sign},
+        {"sign", NUMS, k_sign},
 #endif
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {

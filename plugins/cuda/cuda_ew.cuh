@@ -49,8 +49,13 @@ template <> inline uint8_t gk_scalar<uint8_t>(double v) { return v != 0; }
         C a, b;                                                   \
         GK_DEV RT operator()(C x, C y) const { return (EXPR); }   \
     };
+#define GK_TERNARY_FN(name, RT, EXPR)                                  \
+    template <class C> struct name {                                   \
+        C a, b;                                                        \
+        GK_DEV RT operator()(C x, C y, C z) const { return (EXPR); }   \
+    };
 
-#if defined(__CUDACC__) || defined(__HIPCC__)
+#if defined(__CUDACC__) || defined(__HIPCC__) || defined(GPU_BACKEND_EMU)
 template <class SO, class SI, class F>
 __global__ void gk_k_unary(int64_t n, gk_geom g, SO *o, const SI *x, F f)
 {
@@ -87,6 +92,25 @@ __global__ void gk_k_binary_contig(int64_t n, SO *o, const SI *x, const SI *y, F
 {
     typedef typename gk_acc<SI>::type C;
     GK_LOOP(i, n) o[i] = gk_cvt<SO>(f(gk_cvt<C>(x[i]), gk_cvt<C>(y[i])));
+}
+
+template <class SO, class SI, class F>
+__global__ void gk_k_ternary(int64_t n, gk_geom g, SO *o, const SI *x, const SI *y, const SI *z, F f)
+{
+    typedef typename gk_acc<SI>::type C;
+    GK_LOOP(i, n)
+    {
+        int64_t off[4];
+        gk_offsets<4>(g, i, off);
+        o[off[0]] = gk_cvt<SO>(f(gk_cvt<C>(x[off[1]]), gk_cvt<C>(y[off[2]]), gk_cvt<C>(z[off[3]])));
+    }
+}
+
+template <class SO, class SI, class F>
+__global__ void gk_k_ternary_contig(int64_t n, SO *o, const SI *x, const SI *y, const SI *z, F f)
+{
+    typedef typename gk_acc<SI>::type C;
+    GK_LOOP(i, n) o[i] = gk_cvt<SO>(f(gk_cvt<C>(x[i]), gk_cvt<C>(y[i]), gk_cvt<C>(z[i])));
 }
 #endif
 
@@ -145,7 +169,7 @@ static inline int gk_ew_prepare(const opr_kernel_call *c, const char *op, int na
     return OPR_OK;
 }
 
-#if defined(__CUDACC__) || defined(__HIPCC__)
+#if defined(__CUDACC__) || defined(__HIPCC__) || defined(GPU_BACKEND_EMU)
 template <class SO, class SI, class F>
 int gk_ew_unary(const gk_ctx *k, const gk_ew &e, F f)
 {
@@ -153,8 +177,8 @@ int gk_ew_unary(const gk_ctx *k, const gk_ew &e, F f)
     if (n == 0) return OPR_OK;
     SO *o = (SO *)e.out->data;
     const SI *x = (const SI *)e.in[0]->data;
-    if (e.contig) gk_k_unary_contig<SO, SI, F><<<gk_blocks(n), GK_THREADS, 0, k->stream>>>(n, o, x, f);
-    else gk_k_unary<SO, SI, F><<<gk_blocks(n), GK_THREADS, 0, k->stream>>>(n, e.g, o, x, f);
+    if (e.contig) gk_launch(gk_k_unary_contig<SO, SI, F>, gk_blocks(n), GK_THREADS, 0, k->stream, n, o, x, f);
+    else gk_launch(gk_k_unary<SO, SI, F>, gk_blocks(n), GK_THREADS, 0, k->stream, n, e.g, o, x, f);
     return gk_launched(k, "elementwise kernel");
 }
 
@@ -165,8 +189,20 @@ int gk_ew_binary(const gk_ctx *k, const gk_ew &e, F f)
     if (n == 0) return OPR_OK;
     SO *o = (SO *)e.out->data;
     const SI *x = (const SI *)e.in[0]->data, *y = (const SI *)e.in[1]->data;
-    if (e.contig) gk_k_binary_contig<SO, SI, F><<<gk_blocks(n), GK_THREADS, 0, k->stream>>>(n, o, x, y, f);
-    else gk_k_binary<SO, SI, F><<<gk_blocks(n), GK_THREADS, 0, k->stream>>>(n, e.g, o, x, y, f);
+    if (e.contig) gk_launch(gk_k_binary_contig<SO, SI, F>, gk_blocks(n), GK_THREADS, 0, k->stream, n, o, x, y, f);
+    else gk_launch(gk_k_binary<SO, SI, F>, gk_blocks(n), GK_THREADS, 0, k->stream, n, e.g, o, x, y, f);
+    return gk_launched(k, "elementwise kernel");
+}
+
+template <class SO, class SI, class F>
+int gk_ew_ternary(const gk_ctx *k, const gk_ew &e, F f)
+{
+    const int64_t n = e.out->numel;
+    if (n == 0) return OPR_OK;
+    SO *o = (SO *)e.out->data;
+    const SI *x = (const SI *)e.in[0]->data, *y = (const SI *)e.in[1]->data, *z = (const SI *)e.in[2]->data;
+    if (e.contig) gk_launch(gk_k_ternary_contig<SO, SI, F>, gk_blocks(n), GK_THREADS, 0, k->stream, n, o, x, y, z, f);
+    else gk_launch(gk_k_ternary<SO, SI, F>, gk_blocks(n), GK_THREADS, 0, k->stream, n, e.g, o, x, y, z, f);
     return gk_launched(k, "elementwise kernel");
 }
 
@@ -174,7 +210,8 @@ template <int NIN, class SO, class SI, class F>
 int gk_ew_run(const gk_ctx *k, const gk_ew &e, F f)
 {
     if constexpr (NIN == 1) return gk_ew_unary<SO, SI>(k, e, f);
-    else return gk_ew_binary<SO, SI>(k, e, f);
+    else if constexpr (NIN == 2) return gk_ew_binary<SO, SI>(k, e, f);
+    else return gk_ew_ternary<SO, SI>(k, e, f);
 }
 
 /* Runs functor template F over the prepared call for its dtype: SO is the storage

@@ -94,7 +94,7 @@ static int gk_gemm_tiled(const gk_ctx *k, int64_t m, int64_t n, int64_t kk, doub
     const int64_t gx = (n + GK_TN - 1) / GK_TN, gy = (m + GK_TM - 1) / GK_TM;
     dim3 grid((unsigned)(gx < 65535 ? gx : 65535), (unsigned)(gy < 65535 ? gy : 65535),
               (unsigned)(count < 65535 ? count : 65535));
-    gk_k_gemm_tiled<T, ACC><<<grid, 256, 0, k->stream>>>(m, n, kk, (ACC)alpha, (const T *)A, a_rs, a_cs, a_bs,
+    gk_launch(gk_k_gemm_tiled<T, ACC>, grid, 256, 0, k->stream, m, n, kk, (ACC)alpha, (const T *)A, a_rs, a_cs, a_bs,
                                                          (const T *)B, b_rs, b_cs, b_bs, (ACC)beta, (T *)C, ldc, c_bs,
                                                          count);
     return gk_launched(k, "tiled GEMM kernel");

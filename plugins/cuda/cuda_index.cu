@@ -76,7 +76,7 @@ int check_indices(const gk_ctx *k, const opr_tensor_view *index, int32_t dim, in
     gk_geom_make(&g, index->ndim, index->shape, 1, st);
     unsigned blocks = gk_blocks(n);
     if (blocks > 1024) blocks = 1024;
-    k_index_minmax<<<blocks, GK_THREADS, 0, k->stream>>>(n, g, (const int64_t *)index->data, mm.as<unsigned long long>());
+    gk_launch(k_index_minmax, blocks, GK_THREADS, 0, k->stream, n, g, (const int64_t *)index->data, mm.as<unsigned long long>());
     if ((rc = gk_launched(k, "index check kernel"))) return rc;
     unsigned long long h[2];
     if ((rc = gk_to_host(k, h, mm.p, sizeof h))) return rc;
@@ -180,10 +180,10 @@ int k_index_select_op(const opr_kernel_call *c)
     const int64_t *ip = (const int64_t *)index->data;
     const unsigned nb = gk_blocks(n);
     switch (es) {
-    case 1: k_index_select<uint8_t><<<nb, GK_THREADS, 0, k.stream>>>(n, g, (uint8_t *)out->data, (const uint8_t *)x->data, ip, is, size, xsd); break;
-    case 2: k_index_select<uint16_t><<<nb, GK_THREADS, 0, k.stream>>>(n, g, (uint16_t *)out->data, (const uint16_t *)x->data, ip, is, size, xsd); break;
-    case 4: k_index_select<uint32_t><<<nb, GK_THREADS, 0, k.stream>>>(n, g, (uint32_t *)out->data, (const uint32_t *)x->data, ip, is, size, xsd); break;
-    default: k_index_select<unsigned long long><<<nb, GK_THREADS, 0, k.stream>>>(n, g, (unsigned long long *)out->data, (const unsigned long long *)x->data, ip, is, size, xsd); break;
+    case 1: gk_launch(k_index_select<uint8_t>, nb, GK_THREADS, 0, k.stream, n, g, (uint8_t *)out->data, (const uint8_t *)x->data, ip, is, size, xsd); break;
+    case 2: gk_launch(k_index_select<uint16_t>, nb, GK_THREADS, 0, k.stream, n, g, (uint16_t *)out->data, (const uint16_t *)x->data, ip, is, size, xsd); break;
+    case 4: gk_launch(k_index_select<uint32_t>, nb, GK_THREADS, 0, k.stream, n, g, (uint32_t *)out->data, (const uint32_t *)x->data, ip, is, size, xsd); break;
+    default: gk_launch(k_index_select<unsigned long long>, nb, GK_THREADS, 0, k.stream, n, g, (unsigned long long *)out->data, (const unsigned long long *)x->data, ip, is, size, xsd); break;
     }
     return gk_launched(&k, "index_select kernel");
 }
@@ -238,10 +238,10 @@ int k_gather_op(const opr_kernel_call *c)
     const int64_t *ip = (const int64_t *)index->data;
     const unsigned nb = gk_blocks(n);
     switch (gk_dtype_size(x->dtype)) {
-    case 1: k_gather<uint8_t><<<nb, GK_THREADS, 0, k.stream>>>(n, g, (uint8_t *)out->data, ip, (const uint8_t *)x->data, size, xsd); break;
-    case 2: k_gather<uint16_t><<<nb, GK_THREADS, 0, k.stream>>>(n, g, (uint16_t *)out->data, ip, (const uint16_t *)x->data, size, xsd); break;
-    case 4: k_gather<uint32_t><<<nb, GK_THREADS, 0, k.stream>>>(n, g, (uint32_t *)out->data, ip, (const uint32_t *)x->data, size, xsd); break;
-    default: k_gather<unsigned long long><<<nb, GK_THREADS, 0, k.stream>>>(n, g, (unsigned long long *)out->data, ip, (const unsigned long long *)x->data, size, xsd); break;
+    case 1: gk_launch(k_gather<uint8_t>, nb, GK_THREADS, 0, k.stream, n, g, (uint8_t *)out->data, ip, (const uint8_t *)x->data, size, xsd); break;
+    case 2: gk_launch(k_gather<uint16_t>, nb, GK_THREADS, 0, k.stream, n, g, (uint16_t *)out->data, ip, (const uint16_t *)x->data, size, xsd); break;
+    case 4: gk_launch(k_gather<uint32_t>, nb, GK_THREADS, 0, k.stream, n, g, (uint32_t *)out->data, ip, (const uint32_t *)x->data, size, xsd); break;
+    default: gk_launch(k_gather<unsigned long long>, nb, GK_THREADS, 0, k.stream, n, g, (unsigned long long *)out->data, ip, (const unsigned long long *)x->data, size, xsd); break;
     }
     return gk_launched(&k, "gather kernel");
 }
@@ -309,9 +309,9 @@ int k_scatter_add_op(const opr_kernel_call *c)
     const int64_t osd = stride_at(out, dim);
     const unsigned nb = gk_blocks(n);
     switch (x->dtype) {
-    case OPR_F32: k_scatter_add<float><<<nb, GK_THREADS, 0, k.stream>>>(n, g, (float *)out->data, (const float *)src->data, ip, size, osd); break;
-    case OPR_F64: k_scatter_add<double><<<nb, GK_THREADS, 0, k.stream>>>(n, g, (double *)out->data, (const double *)src->data, ip, size, osd); break;
-    default: k_scatter_add<int64_t><<<nb, GK_THREADS, 0, k.stream>>>(n, g, (int64_t *)out->data, (const int64_t *)src->data, ip, size, osd); break;
+    case OPR_F32: gk_launch(k_scatter_add<float>, nb, GK_THREADS, 0, k.stream, n, g, (float *)out->data, (const float *)src->data, ip, size, osd); break;
+    case OPR_F64: gk_launch(k_scatter_add<double>, nb, GK_THREADS, 0, k.stream, n, g, (double *)out->data, (const double *)src->data, ip, size, osd); break;
+    default: gk_launch(k_scatter_add<int64_t>, nb, GK_THREADS, 0, k.stream, n, g, (int64_t *)out->data, (const int64_t *)src->data, ip, size, osd); break;
     }
     return gk_launched(&k, "scatter_add kernel");
 }
@@ -397,9 +397,9 @@ int index_add_impl(const opr_kernel_call *c, bool inplace)
     const int64_t is = index->ndim ? index->strides[0] : 0, osd = stride_at(out, dim);
     const unsigned nb = gk_blocks(n);
     switch (x->dtype) {
-    case OPR_F32: k_index_add<float><<<nb, GK_THREADS, 0, k.stream>>>(n, g, (float *)out->data, (const float *)src, ip, is, size, osd, (float)alpha); break;
-    case OPR_F64: k_index_add<double><<<nb, GK_THREADS, 0, k.stream>>>(n, g, (double *)out->data, (const double *)src, ip, is, size, osd, alpha); break;
-    default: k_index_add<int64_t><<<nb, GK_THREADS, 0, k.stream>>>(n, g, (int64_t *)out->data, (const int64_t *)src, ip, is, size, osd, (int64_t)alpha); break;
+    case OPR_F32: gk_launch(k_index_add<float>, nb, GK_THREADS, 0, k.stream, n, g, (float *)out->data, (const float *)src, ip, is, size, osd, (float)alpha); break;
+    case OPR_F64: gk_launch(k_index_add<double>, nb, GK_THREADS, 0, k.stream, n, g, (double *)out->data, (const double *)src, ip, is, size, osd, alpha); break;
+    default: gk_launch(k_index_add<int64_t>, nb, GK_THREADS, 0, k.stream, n, g, (int64_t *)out->data, (const int64_t *)src, ip, is, size, osd, (int64_t)alpha); break;
     }
     return gk_launched(&k, "index_add kernel");
 }
@@ -543,7 +543,7 @@ int mask_starts(const gk_ctx *k, int32_t nd, const int64_t *shape, int64_t n, co
     const int64_t *st[1] = {ms};
     gk_geom_make(&g, nd, shape, 1, st);
     const unsigned blocks = (unsigned)(*nchunks < 65535 ? *nchunks : 65535);
-    k_mask_count<<<blocks, GK_THREADS, 0, k->stream>>>(n, *nchunks, g, (const uint8_t *)mask->data, counts.as<int64_t>());
+    gk_launch(k_mask_count, blocks, GK_THREADS, 0, k->stream, n, *nchunks, g, (const uint8_t *)mask->data, counts.as<int64_t>());
     if ((rc = gk_launched(k, "mask count kernel"))) return rc;
     std::vector<int64_t> h((size_t)*nchunks);
     if ((rc = gk_to_host(k, h.data(), counts.p, h.size() * sizeof(int64_t)))) return rc;
@@ -586,10 +586,10 @@ int k_masked_select_op(const opr_kernel_call *c)
     const uint8_t *m = (const uint8_t *)mask->data;
     const unsigned blocks = (unsigned)(nchunks < 65535 ? nchunks : 65535);
     switch (gk_dtype_size(x->dtype)) {
-    case 1: k_mask_select<uint8_t><<<blocks, GK_THREADS, 0, k.stream>>>(n, nchunks, g, (const uint8_t *)x->data, m, sp, (uint8_t *)out->data, os); break;
-    case 2: k_mask_select<uint16_t><<<blocks, GK_THREADS, 0, k.stream>>>(n, nchunks, g, (const uint16_t *)x->data, m, sp, (uint16_t *)out->data, os); break;
-    case 4: k_mask_select<uint32_t><<<blocks, GK_THREADS, 0, k.stream>>>(n, nchunks, g, (const uint32_t *)x->data, m, sp, (uint32_t *)out->data, os); break;
-    default: k_mask_select<unsigned long long><<<blocks, GK_THREADS, 0, k.stream>>>(n, nchunks, g, (const unsigned long long *)x->data, m, sp, (unsigned long long *)out->data, os); break;
+    case 1: gk_launch(k_mask_select<uint8_t>, blocks, GK_THREADS, 0, k.stream, n, nchunks, g, (const uint8_t *)x->data, m, sp, (uint8_t *)out->data, os); break;
+    case 2: gk_launch(k_mask_select<uint16_t>, blocks, GK_THREADS, 0, k.stream, n, nchunks, g, (const uint16_t *)x->data, m, sp, (uint16_t *)out->data, os); break;
+    case 4: gk_launch(k_mask_select<uint32_t>, blocks, GK_THREADS, 0, k.stream, n, nchunks, g, (const uint32_t *)x->data, m, sp, (uint32_t *)out->data, os); break;
+    default: gk_launch(k_mask_select<unsigned long long>, blocks, GK_THREADS, 0, k.stream, n, nchunks, g, (const unsigned long long *)x->data, m, sp, (unsigned long long *)out->data, os); break;
     }
     return gk_launched(&k, "masked_select kernel");
 }
@@ -628,10 +628,10 @@ int k_masked_scatter_op(const opr_kernel_call *c)
     const uint8_t *m = (const uint8_t *)mask->data;
     const unsigned blocks = (unsigned)(nchunks < 65535 ? nchunks : 65535);
     switch (gk_dtype_size(x->dtype)) {
-    case 1: k_mask_scatter<uint8_t><<<blocks, GK_THREADS, 0, k.stream>>>(n, nchunks, g, (uint8_t *)out->data, (const uint8_t *)x->data, m, sp, (const uint8_t *)source->data, sg); break;
-    case 2: k_mask_scatter<uint16_t><<<blocks, GK_THREADS, 0, k.stream>>>(n, nchunks, g, (uint16_t *)out->data, (const uint16_t *)x->data, m, sp, (const uint16_t *)source->data, sg); break;
-    case 4: k_mask_scatter<uint32_t><<<blocks, GK_THREADS, 0, k.stream>>>(n, nchunks, g, (uint32_t *)out->data, (const uint32_t *)x->data, m, sp, (const uint32_t *)source->data, sg); break;
-    default: k_mask_scatter<unsigned long long><<<blocks, GK_THREADS, 0, k.stream>>>(n, nchunks, g, (unsigned long long *)out->data, (const unsigned long long *)x->data, m, sp, (const unsigned long long *)source->data, sg); break;
+    case 1: gk_launch(k_mask_scatter<uint8_t>, blocks, GK_THREADS, 0, k.stream, n, nchunks, g, (uint8_t *)out->data, (const uint8_t *)x->data, m, sp, (const uint8_t *)source->data, sg); break;
+    case 2: gk_launch(k_mask_scatter<uint16_t>, blocks, GK_THREADS, 0, k.stream, n, nchunks, g, (uint16_t *)out->data, (const uint16_t *)x->data, m, sp, (const uint16_t *)source->data, sg); break;
+    case 4: gk_launch(k_mask_scatter<uint32_t>, blocks, GK_THREADS, 0, k.stream, n, nchunks, g, (uint32_t *)out->data, (const uint32_t *)x->data, m, sp, (const uint32_t *)source->data, sg); break;
+    default: gk_launch(k_mask_scatter<unsigned long long>, blocks, GK_THREADS, 0, k.stream, n, nchunks, g, (unsigned long long *)out->data, (const unsigned long long *)x->data, m, sp, (const unsigned long long *)source->data, sg); break;
     }
     return gk_launched(&k, "masked_scatter kernel");
 }

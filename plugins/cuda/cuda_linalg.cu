@@ -20,7 +20,7 @@
 #include "cuda_gemm_tiled.cuh"
 
 #if GPU_HAVE_BLAS
-#include <cublas_v2.h>
+#include GPU_BLAS_HEADER
 #endif
 
 #include <limits.h>
@@ -154,10 +154,10 @@ int scale_c(const gk_ctx *k, opr_dtype dt, char *c, int64_t n, double beta)
     }
     const unsigned nb = gk_blocks(n);
     switch (dt) {
-    case OPR_F32: k_scale<float, float><<<nb, GK_THREADS, 0, k->stream>>>(n, (float *)c, (float)beta); break;
-    case OPR_F64: k_scale<double, double><<<nb, GK_THREADS, 0, k->stream>>>(n, (double *)c, beta); break;
-    case OPR_F16: k_scale<gpu_f16, float><<<nb, GK_THREADS, 0, k->stream>>>(n, (gpu_f16 *)c, (float)beta); break;
-    case OPR_BF16: k_scale<gpu_bf16, float><<<nb, GK_THREADS, 0, k->stream>>>(n, (gpu_bf16 *)c, (float)beta); break;
+    case OPR_F32: gk_launch(k_scale<float, float>, nb, GK_THREADS, 0, k->stream, n, (float *)c, (float)beta); break;
+    case OPR_F64: gk_launch(k_scale<double, double>, nb, GK_THREADS, 0, k->stream, n, (double *)c, beta); break;
+    case OPR_F16: gk_launch(k_scale<gpu_f16, float>, nb, GK_THREADS, 0, k->stream, n, (gpu_f16 *)c, (float)beta); break;
+    case OPR_BF16: gk_launch(k_scale<gpu_bf16, float>, nb, GK_THREADS, 0, k->stream, n, (gpu_bf16 *)c, (float)beta); break;
     default: return GK_FAIL(OPR_ERR_UNSUPPORTED, "%s: dtype %s is not supported on %s", k->op, gk_dtype_name(dt), GPU_NAME);
     }
     return gk_launched(k, "scale kernel");
@@ -608,11 +608,11 @@ int k_cdist_op(const opr_kernel_call *c)
     const int64_t total = out->numel;
     const unsigned blocks = gk_blocks(total);
     if (out->dtype == OPR_F32)
-        k_cdist<float><<<blocks, GK_THREADS, 0, k.stream>>>(total, P, R, M, bg, (const float *)x1->data, x1->strides[nd - 2],
+        gk_launch(k_cdist<float>, blocks, GK_THREADS, 0, k.stream, total, P, R, M, bg, (const float *)x1->data, x1->strides[nd - 2],
                                                             x1->strides[nd - 1], (const float *)x2->data, x2->strides[nd - 2],
                                                             x2->strides[nd - 1], (float *)out->data);
     else
-        k_cdist<double><<<blocks, GK_THREADS, 0, k.stream>>>(total, P, R, M, bg, (const double *)x1->data, x1->strides[nd - 2],
+        gk_launch(k_cdist<double>, blocks, GK_THREADS, 0, k.stream, total, P, R, M, bg, (const double *)x1->data, x1->strides[nd - 2],
                                                              x1->strides[nd - 1], (const double *)x2->data, x2->strides[nd - 2],
                                                              x2->strides[nd - 1], (double *)out->data);
     return gk_launched(&k, "cdist kernel");

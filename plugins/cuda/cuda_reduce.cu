@@ -1,5 +1,6 @@
 /* Reductions: sum, mean, prod, max, min, max_dim, min_dim, norm, softmax, log_softmax,
- * and sum_to (plus gk_sum_dims / gk_sum_to for the backward kernels). f32, f64, i64 as
+ * and sum_to (plus gk_sum_dims / gk_sum_to for the backward kernels, which also sum
+ * f16 and bf16, accumulating in double like f32). f32, f64, i64 as
  * on the CPU backend (plugins/cpu/cpu_reduce.c), with the same semantics: f32 sums
  * and products accumulate in double, i64 ones wrap; floating max/min propagate NaN
  * and report the first index of the extreme (the first NaN if any); mean of an empty
@@ -49,6 +50,10 @@ GK_DEV bool lt_nan(double a, double b) { return a < b || (a != a && b == b); }
 
 template <class T, red_kind K> struct red_op {
     static constexpr bool is_int = std::is_same<T, int64_t>::value;
+    typedef typename gk_acc<T>::type acc_t; /* halves convert through float */
+
+    static GK_DEV double to_d(T v) { return (double)gk_cvt<acc_t>(v); }
+    static GK_DEV T from_d(double d) { return gk_cvt<T>((acc_t)d); }
 
     static GK_DEV red_acc init()
     {
@@ -63,26 +68,26 @@ template <class T, red_kind K> struct red_op {
     {
         if constexpr (K == RK_SUM || K == RK_MEAN) {
             if constexpr (is_int) a.i = (int64_t)((uint64_t)a.i + (uint64_t)v);
-            else a.d += (double)v;
+            else a.d += to_d(v);
         } else if constexpr (K == RK_PROD) {
             if constexpr (is_int) a.i = (int64_t)((uint64_t)a.i * (uint64_t)v);
-            else a.d *= (double)v;
+            else a.d *= to_d(v);
         } else if constexpr (K == RK_MAX || K == RK_MIN) {
             /* strict comparison: the first index wins ties within one thread's run */
             if constexpr (is_int) {
                 if (a.idx < 0 || (K == RK_MAX ? v > a.i : v < a.i)) { a.i = v; a.idx = ri; }
             } else {
-                const double x = (double)v;
+                const double x = to_d(v);
                 if (a.idx < 0 || (K == RK_MAX ? gt_nan(x, a.d) : lt_nan(x, a.d))) { a.d = x; a.idx = ri; }
             }
         } else if constexpr (K == RK_NORM2) {
-            a.d += (double)v * (double)v;
+            a.d += to_d(v) * to_d(v);
         } else if constexpr (K == RK_NORM1) {
-            a.d += fabs((double)v);
+            a.d += fabs(to_d(v));
         } else if constexpr (K == RK_NORMP) {
-            a.d += pow(fabs((double)v), p);
+            a.d += pow(fabs(to_d(v)), p);
         } else { /* RK_NORMI */
-            const double x = fabs((double)v);
+            const double x = fabs(to_d(v));
             if (gt_nan(x, a.d)) a.d = x;
         }
     }
@@ -121,15 +126,15 @@ template <class T, red_kind K> struct red_op {
         if constexpr (is_int) {
             *o0 = (T)a.i;
         } else if constexpr (K == RK_MEAN) {
-            *o0 = (T)(a.d / (double)n); /* 0/0 = NaN for an empty slice */
+            *o0 = from_d(a.d / (double)n); /* 0/0 = NaN for an empty slice */
         } else if constexpr (K == RK_NORM2) {
-            *o0 = (T)sqrt(a.d);
+            *o0 = from_d(sqrt(a.d));
         } else if constexpr (K == RK_NORMP) {
-            *o0 = (T)pow(a.d, 1.0 / p);
+            *o0 = from_d(pow(a.d, 1.0 / p));
         } else if constexpr (K == RK_SUM) {
-            *o0 = (T)(scale == 1.0 ? a.d : scale * a.d);
+            *o0 = from_d(scale == 1.0 ? a.d : scale * a.d);
         } else {
-            *o0 = (T)a.d;
+            *o0 = from_d(a.d);
         }
         if (o1) *o1 = a.idx;
     }
@@ -277,7 +282,7 @@ int red_launch(const gk_ctx *k, red_args &a)
 {
     if (a.n_out == 0) return OPR_OK;
     if (a.n_red <= 16 || (a.n_out >= 4096 && a.n_red <= 64)) {
-        k_red_thread<T, K><<<gk_blocks(a.n_out), GK_THREADS, 0, k->stream>>>(a);
+        gk_launch(k_red_thread<T, K>, gk_blocks(a.n_out), GK_THREADS, 0, k->stream, a);
         return gk_launched(k, "reduction kernel");
     }
     int64_t nparts = 1;
@@ -291,15 +296,15 @@ int red_launch(const gk_ctx *k, red_args &a)
     const unsigned gx = (unsigned)(a.n_out < 65535 ? a.n_out : 65535);
     dim3 grid(gx, (unsigned)nparts);
     if (nparts == 1) {
-        k_red_block<T, K><<<grid, GK_THREADS, 0, k->stream>>>(a, nullptr);
+        gk_launch(k_red_block<T, K>, grid, GK_THREADS, 0, k->stream, a, nullptr);
         return gk_launched(k, "reduction kernel");
     }
     gk_buf parts;
     int rc = parts.alloc(k, (size_t)(a.n_out * nparts) * sizeof(red_acc));
     if (rc) return rc;
-    k_red_block<T, K><<<grid, GK_THREADS, 0, k->stream>>>(a, parts.as<red_acc>());
+    gk_launch(k_red_block<T, K>, grid, GK_THREADS, 0, k->stream, a, parts.as<red_acc>());
     if ((rc = gk_launched(k, "reduction kernel"))) return rc;
-    k_red_finish<T, K><<<gk_blocks(a.n_out), GK_THREADS, 0, k->stream>>>(a, parts.as<red_acc>(), nparts);
+    gk_launch(k_red_finish<T, K>, gk_blocks(a.n_out), GK_THREADS, 0, k->stream, a, parts.as<red_acc>(), nparts);
     return gk_launched(k, "reduction merge kernel");
 }
 
@@ -312,6 +317,12 @@ int red_dispatch(const gk_ctx *k, opr_dtype dt, red_args &a)
     case OPR_I64:
         if constexpr (K == RK_SUM || K == RK_PROD || K == RK_MAX || K == RK_MIN) return red_launch<int64_t, K>(k, a);
         else return GK_FAIL(OPR_ERR_UNSUPPORTED, "%s: no %s kernel for dtype i64", k->op, GPU_NAME);
+    case OPR_F16: /* sums only: the gradients that sum_to and the backward kernels reduce */
+        if constexpr (K == RK_SUM) return red_launch<gpu_f16, K>(k, a);
+        else return GK_FAIL(OPR_ERR_UNSUPPORTED, "%s: no %s kernel for dtype f16", k->op, GPU_NAME);
+    case OPR_BF16:
+        if constexpr (K == RK_SUM) return red_launch<gpu_bf16, K>(k, a);
+        else return GK_FAIL(OPR_ERR_UNSUPPORTED, "%s: no %s kernel for dtype bf16", k->op, GPU_NAME);
     default:
         return GK_FAIL(OPR_ERR_UNSUPPORTED, "%s: no %s kernel for dtype %s", k->op, GPU_NAME, gk_dtype_name(dt));
     }
@@ -561,11 +572,11 @@ int softmax_like(const opr_kernel_call *c, const char *op, bool log_)
     const int threads = len <= 64 ? 64 : len <= 128 ? 128 : GK_THREADS;
     const unsigned blocks = (unsigned)(nslice < 65535 ? nslice : 65535);
     if (in->dtype == OPR_F32) {
-        if (log_) k_softmax<float, true><<<blocks, threads, 0, k.stream>>>(nslice, kg, len, sx, so, (const float *)in->data, (float *)out->data);
-        else k_softmax<float, false><<<blocks, threads, 0, k.stream>>>(nslice, kg, len, sx, so, (const float *)in->data, (float *)out->data);
+        if (log_) gk_launch(k_softmax<float, true>, blocks, threads, 0, k.stream, nslice, kg, len, sx, so, (const float *)in->data, (float *)out->data);
+        else gk_launch(k_softmax<float, false>, blocks, threads, 0, k.stream, nslice, kg, len, sx, so, (const float *)in->data, (float *)out->data);
     } else {
-        if (log_) k_softmax<double, true><<<blocks, threads, 0, k.stream>>>(nslice, kg, len, sx, so, (const double *)in->data, (double *)out->data);
-        else k_softmax<double, false><<<blocks, threads, 0, k.stream>>>(nslice, kg, len, sx, so, (const double *)in->data, (double *)out->data);
+        if (log_) gk_launch(k_softmax<double, true>, blocks, threads, 0, k.stream, nslice, kg, len, sx, so, (const double *)in->data, (double *)out->data);
+        else gk_launch(k_softmax<double, false>, blocks, threads, 0, k.stream, nslice, kg, len, sx, so, (const double *)in->data, (double *)out->data);
     }
     return gk_launched(&k, "softmax kernel");
 }
@@ -581,7 +592,7 @@ int k_sum_to(const opr_kernel_call *c)
     if (rc) return rc;
     const opr_tensor_view *x = gk_arg_t(c, 0);
     if (!x) return GK_FAIL(OPR_ERR_INVALID, "sum_to: self is not a tensor");
-    if (x->dtype != OPR_F32 && x->dtype != OPR_F64)
+    if (!((FL | GK_HALVES) & GK_BIT(x->dtype)))
         return GK_FAIL(OPR_ERR_UNSUPPORTED, "sum_to: no %s kernel for dtype %s", GPU_NAME, gk_dtype_name(x->dtype));
     if (c->outputs[0].dtype != x->dtype) return GK_FAIL(OPR_ERR_INVALID, "sum_to: output dtype differs from self's");
     return gk_sum_to(&k, x, &c->outputs[0], 1.0);
@@ -628,7 +639,7 @@ int gk_register_reduce(opr_plugin *self)
         {"sum", NUM, k_sum},         {"mean", FL, k_mean},         {"prod", NUM, k_prod},
         {"max", NUM, k_max},         {"min", NUM, k_min},          {"max_dim", NUM, k_max_dim},
         {"min_dim", NUM, k_min_dim}, {"norm", FL, k_norm},         {"softmax", FL, k_softmax_op},
-        {"log_softmax", FL, k_log_softmax_op},                     {"sum_to", FL, k_sum_to},
+        {"log_softmax", FL, k_log_softmax_op},                     {"sum_to", FL | GK_HALVES, k_sum_to},
     };
     for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
         int rc = gk_register(self, ops[i].op, ops[i].mask, ops[i].fn);

@@ -110,7 +110,7 @@ __device__ void do_row(const rows_args &a, int64_t r, const T *x, T *values, int
 template <class T>
 __global__ void k_rows_shared(rows_args a, const T *x, T *values, int64_t *indices)
 {
-    extern __shared__ unsigned long long smem_raw[]; /* 8-byte aligned */
+    GPU_DYNAMIC_SHARED(unsigned long long, smem_raw); /* 8-byte aligned */
     int64_t *ix = (int64_t *)smem_raw;
     T *v = (T *)(ix + a.N);
     for (int64_t r = blockIdx.x; r < a.nrows; r += gridDim.x) do_row<T>(a, r, x, values, indices, v, ix);
@@ -133,7 +133,7 @@ int rows_launch(const gk_ctx *k, rows_args &a, const void *x, void *values, int6
     if (a.N <= SORT_SMEM_N) {
         const size_t smem = (size_t)a.N * (sizeof(T) + sizeof(int64_t));
         const unsigned blocks = (unsigned)(a.nrows < 65535 ? a.nrows : 65535);
-        k_rows_shared<T><<<blocks, threads, smem, k->stream>>>(a, (const T *)x, (T *)values, indices);
+        gk_launch(k_rows_shared<T>, blocks, threads, smem, k->stream, a, (const T *)x, (T *)values, indices);
         return gk_launched(k, "sort kernel");
     }
     const size_t per_row = (size_t)a.N * (sizeof(T) + sizeof(int64_t));
@@ -146,7 +146,7 @@ int rows_launch(const gk_ctx *k, rows_args &a, const void *x, void *values, int6
     if (!rc) rc = six.alloc(k, (size_t)batch * a.N * sizeof(int64_t));
     if (rc) return rc;
     /* one launch over all rows: block b reuses its own slice of the scratch */
-    k_rows_global<T><<<(unsigned)batch, GK_THREADS, 0, k->stream>>>(a, 0, a.nrows, (const T *)x, (T *)values, indices,
+    gk_launch(k_rows_global<T>, (unsigned)batch, GK_THREADS, 0, k->stream, a, 0, a.nrows, (const T *)x, (T *)values, indices,
                                                                      sv.as<T>(), six.as<int64_t>());
     return gk_launched(k, "sort kernel");
 }

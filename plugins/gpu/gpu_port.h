@@ -6,24 +6,91 @@
  * shuffles, block sizes multiple of 64) so that AMD's 64-wide wavefronts work too.
  *
  *   GPU_BACKEND_HIP   defined when compiling with hipcc
+ *   GPU_BACKEND_EMU   defined for the CPU emulation (plugins/gpu/emu, OPR_GPU_EMULATE)
  *   GPU_HAVE_BLAS     1 when a vendor BLAS (cuBLAS) backs the GEMMs, 0 when the tiled
  *                     GEMM kernel in cuda_gemm_tiled.cuh does every product
- *   GPU_NAME          "cuda" or "rocm": the plugin and device name
+ *   GPU_NAME          "cuda" or "rocm": the device name
+ *   GPU_PLUGIN_NAME   the plugin name: GPU_NAME, or "cuda-emu" for the emulation
+ *   GPU_BLAS_HEADER   the BLAS header to include where GPU_HAVE_BLAS is 1
+ *   GPU_DYNAMIC_SHARED(T, name)  declares the block's dynamic shared memory as T name[]
+ *   gk_launch(kernel, grid, block, smem, stream, args...)  launches a kernel; the one
+ *                     launch syntax all three builds understand
  */
 #ifndef OPREG_GPU_PORT_H
 #define OPREG_GPU_PORT_H
 
-#if defined(__HIPCC__) || defined(__HIP_PLATFORM_AMD__) || defined(OPR_GPU_FORCE_HIP)
+#if defined(OPR_GPU_EMULATE)
+#define GPU_BACKEND_EMU 1
+#elif defined(__HIPCC__) || defined(__HIP_PLATFORM_AMD__) || defined(OPR_GPU_FORCE_HIP)
 #define GPU_BACKEND_HIP 1
 #endif
 
-#ifdef GPU_BACKEND_HIP
+#ifdef GPU_BACKEND_EMU
+/* ------------------------------------------------------------------ CPU emulation */
+#include "emu/gpu_emu.h"
+
+#define GPU_NAME "cuda"
+#define GPU_PLUGIN_NAME "cuda-emu"
+#define GPU_RUNTIME_NAME "emulated CUDA"
+#define GPU_BLAS_HEADER "emu/gpu_emu_blas.h"
+
+typedef gpuemu_error gpuError_t;
+typedef gpuemu_stream_t gpuStream_t;
+typedef gpuemu_f16 gpu_f16;
+typedef gpuemu_bf16 gpu_bf16;
+
+#define gpuSuccess gpuemuSuccess
+#define gpuErrorMemoryAllocation gpuemuErrorMemoryAllocation
+#define gpuGetErrorString gpuemuGetErrorString
+#define gpuGetLastError gpuemuGetLastError
+#define gpuGetDeviceCount gpuemuGetDeviceCount
+#define gpuSetDevice gpuemuSetDevice
+#define gpuGetDevice gpuemuGetDevice
+#define gpuDeviceGetAttribute gpuemuDeviceGetAttribute
+#define gpuDeviceSynchronize gpuemuDeviceSynchronize
+#define gpuMalloc gpuemuMalloc
+#define gpuFree gpuemuFree
+#define gpuMemcpyAsync gpuemuMemcpyAsync
+#define gpuMemsetAsync gpuemuMemsetAsync
+#define gpuMemcpyHostToDevice gpuemuMemcpyHostToDevice
+#define gpuMemcpyDeviceToHost gpuemuMemcpyDeviceToHost
+#define gpuMemcpyDeviceToDevice gpuemuMemcpyDeviceToDevice
+#define gpuStreamCreateWithFlags gpuemuStreamCreateWithFlags
+#define gpuStreamNonBlocking 1u
+#define gpuStreamSynchronize gpuemuStreamSynchronize
+#define gpuStreamDestroy gpuemuStreamDestroy
+#define gpuDevAttrMultiProcessorCount gpuemuDevAttrMultiProcessorCount
+#define gpuDevAttrClockRate gpuemuDevAttrClockRate
+#define gpuDevAttrMemoryClockRate gpuemuDevAttrMemoryClockRate
+#define gpuDevAttrGlobalMemoryBusWidth gpuemuDevAttrGlobalMemoryBusWidth
+#define gpuDevAttrComputeCapabilityMajor gpuemuDevAttrComputeCapabilityMajor
+#define gpuDevAttrComputeCapabilityMinor gpuemuDevAttrComputeCapabilityMinor
+
+#define GPU_DYNAMIC_SHARED(T, name) T *name = (T *)gpuemu_dynamic_shared()
+
+static inline float gpu_bf16_to_float(gpu_bf16 v) { return gpuemu_bf16_to_float(v); }
+static inline gpu_bf16 gpu_float_to_bf16(float v) { return gpuemu_float_to_bf16(v); }
+static inline float gpu_f16_to_float(gpu_f16 v) { return (float)v; }
+static inline gpu_f16 gpu_float_to_f16(float v) { return (gpu_f16)v; }
+
+#ifndef GPU_HAVE_BLAS
+#define GPU_HAVE_BLAS 1
+#endif
+
+template <class... P, class... A>
+static inline void gk_launch(void (*kern)(P...), dim3 grid, dim3 block, size_t smem, gpuStream_t s, A &&...args)
+{
+    gpuemu_launch_kernel(kern, grid, block, smem, s, std::forward<A>(args)...);
+}
+
+#elif defined(GPU_BACKEND_HIP)
 /* ------------------------------------------------------------------ HIP */
 #include <hip/hip_runtime.h>
 #include <hip/hip_fp16.h>
 #include <hip/hip_bfloat16.h>
 
 #define GPU_NAME "rocm"
+#define GPU_PLUGIN_NAME "rocm"
 #define GPU_RUNTIME_NAME "HIP"
 
 typedef hipError_t gpuError_t;
@@ -73,7 +140,9 @@ static __host__ __device__ inline gpu_bf16 gpu_float_to_bf16(float v) { return g
 #include <cuda_bf16.h>
 
 #define GPU_NAME "cuda"
+#define GPU_PLUGIN_NAME "cuda"
 #define GPU_RUNTIME_NAME "CUDA"
+#define GPU_BLAS_HEADER <cublas_v2.h>
 
 typedef cudaError_t gpuError_t;
 typedef cudaStream_t gpuStream_t;
@@ -115,7 +184,19 @@ static __host__ __device__ inline gpu_bf16 gpu_float_to_bf16(float v) { return _
 #endif
 #endif
 
+#ifndef GPU_BACKEND_EMU
 static __host__ __device__ inline float gpu_f16_to_float(gpu_f16 v) { return __half2float(v); }
 static __host__ __device__ inline gpu_f16 gpu_float_to_f16(float v) { return __float2half(v); }
+
+#define GPU_DYNAMIC_SHARED(T, name) extern __shared__ T name[]
+
+#ifdef __cplusplus
+template <class... P, class... A>
+static inline void gk_launch(void (*kern)(P...), dim3 grid, dim3 block, size_t smem, gpuStream_t s, A &&...args)
+{
+    kern<<<grid, block, smem, s>>>(static_cast<P>(args)...);
+}
+#endif
+#endif
 
 #endif /* OPREG_GPU_PORT_H */

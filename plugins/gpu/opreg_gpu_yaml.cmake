@@ -44,8 +44,9 @@ function(opreg_gpu_yaml_definitions target)
     endif()
   endforeach()
 
-  # Helper ops that derivative formulas call.
-  foreach(op new_zeros sign narrow_scatter diag_backward)
+  # Helper ops that derivative formulas call, and ops newer than the plugin's first
+  # release.
+  foreach(op new_zeros sign narrow_scatter diag_backward lerp addcmul)
     string(FIND "${yaml}" "- name: ${op}(" at)
     if(NOT at EQUAL -1)
       string(TOUPPER "${op}" OP)

@@ -1,0 +1,165 @@
+/* A CPU stand-in for the part of the CUDA runtime the GPU plugin uses, so that the
+ * kernels of plugins/cuda run, unchanged, on machines without a GPU (the emulated
+ * plugin, plugins/gpu/emu). It is a test double, not a backend: one host thread runs
+ * every launch, block after block.
+ *
+ * What it models, so that host/device mistakes fail here as they would on a GPU:
+ *  - device memory is mapped inaccessible except while a kernel or a runtime copy runs
+ *    (host code that dereferences a device pointer faults), and every block ends at a
+ *    guard page (reads and writes past the end of an allocation fault);
+ *  - copies check that each side lies in the memory their direction names;
+ *  - launch configurations are checked against the CUDA limits;
+ *  - the threads of a block are cooperative fibers, so __syncthreads() and __shared__
+ *    arrays behave as on a GPU: a block whose thread 0 reaches no barrier runs its
+ *    other threads one after another on the calling stack, the others run as fibers
+ *    switched at each barrier.
+ * No library provides this for CUDA sources (HIP-CPU would, for HIP, but is not
+ * packaged), hence the hand-written runtime in gpu_emu.cpp.
+ *
+ * Environment: OPREG_GPUEMU_DEVICES (ordinals, default 1), OPREG_GPUEMU_MEMORY_MB
+ * (memory per ordinal, default 4096; allocations beyond fail as out of memory). */
+#ifndef OPREG_GPU_EMU_H
+#define OPREG_GPU_EMU_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmath>
+#include <tuple>
+#include <utility>
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __launch_bounds__(n)
+/* One static array per kernel: blocks run one at a time, so it is the block's own. */
+#define __shared__ static
+
+struct dim3 {
+    unsigned x, y, z;
+    dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
+};
+struct uint3 {
+    unsigned x, y, z;
+};
+
+/* Set by the scheduler for the thread that runs. */
+extern uint3 threadIdx, blockIdx;
+extern dim3 blockDim, gridDim;
+
+typedef enum gpuemu_error {
+    gpuemuSuccess = 0,
+    gpuemuErrorInvalidValue = 1,
+    gpuemuErrorMemoryAllocation = 2,
+    gpuemuErrorInvalidConfiguration = 9,
+    gpuemuErrorInvalidDevice = 101,
+    gpuemuErrorInvalidDevicePointer = 17,
+    gpuemuErrorLaunchFailure = 719,
+} gpuemu_error;
+
+typedef struct gpuemu_stream *gpuemu_stream_t;
+
+typedef enum gpuemu_memcpy_kind {
+    gpuemuMemcpyHostToDevice = 1,
+    gpuemuMemcpyDeviceToHost = 2,
+    gpuemuMemcpyDeviceToDevice = 3,
+} gpuemu_memcpy_kind;
+
+typedef enum gpuemu_attr {
+    gpuemuDevAttrMultiProcessorCount,
+    gpuemuDevAttrClockRate,
+    gpuemuDevAttrMemoryClockRate,
+    gpuemuDevAttrGlobalMemoryBusWidth,
+    gpuemuDevAttrComputeCapabilityMajor,
+    gpuemuDevAttrComputeCapabilityMinor,
+} gpuemu_attr;
+
+gpuemu_error gpuemuGetDeviceCount(int *n);
+gpuemu_error gpuemuSetDevice(int ordinal);
+gpuemu_error gpuemuGetDevice(int *ordinal);
+gpuemu_error gpuemuDeviceGetAttribute(int *value, gpuemu_attr attr, int ordinal);
+gpuemu_error gpuemuDeviceSynchronize(void);
+gpuemu_error gpuemuGetLastError(void);
+const char *gpuemuGetErrorString(gpuemu_error e);
+gpuemu_error gpuemuMalloc(void **p, size_t n);
+gpuemu_error gpuemuFree(void *p);
+gpuemu_error gpuemuMemcpyAsync(void *dst, const void *src, size_t n, gpuemu_memcpy_kind kind, gpuemu_stream_t s);
+gpuemu_error gpuemuMemsetAsync(void *dst, int value, size_t n, gpuemu_stream_t s);
+gpuemu_error gpuemuStreamCreateWithFlags(gpuemu_stream_t *s, unsigned flags);
+gpuemu_error gpuemuStreamSynchronize(gpuemu_stream_t s);
+gpuemu_error gpuemuStreamDestroy(gpuemu_stream_t s);
+
+/* Runs body(arg) as every thread of a grid (see the file comment). */
+void gpuemu_launch(dim3 grid, dim3 block, size_t smem, gpuemu_stream_t s, void (*body)(void *), void *arg);
+/* The block's dynamic shared memory (the launch's smem bytes, 16-byte aligned). */
+void *gpuemu_dynamic_shared(void);
+/* Opens the device memory to the calling code for a runtime call (emulated BLAS). */
+void gpuemu_device_access_begin(void);
+void gpuemu_device_access_end(void);
+
+void __syncthreads(void);
+
+/* Blocks run one at a time on one host thread: atomics are plain updates. */
+template <class T> inline T atomicAdd(T *p, T v)
+{
+    T old = *p;
+    *p = old + v;
+    return old;
+}
+template <class T> inline T atomicMin(T *p, T v)
+{
+    T old = *p;
+    if (v < old) *p = v;
+    return old;
+}
+template <class T> inline T atomicMax(T *p, T v)
+{
+    T old = *p;
+    if (v > old) *p = v;
+    return old;
+}
+
+/* Half types: _Float16 (GCC >= 12 on x86-64) and bfloat16 as its bits. */
+typedef _Float16 gpuemu_f16;
+struct gpuemu_bf16 {
+    uint16_t bits;
+};
+inline float gpuemu_bf16_to_float(gpuemu_bf16 v)
+{
+    uint32_t u = (uint32_t)v.bits << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+inline gpuemu_bf16 gpuemu_float_to_bf16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    gpuemu_bf16 r;
+    if ((u & 0x7fffffffu) > 0x7f800000u) r.bits = (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
+    else r.bits = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);     /* nearest even */
+    return r;
+}
+
+/* Kernel launch: the arguments are converted to the kernel's parameter types once, and
+ * each emulated thread calls the kernel with its own copy, as CUDA passes them. */
+template <class... P> struct gpuemu_call {
+    void (*kern)(P...);
+    std::tuple<P...> args;
+    static void run(void *self)
+    {
+        gpuemu_call *c = (gpuemu_call *)self;
+        std::apply(c->kern, c->args);
+    }
+};
+template <class... P, class... A>
+inline void gpuemu_launch_kernel(void (*kern)(P...), dim3 grid, dim3 block, size_t smem, gpuemu_stream_t s,
+                                 A &&...args)
+{
+    gpuemu_call<P...> c{kern, std::tuple<P...>(std::forward<A>(args)...)};
+    gpuemu_launch(grid, block, smem, s, gpuemu_call<P...>::run, &c);
+}
+
+#endif /* OPREG_GPU_EMU_H */
