@@ -45,15 +45,23 @@ static bool opr_dtype_of(DLDataType d, opr_dtype *out)
     return true;
 }
 
-/* Device type names opreg uses for DLPack device types it knows. */
+/* Device type names opreg uses for the DLPack device types it knows. */
+static const struct { DLDeviceType type; const char *name; } dl_devices[] = {
+    {kDLCPU, "cpu"}, {kDLCUDA, "cuda"}, {kDLROCM, "rocm"},
+};
+
 static const char *device_name_of(DLDeviceType t)
 {
-    switch (t) {
-    case kDLCPU: return "cpu";
-    case kDLCUDA: return "cuda";
-    case kDLROCM: return "rocm";
-    default: return NULL;
-    }
+    for (size_t i = 0; i < sizeof dl_devices / sizeof dl_devices[0]; i++)
+        if (dl_devices[i].type == t) return dl_devices[i].name;
+    return NULL;
+}
+
+static bool device_type_of(const char *name, DLDeviceType *out)
+{
+    for (size_t i = 0; i < sizeof dl_devices / sizeof dl_devices[0]; i++)
+        if (!strcmp(dl_devices[i].name, name)) { *out = dl_devices[i].type; return true; }
+    return false;
 }
 
 DLManagedTensor *opr_tensor_to_dlpack(opr_tensor *t)
@@ -68,7 +76,11 @@ DLManagedTensor *opr_tensor_to_dlpack(opr_tensor *t)
         return NULL;
     }
     const char *dev = t->ctx->devices[t->storage->dev.type].name;
-    d->device.device_type = !strcmp(dev, "cuda") ? kDLCUDA : !strcmp(dev, "rocm") ? kDLROCM : kDLCPU;
+    if (!device_type_of(dev, &d->device.device_type)) { /* a plugin's own device: DLPack cannot name it */
+        free(e);
+        opr_fail(OPR_ERR_UNSUPPORTED, "opr_tensor_to_dlpack: device %s has no DLPack device type", dev);
+        return NULL;
+    }
     d->device.device_id = t->storage->dev.index;
     d->data = t->storage->data;
     d->byte_offset = (uint64_t)t->offset * opr_dtype_size(t->m.dtype);

@@ -410,14 +410,18 @@ int opr_call_by_name(opr_ctx *ctx, const char *name, const opr_value *args, int 
     return opr_call(op, args, nargs, results, nres);
 }
 
-/* Strided copies on accelerators run the device's copy_ kernel. */
+/* Strided copies on accelerators run the device's copy_ kernel. They move data for
+ * the core (contiguous(), reshape, reading back), so autograd stays out of them even
+ * when src requires grad. */
 static int strided_copy(opr_ctx *ctx, opr_tensor *dst, const opr_tensor *src)
 {
     opr_op *op = registry_find(ctx, "copy_");
     if (!op) return opr_fail(OPR_ERR_NOT_FOUND, "strided device copy needs the copy_ op");
     opr_value args[2] = {opr_v_tensor(dst), opr_v_tensor((opr_tensor *)src)};
     opr_tensor *out = NULL;
+    bool grad_mode = opr_grad_mode_set(false);
     int rc = opr_call(op, args, 2, &out, 1);
+    opr_grad_mode_set(grad_mode);
     opr_tensor_release(out);
     return rc;
 }

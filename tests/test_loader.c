@@ -917,7 +917,6 @@ START_TEST(test_gpu_plugins_decline_without_device)
 }
 END_TEST
 
-END_TEST
 
 static Suite *loader_suite(void)
 {

@@ -68,6 +68,8 @@ double *tu_to_f64(const opr_tensor *t)
         case OPR_F64: out[i] = ((double *)raw)[i]; break;
         case OPR_I64: out[i] = (double)((int64_t *)raw)[i]; break;
         case OPR_BOOL: out[i] = ((uint8_t *)raw)[i]; break;
+        case OPR_F16: out[i] = opr_f16_to_float(((uint16_t *)raw)[i]); break;
+        case OPR_BF16: out[i] = opr_bf16_to_float(((uint16_t *)raw)[i]); break;
         default: ck_abort_msg("tu_to_f64: unsupported dtype");
         }
     }
