@@ -8,6 +8,8 @@
 
 #include <cblas.h>
 
+#include <algorithm>
+#include <atomic>
 #include <map>
 #include <mutex>
 #include <setjmp.h>
@@ -77,7 +79,19 @@ bool protecting()
  * first touch of a block faults, and the handler opens that block for the rest of the
  * window. Outside a window, or on a guard page, the fault is a bug being caught. */
 std::vector<const block *> g_opened;
+std::atomic_flag g_opened_lock = ATOMIC_FLAG_INIT; /* the handler may run on any thread */
 struct sigaction g_prev_segv;
+
+void open_block(const block *b)
+{
+    while (g_opened_lock.test_and_set(std::memory_order_acquire)) {
+    }
+    if (std::find(g_opened.begin(), g_opened.end(), b) == g_opened.end()) {
+        protect(*b, true);
+        g_opened.push_back(b);
+    }
+    g_opened_lock.clear(std::memory_order_release);
+}
 
 /* The block whose mapping holds address a (its guard page included), or NULL. */
 const block *mapping_of(uintptr_t a)
@@ -95,8 +109,7 @@ void on_segv(int sig, siginfo_t *info, void *uctx)
     const uintptr_t a = (uintptr_t)info->si_addr;
     const block *b = mapping_of(a);
     if (b && a < (uintptr_t)b->map + b->usable && g_open > 0) {
-        protect(*b, true);
-        g_opened.push_back(b);
+        open_block(b);
         return;
     }
     if (b) {
@@ -517,11 +530,14 @@ void float_to_half(cudaDataType_t t, float v, void *p)
     else *(gpuemu_bf16 *)p = gpuemu_float_to_bf16(v);
 }
 
-/* Column-major rows x cols matrix with leading dimension ld lies in device memory. */
+/* Column-major rows x cols matrix with leading dimension ld lies in device memory.
+ * Its block is opened now: CBLAS may read it from its own worker threads. */
 bool in_device(const void *p, cudaDataType_t t, int rows, int cols, int ld)
 {
     if (rows == 0 || cols == 0) return true;
-    return find(p, ((size_t)(cols - 1) * (size_t)ld + (size_t)rows) * type_size(t)) != nullptr;
+    const block *b = find(p, ((size_t)(cols - 1) * (size_t)ld + (size_t)rows) * type_size(t));
+    if (b && protecting()) open_block(b);
+    return b != nullptr;
 }
 
 /* Half operands: widened to float, multiplied with sgemm, C narrowed back. */
