@@ -3,8 +3,9 @@
 # scripts/fetch-gpu-deps.sh) with the working tree, then:
 #     sh scripts/gpu-check.sh
 # It unpacks the .deb files into /tmp/deps (a prefix of its own, never /), builds with
-# the CUDA plugin, runs `opreg info`, the test suites, `opreg check --backend cuda` and
-# the GPU benchmark, and writes everything to $OUT/gpu-check.log.
+# the CUDA plugin, runs `opreg info`, the test suites, `opreg check --backend cuda`, the
+# GPU benchmark, the tiled GEMM and compute-sanitizer's race and memory checks, and
+# writes everything to $OUT/gpu-check.log.
 set -u
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp}
@@ -24,6 +25,7 @@ ln -sf openblas-pthread/libopenblas.so.0 "$deps/usr/lib/x86_64-linux-gnu/libopen
 export PKG_CONFIG_SYSROOT_DIR="$deps"
 export PKG_CONFIG_PATH="$deps/usr/lib/x86_64-linux-gnu/pkgconfig:$deps/usr/share/pkgconfig"
 export LD_LIBRARY_PATH="$deps/usr/lib/x86_64-linux-gnu:$deps/usr/lib/x86_64-linux-gnu/openblas-pthread:${LD_LIBRARY_PATH:-}"
+export PATH="$PATH:/usr/local/cuda/bin" # compute-sanitizer ships with the toolkit
 nvidia-smi >> "$log" 2>&1
 
 build=build-gpu
@@ -34,4 +36,16 @@ run "./$build/tools/opreg" info
 (cd "$build" && run ctest --output-on-failure -j 8)
 run "./$build/tools/opreg" check --backend cuda
 if [ -x "./$build/bench/opreg_bench_gpu" ]; then run "./$build/bench/opreg_bench_gpu"; fi
+# What the CPU emulation cannot show: the tiled GEMM (the ROCm path) on real hardware,
+# and races and memory errors under compute-sanitizer (plugins/cuda/VALIDATION.md).
+export OPREG_PLUGIN_PATH="$PWD/$build/plugins"
+run env OPREG_CUDA_TILED_GEMM=1 "./$build/tests/opreg_cuda_check" --no-grad
+if command -v compute-sanitizer > /dev/null; then
+    for op in sort masked_select sum index_select; do
+        run timeout 120 compute-sanitizer --tool racecheck --error-exitcode 1 "./$build/tests/opreg_cuda_check" --op "$op" --no-grad
+    done
+    run env OPREG_CUDA_NO_CACHE=1 timeout 300 compute-sanitizer --tool memcheck --error-exitcode 1 "./$build/tests/opreg_cuda_check" --no-grad
+else
+    say "compute-sanitizer not found: race and memory checks not run"
+fi
 say "done; log in $log"
