@@ -239,27 +239,41 @@ void fiber_resume(unsigned t)
     g_current = -1;
 }
 
-/* One block: thread 0 first, on a fiber. A kernel that gave thread 0 no barrier has
- * none for the others either (barriers are block-uniform in CUDA), so they run
- * straight through; otherwise every thread becomes a fiber and each round advances
- * all of them to their next barrier. */
+/* OPREG_GPUEMU_ORDER=reverse runs the blocks of a grid and the threads of a block in
+ * reverse order: a kernel whose result depends on the order (a race between barriers,
+ * a block reading another block's output) then gives a different answer. */
+bool reversed()
+{
+    static const bool on = getenv("OPREG_GPUEMU_ORDER") && !strcmp(getenv("OPREG_GPUEMU_ORDER"), "reverse");
+    return on;
+}
+
+/* The i-th of n threads or blocks to run. */
+unsigned nth(unsigned i, unsigned n) { return reversed() ? n - 1 - i : i; }
+
+/* One block: its first thread first, on a fiber. A kernel that gave that thread no
+ * barrier has none for the others either (barriers are block-uniform in CUDA), so they
+ * run straight through; otherwise every thread becomes a fiber and each round
+ * advances all of them to their next barrier. */
 void run_block(unsigned nthreads)
 {
     g_fibers.reserve(1024); /* never moves: parked fibers hold references into it */
     if (g_fibers.size() < nthreads) g_fibers.resize(nthreads);
     for (unsigned t = 0; t < nthreads; t++) g_fibers[t].done = false;
-    fiber_resume(0);
-    if (g_fibers[0].done) {
-        for (unsigned t = 1; t < nthreads; t++) {
-            set_thread(t);
+    const unsigned first = nth(0, nthreads);
+    fiber_resume(first);
+    if (g_fibers[first].done) {
+        for (unsigned i = 1; i < nthreads; i++) {
+            set_thread(nth(i, nthreads));
             g_body(g_arg);
         }
         return;
     }
-    for (unsigned t = 1; t < nthreads; t++) fiber_resume(t);
+    for (unsigned i = 1; i < nthreads; i++) fiber_resume(nth(i, nthreads));
     for (bool live = true; live;) {
         live = false;
-        for (unsigned t = 0; t < nthreads; t++) {
+        for (unsigned i = 0; i < nthreads; i++) {
+            const unsigned t = nth(i, nthreads);
             if (g_fibers[t].done) continue;
             fiber_resume(t);
             live = live || !g_fibers[t].done;
@@ -451,12 +465,12 @@ void gpuemu_launch(dim3 grid, dim3 block, size_t smem, gpuemu_stream_t s, void (
     g_arg = arg;
     g_dyn_shared.assign(smem + 16, 0xa5); /* shared memory starts undefined */
     const unsigned nthreads = block.x * block.y * block.z;
-    for (unsigned z = 0; z < grid.z; z++)
-        for (unsigned y = 0; y < grid.y; y++)
-            for (unsigned x = 0; x < grid.x; x++) {
-                blockIdx = uint3{x, y, z};
-                run_block(nthreads);
-            }
+    const uint64_t nblocks = (uint64_t)grid.x * grid.y * grid.z;
+    for (uint64_t i = 0; i < nblocks; i++) {
+        const uint64_t b = reversed() ? nblocks - 1 - i : i;
+        blockIdx = uint3{(unsigned)(b % grid.x), (unsigned)(b / grid.x % grid.y), (unsigned)(b / grid.x / grid.y)};
+        run_block(nthreads);
+    }
     window(false);
 }
 
@@ -470,7 +484,7 @@ void __syncthreads(void)
 {
     if (g_current < 0) {
         fprintf(stderr, "emulated CUDA: thread (%u,%u,%u) of block (%u,%u,%u) reached __syncthreads() where "
-                        "thread 0 reached none (a barrier in divergent code)\n",
+                        "the block's first thread reached none (a barrier in divergent code)\n",
                 threadIdx.x, threadIdx.y, threadIdx.z, blockIdx.x, blockIdx.y, blockIdx.z);
         abort();
     }

@@ -5,19 +5,22 @@
  *
  * What it models, so that host/device mistakes fail here as they would on a GPU:
  *  - device memory is mapped inaccessible except while a kernel or a runtime copy runs
- *    (host code that dereferences a device pointer faults), and every block ends at a
- *    guard page (reads and writes past the end of an allocation fault);
+ *    (host code that dereferences a device pointer aborts with a message; inside a
+ *    window the first touch of each allocation faults once and opens it), and every
+ *    allocation ends at a guard page (reads and writes past its end abort);
  *  - copies check that each side lies in the memory their direction names;
  *  - launch configurations are checked against the CUDA limits;
  *  - the threads of a block are cooperative fibers, so __syncthreads() and __shared__
- *    arrays behave as on a GPU: a block whose thread 0 reaches no barrier runs its
+ *    arrays behave as on a GPU: a block whose first thread reaches no barrier runs its
  *    other threads one after another on the calling stack, the others run as fibers
  *    switched at each barrier.
  * No library provides this for CUDA sources (HIP-CPU would, for HIP, but is not
  * packaged), hence the hand-written runtime in gpu_emu.cpp.
  *
  * Environment: OPREG_GPUEMU_DEVICES (ordinals, default 1), OPREG_GPUEMU_MEMORY_MB
- * (memory per ordinal, default 4096; allocations beyond fail as out of memory). */
+ * (memory per ordinal, default 4096; allocations beyond fail as out of memory),
+ * OPREG_GPUEMU_ORDER=reverse (blocks and threads in reverse order, to expose results
+ * that depend on the order), OPREG_GPUEMU_PROTECT=0 (device memory left accessible). */
 #ifndef OPREG_GPU_EMU_H
 #define OPREG_GPU_EMU_H
 
