@@ -5,28 +5,17 @@
 #define OPREG_CPU_BLAS_H
 
 #include "cpu_common.h"
+#include "../common/opc_blas_layout.h"
 
 #include <cblas.h>
 
 #define BLAS_INT_MAX ((int64_t)(sizeof(blasint) == 4 ? INT32_MAX : INT64_MAX))
 
-/* How BLAS can read a matrix without a copy: row-major with leading dimension ld, or
- * (trans) as the transpose of a row-major matrix. Strides of size-1 dims are free. */
-typedef struct { bool direct, trans; int64_t ld; } blas_layout;
-
-static inline blas_layout layout_of(int64_t rows, int64_t cols, int64_t rs, int64_t cs)
+/* How this CBLAS reads a matrix in place (plugins/common/opc_blas_layout.h): every
+ * leading dimension must fit its blasint. */
+static inline opc_blas_layout layout_of(int64_t rows, int64_t cols, int64_t rs, int64_t cs)
 {
-    blas_layout l = { false, false, 0 };
-    const int64_t min_rs = cols > 1 ? cols : 1, min_cs = rows > 1 ? rows : 1;
-    if ((cs == 1 || cols == 1) && (rows == 1 || rs >= min_rs)) {
-        l.direct = true;
-        l.ld = rows == 1 ? min_rs : rs;
-    } else if ((rs == 1 || rows == 1) && (cols == 1 || cs >= min_cs)) {
-        l.direct = l.trans = true;
-        l.ld = cols == 1 ? min_cs : cs;
-    }
-    if (l.ld > BLAS_INT_MAX) l.direct = false;
-    return l;
+    return opc_blas_layout_of(rows, cols, rs, cs, BLAS_INT_MAX);
 }
 
 #define PACK_LOOP(T)                                                                      \
@@ -47,7 +36,7 @@ static inline void pack(size_t es, const char *src, int64_t rows, int64_t cols, 
     else PACK_LOOP(double);
 }
 
-static inline void blas_gemm(opr_dtype dt, blas_layout la, blas_layout lb, int64_t m, int64_t n,
+static inline void blas_gemm(opr_dtype dt, opc_blas_layout la, opc_blas_layout lb, int64_t m, int64_t n,
                       int64_t k, double alpha, const void *a, const void *b, double beta,
                       void *c)
 {

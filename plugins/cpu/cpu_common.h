@@ -6,6 +6,9 @@
 
 #include <opreg/plugin.h>
 
+#include "../common/opc_dtype.h"
+#include "../common/opc_shape.h"
+
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
@@ -46,14 +49,8 @@ static inline bool cpu_arg_given(const opr_kernel_call *c, int i)
     return c->args[i].kind != OPR_ARG_NONE;
 }
 
-/* Wraps a possibly negative dim into [0, ndim). A 0-d tensor accepts 0 and -1. */
-static inline bool cpu_wrap_dim(int64_t d, int32_t ndim, int32_t *out)
-{
-    int32_t n = ndim > 0 ? ndim : 1;
-    if (d < -n || d >= n) return false;
-    *out = (int32_t)(d < 0 ? d + n : d);
-    return true;
-}
+/* Wraps a possibly negative dim into [0, ndim) (plugins/common/opc_shape.h). */
+static inline bool cpu_wrap_dim(int64_t d, int32_t ndim, int32_t *out) { return opc_wrap_dim(d, ndim, out); }
 
 /* Strides that read `v` as if expanded to out_shape (right-aligned broadcasting).
  * Returns false when v does not broadcast to out_shape. */
@@ -132,17 +129,8 @@ static inline int64_t cpu_offset_of(const opr_tensor_view *v, int64_t i)
 
 /* Element size and name of a dtype: plugins do not link libopreg, so they cannot call
  * opr_dtype_size / opr_dtype_name. */
-static inline size_t cpu_dtype_size(opr_dtype t)
-{
-    static const unsigned char sizes[] = {4, 8, 8, 1, 2, 2};
-    return (unsigned)t < sizeof sizes ? sizes[t] : 0;
-}
-
-static inline const char *cpu_dtype_name(opr_dtype t)
-{
-    static const char *const names[] = {"f32", "f64", "i64", "bool", "f16", "bf16"};
-    return (unsigned)t < sizeof names / sizeof names[0] ? names[t] : "?";
-}
+static inline size_t cpu_dtype_size(opr_dtype t) { return opc_dtype_size(t); }
+static inline const char *cpu_dtype_name(opr_dtype t) { return opc_dtype_name(t); }
 
 /* First item of chunk c when n items are cut into nchunks nearly equal chunks. */
 static inline int64_t cpu_chunk_lo(int64_t n, int64_t nchunks, int64_t c)

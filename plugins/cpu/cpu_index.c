@@ -8,6 +8,9 @@
  * self untouched, and no kernel reads or writes outside its views. */
 #include "cpu_common.h"
 #include "cpu_kernels.h"
+#include "../common/opc_cat.h"
+#include "../common/opc_diagonal.h"
+#include "../common/opc_scalar.h"
 
 #include <stdlib.h>
 
@@ -143,14 +146,6 @@ static bool bcast_shape(const opr_tensor_view *a, const opr_tensor_view *b, int3
     return true;
 }
 
-static bool same_shape(int32_t ndim, const int64_t *shape, const opr_tensor_view *v)
-{
-    if (v->ndim != ndim) return false;
-    for (int32_t d = 0; d < ndim; d++)
-        if (v->shape[d] != shape[d]) return false;
-    return true;
-}
-
 static int check_dtype(const char *op, const char *what, const opr_tensor_view *v, opr_dtype dt)
 {
     if (v->dtype != dt)
@@ -201,30 +196,12 @@ static int64_t *index_offsets(const opr_tensor_view *index, int64_t size, int64_
     return offs;
 }
 
-/* Doubles at or beyond 2^63 in magnitude (and NaN) have no i64 value; converting them
- * is undefined behaviour in C, so they are refused instead. */
-static bool fits_i64(double v)
-{
-    return v >= -9223372036854775808.0 && v < 9223372036854775808.0;
-}
-
 /* Encodes a double as one element of dtype dt, converted the way fill_ converts. */
 static int encode_scalar(const char *op, opr_dtype dt, double v, char elem[8])
 {
-    switch (dt) {
-    case OPR_F32: { float f = (float)v; memcpy(elem, &f, sizeof f); return OPR_OK; }
-    case OPR_F64: memcpy(elem, &v, sizeof v); return OPR_OK;
-    case OPR_I64: {
-        if (!fits_i64(v))
-            return CPU_FAIL(OPR_ERR_INVALID, "%s: value %g cannot be represented as i64", op, v);
-        int64_t i = (int64_t)v;
-        memcpy(elem, &i, sizeof i);
-        return OPR_OK;
-    }
-    case OPR_BOOL: elem[0] = v != 0; return OPR_OK;
-    default:
-        return CPU_FAIL(OPR_ERR_UNSUPPORTED, "%s: dtype %s is not supported on cpu", op, cpu_dtype_name(dt));
-    }
+    char why[OPC_WHY_SIZE];
+    const int rc = opc_encode_scalar(op, dt, v, elem, "cpu", why, sizeof why);
+    return rc ? CPU_FAIL(rc, "%s", why) : OPR_OK;
 }
 
 /* Masked ops write their output in row-major order of the true positions. To run in
@@ -261,7 +238,7 @@ static int k_diag(const opr_kernel_call *c)
     const int64_t k = cpu_arg_i(c, 1);
     opr_tensor_view *out = &c->outputs[0];
     const size_t es = cpu_dtype_size(x->dtype);
-    const int64_t row0 = k < 0 ? -k : 0, col0 = k > 0 ? k : 0;
+    const int64_t row0 = opc_diagonal_row0(k), col0 = opc_diagonal_col0(k);
     const char *src = x->data;
     char *dst = out->data;
 
@@ -280,9 +257,7 @@ static int k_diag(const opr_kernel_call *c)
     }
     if (x->ndim != 2)
         return CPU_FAIL(OPR_ERR_INVALID, "diag: expected a 1-d or 2-d tensor, got %d-d", (int)x->ndim);
-    int64_t len = x->shape[0] - row0;
-    if (x->shape[1] - col0 < len) len = x->shape[1] - col0;
-    if (len < 0) len = 0;
+    const int64_t len = opc_diagonal_length(x->shape[0], x->shape[1], k);
     if (out->ndim != 1 || out->shape[0] != len)
         return CPU_FAIL(OPR_ERR_INVALID, "diag: output must be [%lld]", (long long)len);
     for (int64_t i = 0; i < len; i++)
@@ -405,7 +380,7 @@ static int k_gather(const opr_kernel_call *c)
         if (d != dim && index->shape[d] > x->shape[d])
             return CPU_FAIL(OPR_ERR_INVALID, "gather: index has size %lld at dim %d but self has only %lld",
                             (long long)index->shape[d], (int)d, (long long)x->shape[d]);
-    if (!same_shape(index->ndim, index->shape, out))
+    if (!opc_same_shape(index->ndim, index->shape, out))
         return CPU_FAIL(OPR_ERR_INVALID, "gather: output shape must equal the index shape");
     const int64_t size = size_at(x, dim), xsd = stride_at(x, dim);
     if ((rc = check_indices("gather", index, dim, size))) return rc;
@@ -525,11 +500,11 @@ static int index_add_impl(const opr_kernel_call *c, bool inplace)
     if (x->ndim == 0 && index->numel != 1)
         return CPU_FAIL(OPR_ERR_INVALID, "%s: a 0-d self needs exactly one index, got %lld", op,
                         (long long)index->numel);
-    if (!same_shape(x->ndim, x->shape, out))
+    if (!opc_same_shape(x->ndim, x->shape, out))
         return CPU_FAIL(OPR_ERR_INVALID, "%s: output shape must equal self's", op);
     if (inplace && (rc = check_writable(op, out))) return rc;
     const double alpha = cpu_arg_d(c, 4);
-    if (x->dtype == OPR_I64 && !(fits_i64(alpha) && alpha == (double)(int64_t)alpha))
+    if (x->dtype == OPR_I64 && !(opc_fits_i64(alpha) && alpha == (double)(int64_t)alpha))
         return CPU_FAIL(OPR_ERR_INVALID, "%s: alpha %g must be an integer for an i64 tensor", op, alpha);
     const int64_t size = size_at(out, dim);
     if ((rc = check_indices(op, index, dim, size))) return rc;
@@ -591,7 +566,7 @@ static int k_scatter_add(const opr_kernel_call *c)
             return CPU_FAIL(OPR_ERR_INVALID, "scatter_add: index has size %lld at dim %d but self has only %lld",
                             (long long)index->shape[d], (int)d, (long long)x->shape[d]);
     }
-    if (!same_shape(x->ndim, x->shape, out))
+    if (!opc_same_shape(x->ndim, x->shape, out))
         return CPU_FAIL(OPR_ERR_INVALID, "scatter_add: output shape must equal self's");
     const int64_t size = size_at(x, dim);
     if ((rc = check_indices("scatter_add", index, dim, size))) return rc;
@@ -611,52 +586,16 @@ static int k_scatter_add(const opr_kernel_call *c)
 
 /* ------------------------------------------------------------------ cat */
 
-/* PyTorch's legacy rule: 1-d empty tensors may appear in any cat and are skipped. */
-static bool cat_skipped(const opr_tensor_view *t) { return t->ndim == 1 && t->shape[0] == 0; }
-
 static int k_cat(const opr_kernel_call *c)
 {
-    if (c->args[0].kind != OPR_ARG_TENSOR_LIST || c->args[0].u.tl.n == 0)
-        return CPU_FAIL(OPR_ERR_INVALID, "cat: expected a non-empty list of tensors");
-    const opr_tensor_view *ts = c->args[0].u.tl.items;
-    const int32_t nt = c->args[0].u.tl.n;
-    opr_tensor_view *out = &c->outputs[0];
-    int32_t dim;
-    if (!cpu_wrap_dim(cpu_arg_i(c, 1), out->ndim, &dim))
-        return CPU_FAIL(OPR_ERR_INVALID, "cat: dim %lld out of range for %d-d tensors",
-                        (long long)cpu_arg_i(c, 1), (int)out->ndim);
-    int64_t total = 0;
-    for (int32_t i = 0; i < nt; i++) {
-        const opr_tensor_view *t = &ts[i];
-        if (t->ndim == 0)
-            return CPU_FAIL(OPR_ERR_INVALID, "cat: zero-dimensional tensor %d cannot be concatenated", (int)i);
-        if (t->dtype != out->dtype)
-            return CPU_FAIL(OPR_ERR_INVALID, "cat: tensor %d has dtype %s, expected %s", (int)i,
-                            cpu_dtype_name(t->dtype), cpu_dtype_name(out->dtype));
-        if (cat_skipped(t)) continue;
-        if (t->ndim != out->ndim)
-            return CPU_FAIL(OPR_ERR_INVALID, "cat: tensor %d has %d dims, expected %d", (int)i,
-                            (int)t->ndim, (int)out->ndim);
-        for (int32_t d = 0; d < t->ndim; d++)
-            if (d != dim && t->shape[d] != out->shape[d])
-                return CPU_FAIL(OPR_ERR_INVALID, "cat: tensor %d has size %lld at dim %d, expected %lld",
-                                (int)i, (long long)t->shape[d], (int)d, (long long)out->shape[d]);
-        total += t->shape[dim];
-    }
-    if (total != out->shape[dim])
-        return CPU_FAIL(OPR_ERR_INVALID, "cat: sizes along dim %d add up to %lld, output has %lld",
-                        (int)dim, (long long)total, (long long)out->shape[dim]);
-    const size_t es = cpu_dtype_size(out->dtype);
-    int64_t at = 0;
-    for (int32_t i = 0; i < nt; i++) {
-        const opr_tensor_view *t = &ts[i];
-        if (cat_skipped(t)) continue;
-        if (t->numel) {
-            char *dst = (char *)out->data + at * out->strides[dim] * (int64_t)es;
-            copy_strided(es, t->ndim, t->shape, dst, out->strides, t->data, t->strides);
-        }
-        at += t->shape[dim];
-    }
+    char why[OPC_WHY_SIZE];
+    opc_cat cat;
+    if (!opc_cat_start(c, cpu_arg_i(c, 1), &cat, why, sizeof why)) return CPU_FAIL(OPR_ERR_INVALID, "%s", why);
+    const size_t es = cpu_dtype_size(cat.out->dtype);
+    char *const dst = cat.out->data;
+    while (opc_cat_next(&cat))
+        copy_strided(es, cat.t->ndim, cat.t->shape, dst + cat.offset * (int64_t)es, cat.out->strides, cat.t->data,
+                     cat.t->strides);
     return OPR_OK;
 }
 
@@ -666,43 +605,21 @@ static int k_diagonal_scatter(const opr_kernel_call *c)
 {
     const opr_tensor_view *x = cpu_arg_t(c, 0), *src = cpu_arg_t(c, 1);
     opr_tensor_view *out = &c->outputs[0];
-    const int64_t offset = cpu_arg_i(c, 2);
+    char why[OPC_WHY_SIZE];
     int32_t d1, d2;
-    if (x->ndim < 2)
-        return CPU_FAIL(OPR_ERR_INVALID, "diagonal_scatter: self must have at least 2 dims, got %d", (int)x->ndim);
-    if (!cpu_wrap_dim(cpu_arg_i(c, 3), x->ndim, &d1) || !cpu_wrap_dim(cpu_arg_i(c, 4), x->ndim, &d2))
-        return CPU_FAIL(OPR_ERR_INVALID, "diagonal_scatter: dim1 %lld or dim2 %lld out of range for a %d-d tensor",
-                        (long long)cpu_arg_i(c, 3), (long long)cpu_arg_i(c, 4), (int)x->ndim);
-    if (d1 == d2)
-        return CPU_FAIL(OPR_ERR_INVALID, "diagonal_scatter: dim1 and dim2 must differ (both are %d)", (int)d1);
+    if (!opc_diagonal_dims("diagonal_scatter", x->ndim, cpu_arg_i(c, 3), cpu_arg_i(c, 4), &d1, &d2, why, sizeof why))
+        return CPU_FAIL(OPR_ERR_INVALID, "%s", why);
     int rc = check_dtype("diagonal_scatter", "src", src, x->dtype);
     if (rc) return rc;
-    if (!same_shape(x->ndim, x->shape, out))
-        return CPU_FAIL(OPR_ERR_INVALID, "diagonal_scatter: output shape must equal self's");
+    opc_diagonal_view v;
+    if (!opc_diagonal_scatter_view(x, src, out, cpu_arg_i(c, 2), d1, d2, &v, why, sizeof why))
+        return CPU_FAIL(OPR_ERR_INVALID, "%s", why);
 
-    /* The diagonal as a view of out: the other dims in order, then the diagonal. */
-    const int64_t row0 = offset < 0 ? -offset : 0, col0 = offset > 0 ? offset : 0;
-    int64_t len = out->shape[d1] - row0;
-    if (out->shape[d2] - col0 < len) len = out->shape[d2] - col0;
-    if (len < 0) len = 0;
-    int64_t vshape[OPR_MAX_DIMS], vst[OPR_MAX_DIMS];
-    int32_t vn = 0;
-    for (int32_t d = 0; d < out->ndim; d++)
-        if (d != d1 && d != d2) {
-            vshape[vn] = out->shape[d];
-            vst[vn++] = out->strides[d];
-        }
-    vshape[vn] = len;
-    vst[vn++] = out->strides[d1] + out->strides[d2];
-    if (!same_shape(vn, vshape, src))
-        return CPU_FAIL(OPR_ERR_INVALID, "diagonal_scatter: src must have the shape of the selected diagonal (%d-d, diagonal length %lld)",
-                        (int)vn, (long long)len);
-
+    /* self copied, then src over the diagonal */
     const size_t es = cpu_dtype_size(x->dtype);
     copy_strided(es, x->ndim, x->shape, out->data, out->strides, x->data, x->strides);
     if (src->numel == 0) return OPR_OK;
-    char *base = (char *)out->data + (row0 * out->strides[d1] + col0 * out->strides[d2]) * (int64_t)es;
-    copy_strided(es, vn, vshape, base, vst, src->data, src->strides);
+    copy_strided(es, v.ndim, v.shape, (char *)out->data + v.offset * (int64_t)es, v.strides, src->data, src->strides);
     return OPR_OK;
 }
 
@@ -717,7 +634,7 @@ static int k_masked_scatter(const opr_kernel_call *c)
     if (rc) return rc;
     int32_t nd;
     int64_t shape[OPR_MAX_DIMS], xs[OPR_MAX_DIMS], ms[OPR_MAX_DIMS];
-    if (!bcast_shape(x, mask, &nd, shape) || !same_shape(nd, shape, out) ||
+    if (!bcast_shape(x, mask, &nd, shape) || !opc_same_shape(nd, shape, out) ||
         !cpu_bcast_strides(x, nd, shape, xs) || !cpu_bcast_strides(mask, nd, shape, ms))
         return CPU_FAIL(OPR_ERR_INVALID, "masked_scatter: self and mask must broadcast to the output shape");
     const int64_t n = out->numel;
@@ -769,9 +686,7 @@ static int k_copy_(const opr_kernel_call *c)
     if (out->numel == 0) return OPR_OK;
     /* Copying a view onto itself is a no-op; any other overlap goes through a copy so
      * no element is read after it was overwritten. */
-    if (src->data == out->data && same_shape(out->ndim, out->shape, src) &&
-        (out->ndim == 0 || !memcmp(src->strides, out->strides, (size_t)out->ndim * sizeof *ss)))
-        return OPR_OK;
+    if (opc_same_view(out, src)) return OPR_OK;
     const size_t es = cpu_dtype_size(out->dtype);
     if (!views_overlap(out, src)) {
         copy_strided(es, out->ndim, out->shape, out->data, out->strides, src->data, ss);

@@ -18,6 +18,9 @@
 
 #include <opreg/plugin.h>
 
+#include "../common/opc_dtype.h"
+#include "../common/opc_shape.h"
+
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -59,25 +62,10 @@ static inline bool gk_arg_given(const opr_kernel_call *c, int i)
     return i < c->nargs && c->args[i].kind != OPR_ARG_NONE;
 }
 
-static inline bool gk_wrap_dim(int64_t d, int32_t ndim, int32_t *out)
-{
-    int32_t n = ndim > 0 ? ndim : 1;
-    if (d < -n || d >= n) return false;
-    *out = (int32_t)(d < 0 ? d + n : d);
-    return true;
-}
+static inline bool gk_wrap_dim(int64_t d, int32_t ndim, int32_t *out) { return opc_wrap_dim(d, ndim, out); }
 
-static inline size_t gk_dtype_size(opr_dtype t)
-{
-    static const unsigned char sizes[] = {4, 8, 8, 1, 2, 2};
-    return (unsigned)t < sizeof sizes ? sizes[t] : 0;
-}
-
-static inline const char *gk_dtype_name(opr_dtype t)
-{
-    static const char *const names[] = {"f32", "f64", "i64", "bool", "f16", "bf16"};
-    return (unsigned)t < sizeof names / sizeof names[0] ? names[t] : "?";
-}
+static inline size_t gk_dtype_size(opr_dtype t) { return opc_dtype_size(t); }
+static inline const char *gk_dtype_name(opr_dtype t) { return opc_dtype_name(t); }
 
 #define GK_BIT(dt) OPR_DTYPE_BIT(dt)
 #define GK_FLOATS (GK_BIT(OPR_F32) | GK_BIT(OPR_F64))
@@ -125,10 +113,7 @@ static inline int64_t gk_numel(int32_t ndim, const int64_t *shape)
 
 static inline bool gk_same_shape(int32_t ndim, const int64_t *shape, const opr_tensor_view *v)
 {
-    if (v->ndim != ndim) return false;
-    for (int32_t d = 0; d < ndim; d++)
-        if (v->shape[d] != shape[d]) return false;
-    return true;
+    return opc_same_shape(ndim, shape, v);
 }
 
 static inline void gk_contig_strides(int32_t ndim, const int64_t *shape, int64_t *st)

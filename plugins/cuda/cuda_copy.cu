@@ -7,6 +7,9 @@
  * kernel serves every dtype (f16 and bf16 included). Validation follows
  * plugins/cpu/cpu_index.c, cpu_factory.c and cpu_grad.c. */
 #include "cuda_common.cuh"
+#include "../common/opc_cat.h"
+#include "../common/opc_diagonal.h"
+#include "../common/opc_scalar.h"
 
 #include <math.h>
 
@@ -109,22 +112,14 @@ int gk_fill(const gk_ctx *k, size_t es, int32_t ndim, const int64_t *shape, void
 int gk_encode_scalar(const char *op, opr_dtype dt, double v, uint64_t *bits)
 {
     *bits = 0;
-    switch (dt) {
-    case OPR_F32: { float f = (float)v; memcpy(bits, &f, sizeof f); return OPR_OK; }
-    case OPR_F64: memcpy(bits, &v, sizeof v); return OPR_OK;
-    case OPR_I64: {
-        if (!gk_fits_i64(v))
-            return GK_FAIL(OPR_ERR_INVALID, "%s: value %g cannot be represented as i64", op, v);
-        int64_t i = (int64_t)v;
-        memcpy(bits, &i, sizeof i);
-        return OPR_OK;
-    }
-    case OPR_BOOL: *bits = v != 0; return OPR_OK;
+    switch (dt) { /* the halves need the device's conversions */
     case OPR_F16: { gpu_f16 h = gpu_float_to_f16((float)v); memcpy(bits, &h, 2); return OPR_OK; }
     case OPR_BF16: { gpu_bf16 h = gpu_float_to_bf16((float)v); memcpy(bits, &h, 2); return OPR_OK; }
-    default:
-        return GK_FAIL(OPR_ERR_UNSUPPORTED, "%s: dtype %s is not supported on %s", op, gk_dtype_name(dt), GPU_NAME);
+    default: break;
     }
+    char why[OPC_WHY_SIZE];
+    const int rc = opc_encode_scalar(op, dt, v, bits, GPU_NAME, why, sizeof why);
+    return rc ? GK_FAIL(rc, "%s", why) : OPR_OK;
 }
 
 int gk_contiguous_copy(const gk_ctx *k, const opr_tensor_view *v, gk_buf *buf, int64_t *strides)
@@ -155,9 +150,7 @@ int k_copy_(const opr_kernel_call *c)
     if (out->ndim > GK_MAXD || !gk_bcast_strides(src, out->ndim, out->shape, ss))
         return GK_FAIL(OPR_ERR_INVALID, "copy_: src does not broadcast to self");
     if (out->numel == 0) return OPR_OK;
-    if (src->data == out->data && gk_same_shape(out->ndim, out->shape, src) &&
-        (out->ndim == 0 || !memcmp(src->strides, out->strides, (size_t)out->ndim * sizeof *ss)))
-        return OPR_OK;
+    if (opc_same_view(out, src)) return OPR_OK; /* copying a view onto itself */
     const size_t es = gk_dtype_size(out->dtype);
     if (!gk_views_overlap(out, src))
         return gk_copy_strided(&k, es, out->ndim, out->shape, out->data, out->strides, src->data, ss);
@@ -287,53 +280,19 @@ int k_arange(const opr_kernel_call *c)
 
 /* ------------------------------------------------------------------ cat */
 
-bool cat_skipped(const opr_tensor_view *t) { return t->ndim == 1 && t->shape[0] == 0; }
-
 int k_cat(const opr_kernel_call *c)
 {
     gk_ctx k;
     int rc = gk_begin(c, "cat", &k);
     if (rc) return rc;
-    if (c->nargs < 2 || c->args[0].kind != OPR_ARG_TENSOR_LIST || c->args[0].u.tl.n == 0)
-        return GK_FAIL(OPR_ERR_INVALID, "cat: expected a non-empty list of tensors");
-    const opr_tensor_view *ts = c->args[0].u.tl.items;
-    const int32_t nt = c->args[0].u.tl.n;
-    opr_tensor_view *out = &c->outputs[0];
-    int32_t dim;
-    if (!gk_wrap_dim(gk_arg_i(c, 1), out->ndim, &dim))
-        return GK_FAIL(OPR_ERR_INVALID, "cat: dim %lld out of range for %d-d tensors", (long long)gk_arg_i(c, 1),
-                       (int)out->ndim);
-    int64_t total = 0;
-    for (int32_t i = 0; i < nt; i++) {
-        const opr_tensor_view *t = &ts[i];
-        if (t->ndim == 0)
-            return GK_FAIL(OPR_ERR_INVALID, "cat: zero-dimensional tensor %d cannot be concatenated", (int)i);
-        if (t->dtype != out->dtype)
-            return GK_FAIL(OPR_ERR_INVALID, "cat: tensor %d has dtype %s, expected %s", (int)i,
-                           gk_dtype_name(t->dtype), gk_dtype_name(out->dtype));
-        if (cat_skipped(t)) continue;
-        if (t->ndim != out->ndim)
-            return GK_FAIL(OPR_ERR_INVALID, "cat: tensor %d has %d dims, expected %d", (int)i, (int)t->ndim,
-                           (int)out->ndim);
-        for (int32_t d = 0; d < t->ndim; d++)
-            if (d != dim && t->shape[d] != out->shape[d])
-                return GK_FAIL(OPR_ERR_INVALID, "cat: tensor %d has size %lld at dim %d, expected %lld", (int)i,
-                               (long long)t->shape[d], (int)d, (long long)out->shape[d]);
-        total += t->shape[dim];
-    }
-    if (out->ndim == 0 || total != out->shape[dim])
-        return GK_FAIL(OPR_ERR_INVALID, "cat: sizes along dim %d add up to %lld, output has %lld", (int)dim,
-                       (long long)total, (long long)(out->ndim ? out->shape[dim] : 0));
-    const size_t es = gk_dtype_size(out->dtype);
-    int64_t at = 0;
-    for (int32_t i = 0; i < nt; i++) {
-        const opr_tensor_view *t = &ts[i];
-        if (cat_skipped(t)) continue;
-        if (t->numel) {
-            char *dst = (char *)out->data + at * out->strides[dim] * (int64_t)es;
-            if ((rc = gk_copy_strided(&k, es, t->ndim, t->shape, dst, out->strides, t->data, t->strides))) return rc;
-        }
-        at += t->shape[dim];
+    char why[OPC_WHY_SIZE];
+    opc_cat cat;
+    if (!opc_cat_start(c, gk_arg_i(c, 1), &cat, why, sizeof why)) return GK_FAIL(OPR_ERR_INVALID, "%s", why);
+    const size_t es = gk_dtype_size(cat.out->dtype);
+    while (opc_cat_next(&cat)) {
+        const opr_tensor_view *t = cat.t;
+        char *dst = (char *)cat.out->data + cat.offset * (int64_t)es;
+        if ((rc = gk_copy_strided(&k, es, t->ndim, t->shape, dst, cat.out->strides, t->data, t->strides))) return rc;
     }
     return OPR_OK;
 }
@@ -350,7 +309,7 @@ int k_diag(const opr_kernel_call *c)
     opr_tensor_view *out = &c->outputs[0];
     if (!x) return GK_FAIL(OPR_ERR_INVALID, "diag: self is not a tensor");
     const size_t es = gk_dtype_size(x->dtype);
-    const int64_t row0 = kd < 0 ? -kd : 0, col0 = kd > 0 ? kd : 0;
+    const int64_t row0 = opc_diagonal_row0(kd), col0 = opc_diagonal_col0(kd);
     if (out->dtype != x->dtype) return GK_FAIL(OPR_ERR_INVALID, "diag: output dtype differs from self's");
     if (x->ndim == 1) {
         const int64_t n = x->shape[0], size = n + row0 + col0;
@@ -363,9 +322,7 @@ int k_diag(const opr_kernel_call *c)
     }
     if (x->ndim != 2)
         return GK_FAIL(OPR_ERR_INVALID, "diag: expected a 1-d or 2-d tensor, got %d-d", (int)x->ndim);
-    int64_t len = x->shape[0] - row0;
-    if (x->shape[1] - col0 < len) len = x->shape[1] - col0;
-    if (len < 0) len = 0;
+    int64_t len = opc_diagonal_length(x->shape[0], x->shape[1], kd);
     if (out->ndim != 1 || out->shape[0] != len)
         return GK_FAIL(OPR_ERR_INVALID, "diag: output must be [%lld]", (long long)len);
     if (len == 0) return OPR_OK;
@@ -382,39 +339,19 @@ int k_diagonal_scatter(const opr_kernel_call *c)
     const opr_tensor_view *x = gk_arg_t(c, 0), *src = gk_arg_t(c, 1);
     opr_tensor_view *out = &c->outputs[0];
     if (!x || !src) return GK_FAIL(OPR_ERR_INVALID, "diagonal_scatter: self and src must be tensors");
-    const int64_t offset = gk_arg_i(c, 2);
+    char why[OPC_WHY_SIZE];
     int32_t d1, d2;
-    if (x->ndim < 2)
-        return GK_FAIL(OPR_ERR_INVALID, "diagonal_scatter: self must have at least 2 dims, got %d", (int)x->ndim);
-    if (!gk_wrap_dim(gk_arg_i(c, 3), x->ndim, &d1) || !gk_wrap_dim(gk_arg_i(c, 4), x->ndim, &d2))
-        return GK_FAIL(OPR_ERR_INVALID, "diagonal_scatter: dim1 %lld or dim2 %lld out of range for a %d-d tensor",
-                       (long long)gk_arg_i(c, 3), (long long)gk_arg_i(c, 4), (int)x->ndim);
-    if (d1 == d2)
-        return GK_FAIL(OPR_ERR_INVALID, "diagonal_scatter: dim1 and dim2 must differ (both are %d)", (int)d1);
+    opc_diagonal_view v;
+    if (!opc_diagonal_dims("diagonal_scatter", x->ndim, gk_arg_i(c, 3), gk_arg_i(c, 4), &d1, &d2, why, sizeof why))
+        return GK_FAIL(OPR_ERR_INVALID, "%s", why);
     if ((rc = gk_check_dtype("diagonal_scatter", "src", src, x->dtype))) return rc;
-    if (!gk_same_shape(x->ndim, x->shape, out))
-        return GK_FAIL(OPR_ERR_INVALID, "diagonal_scatter: output shape must equal self's");
-    const int64_t row0 = offset < 0 ? -offset : 0, col0 = offset > 0 ? offset : 0;
-    int64_t len = out->shape[d1] - row0;
-    if (out->shape[d2] - col0 < len) len = out->shape[d2] - col0;
-    if (len < 0) len = 0;
-    int64_t vshape[GK_MAXD], vst[GK_MAXD];
-    int32_t vn = 0;
-    for (int32_t d = 0; d < out->ndim; d++)
-        if (d != d1 && d != d2) {
-            vshape[vn] = out->shape[d];
-            vst[vn++] = out->strides[d];
-        }
-    vshape[vn] = len;
-    vst[vn++] = out->strides[d1] + out->strides[d2];
-    if (!gk_same_shape(vn, vshape, src))
-        return GK_FAIL(OPR_ERR_INVALID, "diagonal_scatter: src must have the shape of the selected diagonal (%d-d, diagonal length %lld)",
-                       (int)vn, (long long)len);
+    if (!opc_diagonal_scatter_view(x, src, out, gk_arg_i(c, 2), d1, d2, &v, why, sizeof why))
+        return GK_FAIL(OPR_ERR_INVALID, "%s", why);
     const size_t es = gk_dtype_size(x->dtype);
     if ((rc = gk_copy_strided(&k, es, x->ndim, x->shape, out->data, out->strides, x->data, x->strides))) return rc;
     if (src->numel == 0) return OPR_OK;
-    char *base = (char *)out->data + (row0 * out->strides[d1] + col0 * out->strides[d2]) * (int64_t)es;
-    return gk_copy_strided(&k, es, vn, vshape, base, vst, src->data, src->strides);
+    char *base = (char *)out->data + v.offset * (int64_t)es;
+    return gk_copy_strided(&k, es, v.ndim, v.shape, base, v.strides, src->data, src->strides);
 }
 
 #ifdef OPR_GK_HAVE_NARROW_SCATTER
@@ -465,7 +402,7 @@ int k_diag_backward(const opr_kernel_call *c)
     opr_tensor_view *out = &c->outputs[0];
     if (!g) return GK_FAIL(OPR_ERR_INVALID, "diag_backward: self is not a tensor");
     const int64_t kd = gk_arg_i(c, 2);
-    const int64_t row0 = kd < 0 ? -kd : 0, col0 = kd > 0 ? kd : 0;
+    const int64_t row0 = opc_diagonal_row0(kd), col0 = opc_diagonal_col0(kd);
     const size_t es = gk_dtype_size(out->dtype);
     if (g->dtype != out->dtype) return GK_FAIL(OPR_ERR_INVALID, "diag_backward: dtype mismatch");
     if (out->ndim == 1) {

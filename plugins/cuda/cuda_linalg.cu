@@ -2,8 +2,8 @@
  * f64), and the fused backward kernels mm_backward, bmm_backward, matmul_backward,
  * linear_backward, addmm_backward (f32, f64).
  *
- * Every product goes through one driver, the "reducing batched GEMM" of
- * plugins/cpu/cpu_backward.c: C[c] = alpha * sum over the batch positions b that map
+ * Every product goes through one driver, the "reducing batched GEMM" that the CPU
+ * plugin runs too (planned by plugins/common/opc_rgemm.h): C[c] = alpha * sum over the batch positions b that map
  * to c of A[b] @ B[b] (+ beta * C on the first term). Operands are strided matrices
  * handed to cuBLAS with transpose flags, so a transposed view costs no copy; only a
  * matrix with no unit stride is packed (on the device). Batch dims that are summed
@@ -18,6 +18,7 @@
  * strides and never packs. */
 #include "cuda_common.cuh"
 #include "cuda_gemm_tiled.cuh"
+#include "../common/opc_matmul_grad.h"
 
 #if GPU_HAVE_BLAS
 #include GPU_BLAS_HEADER
@@ -29,44 +30,11 @@ namespace {
 
 #define BLAS_INT_MAX ((int64_t)INT_MAX)
 
-/* A strided matrix operand: element (i, j) of batch position b at
- * data + (sum_d idx_d * bst[d] + i * rs + j * cs) * element size. */
-struct bmat {
-    const char *data;
-    int64_t rows, cols, rs, cs;
-    int64_t bst[GK_MAXD];
-};
-
-bmat bmat_t(bmat m)
+/* How cuBLAS reads a matrix in place (plugins/common/opc_blas_layout.h): every leading
+ * dimension must fit an int. */
+opc_blas_layout layout_of(int64_t rows, int64_t cols, int64_t rs, int64_t cs)
 {
-    bmat t = m;
-    t.rows = m.cols;
-    t.cols = m.rows;
-    t.rs = m.cs;
-    t.cs = m.rs;
-    return t;
-}
-
-/* How BLAS reads a matrix in place: row-major with leading dimension ld, or as the
- * transpose of one. */
-struct blas_layout {
-    bool direct, trans;
-    int64_t ld;
-};
-
-blas_layout layout_of(int64_t rows, int64_t cols, int64_t rs, int64_t cs)
-{
-    blas_layout l = {false, false, 0};
-    const int64_t min_rs = cols > 1 ? cols : 1, min_cs = rows > 1 ? rows : 1;
-    if ((cs == 1 || cols == 1) && (rows == 1 || rs >= min_rs)) {
-        l.direct = true;
-        l.ld = rows == 1 ? min_rs : rs;
-    } else if ((rs == 1 || rows == 1) && (cols == 1 || cs >= min_cs)) {
-        l.direct = l.trans = true;
-        l.ld = cols == 1 ? min_cs : cs;
-    }
-    if (l.ld > BLAS_INT_MAX) l.direct = false;
-    return l;
+    return opc_blas_layout_of(rows, cols, rs, cs, BLAS_INT_MAX);
 }
 
 bool use_tiled() { return !GPU_HAVE_BLAS || gk_force_tiled_gemm; }
@@ -94,7 +62,7 @@ int gemm_call(const gk_ctx *k, opr_dtype dt, int64_t m, int64_t n, int64_t kk, d
 #if GPU_HAVE_BLAS
     /* Row-major C = A @ B is column-major C^T = B^T @ A^T: a row-major matrix is its own
      * transpose in column-major terms, so B goes first and no flag changes meaning. */
-    const blas_layout la = layout_of(m, kk, a.rs, a.cs), lb = layout_of(kk, n, b.rs, b.cs);
+    const opc_blas_layout la = layout_of(m, kk, a.rs, a.cs), lb = layout_of(kk, n, b.rs, b.cs);
     if (!la.direct || !lb.direct)
         return GK_FAIL(OPR_ERR_BACKEND, "%s: internal error: operand not readable by cuBLAS", k->op);
     cublasHandle_t h = (cublasHandle_t)gk_blas_handle(k->ordinal);
@@ -165,53 +133,6 @@ int scale_c(const gk_ctx *k, opr_dtype dt, char *c, int64_t n, double beta)
 
 /* ------------------------------------------------------------------ reducing batched GEMM */
 
-struct rgemm {
-    const char *op;
-    opr_dtype dt;
-    int32_t nb;                 /* batch dims of the product */
-    int64_t bshape[GK_MAXD];
-    bool reduced[GK_MAXD];      /* summed over: C has no extent there */
-    int64_t cst[GK_MAXD];       /* C's batch strides (elements) on the other dims */
-    char *c;                    /* C: row-major A.rows x B.cols matrices, ldc = B.cols */
-    double alpha, beta;         /* beta applies to the first term of each C */
-};
-
-/* Folds reduced batch dim d into the inner dimension when both operands continue
- * their k run there. */
-bool fold_inner(const rgemm *j, bmat *a, bmat *b, int32_t d)
-{
-    const int64_t size = j->bshape[d];
-    bmat fa = *a, fb = *b;
-    if (a->bst[d] == 0 || b->bst[d] == 0) return false;
-    if (fa.cols == 1) fa.cs = a->bst[d];
-    if (fb.rows == 1) fb.rs = b->bst[d];
-    if (a->bst[d] != fa.cols * fa.cs || b->bst[d] != fb.rows * fb.rs) return false;
-    fa.cols *= size;
-    fb.rows *= size;
-    if (fa.cols > BLAS_INT_MAX) return false;
-    if (layout_of(a->rows, a->cols, a->rs, a->cs).direct && !layout_of(fa.rows, fa.cols, fa.rs, fa.cs).direct) return false;
-    if (layout_of(b->rows, b->cols, b->rs, b->cs).direct && !layout_of(fb.rows, fb.cols, fb.rs, fb.cs).direct) return false;
-    *a = fa;
-    *b = fb;
-    return true;
-}
-
-/* Folds kept batch dim d into the rows of A and C when B is the same along d and A and
- * C continue their row runs there. */
-bool fold_rows(const rgemm *j, bmat *a, const bmat *b, int32_t d, int64_t ncols)
-{
-    const int64_t size = j->bshape[d];
-    bmat fa = *a;
-    if (b->bst[d] != 0) return false;
-    if (fa.rows == 1) fa.rs = a->bst[d];
-    if (a->bst[d] != fa.rows * fa.rs || j->cst[d] != fa.rows * ncols) return false;
-    fa.rows *= size;
-    if (fa.rows > BLAS_INT_MAX) return false;
-    if (layout_of(a->rows, a->cols, a->rs, a->cs).direct && !layout_of(fa.rows, fa.cols, fa.rs, fa.cs).direct) return false;
-    *a = fa;
-    return true;
-}
-
 /* Copies cnt strided matrices (batch stride bs) into contiguous row-major scratch. */
 int pack(const gk_ctx *k, size_t es, const char *src, int64_t cnt, int64_t rows, int64_t cols, int64_t bs, int64_t rs,
          int64_t cs, void *dst)
@@ -221,187 +142,62 @@ int pack(const gk_ctx *k, size_t es, const char *src, int64_t cnt, int64_t rows,
     return gk_copy_strided(k, es, 3, shape, dst, dstst, src, sst);
 }
 
-int rgemm_run(const gk_ctx *k, rgemm *j, bmat a, bmat b)
+/* Runs job j on A and B as planned by plugins/common/opc_rgemm.h: the innermost kept
+ * batch dim left after folding is the batch of one strided-batched call, the rest a
+ * host loop of calls. On the cuBLAS path an operand it cannot read in place is packed
+ * (once when it is the same matrices at every call); the tiled kernel reads any
+ * strides. */
+int rgemm_run(const gk_ctx *k, const opc_rgemm *j, opc_bmat a, opc_bmat b)
 {
-    const size_t es = gk_dtype_size(j->dt);
-    if (a.cols != b.rows)
-        return GK_FAIL(OPR_ERR_INVALID, "%s: inner dimensions differ (%lld vs %lld)", j->op, (long long)a.cols,
-                       (long long)b.rows);
-    const int64_t n = b.cols;
-    int64_t c_mats = 1, red = 1;
-    for (int32_t d = 0; d < j->nb; d++) {
-        if (j->reduced[d]) red *= j->bshape[d];
-        else c_mats *= j->bshape[d];
-    }
-    const int64_t c_numel = c_mats * a.rows * n;
-    if (c_numel == 0) return OPR_OK;
-    if (red == 0 || a.cols == 0) return scale_c(k, j->dt, j->c, c_numel, j->beta); /* an empty sum */
+    char why[OPC_WHY_SIZE];
+    opc_rgemm_plan p;
+    if (!opc_rgemm_plan_make(j, a, b, BLAS_INT_MAX, true, &p, why, sizeof why))
+        return GK_FAIL(OPR_ERR_INVALID, "%s", why);
+    if (p.c_numel == 0) return OPR_OK;
+    if (p.empty_sum) return scale_c(k, j->dt, j->c, p.c_numel, j->beta);
     const bool tiled = use_tiled();
-
-    bool gone[GK_MAXD] = {false};
-    for (int32_t d = j->nb - 1; d >= 0; d--) {
-        if (j->bshape[d] == 1) gone[d] = true;
-        else if (j->reduced[d] && fold_inner(j, &a, &b, d)) gone[d] = true;
-    }
-    for (int32_t d = j->nb - 1; d >= 0; d--) {
-        if (gone[d] || j->reduced[d]) continue;
-        if (!fold_rows(j, &a, &b, d, n)) break;
-        gone[d] = true;
-    }
-    const int64_t m = a.rows, kk = a.cols;
+    const int64_t m = p.m, n = p.n, kk = p.k, count = p.count;
     if (!tiled && (m > BLAS_INT_MAX || n > BLAS_INT_MAX || kk > BLAS_INT_MAX))
         return GK_FAIL(OPR_ERR_UNSUPPORTED, "%s: a matrix dimension exceeds what cuBLAS accepts", j->op);
 
-    int32_t outer[GK_MAXD], inner[GK_MAXD], no = 0, ni = 0;
-    int64_t ninner = 1;
-    for (int32_t d = 0; d < j->nb; d++) {
-        if (gone[d]) continue;
-        if (j->reduced[d]) { inner[ni++] = d; ninner *= j->bshape[d]; }
-        else outer[no++] = d;
-    }
-    /* the innermost kept dim left is the batch of each call */
-    const int32_t bd = no > 0 ? outer[--no] : -1;
-    const int64_t count = bd >= 0 ? j->bshape[bd] : 1;
-    const int64_t a_bs = bd >= 0 ? a.bst[bd] : 0, b_bs = bd >= 0 ? b.bst[bd] : 0, c_bs = bd >= 0 ? j->cst[bd] : 0;
-    int64_t nouter = 1;
-    for (int32_t i = 0; i < no; i++) nouter *= j->bshape[outer[i]];
-
-    const bool pack_a = !tiled && !layout_of(m, kk, a.rs, a.cs).direct;
-    const bool pack_b = !tiled && !layout_of(kk, n, b.rs, b.cs).direct;
-    bool a_shared = true, b_shared = true; /* the same matrices at every call */
-    for (int32_t i = 0; i < no; i++) { a_shared &= a.bst[outer[i]] == 0; b_shared &= b.bst[outer[i]] == 0; }
-    for (int32_t i = 0; i < ni; i++) { a_shared &= a.bst[inner[i]] == 0; b_shared &= b.bst[inner[i]] == 0; }
-    const int64_t a_cnt = a_bs == 0 ? 1 : count, b_cnt = b_bs == 0 ? 1 : count;
+    const size_t es = gk_dtype_size(j->dt);
+    const bool pack_a = !tiled && !layout_of(m, kk, p.a.rs, p.a.cs).direct;
+    const bool pack_b = !tiled && !layout_of(kk, n, p.b.rs, p.b.cs).direct;
+    const int64_t a_cnt = p.a_bs == 0 ? 1 : count, b_cnt = p.b_bs == 0 ? 1 : count;
     gk_buf sa, sb;
     int rc;
     if (pack_a && (rc = sa.alloc(k, (size_t)(a_cnt * m * kk) * es))) return rc;
     if (pack_b && (rc = sb.alloc(k, (size_t)(b_cnt * kk * n) * es))) return rc;
     bool packed_a = false, packed_b = false;
-    for (int64_t o = 0; o < nouter; o++) {
-        int64_t oa = 0, ob = 0, oc = 0, rem = o;
-        for (int32_t i = no - 1; i >= 0; i--) {
-            const int32_t d = outer[i];
-            const int64_t idx = rem % j->bshape[d];
-            rem /= j->bshape[d];
-            oa += idx * a.bst[d];
-            ob += idx * b.bst[d];
-            oc += idx * j->cst[d];
-        }
-        for (int64_t in = 0; in < ninner; in++) {
-            int64_t ia = oa, ib = ob;
-            rem = in;
-            for (int32_t i = ni - 1; i >= 0; i--) {
-                const int32_t d = inner[i];
-                const int64_t idx = rem % j->bshape[d];
-                rem /= j->bshape[d];
-                ia += idx * a.bst[d];
-                ib += idx * b.bst[d];
-            }
-            gop ga = {a.data + ia * (int64_t)es, a.rs, a.cs, a_bs};
-            gop gb = {b.data + ib * (int64_t)es, b.rs, b.cs, b_bs};
-            if (pack_a) {
-                if (!(packed_a && a_shared) && (rc = pack(k, es, ga.p, a_cnt, m, kk, a_bs, a.rs, a.cs, sa.p))) return rc;
-                packed_a = true;
-                ga = {(const char *)sa.p, kk, 1, a_bs == 0 ? 0 : m * kk};
-            }
-            if (pack_b) {
-                if (!(packed_b && b_shared) && (rc = pack(k, es, gb.p, b_cnt, kk, n, b_bs, b.rs, b.cs, sb.p))) return rc;
-                packed_b = true;
-                gb = {(const char *)sb.p, n, 1, b_bs == 0 ? 0 : kk * n};
-            }
-            if ((rc = gemm_call(k, j->dt, m, n, kk, j->alpha, ga, gb, in ? 1.0 : j->beta, j->c + oc * (int64_t)es, c_bs,
-                                count)))
+    for (int64_t s = 0; s < p.nsteps; s++) {
+        const opc_rgemm_step st = opc_rgemm_step_at(j, &p, s);
+        gop ga = {p.a.data + st.a * (int64_t)es, p.a.rs, p.a.cs, p.a_bs};
+        gop gb = {p.b.data + st.b * (int64_t)es, p.b.rs, p.b.cs, p.b_bs};
+        if (pack_a) {
+            if (!(packed_a && p.a_shared) && (rc = pack(k, es, ga.p, a_cnt, m, kk, p.a_bs, p.a.rs, p.a.cs, sa.p)))
                 return rc;
+            packed_a = true;
+            ga = {(const char *)sa.p, kk, 1, p.a_bs == 0 ? 0 : m * kk};
         }
+        if (pack_b) {
+            if (!(packed_b && p.b_shared) && (rc = pack(k, es, gb.p, b_cnt, kk, n, p.b_bs, p.b.rs, p.b.cs, sb.p)))
+                return rc;
+            packed_b = true;
+            gb = {(const char *)sb.p, n, 1, p.b_bs == 0 ? 0 : kk * n};
+        }
+        if ((rc = gemm_call(k, j->dt, m, n, kk, j->alpha, ga, gb, st.first ? j->beta : 1.0, j->c + st.c * (int64_t)es,
+                            p.c_bs, count)))
+            return rc;
     }
     return OPR_OK;
 }
 
 /* ------------------------------------------------------------------ operands */
 
-/* The last two dims as a matrix, or a 1-d tensor as a row (left operand) or a column
- * (right operand). */
-bmat mat_of(const void *data, int32_t ndim, const int64_t *shape, const int64_t *strides, bool vec_as_row)
-{
-    bmat m;
-    memset(&m, 0, sizeof m);
-    m.data = (const char *)data;
-    if (ndim == 1) {
-        m.rows = vec_as_row ? 1 : shape[0];
-        m.cols = vec_as_row ? shape[0] : 1;
-        m.rs = vec_as_row ? 0 : (strides ? strides[0] : 0);
-        m.cs = vec_as_row ? (strides ? strides[0] : 0) : 0;
-    } else {
-        m.rows = shape[ndim - 2];
-        m.cols = shape[ndim - 1];
-        m.rs = strides ? strides[ndim - 2] : 0;
-        m.cs = strides ? strides[ndim - 1] : 0;
-    }
-    return m;
-}
-
-/* Batch strides of a tensor whose first vb dims are batch dims, right-aligned to the
- * product's batch shape (0 where it has no such dim or size 1). */
-void set_bst(bmat *m, int32_t vb, const int64_t *shape, const int64_t *strides, const rgemm *j)
-{
-    for (int32_t d = 0; d < j->nb; d++) {
-        const int32_t vd = d - (j->nb - vb);
-        m->bst[d] = vd < 0 || shape[vd] == 1 || !strides ? 0 : strides[vd];
-    }
-}
-
-/* C = a contiguous output [cb..., rows, cols] whose cb batch dims are right-aligned to
- * the product's; the product's other batch dims are summed over. */
-void set_c(rgemm *j, const opr_tensor_view *out, int32_t cb)
-{
-    j->c = (char *)out->data;
-    int64_t st = 1;
-    int64_t cstr[GK_MAXD];
-    for (int32_t d = out->ndim - 1; d >= 0; d--) {
-        cstr[d] = st;
-        st *= out->shape[d];
-    }
-    for (int32_t d = 0; d < j->nb; d++) {
-        const int32_t vd = d - (j->nb - cb);
-        const bool has = vd >= 0 && out->shape[vd] == j->bshape[d];
-        j->reduced[d] = !has && j->bshape[d] != 1;
-        j->cst[d] = has ? cstr[vd] : 0;
-    }
-}
-
-/* Contiguous C of a forward product: [batch..., m, n]. */
-void set_c_contig(rgemm *j, int64_t m, int64_t n)
-{
-    int64_t st = m * n;
-    for (int32_t d = j->nb - 1; d >= 0; d--) {
-        j->reduced[d] = false;
-        j->cst[d] = st;
-        st *= j->bshape[d];
-    }
-}
-
-int64_t batch_count(const rgemm *j)
-{
-    int64_t n = 1;
-    for (int32_t d = 0; d < j->nb; d++) n *= j->bshape[d];
-    return n;
-}
-
-rgemm job_for(const char *op, opr_dtype dt, double alpha, double beta)
-{
-    rgemm j;
-    memset(&j, 0, sizeof j);
-    j.op = op;
-    j.dt = dt;
-    j.alpha = alpha;
-    j.beta = beta;
-    return j;
-}
-
 const uint32_t GEMM_DTYPES = GK_FLOATS | GK_HALVES;
 
 /* Dtypes must all be the output's and the output a contiguous [batch..., m, n]. */
-int check_operands(const rgemm *j, const opr_tensor_view *out, const opr_tensor_view *a, const opr_tensor_view *b,
+int check_operands(const opc_rgemm *j, const opr_tensor_view *out, const opr_tensor_view *a, const opr_tensor_view *b,
                    int64_t m, int64_t n)
 {
     if (!(GEMM_DTYPES & GK_BIT(out->dtype)))
@@ -409,9 +205,9 @@ int check_operands(const rgemm *j, const opr_tensor_view *out, const opr_tensor_
     if (a->dtype != out->dtype || b->dtype != out->dtype)
         return GK_FAIL(OPR_ERR_INVALID, "%s: operands must both be %s (got %s and %s)", j->op, gk_dtype_name(out->dtype),
                        gk_dtype_name(a->dtype), gk_dtype_name(b->dtype));
-    if (out->numel != batch_count(j) * m * n || (out->numel > 0 && !gk_is_contiguous(out)))
+    if (out->numel != opc_rgemm_batch_count(j) * m * n || (out->numel > 0 && !gk_is_contiguous(out)))
         return GK_FAIL(OPR_ERR_INVALID, "%s: output must be a contiguous tensor of %lld elements", j->op,
-                       (long long)(batch_count(j) * m * n));
+                       (long long)(opc_rgemm_batch_count(j) * m * n));
     return OPR_OK;
 }
 
@@ -426,8 +222,9 @@ int k_mm(const opr_kernel_call *c)
     if (!x || !y || x->ndim != 2 || y->ndim != 2)
         return GK_FAIL(OPR_ERR_INVALID, "mm: expected 2-d tensors, got %d-d and %d-d", x ? (int)x->ndim : -1,
                        y ? (int)y->ndim : -1);
-    rgemm j = job_for("mm", c->outputs[0].dtype, 1, 0);
-    const bmat a = mat_of(x->data, 2, x->shape, x->strides, true), b = mat_of(y->data, 2, y->shape, y->strides, false);
+    opc_rgemm j = opc_rgemm_job("mm", c->outputs[0].dtype, 1, 0);
+    const opc_bmat a = opc_bmat_of(x->data, 2, x->shape, x->strides, true);
+    const opc_bmat b = opc_bmat_of(y->data, 2, y->shape, y->strides, false);
     j.c = (char *)c->outputs[0].data;
     if ((rc = check_operands(&j, &c->outputs[0], x, y, a.rows, b.cols))) return rc;
     return rgemm_run(&k, &j, a, b);
@@ -441,13 +238,14 @@ int k_bmm(const opr_kernel_call *c)
     const opr_tensor_view *x = gk_arg_t(c, 0), *y = gk_arg_t(c, 1);
     if (!x || !y || x->ndim != 3 || y->ndim != 3 || x->shape[0] != y->shape[0])
         return GK_FAIL(OPR_ERR_INVALID, "bmm: expected 3-d tensors with the same batch size");
-    rgemm j = job_for("bmm", c->outputs[0].dtype, 1, 0);
+    opc_rgemm j = opc_rgemm_job("bmm", c->outputs[0].dtype, 1, 0);
     j.nb = 1;
     j.bshape[0] = x->shape[0];
-    bmat a = mat_of(x->data, 3, x->shape, x->strides, true), b = mat_of(y->data, 3, y->shape, y->strides, false);
-    set_bst(&a, 1, x->shape, x->strides, &j);
-    set_bst(&b, 1, y->shape, y->strides, &j);
-    set_c_contig(&j, a.rows, b.cols);
+    opc_bmat a = opc_bmat_of(x->data, 3, x->shape, x->strides, true);
+    opc_bmat b = opc_bmat_of(y->data, 3, y->shape, y->strides, false);
+    opc_bmat_set_batch_strides(&a, j.nb, 1, x->shape, x->strides);
+    opc_bmat_set_batch_strides(&b, j.nb, 1, y->shape, y->strides);
+    opc_rgemm_set_c_contiguous(&j, a.rows, b.cols);
     j.c = (char *)c->outputs[0].data;
     if ((rc = check_operands(&j, &c->outputs[0], x, y, a.rows, b.cols))) return rc;
     return rgemm_run(&k, &j, a, b);
@@ -463,8 +261,9 @@ int k_matmul(const opr_kernel_call *c)
     const opr_tensor_view *x = gk_arg_t(c, 0), *y = gk_arg_t(c, 1);
     if (!x || !y || x->ndim < 1 || y->ndim < 1)
         return GK_FAIL(OPR_ERR_INVALID, "matmul: both operands need at least 1 dim");
-    rgemm j = job_for("matmul", c->outputs[0].dtype, 1, 0);
-    bmat a = mat_of(x->data, x->ndim, x->shape, x->strides, true), b = mat_of(y->data, y->ndim, y->shape, y->strides, false);
+    opc_rgemm j = opc_rgemm_job("matmul", c->outputs[0].dtype, 1, 0);
+    opc_bmat a = opc_bmat_of(x->data, x->ndim, x->shape, x->strides, true);
+    opc_bmat b = opc_bmat_of(y->data, y->ndim, y->shape, y->strides, false);
     const int32_t xb = x->ndim > 2 ? x->ndim - 2 : 0, yb = y->ndim > 2 ? y->ndim - 2 : 0;
     j.nb = xb > yb ? xb : yb;
     if (j.nb > GK_MAXD) return GK_FAIL(OPR_ERR_INVALID, "matmul: too many batch dims");
@@ -476,9 +275,9 @@ int k_matmul(const opr_kernel_call *c)
                            (long long)sx, (long long)sy, (int)d);
         j.bshape[d] = sx == 1 ? sy : sx;
     }
-    set_bst(&a, xb, x->shape, x->strides, &j);
-    set_bst(&b, yb, y->shape, y->strides, &j);
-    set_c_contig(&j, a.rows, b.cols);
+    opc_bmat_set_batch_strides(&a, j.nb, xb, x->shape, x->strides);
+    opc_bmat_set_batch_strides(&b, j.nb, yb, y->shape, y->strides);
+    opc_rgemm_set_c_contiguous(&j, a.rows, b.cols);
     j.c = (char *)c->outputs[0].data;
     if ((rc = check_operands(&j, &c->outputs[0], x, y, a.rows, b.cols))) return rc;
     return rgemm_run(&k, &j, a, b);
@@ -493,8 +292,8 @@ int k_linear(const opr_kernel_call *c)
     const opr_tensor_view *x = gk_arg_t(c, 0), *w = gk_arg_t(c, 1), *bias = gk_arg_t(c, 2);
     if (!x || !w || x->ndim < 1 || w->ndim != 2)
         return GK_FAIL(OPR_ERR_INVALID, "linear: expected input with at least 1 dim and a 2-d weight");
-    rgemm j = job_for("linear", c->outputs[0].dtype, 1, bias ? 1 : 0);
-    bmat a = mat_of(x->data, x->ndim, x->shape, x->strides, true), b;
+    opc_rgemm j = opc_rgemm_job("linear", c->outputs[0].dtype, 1, bias ? 1 : 0);
+    opc_bmat a = opc_bmat_of(x->data, x->ndim, x->shape, x->strides, true), b;
     memset(&b, 0, sizeof b);
     b.data = (const char *)w->data;
     b.rows = w->shape[1];
@@ -503,8 +302,8 @@ int k_linear(const opr_kernel_call *c)
     b.cs = w->strides[0];
     j.nb = x->ndim > 2 ? x->ndim - 2 : 0;
     for (int32_t d = 0; d < j.nb; d++) j.bshape[d] = x->shape[d];
-    set_bst(&a, j.nb, x->shape, x->strides, &j);
-    set_c_contig(&j, a.rows, b.cols);
+    opc_bmat_set_batch_strides(&a, j.nb, j.nb, x->shape, x->strides);
+    opc_rgemm_set_c_contiguous(&j, a.rows, b.cols);
     j.c = (char *)c->outputs[0].data;
     if ((rc = check_operands(&j, &c->outputs[0], x, w, a.rows, b.cols))) return rc;
     if (bias) {
@@ -513,7 +312,7 @@ int k_linear(const opr_kernel_call *c)
             return GK_FAIL(OPR_ERR_INVALID, "linear: bias must be %s and broadcast to [%lld]", gk_dtype_name(j.dt),
                            (long long)b.cols);
         /* every output row starts as the bias; the GEMM accumulates (beta = 1) */
-        const int64_t rows = batch_count(&j) * a.rows;
+        const int64_t rows = opc_rgemm_batch_count(&j) * a.rows;
         if (rows > 0 && b.cols > 0) {
             const int64_t shape[2] = {rows, b.cols}, sst[2] = {0, bst}, dst[2] = {b.cols, 1};
             if ((rc = gk_copy_strided(&k, gk_dtype_size(j.dt), 2, shape, j.c, dst, bias->data, sst))) return rc;
@@ -532,8 +331,9 @@ int k_addmm(const opr_kernel_call *c)
     const opr_tensor_view *out = &c->outputs[0];
     if (!s || !x || !y || x->ndim != 2 || y->ndim != 2)
         return GK_FAIL(OPR_ERR_INVALID, "addmm: mat1 and mat2 must be 2-d");
-    rgemm j = job_for("addmm", out->dtype, gk_arg_d(c, 4), gk_arg_d(c, 3));
-    const bmat a = mat_of(x->data, 2, x->shape, x->strides, true), b = mat_of(y->data, 2, y->shape, y->strides, false);
+    opc_rgemm j = opc_rgemm_job("addmm", out->dtype, gk_arg_d(c, 4), gk_arg_d(c, 3));
+    const opc_bmat a = opc_bmat_of(x->data, 2, x->shape, x->strides, true);
+    const opc_bmat b = opc_bmat_of(y->data, 2, y->shape, y->strides, false);
     const int64_t shape[2] = {a.rows, b.cols};
     int64_t sst[2];
     if (out->ndim != 2 || out->shape[0] != a.rows || out->shape[1] != b.cols || s->dtype != j.dt ||
@@ -620,30 +420,15 @@ int k_cdist_op(const opr_kernel_call *c)
 
 /* ------------------------------------------------------------------ fused backward */
 
-/* Shape (and, when saved, data) of forward argument `arg`, else of gradient output `out`. */
-struct operand {
-    const opr_tensor_view *t; /* NULL when not saved */
-    int32_t ndim;
-    const int64_t *shape;
-};
-
 bool wanted(const opr_kernel_call *c, int out)
 {
     return out < c->nout && ((c->grad_input_mask >> out) & 1) && c->outputs[out].data;
 }
 
-bool operand_of(const opr_kernel_call *c, int arg, int out, operand *o)
+/* Forward argument `arg` when saved, else the shape of gradient output `out`. */
+bool operand_of(const opr_kernel_call *c, int arg, int out, opc_matmul_operand *o)
 {
-    o->t = gk_arg_t(c, arg);
-    if (o->t) {
-        o->ndim = o->t->ndim;
-        o->shape = o->t->shape;
-        return true;
-    }
-    if (out >= c->nout || !((c->grad_input_mask >> out) & 1)) return false;
-    o->ndim = c->outputs[out].ndim;
-    o->shape = c->outputs[out].shape;
-    return true;
+    return opc_matmul_operand_of(c, gk_arg_t(c, arg), out, o);
 }
 
 int check_dtypes(const opr_kernel_call *c, opr_dtype *dt)
@@ -666,99 +451,20 @@ int check_dtypes(const opr_kernel_call *c, opr_dtype *dt)
     return OPR_OK;
 }
 
-bool shape_is(const opr_tensor_view *out, int32_t ndim, const int64_t *shape)
+/* An opc_rgemm_run_fn: one product of a backward on the device; ctx is the gk_ctx. */
+int run_product(void *ctx, const opc_rgemm_product *pr)
 {
-    if (out->ndim != ndim) return false;
-    for (int32_t d = 0; d < ndim; d++)
-        if (out->shape[d] != shape[d]) return false;
-    return true;
+    return rgemm_run((const gk_ctx *)ctx, &pr->job, pr->a, pr->b);
 }
 
-/* The backward of x @ y with torch.matmul semantics (see cpu_backward.c): gx = g @ y^T
- * and gy = x^T @ g, each summed over the batch dims its operand was broadcast along.
- * y_t: y is given transposed (linear's weight [out, in] is y^T). */
-struct mm_problem {
-    const void *xdata, *ydata;
-    int32_t xd, yd;
-    const int64_t *xs, *ys, *xst, *yst;
-    bool y_t;
-    double alpha;
-};
-
-int matmul_bwd(const gk_ctx *k, const opr_kernel_call *c, opr_dtype dt, const opr_tensor_view *g, const mm_problem *p,
-               opr_tensor_view *gx, opr_tensor_view *gy)
+/* The backward of x @ y (plugins/common/opc_matmul_grad.h): gx and gy, either NULL
+ * when not wanted. */
+int matmul_bwd(const gk_ctx *k, const opr_kernel_call *c, opr_dtype dt, const opr_tensor_view *g,
+               const opc_matmul_problem *p, opr_tensor_view *gx, opr_tensor_view *gy)
 {
-    const int32_t xd = p->xd, yd = p->yd;
-    if (xd < 1 || yd < 1) return GK_FAIL(OPR_ERR_INVALID, "%s: operands need at least 1 dim", c->op);
-    rgemm base = job_for(c->op, dt, p->alpha, 0);
-    const int32_t xb = xd > 2 ? xd - 2 : 0, yb = yd > 2 ? yd - 2 : 0;
-    base.nb = xb > yb ? xb : yb;
-    if (base.nb > GK_MAXD) return GK_FAIL(OPR_ERR_INVALID, "%s: too many batch dims", c->op);
-    for (int32_t d = 0; d < base.nb; d++) {
-        const int32_t dx = d - (base.nb - xb), dy = d - (base.nb - yb);
-        const int64_t sx = dx >= 0 ? p->xs[dx] : 1, sy = dy >= 0 ? p->ys[dy] : 1;
-        if (sx != sy && sx != 1 && sy != 1) return GK_FAIL(OPR_ERR_INVALID, "%s: batch dims do not broadcast", c->op);
-        base.bshape[d] = sx == 1 ? sy : sx;
-    }
-    const int64_t n = xd == 1 ? 1 : p->xs[xd - 2], K = p->xs[xd - 1];
-    int64_t yk = yd == 1 ? p->ys[0] : p->ys[yd - 2], m = yd == 1 ? 1 : p->ys[yd - 1];
-    if (p->y_t) {
-        if (yd != 2) return GK_FAIL(OPR_ERR_INVALID, "%s: a transposed operand must be 2-d", c->op);
-        yk = p->ys[1];
-        m = p->ys[0];
-    }
-    if (yk != K)
-        return GK_FAIL(OPR_ERR_INVALID, "%s: inner dimensions differ (%lld vs %lld)", c->op, (long long)K, (long long)yk);
-    const int32_t gd = base.nb + (xd >= 2) + (yd >= 2);
-    bool gok = g->ndim == gd;
-    for (int32_t d = 0; gok && d < base.nb; d++) gok = g->shape[d] == base.bshape[d];
-    if (gok && xd >= 2) gok = g->shape[base.nb] == n;
-    if (gok && yd >= 2) gok = g->shape[gd - 1] == m;
-    if (!gok) return GK_FAIL(OPR_ERR_INVALID, "%s: the output gradient has the wrong shape", c->op);
-    bmat gm;
-    memset(&gm, 0, sizeof gm);
-    gm.data = (const char *)g->data;
-    gm.rows = n;
-    gm.cols = m;
-    gm.rs = xd >= 2 ? g->strides[base.nb] : 0;
-    gm.cs = yd >= 2 ? g->strides[gd - 1] : 0;
-    set_bst(&gm, base.nb, g->shape, g->strides, &base);
-
-    if (gx) {
-        if (!p->ydata) return GK_FAIL(OPR_ERR_INVALID, "%s: the other operand was not saved", c->op);
-        bmat y = mat_of(p->ydata, yd, p->ys, p->yst, false);
-        set_bst(&y, yb, p->ys, p->yst, &base);
-        if (p->y_t) y = bmat_t(y);
-        rgemm j = base;
-        set_c(&j, gx, xb);
-        int rc = rgemm_run(k, &j, gm, bmat_t(y));
-        if (rc) return rc;
-    }
-    if (gy) {
-        if (!p->xdata) return GK_FAIL(OPR_ERR_INVALID, "%s: the other operand was not saved", c->op);
-        bmat x = mat_of(p->xdata, xd, p->xs, p->xst, true);
-        set_bst(&x, xb, p->xs, p->xst, &base);
-        rgemm j = base;
-        set_c(&j, gy, yb);
-        return p->y_t ? rgemm_run(k, &j, bmat_t(gm), x) : rgemm_run(k, &j, bmat_t(x), gm);
-    }
-    return OPR_OK;
-}
-
-mm_problem problem(const operand &x, const operand &y, bool y_t, double alpha)
-{
-    mm_problem p;
-    p.xdata = x.t ? x.t->data : NULL;
-    p.ydata = y.t ? y.t->data : NULL;
-    p.xd = x.ndim;
-    p.yd = y.ndim;
-    p.xs = x.shape;
-    p.ys = y.shape;
-    p.xst = x.t ? x.t->strides : NULL;
-    p.yst = y.t ? y.t->strides : NULL;
-    p.y_t = y_t;
-    p.alpha = alpha;
-    return p;
+    char why[OPC_WHY_SIZE];
+    const int rc = opc_matmul_grad_run(c->op, dt, g, p, gx, gy, run_product, (void *)k, why, sizeof why);
+    return why[0] ? GK_FAIL(rc, "%s", why) : rc;
 }
 
 /* mm_backward / bmm_backward / matmul_backward: args (grad, self, other, result);
@@ -770,15 +476,15 @@ int mm_family_backward(const opr_kernel_call *c, int need_ndim)
     if (rc) return rc;
     opr_dtype dt;
     if ((rc = check_dtypes(c, &dt))) return rc;
-    operand x, y;
+    opc_matmul_operand x, y;
     if (!operand_of(c, 1, 0, &x) || !operand_of(c, 2, 1, &y))
         return GK_FAIL(OPR_ERR_INVALID, "%s: an operand is neither saved nor a wanted gradient", c->op);
     if (need_ndim && (x.ndim != need_ndim || y.ndim != need_ndim || (need_ndim == 3 && x.shape[0] != y.shape[0])))
         return GK_FAIL(OPR_ERR_INVALID, "%s: expected %d-d self and mat2%s", c->op, need_ndim,
                        need_ndim == 3 ? " with the same batch size" : "");
-    const mm_problem p = problem(x, y, false, 1.0);
+    const opc_matmul_problem p = {x, y, false, 1.0};
     opr_tensor_view *gx = wanted(c, 0) ? &c->outputs[0] : NULL, *gy = wanted(c, 1) ? &c->outputs[1] : NULL;
-    if ((gx && !shape_is(gx, x.ndim, x.shape)) || (gy && !shape_is(gy, y.ndim, y.shape)))
+    if ((gx && !opc_same_shape(x.ndim, x.shape, gx)) || (gy && !opc_same_shape(y.ndim, y.shape, gy)))
         return GK_FAIL(OPR_ERR_INVALID, "%s: gradient outputs must have the inputs' shapes", c->op);
     return matmul_bwd(&k, c, dt, gk_arg_t(c, 0), &p, gx, gy);
 }
@@ -801,12 +507,12 @@ int mm_family_backward(const opr_kernel_call *c, int need_ndim)
     opr_tensor_view *gb = c->nout > 2 && wanted(c, 2) ? &c->outputs[2] : NULL;
     if (gb && (rc = gk_sum_to(&k, g, gb, 1.0))) return rc;
     if (!gx && !gw) return OPR_OK;
-    operand x, w;
+    opc_matmul_operand x, w;
     if (!operand_of(c, 1, 0, &x) || !operand_of(c, 2, 1, &w) || x.ndim < 1 || w.ndim != 2)
         return GK_FAIL(OPR_ERR_INVALID, "%s: expected input with at least 1 dim and a 2-d weight", c->op);
-    if ((gx && !shape_is(gx, x.ndim, x.shape)) || (gw && !shape_is(gw, 2, w.shape)))
+    if ((gx && !opc_same_shape(x.ndim, x.shape, gx)) || (gw && !opc_same_shape(2, w.shape, gw)))
         return GK_FAIL(OPR_ERR_INVALID, "%s: gradient outputs must have the inputs' shapes", c->op);
-    const mm_problem p = problem(x, w, true, 1.0);
+    const opc_matmul_problem p = {x, w, true, 1.0};
     return matmul_bwd(&k, c, dt, g, &p, gx, gw);
 }
 
@@ -825,12 +531,12 @@ int mm_family_backward(const opr_kernel_call *c, int need_ndim)
     opr_tensor_view *g1 = wanted(c, 1) ? &c->outputs[1] : NULL, *g2 = wanted(c, 2) ? &c->outputs[2] : NULL;
     if (gs && (rc = gk_sum_to(&k, g, gs, beta))) return rc;
     if (!g1 && !g2) return OPR_OK;
-    operand x, y;
+    opc_matmul_operand x, y;
     if (!operand_of(c, 2, 1, &x) || !operand_of(c, 3, 2, &y) || x.ndim != 2 || y.ndim != 2)
         return GK_FAIL(OPR_ERR_INVALID, "%s: expected 2-d mat1 and mat2", c->op);
-    if ((g1 && !shape_is(g1, 2, x.shape)) || (g2 && !shape_is(g2, 2, y.shape)))
+    if ((g1 && !opc_same_shape(2, x.shape, g1)) || (g2 && !opc_same_shape(2, y.shape, g2)))
         return GK_FAIL(OPR_ERR_INVALID, "%s: gradient outputs must have the inputs' shapes", c->op);
-    const mm_problem p = problem(x, y, false, alpha);
+    const opc_matmul_problem p = {x, y, false, alpha};
     return matmul_bwd(&k, c, dt, g, &p, g1, g2);
 }
 
