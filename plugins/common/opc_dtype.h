@@ -1,12 +1,16 @@
 /* plugins/common (prefix opc_, C11 and C++17; see opc_blas_layout.h): element size and
  * short name of a dtype, as opr_dtype_size / opr_dtype_name give them in libopreg,
- * which a plugin does not link. */
+ * which a plugin does not link, and the check of an argument's dtype. */
 #ifndef OPREG_OPC_DTYPE_H
 #define OPREG_OPC_DTYPE_H
 
-#include <opreg/opreg.h>
+#include "opc_why.h"
 
+#include <opreg/plugin.h>
+
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
 
 /* Bytes of one element; 0 for a value outside the enum. */
 static inline size_t opc_dtype_size(opr_dtype t)
@@ -20,6 +24,15 @@ static inline const char *opc_dtype_name(opr_dtype t)
 {
     static const char *const names[] = {"f32", "f64", "i64", "bool", "f16", "bf16"};
     return (unsigned)t < sizeof names / sizeof names[0] ? names[t] : "?";
+}
+
+/* Whether tensor argument `what` of op has dtype dt; false with the message in why. */
+static inline bool opc_expect_dtype(const char *op, const char *what, const opr_tensor_view *v, opr_dtype dt, char *why,
+                                    size_t why_size)
+{
+    if (v->dtype == dt) return true;
+    snprintf(why, why_size, "%s: %s has dtype %s, expected %s", op, what, opc_dtype_name(v->dtype), opc_dtype_name(dt));
+    return false;
 }
 
 #endif

@@ -3,10 +3,13 @@
 #ifndef OPREG_OPC_SHAPE_H
 #define OPREG_OPC_SHAPE_H
 
+#include "opc_why.h"
+
 #include <opreg/plugin.h>
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 /* Wraps a possibly negative dim d into [0, ndim), as PyTorch does; false when it is out
  * of range. A 0-d tensor accepts 0 and -1. */
@@ -15,6 +18,32 @@ static inline bool opc_wrap_dim(int64_t d, int32_t ndim, int32_t *out)
     const int32_t n = ndim > 0 ? ndim : 1;
     if (d < -n || d >= n) return false;
     *out = (int32_t)(d < 0 ? d + n : d);
+    return true;
+}
+
+/* opc_wrap_dim for the dim argument of op on an ndim-d tensor. Returns false with the
+ * message in why. */
+static inline bool opc_dim_arg(const char *op, int64_t d, int32_t ndim, int32_t *out, char *why, size_t why_size)
+{
+    if (opc_wrap_dim(d, ndim, out)) return true;
+    snprintf(why, why_size, "%s: dim %lld out of range for a %d-d tensor", op, (long long)d, (int)ndim);
+    return false;
+}
+
+/* The shape a and b broadcast to (right-aligned, PyTorch's rule) into ndim and shape
+ * (room for OPR_MAX_DIMS); false when they do not broadcast. */
+static inline bool opc_broadcast_shape(const opr_tensor_view *a, const opr_tensor_view *b, int32_t *ndim,
+                                       int64_t *shape)
+{
+    const int32_t n = a->ndim > b->ndim ? a->ndim : b->ndim;
+    if (n > OPR_MAX_DIMS) return false;
+    for (int32_t d = 0; d < n; d++) {
+        const int32_t da = d - (n - a->ndim), db = d - (n - b->ndim);
+        const int64_t sa = da >= 0 ? a->shape[da] : 1, sb = db >= 0 ? b->shape[db] : 1;
+        if (sa != sb && sa != 1 && sb != 1) return false;
+        shape[d] = sa == 1 ? sb : sa;
+    }
+    *ndim = n;
     return true;
 }
 

@@ -10,6 +10,7 @@
 #include "cpu_kernels.h"
 #include "../common/opc_cat.h"
 #include "../common/opc_diagonal.h"
+#include "../common/opc_index.h"
 #include "../common/opc_scalar.h"
 
 #include <stdlib.h>
@@ -56,10 +57,6 @@ static bool strides_contiguous(int32_t ndim, const int64_t *shape, const int64_t
     }
     return true;
 }
-
-/* A 0-d tensor behaves as one element along dim 0, as in PyTorch. */
-static int64_t size_at(const opr_tensor_view *v, int32_t d) { return v->ndim ? v->shape[d] : 1; }
-static int64_t stride_at(const opr_tensor_view *v, int32_t d) { return v->ndim ? v->strides[d] : 0; }
 
 /* Copies a strided region of `shape` from src to dst (both may be any layout). */
 static void copy_strided(size_t es, int32_t ndim, const int64_t *shape, char *dst,
@@ -132,30 +129,14 @@ static int check_writable(const char *op, const opr_tensor_view *out)
     return OPR_OK;
 }
 
-static bool bcast_shape(const opr_tensor_view *a, const opr_tensor_view *b, int32_t *ndim,
-                        int64_t *shape)
-{
-    int32_t n = a->ndim > b->ndim ? a->ndim : b->ndim;
-    for (int32_t d = 0; d < n; d++) {
-        int32_t da = d - (n - a->ndim), db = d - (n - b->ndim);
-        int64_t sa = da >= 0 ? a->shape[da] : 1, sb = db >= 0 ? b->shape[db] : 1;
-        if (sa != sb && sa != 1 && sb != 1) return false;
-        shape[d] = sa == 1 ? sb : sa;
-    }
-    *ndim = n;
-    return true;
-}
-
 static int check_dtype(const char *op, const char *what, const opr_tensor_view *v, opr_dtype dt)
 {
-    if (v->dtype != dt)
-        return CPU_FAIL(OPR_ERR_INVALID, "%s: %s has dtype %s, expected %s", op, what,
-                        cpu_dtype_name(v->dtype), cpu_dtype_name(dt));
-    return OPR_OK;
+    char why[OPC_WHY_SIZE];
+    return opc_expect_dtype(op, what, v, dt, why, sizeof why) ? OPR_OK : CPU_FAIL(OPR_ERR_INVALID, "%s", why);
 }
 
-/* Fails unless every value of the i64 view `index` lies in [-size, size); negative
- * values are later wrapped like Python indices. */
+/* Fails unless every value of the i64 view `index` lies in [-size, size)
+ * (opc_index_in_range). */
 static int check_indices(const char *op, const opr_tensor_view *index, int32_t dim, int64_t size)
 {
     if (index->numel == 0) return OPR_OK;
@@ -176,10 +157,8 @@ static int check_indices(const char *op, const opr_tensor_view *index, int32_t d
             if (v > mx) mx = v;
         }
     }
-    if (mx >= size || mn < -size)
-        return CPU_FAIL(OPR_ERR_INVALID, "%s: index %lld out of range for dimension %d of size %lld",
-                        op, (long long)(mx >= size ? mx : mn), (int)dim, (long long)size);
-    return OPR_OK;
+    char why[OPC_WHY_SIZE];
+    return opc_index_in_range(op, mn, mx, dim, size, why, sizeof why) ? OPR_OK : CPU_FAIL(OPR_ERR_INVALID, "%s", why);
 }
 
 static inline int64_t wrap_index(int64_t v, int64_t size) { return v < 0 ? v + size : v; }
@@ -272,29 +251,18 @@ static int k_index_select(const opr_kernel_call *c)
 {
     const opr_tensor_view *x = cpu_arg_t(c, 0), *index = cpu_arg_t(c, 2);
     opr_tensor_view *out = &c->outputs[0];
+    char why[OPC_WHY_SIZE];
     int32_t dim;
-    if (!cpu_wrap_dim(cpu_arg_i(c, 1), x->ndim, &dim))
-        return CPU_FAIL(OPR_ERR_INVALID, "index_select: dim %lld out of range for a %d-d tensor",
-                        (long long)cpu_arg_i(c, 1), (int)x->ndim);
-    int rc = check_dtype("index_select", "index", index, OPR_I64);
+    if (!opc_index_select_args(x, index, cpu_arg_i(c, 1), &dim, why, sizeof why))
+        return CPU_FAIL(OPR_ERR_INVALID, "%s", why);
+    const int64_t size = opc_size_at(x, dim);
+    int rc = check_indices("index_select", index, dim, size);
     if (rc) return rc;
-    if (index->ndim > 1)
-        return CPU_FAIL(OPR_ERR_INVALID, "index_select: index must be 0-d or 1-d, got %d-d", (int)index->ndim);
-    const int64_t size = size_at(x, dim), nidx = index->numel;
-    if ((rc = check_indices("index_select", index, dim, size))) return rc;
-
-    /* Expected output: self's shape with nidx at dim (a 0-d self stays 0-d). */
-    bool shape_ok = out->numel == (x->ndim ? x->numel / (size ? size : 1) * nidx : nidx);
-    if (x->ndim) {
-        shape_ok = shape_ok && out->ndim == x->ndim;
-        for (int32_t d = 0; shape_ok && d < x->ndim; d++)
-            shape_ok = out->shape[d] == (d == dim ? nidx : x->shape[d]);
-    }
-    if (!shape_ok) return CPU_FAIL(OPR_ERR_INVALID, "index_select: output shape does not match self and index");
+    if (!opc_index_select_out(x, index, dim, out, why, sizeof why)) return CPU_FAIL(OPR_ERR_INVALID, "%s", why);
     if (out->numel == 0) return OPR_OK;
 
     const size_t es = cpu_dtype_size(x->dtype);
-    int64_t *offs = index_offsets(index, size, stride_at(x, dim));
+    int64_t *offs = index_offsets(index, size, opc_stride_at(x, dim));
     if (!offs) return CPU_FAIL(OPR_ERR_NOMEM, "index_select: out of memory");
     const char *src = x->data;
     char *dst = out->data;
@@ -333,7 +301,7 @@ static int k_masked_select(const opr_kernel_call *c)
     if (rc) return rc;
     int32_t nd;
     int64_t shape[OPR_MAX_DIMS], xs[OPR_MAX_DIMS], ms[OPR_MAX_DIMS];
-    if (!bcast_shape(x, mask, &nd, shape) || !cpu_bcast_strides(x, nd, shape, xs) ||
+    if (!opc_broadcast_shape(x, mask, &nd, shape) || !cpu_bcast_strides(x, nd, shape, xs) ||
         !cpu_bcast_strides(mask, nd, shape, ms))
         return CPU_FAIL(OPR_ERR_INVALID, "masked_select: self and mask do not broadcast together");
     const int64_t n = shape_numel(nd, shape);
@@ -368,22 +336,13 @@ static int k_gather(const opr_kernel_call *c)
 {
     const opr_tensor_view *x = cpu_arg_t(c, 0), *index = cpu_arg_t(c, 2);
     opr_tensor_view *out = &c->outputs[0];
+    char why[OPC_WHY_SIZE];
     int32_t dim;
-    if (!cpu_wrap_dim(cpu_arg_i(c, 1), x->ndim, &dim))
-        return CPU_FAIL(OPR_ERR_INVALID, "gather: dim %lld out of range for a %d-d tensor",
-                        (long long)cpu_arg_i(c, 1), (int)x->ndim);
-    int rc = check_dtype("gather", "index", index, OPR_I64);
+    if (!opc_gather_args(x, index, out, cpu_arg_i(c, 1), &dim, why, sizeof why))
+        return CPU_FAIL(OPR_ERR_INVALID, "%s", why);
+    const int64_t size = opc_size_at(x, dim), xsd = opc_stride_at(x, dim);
+    const int rc = check_indices("gather", index, dim, size);
     if (rc) return rc;
-    if (index->ndim != x->ndim)
-        return CPU_FAIL(OPR_ERR_INVALID, "gather: index has %d dims but self has %d", (int)index->ndim, (int)x->ndim);
-    for (int32_t d = 0; d < x->ndim; d++)
-        if (d != dim && index->shape[d] > x->shape[d])
-            return CPU_FAIL(OPR_ERR_INVALID, "gather: index has size %lld at dim %d but self has only %lld",
-                            (long long)index->shape[d], (int)d, (long long)x->shape[d]);
-    if (!opc_same_shape(index->ndim, index->shape, out))
-        return CPU_FAIL(OPR_ERR_INVALID, "gather: output shape must equal the index shape");
-    const int64_t size = size_at(x, dim), xsd = stride_at(x, dim);
-    if ((rc = check_indices("gather", index, dim, size))) return rc;
 
     const size_t es = cpu_dtype_size(x->dtype);
     int64_t xs[OPR_MAX_DIMS] = { 0 };
@@ -481,35 +440,19 @@ static int index_add_impl(const opr_kernel_call *c, bool inplace)
     const char *op = inplace ? "index_add_" : "index_add";
     const opr_tensor_view *x = cpu_arg_t(c, 0), *index = cpu_arg_t(c, 2), *source = cpu_arg_t(c, 3);
     opr_tensor_view *out = &c->outputs[0];
+    char why[OPC_WHY_SIZE];
     int32_t dim;
-    if (!cpu_wrap_dim(cpu_arg_i(c, 1), x->ndim, &dim))
-        return CPU_FAIL(OPR_ERR_INVALID, "%s: dim %lld out of range for a %d-d tensor", op,
-                        (long long)cpu_arg_i(c, 1), (int)x->ndim);
-    int rc = check_dtype(op, "index", index, OPR_I64);
-    if (!rc) rc = check_dtype(op, "source", source, x->dtype);
-    if (rc) return rc;
-    if (index->ndim > 1)
-        return CPU_FAIL(OPR_ERR_INVALID, "%s: index must be 0-d or 1-d, got %d-d", op, (int)index->ndim);
-    if (source->ndim != x->ndim)
-        return CPU_FAIL(OPR_ERR_INVALID, "%s: source has %d dims but self has %d", op, (int)source->ndim, (int)x->ndim);
-    for (int32_t d = 0; d < x->ndim; d++)
-        if (source->shape[d] != (d == dim ? index->numel : x->shape[d]))
-            return CPU_FAIL(OPR_ERR_INVALID, "%s: source has size %lld at dim %d, expected %lld", op,
-                            (long long)source->shape[d], (int)d,
-                            (long long)(d == dim ? index->numel : x->shape[d]));
-    if (x->ndim == 0 && index->numel != 1)
-        return CPU_FAIL(OPR_ERR_INVALID, "%s: a 0-d self needs exactly one index, got %lld", op,
-                        (long long)index->numel);
-    if (!opc_same_shape(x->ndim, x->shape, out))
-        return CPU_FAIL(OPR_ERR_INVALID, "%s: output shape must equal self's", op);
+    if (!opc_index_add_args(op, x, index, source, cpu_arg_i(c, 1), &dim, why, sizeof why) ||
+        !opc_index_add_shapes(op, x, index, source, out, dim, why, sizeof why))
+        return CPU_FAIL(OPR_ERR_INVALID, "%s", why);
+    int rc;
     if (inplace && (rc = check_writable(op, out))) return rc;
     const double alpha = cpu_arg_d(c, 4);
-    if (x->dtype == OPR_I64 && !(opc_fits_i64(alpha) && alpha == (double)(int64_t)alpha))
-        return CPU_FAIL(OPR_ERR_INVALID, "%s: alpha %g must be an integer for an i64 tensor", op, alpha);
-    const int64_t size = size_at(out, dim);
+    if (!opc_index_add_alpha(op, x->dtype, alpha, why, sizeof why)) return CPU_FAIL(OPR_ERR_INVALID, "%s", why);
+    const int64_t size = opc_size_at(out, dim);
     if ((rc = check_indices(op, index, dim, size))) return rc;
 
-    int64_t *offs = index_offsets(index, size, stride_at(out, dim));
+    int64_t *offs = index_offsets(index, size, opc_stride_at(out, dim));
     if (!offs) return CPU_FAIL(OPR_ERR_NOMEM, "%s: out of memory", op);
     /* A source sharing memory with self would see its own partial sums. */
     int64_t tmp_st[OPR_MAX_DIMS];
@@ -548,34 +491,20 @@ static int k_scatter_add(const opr_kernel_call *c)
 {
     const opr_tensor_view *x = cpu_arg_t(c, 0), *index = cpu_arg_t(c, 2), *src = cpu_arg_t(c, 3);
     opr_tensor_view *out = &c->outputs[0];
+    char why[OPC_WHY_SIZE];
     int32_t dim;
-    if (!cpu_wrap_dim(cpu_arg_i(c, 1), x->ndim, &dim))
-        return CPU_FAIL(OPR_ERR_INVALID, "scatter_add: dim %lld out of range for a %d-d tensor",
-                        (long long)cpu_arg_i(c, 1), (int)x->ndim);
-    int rc = check_dtype("scatter_add", "index", index, OPR_I64);
-    if (!rc) rc = check_dtype("scatter_add", "src", src, x->dtype);
+    if (!opc_scatter_add_args(x, index, src, cpu_arg_i(c, 1), &dim, why, sizeof why) ||
+        !opc_scatter_add_shapes(x, index, src, out, dim, why, sizeof why))
+        return CPU_FAIL(OPR_ERR_INVALID, "%s", why);
+    const int64_t size = opc_size_at(x, dim);
+    const int rc = check_indices("scatter_add", index, dim, size);
     if (rc) return rc;
-    if (index->ndim != x->ndim || src->ndim != x->ndim)
-        return CPU_FAIL(OPR_ERR_INVALID, "scatter_add: self, index and src must have the same number of dims (%d, %d, %d)",
-                        (int)x->ndim, (int)index->ndim, (int)src->ndim);
-    for (int32_t d = 0; d < x->ndim; d++) {
-        if (index->shape[d] > src->shape[d])
-            return CPU_FAIL(OPR_ERR_INVALID, "scatter_add: index has size %lld at dim %d but src has only %lld",
-                            (long long)index->shape[d], (int)d, (long long)src->shape[d]);
-        if (d != dim && index->shape[d] > x->shape[d])
-            return CPU_FAIL(OPR_ERR_INVALID, "scatter_add: index has size %lld at dim %d but self has only %lld",
-                            (long long)index->shape[d], (int)d, (long long)x->shape[d]);
-    }
-    if (!opc_same_shape(x->ndim, x->shape, out))
-        return CPU_FAIL(OPR_ERR_INVALID, "scatter_add: output shape must equal self's");
-    const int64_t size = size_at(x, dim);
-    if ((rc = check_indices("scatter_add", index, dim, size))) return rc;
 
     copy_strided(cpu_dtype_size(x->dtype), x->ndim, x->shape, out->data, out->strides, x->data, x->strides);
     int64_t rshape[OPR_MAX_DIMS];
     accum_job j = {
-        .len = size_at(index, dim), .out_sd = stride_at(out, dim), .src_sd = stride_at(src, dim),
-        .idx_sd = stride_at(index, dim), .size = size, .out = out->data, .src = src->data,
+        .len = opc_size_at(index, dim), .out_sd = opc_stride_at(out, dim), .src_sd = opc_stride_at(src, dim),
+        .idx_sd = opc_stride_at(index, dim), .size = size, .out = out->data, .src = src->data,
         .index = index->data, .alpha = 1.0,
     };
     j.nrows = row_shape(index, dim, rshape);
@@ -634,7 +563,7 @@ static int k_masked_scatter(const opr_kernel_call *c)
     if (rc) return rc;
     int32_t nd;
     int64_t shape[OPR_MAX_DIMS], xs[OPR_MAX_DIMS], ms[OPR_MAX_DIMS];
-    if (!bcast_shape(x, mask, &nd, shape) || !opc_same_shape(nd, shape, out) ||
+    if (!opc_broadcast_shape(x, mask, &nd, shape) || !opc_same_shape(nd, shape, out) ||
         !cpu_bcast_strides(x, nd, shape, xs) || !cpu_bcast_strides(mask, nd, shape, ms))
         return CPU_FAIL(OPR_ERR_INVALID, "masked_scatter: self and mask must broadcast to the output shape");
     const int64_t n = out->numel;

@@ -19,6 +19,7 @@
  * index of the extreme (the first NaN if any), like PyTorch. */
 #include "cpu_common.h"
 #include "cpu_kernels.h"
+#include "../common/opc_reduce.h"
 
 #include <tgmath.h> /* exp(x) etc. pick the float or double version from x's type */
 
@@ -389,6 +390,15 @@ static const red_table normi_k = {
     [OPR_F64] = {fold_normi_f64, merge_maxabs, store_d_f64, RED_INIT0},
 };
 
+/* The dtypes a table has kernels for, as an OPR_DTYPE_BIT mask. */
+static uint32_t red_mask(const red_kind *t)
+{
+    uint32_t m = 0;
+    for (int d = 0; d < OPR_DTYPE_COUNT; d++)
+        if (t[d].fold) m |= OPR_DTYPE_BIT(d);
+    return m;
+}
+
 /* ------------------------------------------------------------------ driver */
 
 typedef struct red_job {
@@ -526,69 +536,31 @@ static void red_run_cols(const red_job *jb, red_cols_fn fn, bool mean)
 
 /* ------------------------------------------------------------------ kernels */
 
-/* Checks arity and the input, and returns the vtable for its dtype. */
+/* Checks arity, the input and the outputs (opc_reduce_begin), and returns the vtable
+ * for the input's dtype. */
 static int red_begin(const opr_kernel_call *c, const char *op, int nargs, int nout,
                      const red_kind *table, const opr_tensor_view **in, const red_kind **k)
 {
-    if (c->nargs < nargs || c->nout < nout)
-        return CPU_FAIL(OPR_ERR_INVALID, "%s: expected %d arguments and %d outputs, got %d and %d",
-                        op, nargs, nout, c->nargs, c->nout);
-    if (!(*in = cpu_arg_t(c, 0)))
-        return CPU_FAIL(OPR_ERR_INVALID, "%s: argument 0 is not a tensor", op);
-    const opr_dtype t = (*in)->dtype;
-    if ((unsigned)t >= OPR_DTYPE_COUNT || !table[t].fold)
-        return CPU_FAIL(OPR_ERR_UNSUPPORTED, "%s: no CPU kernel for dtype %s", op,
-                        cpu_dtype_name(t));
-    *k = &table[t];
-    for (int j = 0; j < nout; j++) {
-        const opr_dtype want = j == 0 ? t : OPR_I64;
-        if (c->outputs[j].dtype != want)
-            return CPU_FAIL(OPR_ERR_INVALID, "%s: output %d dtype is %s, expected %s", op, j,
-                            cpu_dtype_name(c->outputs[j].dtype), cpu_dtype_name(want));
-    }
+    char why[OPC_WHY_SIZE];
+    const int rc = opc_reduce_begin(c, op, nargs, nout, red_mask(table), "CPU", in, why, sizeof why);
+    if (rc) return CPU_FAIL(rc, "%s", why);
+    *k = &table[(*in)->dtype];
     return OPR_OK;
 }
 
-/* Wraps a dim argument; the message names the op. */
+/* Wraps a dim argument (opc_reduce_dim). */
 static int red_wrap(const char *op, int64_t d, int32_t ndim, int32_t *out)
 {
-    if (!cpu_wrap_dim(d, ndim, out))
-        return CPU_FAIL(OPR_ERR_INVALID, "%s: dim %lld out of range for %d-d tensor", op,
-                        (long long)d, ndim);
-    return OPR_OK;
+    char why[OPC_WHY_SIZE];
+    return opc_reduce_dim(op, d, ndim, out, why, sizeof why) ? OPR_OK : CPU_FAIL(OPR_ERR_INVALID, "%s", why);
 }
 
-/* `int[]? dim` (sum, mean) or `int? dim` (prod) as a mask of reduced dims: NONE or an
- * empty list reduces every dim. */
+/* The dim argument ai as a mask of reduced dims (opc_reduce_dim_mask). */
 static int red_dim_mask(const opr_kernel_call *c, int ai, const char *op, int32_t ndim,
                         uint32_t *mask)
 {
-    const opr_kernel_arg *a = &c->args[ai];
-    const int64_t *dims = NULL;
-    int32_t n = 0;
-    if (a->kind == OPR_ARG_INT) {
-        dims = &a->u.i;
-        n = 1;
-    } else if (a->kind == OPR_ARG_INT_LIST) {
-        dims = a->u.il.items;
-        n = a->u.il.n;
-    } else if (a->kind != OPR_ARG_NONE) {
-        return CPU_FAIL(OPR_ERR_INVALID, "%s: dim must be an int or a list of ints", op);
-    }
-    if (n == 0) {
-        *mask = ndim > 0 ? (1u << ndim) - 1 : 0;
-        return OPR_OK;
-    }
-    *mask = 0;
-    for (int32_t i = 0; i < n; i++) {
-        int32_t d;
-        int rc = red_wrap(op, dims[i], ndim, &d);
-        if (rc) return rc;
-        if (*mask & (1u << d))
-            return CPU_FAIL(OPR_ERR_INVALID, "%s: dim %lld appears more than once", op,
-                            (long long)dims[i]);
-        *mask |= 1u << d;
-    }
+    char why[OPC_WHY_SIZE];
+    if (!opc_reduce_dim_mask(c, ai, op, ndim, mask, why, sizeof why)) return CPU_FAIL(OPR_ERR_INVALID, "%s", why);
     return OPR_OK;
 }
 
@@ -733,6 +705,15 @@ static const red_softmax_fn log_softmax_fns[OPR_DTYPE_COUNT] = {
     [OPR_F32] = log_softmax_f32, [OPR_F64] = log_softmax_f64,
 };
 
+/* The dtypes a softmax table has kernels for, as an OPR_DTYPE_BIT mask. */
+static uint32_t red_softmax_mask(const red_softmax_fn *t)
+{
+    uint32_t m = 0;
+    for (int d = 0; d < OPR_DTYPE_COUNT; d++)
+        if (t[d]) m |= OPR_DTYPE_BIT(d);
+    return m;
+}
+
 /* The slices of a softmax: every index of the dims other than `dim`. */
 typedef struct red_slices {
     red_softmax_fn fn;
@@ -764,27 +745,15 @@ static void red_slices_run(const red_slices *s, int64_t lo, int64_t hi)
 static int red_softmax_like(const opr_kernel_call *c, const char *op,
                             const red_softmax_fn *fns)
 {
-    if (c->nargs < 2 || c->nout < 1)
-        return CPU_FAIL(OPR_ERR_INVALID, "%s: expected 2 arguments and 1 output", op);
-    const opr_tensor_view *in = cpu_arg_t(c, 0);
-    const opr_tensor_view *out = &c->outputs[0];
-    if (!in) return CPU_FAIL(OPR_ERR_INVALID, "%s: argument 0 is not a tensor", op);
-    red_slices s;
-    if ((unsigned)in->dtype >= OPR_DTYPE_COUNT || !(s.fn = fns[in->dtype]))
-        return CPU_FAIL(OPR_ERR_UNSUPPORTED, "%s: no CPU kernel for dtype %s", op,
-                        cpu_dtype_name(in->dtype));
-    if (out->dtype != in->dtype)
-        return CPU_FAIL(OPR_ERR_INVALID, "%s: output dtype is %s, expected %s", op,
-                        cpu_dtype_name(out->dtype), cpu_dtype_name(in->dtype));
+    const opr_tensor_view *in, *out;
     int32_t dim;
-    int rc = red_wrap(op, cpu_arg_i(c, 1), in->ndim, &dim);
-    if (rc) return rc;
-    bool same = in->ndim == out->ndim && in->ndim <= OPR_MAX_DIMS;
-    for (int32_t d = 0; same && d < in->ndim; d++) same = in->shape[d] == out->shape[d];
-    if (!same) return CPU_FAIL(OPR_ERR_INVALID, "%s: output shape differs from the input's", op);
+    char why[OPC_WHY_SIZE];
+    const int rc = opc_softmax_begin(c, op, red_softmax_mask(fns), "CPU", &in, &out, &dim, why, sizeof why);
+    if (rc) return CPU_FAIL(rc, "%s", why);
     if (in->numel == 0) return OPR_OK;
-    if (!out->data) return CPU_FAIL(OPR_ERR_INVALID, "%s: output is not allocated", op);
 
+    red_slices s;
+    s.fn = fns[in->dtype];
     int64_t ist[OPR_MAX_DIMS], ost[OPR_MAX_DIMS];
     red_strides(in, ist);
     red_strides(out, ost);
@@ -825,22 +794,6 @@ static int k_log_softmax(const opr_kernel_call *c)
 }
 
 /* ------------------------------------------------------------------ registration */
-
-static uint32_t red_mask(const red_kind *t)
-{
-    uint32_t m = 0;
-    for (int d = 0; d < OPR_DTYPE_COUNT; d++)
-        if (t[d].fold) m |= OPR_DTYPE_BIT(d);
-    return m;
-}
-
-static uint32_t red_softmax_mask(const red_softmax_fn *t)
-{
-    uint32_t m = 0;
-    for (int d = 0; d < OPR_DTYPE_COUNT; d++)
-        if (t[d]) m |= OPR_DTYPE_BIT(d);
-    return m;
-}
 
 int cpu_register_reduce(opr_plugin *self)
 {

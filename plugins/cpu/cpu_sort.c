@@ -7,20 +7,20 @@
  * comparison a total order and the sort well defined. */
 #include "cpu_common.h"
 #include "cpu_kernels.h"
+#include "../common/opc_sort.h"
 
 #include <math.h>
 #include <stdlib.h>
 
 typedef enum { ROWS_SORT, ROWS_TOPK, ROWS_MODE } rows_kind;
 
-/* One call's work: `rows` rows of n elements, each producing `k` outputs along dim
- * (n for sort, k for topk, 1 for mode). */
+/* One call's work: geo.nrows rows of geo.n elements, each producing geo.k outputs
+ * along dim (n for sort, k for topk, 1 for mode). */
 typedef struct {
     rows_kind kind;
     bool desc;
-    int64_t nrows, n, k;
-    int64_t xs, vs, is;   /* strides along dim: self, values, indices */
-    cpu_walk rows;        /* over self's shape with dim set to 1; ops: self, values, indices */
+    opc_rows geo;         /* the rows and where their results go (opc_rows_plan) */
+    cpu_walk rows;        /* over geo.shape; ops: self, values, indices */
     const void *x;
     void *values;
     int64_t *indices;
@@ -89,14 +89,15 @@ typedef struct {
                                                                                           \
     static int rows_##SUF(const rows_job *j)                                              \
     {                                                                                     \
-        const bool par = j->nrows > 1 && j->nrows * j->n >= CPU_PAR_THRESHOLD;            \
+        const opc_rows *g = &j->geo;                                                      \
+        const bool par = g->nrows > 1 && g->nrows * g->n >= CPU_PAR_THRESHOLD;            \
         int failed = 0;                                                                   \
         _Pragma("omp parallel if (par) reduction(| : failed)")                            \
         {                                                                                 \
             int64_t lo, hi;                                                               \
-            cpu_thread_range(j->nrows, &lo, &hi);                                             \
+            cpu_thread_range(g->nrows, &lo, &hi);                                         \
             pair_##SUF *buf = NULL;                                                       \
-            if (lo < hi) buf = malloc(2 * (size_t)(j->n ? j->n : 1) * sizeof *buf);       \
+            if (lo < hi) buf = malloc(2 * (size_t)(g->n ? g->n : 1) * sizeof *buf);       \
             if (lo < hi && !buf) failed = 1;                                              \
             cpu_walk w = j->rows;                                                         \
             cpu_walk_seek(&w, lo);                                                        \
@@ -104,20 +105,20 @@ typedef struct {
                 const T *x = (const T *)j->x + w.off[0];                                  \
                 T *v = (T *)j->values + w.off[1];                                         \
                 int64_t *ix = j->indices + w.off[2];                                      \
-                for (int64_t i = 0; i < j->n; i++) {                                      \
-                    buf[i].v = x[i * j->xs];                                              \
+                for (int64_t i = 0; i < g->n; i++) {                                      \
+                    buf[i].v = x[i * g->x_step];                                          \
                     buf[i].i = i;                                                         \
                 }                                                                         \
-                msort_##SUF(buf, buf + j->n, j->n, j->desc);                              \
+                msort_##SUF(buf, buf + g->n, g->n, j->desc);                              \
                 if (j->kind == ROWS_MODE) {                                               \
-                    pair_##SUF m = mode_of_##SUF(buf, j->n);                              \
+                    pair_##SUF m = mode_of_##SUF(buf, g->n);                              \
                     *v = m.v;                                                             \
                     *ix = m.i;                                                            \
                     continue;                                                             \
                 }                                                                         \
-                for (int64_t i = 0; i < j->k; i++) {                                      \
-                    v[i * j->vs] = buf[i].v;                                              \
-                    ix[i * j->is] = buf[i].i;                                             \
+                for (int64_t i = 0; i < g->k; i++) {                                      \
+                    v[i * g->v_step] = buf[i].v;                                          \
+                    ix[i * g->i_step] = buf[i].i;                                         \
                 }                                                                         \
             }                                                                             \
             free(buf);                                                                    \
@@ -129,58 +130,29 @@ DEF_ROWS(float, f32, LESS_FLOAT)
 DEF_ROWS(double, f64, LESS_FLOAT)
 DEF_ROWS(int64_t, i64, LESS_INT)
 
-/* Validates the outputs and runs the rows of self along dim. out_dims maps each dim of
- * self to the matching dim of the outputs, or -1 where the outputs dropped it (mode
- * without keepdim). */
-static int run_rows(const opr_kernel_call *c, rows_job *j, int32_t dim, const int32_t *out_dims)
+/* Validates the outputs (opc_rows_plan) and runs the rows of self along dim, k results
+ * each. */
+static int run_rows(const opr_kernel_call *c, rows_job *j, int32_t dim, int64_t k, const int32_t *out_dims)
 {
     const char *op = c->op;
     const opr_tensor_view *x = cpu_arg_t(c, 0);
     const opr_tensor_view *vals = &c->outputs[0], *idx = &c->outputs[1];
-    if (vals->dtype != x->dtype || idx->dtype != OPR_I64)
-        return CPU_FAIL(OPR_ERR_INVALID, "%s: outputs must be %s values and i64 indices", op, cpu_dtype_name(x->dtype));
-    if (vals->ndim != idx->ndim)
-        return CPU_FAIL(OPR_ERR_INVALID, "%s: values and indices outputs differ in rank", op);
-
-    int64_t rshape[OPR_MAX_DIMS], xs[OPR_MAX_DIMS], vs[OPR_MAX_DIMS], is[OPR_MAX_DIMS];
-    int32_t used = 0;
-    for (int32_t d = 0; d < x->ndim; d++) {
-        const int32_t od = out_dims[d];
-        const int64_t want = d == dim ? j->k : x->shape[d];
-        rshape[d] = d == dim ? 1 : x->shape[d];
-        xs[d] = x->strides[d];
-        if (od < 0) {
-            vs[d] = is[d] = 0;
-            continue;
-        }
-        if (od >= vals->ndim || vals->shape[od] != want || idx->shape[od] != want)
-            return CPU_FAIL(OPR_ERR_INVALID, "%s: output shape does not match self", op);
-        vs[d] = vals->strides[od];
-        is[d] = idx->strides[od];
-        used++;
-    }
-    if (used != vals->ndim)
-        return CPU_FAIL(OPR_ERR_INVALID, "%s: output has %d dims, expected %d", op, (int)vals->ndim, (int)used);
-
-    j->n = x->ndim ? x->shape[dim] : 1;
-    j->xs = x->ndim ? x->strides[dim] : 0;
-    j->vs = x->ndim && out_dims[dim] >= 0 ? vals->strides[out_dims[dim]] : 0;
-    j->is = x->ndim && out_dims[dim] >= 0 ? idx->strides[out_dims[dim]] : 0;
+    char why[OPC_WHY_SIZE];
+    opc_rows *g = &j->geo;
+    if (!opc_rows_plan(op, x, vals, idx, dim, k, out_dims, g, why, sizeof why))
+        return CPU_FAIL(OPR_ERR_INVALID, "%s", why);
+    if (g->nrows == 0 || g->k == 0) return OPR_OK;
     j->x = x->data;
     j->values = vals->data;
     j->indices = idx->data;
-    j->nrows = 1;
-    for (int32_t d = 0; d < x->ndim; d++) j->nrows *= rshape[d];
-    if (j->nrows == 0 || j->k == 0) return OPR_OK;
-
     memset(&j->rows, 0, sizeof j->rows);
     j->rows.ndim = x->ndim;
     j->rows.nops = 3;
-    j->rows.shape = rshape;
+    j->rows.shape = g->shape;
     for (int32_t d = 0; d < x->ndim; d++) {
-        j->rows.strides[0][d] = xs[d];
-        j->rows.strides[1][d] = vs[d];
-        j->rows.strides[2][d] = is[d];
+        j->rows.strides[0][d] = g->x_st[d];
+        j->rows.strides[1][d] = g->v_st[d];
+        j->rows.strides[2][d] = g->i_st[d];
     }
     int rc;
     switch (x->dtype) {
@@ -193,18 +165,13 @@ static int run_rows(const opr_kernel_call *c, rows_job *j, int32_t dim, const in
     return rc ? CPU_FAIL(rc, "%s: out of memory", op) : OPR_OK;
 }
 
+/* Wraps dim argument `arg` of the call on self (opc_dim_arg). */
 static int wrap_or_fail(const opr_kernel_call *c, int arg, int32_t *dim)
 {
-    const opr_tensor_view *x = cpu_arg_t(c, 0);
-    if (!cpu_wrap_dim(cpu_arg_i(c, arg), x->ndim, dim))
-        return CPU_FAIL(OPR_ERR_INVALID, "%s: dim %lld out of range for a %d-d tensor", c->op,
-                        (long long)cpu_arg_i(c, arg), (int)x->ndim);
+    char why[OPC_WHY_SIZE];
+    if (!opc_dim_arg(c->op, cpu_arg_i(c, arg), cpu_arg_t(c, 0)->ndim, dim, why, sizeof why))
+        return CPU_FAIL(OPR_ERR_INVALID, "%s", why);
     return OPR_OK;
-}
-
-static void identity_dims(int32_t ndim, int32_t *out_dims)
-{
-    for (int32_t d = 0; d < ndim; d++) out_dims[d] = d;
 }
 
 static int k_sort(const opr_kernel_call *c)
@@ -213,9 +180,9 @@ static int k_sort(const opr_kernel_call *c)
     int32_t dim, out_dims[OPR_MAX_DIMS];
     int rc = wrap_or_fail(c, 1, &dim);
     if (rc) return rc;
-    identity_dims(x->ndim, out_dims);
-    rows_job j = { .kind = ROWS_SORT, .desc = cpu_arg_b(c, 2), .k = x->ndim ? x->shape[dim] : 1 };
-    return run_rows(c, &j, dim, out_dims);
+    opc_rows_out_dims(x->ndim, dim, false, out_dims);
+    rows_job j = { .kind = ROWS_SORT, .desc = cpu_arg_b(c, 2) };
+    return run_rows(c, &j, dim, x->ndim ? x->shape[dim] : 1, out_dims);
 }
 
 /* A full sort per row, then the first k: simple, stable (ties keep the lower index)
@@ -226,14 +193,13 @@ static int k_topk(const opr_kernel_call *c)
     int32_t dim, out_dims[OPR_MAX_DIMS];
     int rc = wrap_or_fail(c, 2, &dim);
     if (rc) return rc;
-    const int64_t k = cpu_arg_i(c, 1), n = x->ndim ? x->shape[dim] : 1;
-    if (k < 0 || k > n)
-        return CPU_FAIL(OPR_ERR_INVALID, "topk: k %lld out of range for dimension %d of size %lld",
-                        (long long)k, (int)dim, (long long)n);
-    identity_dims(x->ndim, out_dims);
+    const int64_t k = cpu_arg_i(c, 1);
+    char why[OPC_WHY_SIZE];
+    if (!opc_topk_k(k, dim, x->ndim ? x->shape[dim] : 1, why, sizeof why)) return CPU_FAIL(OPR_ERR_INVALID, "%s", why);
+    opc_rows_out_dims(x->ndim, dim, false, out_dims);
     /* A 0-d self gives a 0-d result holding its element even for k = 0 (PyTorch). */
-    rows_job j = { .kind = ROWS_TOPK, .desc = cpu_arg_b(c, 3), .k = x->ndim ? k : 1 };
-    return run_rows(c, &j, dim, out_dims);
+    rows_job j = { .kind = ROWS_TOPK, .desc = cpu_arg_b(c, 3) };
+    return run_rows(c, &j, dim, x->ndim ? k : 1, out_dims);
 }
 
 static int k_mode(const opr_kernel_call *c)
@@ -242,18 +208,11 @@ static int k_mode(const opr_kernel_call *c)
     int32_t dim, out_dims[OPR_MAX_DIMS];
     int rc = wrap_or_fail(c, 1, &dim);
     if (rc) return rc;
-    if (x->ndim && x->shape[dim] == 0) {
-        /* Rows of length 0 have no mode; with no rows at all there is nothing to do. */
-        int64_t rows = 1;
-        for (int32_t d = 0; d < x->ndim; d++) rows *= d == dim ? 1 : x->shape[d];
-        if (rows > 0)
-            return CPU_FAIL(OPR_ERR_INVALID, "mode: dimension %d has size 0", (int)dim);
-    }
-    const bool keepdim = cpu_arg_b(c, 2);
-    for (int32_t d = 0; d < x->ndim; d++)
-        out_dims[d] = keepdim ? d : d < dim ? d : d == dim ? -1 : d - 1;
-    rows_job j = { .kind = ROWS_MODE, .k = 1 };
-    return run_rows(c, &j, dim, out_dims);
+    char why[OPC_WHY_SIZE];
+    if (!opc_mode_rows(x, dim, why, sizeof why)) return CPU_FAIL(OPR_ERR_INVALID, "%s", why);
+    opc_rows_out_dims(x->ndim, dim, !cpu_arg_b(c, 2), out_dims);
+    rows_job j = { .kind = ROWS_MODE };
+    return run_rows(c, &j, dim, 1, out_dims);
 }
 
 int cpu_register_sort(opr_plugin *self)

@@ -156,16 +156,8 @@ static inline int gk_check_writable(const char *op, const opr_tensor_view *out)
 
 static inline int gk_check_dtype(const char *op, const char *what, const opr_tensor_view *v, opr_dtype dt)
 {
-    if (v->dtype != dt)
-        return GK_FAIL(OPR_ERR_INVALID, "%s: %s has dtype %s, expected %s", op, what,
-                       gk_dtype_name(v->dtype), gk_dtype_name(dt));
-    return OPR_OK;
-}
-
-/* Doubles at or beyond 2^63 in magnitude (and NaN) have no i64 value. */
-static inline bool gk_fits_i64(double v)
-{
-    return v >= -9223372036854775808.0 && v < 9223372036854775808.0;
+    char why[OPC_WHY_SIZE];
+    return opc_expect_dtype(op, what, v, dt, why, sizeof why) ? OPR_OK : GK_FAIL(OPR_ERR_INVALID, "%s", why);
 }
 
 /* ------------------------------------------------------------------ device context */

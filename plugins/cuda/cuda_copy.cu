@@ -261,7 +261,7 @@ int k_arange(const opr_kernel_call *c)
     case OPR_F32: gk_launch(k_arange_f<float>, nb, GK_THREADS, 0, k.stream, n, (float *)out->data, start, step); break;
     case OPR_F64: gk_launch(k_arange_f<double>, nb, GK_THREADS, 0, k.stream, n, (double *)out->data, start, step); break;
     case OPR_I64: {
-        if (!gk_fits_i64(start) || !gk_fits_i64(step))
+        if (!opc_fits_i64(start) || !opc_fits_i64(step))
             return GK_FAIL(OPR_ERR_INVALID, "arange: start %g or step %g does not fit i64", start, step);
         const int64_t s0 = (int64_t)start, st = (int64_t)step;
         if (st == 0) return GK_FAIL(OPR_ERR_INVALID, "arange: step %g truncates to 0 for i64", step);

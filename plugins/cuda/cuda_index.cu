@@ -1,9 +1,9 @@
 /* Indexing kernels: index_select, gather, scatter_add, index_add, index_add_,
- * masked_select, masked_scatter. Validation follows plugins/cpu/cpu_index.c; in
- * particular every index is checked before anything is written (a min/max pass over
- * the index, read back to the host: one synchronisation per call), so a failing call
- * leaves its outputs and an in-place self untouched and nothing is read or written
- * outside the views.
+ * masked_select, masked_scatter. The argument checks are those of the CPU plugin
+ * (plugins/common/opc_index.h); in particular every index is checked before anything is
+ * written (a min/max pass over the index, read back to the host: one synchronisation
+ * per call), so a failing call leaves its outputs and an in-place self untouched and
+ * nothing is read or written outside the views.
  *
  * scatter_add and index_add accumulate with atomicAdd (f32, f64, i64 wrapping), so
  * floating sums over repeated indices are not bitwise reproducible from run to run.
@@ -12,6 +12,7 @@
  * output through host->alloc_output and is checked against masked_scatter's source),
  * then write in row-major order with a block-level scan inside each chunk. */
 #include "cuda_common.cuh"
+#include "../common/opc_index.h"
 
 #include <stdlib.h>
 #include <vector>
@@ -19,9 +20,6 @@
 namespace {
 
 /* ------------------------------------------------------------------ helpers */
-
-int64_t size_at(const opr_tensor_view *v, int32_t d) { return v->ndim ? v->shape[d] : 1; }
-int64_t stride_at(const opr_tensor_view *v, int32_t d) { return v->ndim ? v->strides[d] : 0; }
 
 GK_DEV int64_t wrap_index(int64_t v, int64_t size) { return v < 0 ? v + size : v; }
 
@@ -61,7 +59,8 @@ __global__ void k_index_minmax(int64_t n, gk_geom g, const int64_t *p, unsigned 
     }
 }
 
-/* Fails unless every value of the i64 view `index` lies in [-size, size). */
+/* Fails unless every value of the i64 view `index` lies in [-size, size)
+ * (opc_index_in_range). */
 int check_indices(const gk_ctx *k, const opr_tensor_view *index, int32_t dim, int64_t size)
 {
     const int64_t n = index->numel;
@@ -81,10 +80,8 @@ int check_indices(const gk_ctx *k, const opr_tensor_view *index, int32_t dim, in
     unsigned long long h[2];
     if ((rc = gk_to_host(k, h, mm.p, sizeof h))) return rc;
     const int64_t mn = (int64_t)(h[0] ^ (1ull << 63)), mx = (int64_t)(h[1] ^ (1ull << 63));
-    if (mx >= size || mn < -size)
-        return GK_FAIL(OPR_ERR_INVALID, "%s: index %lld out of range for dimension %d of size %lld", k->op,
-                       (long long)(mx >= size ? mx : mn), (int)dim, (long long)size);
-    return OPR_OK;
+    char why[OPC_WHY_SIZE];
+    return opc_index_in_range(k->op, mn, mx, dim, size, why, sizeof why) ? OPR_OK : GK_FAIL(OPR_ERR_INVALID, "%s", why);
 }
 
 /* A geometry that also yields the coordinate along one dim (not coalesced). */
@@ -122,9 +119,67 @@ dim_geom dim_geom_make(int32_t ndim, const int64_t *shape, int32_t dim, const in
     return g;
 }
 
-int check_dtype(const char *op, const char *what, const opr_tensor_view *v, opr_dtype dt)
+/* Selects the device for call c of op and reads its tensors: self (argument 0), argument
+ * ia into *a and, where b is given, argument ib into *b. Fails when one is missing,
+ * naming them all (names, e.g. "self, index and src"). */
+int begin_tensors(const opr_kernel_call *c, const char *op, const char *names, gk_ctx *k, const opr_tensor_view **x,
+                  int ia, const opr_tensor_view **a, int ib = -1, const opr_tensor_view **b = nullptr)
 {
-    return gk_check_dtype(op, what, v, dt);
+    int rc = gk_begin(c, op, k);
+    if (rc) return rc;
+    *x = gk_arg_t(c, 0);
+    *a = gk_arg_t(c, ia);
+    const bool have_b = !b || (*b = gk_arg_t(c, ib));
+    if (!*x || !*a || !have_b) return GK_FAIL(OPR_ERR_INVALID, "%s: %s must be tensors", op, names);
+    return OPR_OK;
+}
+
+/* v's strides with 0 at dim, where the kernels add the indexed position themselves (all
+ * zero for a 0-d v). */
+void strides_but_dim(const opr_tensor_view *v, int32_t dim, int64_t *st)
+{
+    memset(st, 0, GK_MAXD * sizeof *st);
+    if (!v->ndim) return;
+    memcpy(st, v->strides, (size_t)v->ndim * sizeof *st);
+    st[dim] = 0;
+}
+
+/* Calls f with a value of the unsigned type of es bytes (1, 2, 4, else 8): the kernels
+ * that only move elements are instantiated per element size, not per dtype. */
+template <class F> void by_elem_size(size_t es, F &&f)
+{
+    switch (es) {
+    case 1: f(uint8_t()); break;
+    case 2: f(uint16_t()); break;
+    case 4: f(uint32_t()); break;
+    default: f((unsigned long long)0); break;
+    }
+}
+
+/* Calls f with a value of the element type of an accumulating op's dtype (f32, f64,
+ * else i64; check_accumulates has refused the others). */
+template <class F> void by_accum_type(opr_dtype dt, F &&f)
+{
+    switch (dt) {
+    case OPR_F32: f(0.0f); break;
+    case OPR_F64: f(0.0); break;
+    default: f((int64_t)0); break;
+    }
+}
+
+/* scatter_add and index_add accumulate with atomicAdd, which exists for f32, f64 and
+ * (as unsigned) i64 only. */
+int check_accumulates(const char *op, opr_dtype dt)
+{
+    if (dt == OPR_F32 || dt == OPR_F64 || dt == OPR_I64) return OPR_OK;
+    return GK_FAIL(OPR_ERR_UNSUPPORTED, "%s: dtype %s is not supported on %s", op, gk_dtype_name(dt), GPU_NAME);
+}
+
+/* The accumulating ops write self's elements into out: its dtype must be self's (the
+ * CPU plugin leaves this to the host). Reported like a wrong output shape. */
+int check_out_dtype(const char *op, const opr_tensor_view *out, const opr_tensor_view *x)
+{
+    return out->dtype == x->dtype ? OPR_OK : GK_FAIL(OPR_ERR_INVALID, "%s: output shape must equal self's", op);
 }
 
 /* ------------------------------------------------------------------ index_select */
@@ -144,28 +199,18 @@ __global__ void k_index_select(int64_t n, dim_geom g, E *out, const E *x, const 
 int k_index_select_op(const opr_kernel_call *c)
 {
     gk_ctx k;
-    int rc = gk_begin(c, "index_select", &k);
+    const opr_tensor_view *x, *index;
+    int rc = begin_tensors(c, "index_select", "self and index", &k, &x, 2, &index);
     if (rc) return rc;
-    const opr_tensor_view *x = gk_arg_t(c, 0), *index = gk_arg_t(c, 2);
     opr_tensor_view *out = &c->outputs[0];
-    if (!x || !index) return GK_FAIL(OPR_ERR_INVALID, "index_select: self and index must be tensors");
+    char why[OPC_WHY_SIZE];
     int32_t dim;
-    if (!gk_wrap_dim(gk_arg_i(c, 1), x->ndim, &dim))
-        return GK_FAIL(OPR_ERR_INVALID, "index_select: dim %lld out of range for a %d-d tensor",
-                       (long long)gk_arg_i(c, 1), (int)x->ndim);
-    if ((rc = check_dtype("index_select", "index", index, OPR_I64))) return rc;
-    if (index->ndim > 1)
-        return GK_FAIL(OPR_ERR_INVALID, "index_select: index must be 0-d or 1-d, got %d-d", (int)index->ndim);
+    if (!opc_index_select_args(x, index, gk_arg_i(c, 1), &dim, why, sizeof why))
+        return GK_FAIL(OPR_ERR_INVALID, "%s", why);
     if (out->dtype != x->dtype) return GK_FAIL(OPR_ERR_INVALID, "index_select: output dtype differs from self's");
-    const int64_t size = size_at(x, dim), nidx = index->numel;
+    const int64_t size = opc_size_at(x, dim);
     if ((rc = check_indices(&k, index, dim, size))) return rc;
-    bool shape_ok = out->numel == (x->ndim ? x->numel / (size ? size : 1) * nidx : nidx);
-    if (x->ndim) {
-        shape_ok = shape_ok && out->ndim == x->ndim;
-        for (int32_t d = 0; shape_ok && d < x->ndim; d++)
-            shape_ok = out->shape[d] == (d == dim ? nidx : x->shape[d]);
-    }
-    if (!shape_ok) return GK_FAIL(OPR_ERR_INVALID, "index_select: output shape does not match self and index");
+    if (!opc_index_select_out(x, index, dim, out, why, sizeof why)) return GK_FAIL(OPR_ERR_INVALID, "%s", why);
     if (out->numel == 0) return OPR_OK;
     const size_t es = gk_dtype_size(x->dtype);
     if (x->ndim == 0) { /* one element, which every index (0 or -1) selects */
@@ -173,18 +218,15 @@ int k_index_select_op(const opr_kernel_call *c)
         return gk_copy_strided(&k, es, out->ndim, out->shape, out->data, out->strides, x->data, zero);
     }
     int64_t xs[GK_MAXD];
-    memcpy(xs, x->strides, (size_t)x->ndim * sizeof *xs);
-    xs[dim] = 0;
+    strides_but_dim(x, dim, xs);
     const dim_geom g = dim_geom_make(out->ndim, out->shape, dim, out->strides, xs);
     const int64_t n = out->numel, is = index->ndim ? index->strides[0] : 0, xsd = x->strides[dim];
     const int64_t *ip = (const int64_t *)index->data;
-    const unsigned nb = gk_blocks(n);
-    switch (es) {
-    case 1: gk_launch(k_index_select<uint8_t>, nb, GK_THREADS, 0, k.stream, n, g, (uint8_t *)out->data, (const uint8_t *)x->data, ip, is, size, xsd); break;
-    case 2: gk_launch(k_index_select<uint16_t>, nb, GK_THREADS, 0, k.stream, n, g, (uint16_t *)out->data, (const uint16_t *)x->data, ip, is, size, xsd); break;
-    case 4: gk_launch(k_index_select<uint32_t>, nb, GK_THREADS, 0, k.stream, n, g, (uint32_t *)out->data, (const uint32_t *)x->data, ip, is, size, xsd); break;
-    default: gk_launch(k_index_select<unsigned long long>, nb, GK_THREADS, 0, k.stream, n, g, (unsigned long long *)out->data, (const unsigned long long *)x->data, ip, is, size, xsd); break;
-    }
+    by_elem_size(es, [&](auto e) {
+        using E = decltype(e);
+        gk_launch(k_index_select<E>, gk_blocks(n), GK_THREADS, 0, k.stream, n, g, (E *)out->data, (const E *)x->data,
+                  ip, is, size, xsd);
+    });
     return gk_launched(&k, "index_select kernel");
 }
 
@@ -204,45 +246,30 @@ __global__ void k_gather(int64_t n, gk_geom g, E *out, const int64_t *index, con
 int k_gather_op(const opr_kernel_call *c)
 {
     gk_ctx k;
-    int rc = gk_begin(c, "gather", &k);
+    const opr_tensor_view *x, *index;
+    int rc = begin_tensors(c, "gather", "self and index", &k, &x, 2, &index);
     if (rc) return rc;
-    const opr_tensor_view *x = gk_arg_t(c, 0), *index = gk_arg_t(c, 2);
     opr_tensor_view *out = &c->outputs[0];
-    if (!x || !index) return GK_FAIL(OPR_ERR_INVALID, "gather: self and index must be tensors");
+    char why[OPC_WHY_SIZE];
     int32_t dim;
-    if (!gk_wrap_dim(gk_arg_i(c, 1), x->ndim, &dim))
-        return GK_FAIL(OPR_ERR_INVALID, "gather: dim %lld out of range for a %d-d tensor", (long long)gk_arg_i(c, 1),
-                       (int)x->ndim);
-    if ((rc = check_dtype("gather", "index", index, OPR_I64))) return rc;
-    if (index->ndim != x->ndim)
-        return GK_FAIL(OPR_ERR_INVALID, "gather: index has %d dims but self has %d", (int)index->ndim, (int)x->ndim);
-    for (int32_t d = 0; d < x->ndim; d++)
-        if (d != dim && index->shape[d] > x->shape[d])
-            return GK_FAIL(OPR_ERR_INVALID, "gather: index has size %lld at dim %d but self has only %lld",
-                           (long long)index->shape[d], (int)d, (long long)x->shape[d]);
-    if (!gk_same_shape(index->ndim, index->shape, out))
-        return GK_FAIL(OPR_ERR_INVALID, "gather: output shape must equal the index shape");
+    if (!opc_gather_args(x, index, out, gk_arg_i(c, 1), &dim, why, sizeof why))
+        return GK_FAIL(OPR_ERR_INVALID, "%s", why);
     if (out->dtype != x->dtype) return GK_FAIL(OPR_ERR_INVALID, "gather: output dtype differs from self's");
-    const int64_t size = size_at(x, dim), xsd = stride_at(x, dim);
+    const int64_t size = opc_size_at(x, dim), xsd = opc_stride_at(x, dim);
     if ((rc = check_indices(&k, index, dim, size))) return rc;
     const int64_t n = out->numel;
     if (n == 0) return OPR_OK;
-    int64_t xs[GK_MAXD] = {0};
-    if (x->ndim) {
-        memcpy(xs, x->strides, (size_t)x->ndim * sizeof *xs);
-        xs[dim] = 0;
-    }
+    int64_t xs[GK_MAXD];
+    strides_but_dim(x, dim, xs);
     gk_geom g;
     const int64_t *st[3] = {out->strides, index->strides, xs};
     gk_geom_make(&g, out->ndim, out->shape, 3, st);
     const int64_t *ip = (const int64_t *)index->data;
-    const unsigned nb = gk_blocks(n);
-    switch (gk_dtype_size(x->dtype)) {
-    case 1: gk_launch(k_gather<uint8_t>, nb, GK_THREADS, 0, k.stream, n, g, (uint8_t *)out->data, ip, (const uint8_t *)x->data, size, xsd); break;
-    case 2: gk_launch(k_gather<uint16_t>, nb, GK_THREADS, 0, k.stream, n, g, (uint16_t *)out->data, ip, (const uint16_t *)x->data, size, xsd); break;
-    case 4: gk_launch(k_gather<uint32_t>, nb, GK_THREADS, 0, k.stream, n, g, (uint32_t *)out->data, ip, (const uint32_t *)x->data, size, xsd); break;
-    default: gk_launch(k_gather<unsigned long long>, nb, GK_THREADS, 0, k.stream, n, g, (unsigned long long *)out->data, ip, (const unsigned long long *)x->data, size, xsd); break;
-    }
+    by_elem_size(gk_dtype_size(x->dtype), [&](auto e) {
+        using E = decltype(e);
+        gk_launch(k_gather<E>, gk_blocks(n), GK_THREADS, 0, k.stream, n, g, (E *)out->data, ip, (const E *)x->data,
+                  size, xsd);
+    });
     return gk_launched(&k, "gather kernel");
 }
 
@@ -263,56 +290,35 @@ __global__ void k_scatter_add(int64_t n, gk_geom g, T *out, const T *src, const 
 int k_scatter_add_op(const opr_kernel_call *c)
 {
     gk_ctx k;
-    int rc = gk_begin(c, "scatter_add", &k);
+    const opr_tensor_view *x, *index, *src;
+    int rc = begin_tensors(c, "scatter_add", "self, index and src", &k, &x, 2, &index, 3, &src);
     if (rc) return rc;
-    const opr_tensor_view *x = gk_arg_t(c, 0), *index = gk_arg_t(c, 2), *src = gk_arg_t(c, 3);
     opr_tensor_view *out = &c->outputs[0];
-    if (!x || !index || !src) return GK_FAIL(OPR_ERR_INVALID, "scatter_add: self, index and src must be tensors");
+    char why[OPC_WHY_SIZE];
     int32_t dim;
-    if (!gk_wrap_dim(gk_arg_i(c, 1), x->ndim, &dim))
-        return GK_FAIL(OPR_ERR_INVALID, "scatter_add: dim %lld out of range for a %d-d tensor",
-                       (long long)gk_arg_i(c, 1), (int)x->ndim);
-    rc = check_dtype("scatter_add", "index", index, OPR_I64);
-    if (!rc) rc = check_dtype("scatter_add", "src", src, x->dtype);
-    if (rc) return rc;
-    if (x->dtype != OPR_F32 && x->dtype != OPR_F64 && x->dtype != OPR_I64)
-        return GK_FAIL(OPR_ERR_UNSUPPORTED, "scatter_add: dtype %s is not supported on %s", gk_dtype_name(x->dtype),
-                       GPU_NAME);
-    if (index->ndim != x->ndim || src->ndim != x->ndim)
-        return GK_FAIL(OPR_ERR_INVALID, "scatter_add: self, index and src must have the same number of dims (%d, %d, %d)",
-                       (int)x->ndim, (int)index->ndim, (int)src->ndim);
-    for (int32_t d = 0; d < x->ndim; d++) {
-        if (index->shape[d] > src->shape[d])
-            return GK_FAIL(OPR_ERR_INVALID, "scatter_add: index has size %lld at dim %d but src has only %lld",
-                           (long long)index->shape[d], (int)d, (long long)src->shape[d]);
-        if (d != dim && index->shape[d] > x->shape[d])
-            return GK_FAIL(OPR_ERR_INVALID, "scatter_add: index has size %lld at dim %d but self has only %lld",
-                           (long long)index->shape[d], (int)d, (long long)x->shape[d]);
-    }
-    if (!gk_same_shape(x->ndim, x->shape, out) || out->dtype != x->dtype)
-        return GK_FAIL(OPR_ERR_INVALID, "scatter_add: output shape must equal self's");
-    const int64_t size = size_at(x, dim);
+    if (!opc_scatter_add_args(x, index, src, gk_arg_i(c, 1), &dim, why, sizeof why))
+        return GK_FAIL(OPR_ERR_INVALID, "%s", why);
+    if ((rc = check_accumulates("scatter_add", x->dtype))) return rc;
+    if (!opc_scatter_add_shapes(x, index, src, out, dim, why, sizeof why)) return GK_FAIL(OPR_ERR_INVALID, "%s", why);
+    if ((rc = check_out_dtype("scatter_add", out, x))) return rc;
+    const int64_t size = opc_size_at(x, dim);
     if ((rc = check_indices(&k, index, dim, size))) return rc;
     const size_t es = gk_dtype_size(x->dtype);
     if ((rc = gk_copy_strided(&k, es, x->ndim, x->shape, out->data, out->strides, x->data, x->strides))) return rc;
     const int64_t n = index->numel;
     if (n == 0) return OPR_OK;
-    int64_t os[GK_MAXD] = {0};
-    if (out->ndim) {
-        memcpy(os, out->strides, (size_t)out->ndim * sizeof *os);
-        os[dim] = 0;
-    }
+    int64_t os[GK_MAXD];
+    strides_but_dim(out, dim, os);
     gk_geom g;
     const int64_t *st[3] = {os, src->strides, index->strides};
     gk_geom_make(&g, index->ndim, index->shape, 3, st);
     const int64_t *ip = (const int64_t *)index->data;
-    const int64_t osd = stride_at(out, dim);
-    const unsigned nb = gk_blocks(n);
-    switch (x->dtype) {
-    case OPR_F32: gk_launch(k_scatter_add<float>, nb, GK_THREADS, 0, k.stream, n, g, (float *)out->data, (const float *)src->data, ip, size, osd); break;
-    case OPR_F64: gk_launch(k_scatter_add<double>, nb, GK_THREADS, 0, k.stream, n, g, (double *)out->data, (const double *)src->data, ip, size, osd); break;
-    default: gk_launch(k_scatter_add<int64_t>, nb, GK_THREADS, 0, k.stream, n, g, (int64_t *)out->data, (const int64_t *)src->data, ip, size, osd); break;
-    }
+    const int64_t osd = opc_stride_at(out, dim);
+    by_accum_type(x->dtype, [&](auto t) {
+        using T = decltype(t);
+        gk_launch(k_scatter_add<T>, gk_blocks(n), GK_THREADS, 0, k.stream, n, g, (T *)out->data, (const T *)src->data,
+                  ip, size, osd);
+    });
     return gk_launched(&k, "scatter_add kernel");
 }
 
@@ -338,38 +344,22 @@ int index_add_impl(const opr_kernel_call *c, bool inplace)
 {
     const char *op = inplace ? "index_add_" : "index_add";
     gk_ctx k;
-    int rc = gk_begin(c, op, &k);
+    const opr_tensor_view *x, *index, *source;
+    int rc = begin_tensors(c, op, "self, index and source", &k, &x, 2, &index, 3, &source);
     if (rc) return rc;
-    const opr_tensor_view *x = gk_arg_t(c, 0), *index = gk_arg_t(c, 2), *source = gk_arg_t(c, 3);
     opr_tensor_view *out = &c->outputs[0];
-    if (!x || !index || !source) return GK_FAIL(OPR_ERR_INVALID, "%s: self, index and source must be tensors", op);
+    char why[OPC_WHY_SIZE];
     int32_t dim;
-    if (!gk_wrap_dim(gk_arg_i(c, 1), x->ndim, &dim))
-        return GK_FAIL(OPR_ERR_INVALID, "%s: dim %lld out of range for a %d-d tensor", op, (long long)gk_arg_i(c, 1),
-                       (int)x->ndim);
-    rc = check_dtype(op, "index", index, OPR_I64);
-    if (!rc) rc = check_dtype(op, "source", source, x->dtype);
-    if (rc) return rc;
-    if (x->dtype != OPR_F32 && x->dtype != OPR_F64 && x->dtype != OPR_I64)
-        return GK_FAIL(OPR_ERR_UNSUPPORTED, "%s: dtype %s is not supported on %s", op, gk_dtype_name(x->dtype), GPU_NAME);
-    if (index->ndim > 1)
-        return GK_FAIL(OPR_ERR_INVALID, "%s: index must be 0-d or 1-d, got %d-d", op, (int)index->ndim);
-    if (source->ndim != x->ndim)
-        return GK_FAIL(OPR_ERR_INVALID, "%s: source has %d dims but self has %d", op, (int)source->ndim, (int)x->ndim);
-    for (int32_t d = 0; d < x->ndim; d++)
-        if (source->shape[d] != (d == dim ? index->numel : x->shape[d]))
-            return GK_FAIL(OPR_ERR_INVALID, "%s: source has size %lld at dim %d, expected %lld", op,
-                           (long long)source->shape[d], (int)d, (long long)(d == dim ? index->numel : x->shape[d]));
-    if (x->ndim == 0 && index->numel != 1)
-        return GK_FAIL(OPR_ERR_INVALID, "%s: a 0-d self needs exactly one index, got %lld", op,
-                       (long long)index->numel);
-    if (!gk_same_shape(x->ndim, x->shape, out) || out->dtype != x->dtype)
-        return GK_FAIL(OPR_ERR_INVALID, "%s: output shape must equal self's", op);
+    if (!opc_index_add_args(op, x, index, source, gk_arg_i(c, 1), &dim, why, sizeof why))
+        return GK_FAIL(OPR_ERR_INVALID, "%s", why);
+    if ((rc = check_accumulates(op, x->dtype))) return rc;
+    if (!opc_index_add_shapes(op, x, index, source, out, dim, why, sizeof why))
+        return GK_FAIL(OPR_ERR_INVALID, "%s", why);
+    if ((rc = check_out_dtype(op, out, x))) return rc;
     if (inplace && (rc = gk_check_writable(op, out))) return rc;
     const double alpha = gk_arg_d(c, 4);
-    if (x->dtype == OPR_I64 && !(gk_fits_i64(alpha) && alpha == (double)(int64_t)alpha))
-        return GK_FAIL(OPR_ERR_INVALID, "%s: alpha %g must be an integer for an i64 tensor", op, alpha);
-    const int64_t size = size_at(out, dim);
+    if (!opc_index_add_alpha(op, x->dtype, alpha, why, sizeof why)) return GK_FAIL(OPR_ERR_INVALID, "%s", why);
+    const int64_t size = opc_size_at(out, dim);
     if ((rc = check_indices(&k, index, dim, size))) return rc;
 
     /* A source sharing memory with self would see its own partial sums. */
@@ -387,20 +377,16 @@ int index_add_impl(const opr_kernel_call *c, bool inplace)
         return rc;
     const int64_t n = source->numel;
     if (n == 0) return OPR_OK;
-    int64_t os[GK_MAXD] = {0};
-    if (out->ndim) {
-        memcpy(os, out->strides, (size_t)out->ndim * sizeof *os);
-        os[dim] = 0;
-    }
+    int64_t os[GK_MAXD];
+    strides_but_dim(out, dim, os);
     const dim_geom g = dim_geom_make(source->ndim, source->shape, source->ndim ? dim : -1, os, src_st);
     const int64_t *ip = (const int64_t *)index->data;
-    const int64_t is = index->ndim ? index->strides[0] : 0, osd = stride_at(out, dim);
-    const unsigned nb = gk_blocks(n);
-    switch (x->dtype) {
-    case OPR_F32: gk_launch(k_index_add<float>, nb, GK_THREADS, 0, k.stream, n, g, (float *)out->data, (const float *)src, ip, is, size, osd, (float)alpha); break;
-    case OPR_F64: gk_launch(k_index_add<double>, nb, GK_THREADS, 0, k.stream, n, g, (double *)out->data, (const double *)src, ip, is, size, osd, alpha); break;
-    default: gk_launch(k_index_add<int64_t>, nb, GK_THREADS, 0, k.stream, n, g, (int64_t *)out->data, (const int64_t *)src, ip, is, size, osd, (int64_t)alpha); break;
-    }
+    const int64_t is = index->ndim ? index->strides[0] : 0, osd = opc_stride_at(out, dim);
+    by_accum_type(x->dtype, [&](auto t) {
+        using T = decltype(t);
+        gk_launch(k_index_add<T>, gk_blocks(n), GK_THREADS, 0, k.stream, n, g, (T *)out->data, (const T *)src, ip, is,
+                  size, osd, (T)alpha);
+    });
     return gk_launched(&k, "index_add kernel");
 }
 
@@ -410,20 +396,6 @@ int k_index_add_inplace(const opr_kernel_call *c) { return index_add_impl(c, tru
 /* ------------------------------------------------------------------ masked ops */
 
 #define MASK_CHUNK 4096 /* positions per chunk (one block each) */
-
-bool bcast_shape(const opr_tensor_view *a, const opr_tensor_view *b, int32_t *ndim, int64_t *shape)
-{
-    int32_t n = a->ndim > b->ndim ? a->ndim : b->ndim;
-    if (n > GK_MAXD) return false;
-    for (int32_t d = 0; d < n; d++) {
-        int32_t da = d - (n - a->ndim), db = d - (n - b->ndim);
-        int64_t sa = da >= 0 ? a->shape[da] : 1, sb = db >= 0 ? b->shape[db] : 1;
-        if (sa != sb && sa != 1 && sb != 1) return false;
-        shape[d] = sa == 1 ? sb : sa;
-    }
-    *ndim = n;
-    return true;
-}
 
 /* Exclusive prefix of `flag` over the block (blockDim.x a power of two), and the
  * block's total. Every thread of the block must call it. */
@@ -468,10 +440,14 @@ __global__ void k_mask_count(int64_t n, int64_t nchunks, gk_geom g, const uint8_
     }
 }
 
-/* masked_select: geometry operands (x, mask); out[k * os] for the k-th true position. */
-template <class E>
-__global__ void k_mask_select(int64_t n, int64_t nchunks, gk_geom g, const E *x, const uint8_t *mask,
-                              const int64_t *starts, E *out, int64_t os)
+/* The walk both masked kernels make: block b takes chunks b, b + gridDim.x, ...; in each,
+ * its threads take consecutive positions (the geometry g's row-major order), read their
+ * operand offsets (the mask last of the N) and number the true ones from the chunk's
+ * start in starts. visit(off, flag, k) then runs for every position, k being the
+ * position's number among the true ones when flag is set. */
+template <int N, class Visit>
+__device__ void mask_walk(int64_t n, int64_t nchunks, const gk_geom &g, const uint8_t *mask, const int64_t *starts,
+                          Visit visit)
 {
     __shared__ int sh[GK_THREADS];
     const int tid = threadIdx.x;
@@ -480,18 +456,28 @@ __global__ void k_mask_select(int64_t n, int64_t nchunks, gk_geom g, const E *x,
         const int64_t lo = c * MASK_CHUNK, hi = lo + MASK_CHUNK < n ? lo + MASK_CHUNK : n;
         for (int64_t r = lo; r < hi; r += blockDim.x) {
             const int64_t i = r + tid;
-            int64_t off[2] = {0, 0};
+            int64_t off[N] = {0};
             int flag = 0;
             if (i < hi) {
-                gk_offsets<2>(g, i, off);
-                flag = mask[off[1]] != 0;
+                gk_offsets<N>(g, i, off);
+                flag = mask[off[N - 1]] != 0;
             }
             int total;
             const int excl = block_scan(sh, flag, &total);
-            if (flag) out[(base + excl) * os] = x[off[0]];
+            if (i < hi) visit(off, flag, base + excl);
             base += total;
         }
     }
+}
+
+/* masked_select: geometry operands (x, mask); out[k * os] for the k-th true position. */
+template <class E>
+__global__ void k_mask_select(int64_t n, int64_t nchunks, gk_geom g, const E *x, const uint8_t *mask,
+                              const int64_t *starts, E *out, int64_t os)
+{
+    mask_walk<2>(n, nchunks, g, mask, starts, [&](const int64_t *off, int flag, int64_t k) {
+        if (flag) out[k * os] = x[off[0]];
+    });
 }
 
 /* masked_scatter: geometry operands (out, x, mask); source read through sg (its own
@@ -500,33 +486,15 @@ template <class E>
 __global__ void k_mask_scatter(int64_t n, int64_t nchunks, gk_geom g, E *out, const E *x, const uint8_t *mask,
                                const int64_t *starts, const E *source, gk_geom sg)
 {
-    __shared__ int sh[GK_THREADS];
-    const int tid = threadIdx.x;
-    for (int64_t c = blockIdx.x; c < nchunks; c += gridDim.x) {
-        int64_t base = starts[c];
-        const int64_t lo = c * MASK_CHUNK, hi = lo + MASK_CHUNK < n ? lo + MASK_CHUNK : n;
-        for (int64_t r = lo; r < hi; r += blockDim.x) {
-            const int64_t i = r + tid;
-            int64_t off[3] = {0, 0, 0};
-            int flag = 0;
-            if (i < hi) {
-                gk_offsets<3>(g, i, off);
-                flag = mask[off[2]] != 0;
-            }
-            int total;
-            const int excl = block_scan(sh, flag, &total);
-            if (i < hi) {
-                if (flag) {
-                    int64_t so[1];
-                    gk_offsets<1>(sg, base + excl, so);
-                    out[off[0]] = source[so[0]];
-                } else {
-                    out[off[0]] = x[off[1]];
-                }
-            }
-            base += total;
+    mask_walk<3>(n, nchunks, g, mask, starts, [&](const int64_t *off, int flag, int64_t k) {
+        if (flag) {
+            int64_t so[1];
+            gk_offsets<1>(sg, k, so);
+            out[off[0]] = source[so[0]];
+        } else {
+            out[off[0]] = x[off[1]];
         }
-    }
+    });
 }
 
 /* Counts the true positions of `mask` (read through ms over shape) per chunk and
@@ -560,14 +528,13 @@ int mask_starts(const gk_ctx *k, int32_t nd, const int64_t *shape, int64_t n, co
 int k_masked_select_op(const opr_kernel_call *c)
 {
     gk_ctx k;
-    int rc = gk_begin(c, "masked_select", &k);
+    const opr_tensor_view *x, *mask;
+    int rc = begin_tensors(c, "masked_select", "self and mask", &k, &x, 1, &mask);
     if (rc) return rc;
-    const opr_tensor_view *x = gk_arg_t(c, 0), *mask = gk_arg_t(c, 1);
-    if (!x || !mask) return GK_FAIL(OPR_ERR_INVALID, "masked_select: self and mask must be tensors");
-    if ((rc = check_dtype("masked_select", "mask", mask, OPR_BOOL))) return rc;
+    if ((rc = gk_check_dtype("masked_select", "mask", mask, OPR_BOOL))) return rc;
     int32_t nd;
     int64_t shape[GK_MAXD], xs[GK_MAXD], ms[GK_MAXD];
-    if (!bcast_shape(x, mask, &nd, shape) || !gk_bcast_strides(x, nd, shape, xs) ||
+    if (!opc_broadcast_shape(x, mask, &nd, shape) || !gk_bcast_strides(x, nd, shape, xs) ||
         !gk_bcast_strides(mask, nd, shape, ms))
         return GK_FAIL(OPR_ERR_INVALID, "masked_select: self and mask do not broadcast together");
     const int64_t n = gk_numel(nd, shape);
@@ -585,30 +552,28 @@ int k_masked_select_op(const opr_kernel_call *c)
     const int64_t *sp = starts.as<int64_t>();
     const uint8_t *m = (const uint8_t *)mask->data;
     const unsigned blocks = (unsigned)(nchunks < 65535 ? nchunks : 65535);
-    switch (gk_dtype_size(x->dtype)) {
-    case 1: gk_launch(k_mask_select<uint8_t>, blocks, GK_THREADS, 0, k.stream, n, nchunks, g, (const uint8_t *)x->data, m, sp, (uint8_t *)out->data, os); break;
-    case 2: gk_launch(k_mask_select<uint16_t>, blocks, GK_THREADS, 0, k.stream, n, nchunks, g, (const uint16_t *)x->data, m, sp, (uint16_t *)out->data, os); break;
-    case 4: gk_launch(k_mask_select<uint32_t>, blocks, GK_THREADS, 0, k.stream, n, nchunks, g, (const uint32_t *)x->data, m, sp, (uint32_t *)out->data, os); break;
-    default: gk_launch(k_mask_select<unsigned long long>, blocks, GK_THREADS, 0, k.stream, n, nchunks, g, (const unsigned long long *)x->data, m, sp, (unsigned long long *)out->data, os); break;
-    }
+    by_elem_size(gk_dtype_size(x->dtype), [&](auto e) {
+        using E = decltype(e);
+        gk_launch(k_mask_select<E>, blocks, GK_THREADS, 0, k.stream, n, nchunks, g, (const E *)x->data, m, sp,
+                  (E *)out->data, os);
+    });
     return gk_launched(&k, "masked_select kernel");
 }
 
 int k_masked_scatter_op(const opr_kernel_call *c)
 {
     gk_ctx k;
-    int rc = gk_begin(c, "masked_scatter", &k);
+    const opr_tensor_view *x, *mask, *source;
+    int rc = begin_tensors(c, "masked_scatter", "self, mask and source", &k, &x, 1, &mask, 2, &source);
     if (rc) return rc;
-    const opr_tensor_view *x = gk_arg_t(c, 0), *mask = gk_arg_t(c, 1), *source = gk_arg_t(c, 2);
     opr_tensor_view *out = &c->outputs[0];
-    if (!x || !mask || !source) return GK_FAIL(OPR_ERR_INVALID, "masked_scatter: self, mask and source must be tensors");
-    rc = check_dtype("masked_scatter", "mask", mask, OPR_BOOL);
-    if (!rc) rc = check_dtype("masked_scatter", "source", source, x->dtype);
+    rc = gk_check_dtype("masked_scatter", "mask", mask, OPR_BOOL);
+    if (!rc) rc = gk_check_dtype("masked_scatter", "source", source, x->dtype);
     if (rc) return rc;
     int32_t nd;
     int64_t shape[GK_MAXD], xs[GK_MAXD], ms[GK_MAXD];
-    if (!bcast_shape(x, mask, &nd, shape) || !gk_same_shape(nd, shape, out) || !gk_bcast_strides(x, nd, shape, xs) ||
-        !gk_bcast_strides(mask, nd, shape, ms) || out->dtype != x->dtype)
+    if (!opc_broadcast_shape(x, mask, &nd, shape) || !gk_same_shape(nd, shape, out) ||
+        !gk_bcast_strides(x, nd, shape, xs) || !gk_bcast_strides(mask, nd, shape, ms) || out->dtype != x->dtype)
         return GK_FAIL(OPR_ERR_INVALID, "masked_scatter: self and mask must broadcast to the output shape");
     const int64_t n = out->numel;
     if (n == 0) return OPR_OK;
@@ -627,12 +592,11 @@ int k_masked_scatter_op(const opr_kernel_call *c)
     const int64_t *sp = starts.as<int64_t>();
     const uint8_t *m = (const uint8_t *)mask->data;
     const unsigned blocks = (unsigned)(nchunks < 65535 ? nchunks : 65535);
-    switch (gk_dtype_size(x->dtype)) {
-    case 1: gk_launch(k_mask_scatter<uint8_t>, blocks, GK_THREADS, 0, k.stream, n, nchunks, g, (uint8_t *)out->data, (const uint8_t *)x->data, m, sp, (const uint8_t *)source->data, sg); break;
-    case 2: gk_launch(k_mask_scatter<uint16_t>, blocks, GK_THREADS, 0, k.stream, n, nchunks, g, (uint16_t *)out->data, (const uint16_t *)x->data, m, sp, (const uint16_t *)source->data, sg); break;
-    case 4: gk_launch(k_mask_scatter<uint32_t>, blocks, GK_THREADS, 0, k.stream, n, nchunks, g, (uint32_t *)out->data, (const uint32_t *)x->data, m, sp, (const uint32_t *)source->data, sg); break;
-    default: gk_launch(k_mask_scatter<unsigned long long>, blocks, GK_THREADS, 0, k.stream, n, nchunks, g, (unsigned long long *)out->data, (const unsigned long long *)x->data, m, sp, (const unsigned long long *)source->data, sg); break;
-    }
+    by_elem_size(gk_dtype_size(x->dtype), [&](auto e) {
+        using E = decltype(e);
+        gk_launch(k_mask_scatter<E>, blocks, GK_THREADS, 0, k.stream, n, nchunks, g, (E *)out->data, (const E *)x->data,
+                  m, sp, (const E *)source->data, sg);
+    });
     return gk_launched(&k, "masked_scatter kernel");
 }
 

@@ -213,141 +213,153 @@ int check_operands(const opc_rgemm *j, const opr_tensor_view *out, const opr_ten
 
 /* ------------------------------------------------------------------ forward kernels */
 
-int k_mm(const opr_kernel_call *c)
+/* A forward product as its op plans it: the job, A and B, the tensors they come from
+ * (checked against the output by check_operands) and how many leading batch dims each
+ * has; and, where the GEMM accumulates into C (beta != 0), what C starts as. */
+struct product {
+    opc_rgemm j;
+    opc_bmat a, b;
+    const opr_tensor_view *x, *y;
+    int32_t xb, yb;
+    const opr_tensor_view *c0; /* linear's bias, addmm's self */
+    int64_t c0_st[2];          /* c0's strides over C's rows and columns (broadcast) */
+};
+
+/* An op's own part of a forward product. As its plan: reads the call's tensors into p
+ * and fills in the job (batch shape, alpha, beta), A and B. As its late checks: what the
+ * op checks only once the output has been (linear's bias). */
+typedef int (*product_step)(const opr_kernel_call *c, product *p);
+
+/* Runs a forward product op: selects the device, plans it (plan), sets the batch
+ * strides of A and B and a contiguous C, points C at the output and checks the operands
+ * against it, runs late_checks where given, writes c0 into C, and runs the GEMMs. */
+int run_forward(const opr_kernel_call *c, const char *op, product_step plan, product_step late_checks = nullptr)
 {
     gk_ctx k;
-    int rc = gk_begin(c, "mm", &k);
+    int rc = gk_begin(c, op, &k);
     if (rc) return rc;
-    const opr_tensor_view *x = gk_arg_t(c, 0), *y = gk_arg_t(c, 1);
+    product p;
+    memset(&p, 0, sizeof p);
+    if ((rc = plan(c, &p))) return rc;
+    opc_bmat_set_batch_strides(&p.a, p.j.nb, p.xb, p.x->shape, p.x->strides);
+    opc_bmat_set_batch_strides(&p.b, p.j.nb, p.yb, p.y->shape, p.y->strides);
+    opc_rgemm_set_c_contiguous(&p.j, p.a.rows, p.b.cols);
+    opr_tensor_view *out = &c->outputs[0];
+    p.j.c = (char *)out->data;
+    if ((rc = check_operands(&p.j, out, p.x, p.y, p.a.rows, p.b.cols))) return rc;
+    if (late_checks && (rc = late_checks(c, &p))) return rc;
+    if (p.c0 && p.j.beta != 0 && out->numel > 0) {
+        const int64_t shape[2] = {opc_rgemm_batch_count(&p.j) * p.a.rows, p.b.cols}, dst[2] = {p.b.cols, 1};
+        if ((rc = gk_copy_strided(&k, gk_dtype_size(p.j.dt), 2, shape, p.j.c, dst, p.c0->data, p.c0_st))) return rc;
+    }
+    return rgemm_run(&k, &p.j, p.a, p.b);
+}
+
+/* A and B as torch.matmul reads x and y: their last two dims, a 1-d x as a row and a
+ * 1-d y as a column. */
+void set_matrices(product *p)
+{
+    p->a = opc_bmat_of(p->x->data, p->x->ndim, p->x->shape, p->x->strides, true);
+    p->b = opc_bmat_of(p->y->data, p->y->ndim, p->y->shape, p->y->strides, false);
+}
+
+int plan_mm(const opr_kernel_call *c, product *p)
+{
+    const opr_tensor_view *x = p->x = gk_arg_t(c, 0), *y = p->y = gk_arg_t(c, 1);
     if (!x || !y || x->ndim != 2 || y->ndim != 2)
         return GK_FAIL(OPR_ERR_INVALID, "mm: expected 2-d tensors, got %d-d and %d-d", x ? (int)x->ndim : -1,
                        y ? (int)y->ndim : -1);
-    opc_rgemm j = opc_rgemm_job("mm", c->outputs[0].dtype, 1, 0);
-    const opc_bmat a = opc_bmat_of(x->data, 2, x->shape, x->strides, true);
-    const opc_bmat b = opc_bmat_of(y->data, 2, y->shape, y->strides, false);
-    j.c = (char *)c->outputs[0].data;
-    if ((rc = check_operands(&j, &c->outputs[0], x, y, a.rows, b.cols))) return rc;
-    return rgemm_run(&k, &j, a, b);
+    p->j = opc_rgemm_job("mm", c->outputs[0].dtype, 1, 0);
+    set_matrices(p);
+    return OPR_OK;
 }
 
-int k_bmm(const opr_kernel_call *c)
+int plan_bmm(const opr_kernel_call *c, product *p)
 {
-    gk_ctx k;
-    int rc = gk_begin(c, "bmm", &k);
-    if (rc) return rc;
-    const opr_tensor_view *x = gk_arg_t(c, 0), *y = gk_arg_t(c, 1);
+    const opr_tensor_view *x = p->x = gk_arg_t(c, 0), *y = p->y = gk_arg_t(c, 1);
     if (!x || !y || x->ndim != 3 || y->ndim != 3 || x->shape[0] != y->shape[0])
         return GK_FAIL(OPR_ERR_INVALID, "bmm: expected 3-d tensors with the same batch size");
-    opc_rgemm j = opc_rgemm_job("bmm", c->outputs[0].dtype, 1, 0);
-    j.nb = 1;
-    j.bshape[0] = x->shape[0];
-    opc_bmat a = opc_bmat_of(x->data, 3, x->shape, x->strides, true);
-    opc_bmat b = opc_bmat_of(y->data, 3, y->shape, y->strides, false);
-    opc_bmat_set_batch_strides(&a, j.nb, 1, x->shape, x->strides);
-    opc_bmat_set_batch_strides(&b, j.nb, 1, y->shape, y->strides);
-    opc_rgemm_set_c_contiguous(&j, a.rows, b.cols);
-    j.c = (char *)c->outputs[0].data;
-    if ((rc = check_operands(&j, &c->outputs[0], x, y, a.rows, b.cols))) return rc;
-    return rgemm_run(&k, &j, a, b);
+    p->j = opc_rgemm_job("bmm", c->outputs[0].dtype, 1, 0);
+    p->j.nb = p->xb = p->yb = 1;
+    p->j.bshape[0] = x->shape[0];
+    set_matrices(p);
+    return OPR_OK;
 }
 
 /* torch.matmul: 1-d operands are a row (left) or a column (right), batch dims
  * broadcast; the output's layout is that of [batch..., m, n]. */
-int k_matmul(const opr_kernel_call *c)
+int plan_matmul(const opr_kernel_call *c, product *p)
 {
-    gk_ctx k;
-    int rc = gk_begin(c, "matmul", &k);
-    if (rc) return rc;
-    const opr_tensor_view *x = gk_arg_t(c, 0), *y = gk_arg_t(c, 1);
+    const opr_tensor_view *x = p->x = gk_arg_t(c, 0), *y = p->y = gk_arg_t(c, 1);
     if (!x || !y || x->ndim < 1 || y->ndim < 1)
         return GK_FAIL(OPR_ERR_INVALID, "matmul: both operands need at least 1 dim");
-    opc_rgemm j = opc_rgemm_job("matmul", c->outputs[0].dtype, 1, 0);
-    opc_bmat a = opc_bmat_of(x->data, x->ndim, x->shape, x->strides, true);
-    opc_bmat b = opc_bmat_of(y->data, y->ndim, y->shape, y->strides, false);
-    const int32_t xb = x->ndim > 2 ? x->ndim - 2 : 0, yb = y->ndim > 2 ? y->ndim - 2 : 0;
-    j.nb = xb > yb ? xb : yb;
-    if (j.nb > GK_MAXD) return GK_FAIL(OPR_ERR_INVALID, "matmul: too many batch dims");
-    for (int32_t d = 0; d < j.nb; d++) {
-        const int32_t dx = d - (j.nb - xb), dy = d - (j.nb - yb);
+    opc_rgemm *j = &p->j;
+    *j = opc_rgemm_job("matmul", c->outputs[0].dtype, 1, 0);
+    set_matrices(p);
+    const int32_t xb = p->xb = x->ndim > 2 ? x->ndim - 2 : 0, yb = p->yb = y->ndim > 2 ? y->ndim - 2 : 0;
+    j->nb = xb > yb ? xb : yb;
+    if (j->nb > GK_MAXD) return GK_FAIL(OPR_ERR_INVALID, "matmul: too many batch dims");
+    for (int32_t d = 0; d < j->nb; d++) {
+        const int32_t dx = d - (j->nb - xb), dy = d - (j->nb - yb);
         const int64_t sx = dx >= 0 ? x->shape[dx] : 1, sy = dy >= 0 ? y->shape[dy] : 1;
         if (sx != sy && sx != 1 && sy != 1)
             return GK_FAIL(OPR_ERR_INVALID, "matmul: batch dims do not broadcast (%lld vs %lld at batch dim %d)",
                            (long long)sx, (long long)sy, (int)d);
-        j.bshape[d] = sx == 1 ? sy : sx;
+        j->bshape[d] = sx == 1 ? sy : sx;
     }
-    opc_bmat_set_batch_strides(&a, j.nb, xb, x->shape, x->strides);
-    opc_bmat_set_batch_strides(&b, j.nb, yb, y->shape, y->strides);
-    opc_rgemm_set_c_contiguous(&j, a.rows, b.cols);
-    j.c = (char *)c->outputs[0].data;
-    if ((rc = check_operands(&j, &c->outputs[0], x, y, a.rows, b.cols))) return rc;
-    return rgemm_run(&k, &j, a, b);
+    return OPR_OK;
 }
 
 /* input [..., in] @ weight^T (+ bias): the weight's transpose is its strides swapped. */
-int k_linear(const opr_kernel_call *c)
+int plan_linear(const opr_kernel_call *c, product *p)
 {
-    gk_ctx k;
-    int rc = gk_begin(c, "linear", &k);
-    if (rc) return rc;
-    const opr_tensor_view *x = gk_arg_t(c, 0), *w = gk_arg_t(c, 1), *bias = gk_arg_t(c, 2);
+    const opr_tensor_view *x = p->x = gk_arg_t(c, 0), *w = p->y = gk_arg_t(c, 1);
     if (!x || !w || x->ndim < 1 || w->ndim != 2)
         return GK_FAIL(OPR_ERR_INVALID, "linear: expected input with at least 1 dim and a 2-d weight");
-    opc_rgemm j = opc_rgemm_job("linear", c->outputs[0].dtype, 1, bias ? 1 : 0);
-    opc_bmat a = opc_bmat_of(x->data, x->ndim, x->shape, x->strides, true), b;
-    memset(&b, 0, sizeof b);
-    b.data = (const char *)w->data;
-    b.rows = w->shape[1];
-    b.cols = w->shape[0];
-    b.rs = w->strides[1];
-    b.cs = w->strides[0];
-    j.nb = x->ndim > 2 ? x->ndim - 2 : 0;
-    for (int32_t d = 0; d < j.nb; d++) j.bshape[d] = x->shape[d];
-    opc_bmat_set_batch_strides(&a, j.nb, j.nb, x->shape, x->strides);
-    opc_rgemm_set_c_contiguous(&j, a.rows, b.cols);
-    j.c = (char *)c->outputs[0].data;
-    if ((rc = check_operands(&j, &c->outputs[0], x, w, a.rows, b.cols))) return rc;
-    if (bias) {
-        int64_t bst;
-        if (bias->dtype != j.dt || !gk_bcast_strides(bias, 1, &b.cols, &bst))
-            return GK_FAIL(OPR_ERR_INVALID, "linear: bias must be %s and broadcast to [%lld]", gk_dtype_name(j.dt),
-                           (long long)b.cols);
-        /* every output row starts as the bias; the GEMM accumulates (beta = 1) */
-        const int64_t rows = opc_rgemm_batch_count(&j) * a.rows;
-        if (rows > 0 && b.cols > 0) {
-            const int64_t shape[2] = {rows, b.cols}, sst[2] = {0, bst}, dst[2] = {b.cols, 1};
-            if ((rc = gk_copy_strided(&k, gk_dtype_size(j.dt), 2, shape, j.c, dst, bias->data, sst))) return rc;
-        }
-    }
-    return rgemm_run(&k, &j, a, b);
+    p->j = opc_rgemm_job("linear", c->outputs[0].dtype, 1, gk_arg_t(c, 2) ? 1 : 0);
+    p->a = opc_bmat_of(x->data, x->ndim, x->shape, x->strides, true);
+    p->b = opc_bmat_transpose(opc_bmat_of(w->data, 2, w->shape, w->strides, true));
+    p->j.nb = p->xb = x->ndim > 2 ? x->ndim - 2 : 0;
+    for (int32_t d = 0; d < p->j.nb; d++) p->j.bshape[d] = x->shape[d];
+    return OPR_OK;
+}
+
+/* The bias, checked once the output is: every output row starts as it and the GEMM
+ * accumulates (beta = 1). */
+int linear_bias(const opr_kernel_call *c, product *p)
+{
+    const opr_tensor_view *bias = gk_arg_t(c, 2);
+    if (!bias) return OPR_OK;
+    if (bias->dtype != p->j.dt || !gk_bcast_strides(bias, 1, &p->b.cols, &p->c0_st[1]))
+        return GK_FAIL(OPR_ERR_INVALID, "linear: bias must be %s and broadcast to [%lld]", gk_dtype_name(p->j.dt),
+                       (long long)p->b.cols);
+    p->c0 = bias;
+    return OPR_OK;
 }
 
 /* beta * self + alpha * mat1 @ mat2; with beta == 0 self is not read. */
-int k_addmm(const opr_kernel_call *c)
+int plan_addmm(const opr_kernel_call *c, product *p)
 {
-    gk_ctx k;
-    int rc = gk_begin(c, "addmm", &k);
-    if (rc) return rc;
-    const opr_tensor_view *s = gk_arg_t(c, 0), *x = gk_arg_t(c, 1), *y = gk_arg_t(c, 2);
+    const opr_tensor_view *s = gk_arg_t(c, 0), *x = p->x = gk_arg_t(c, 1), *y = p->y = gk_arg_t(c, 2);
     const opr_tensor_view *out = &c->outputs[0];
     if (!s || !x || !y || x->ndim != 2 || y->ndim != 2)
         return GK_FAIL(OPR_ERR_INVALID, "addmm: mat1 and mat2 must be 2-d");
-    opc_rgemm j = opc_rgemm_job("addmm", out->dtype, gk_arg_d(c, 4), gk_arg_d(c, 3));
-    const opc_bmat a = opc_bmat_of(x->data, 2, x->shape, x->strides, true);
-    const opc_bmat b = opc_bmat_of(y->data, 2, y->shape, y->strides, false);
-    const int64_t shape[2] = {a.rows, b.cols};
-    int64_t sst[2];
-    if (out->ndim != 2 || out->shape[0] != a.rows || out->shape[1] != b.cols || s->dtype != j.dt ||
-        !gk_bcast_strides(s, 2, shape, sst))
-        return GK_FAIL(OPR_ERR_INVALID, "addmm: self must be %s and broadcast to [%lld, %lld]", gk_dtype_name(j.dt),
-                       (long long)a.rows, (long long)b.cols);
-    j.c = (char *)out->data;
-    if ((rc = check_operands(&j, out, x, y, a.rows, b.cols))) return rc;
-    if (j.beta != 0 && out->numel > 0) {
-        const int64_t dst[2] = {b.cols, 1};
-        if ((rc = gk_copy_strided(&k, gk_dtype_size(j.dt), 2, shape, j.c, dst, s->data, sst))) return rc;
-    }
-    return rgemm_run(&k, &j, a, b);
+    p->j = opc_rgemm_job("addmm", out->dtype, gk_arg_d(c, 4), gk_arg_d(c, 3));
+    set_matrices(p);
+    const int64_t shape[2] = {p->a.rows, p->b.cols};
+    if (out->ndim != 2 || out->shape[0] != p->a.rows || out->shape[1] != p->b.cols || s->dtype != p->j.dt ||
+        !gk_bcast_strides(s, 2, shape, p->c0_st))
+        return GK_FAIL(OPR_ERR_INVALID, "addmm: self must be %s and broadcast to [%lld, %lld]", gk_dtype_name(p->j.dt),
+                       (long long)p->a.rows, (long long)p->b.cols);
+    p->c0 = s;
+    return OPR_OK;
 }
+
+int k_mm(const opr_kernel_call *c) { return run_forward(c, "mm", plan_mm); }
+int k_bmm(const opr_kernel_call *c) { return run_forward(c, "bmm", plan_bmm); }
+int k_matmul(const opr_kernel_call *c) { return run_forward(c, "matmul", plan_matmul); }
+int k_linear(const opr_kernel_call *c) { return run_forward(c, "linear", plan_linear, linear_bias); }
+int k_addmm(const opr_kernel_call *c) { return run_forward(c, "addmm", plan_addmm); }
 
 /* ------------------------------------------------------------------ cdist */
 
@@ -431,24 +443,38 @@ bool operand_of(const opr_kernel_call *c, int arg, int out, opc_matmul_operand *
     return opc_matmul_operand_of(c, gk_arg_t(c, arg), out, o);
 }
 
-int check_dtypes(const opr_kernel_call *c, opr_dtype *dt)
+/* Starts backward call c: selects the device and checks the dtypes. *g, the gradient of
+ * the output (argument 0), must be f32 or f64, and every other tensor argument and every
+ * wanted gradient output (contiguous) of its dtype. */
+int begin_backward(const opr_kernel_call *c, gk_ctx *k, const opr_tensor_view **g)
 {
-    const opr_tensor_view *g = gk_arg_t(c, 0);
-    if (!g) return GK_FAIL(OPR_ERR_INVALID, "%s: no gradient of the output was given", c->op);
-    *dt = g->dtype;
-    if (*dt != OPR_F32 && *dt != OPR_F64)
-        return GK_FAIL(OPR_ERR_UNSUPPORTED, "%s: dtype %s is not supported on %s", c->op, gk_dtype_name(*dt), GPU_NAME);
+    int rc = gk_begin(c, c->op, k);
+    if (rc) return rc;
+    if (!(*g = gk_arg_t(c, 0))) return GK_FAIL(OPR_ERR_INVALID, "%s: no gradient of the output was given", c->op);
+    const opr_dtype dt = (*g)->dtype;
+    if (dt != OPR_F32 && dt != OPR_F64)
+        return GK_FAIL(OPR_ERR_UNSUPPORTED, "%s: dtype %s is not supported on %s", c->op, gk_dtype_name(dt), GPU_NAME);
     for (int32_t i = 0; i < c->nargs; i++) {
         const opr_tensor_view *t = gk_arg_t(c, i);
-        if (t && t->dtype != *dt)
+        if (t && t->dtype != dt)
             return GK_FAIL(OPR_ERR_INVALID, "%s: argument %d is %s, expected %s", c->op, (int)i, gk_dtype_name(t->dtype),
-                           gk_dtype_name(*dt));
+                           gk_dtype_name(dt));
     }
     for (int32_t p = 0; p < c->nout; p++)
-        if (wanted(c, p) && (c->outputs[p].dtype != *dt || !gk_is_contiguous(&c->outputs[p])))
+        if (wanted(c, p) && (c->outputs[p].dtype != dt || !gk_is_contiguous(&c->outputs[p])))
             return GK_FAIL(OPR_ERR_INVALID, "%s: gradient output %d must be a contiguous %s tensor", c->op, (int)p,
-                           gk_dtype_name(*dt));
+                           gk_dtype_name(dt));
     return OPR_OK;
+}
+
+/* Gradient output `out` where it is wanted, else NULL. */
+opr_tensor_view *wanted_output(const opr_kernel_call *c, int out) { return wanted(c, out) ? &c->outputs[out] : NULL; }
+
+/* Whether the wanted gradients (NULL where not wanted) have their inputs' shapes. */
+bool grads_fit(const opc_matmul_operand &x, const opr_tensor_view *gx, const opc_matmul_operand &y,
+               const opr_tensor_view *gy)
+{
+    return (!gx || opc_same_shape(x.ndim, x.shape, gx)) && (!gy || opc_same_shape(y.ndim, y.shape, gy));
 }
 
 /* An opc_rgemm_run_fn: one product of a backward on the device; ctx is the gk_ctx. */
@@ -457,13 +483,16 @@ int run_product(void *ctx, const opc_rgemm_product *pr)
     return rgemm_run((const gk_ctx *)ctx, &pr->job, pr->a, pr->b);
 }
 
-/* The backward of x @ y (plugins/common/opc_matmul_grad.h): gx and gy, either NULL
- * when not wanted. */
-int matmul_bwd(const gk_ctx *k, const opr_kernel_call *c, opr_dtype dt, const opr_tensor_view *g,
-               const opc_matmul_problem *p, opr_tensor_view *gx, opr_tensor_view *gy)
+/* The backward of x @ y (plugins/common/opc_matmul_grad.h) for output gradient g: gx
+ * and gy, either NULL when not wanted, or the error when they do not have their
+ * inputs' shapes. */
+int matmul_bwd(const gk_ctx *k, const opr_kernel_call *c, const opr_tensor_view *g, const opc_matmul_problem *p,
+               opr_tensor_view *gx, opr_tensor_view *gy)
 {
+    if (!grads_fit(p->x, gx, p->y, gy))
+        return GK_FAIL(OPR_ERR_INVALID, "%s: gradient outputs must have the inputs' shapes", c->op);
     char why[OPC_WHY_SIZE];
-    const int rc = opc_matmul_grad_run(c->op, dt, g, p, gx, gy, run_product, (void *)k, why, sizeof why);
+    const int rc = opc_matmul_grad_run(c->op, g->dtype, g, p, gx, gy, run_product, (void *)k, why, sizeof why);
     return why[0] ? GK_FAIL(rc, "%s", why) : rc;
 }
 
@@ -472,10 +501,9 @@ int matmul_bwd(const gk_ctx *k, const opr_kernel_call *c, opr_dtype dt, const op
 int mm_family_backward(const opr_kernel_call *c, int need_ndim)
 {
     gk_ctx k;
-    int rc = gk_begin(c, c->op, &k);
+    const opr_tensor_view *g;
+    int rc = begin_backward(c, &k, &g);
     if (rc) return rc;
-    opr_dtype dt;
-    if ((rc = check_dtypes(c, &dt))) return rc;
     opc_matmul_operand x, y;
     if (!operand_of(c, 1, 0, &x) || !operand_of(c, 2, 1, &y))
         return GK_FAIL(OPR_ERR_INVALID, "%s: an operand is neither saved nor a wanted gradient", c->op);
@@ -483,10 +511,7 @@ int mm_family_backward(const opr_kernel_call *c, int need_ndim)
         return GK_FAIL(OPR_ERR_INVALID, "%s: expected %d-d self and mat2%s", c->op, need_ndim,
                        need_ndim == 3 ? " with the same batch size" : "");
     const opc_matmul_problem p = {x, y, false, 1.0};
-    opr_tensor_view *gx = wanted(c, 0) ? &c->outputs[0] : NULL, *gy = wanted(c, 1) ? &c->outputs[1] : NULL;
-    if ((gx && !opc_same_shape(x.ndim, x.shape, gx)) || (gy && !opc_same_shape(y.ndim, y.shape, gy)))
-        return GK_FAIL(OPR_ERR_INVALID, "%s: gradient outputs must have the inputs' shapes", c->op);
-    return matmul_bwd(&k, c, dt, gk_arg_t(c, 0), &p, gx, gy);
+    return matmul_bwd(&k, c, g, &p, wanted_output(c, 0), wanted_output(c, 1));
 }
 
 [[maybe_unused]] int k_mm_backward(const opr_kernel_call *c) { return mm_family_backward(c, 2); }
@@ -498,22 +523,17 @@ int mm_family_backward(const opr_kernel_call *c, int need_ndim)
 [[maybe_unused]] int k_linear_backward(const opr_kernel_call *c)
 {
     gk_ctx k;
-    int rc = gk_begin(c, c->op, &k);
+    const opr_tensor_view *g;
+    int rc = begin_backward(c, &k, &g);
     if (rc) return rc;
-    opr_dtype dt;
-    if ((rc = check_dtypes(c, &dt))) return rc;
-    const opr_tensor_view *g = gk_arg_t(c, 0);
-    opr_tensor_view *gx = wanted(c, 0) ? &c->outputs[0] : NULL, *gw = wanted(c, 1) ? &c->outputs[1] : NULL;
-    opr_tensor_view *gb = c->nout > 2 && wanted(c, 2) ? &c->outputs[2] : NULL;
+    opr_tensor_view *gx = wanted_output(c, 0), *gw = wanted_output(c, 1), *gb = wanted_output(c, 2);
     if (gb && (rc = gk_sum_to(&k, g, gb, 1.0))) return rc;
     if (!gx && !gw) return OPR_OK;
     opc_matmul_operand x, w;
     if (!operand_of(c, 1, 0, &x) || !operand_of(c, 2, 1, &w) || x.ndim < 1 || w.ndim != 2)
         return GK_FAIL(OPR_ERR_INVALID, "%s: expected input with at least 1 dim and a 2-d weight", c->op);
-    if ((gx && !opc_same_shape(x.ndim, x.shape, gx)) || (gw && !opc_same_shape(2, w.shape, gw)))
-        return GK_FAIL(OPR_ERR_INVALID, "%s: gradient outputs must have the inputs' shapes", c->op);
     const opc_matmul_problem p = {x, w, true, 1.0};
-    return matmul_bwd(&k, c, dt, g, &p, gx, gw);
+    return matmul_bwd(&k, c, g, &p, gx, gw);
 }
 
 /* addmm_backward: args (grad, self, mat1, mat2, beta, alpha, result); outputs (self,
@@ -521,23 +541,18 @@ int mm_family_backward(const opr_kernel_call *c, int need_ndim)
 [[maybe_unused]] int k_addmm_backward(const opr_kernel_call *c)
 {
     gk_ctx k;
-    int rc = gk_begin(c, c->op, &k);
+    const opr_tensor_view *g;
+    int rc = begin_backward(c, &k, &g);
     if (rc) return rc;
-    opr_dtype dt;
-    if ((rc = check_dtypes(c, &dt))) return rc;
-    const opr_tensor_view *g = gk_arg_t(c, 0);
     const double beta = gk_arg_d(c, 4), alpha = gk_arg_d(c, 5);
-    opr_tensor_view *gs = wanted(c, 0) ? &c->outputs[0] : NULL;
-    opr_tensor_view *g1 = wanted(c, 1) ? &c->outputs[1] : NULL, *g2 = wanted(c, 2) ? &c->outputs[2] : NULL;
+    opr_tensor_view *gs = wanted_output(c, 0), *g1 = wanted_output(c, 1), *g2 = wanted_output(c, 2);
     if (gs && (rc = gk_sum_to(&k, g, gs, beta))) return rc;
     if (!g1 && !g2) return OPR_OK;
     opc_matmul_operand x, y;
     if (!operand_of(c, 2, 1, &x) || !operand_of(c, 3, 2, &y) || x.ndim != 2 || y.ndim != 2)
         return GK_FAIL(OPR_ERR_INVALID, "%s: expected 2-d mat1 and mat2", c->op);
-    if ((g1 && !opc_same_shape(2, x.shape, g1)) || (g2 && !opc_same_shape(2, y.shape, g2)))
-        return GK_FAIL(OPR_ERR_INVALID, "%s: gradient outputs must have the inputs' shapes", c->op);
     const opc_matmul_problem p = {x, y, false, alpha};
-    return matmul_bwd(&k, c, dt, g, &p, g1, g2);
+    return matmul_bwd(&k, c, g, &p, g1, g2);
 }
 
 } // namespace

@@ -16,6 +16,7 @@
  * Arg-max/min merges break ties towards the smaller index, so the result does not
  * depend on how the slice was cut. */
 #include "cuda_common.cuh"
+#include "../common/opc_reduce.h"
 
 #include <math.h>
 #include <type_traits>
@@ -345,63 +346,29 @@ int red_run(const gk_ctx *k, red_kind kind, opr_dtype dt, red_args &a)
 
 /* ------------------------------------------------------------------ kernels */
 
-/* Checks arity, the input and output dtypes (values T, indices i64). */
+/* Selects the device, then checks arity, the input and the outputs (opc_reduce_begin). */
 int red_begin(const opr_kernel_call *c, const char *op, int nargs, int nout, uint32_t dtypes, gk_ctx *k,
               const opr_tensor_view **in)
 {
     int rc = gk_begin(c, op, k);
     if (rc) return rc;
-    if (c->nargs < nargs || c->nout < nout)
-        return GK_FAIL(OPR_ERR_INVALID, "%s: expected %d arguments and %d outputs, got %d and %d", op, nargs, nout,
-                       c->nargs, c->nout);
-    if (!(*in = gk_arg_t(c, 0))) return GK_FAIL(OPR_ERR_INVALID, "%s: argument 0 is not a tensor", op);
-    const opr_dtype t = (*in)->dtype;
-    if ((unsigned)t >= OPR_DTYPE_COUNT || !(dtypes & GK_BIT(t)))
-        return GK_FAIL(OPR_ERR_UNSUPPORTED, "%s: no %s kernel for dtype %s", op, GPU_NAME, gk_dtype_name(t));
-    for (int j = 0; j < nout; j++) {
-        const opr_dtype want = j == 0 ? t : OPR_I64;
-        if (c->outputs[j].dtype != want)
-            return GK_FAIL(OPR_ERR_INVALID, "%s: output %d dtype is %s, expected %s", op, j,
-                           gk_dtype_name(c->outputs[j].dtype), gk_dtype_name(want));
-    }
-    return OPR_OK;
+    char why[OPC_WHY_SIZE];
+    rc = opc_reduce_begin(c, op, nargs, nout, dtypes, GPU_NAME, in, why, sizeof why);
+    return rc ? GK_FAIL(rc, "%s", why) : OPR_OK;
 }
 
+/* Wraps a dim argument (opc_reduce_dim). */
 int red_wrap(const char *op, int64_t d, int32_t ndim, int32_t *out)
 {
-    if (!gk_wrap_dim(d, ndim, out))
-        return GK_FAIL(OPR_ERR_INVALID, "%s: dim %lld out of range for %d-d tensor", op, (long long)d, ndim);
-    return OPR_OK;
+    char why[OPC_WHY_SIZE];
+    return opc_reduce_dim(op, d, ndim, out, why, sizeof why) ? OPR_OK : GK_FAIL(OPR_ERR_INVALID, "%s", why);
 }
 
-/* `int[]? dim` or `int? dim` as a mask; None or [] reduces every dim. */
+/* The dim argument ai as a mask of reduced dims (opc_reduce_dim_mask). */
 int red_dim_mask(const opr_kernel_call *c, int ai, const char *op, int32_t ndim, uint32_t *mask)
 {
-    const opr_kernel_arg *a = &c->args[ai];
-    const int64_t *dims = NULL;
-    int32_t n = 0;
-    if (a->kind == OPR_ARG_INT) {
-        dims = &a->u.i;
-        n = 1;
-    } else if (a->kind == OPR_ARG_INT_LIST) {
-        dims = a->u.il.items;
-        n = a->u.il.n;
-    } else if (a->kind != OPR_ARG_NONE) {
-        return GK_FAIL(OPR_ERR_INVALID, "%s: dim must be an int or a list of ints", op);
-    }
-    if (n == 0) {
-        *mask = ndim > 0 ? (1u << ndim) - 1 : 0;
-        return OPR_OK;
-    }
-    *mask = 0;
-    for (int32_t i = 0; i < n; i++) {
-        int32_t d;
-        int rc = red_wrap(op, dims[i], ndim, &d);
-        if (rc) return rc;
-        if (*mask & (1u << d))
-            return GK_FAIL(OPR_ERR_INVALID, "%s: dim %lld appears more than once", op, (long long)dims[i]);
-        *mask |= 1u << d;
-    }
+    char why[OPC_WHY_SIZE];
+    if (!opc_reduce_dim_mask(c, ai, op, ndim, mask, why, sizeof why)) return GK_FAIL(OPR_ERR_INVALID, "%s", why);
     return OPR_OK;
 }
 
@@ -538,23 +505,11 @@ int softmax_like(const opr_kernel_call *c, const char *op, bool log_)
     gk_ctx k;
     int rc = gk_begin(c, op, &k);
     if (rc) return rc;
-    if (c->nargs < 2 || c->nout < 1)
-        return GK_FAIL(OPR_ERR_INVALID, "%s: expected 2 arguments and 1 output", op);
-    const opr_tensor_view *in = gk_arg_t(c, 0);
-    const opr_tensor_view *out = &c->outputs[0];
-    if (!in) return GK_FAIL(OPR_ERR_INVALID, "%s: argument 0 is not a tensor", op);
-    if (in->dtype != OPR_F32 && in->dtype != OPR_F64)
-        return GK_FAIL(OPR_ERR_UNSUPPORTED, "%s: no %s kernel for dtype %s", op, GPU_NAME, gk_dtype_name(in->dtype));
-    if (out->dtype != in->dtype)
-        return GK_FAIL(OPR_ERR_INVALID, "%s: output dtype is %s, expected %s", op, gk_dtype_name(out->dtype),
-                       gk_dtype_name(in->dtype));
+    const opr_tensor_view *in, *out;
     int32_t dim;
-    if ((rc = red_wrap(op, gk_arg_i(c, 1), in->ndim, &dim))) return rc;
-    bool same = in->ndim == out->ndim && in->ndim <= GK_MAXD;
-    for (int32_t d = 0; same && d < in->ndim; d++) same = in->shape[d] == out->shape[d];
-    if (!same) return GK_FAIL(OPR_ERR_INVALID, "%s: output shape differs from the input's", op);
+    char why[OPC_WHY_SIZE];
+    if ((rc = opc_softmax_begin(c, op, FL, GPU_NAME, &in, &out, &dim, why, sizeof why))) return GK_FAIL(rc, "%s", why);
     if (in->numel == 0) return OPR_OK;
-    if (!out->data) return GK_FAIL(OPR_ERR_INVALID, "%s: output is not allocated", op);
     const int64_t len = in->ndim ? in->shape[dim] : 1;
     const int64_t sx = in->ndim ? in->strides[dim] : 0, so = in->ndim ? out->strides[dim] : 0;
     int64_t shape[GK_MAXD], st[2][GK_MAXD];

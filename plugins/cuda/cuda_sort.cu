@@ -10,6 +10,7 @@
  * up to 2048 sort in shared memory; longer rows sort in global scratch (in batches of
  * rows so the scratch stays bounded). */
 #include "cuda_common.cuh"
+#include "../common/opc_sort.h"
 
 #include <type_traits>
 
@@ -151,49 +152,28 @@ int rows_launch(const gk_ctx *k, rows_args &a, const void *x, void *values, int6
     return gk_launched(k, "sort kernel");
 }
 
-/* Validates the outputs and runs the rows of self along dim (as run_rows in
- * cpu_sort.c). out_dims maps each dim of self to the outputs' dim, or -1 where the
- * outputs dropped it (mode without keepdim). */
+/* Validates the outputs (opc_rows_plan) and runs the rows of self along dim. */
 int run_rows(const gk_ctx *k, const opr_kernel_call *c, rows_args *j, int32_t dim, const int32_t *out_dims)
 {
     const char *op = c->op;
     const opr_tensor_view *x = gk_arg_t(c, 0);
     if (c->nout < 2) return GK_FAIL(OPR_ERR_INVALID, "%s: expected 2 outputs", op);
     const opr_tensor_view *vals = &c->outputs[0], *idx = &c->outputs[1];
-    if (vals->dtype != x->dtype || idx->dtype != OPR_I64)
-        return GK_FAIL(OPR_ERR_INVALID, "%s: outputs must be %s values and i64 indices", op, gk_dtype_name(x->dtype));
-    if (vals->ndim != idx->ndim) return GK_FAIL(OPR_ERR_INVALID, "%s: values and indices outputs differ in rank", op);
-    if (x->ndim > GK_MAXD) return GK_FAIL(OPR_ERR_INVALID, "%s: too many dims", op);
-    int64_t rshape[GK_MAXD], xs[GK_MAXD], vs[GK_MAXD], is[GK_MAXD];
-    int32_t used = 0;
-    for (int32_t d = 0; d < x->ndim; d++) {
-        const int32_t od = out_dims[d];
-        const int64_t want = d == dim ? j->k : x->shape[d];
-        rshape[d] = d == dim ? 1 : x->shape[d];
-        xs[d] = x->strides[d];
-        if (od < 0) {
-            vs[d] = is[d] = 0;
-            continue;
-        }
-        if (od >= vals->ndim || vals->shape[od] != want || idx->shape[od] != want)
-            return GK_FAIL(OPR_ERR_INVALID, "%s: output shape does not match self", op);
-        vs[d] = vals->strides[od];
-        is[d] = idx->strides[od];
-        used++;
-    }
-    if (used != vals->ndim)
-        return GK_FAIL(OPR_ERR_INVALID, "%s: output has %d dims, expected %d", op, (int)vals->ndim, (int)used);
-    j->n = x->ndim ? x->shape[dim] : 1;
-    j->xs = x->ndim ? x->strides[dim] : 0;
-    j->vs = x->ndim && out_dims[dim] >= 0 ? vals->strides[out_dims[dim]] : 0;
-    j->is = x->ndim && out_dims[dim] >= 0 ? idx->strides[out_dims[dim]] : 0;
-    j->nrows = gk_numel(x->ndim, rshape);
+    char why[OPC_WHY_SIZE];
+    opc_rows r;
+    if (!opc_rows_plan(op, x, vals, idx, dim, j->k, out_dims, &r, why, sizeof why))
+        return GK_FAIL(OPR_ERR_INVALID, "%s", why);
+    j->n = r.n;
+    j->xs = r.x_step;
+    j->vs = r.v_step;
+    j->is = r.i_step;
+    j->nrows = r.nrows;
     if (j->nrows == 0 || j->k == 0 || j->n == 0) return OPR_OK;
     int64_t N = 1;
     while (N < j->n) N <<= 1;
     j->N = N;
-    const int64_t *st[3] = {xs, vs, is};
-    gk_geom_make(&j->rg, x->ndim, rshape, 3, st);
+    const int64_t *st[3] = {r.x_st, r.v_st, r.i_st};
+    gk_geom_make(&j->rg, x->ndim, r.shape, 3, st);
     switch (x->dtype) {
     case OPR_F32: return rows_launch<float>(k, *j, x->data, vals->data, (int64_t *)idx->data);
     case OPR_F64: return rows_launch<double>(k, *j, x->data, vals->data, (int64_t *)idx->data);
@@ -209,9 +189,9 @@ int begin_rows(const opr_kernel_call *c, const char *op, int dim_arg, gk_ctx *k,
     if (rc) return rc;
     const opr_tensor_view *x = gk_arg_t(c, 0);
     if (!x) return GK_FAIL(OPR_ERR_INVALID, "%s: self is not a tensor", op);
-    if (!gk_wrap_dim(gk_arg_i(c, dim_arg), x->ndim, dim))
-        return GK_FAIL(OPR_ERR_INVALID, "%s: dim %lld out of range for a %d-d tensor", op,
-                       (long long)gk_arg_i(c, dim_arg), (int)x->ndim);
+    char why[OPC_WHY_SIZE];
+    if (!opc_dim_arg(op, gk_arg_i(c, dim_arg), x->ndim, dim, why, sizeof why))
+        return GK_FAIL(OPR_ERR_INVALID, "%s", why);
     return OPR_OK;
 }
 
@@ -222,7 +202,7 @@ int k_sort(const opr_kernel_call *c)
     int rc = begin_rows(c, "sort", 1, &k, &dim);
     if (rc) return rc;
     const opr_tensor_view *x = gk_arg_t(c, 0);
-    for (int32_t d = 0; d < x->ndim && d < GK_MAXD; d++) out_dims[d] = d;
+    opc_rows_out_dims(x->ndim, dim, false, out_dims);
     rows_args j;
     memset(&j, 0, sizeof j);
     j.kind = ROWS_SORT;
@@ -238,11 +218,10 @@ int k_topk(const opr_kernel_call *c)
     int rc = begin_rows(c, "topk", 2, &k, &dim);
     if (rc) return rc;
     const opr_tensor_view *x = gk_arg_t(c, 0);
-    const int64_t kk = gk_arg_i(c, 1), n = x->ndim ? x->shape[dim] : 1;
-    if (kk < 0 || kk > n)
-        return GK_FAIL(OPR_ERR_INVALID, "topk: k %lld out of range for dimension %d of size %lld", (long long)kk,
-                       (int)dim, (long long)n);
-    for (int32_t d = 0; d < x->ndim && d < GK_MAXD; d++) out_dims[d] = d;
+    const int64_t kk = gk_arg_i(c, 1);
+    char why[OPC_WHY_SIZE];
+    if (!opc_topk_k(kk, dim, x->ndim ? x->shape[dim] : 1, why, sizeof why)) return GK_FAIL(OPR_ERR_INVALID, "%s", why);
+    opc_rows_out_dims(x->ndim, dim, false, out_dims);
     rows_args j;
     memset(&j, 0, sizeof j);
     j.kind = ROWS_TOPK;
@@ -258,13 +237,9 @@ int k_mode(const opr_kernel_call *c)
     int rc = begin_rows(c, "mode", 1, &k, &dim);
     if (rc) return rc;
     const opr_tensor_view *x = gk_arg_t(c, 0);
-    if (x->ndim && x->shape[dim] == 0) {
-        int64_t rows = 1;
-        for (int32_t d = 0; d < x->ndim; d++) rows *= d == dim ? 1 : x->shape[d];
-        if (rows > 0) return GK_FAIL(OPR_ERR_INVALID, "mode: dimension %d has size 0", (int)dim);
-    }
-    const bool keepdim = gk_arg_b(c, 2);
-    for (int32_t d = 0; d < x->ndim && d < GK_MAXD; d++) out_dims[d] = keepdim ? d : d < dim ? d : d == dim ? -1 : d - 1;
+    char why[OPC_WHY_SIZE];
+    if (!opc_mode_rows(x, dim, why, sizeof why)) return GK_FAIL(OPR_ERR_INVALID, "%s", why);
+    opc_rows_out_dims(x->ndim, dim, !gk_arg_b(c, 2), out_dims);
     rows_args j;
     memset(&j, 0, sizeof j);
     j.kind = ROWS_MODE;
