@@ -11,6 +11,9 @@
 #include <algorithm>
 #include <atomic>
 #include <map>
+#ifdef __SANITIZE_ADDRESS__
+#include <sanitizer/common_interface_defs.h>
+#endif
 #include <mutex>
 #include <setjmp.h>
 #include <signal.h>
@@ -174,6 +177,7 @@ struct fiber {
     jmp_buf jb;
     char *stack = nullptr;
     bool done = false;
+    void *asan_fake_stack = nullptr;
 };
 
 std::vector<fiber> g_fibers;
@@ -191,16 +195,40 @@ void set_thread(unsigned t)
     threadIdx.z = t / (blockDim.x * blockDim.y);
 }
 
+/* AddressSanitizer must be told about every stack switch (as QEMU's coroutines do):
+ * start_switch before leaving a stack, finish_switch on arriving. Without ASan these
+ * do nothing. The caller's stack is whichever host thread launched the kernel; each
+ * arrival on a fiber learns its bounds. */
+#ifdef __SANITIZE_ADDRESS__
+const void *g_caller_stack;
+size_t g_caller_stack_size;
+void *g_caller_fake_stack;
+void asan_to_fiber(const fiber &f) { __sanitizer_start_switch_fiber(&g_caller_fake_stack, f.stack + g_page, STACK); }
+void asan_on_fiber(fiber &f) { __sanitizer_finish_switch_fiber(f.asan_fake_stack, &g_caller_stack, &g_caller_stack_size); }
+void asan_to_caller(fiber &f) { __sanitizer_start_switch_fiber(&f.asan_fake_stack, g_caller_stack, g_caller_stack_size); }
+void asan_on_caller() { __sanitizer_finish_switch_fiber(g_caller_fake_stack, nullptr, nullptr); }
+#else
+void asan_to_fiber(const fiber &) {}
+void asan_on_fiber(fiber &) {}
+void asan_to_caller(fiber &) {}
+void asan_on_caller() {}
+#endif
+
 /* Back to the scheduler; returns when the scheduler resumes this fiber. */
 void fiber_yield(fiber &f)
 {
+    asan_to_caller(f);
     if (!_setjmp(f.jb)) _longjmp(g_sched, 1);
+    asan_on_fiber(f);
 }
 
 void fiber_main()
 {
     fiber &self = g_fibers[(size_t)g_current];
+    asan_on_fiber(self);
+    asan_to_caller(self);
     if (!_setjmp(self.jb)) setcontext(&g_start_ctx); /* parked until the first resume */
+    asan_on_fiber(self);
     for (;;) {
         fiber &f = g_fibers[(size_t)g_current];
         g_body(g_arg);
@@ -225,7 +253,9 @@ void fiber_create(unsigned t)
     f.ctx.uc_link = nullptr;
     makecontext(&f.ctx, fiber_main, 0);
     g_current = (int)t;
+    asan_to_fiber(f);
     swapcontext(&g_start_ctx, &f.ctx);
+    asan_on_caller();
     g_current = -1;
 }
 
@@ -235,7 +265,9 @@ void fiber_resume(unsigned t)
     if (!g_fibers[t].stack) fiber_create(t);
     set_thread(t);
     g_current = (int)t;
+    asan_to_fiber(g_fibers[t]);
     if (!_setjmp(g_sched)) _longjmp(g_fibers[t].jb, 1);
+    asan_on_caller();
     g_current = -1;
 }
 
