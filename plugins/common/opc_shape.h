@@ -47,6 +47,26 @@ static inline bool opc_broadcast_shape(const opr_tensor_view *a, const opr_tenso
     return true;
 }
 
+/* Strides that read v as if expanded to out_shape (right-aligned broadcasting; 0 on
+ * broadcast dims). Returns false when v does not broadcast to out_shape. */
+static inline bool opc_bcast_strides(const opr_tensor_view *v, int32_t out_ndim, const int64_t *out_shape,
+                                     int64_t *strides)
+{
+    const int32_t off = out_ndim - v->ndim;
+    if (off < 0) return false;
+    for (int32_t d = 0; d < out_ndim; d++) {
+        if (d < off) {
+            strides[d] = 0;
+            continue;
+        }
+        const int64_t s = v->shape[d - off];
+        if (s == out_shape[d]) strides[d] = s == 1 ? 0 : v->strides[d - off];
+        else if (s == 1) strides[d] = 0;
+        else return false;
+    }
+    return true;
+}
+
 /* Whether view v has the shape [shape[0], ..., shape[ndim - 1]]. */
 static inline bool opc_same_shape(int32_t ndim, const int64_t *shape, const opr_tensor_view *v)
 {

@@ -113,7 +113,7 @@ static int sum_to_scaled(const char *op, const opr_tensor_view *g, opr_tensor_vi
     }
     opr_tensor_view as = *out;
     as.strides = contig;
-    if (!cpu_bcast_strides(&as, g->ndim, g->shape, ost))
+    if (!opc_bcast_strides(&as, g->ndim, g->shape, ost))
         return CPU_FAIL(OPR_ERR_INVALID, "%s: the gradient does not reduce to a %d-d input of these sizes", op,
                         (int)out->ndim);
     if (cpu_sum_rows(g, out, ost, scale)) return OPR_OK; /* the usual bias case, in parallel */

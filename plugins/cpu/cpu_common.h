@@ -52,23 +52,6 @@ static inline bool cpu_arg_given(const opr_kernel_call *c, int i)
 /* Wraps a possibly negative dim into [0, ndim) (plugins/common/opc_shape.h). */
 static inline bool cpu_wrap_dim(int64_t d, int32_t ndim, int32_t *out) { return opc_wrap_dim(d, ndim, out); }
 
-/* Strides that read `v` as if expanded to out_shape (right-aligned broadcasting).
- * Returns false when v does not broadcast to out_shape. */
-static inline bool cpu_bcast_strides(const opr_tensor_view *v, int32_t out_ndim,
-                                     const int64_t *out_shape, int64_t *strides)
-{
-    int32_t off = out_ndim - v->ndim;
-    if (off < 0) return false;
-    for (int32_t d = 0; d < out_ndim; d++) {
-        if (d < off) { strides[d] = 0; continue; }
-        int64_t s = v->shape[d - off];
-        if (s == out_shape[d]) strides[d] = s == 1 ? 0 : v->strides[d - off];
-        else if (s == 1) strides[d] = 0;
-        else return false;
-    }
-    return true;
-}
-
 /* Walks the row-major index space of `shape`, keeping up to 4 element offsets in
  * step (one per operand, each with its own strides). */
 typedef struct cpu_walk {

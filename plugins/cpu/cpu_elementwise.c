@@ -355,7 +355,7 @@ static int ew_apply(const char *op, const opr_tensor_view *out, int nin,
         sp.st[0][d] = out->strides[d];
     }
     for (int k = 0; k < nin; k++)
-        if (!cpu_bcast_strides(in[k], out->ndim, out->shape, sp.st[k + 1]))
+        if (!opc_bcast_strides(in[k], out->ndim, out->shape, sp.st[k + 1]))
             return CPU_FAIL(OPR_ERR_INVALID,
                             "%s: input %d (%d-d) does not broadcast to the %d-d output", op,
                             k, in[k]->ndim, out->ndim);

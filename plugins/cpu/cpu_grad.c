@@ -79,7 +79,7 @@ static int k_sum_to(const opr_kernel_call *c)
     for (int d = out->ndim - 1; d >= 0; d--) { contig[d] = s; s *= out->shape[d]; }
     opr_tensor_view as_strided = *out;
     as_strided.strides = contig;
-    if (!cpu_bcast_strides(&as_strided, x->ndim, x->shape, ostr))
+    if (!opc_bcast_strides(&as_strided, x->ndim, x->shape, ostr))
         return CPU_FAIL(OPR_ERR_INVALID, "sum_to: a tensor of %d dims cannot be summed to %d dims of these sizes",
                         x->ndim, out->ndim);
     if (cpu_sum_rows(x, out, ostr, 1.0)) {

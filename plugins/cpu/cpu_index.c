@@ -301,8 +301,8 @@ static int k_masked_select(const opr_kernel_call *c)
     if (rc) return rc;
     int32_t nd;
     int64_t shape[OPR_MAX_DIMS], xs[OPR_MAX_DIMS], ms[OPR_MAX_DIMS];
-    if (!opc_broadcast_shape(x, mask, &nd, shape) || !cpu_bcast_strides(x, nd, shape, xs) ||
-        !cpu_bcast_strides(mask, nd, shape, ms))
+    if (!opc_broadcast_shape(x, mask, &nd, shape) || !opc_bcast_strides(x, nd, shape, xs) ||
+        !opc_bcast_strides(mask, nd, shape, ms))
         return CPU_FAIL(OPR_ERR_INVALID, "masked_select: self and mask do not broadcast together");
     const int64_t n = shape_numel(nd, shape);
     int64_t starts[MASK_CHUNKS + 1];
@@ -564,7 +564,7 @@ static int k_masked_scatter(const opr_kernel_call *c)
     int32_t nd;
     int64_t shape[OPR_MAX_DIMS], xs[OPR_MAX_DIMS], ms[OPR_MAX_DIMS];
     if (!opc_broadcast_shape(x, mask, &nd, shape) || !opc_same_shape(nd, shape, out) ||
-        !cpu_bcast_strides(x, nd, shape, xs) || !cpu_bcast_strides(mask, nd, shape, ms))
+        !opc_bcast_strides(x, nd, shape, xs) || !opc_bcast_strides(mask, nd, shape, ms))
         return CPU_FAIL(OPR_ERR_INVALID, "masked_scatter: self and mask must broadcast to the output shape");
     const int64_t n = out->numel;
     if (n == 0) return OPR_OK;
@@ -610,7 +610,7 @@ static int k_copy_(const opr_kernel_call *c)
     if (!rc) rc = check_writable("copy_", out);
     if (rc) return rc;
     int64_t ss[OPR_MAX_DIMS];
-    if (!cpu_bcast_strides(src, out->ndim, out->shape, ss))
+    if (!opc_bcast_strides(src, out->ndim, out->shape, ss))
         return CPU_FAIL(OPR_ERR_INVALID, "copy_: src does not broadcast to self");
     if (out->numel == 0) return OPR_OK;
     /* Copying a view onto itself is a no-op; any other overlap goes through a copy so
@@ -627,7 +627,7 @@ static int k_copy_(const opr_kernel_call *c)
     opr_tensor_view tv = *src;
     tv.data = tmp;
     tv.strides = tmp_st;
-    cpu_bcast_strides(&tv, out->ndim, out->shape, ss);
+    opc_bcast_strides(&tv, out->ndim, out->shape, ss);
     copy_strided(es, out->ndim, out->shape, out->data, out->strides, tmp, ss);
     free(tmp);
     return OPR_OK;
@@ -655,7 +655,7 @@ static int k_masked_fill_(const opr_kernel_call *c)
     if (!rc) rc = check_writable("masked_fill_", out);
     if (rc) return rc;
     int64_t ms[OPR_MAX_DIMS];
-    if (!cpu_bcast_strides(mask, out->ndim, out->shape, ms))
+    if (!opc_bcast_strides(mask, out->ndim, out->shape, ms))
         return CPU_FAIL(OPR_ERR_INVALID, "masked_fill_: mask does not broadcast to self");
     const int64_t n = out->numel;
     const size_t es = cpu_dtype_size(out->dtype);

@@ -305,7 +305,7 @@ static int k_linear(const opr_kernel_call *c)
     if (rc) return rc;
     if (bias) {
         int64_t bst;
-        if (bias->dtype != j.dt || !cpu_bcast_strides(bias, 1, &b.cols, &bst))
+        if (bias->dtype != j.dt || !opc_bcast_strides(bias, 1, &b.cols, &bst))
             return CPU_FAIL(OPR_ERR_INVALID, "linear: bias must be %s and broadcast to [%lld]",
                             cpu_dtype_name(j.dt), (long long)b.cols);
         /* Every output row starts as the bias; the GEMM then accumulates (beta = 1). */
@@ -328,7 +328,7 @@ static int k_addmm(const opr_kernel_call *c)
     const int64_t shape[2] = { a.rows, b.cols };
     int64_t sst[2];
     if (out->ndim != 2 || out->shape[0] != a.rows || out->shape[1] != b.cols ||
-        s->dtype != j.dt || !cpu_bcast_strides(s, 2, shape, sst))
+        s->dtype != j.dt || !opc_bcast_strides(s, 2, shape, sst))
         return CPU_FAIL(OPR_ERR_INVALID, "addmm: self must be %s and broadcast to [%lld, %lld]",
                         cpu_dtype_name(j.dt), (long long)a.rows, (long long)b.cols);
     int rc = check_operands(&j, out, x, y, a.rows, b.cols);

@@ -73,22 +73,6 @@ static inline const char *gk_dtype_name(opr_dtype t) { return opc_dtype_name(t);
 #define GK_HALVES (GK_BIT(OPR_F16) | GK_BIT(OPR_BF16))
 #define GK_ALL (GK_NUMERIC | GK_BIT(OPR_BOOL) | GK_HALVES)
 
-/* Strides that read v as if expanded to out_shape (right-aligned broadcasting). */
-static inline bool gk_bcast_strides(const opr_tensor_view *v, int32_t out_ndim,
-                                    const int64_t *out_shape, int64_t *strides)
-{
-    int32_t off = out_ndim - v->ndim;
-    if (off < 0) return false;
-    for (int32_t d = 0; d < out_ndim; d++) {
-        if (d < off) { strides[d] = 0; continue; }
-        int64_t s = v->shape[d - off];
-        if (s == out_shape[d]) strides[d] = s == 1 ? 0 : v->strides[d - off];
-        else if (s == 1) strides[d] = 0;
-        else return false;
-    }
-    return true;
-}
-
 static inline bool gk_strides_contiguous(int32_t ndim, const int64_t *shape, const int64_t *st)
 {
     int64_t expect = 1;

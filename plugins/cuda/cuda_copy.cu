@@ -147,7 +147,7 @@ int k_copy_(const opr_kernel_call *c)
     if (!rc) rc = gk_check_writable("copy_", out);
     if (rc) return rc;
     int64_t ss[GK_MAXD];
-    if (out->ndim > GK_MAXD || !gk_bcast_strides(src, out->ndim, out->shape, ss))
+    if (out->ndim > GK_MAXD || !opc_bcast_strides(src, out->ndim, out->shape, ss))
         return GK_FAIL(OPR_ERR_INVALID, "copy_: src does not broadcast to self");
     if (out->numel == 0) return OPR_OK;
     if (opc_same_view(out, src)) return OPR_OK; /* copying a view onto itself */
@@ -160,7 +160,7 @@ int k_copy_(const opr_kernel_call *c)
     opr_tensor_view tv = *src;
     tv.data = tmp.p;
     tv.strides = tmp_st;
-    gk_bcast_strides(&tv, out->ndim, out->shape, ss);
+    opc_bcast_strides(&tv, out->ndim, out->shape, ss);
     return gk_copy_strided(&k, es, out->ndim, out->shape, out->data, out->strides, tmp.p, ss);
 }
 
@@ -191,7 +191,7 @@ int k_masked_fill_(const opr_kernel_call *c)
     if (!rc) rc = gk_check_writable("masked_fill_", out);
     if (rc) return rc;
     int64_t ms[GK_MAXD];
-    if (out->ndim > GK_MAXD || !gk_bcast_strides(mask, out->ndim, out->shape, ms))
+    if (out->ndim > GK_MAXD || !opc_bcast_strides(mask, out->ndim, out->shape, ms))
         return GK_FAIL(OPR_ERR_INVALID, "masked_fill_: mask does not broadcast to self");
     const int64_t n = out->numel;
     if (n == 0) return OPR_OK;

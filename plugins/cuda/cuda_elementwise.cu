@@ -168,11 +168,11 @@ int k_where(const opr_kernel_call *c)
     const opr_tensor_view *out = e.out;
     int64_t st[4][GK_MAXD];
     for (int32_t d = 0; d < out->ndim; d++) st[0][d] = out->strides[d];
-    if (!gk_bcast_strides(cond, out->ndim, out->shape, st[1]))
+    if (!opc_bcast_strides(cond, out->ndim, out->shape, st[1]))
         return GK_FAIL(OPR_ERR_INVALID, "where: input 0 (%d-d) does not broadcast to the %d-d output", cond->ndim,
                        out->ndim);
-    gk_bcast_strides(e.in[0], out->ndim, out->shape, st[2]);
-    gk_bcast_strides(e.in[1], out->ndim, out->shape, st[3]);
+    opc_bcast_strides(e.in[0], out->ndim, out->shape, st[2]);
+    opc_bcast_strides(e.in[1], out->ndim, out->shape, st[3]);
     const int64_t n = out->numel;
     if (n == 0) return OPR_OK;
     gk_geom g;

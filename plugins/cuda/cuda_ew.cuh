@@ -158,7 +158,7 @@ static inline int gk_ew_prepare(const opr_kernel_call *c, const char *op, int na
     int64_t st[4][GK_MAXD];
     for (int32_t d = 0; d < out->ndim; d++) st[0][d] = out->strides[d];
     for (int i = 0; i < nin; i++) {
-        if (!gk_bcast_strides(e->in[i], out->ndim, out->shape, st[i + 1]))
+        if (!opc_bcast_strides(e->in[i], out->ndim, out->shape, st[i + 1]))
             return GK_FAIL(OPR_ERR_INVALID, "%s: input %d (%d-d) does not broadcast to the %d-d output", op, i,
                            e->in[i]->ndim, out->ndim);
         contig = contig && e->in[i]->numel == out->numel && gk_is_contiguous(e->in[i]);

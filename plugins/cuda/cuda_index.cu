@@ -534,8 +534,8 @@ int k_masked_select_op(const opr_kernel_call *c)
     if ((rc = gk_check_dtype("masked_select", "mask", mask, OPR_BOOL))) return rc;
     int32_t nd;
     int64_t shape[GK_MAXD], xs[GK_MAXD], ms[GK_MAXD];
-    if (!opc_broadcast_shape(x, mask, &nd, shape) || !gk_bcast_strides(x, nd, shape, xs) ||
-        !gk_bcast_strides(mask, nd, shape, ms))
+    if (!opc_broadcast_shape(x, mask, &nd, shape) || !opc_bcast_strides(x, nd, shape, xs) ||
+        !opc_bcast_strides(mask, nd, shape, ms))
         return GK_FAIL(OPR_ERR_INVALID, "masked_select: self and mask do not broadcast together");
     const int64_t n = gk_numel(nd, shape);
     gk_buf starts;
@@ -573,7 +573,7 @@ int k_masked_scatter_op(const opr_kernel_call *c)
     int32_t nd;
     int64_t shape[GK_MAXD], xs[GK_MAXD], ms[GK_MAXD];
     if (!opc_broadcast_shape(x, mask, &nd, shape) || !gk_same_shape(nd, shape, out) ||
-        !gk_bcast_strides(x, nd, shape, xs) || !gk_bcast_strides(mask, nd, shape, ms) || out->dtype != x->dtype)
+        !opc_bcast_strides(x, nd, shape, xs) || !opc_bcast_strides(mask, nd, shape, ms) || out->dtype != x->dtype)
         return GK_FAIL(OPR_ERR_INVALID, "masked_scatter: self and mask must broadcast to the output shape");
     const int64_t n = out->numel;
     if (n == 0) return OPR_OK;

@@ -330,7 +330,7 @@ int linear_bias(const opr_kernel_call *c, product *p)
 {
     const opr_tensor_view *bias = gk_arg_t(c, 2);
     if (!bias) return OPR_OK;
-    if (bias->dtype != p->j.dt || !gk_bcast_strides(bias, 1, &p->b.cols, &p->c0_st[1]))
+    if (bias->dtype != p->j.dt || !opc_bcast_strides(bias, 1, &p->b.cols, &p->c0_st[1]))
         return GK_FAIL(OPR_ERR_INVALID, "linear: bias must be %s and broadcast to [%lld]", gk_dtype_name(p->j.dt),
                        (long long)p->b.cols);
     p->c0 = bias;
@@ -348,7 +348,7 @@ int plan_addmm(const opr_kernel_call *c, product *p)
     set_matrices(p);
     const int64_t shape[2] = {p->a.rows, p->b.cols};
     if (out->ndim != 2 || out->shape[0] != p->a.rows || out->shape[1] != p->b.cols || s->dtype != p->j.dt ||
-        !gk_bcast_strides(s, 2, shape, p->c0_st))
+        !opc_bcast_strides(s, 2, shape, p->c0_st))
         return GK_FAIL(OPR_ERR_INVALID, "addmm: self must be %s and broadcast to [%lld, %lld]", gk_dtype_name(p->j.dt),
                        (long long)p->a.rows, (long long)p->b.cols);
     p->c0 = s;

@@ -567,7 +567,7 @@ int gk_sum_dims(const gk_ctx *k, const opr_tensor_view *in, uint32_t mask, const
 int gk_sum_to(const gk_ctx *k, const opr_tensor_view *g, const opr_tensor_view *out, double scale)
 {
     int64_t ost[GK_MAXD], shape[GK_MAXD];
-    if (g->ndim > GK_MAXD || !gk_bcast_strides(out, g->ndim, g->shape, ost))
+    if (g->ndim > GK_MAXD || !opc_bcast_strides(out, g->ndim, g->shape, ost))
         return GK_FAIL(OPR_ERR_INVALID, "%s: a tensor of %d dims cannot be summed to %d dims of these sizes", k->op,
                        g->ndim, out->ndim);
     uint32_t mask = 0;
