@@ -11,9 +11,6 @@
 #include <algorithm>
 #include <atomic>
 #include <map>
-#ifdef __SANITIZE_ADDRESS__
-#include <sanitizer/common_interface_defs.h>
-#endif
 #include <mutex>
 #include <setjmp.h>
 #include <signal.h>
@@ -23,6 +20,10 @@
 #include <ucontext.h>
 #include <unistd.h>
 #include <vector>
+
+#ifdef __SANITIZE_ADDRESS__
+#include <sanitizer/common_interface_defs.h>
+#endif
 
 uint3 threadIdx, blockIdx;
 dim3 blockDim, gridDim;
