@@ -47,15 +47,9 @@ static int rgemm_run(const opc_rgemm *j, opc_bmat a, opc_bmat b)
         return CPU_FAIL(OPR_ERR_UNSUPPORTED, "%s: a matrix dimension exceeds what BLAS accepts", j->op);
     opc_blas_layout la = layout_of(m, k, p.a.rs, p.a.cs), lb = layout_of(k, n, p.b.rs, p.b.cs);
     const bool pack_a = !la.direct, pack_b = !lb.direct;
-    char *sa = pack_a ? malloc((size_t)(m * k) * es) : NULL;
-    char *sb = pack_b ? malloc((size_t)(k * n) * es) : NULL;
-    if ((pack_a && !sa) || (pack_b && !sb)) {
-        free(sa);
-        free(sb);
-        return CPU_FAIL(OPR_ERR_NOMEM, "%s: out of memory for a packed operand", j->op);
-    }
-    if (pack_a) la = (opc_blas_layout){true, false, k};
-    if (pack_b) lb = (opc_blas_layout){true, false, n};
+    char *sa, *sb;
+    const int rc = cpu_pack_scratch(j->op, m, k, n, es, &la, &lb, &sa, &sb);
+    if (rc) return rc;
     bool packed_a = false, packed_b = false;
     for (int64_t s = 0; s < p.nsteps; s++) {
         const opc_rgemm_step st = opc_rgemm_step_at(j, &p, s);

@@ -95,15 +95,9 @@ static int gemm_loop(const gemm_job *j, int32_t nb, const mat_arg *a, const mat_
     const size_t es = cpu_dtype_size(j->dt);
     opc_blas_layout la = layout_of(m, k, a->rs, a->cs), lb = layout_of(k, n, b->rs, b->cs);
     const bool pack_a = !la.direct, pack_b = !lb.direct;
-    char *sa = pack_a ? malloc((size_t)(m * k) * es) : NULL;
-    char *sb = pack_b ? malloc((size_t)(k * n) * es) : NULL;
-    if ((pack_a && !sa) || (pack_b && !sb)) {
-        free(sa);
-        free(sb);
-        return CPU_FAIL(OPR_ERR_NOMEM, "%s: out of memory for a packed operand", j->op);
-    }
-    if (pack_a) la = (opc_blas_layout){ true, false, k };
-    if (pack_b) lb = (opc_blas_layout){ true, false, n };
+    char *sa, *sb;
+    const int rc = cpu_pack_scratch(j->op, m, k, n, es, &la, &lb, &sa, &sb);
+    if (rc) return rc;
 
     gemm_job one = *j;
     one.nb = nb;
