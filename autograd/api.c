@@ -4,11 +4,25 @@
 #include <stdio.h>
 #include <string.h>
 
+/* .grad is read and replaced under the leaf's lock (leaf_lock.c): a backward pass on
+ * another thread may be accumulating into it. */
+opr_tensor *opr_grad(const opr_tensor *t)
+{
+    if (!t) return NULL;
+    ag_leaf_lock(t);
+    opr_tensor *g = t->grad;
+    ag_leaf_unlock(t);
+    return g;
+}
+
 int opr_zero_grad(opr_tensor *t)
 {
     if (!t) return opr_fail(OPR_ERR_INVALID, "opr_zero_grad: NULL tensor");
-    opr_tensor_release(t->grad);
+    ag_leaf_lock(t);
+    opr_tensor *g = t->grad;
     t->grad = NULL;
+    ag_leaf_unlock(t);
+    opr_tensor_release(g);
     return OPR_OK;
 }
 
@@ -18,57 +32,27 @@ opr_tensor *opr_tensor_detach(opr_tensor *t)
     return opr_tensor_make_view(t, t->m.ndim, t->m.shape, t->strides, t->offset);
 }
 
-/* The op's slots (arguments and outputs) as metadata, for planning without running. */
+/* The op's slots (arguments and outputs) as metadata, for planning without running:
+ * the arguments checked exactly as opr_call checks them. */
 static int meta_slots(const opr_op *op, const opr_value *args, int nargs, mval *slots, opr_meta *outs,
                       opr_device *dev)
 {
-    if (!op) return opr_fail(OPR_ERR_INVALID, "NULL op");
-    if (nargs < 0 || nargs > op->nargs || (nargs && !args))
-        return opr_fail(OPR_ERR_INVALID, "%s: takes at most %d argument(s)", op->name, op->nargs);
-    opr_dtype dt = OPR_F32;
-    bool have_dt = false;
-    *dev = OPR_CPU;
-    for (int i = 0; i < op->nargs; i++) {
-        mval *m = &slots[i];
-        if (i >= nargs) {
-            if (!op->args[i].has_default) return opr_fail(OPR_ERR_INVALID, "%s: missing argument '%s'", op->name, op->args[i].name);
-            mval_of_kernel_arg(&op->args[i].def, m);
-            continue;
-        }
-        const opr_value *v = &args[i];
-        switch (v->kind) {
-        case OPR_V_TENSOR:
-            if (!v->u.t) return opr_fail(OPR_ERR_INVALID, "%s: argument '%s' is NULL", op->name, op->args[i].name);
-            m->k = MV_TENSOR;
-            m->u.t = &v->u.t->m;
-            *dev = v->u.t->storage->dev;
-            if (!have_dt && op->args[i].fixed_dtype < 0) { dt = v->u.t->m.dtype; have_dt = true; }
-            break;
-        case OPR_V_INT: m->k = MV_INT; m->u.i = v->u.i; break;
-        case OPR_V_DOUBLE: m->k = MV_FLOAT; m->u.d = v->u.d; break;
-        case OPR_V_BOOL: m->k = MV_BOOL; m->u.b = v->u.b; break;
-        case OPR_V_INT_LIST:
-            if (v->u.il.n < 0 || v->u.il.n > OPR_MAX_DIMS) return opr_fail(OPR_ERR_INVALID, "%s: list too long", op->name);
-            m->k = MV_LIST;
-            m->n = v->u.il.n;
-            if (m->n) memcpy(m->u.l, v->u.il.items, (size_t)m->n * sizeof(int64_t));
-            break;
-        default: m->k = MV_NONE; break;
-        }
-    }
+    opr_dtype dt;
+    int rc = dispatch_validate(op, args, nargs, slots, dev, &dt);
+    if (rc) return rc;
     for (int k = 0; k < op->nout; k++) {
         mval shape;
         if (!op->shapes[k]) { /* data-dependent (masked_select): plan for the largest it can be */
             shape.k = MV_LIST;
             shape.n = 1;
             shape.u.l[0] = slots[0].k == MV_TENSOR ? slots[0].u.t->numel : 1;
-        } else {
-            int rc = expr_eval(op->shapes[k], slots, &shape);
-            if (rc) return opr_fail_wrap(rc, "%s", op->name);
+        } else if ((rc = expr_eval(op->shapes[k], slots, &shape))) {
+            return opr_fail_wrap(rc, "%s", op->name);
         }
+        if (shape.k != MV_LIST) return opr_fail(OPR_ERR_INVALID, "%s: shape expression did not give a list", op->name);
         outs[k] = (opr_meta){.dtype = op->out_dtype[k] >= 0 ? (opr_dtype)op->out_dtype[k] : dt, .ndim = shape.n};
         memcpy(outs[k].shape, shape.u.l, sizeof shape.u.l);
-        outs[k].numel = opr_meta_numel(outs[k].shape, shape.n);
+        if ((rc = opr_shape_check(outs[k].shape, shape.n, &outs[k].numel, op->name))) return rc;
         slots[op->nargs + k] = (mval){.k = MV_TENSOR, .u.t = &outs[k]};
     }
     return OPR_OK;
@@ -96,6 +80,7 @@ int opr_plan_explain(const opr_op *op, const opr_value *args, int nargs, const c
     opr_meta outs[OPR_MAX_OUTS];
     opr_device dev;
     uint32_t mask;
+    if (!buf || !len) return opr_fail(OPR_ERR_INVALID, "opr_plan_explain: NULL or empty buffer");
     int rc = meta_slots(op, args, nargs, slots, outs, &dev);
     if (!rc) rc = mask_of(op, requires_grad, n_requires_grad, &mask);
     if (!rc) rc = plan_explain(op, mask, dev, slots, buf, len);

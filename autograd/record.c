@@ -89,12 +89,13 @@ int ag_record(const opr_op *op, opr_tensor *const *tensors, const mval *slots, o
         n->slots[op->nargs + k].u.t = &n->metas[op->nargs + k];
     }
     n->plan = plan_get(op, mask, dev, n->slots);
-    if (!n->plan) { ag_node_release(n); return opr_fail_wrap(OPR_ERR_UNSUPPORTED, "%s: planning the backward", op->name); }
+    if (!n->plan) { ag_node_release(n); return opr_fail_wrap(opr_error_status(), "%s: planning the backward", op->name); }
     for (int s = 0; s < op->nargs + op->nout; s++) {
         if (!((n->plan->save >> s) & 1)) continue;
         n->saved[s] = s < op->nargs ? opr_tensor_retain(tensors[s]) : detached_view(outs[s - op->nargs]);
         if (!n->saved[s]) {
             ag_node_release(n);
+            if (s >= op->nargs) return opr_fail_wrap(opr_error_status(), "%s: saving '%s'", op->name, op->deriv->slot_names[s]);
             return opr_fail(OPR_ERR_INVALID, "%s: the plan saves '%s', which was not given", op->name,
                             op->deriv->slot_names[s]);
         }

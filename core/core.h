@@ -22,6 +22,10 @@ int opr_fail(int status, const char *fmt, ...) __attribute__((format(printf, 2, 
 int opr_fail_wrap(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void opr_error_vset(const char *fmt, va_list ap);
 void opr_error_clear(void);
+/* Status given to the last opr_fail/opr_fail_wrap on this thread: what a caller of a
+ * function that returns NULL on failure passes on. OPR_ERR_NOMEM when nothing has
+ * failed since the last clear (an allocation that failed without a message). */
+int opr_error_status(void);
 
 /* ------------------------------------------------------------------ devices */
 
@@ -122,7 +126,24 @@ static inline size_t opr_elem_size(opr_dtype dt)
  * f16 or bf16, truncated for i64, v != 0 for bool. */
 void opr_dtype_store(opr_dtype dt, double v, void *dst);
 
-/* Meta helpers. */
+/* Most elements a tensor (or view) may have: its size in bytes, at 8 bytes per element,
+ * fits in int64, so kernels can compute any byte offset without overflow. */
+#define OPR_MAX_NUMEL (INT64_MAX / 8)
+
+/* Checks a shape that may come from a caller: ndim in range, shape non-NULL when
+ * ndim > 0, no negative size, and no element count past OPR_MAX_NUMEL (the product of
+ * the non-zero sizes, so that strides cannot wrap either). Writes the element count to
+ * *numel when numel is not NULL. The one check every allocation and view goes through;
+ * `who` starts the error message. */
+int opr_shape_check(const int64_t *shape, int ndim, int64_t *numel, const char *who);
+/* Length of the diagonal at `offset` (> 0 above the main one, < 0 below) of a rows x
+ * cols matrix, for any int64 offset; 0 when it lies outside. */
+static inline int64_t opr_diagonal_length(int64_t rows, int64_t cols, int64_t offset)
+{
+    if (offset >= 0) return offset >= cols ? 0 : (cols - offset < rows ? cols - offset : rows);
+    return offset <= -rows ? 0 : (rows + offset < cols ? rows + offset : cols);
+}
+/* Product of sizes already checked by opr_shape_check (hot paths). */
 int64_t opr_meta_numel(const int64_t *shape, int ndim);
 void opr_contiguous_strides(const int64_t *shape, int ndim, int64_t *strides);
 
@@ -147,6 +168,11 @@ int opr_tensor_copy_into(opr_tensor *dst, const opr_tensor *src);
 
 /* Drops a reference to an autograd node (autograd/record.c). */
 void ag_node_release(struct opr_node *n);
+/* Called before a reference to a leaf whose grad has a graph is dropped: frees the
+ * loop leaf -> grad -> graph -> leaf when nothing else holds it (autograd/leaf_cycle.c). */
+void ag_leaf_cycle_collect(opr_tensor *leaf);
+/* Whether a leaf's grad has a graph, read under the leaf's lock (autograd/leaf_lock.c). */
+bool ag_leaf_grad_has_graph(const opr_tensor *leaf);
 
 /* Creates the built-in cpu device entry (type 0); frees what it holds. */
 void opr_devices_init(opr_ctx *ctx);

@@ -64,6 +64,50 @@ static bool device_type_of(const char *name, DLDeviceType *out)
     return false;
 }
 
+/* Shape, strides and offset must describe memory opreg can index: sizes checked like
+ * any allocation, strides not negative, and the furthest element within int64. */
+static int check_layout(const DLTensor *d, size_t elem_size)
+{
+    static const char who[] = "opr_tensor_from_dlpack";
+    int64_t numel;
+    if (opr_shape_check(d->shape, d->ndim, &numel, who)) return OPR_ERR_INVALID;
+    if (d->byte_offset % elem_size)
+        return opr_fail(OPR_ERR_UNSUPPORTED, "%s: byte_offset not a multiple of the element size", who);
+    uint64_t furthest = d->byte_offset / elem_size;
+    for (int i = 0; i < d->ndim && d->strides && numel; i++) {
+        if (d->strides[i] < 0)
+            return opr_fail(OPR_ERR_UNSUPPORTED, "%s: negative stride %lld in dimension %d", who,
+                            (long long)d->strides[i], i);
+        uint64_t reach;
+        if (__builtin_mul_overflow((uint64_t)(d->shape[i] - 1), (uint64_t)d->strides[i], &reach) ||
+            __builtin_add_overflow(furthest, reach, &furthest))
+            furthest = UINT64_MAX;
+    }
+    if (!d->strides && numel) furthest += (uint64_t)numel - 1;
+    if (furthest > (uint64_t)OPR_MAX_NUMEL)
+        return opr_fail(OPR_ERR_INVALID, "%s: strides and offset reach past %lld elements", who,
+                        (long long)OPR_MAX_NUMEL);
+    return OPR_OK;
+}
+
+/* True when every byte of the bool tensor t is 0 or 1 (read through a host copy, so
+ * any device and layout works); otherwise false with the error set. */
+static bool bool_bytes_valid(const opr_tensor *t)
+{
+    size_t n = (size_t)t->m.numel;
+    unsigned char *bytes = malloc(n ? n : 1);
+    if (!bytes) { opr_fail(OPR_ERR_NOMEM, "opr_tensor_from_dlpack: out of memory"); return false; }
+    bool ok = opr_tensor_copy_to_host(t, bytes, n) == OPR_OK;
+    for (size_t i = 0; ok && i < n; i++)
+        if (bytes[i] > 1) {
+            opr_fail(OPR_ERR_INVALID, "opr_tensor_from_dlpack: a uint8 tensor imported as bool holds %u at "
+                     "element %zu; bool elements must be 0 or 1", bytes[i], i);
+            ok = false;
+        }
+    free(bytes);
+    return ok;
+}
+
 DLManagedTensor *opr_tensor_to_dlpack(opr_tensor *t)
 {
     if (!t) { opr_fail(OPR_ERR_INVALID, "opr_tensor_to_dlpack: NULL tensor"); return NULL; }
@@ -105,10 +149,7 @@ opr_tensor *opr_tensor_from_dlpack(opr_ctx *ctx, DLManagedTensor *m)
                  d->dtype.code, d->dtype.bits, d->dtype.lanes);
         return NULL;
     }
-    if (d->ndim < 0 || d->ndim > OPR_MAX_DIMS || (d->ndim && !d->shape)) {
-        opr_fail(OPR_ERR_INVALID, "opr_tensor_from_dlpack: ndim %d unsupported", d->ndim);
-        return NULL;
-    }
+    if (check_layout(d, opr_dtype_size(dt))) return NULL;
     const char *name = device_name_of(d->device.device_type);
     int type = name ? opr_device_type_find(ctx, name) : -1;
     if (type < 0) {
@@ -122,12 +163,18 @@ opr_tensor *opr_tensor_from_dlpack(opr_ctx *ctx, DLManagedTensor *m)
         return NULL;
     }
     size_t es = opr_dtype_size(dt);
-    if (d->byte_offset % es) {
-        opr_fail(OPR_ERR_UNSUPPORTED, "opr_tensor_from_dlpack: byte_offset not a multiple of the element size");
-        return NULL;
-    }
     /* Elements are addressed from the storage base, so the byte offset becomes the
      * tensor's storage offset. */
-    return opr_tensor_over_memory(ctx, dev, d->data, dt, d->ndim, d->shape, d->strides,
-                                  (int64_t)(d->byte_offset / es), m);
+    opr_tensor *t = opr_tensor_over_memory(ctx, dev, d->data, dt, d->ndim, d->shape, d->strides,
+                                           (int64_t)(d->byte_offset / es), NULL);
+    if (!t) return NULL;
+    /* Zero-copy: bytes other than 0/1 cannot be normalised without writing to the
+     * exporter's memory, so such a "bool" (uint8) tensor is refused. */
+    if (dt == OPR_BOOL && !bool_bytes_valid(t)) {
+        opr_tensor_release(t);
+        return NULL;
+    }
+    t->storage->dl_owner = m; /* from here on, freeing the tensor runs m's deleter */
+    t->storage->borrowed = false;
+    return t;
 }

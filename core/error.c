@@ -5,10 +5,13 @@
 #include <string.h>
 
 static _Thread_local char err_buf[1024];
+static _Thread_local int err_status;
 
 const char *opr_last_error(void) { return err_buf; }
 
-void opr_error_clear(void) { err_buf[0] = '\0'; }
+int opr_error_status(void) { return err_status ? err_status : OPR_ERR_NOMEM; }
+
+void opr_error_clear(void) { err_buf[0] = '\0'; err_status = OPR_OK; }
 
 void opr_error_vset(const char *fmt, va_list ap)
 {
@@ -17,6 +20,7 @@ void opr_error_vset(const char *fmt, va_list ap)
 
 int opr_fail(int status, const char *fmt, ...)
 {
+    err_status = status;
     va_list ap;
     va_start(ap, fmt);
     opr_error_vset(fmt, ap);
@@ -26,6 +30,7 @@ int opr_fail(int status, const char *fmt, ...)
 
 int opr_fail_wrap(int status, const char *fmt, ...)
 {
+    err_status = status;
     char prev[sizeof err_buf];
     memcpy(prev, err_buf, sizeof prev);
     va_list ap;

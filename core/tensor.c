@@ -12,6 +12,29 @@ int64_t opr_meta_numel(const int64_t *shape, int ndim)
     return n;
 }
 
+int opr_shape_check(const int64_t *shape, int ndim, int64_t *numel, const char *who)
+{
+    if (ndim < 0 || ndim > OPR_MAX_DIMS)
+        return opr_fail(OPR_ERR_INVALID, "%s: ndim %d out of range [0, %d]", who, ndim, OPR_MAX_DIMS);
+    if (ndim > 0 && !shape) return opr_fail(OPR_ERR_INVALID, "%s: NULL shape with ndim %d", who, ndim);
+    /* The product of the non-zero sizes is bounded too: contiguous strides are that
+     * product, and a shape with a zero somewhere must not wrap them either. */
+    int64_t span = 1;
+    bool empty = false;
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] < 0)
+            return opr_fail(OPR_ERR_INVALID, "%s: negative size %lld in dimension %d", who,
+                            (long long)shape[i], i);
+        if (shape[i] == 0) { empty = true; continue; }
+        if (span > OPR_MAX_NUMEL / shape[i])
+            return opr_fail(OPR_ERR_INVALID, "%s: shape too large, too many elements (dimension %d of size %lld "
+                            "takes the count past %lld)", who, i, (long long)shape[i], (long long)OPR_MAX_NUMEL);
+        span *= shape[i];
+    }
+    if (numel) *numel = empty ? 0 : span;
+    return OPR_OK;
+}
+
 void opr_contiguous_strides(const int64_t *shape, int ndim, int64_t *strides)
 {
     int64_t s = 1;
@@ -19,23 +42,6 @@ void opr_contiguous_strides(const int64_t *shape, int ndim, int64_t *strides)
         strides[i] = s;
         s *= shape[i] > 1 ? shape[i] : 1;
     }
-}
-
-static int check_shape(int ndim, const int64_t *shape, const char *who)
-{
-    if (ndim < 0 || ndim > OPR_MAX_DIMS)
-        return opr_fail(OPR_ERR_INVALID, "%s: ndim %d out of range [0, %d]", who, ndim, OPR_MAX_DIMS);
-    if (ndim > 0 && !shape) return opr_fail(OPR_ERR_INVALID, "%s: NULL shape with ndim %d", who, ndim);
-    int64_t numel = 1;
-    for (int i = 0; i < ndim; i++) {
-        if (shape[i] < 0)
-            return opr_fail(OPR_ERR_INVALID, "%s: negative size %lld in dimension %d", who,
-                            (long long)shape[i], i);
-        if (shape[i] && numel > INT64_MAX / 16 / shape[i])
-            return opr_fail(OPR_ERR_INVALID, "%s: shape too large", who);
-        numel *= shape[i];
-    }
-    return OPR_OK;
 }
 
 /* Callers set the shape, strides and storage; only the rest is initialised here (a
@@ -58,7 +64,8 @@ static opr_tensor *tensor_alloc_header(opr_ctx *ctx)
 opr_tensor *opr_tensor_empty(opr_ctx *ctx, opr_dtype dtype, int ndim, const int64_t *shape,
                              opr_device dev)
 {
-    int64_t numel = opr_meta_numel(shape, ndim);
+    int64_t numel;
+    if (opr_shape_check(shape, ndim, &numel, "tensor")) return NULL;
     opr_storage *s = opr_storage_new(ctx, dev, (size_t)numel * opr_elem_size(dtype));
     if (!s) return NULL;
     opr_tensor *t = tensor_alloc_header(ctx);
@@ -79,7 +86,7 @@ static int check_new_args(opr_ctx *ctx, opr_dtype dtype, int ndim, const int64_t
     if (!opr_dtype_size(dtype)) return opr_fail(OPR_ERR_INVALID, "%s: invalid dtype %d", who, (int)dtype);
     if (!opr_dev_entry(ctx, dev))
         return opr_fail(OPR_ERR_INVALID, "%s: unknown device (type %d, ordinal %d)", who, dev.type, dev.index);
-    return check_shape(ndim, shape, who);
+    return opr_shape_check(shape, ndim, NULL, who);
 }
 
 opr_tensor *opr_tensor_new(opr_ctx *ctx, opr_dtype dtype, int ndim, const int64_t *shape,
@@ -102,6 +109,21 @@ opr_tensor *opr_tensor_new(opr_ctx *ctx, opr_dtype dtype, int ndim, const int64_
     return t;
 }
 
+/* Kernels count and select with bool bytes as they are (masked_select sums them), so a
+ * byte other than 0 or 1 from the caller would be counted as that many elements. Host
+ * data for a bool tensor is read through a copy holding 0/1; *copy is what to free. */
+static const void *bool_bytes_normalised(opr_dtype dtype, const void *src, size_t n, void **copy)
+{
+    *copy = NULL;
+    if (dtype != OPR_BOOL || !n) return src;
+    unsigned char *c = malloc(n);
+    if (!c) { opr_fail(OPR_ERR_NOMEM, "out of memory normalising bool data"); return NULL; }
+    const unsigned char *b = src;
+    for (size_t i = 0; i < n; i++) c[i] = b[i] != 0;
+    *copy = c;
+    return c;
+}
+
 opr_tensor *opr_tensor_from_data(opr_ctx *ctx, opr_dtype dtype, int ndim, const int64_t *shape,
                                  const void *data, opr_device dev)
 {
@@ -111,8 +133,13 @@ opr_tensor *opr_tensor_from_data(opr_ctx *ctx, opr_dtype dtype, int ndim, const 
     opr_tensor *t = opr_tensor_empty(ctx, dtype, ndim, shape, dev);
     if (!t) return NULL;
     size_t n = t->storage->nbytes;
+    void *copy;
+    const void *src = bool_bytes_normalised(dtype, data, n, &copy);
+    if (!src) { opr_tensor_release(t); return NULL; }
     opr_device_entry *e = opr_dev_entry(ctx, dev);
-    if (n && e->desc.copy_from_host(e->desc.data, dev.index, t->storage->data, data, n)) {
+    int rc = n ? e->desc.copy_from_host(e->desc.data, dev.index, t->storage->data, src, n) : OPR_OK;
+    free(copy);
+    if (rc) {
         opr_tensor_release(t);
         opr_fail_wrap(OPR_ERR_BACKEND, "opr_tensor_from_data: copy to %s failed", e->name);
         return NULL;
@@ -157,13 +184,17 @@ opr_tensor *opr_tensor_over_memory(opr_ctx *ctx, opr_device dev, void *data, opr
 opr_tensor *opr_tensor_make_view(opr_tensor *base, int ndim, const int64_t *shape,
                                  const int64_t *strides, int64_t offset)
 {
+    /* An expanded view holds more elements than its storage: its count is checked
+     * like an allocation's, so that kernels reading it never index past int64. */
+    int64_t numel;
+    if (opr_shape_check(shape, ndim, &numel, "view")) return NULL;
     opr_tensor *t = tensor_alloc_header(base->ctx);
     if (!t) return NULL;
     atomic_fetch_add(&base->storage->refs, 1);
     t->storage = base->storage;
     t->m.dtype = base->m.dtype;
     t->m.ndim = ndim;
-    t->m.numel = opr_meta_numel(shape, ndim);
+    t->m.numel = numel;
     if (ndim) {
         memcpy(t->m.shape, shape, (size_t)ndim * sizeof *shape);
         memcpy(t->strides, strides, (size_t)ndim * sizeof *strides);
@@ -180,8 +211,13 @@ opr_tensor *opr_tensor_retain(opr_tensor *t)
 
 void opr_tensor_release(opr_tensor *t)
 {
+    if (!t) return;
+    /* backward with create_graph leaves a loop: this leaf -> grad -> graph -> leaf.
+     * .grad is read under the leaf's lock: another thread's backward may replace it. */
+    if (!t->grad_fn && atomic_load_explicit(&t->refs, memory_order_acquire) > 1 && ag_leaf_grad_has_graph(t))
+        ag_leaf_cycle_collect(t);
     /* refs == 1 means no other holder exists who could race with us */
-    if (!t || (atomic_load_explicit(&t->refs, memory_order_acquire) != 1 &&
+    if ((atomic_load_explicit(&t->refs, memory_order_acquire) != 1 &&
                atomic_fetch_sub_explicit(&t->refs, 1, memory_order_acq_rel) != 1))
         return;
     opr_tensor_release(t->grad);
@@ -281,10 +317,14 @@ int opr_tensor_copy_from_host(opr_tensor *t, const void *src, size_t nbytes)
     size_t need = (size_t)t->m.numel * opr_dtype_size(t->m.dtype);
     if (nbytes < need)
         return opr_fail(OPR_ERR_INVALID, "opr_tensor_copy_from_host: buffer of %zu bytes, need %zu", nbytes, need);
+    void *copy;
+    src = bool_bytes_normalised(t->m.dtype, src, need, &copy);
+    if (!src) return OPR_ERR_NOMEM;
     opr_tensor *host = opr_tensor_over_memory(t->ctx, OPR_CPU, (void *)src, t->m.dtype, t->m.ndim, t->m.shape, NULL, 0, NULL);
-    if (!host) return OPR_ERR_NOMEM;
+    if (!host) { free(copy); return OPR_ERR_NOMEM; }
     atomic_fetch_add(&t->storage->version, 1);
     int rc = opr_tensor_copy_into(t, host);
     opr_tensor_release(host);
+    free(copy);
     return rc;
 }

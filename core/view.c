@@ -103,15 +103,8 @@ opr_tensor *opr_tensor_diagonal(opr_tensor *t, int64_t offset, int d0, int d1)
     if (!wrap_dim(d0, t->m.ndim, &a)) return BAD_DIM("diagonal", d0, t);
     if (!wrap_dim(d1, t->m.ndim, &b)) return BAD_DIM("diagonal", d1, t);
     if (a == b) { opr_fail(OPR_ERR_INVALID, "diagonal: dim1 and dim2 are both %d", a); return NULL; }
-    int64_t len, start = t->offset;
-    if (offset >= 0) {
-        len = t->m.shape[b] - offset < t->m.shape[a] ? t->m.shape[b] - offset : t->m.shape[a];
-        start += offset * t->strides[b];
-    } else {
-        len = t->m.shape[a] + offset < t->m.shape[b] ? t->m.shape[a] + offset : t->m.shape[b];
-        start -= offset * t->strides[a];
-    }
-    if (len <= 0) { len = 0; start = t->offset; }
+    int64_t len = opr_diagonal_length(t->m.shape[a], t->m.shape[b], offset), start = t->offset;
+    if (len > 0) start += offset >= 0 ? offset * t->strides[b] : -offset * t->strides[a];
     int64_t shape[OPR_MAX_DIMS], strides[OPR_MAX_DIMS];
     int n = 0;
     for (int d = 0; d < t->m.ndim; d++) {

@@ -141,7 +141,9 @@ static int check_args(const opr_op *op, const opr_value *args, int nargs, checke
             break;
         case ARG_INT_LIST:
             if ((ok = v->kind == OPR_V_INT_LIST)) {
-                if (v->u.il.n < 0 || v->u.il.n > OPR_MAX_DIMS || (v->u.il.n && !v->u.il.items))
+                if (v->u.il.n && !v->u.il.items)
+                    return opr_fail(OPR_ERR_INVALID, "%s: argument '%s' has %d NULL items", op->name, a->name, v->u.il.n);
+                if (v->u.il.n < 0 || v->u.il.n > OPR_MAX_DIMS)
                     return opr_fail(OPR_ERR_INVALID, "%s: argument '%s' must be a list of 0 to %d ints", op->name,
                                     a->name, OPR_MAX_DIMS);
                 k->kind = OPR_ARG_INT_LIST;
@@ -251,23 +253,22 @@ int dispatch_alloc_output(const opr_kernel_call *call, int32_t index, int32_t nd
     for (int d = 0; d < ndim; d++)
         if (shape[d] < 0) return opr_fail(OPR_ERR_INVALID, "alloc_output: negative size");
     opr_tensor *t = opr_tensor_empty(f->ctx, f->out_dtype[index], ndim, shape, f->dev);
-    if (!t) return OPR_ERR_NOMEM;
+    if (!t) return opr_error_status();
     f->outs[index] = t;
     opr_tensor_fill_view(t, &call->outputs[index]);
     return OPR_OK;
 }
 
-static int prepare(const opr_op *op, const opr_value *args, int nargs, opr_tensor **results, int nres, checked *c)
+/* Everything opr_call checks before it allocates: arguments against the schema, one
+ * context and device, dtypes, and the op's `check:` expressions. */
+static int validate(const opr_op *op, const opr_value *args, int nargs, checked *c)
 {
     if (!op) return opr_fail(OPR_ERR_INVALID, "opr_call: NULL op");
     if (op->backward_of)
         return opr_fail(OPR_ERR_INVALID, "%s is the fused backward kernel of %s, run by the autograd engine; "
                         "it cannot be called directly", op->name, op->backward_of->name);
-    if (nres && !results) return opr_fail(OPR_ERR_INVALID, "%s: NULL results array", op->name);
-    for (int i = 0; i < nres; i++) results[i] = NULL;
-    if (nres != op->nout)
-        return opr_fail(OPR_ERR_INVALID, "%s: returns %d tensor(s), %d result slot(s) given", op->name, op->nout, nres);
-    if (nargs < 0 || nargs > op->nargs || (nargs && !args))
+    if (nargs > 0 && !args) return opr_fail(OPR_ERR_INVALID, "%s: NULL args array with %d argument(s)", op->name, nargs);
+    if (nargs < 0 || nargs > op->nargs)
         return opr_fail(OPR_ERR_INVALID, "%s: takes at most %d argument(s), %d given; schema: %s", op->name, op->nargs,
                         nargs, op->schema);
     c->common = -1;
@@ -293,6 +294,31 @@ static int prepare(const opr_op *op, const opr_value *args, int nargs, opr_tenso
         if ((rc = expr_eval(op->checks[i], c->slots, &v))) return opr_fail_wrap(rc, "%s", op->name);
         if (v.k != MV_BOOL || !v.u.b) return check_failed(op, op->checks[i], c);
     }
+    return OPR_OK;
+}
+
+static int prepare(const opr_op *op, const opr_value *args, int nargs, opr_tensor **results, int nres, checked *c)
+{
+    if (op && nres && !results) return opr_fail(OPR_ERR_INVALID, "%s: NULL results array", op->name);
+    for (int i = 0; i < nres && results; i++) results[i] = NULL;
+    if (op && nres != op->nout)
+        return opr_fail(OPR_ERR_INVALID, "%s: returns %d tensor(s), %d result slot(s) given", op->name, op->nout, nres);
+    return validate(op, args, nargs, c);
+}
+
+int dispatch_validate(const opr_op *op, const opr_value *args, int nargs, mval *slots, opr_device *dev,
+                      opr_dtype *common)
+{
+    checked c;
+    c.list_views = NULL;
+    c.have_dev = false;
+    c.any_requires_grad = c.list_requires_grad = false;
+    int rc = validate(op, args, nargs, &c);
+    free(c.list_views);
+    if (rc) return rc;
+    memcpy(slots, c.slots, (size_t)op->nargs * sizeof *slots);
+    *dev = c.dev;
+    *common = (opr_dtype)c.common;
     return OPR_OK;
 }
 
@@ -327,7 +353,7 @@ int opr_call(const opr_op *op, const opr_value *args, int nargs, opr_tensor **re
         }
         free(c.list_views);
         results[0] = v;
-        return v ? OPR_OK : rc ? rc : OPR_ERR_INVALID;
+        return v ? OPR_OK : rc ? rc : opr_error_status();
     }
 
     kernel_entry *kern = atomic_load_explicit(&((opr_op *)op)->kernels[c.dev.type], memory_order_acquire);
@@ -367,7 +393,10 @@ int opr_call(const opr_op *op, const opr_value *args, int nargs, opr_tensor **re
         for (int d = 0; d < shape.n && !rc; d++)
             if (shape.u.l[d] < 0) rc = opr_fail(OPR_ERR_INVALID, "%s: negative output size %lld", op->name, (long long)shape.u.l[d]);
         if (rc) break;
-        if (!(f.outs[i] = opr_tensor_empty(op->ctx, f.out_dtype[i], shape.n, shape.u.l, c.dev))) { rc = OPR_ERR_NOMEM; break; }
+        if (!(f.outs[i] = opr_tensor_empty(op->ctx, f.out_dtype[i], shape.n, shape.u.l, c.dev))) {
+            rc = opr_fail_wrap(opr_error_status(), "%s", op->name);
+            break;
+        }
         opr_tensor_fill_view(f.outs[i], &out_views[i]);
     }
     if (!rc) {

@@ -13,11 +13,14 @@ static int want_tensor(const mval *v, const char *fn)
     return v->k == MV_TENSOR ? OPR_OK : opr_fail(OPR_ERR_INVALID, "%s: expected a tensor argument", fn);
 }
 
+/* Whether an integral double converts to int64 without undefined behaviour. */
+static bool fits_int64(double d) { return d >= -0x1p63 && d < 0x1p63; }
+
 static bool as_int(const mval *v, int64_t *out)
 {
     if (v->k == MV_INT) { *out = v->u.i; return true; }
     if (v->k == MV_BOOL) { *out = v->u.b; return true; }
-    if (v->k == MV_FLOAT && v->u.d == floor(v->u.d)) { *out = (int64_t)v->u.d; return true; }
+    if (v->k == MV_FLOAT && v->u.d == floor(v->u.d) && fits_int64(v->u.d)) { *out = (int64_t)v->u.d; return true; }
     return false;
 }
 
@@ -286,14 +289,14 @@ static int bi_diag_shape(const mval *a, int n, mval *out)
     int64_t k;
     if (want_tensor(&a[0], "diag_shape") || !as_int(&a[1], &k)) return opr_fail(OPR_ERR_INVALID, "diag_shape: expected (tensor, int)");
     const opr_meta *t = a[0].u.t;
-    int64_t absk = k < 0 ? -k : k;
     if (t->ndim == 1) {
-        int64_t s = t->shape[0] + absk, sh[2] = {s, s};
+        int64_t s;
+        if (k == INT64_MIN || __builtin_add_overflow(t->shape[0], k < 0 ? -k : k, &s))
+            return opr_fail(OPR_ERR_INVALID, "diag_shape: diagonal %lld out of range", (long long)k);
+        int64_t sh[2] = {s, s};
         set_list(out, sh, 2);
     } else {
-        int64_t len = k >= 0 ? (t->shape[1] - k < t->shape[0] ? t->shape[1] - k : t->shape[0])
-                             : (t->shape[0] + k < t->shape[1] ? t->shape[0] + k : t->shape[1]);
-        if (len < 0) len = 0;
+        int64_t len = opr_diagonal_length(t->shape[0], t->shape[1], k);
         set_list(out, &len, 1);
     }
     return OPR_OK;
@@ -320,8 +323,11 @@ static int rounding(const mval *a, mval *out, double (*f)(double), const char *f
 {
     double d;
     if (!as_num(&a[0], &d)) return opr_fail(OPR_ERR_INVALID, "%s: expected a number", fn);
+    double r = f(d);
+    if (!isfinite(r)) return opr_fail(OPR_ERR_INVALID, "%s: %g is not finite", fn, d);
+    if (!fits_int64(r)) return opr_fail(OPR_ERR_INVALID, "%s: %g is out of the int64 range", fn, d);
     out->k = MV_INT;
-    out->u.i = (int64_t)f(d);
+    out->u.i = (int64_t)r;
     return OPR_OK;
 }
 static int bi_ceil(const mval *a, int n, mval *out) { (void)n; return rounding(a, out, ceil, "ceil"); }
@@ -432,13 +438,12 @@ static int bi_diagonal_shape(const mval *a, int n, mval *out)
     const opr_meta *t = a[0].u.t;
     if (t->ndim < 2 || wrap(x, t->ndim, "diagonal", &i) || wrap(y, t->ndim, "diagonal", &j) || i == j)
         return opr_fail(OPR_ERR_INVALID, "diagonal: needs two distinct dims of a tensor with >= 2 dims");
-    int64_t len = off >= 0 ? (t->shape[j] - off < t->shape[i] ? t->shape[j] - off : t->shape[i])
-                           : (t->shape[i] + off < t->shape[j] ? t->shape[i] + off : t->shape[j]);
+    int64_t len = opr_diagonal_length(t->shape[i], t->shape[j], off);
     out->k = MV_LIST;
     out->n = 0;
     for (int k = 0; k < t->ndim; k++)
         if (k != i && k != j) out->u.l[out->n++] = t->shape[k];
-    out->u.l[out->n++] = len > 0 ? len : 0;
+    out->u.l[out->n++] = len;
     return OPR_OK;
 }
 
@@ -507,15 +512,22 @@ static int arith(int op, const mval *x, const mval *y, mval *out)
     bool ints = x->k != MV_FLOAT && y->k != MV_FLOAT && as_int(x, &a) && as_int(y, &b);
     if (ints && op != EOP_DIV) {
         out->k = MV_INT;
+        /* Operands come from callers' sizes and ints: a wrapped result would become a
+         * small or negative size, so overflow is an error. */
+        bool wrapped = false;
         switch (op) {
-        case EOP_ADD: out->u.i = a + b; return OPR_OK;
-        case EOP_SUB: out->u.i = a - b; return OPR_OK;
-        case EOP_MUL: out->u.i = a * b; return OPR_OK;
+        case EOP_ADD: wrapped = __builtin_add_overflow(a, b, &out->u.i); break;
+        case EOP_SUB: wrapped = __builtin_sub_overflow(a, b, &out->u.i); break;
+        case EOP_MUL: wrapped = __builtin_mul_overflow(a, b, &out->u.i); break;
         case EOP_MOD:
             if (!b) return opr_fail(OPR_ERR_INVALID, "modulo by zero");
-            out->u.i = a % b;
-            return OPR_OK;
+            out->u.i = b == -1 ? 0 : a % b;
+            break;
         }
+        if (wrapped)
+            return opr_fail(OPR_ERR_INVALID, "integer overflow in %lld %c %lld", (long long)a,
+                            op == EOP_ADD ? '+' : op == EOP_SUB ? '-' : '*', (long long)b);
+        return OPR_OK;
     }
     double da, db;
     if (!as_num(x, &da) || !as_num(y, &db)) return opr_fail(OPR_ERR_INVALID, "arithmetic on non-numbers");

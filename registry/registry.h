@@ -71,9 +71,17 @@ struct opr_op {
 /* Slots of an op's expressions: args, then outputs by name, then `result`. */
 static inline int op_nslots(const opr_op *op) { return op->nargs + op->nout + 1; }
 
+/* The op table's slots live in chunks of OPS_CHUNK0, 2 * OPS_CHUNK0, 4 * OPS_CHUNK0, ...
+ * entries, each allocated once and never moved, so readers need no lock (op_table.c). */
+#define OPS_CHUNK0 64
+#define OPS_NCHUNKS 24
+
 typedef struct opr_registry {
-    opr_op **ops;
-    int n, cap;
+    _Atomic(opr_op *) *chunks[OPS_NCHUNKS];
+    _Atomic int n;             /* entries visible to readers */
+    opr_op **retired;          /* dropped by registry_truncate: readers may still hold them */
+    int nretired, cap_retired;
+    pthread_mutex_t errors_lock;
     char *errors;              /* every load error, newline-separated */
     size_t errors_len;
     _Atomic(opr_op *) engine_ops[1]; /* add: looked up once for the autograd engine */
@@ -87,8 +95,14 @@ int registry_new(opr_ctx *ctx);
 void registry_free(opr_ctx *ctx);
 /* Adds an op (takes ownership); fails on a duplicate name. Call with ctx->lock held. */
 int registry_add(opr_ctx *ctx, opr_op *op);
-/* Appends a line to the registry's error log. */
+/* Number of ops in the table. */
+int registry_count(const opr_ctx *ctx);
+/* Drops the ops after the first n (those of a plugin whose init failed). They are kept
+ * until the context is freed, as a reader may hold one. Call with ctx->lock held. */
+void registry_truncate(opr_ctx *ctx, int n);
+/* Appends a line to the registry's error log (error_log.c). */
 void registry_note_error(opr_ctx *ctx, const char *msg);
+/* Lock-free lookup by name; NULL if absent. */
 opr_op *registry_find(const opr_ctx *ctx, const char *name);
 /* The ops the autograd engine itself calls, cached after the first lookup. */
 enum { ENGINE_OP_ADD, ENGINE_OP_COUNT };
@@ -110,6 +124,12 @@ int plugins_new(opr_ctx *ctx);
 const opr_host_api *plugin_host_api(void);
 /* host->alloc_output (dispatch.c). */
 int dispatch_alloc_output(const opr_kernel_call *call, int32_t index, int32_t ndim, const int64_t *shape);
+/* The checks opr_call makes before it allocates anything (schema, context, device,
+ * dtypes, the op's `check:` expressions), for callers that only plan: on success the
+ * op's argument slots (op->nargs of them, defaults filled in), the device and the
+ * common dtype. */
+int dispatch_validate(const opr_op *op, const opr_value *args, int nargs, mval *slots, opr_device *dev,
+                      opr_dtype *common);
 void plugins_free(opr_ctx *ctx);
 
 #endif

@@ -13,7 +13,10 @@
 
 /* Row and column of the first element of the diagonal at offset (> 0: above the main
  * diagonal, < 0: below it). */
-static inline int64_t opc_diagonal_row0(int64_t offset) { return offset < 0 ? -offset : 0; }
+static inline int64_t opc_diagonal_row0(int64_t offset)
+{
+    return offset < 0 ? (offset == INT64_MIN ? INT64_MAX : -offset) : 0; /* saturated: past any matrix */
+}
 static inline int64_t opc_diagonal_col0(int64_t offset) { return offset > 0 ? offset : 0; }
 
 /* Length of the diagonal at offset of a rows x cols matrix; 0 when it lies outside. */

@@ -1,0 +1,270 @@
+/* Inputs a hostile caller can build through the public API: sizes that overflow int64,
+ * plan queries with malformed arguments, bool tensors holding other bytes than 0/1,
+ * and misused backward options. Each must end in an error with a message (or the
+ * right result), never in a crash, a wrapped size or a leak. */
+#include "test_util.h"
+
+#include <dlpack/dlpack.h>
+#include <stdlib.h>
+#include <string.h>
+
+static opr_ctx *ctx;
+static opr_tensor *a23;
+
+static void setup(void)
+{
+    ctx = tu_ctx();
+    tu_seed(11);
+    a23 = tu_rand(ctx, OPR_F32, 2, (int64_t[]){2, 3}, -1, 1);
+}
+
+static void teardown(void)
+{
+    opr_tensor_release(a23);
+    tu_ctx_free(ctx);
+}
+
+/* ------------------------------------------------------------------ sizes */
+
+START_TEST(factory_sizes_that_overflow)
+{
+    tu_expect_fail(ctx, "zeros", (opr_value[]){opr_v_ints((int64_t[]){INT64_MAX}, 1)}, 1, 1, OPR_ERR_INVALID,
+                   "too many elements");
+    tu_expect_fail(ctx, "zeros", (opr_value[]){opr_v_ints((int64_t[]){(INT64_C(1) << 62) + 1, 4}, 2)}, 1, 1,
+                   OPR_ERR_INVALID, "too many elements");
+    tu_expect_fail(ctx, "new_zeros",
+                   (opr_value[]){opr_v_tensor(a23), opr_v_ints((int64_t[]){INT64_C(1) << 40, INT64_C(1) << 40}, 2)},
+                   2, 1, OPR_ERR_INVALID, "too many elements");
+    ck_assert_ptr_null(opr_tensor_new(ctx, OPR_F64, 1, (int64_t[]){INT64_MAX / 4}, OPR_CPU));
+    ck_assert_ptr_nonnull(strstr(opr_last_error(), "too many elements"));
+    /* a merely large count that fits is an allocation failure, not a wrapped size */
+    opr_tensor *big = opr_tensor_new(ctx, OPR_F64, 1, (int64_t[]){INT64_C(1) << 58}, OPR_CPU);
+    ck_assert_ptr_null(big);
+    ck_assert_msg(strstr(opr_last_error(), "out of memory") != NULL, "%s", opr_last_error());
+}
+END_TEST
+
+START_TEST(views_that_overflow)
+{
+    opr_tensor *one = tu_rand(ctx, OPR_F32, 2, (int64_t[]){1, 1}, -1, 1);
+    int64_t huge[2] = {(INT64_C(1) << 62) + 1, 4};
+    ck_assert_ptr_null(opr_tensor_expand(one, huge, 2));
+    ck_assert_ptr_nonnull(strstr(opr_last_error(), "too many elements"));
+    tu_expect_fail(ctx, "expand", (opr_value[]){opr_v_tensor(one), opr_v_ints(huge, 2)}, 2, 1, OPR_ERR_INVALID,
+                   "too many elements");
+    /* an expanded view that fits still reduces: 2^40 x 4 elements of stride 0 */
+    opr_tensor *wide = opr_tensor_expand(one, (int64_t[]){4, 3}, 2);
+    ck_assert_ptr_nonnull(wide);
+    opr_tensor_release(wide);
+    opr_tensor_release(one);
+}
+END_TEST
+
+START_TEST(diag_and_diagonal_offsets)
+{
+    opr_tensor *v3 = tu_rand(ctx, OPR_F32, 1, (int64_t[]){3}, -1, 1);
+    tu_expect_fail(ctx, "diag", (opr_value[]){opr_v_tensor(v3), opr_v_int((INT64_C(1) << 32) - 4)}, 2, 1,
+                   OPR_ERR_INVALID, "too many elements");
+    tu_expect_fail(ctx, "diag", (opr_value[]){opr_v_tensor(v3), opr_v_int(INT64_MIN)}, 2, 1, OPR_ERR_INVALID,
+                   "out of range");
+    /* offsets beyond the matrix give an empty diagonal, as in PyTorch */
+    const int64_t offsets[] = {INT64_MIN, INT64_MIN + 1, -4, 4, INT64_MAX};
+    for (size_t i = 0; i < sizeof offsets / sizeof offsets[0]; i++) {
+        opr_tensor *d = tu_call1(ctx, "diagonal", (opr_value[]){opr_v_tensor(a23), opr_v_int(offsets[i])}, 2);
+        ck_assert_int_eq(opr_tensor_numel(d), 0);
+        opr_tensor_release(d);
+        opr_tensor *m = tu_call1(ctx, "diag", (opr_value[]){opr_v_tensor(a23), opr_v_int(offsets[i])}, 2);
+        ck_assert_int_eq(opr_tensor_numel(m), 0);
+        opr_tensor_release(m);
+        d = opr_tensor_diagonal(a23, offsets[i], 0, 1);
+        ck_assert_ptr_nonnull(d);
+        ck_assert_int_eq(opr_tensor_numel(d), 0);
+        opr_tensor_release(d);
+    }
+    opr_tensor_release(v3);
+}
+END_TEST
+
+START_TEST(arange_counts)
+{
+    tu_expect_fail(ctx, "arange", (opr_value[]){opr_v_double(0), opr_v_double(1e300)}, 2, 1, OPR_ERR_INVALID,
+                   "out of the int64 range");
+    tu_expect_fail(ctx, "arange", (opr_value[]){opr_v_double(0), opr_v_double(2e18)}, 2, 1, OPR_ERR_INVALID,
+                   "too many elements");
+    tu_expect_fail(ctx, "arange", (opr_value[]){opr_v_double(0), opr_v_double(1.0 / 0.0)}, 2, 1, OPR_ERR_INVALID,
+                   "not finite");
+    tu_expect_fail(ctx, "arange", (opr_value[]){opr_v_double(0), opr_v_double(0.0 / 0.0)}, 2, 1, OPR_ERR_INVALID,
+                   "not finite");
+    tu_expect_fail(ctx, "arange", (opr_value[]){opr_v_double(0), opr_v_double(5), opr_v_double(0)}, 3, 1,
+                   OPR_ERR_INVALID, "step");
+    opr_tensor *r = tu_call1(ctx, "arange", (opr_value[]){opr_v_double(0), opr_v_double(5), opr_v_double(2)}, 3);
+    ck_assert_int_eq(opr_tensor_numel(r), 3);
+    opr_tensor_release(r);
+}
+END_TEST
+
+/* ------------------------------------------------------------------ plan queries */
+
+static void expect_plan_fail(const char *op_name, const opr_value *args, int nargs, const char *const *rg, int nrg,
+                             const char *needle)
+{
+    const opr_op *op = opr_op_find(ctx, op_name);
+    ck_assert_ptr_nonnull(op);
+    char buf[4096];
+    uint64_t bytes = 7;
+    int rc = opr_plan_explain(op, args, nargs, rg, nrg, buf, sizeof buf);
+    ck_assert_msg(rc == OPR_ERR_INVALID, "%s explain: %s (%s)", op_name, opr_status_name(rc), opr_last_error());
+    ck_assert_msg(strstr(opr_last_error(), needle), "%s: '%s' lacks '%s'", op_name, opr_last_error(), needle);
+    rc = opr_plan_saved_bytes(op, args, nargs, rg, nrg, &bytes);
+    ck_assert_msg(rc == OPR_ERR_INVALID, "%s bytes: %s (%s)", op_name, opr_status_name(rc), opr_last_error());
+    ck_assert_msg(strstr(opr_last_error(), needle), "%s: '%s' lacks '%s'", op_name, opr_last_error(), needle);
+    ck_assert_int_eq(bytes, 7);
+}
+
+START_TEST(plan_queries_check_arguments)
+{
+    const char *self[] = {"self"};
+    opr_tensor *s0 = tu_rand(ctx, OPR_F32, 0, NULL, -1, 1);
+    expect_plan_fail("sum", (opr_value[]){opr_v_tensor(a23), opr_v_ints(NULL, 1)}, 2, self, 1, "NULL");
+    expect_plan_fail("mm", (opr_value[]){opr_v_tensor(a23), opr_v_int(3)}, 2, self, 1, "expects Tensor");
+    expect_plan_fail("mm", (opr_value[]){opr_v_tensor(a23), opr_v_tensor(NULL)}, 2, self, 1, "NULL tensor");
+    expect_plan_fail("matmul", (opr_value[]){opr_v_tensor(s0), opr_v_tensor(s0)}, 2, self, 1, "");
+    expect_plan_fail("mm", (opr_value[]){opr_v_tensor(a23), opr_v_tensor(a23)}, 2, self, 1, "check failed");
+    expect_plan_fail("mm", NULL, 2, self, 1, "NULL");
+    opr_tensor *b32 = tu_rand(ctx, OPR_F32, 2, (int64_t[]){3, 2}, -1, 1);
+    expect_plan_fail("mm", (opr_value[]){opr_v_tensor(a23), opr_v_tensor(b32)}, 2, (const char *[]){NULL}, 1,
+                     "(null)");
+    expect_plan_fail("mm", (opr_value[]){opr_v_tensor(a23), opr_v_tensor(b32)}, 2, NULL, 1, "(null)");
+    const opr_op *mm = opr_op_find(ctx, "mm");
+    ck_assert_int_eq(opr_plan_explain(mm, (opr_value[]){opr_v_tensor(a23), opr_v_tensor(b32)}, 2, self, 1, NULL, 16),
+                     OPR_ERR_INVALID);
+    ck_assert_int_eq(opr_plan_saved_bytes(mm, (opr_value[]){opr_v_tensor(a23), opr_v_tensor(b32)}, 2, self, 1, NULL),
+                     OPR_ERR_INVALID);
+    uint64_t bytes = 0;
+    ck_assert_int_eq(opr_plan_saved_bytes(mm, (opr_value[]){opr_v_tensor(a23), opr_v_tensor(b32)}, 2, self, 1, &bytes),
+                     OPR_OK);
+    ck_assert_int_eq(bytes, 3 * 2 * 4); /* grad of self reads mat2 only */
+    opr_tensor_release(b32);
+    opr_tensor_release(s0);
+}
+END_TEST
+
+/* ------------------------------------------------------------------ bool bytes */
+
+static int64_t masked_count(opr_tensor *x, opr_tensor *mask)
+{
+    opr_tensor *out = tu_call1(ctx, "masked_select", (opr_value[]){opr_v_tensor(x), opr_v_tensor(mask)}, 2);
+    int64_t n = opr_tensor_numel(out);
+    opr_tensor_release(out);
+    return n;
+}
+
+START_TEST(bool_bytes_are_normalised)
+{
+    const unsigned char raw[8] = {0, 1, 2, 3, 0xff, 0x80, 0, 1};
+    opr_tensor *x = tu_rand(ctx, OPR_F32, 1, (int64_t[]){8}, -1, 1);
+    opr_tensor *mask = opr_tensor_from_data(ctx, OPR_BOOL, 1, (int64_t[]){8}, raw, OPR_CPU);
+    ck_assert_ptr_nonnull(mask);
+    unsigned char back[8];
+    ck_assert_int_eq(opr_tensor_copy_to_host(mask, back, sizeof back), OPR_OK);
+    for (int i = 0; i < 8; i++) ck_assert_int_eq(back[i], raw[i] != 0);
+    ck_assert_int_eq(masked_count(x, mask), 6);
+
+    /* the same through copy_from_host */
+    ck_assert_int_eq(opr_tensor_copy_from_host(mask, raw, sizeof raw), OPR_OK);
+    ck_assert_int_eq(opr_tensor_copy_to_host(mask, back, sizeof back), OPR_OK);
+    for (int i = 0; i < 8; i++) ck_assert_int_eq(back[i], raw[i] != 0);
+
+    /* DLPack import of caller memory holding other bytes: refused, memory untouched */
+    unsigned char mem[8];
+    memcpy(mem, raw, sizeof mem);
+    int64_t shape[1] = {8};
+    DLManagedTensor m = {0};
+    m.dl_tensor.data = mem;
+    m.dl_tensor.device = (DLDevice){kDLCPU, 0};
+    m.dl_tensor.ndim = 1;
+    m.dl_tensor.dtype = (DLDataType){kDLUInt, 8, 1}; /* dlpack 0.6: how bool travels */;
+    m.dl_tensor.shape = shape;
+    ck_assert_ptr_null(opr_tensor_from_dlpack(ctx, &m));
+    ck_assert_ptr_nonnull(strstr(opr_last_error(), "bool"));
+    ck_assert_mem_eq(mem, raw, sizeof mem);
+    /* ... and accepted with 0/1 bytes */
+    for (int i = 0; i < 8; i++) mem[i] = raw[i] != 0;
+    opr_tensor *imported = opr_tensor_from_dlpack(ctx, &m);
+    ck_assert_ptr_nonnull(imported);
+    ck_assert_int_eq(masked_count(x, imported), 6);
+    opr_tensor_release(imported);
+    opr_tensor_release(mask);
+    opr_tensor_release(x);
+}
+END_TEST
+
+/* ------------------------------------------------------------------ backward */
+
+START_TEST(backward_options_struct_size)
+{
+    opr_tensor *w = tu_rand(ctx, OPR_F64, 1, (int64_t[]){3}, -1, 1);
+    opr_set_requires_grad(w, true);
+    opr_tensor *s = tu_call1(ctx, "sum", (opr_value[]){opr_v_tensor(w)}, 1);
+    opr_backward_opts bad = {0};
+    ck_assert_int_eq(opr_backward(s, NULL, &bad), OPR_ERR_INVALID);
+    ck_assert_ptr_nonnull(strstr(opr_last_error(), "struct_size"));
+    ck_assert_ptr_null(opr_grad(w));
+    opr_tensor *g = NULL;
+    ck_assert_int_eq(opr_autograd_grad(&s, NULL, 1, &w, 1, &g, &bad), OPR_ERR_INVALID);
+    ck_assert_ptr_null(g);
+    opr_backward_opts ok = {sizeof ok, false, false};
+    ck_assert_int_eq(opr_backward(s, NULL, &ok), OPR_OK);
+    ck_assert_ptr_nonnull(opr_grad(w));
+    opr_tensor_release(s);
+    opr_tensor_release(w);
+}
+END_TEST
+
+/* create_graph into a leaf: the leaf's grad has a graph that reaches the leaf again.
+ * tu_ctx_free asserts nothing is left alive. */
+START_TEST(create_graph_into_leaf_frees_its_graph)
+{
+    opr_tensor *w = tu_rand(ctx, OPR_F64, 1, (int64_t[]){3}, -1, 1);
+    opr_set_requires_grad(w, true);
+    opr_tensor *sq = tu_call1(ctx, "mul", (opr_value[]){opr_v_tensor(w), opr_v_tensor(w)}, 2);
+    opr_tensor *s = tu_call1(ctx, "sum", (opr_value[]){opr_v_tensor(sq)}, 1);
+    opr_backward_opts o = {sizeof o, false, true};
+    ck_assert_int_eq(opr_backward(s, NULL, &o), OPR_OK);
+    opr_tensor *g = opr_grad(w);
+    ck_assert_ptr_nonnull(g);
+    ck_assert(opr_requires_grad(g));
+    /* d/dw sum(2w) = 2 per element: the recorded graph works */
+    opr_tensor *gs = tu_call1(ctx, "sum", (opr_value[]){opr_v_tensor(g)}, 1);
+    ck_assert_int_eq(opr_zero_grad(w), OPR_OK);
+    ck_assert_int_eq(opr_backward(gs, NULL, NULL), OPR_OK);
+    double second[3];
+    opr_tensor_copy_to_host(opr_grad(w), second, sizeof second);
+    for (int i = 0; i < 3; i++) ck_assert_double_eq_tol(second[i], 2.0, 1e-12);
+    /* and once more without dropping the grad: w keeps a grad whose graph saved w */
+    ck_assert_int_eq(opr_zero_grad(w), OPR_OK);
+    opr_tensor *sq2 = tu_call1(ctx, "mul", (opr_value[]){opr_v_tensor(w), opr_v_tensor(w)}, 2);
+    opr_tensor *s2 = tu_call1(ctx, "sum", (opr_value[]){opr_v_tensor(sq2)}, 1);
+    ck_assert_int_eq(opr_backward(s2, NULL, &o), OPR_OK);
+    ck_assert(opr_requires_grad(opr_grad(w)));
+    opr_tensor *all[] = {s2, sq2, gs, s, sq, w};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) opr_tensor_release(all[i]);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("hostile");
+    TCase *tc = tcase_create("hostile");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, factory_sizes_that_overflow);
+    tcase_add_test(tc, views_that_overflow);
+    tcase_add_test(tc, diag_and_diagonal_offsets);
+    tcase_add_test(tc, arange_counts);
+    tcase_add_test(tc, plan_queries_check_arguments);
+    tcase_add_test(tc, bool_bytes_are_normalised);
+    tcase_add_test(tc, backward_options_struct_size);
+    tcase_add_test(tc, create_graph_into_leaf_frees_its_graph);
+    suite_add_tcase(s, tc);
+    return tu_run(s);
+}
