@@ -8,7 +8,7 @@ PREFIX ?= /usr/local
 CMAKE_FLAGS ?=
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 
-.PHONY: all setup configure build run test bench install asan clean
+.PHONY: all setup configure build run test bench install asan tsan fuzz clean
 
 all: build
 
@@ -38,5 +38,28 @@ install: build
 asan:
 	$(MAKE) test BUILD=$(BUILD)-asan CMAKE_FLAGS="-DOPREG_SANITIZE=ON -DOPREG_BUILD_BENCH=OFF"
 
+# ThreadSanitizer build, in Release (-O3, where gcc's flow warnings appear) so that it
+# also shows the whole project builds warning-free there: the threads suite and the
+# autograd suite, with OpenMP and OpenBLAS on one thread (tests/CMakeLists.txt says
+# why). No GPU plugins, no emulation.
+tsan:
+	@sh scripts/setup.sh
+	@cmake -S . -B $(BUILD)-tsan -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_FLAGS=-g -DOPREG_TSAN=ON \
+		-DOPREG_BUILD_BENCH=OFF -DOPREG_BUILD_CUDA=OFF -DOPREG_BUILD_ROCM=OFF -DOPREG_BUILD_GPU_EMU=OFF >/dev/null
+	@cmake --build $(BUILD)-tsan -j $(JOBS)
+	cd $(BUILD)-tsan && ctest --output-on-failure -j $(JOBS) -R '^(test_threads|test_autograd)$$'
+
+# libFuzzer harnesses (tests/fuzz) in a clang build with ASan + UBSan, GPU plugins off:
+# the whole project is built (so clang sees it warning-free), the committed regression
+# inputs and the seeds are replayed, then each harness fuzzes for FUZZ_SECONDS.
+FUZZ_SECONDS ?= 600
+fuzz:
+	@sh scripts/setup.sh fuzz
+	@CC=clang CXX=clang++ cmake -S . -B $(BUILD)-fuzz -G Ninja -DOPREG_FUZZ=ON -DOPREG_BUILD_BENCH=OFF \
+		-DOPREG_BUILD_CUDA=OFF -DOPREG_BUILD_ROCM=OFF -DOPREG_BUILD_GPU_EMU=OFF >/dev/null
+	@cmake --build $(BUILD)-fuzz -j $(JOBS)
+	cd $(BUILD)-fuzz && ctest --output-on-failure -L fuzz
+	FUZZ_BUILD=$(BUILD)-fuzz sh tests/fuzz/run.sh $(FUZZ_SECONDS)
+
 clean:
-	rm -rf $(BUILD) $(BUILD)-asan $(BUILD)-bench
+	rm -rf $(BUILD) $(BUILD)-asan $(BUILD)-bench $(BUILD)-tsan $(BUILD)-fuzz

@@ -48,4 +48,8 @@ int ag_run_candidate(opr_node *n, const deriv_cand *c, uint32_t want, opr_tensor
 /* Zeros of the given metadata on dev. */
 opr_tensor *ag_zeros(opr_ctx *ctx, const opr_meta *m, opr_device dev);
 
+/* Serialise reads and writes of leaf->grad across threads (leaf_lock.c). */
+void ag_leaf_lock(const opr_tensor *leaf);
+void ag_leaf_unlock(const opr_tensor *leaf);
+
 #endif

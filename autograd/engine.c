@@ -1,9 +1,12 @@
 /* The backward engine: runs the recorded nodes in dependency order, each with the
  * candidates of its plan, accumulates gradients (also for tensors used several times),
- * and releases each node's saved tensors as soon as it has run (unless retain_graph). */
+ * and releases each node's saved tensors as soon as it has run (unless retain_graph).
+ * A pass keeps its scratch in the nodes it runs, so passes on several threads must not
+ * share nodes; they may share leaves (add_to_leaf_grad). */
 #include "autograd.h"
 
 #include <stdlib.h>
+#include <stddef.h>
 #include <string.h>
 
 /* A growable list that starts in place: small graphs never touch the heap. */
@@ -83,14 +86,49 @@ static int capture_index(const capture *cap, const opr_tensor *t)
     return -1;
 }
 
+/* Adds g (consumed) to leaf->grad. Backward passes on other threads may add to the
+ * same leaf, so .grad is read and replaced under the leaf's lock; the sum itself is
+ * computed with no lock held (the add runs a kernel and releases tensors, and a
+ * release may take a leaf lock itself). The sum replaces the gradient it was computed
+ * from only if no other pass replaced that one meanwhile; otherwise it is computed
+ * again from the newer gradient. The gradient read is retained, so it cannot be freed
+ * and its address reused in between. */
+static int add_to_leaf_grad(opr_tensor *leaf, opr_tensor *g)
+{
+    opr_tensor *mine = g;
+    int rc = own_copy(&mine); /* g may become the gradient itself */
+    if (rc) { opr_tensor_release(mine); return rc; }
+    for (;;) {
+        ag_leaf_lock(leaf);
+        opr_tensor *old = leaf->grad;
+        if (!old) leaf->grad = mine;
+        opr_tensor_retain(old);
+        ag_leaf_unlock(leaf);
+        if (!old) return OPR_OK;
+        opr_tensor *sum = opr_tensor_retain(old);
+        rc = accumulate(&sum, opr_tensor_retain(mine));
+        if (rc) { opr_tensor_release(sum); opr_tensor_release(old); opr_tensor_release(mine); return rc; }
+        ag_leaf_lock(leaf);
+        bool current = leaf->grad == old;
+        if (current) leaf->grad = sum;
+        ag_leaf_unlock(leaf);
+        opr_tensor_release(old);
+        if (current) {
+            opr_tensor_release(old); /* the reference .grad held */
+            opr_tensor_release(mine);
+            return OPR_OK;
+        }
+        opr_tensor_release(sum);
+    }
+}
+
 /* Gradient g (consumed) arriving at a leaf. */
 static int deliver_leaf(opr_tensor *leaf, opr_tensor *g, const capture *cap)
 {
     int ci = capture_index(cap, leaf);
     if (ci >= 0) return accumulate(&cap->grads[ci], g);
     if (cap) { opr_tensor_release(g); return OPR_OK; } /* autograd_grad leaves .grad alone */
-    int rc = accumulate(&leaf->grad, g);
-    return rc ? rc : own_copy(&leaf->grad);
+    return add_to_leaf_grad(leaf, g);
 }
 
 static int check_grad_shape(const opr_node *n, int arg, const opr_tensor *g)
@@ -179,6 +217,9 @@ static int backward(opr_tensor *const *outputs, opr_tensor *const *grad_outputs,
                     const opr_backward_opts *opts)
 {
     opr_backward_opts o = {.struct_size = sizeof o};
+    if (opts && opts->struct_size < offsetof(opr_backward_opts, create_graph) + sizeof opts->create_graph)
+        return opr_fail(OPR_ERR_INVALID, "backward: opts->struct_size is %zu; set it to sizeof(opr_backward_opts)",
+                        opts->struct_size);
     if (opts) {
         o.retain_graph = opts->retain_graph;
         o.create_graph = opts->create_graph;

@@ -107,6 +107,9 @@ int opr_memory_stats(const opr_ctx *ctx, opr_device dev, opr_mem_stats *out)
     out->struct_size = sizeof *out;
     out->current_bytes = atomic_load(&s->current);
     out->peak_bytes = atomic_load(&s->peak);
+    /* An allocation on another thread raises current before peak: between the two
+     * loads peak may trail the current it has not seen yet. */
+    if (out->peak_bytes < out->current_bytes) out->peak_bytes = out->current_bytes;
     out->n_allocs = atomic_load(&s->n_allocs);
     out->reserved_bytes = dev.type == 0 ? out->current_bytes + cpu_cache_cached(e->desc.data)
                           : e->desc.reserved ? e->desc.reserved(e->desc.data, dev.index) : out->current_bytes;

@@ -26,5 +26,3 @@ int opr_set_requires_grad(opr_tensor *t, bool requires_grad)
 }
 
 bool opr_requires_grad(const opr_tensor *t) { return t && t->requires_grad; }
-
-opr_tensor *opr_grad(const opr_tensor *t) { return t ? t->grad : NULL; }

@@ -2,6 +2,7 @@
 #include "registry.h"
 
 #include <dirent.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,7 +28,8 @@ static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *
 static int load_yaml_dir(opr_ctx *ctx, const char *dir)
 {
     DIR *d = opendir(dir);
-    if (!d) return opr_fail(OPR_ERR_IO, "cannot open op definition directory %s", dir);
+    if (!d) return errno == ENOMEM ? opr_fail(OPR_ERR_NOMEM, "out of memory opening %s", dir)
+                                   : opr_fail(OPR_ERR_IO, "cannot open op definition directory %s", dir);
     char *names[256];
     int n = 0;
     for (struct dirent *e; (e = readdir(d)) && n < 256;) {
@@ -40,8 +42,8 @@ static int load_yaml_dir(opr_ctx *ctx, const char *dir)
     for (int i = 0; i < n; i++) {
         char path[4096];
         snprintf(path, sizeof path, "%s/%s", dir, names[i]);
-        int r = names[i] ? yaml_load_file(ctx, path, NULL) : OPR_ERR_NOMEM;
-        if (r == OPR_ERR_IO || r == OPR_ERR_NOMEM) rc = r;
+        int r = names[i] ? yaml_load_file(ctx, path, NULL) : opr_fail(OPR_ERR_NOMEM, "out of memory listing %s", dir);
+        if ((r == OPR_ERR_IO || r == OPR_ERR_NOMEM) && !rc) rc = r;
         free(names[i]);
     }
     return rc;
@@ -80,15 +82,25 @@ opr_ctx *opr_ctx_new(const opr_ctx_opts *opts)
     if (registry_new(ctx) || plugins_new(ctx)) { opr_ctx_free(ctx); return NULL; }
     if (!(opts && opts->skip_builtin_yaml)) {
         const char *dir = builtin_yaml_dir(opts);
-        if (!is_dir(dir) || load_yaml_dir(ctx, dir)) {
-            opr_fail(OPR_ERR_IO, "opr_ctx_new: cannot read the op definitions in '%s' (set OPREG_YAML_DIR)", dir);
+        int rc = is_dir(dir) ? load_yaml_dir(ctx, dir) : OPR_ERR_IO;
+        if (rc) {
+            if (rc == OPR_ERR_NOMEM) opr_fail_wrap(rc, "opr_ctx_new: reading the op definitions in '%s'", dir);
+            else opr_fail(OPR_ERR_IO, "opr_ctx_new: cannot read the op definitions in '%s' (set OPREG_YAML_DIR)", dir);
             opr_ctx_free(ctx);
             return NULL;
         }
     }
-    for (int i = 0; opts && i < opts->n_plugin_paths; i++)
-        if (opts->plugin_paths && opts->plugin_paths[i]) opr_plugin_load(ctx, opts->plugin_paths[i]);
-    if (!(opts && opts->skip_plugin_discovery)) opr_plugin_discover(ctx);
+    /* A plugin that is refused leaves the context usable without it; running out of
+     * memory while loading one would leave a context that silently lacks kernels. */
+    int rc = OPR_OK;
+    for (int i = 0; opts && i < opts->n_plugin_paths && rc != OPR_ERR_NOMEM; i++)
+        if (opts->plugin_paths && opts->plugin_paths[i]) rc = opr_plugin_load(ctx, opts->plugin_paths[i]);
+    if (rc != OPR_ERR_NOMEM && !(opts && opts->skip_plugin_discovery)) rc = opr_plugin_discover(ctx);
+    if (rc == OPR_ERR_NOMEM) {
+        opr_fail_wrap(rc, "opr_ctx_new: loading plugins");
+        opr_ctx_free(ctx);
+        return NULL;
+    }
     opr_error_clear();
     return ctx;
 }

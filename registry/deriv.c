@@ -67,19 +67,57 @@ int deriv_add_formula(opr_op *op, deriv_cand *c, int cover_pos, expr *e, const c
     return OPR_OK;
 }
 
-static int link_expr(opr_ctx *ctx, const opr_op *op, const char *label, expr *e)
+/* Whether a formula's call can bind to callee: no more positional arguments than it
+ * takes, keywords it has, no parameter given twice, every one without a default given.
+ * The cost model and the backward pass read each parameter's slot, so a call that
+ * leaves one out must not get that far. */
+static int check_call(const opr_op *op, const char *label, const expr *call, const opr_op *callee)
+{
+    const char *why = NULL, *what = "";
+    bool bound[OPR_MAX_ARGS] = {false};
+    int next = 0;
+    for (int i = 0; i < call->nargs && !why; i++) {
+        const char *kw = call->kwnames ? call->kwnames[i] : NULL;
+        int p = kw ? -1 : next++;
+        for (int k = 0; kw && k < callee->nargs; k++)
+            if (!strcmp(callee->args[k].name, kw)) p = k;
+        if (p < 0 || p >= callee->nargs) why = kw ? "has no argument named" : "takes fewer arguments", what = kw ? kw : "";
+        else if (bound[p]) why = "gets this argument twice:", what = callee->args[p].name;
+        else bound[p] = true;
+    }
+    for (int p = 0; p < callee->nargs && !why; p++)
+        if (!bound[p] && !callee->args[p].has_default) why = "needs argument", what = callee->args[p].name;
+    if (!why) return OPR_OK;
+    return opr_fail(OPR_ERR_PARSE, "%s:%d:%d: derivative of %s for '%s': %s() %s %s%s%s", op->file, call->line, call->col,
+                    op->name, label, callee->name, why, *what ? "'" : "", what, *what ? "'" : "");
+}
+
+/* Links the calls of e to ops; with `known_only`, calls to ops not defined yet are
+ * left for later (formulas may call ops of later files). */
+static int link_expr(opr_ctx *ctx, const opr_op *op, const char *label, expr *e, bool known_only)
 {
     if (e->kind == EXPR_CALL && e->builtin < 0 && !e->callee) {
-        e->callee = registry_find(ctx, e->name);
-        if (!e->callee)
+        opr_op *callee = registry_find(ctx, e->name);
+        if (!callee && !known_only)
             return opr_fail(OPR_ERR_NOT_FOUND, "%s:%d:%d: derivative of %s for '%s' calls unknown op '%s'", op->file,
                             e->line, e->col, op->name, label, e->name);
+        int rc = callee ? check_call(op, label, e, callee) : OPR_OK;
+        if (rc) return rc;
+        if (!known_only) e->callee = callee;
     }
     for (int i = 0; i < e->nargs; i++) {
-        int rc = link_expr(ctx, op, label, e->args[i]);
+        int rc = link_expr(ctx, op, label, e->args[i], known_only);
         if (rc) return rc;
     }
     return OPR_OK;
+}
+
+int deriv_check_calls(opr_ctx *ctx, const opr_op *op, const char *label, const expr *e)
+{
+    pthread_mutex_lock(&ctx->lock);
+    int rc = link_expr(ctx, op, label, (expr *)e, true);
+    pthread_mutex_unlock(&ctx->lock);
+    return rc;
 }
 
 int deriv_link(opr_ctx *ctx, opr_op *op)
@@ -87,10 +125,11 @@ int deriv_link(opr_ctx *ctx, opr_op *op)
     deriv_info *d = op->deriv;
     for (int i = 0; d && i < d->ncands; i++) {
         deriv_cand *c = &d->cands[i];
-        for (int k = 0; k < c->ncover; k++)
-            if (c->formula[k] && link_expr(ctx, op, c->label, c->formula[k])) return OPR_ERR_NOT_FOUND;
-        for (int k = 0; k < c->nlets; k++)
-            if (link_expr(ctx, op, c->label, c->lets[k])) return OPR_ERR_NOT_FOUND;
+        int rc = OPR_OK;
+        for (int k = 0; k < c->ncover && !rc; k++)
+            if (c->formula[k]) rc = link_expr(ctx, op, c->label, c->formula[k], false);
+        for (int k = 0; k < c->nlets && !rc; k++) rc = link_expr(ctx, op, c->label, c->lets[k], false);
+        if (rc) return rc;
     }
     return OPR_OK;
 }
@@ -106,6 +145,7 @@ void deriv_free(opr_op *op)
         for (int k = 0; k < c->nlets; k++) expr_free(c->lets[k]);
         expr_free(c->flops);
         for (int k = 0; k < c->ncover; k++) expr_free(c->out_flops[k]);
+        if (c->kernel && !c->kernel->ctx) op_free(c->kernel); /* never registered: the entry was refused */
     }
     for (int i = op->nargs + op->nout; i < d->nslots; i++) free(d->slot_names[i]);
     free(d->cands);

@@ -75,6 +75,11 @@ void deriv_free(opr_op *op);
  * call ops defined in later files). Call with the registry lock held. */
 int deriv_link(opr_ctx *ctx, opr_op *op);
 
+/* At load time: checks that the calls in e to ops already defined bind to them (every
+ * argument without a default given, no unknown keyword, none twice); the others are
+ * checked when linked. Takes the registry lock. */
+int deriv_check_calls(opr_ctx *ctx, const opr_op *op, const char *label, const expr *e);
+
 /* Maps the arguments of a formula's call to the callee's parameters: pos[p] is the
  * index of the call argument bound to parameter p, or -1 (use its default). */
 int deriv_bind(const opr_op *callee, const expr *call, int *pos);

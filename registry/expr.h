@@ -7,6 +7,10 @@
 #include "../core/core.h"
 
 #define OPR_MAX_ARGS 12 /* arguments of an op (and of a call in an expression) */
+/* Deepest nesting an expression may have (brackets, calls, operators): parsing,
+ * resolving, evaluating and freeing recurse over the tree, so its height is what bounds
+ * their stack use. Real formulas nest a handful of levels. */
+#define EXPR_MAX_DEPTH 256
 
 typedef enum expr_kind {
     EXPR_INT, EXPR_FLOAT, EXPR_BOOL, EXPR_NONE, EXPR_STR,
@@ -33,6 +37,7 @@ typedef struct expr {
     struct expr **args;     /* CALL arguments, LIST items, operands */
     char **kwnames;         /* CALL: keyword of each argument, NULL if positional */
     int nargs;
+    int height;             /* levels of nodes below this one (0 for a leaf) */
     int slot;               /* NAME: resolved slot (see expr_resolve) */
     int builtin;            /* CALL: built-in function id, -1 if not a built-in */
     struct opr_op *callee;  /* CALL in a derivative formula: the op it calls */
@@ -45,7 +50,8 @@ typedef struct expr_src {
 } expr_src;
 
 /* Parses `text`. On error returns NULL with "file:line:col: message near 'token'" in
- * opr_last_error (status OPR_ERR_PARSE). */
+ * opr_last_error, status OPR_ERR_PARSE (nesting deeper than EXPR_MAX_DEPTH included),
+ * or OPR_ERR_NOMEM when an allocation failed: callers pass on opr_error_status(). */
 expr *expr_parse(const char *text, const expr_src *src);
 void expr_free(expr *e);
 

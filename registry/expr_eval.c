@@ -107,8 +107,8 @@ static int bi_numel(const mval *a, int n, mval *out)
     int nd;
     if (!as_shape(&a[0], &s, &nd)) return opr_fail(OPR_ERR_INVALID, "numel: expected a tensor or a shape");
     out->k = MV_INT;
-    out->u.i = opr_meta_numel(s, nd);
-    return OPR_OK;
+    /* a list is any ints: its product may be negative or past int64 */
+    return opr_shape_check(s, nd, &out->u.i, "numel");
 }
 
 static int broadcast_all(const mval *a, int n, int64_t *shape, int *nd, const char *fn)
@@ -232,6 +232,9 @@ static int bi_matmul_shape(const mval *a, int n, mval *out)
     (void)n;
     if (want_tensor(&a[0], "matmul_shape") || want_tensor(&a[1], "matmul_shape")) return OPR_ERR_INVALID;
     const opr_meta *x = a[0].u.t, *y = a[1].u.t;
+    if (x->ndim == 0 || y->ndim == 0)
+        return opr_fail(OPR_ERR_INVALID, "matmul: both arguments need at least one dimension, got %d and %d", x->ndim,
+                        y->ndim);
     int64_t xk = x->shape[x->ndim - 1];
     int64_t yk = y->ndim == 1 ? y->shape[0] : y->shape[y->ndim - 2];
     if (xk != yk)
@@ -256,6 +259,9 @@ static int bi_cat_shape(const mval *a, int n, mval *out)
     int64_t di;
     if (a[0].k != MV_TENSORS || !as_int(&a[1], &di)) return opr_fail(OPR_ERR_INVALID, "cat_shape: expected (tensors, int)");
     if (a[0].n == 0) return opr_fail(OPR_ERR_INVALID, "cat: expected a non-empty list of tensors");
+    /* `grads` in a formula holds NULL for outputs that got no gradient */
+    for (int i = 0; i < a[0].n; i++)
+        if (!a[0].u.ts[i]) return opr_fail(OPR_ERR_INVALID, "cat: tensor %d is None", i);
     const opr_meta *ref = NULL;
     /* 1-d empty tensors are skipped, as PyTorch does for legacy reasons */
     for (int i = 0; i < a[0].n && !ref; i++) {
@@ -377,7 +383,8 @@ static int bi_reshape_shape(const mval *a, int n, mval *out)
     int infer = -1;
     for (int k = 0; k < out->n; k++) {
         if (out->u.l[k] == -1) infer = k;
-        else known *= out->u.l[k];
+        else if (__builtin_mul_overflow(known, out->u.l[k], &known))
+            return opr_fail(OPR_ERR_INVALID, "reshape: the sizes overflow int64");
     }
     if (infer >= 0) out->u.l[infer] = known ? a[0].u.t->numel / known : 0;
     return OPR_OK;

@@ -22,16 +22,29 @@ typedef struct parser {
     const char *p;
     const expr_src *src;
     int failed;
+    int depth;              /* recursion depth of parse_expr and parse_unary */
+    /* the last position computed, so that each node's costs only the text since */
+    const char *mark;
+    int mark_line, mark_col;
 } parser;
 
-static void pos_of(const parser *ps, const char *at, int *line, int *col)
+static void pos_of(parser *ps, const char *at, int *line, int *col)
 {
+    const char *c = ps->text;
     *line = ps->src->line;
     *col = ps->src->col;
-    for (const char *c = ps->text; c < at; c++) {
+    if (ps->mark && ps->mark <= at) {
+        c = ps->mark;
+        *line = ps->mark_line;
+        *col = ps->mark_col;
+    }
+    for (; c < at; c++) {
         if (*c == '\n') { (*line)++; *col = 1; }
         else (*col)++;
     }
+    ps->mark = at;
+    ps->mark_line = *line;
+    ps->mark_col = *col;
 }
 
 static void skip_space(parser *ps)
@@ -59,10 +72,18 @@ static expr *fail_at(parser *ps, const char *at, const char *what)
     return NULL;
 }
 
+/* An allocation failed: the status is OPR_ERR_NOMEM, whatever fails after. */
+static expr *nomem(parser *ps)
+{
+    if (!ps->failed) opr_fail(OPR_ERR_NOMEM, "out of memory parsing an expression");
+    ps->failed = 1;
+    return NULL;
+}
+
 static expr *node_new(parser *ps, expr_kind kind, const char *at)
 {
     expr *e = calloc(1, sizeof *e);
-    if (!e) { ps->failed = 1; opr_fail(OPR_ERR_NOMEM, "out of memory parsing an expression"); return NULL; }
+    if (!e) return nomem(ps);
     e->kind = kind;
     e->slot = -1;
     e->builtin = -1;
@@ -70,8 +91,15 @@ static expr *node_new(parser *ps, expr_kind kind, const char *at)
     return e;
 }
 
+/* Appends arg (and its keyword) to e; on failure frees both. */
 static int push_arg(parser *ps, expr *e, expr *arg, char *kw)
 {
+    if (arg->height >= EXPR_MAX_DEPTH) {
+        expr_free(arg);
+        free(kw);
+        fail_at(ps, ps->p, "expression nested too deeply");
+        return OPR_ERR_PARSE;
+    }
     expr **args = realloc(e->args, (size_t)(e->nargs + 1) * sizeof *args);
     char **kws = realloc(e->kwnames, (size_t)(e->nargs + 1) * sizeof *kws);
     if (args) e->args = args;
@@ -79,9 +107,10 @@ static int push_arg(parser *ps, expr *e, expr *arg, char *kw)
     if (!args || !kws) {
         expr_free(arg);
         free(kw);
-        ps->failed = 1;
-        return opr_fail(OPR_ERR_NOMEM, "out of memory parsing an expression");
+        nomem(ps);
+        return OPR_ERR_NOMEM;
     }
+    if (arg->height + 1 > e->height) e->height = arg->height + 1;
     e->args[e->nargs] = arg;
     e->kwnames[e->nargs++] = kw;
     return OPR_OK;
@@ -107,7 +136,8 @@ static expr *binary(parser *ps, int op, expr *l, expr *r, const char *at)
     expr *e = node_new(ps, EXPR_BINARY, at);
     if (!e) { expr_free(l); expr_free(r); return NULL; }
     e->op = op;
-    if (push_arg(ps, e, l, NULL) || push_arg(ps, e, r, NULL)) { expr_free(e); return NULL; }
+    if (push_arg(ps, e, l, NULL)) { expr_free(e); expr_free(r); return NULL; }
+    if (push_arg(ps, e, r, NULL)) { expr_free(e); return NULL; }
     return e;
 }
 
@@ -116,7 +146,7 @@ static char *ident(parser *ps)
     const char *s = ps->p;
     while (isalnum((unsigned char)*ps->p) || *ps->p == '_') ps->p++;
     char *out = strndup(s, (size_t)(ps->p - s));
-    if (!out) { ps->failed = 1; opr_fail(OPR_ERR_NOMEM, "out of memory"); }
+    if (!out) nomem(ps);
     return out;
 }
 
@@ -134,7 +164,7 @@ static expr *parse_items(parser *ps, expr *e, char close, bool keywords)
             const char *after = ps->p;
             skip_space(ps);
             if (*ps->p == '=' && ps->p[1] != '=') {
-                kw = strndup(save, (size_t)(after - save));
+                if (!(kw = strndup(save, (size_t)(after - save)))) { expr_free(e); return nomem(ps); }
                 ps->p++;
             } else {
                 ps->p = save;
@@ -177,7 +207,7 @@ static expr *parse_primary(parser *ps)
         const char *end = strchr(at + 1, c);
         if (!end) return fail_at(ps, at, "unterminated string");
         expr *e = node_new(ps, EXPR_STR, at);
-        if (e && !(e->name = strndup(at + 1, (size_t)(end - at - 1)))) { expr_free(e); return NULL; }
+        if (e && !(e->name = strndup(at + 1, (size_t)(end - at - 1)))) { expr_free(e); return nomem(ps); }
         ps->p = end + 1;
         return e;
     }
@@ -238,10 +268,9 @@ static expr *parse_postfix(parser *ps)
                 return fail_at(ps, ps->p, "expected ']'");
             }
             expr *n = node_new(ps, EXPR_INDEX, at);
-            if (!n || push_arg(ps, n, e, NULL) || push_arg(ps, n, idx, NULL)) {
-                if (!n) { expr_free(e); expr_free(idx); } else expr_free(n);
-                return NULL;
-            }
+            if (!n) { expr_free(e); expr_free(idx); return NULL; }
+            if (push_arg(ps, n, e, NULL)) { expr_free(n); expr_free(idx); return NULL; }
+            if (push_arg(ps, n, idx, NULL)) { expr_free(n); return NULL; }
             e = n;
         } else {
             break;
@@ -259,7 +288,11 @@ static expr *parse_unary(parser *ps)
     else if (*at == '!' && at[1] != '=') op = EOP_NOT;
     if (!op) return parse_postfix(ps);
     ps->p++;
+    /* "- - - 1" folds into one literal: the recursion, not the tree, is what grows */
+    if (ps->depth >= EXPR_MAX_DEPTH) return fail_at(ps, at, "expression nested too deeply");
+    ps->depth++;
     expr *a = parse_unary(ps);
+    ps->depth--;
     if (!a) return NULL;
     if (op == EOP_NEG && (a->kind == EXPR_INT || a->kind == EXPR_FLOAT)) { /* fold literals */
         a->i = -a->i;
@@ -319,7 +352,7 @@ static expr *parse_and(parser *ps)
     }
 }
 
-static expr *parse_expr(parser *ps)
+static expr *parse_or(parser *ps)
 {
     expr *l = parse_and(ps);
     for (;;) {
@@ -330,9 +363,21 @@ static expr *parse_expr(parser *ps)
     }
 }
 
+/* Every bracket, call argument and index comes back here: the depth check that keeps
+ * "((((...))))" from exhausting the stack (brackets add no node to the tree). */
+static expr *parse_expr(parser *ps)
+{
+    skip_space(ps);
+    if (ps->depth >= EXPR_MAX_DEPTH) return fail_at(ps, ps->p, "expression nested too deeply");
+    ps->depth++;
+    expr *e = parse_or(ps);
+    ps->depth--;
+    return e;
+}
+
 expr *expr_parse(const char *text, const expr_src *src)
 {
-    parser ps = {text, text, src, 0};
+    parser ps = {.text = text, .p = text, .src = src};
     expr *e = parse_expr(&ps);
     skip_space(&ps);
     if (e && *ps.p) {

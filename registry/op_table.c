@@ -1,5 +1,10 @@
-/* The op table of a context and the public op accessors. Lookups by name take the
- * registry lock; opr_call never does (it holds the op pointer). */
+/* The op table of a context and the public op accessors. Readers (opr_op_find,
+ * opr_op_count, opr_op_at, the autograd engine and the loaders' duplicate checks) take
+ * no lock, so a thread may list or look up ops while another loads YAML or a plugin:
+ * additions are serialised by ctx->lock, an entry is stored before the count that
+ * makes it visible, and the slots never move (chunks allocated once, kept until the
+ * context is freed). Ops are never freed before the context either: those of a plugin
+ * whose init failed are retired, not freed, since a reader may hold one. */
 #include "registry.h"
 
 #include <stdlib.h>
@@ -8,23 +13,49 @@
 int registry_new(opr_ctx *ctx)
 {
     ctx->reg = calloc(1, sizeof *ctx->reg);
-    return ctx->reg ? OPR_OK : opr_fail(OPR_ERR_NOMEM, "out of memory creating the registry");
+    if (!ctx->reg) return opr_fail(OPR_ERR_NOMEM, "out of memory creating the registry");
+    pthread_mutex_init(&ctx->reg->errors_lock, NULL);
+    return OPR_OK;
+}
+
+/* Slot i: chunk k holds the OPS_CHUNK0 << k entries from OPS_CHUNK0 * (2^k - 1) on. */
+static _Atomic(opr_op *) *slot(const opr_registry *r, int i)
+{
+    unsigned pos = (unsigned)i / OPS_CHUNK0 + 1;
+    int k = 31 - __builtin_clz(pos);
+    return &r->chunks[k][i - OPS_CHUNK0 * ((1 << k) - 1)];
+}
+
+static opr_op *entry(const opr_registry *r, int i)
+{
+    return atomic_load_explicit(slot(r, i), memory_order_acquire);
 }
 
 void registry_free(opr_ctx *ctx)
 {
-    if (!ctx->reg) return;
-    for (int i = 0; i < ctx->reg->n; i++) op_free(ctx->reg->ops[i]);
-    free(ctx->reg->ops);
-    free(ctx->reg->errors);
-    free(ctx->reg);
+    opr_registry *r = ctx->reg;
+    if (!r) return;
+    int n = atomic_load(&r->n);
+    for (int i = 0; i < n; i++) op_free(entry(r, i));
+    for (int i = 0; i < r->nretired; i++) op_free(r->retired[i]);
+    for (int k = 0; k < OPS_NCHUNKS; k++) free(r->chunks[k]);
+    free(r->retired);
+    free(r->errors);
+    pthread_mutex_destroy(&r->errors_lock);
+    free(r);
     ctx->reg = NULL;
 }
 
+int registry_count(const opr_ctx *ctx) { return atomic_load_explicit(&ctx->reg->n, memory_order_acquire); }
+
 opr_op *registry_find(const opr_ctx *ctx, const char *name)
 {
-    for (int i = 0; i < ctx->reg->n; i++)
-        if (!strcmp(ctx->reg->ops[i]->name, name)) return ctx->reg->ops[i];
+    const opr_registry *r = ctx->reg;
+    int n = registry_count(ctx);
+    for (int i = 0; i < n; i++) {
+        opr_op *op = entry(r, i);
+        if (!strcmp(op->name, name)) return op;
+    }
     return NULL;
 }
 
@@ -33,9 +64,7 @@ const opr_op *registry_engine_op(opr_ctx *ctx, int which)
     static const char *const names[ENGINE_OP_COUNT] = {"add"};
     opr_op *op = atomic_load_explicit(&ctx->reg->engine_ops[which], memory_order_acquire);
     if (op) return op;
-    pthread_mutex_lock(&ctx->lock);
     op = registry_find(ctx, names[which]);
-    pthread_mutex_unlock(&ctx->lock);
     if (!op) opr_fail(OPR_ERR_NOT_FOUND, "the autograd engine needs the '%s' op", names[which]);
     else atomic_store_explicit(&ctx->reg->engine_ops[which], op, memory_order_release);
     return op;
@@ -46,52 +75,51 @@ int registry_add(opr_ctx *ctx, opr_op *op)
     opr_registry *r = ctx->reg;
     if (registry_find(ctx, op->name))
         return opr_fail(OPR_ERR_INVALID, "%s:%d:1: op '%s' is already defined", op->file, op->line, op->name);
-    if (r->n == r->cap) {
-        int cap = r->cap ? r->cap * 2 : 64;
-        opr_op **ops = realloc(r->ops, (size_t)cap * sizeof *ops);
-        if (!ops) return opr_fail(OPR_ERR_NOMEM, "out of memory growing the op table");
-        r->ops = ops;
-        r->cap = cap;
-    }
+    int n = atomic_load_explicit(&r->n, memory_order_relaxed);
+    int k = 31 - __builtin_clz((unsigned)n / OPS_CHUNK0 + 1);
+    if (k >= OPS_NCHUNKS) return opr_fail(OPR_ERR_NOMEM, "the op table is full");
+    if (!r->chunks[k] && !(r->chunks[k] = calloc((size_t)OPS_CHUNK0 << k, sizeof *r->chunks[k])))
+        return opr_fail(OPR_ERR_NOMEM, "out of memory growing the op table");
     op->ctx = ctx;
-    r->ops[r->n++] = op;
+    atomic_store_explicit(slot(r, n), op, memory_order_release);
+    atomic_store_explicit(&r->n, n + 1, memory_order_release);
     return OPR_OK;
 }
 
-void registry_note_error(opr_ctx *ctx, const char *msg)
+void registry_truncate(opr_ctx *ctx, int n)
 {
     opr_registry *r = ctx->reg;
-    size_t n = strlen(msg);
-    char *e = realloc(r->errors, r->errors_len + n + 2);
-    if (!e) return;
-    memcpy(e + r->errors_len, msg, n);
-    e[r->errors_len + n] = '\n';
-    e[r->errors_len + n + 1] = '\0';
-    r->errors = e;
-    r->errors_len += n + 1;
-}
-
-const char *opr_registry_errors(const opr_ctx *ctx)
-{
-    return ctx && ctx->reg && ctx->reg->errors ? ctx->reg->errors : "";
+    int cur = registry_count(ctx);
+    if (n >= cur) return;
+    atomic_store_explicit(&r->n, n, memory_order_release);
+    int need = r->nretired + (cur - n);
+    if (need > r->cap_retired) {
+        int cap = need > 2 * r->cap_retired ? need : 2 * r->cap_retired;
+        opr_op **grown = realloc(r->retired, (size_t)cap * sizeof *grown);
+        if (!grown) return; /* the dropped ops leak: freeing them could pull them from under a reader */
+        r->retired = grown;
+        r->cap_retired = cap;
+    }
+    for (int i = n; i < cur; i++) r->retired[r->nretired++] = entry(r, i);
 }
 
 const opr_op *opr_op_find(const opr_ctx *ctx, const char *name)
 {
     if (!ctx || !name) { opr_fail(OPR_ERR_INVALID, "opr_op_find: NULL argument"); return NULL; }
-    pthread_mutex_lock((pthread_mutex_t *)&ctx->lock);
     opr_op *op = registry_find(ctx, name);
-    pthread_mutex_unlock((pthread_mutex_t *)&ctx->lock);
     if (!op) opr_fail(OPR_ERR_NOT_FOUND, "no op named '%s'", name);
     return op;
 }
 
-int opr_op_count(const opr_ctx *ctx) { return ctx && ctx->reg ? ctx->reg->n : 0; }
+int opr_op_count(const opr_ctx *ctx) { return ctx && ctx->reg ? registry_count(ctx) : 0; }
 
 const opr_op *opr_op_at(const opr_ctx *ctx, int i)
 {
-    if (!ctx || i < 0 || i >= ctx->reg->n) { opr_fail(OPR_ERR_INVALID, "opr_op_at: index %d out of range", i); return NULL; }
-    return ctx->reg->ops[i];
+    if (!ctx || !ctx->reg || i < 0 || i >= registry_count(ctx)) {
+        opr_fail(OPR_ERR_INVALID, "opr_op_at: index %d out of range", i);
+        return NULL;
+    }
+    return entry(ctx->reg, i);
 }
 
 const char *opr_op_name(const opr_op *op) { return op ? op->name : NULL; }

@@ -93,6 +93,9 @@ static int cost_call(void *ud, const expr *call, const mval *args, int n, mval *
     } else if ((rc = expr_eval(op->shapes[0], slots, &shape))) {
         return opr_fail_wrap(rc, "costing %s", op->name);
     }
+    /* a user op's shape expression may give anything: checked as dispatch checks it */
+    if (shape.k != MV_LIST) return opr_fail(OPR_ERR_INVALID, "costing %s: shape expression did not give a list", op->name);
+    if ((rc = opr_shape_check(shape.u.l, shape.n, NULL, op->name))) return opr_fail_wrap(rc, "costing %s", op->name);
     if (op->out_dtype[0] >= 0) dt = (opr_dtype)op->out_dtype[0];
     opr_tensor *res = fake_new(cc, dt, shape.n, shape.u.l);
     if (!res) return opr_fail(OPR_ERR_NOMEM, "formula too large to cost");

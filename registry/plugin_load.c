@@ -8,6 +8,7 @@
 
 #include <dirent.h>
 #include <dlfcn.h>
+#include <errno.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -51,6 +52,7 @@ typedef struct staging {
     char device_names[4][32];
     int ndevices;
     char error[512];         /* first invalid registration */
+    bool nomem;              /* a registration ran out of memory */
 } staging;
 
 struct opr_plugin_set {
@@ -126,7 +128,7 @@ static int host_register_kernel(opr_plugin *self, const opr_kernel_desc *d)
     if (st->nkernels == st->cap) {
         int cap = st->cap ? st->cap * 2 : 64;
         staged_kernel *k = realloc(st->kernels, (size_t)cap * sizeof *k);
-        if (!k) { stage_error(st, "out of memory"); return OPR_ERR_NOMEM; }
+        if (!k) { stage_error(st, "out of memory staging kernel '%s'", op); st->nomem = true; return OPR_ERR_NOMEM; }
         st->kernels = k;
         st->cap = cap;
     }
@@ -244,8 +246,18 @@ static int refuse(candidate *c, int status, const char *fmt, ...)
 
 /* Commits a staged plugin: devices first, then kernels (already-provided kernels stay
  * with the plugin that came first, with a remark). */
-static void commit(opr_ctx *ctx, staging *st, candidate *c)
+static int commit(opr_ctx *ctx, staging *st, candidate *c)
 {
+    /* Every kernel entry is allocated before anything is published: running out of
+     * memory here leaves the context as it was. */
+    kernel_entry **entries = calloc((size_t)st->nkernels + 1, sizeof *entries);
+    for (int i = 0; entries && i < st->nkernels; i++)
+        if (!(entries[i] = malloc(sizeof **entries))) {
+            for (int j = 0; j < i; j++) free(entries[j]);
+            free(entries);
+            entries = NULL;
+        }
+    if (!entries) return opr_fail(OPR_ERR_NOMEM, "out of memory committing the kernels of %s", c->name);
     for (int i = 0; i < st->ndevices; i++) {
         const opr_device_desc *d = &st->devices[i];
         if (!strcmp(d->name, "cpu")) { /* speed description of the built-in CPU device */
@@ -271,19 +283,35 @@ static void commit(opr_ctx *ctx, staging *st, candidate *c)
         staged_kernel *k = &st->kernels[i];
         opr_op *op = registry_find(ctx, k->op);
         int dev = opr_device_type_find(ctx, k->device_name);
-        if (!op || dev < 0) continue;
-        kernel_entry *e = malloc(sizeof *e);
-        if (!e) continue;
+        kernel_entry *e = entries[i];
+        if (!op || dev < 0) { free(e); continue; }
         *e = k->entry;
         e->plugin = c->name;
         kernel_entry *expected = NULL;
         if (!atomic_compare_exchange_strong(&op->kernels[dev], &expected, e)) { free(e); skipped++; }
     }
+    free(entries);
     if (skipped) {
         char why[128];
         snprintf(why, sizeof why, "%d kernel(s) already provided by an earlier plugin were not replaced", skipped);
-        c->why = strdup(why);
+        c->why = strdup(why); /* a remark: without memory for it, none */
     }
+    return OPR_OK;
+}
+
+/* Out of memory is no verdict on the plugin: the candidate just added (the last one)
+ * is dropped, so that a later load tries the file again. */
+static int forget_candidate(opr_ctx *ctx, candidate *c)
+{
+    struct opr_plugin_set *set = ctx->plugins;
+    char msg[1024];
+    snprintf(msg, sizeof msg, "plugin %s: out of memory while loading%s%s", c->path, c->why ? ": " : "",
+             c->why ? c->why : "");
+    if (set->n && set->items[set->n - 1] == c) set->n--;
+    if (c->handle) dlclose(c->handle); /* RTLD_NODELETE: only the reference goes */
+    free(c->path); free(c->name); free(c->version); free(c->why);
+    free(c);
+    return opr_fail(OPR_ERR_NOMEM, "%s", msg);
 }
 
 static bool name_loaded(opr_ctx *ctx, const char *name, const candidate *self)
@@ -330,7 +358,11 @@ static int load_file(opr_ctx *ctx, const char *path)
      * plugin would also unload the runtimes it pulled in (libgomp, OpenBLAS) under
      * their own live state and threads, and leave any late call into it dangling. */
     void *h = dlopen(real, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
-    if (!h) return refuse(c, OPR_ERR_NOT_FOUND, "dlopen failed: %s", dlerror());
+    if (!h) {
+        const char *err = dlerror();
+        int rc = refuse(c, OPR_ERR_NOT_FOUND, "dlopen failed: %s", err ? err : "(no message)");
+        return err && strstr(err, "annot allocate memory") ? forget_candidate(ctx, c) : rc;
+    }
     dlerror();
     opr_plugin_init_fn init = (opr_plugin_init_fn)dlsym(h, OPR_PLUGIN_INIT_SYMBOL);
     if (!init) {
@@ -355,12 +387,14 @@ static int load_file(opr_ctx *ctx, const char *path)
     c->handle = h; /* init ran: never closed before the context */
     opr_error_clear();
     pthread_mutex_lock(&ctx->lock);
-    int nops_before = ctx->reg->n; /* host->load_yaml during init adds after these */
+    int nops_before = registry_count(ctx); /* host->load_yaml during init adds after these */
     int rc = init(&host_api, &c->self);
     c->abi_major = c->self.abi_major;
     c->abi_minor = c->self.abi_minor;
     if (c->self.name) c->name = strdup(c->self.name);
     if (c->self.version) c->version = strdup(c->self.version);
+    if ((c->self.name && !c->name) || (c->self.version && !c->version))
+        st.nomem = true; /* not "init did not set a plugin name" */
     if (c->self.abi_major != OPR_ABI_MAJOR) {
         rc = refuse(c, OPR_ERR_ABI, "refused: plugin ABI %u.%u is %s than host ABI %d.%d (major versions must match)",
                     c->abi_major, c->abi_minor, c->abi_major < OPR_ABI_MAJOR ? "older" : "newer",
@@ -377,8 +411,9 @@ static int load_file(opr_ctx *ctx, const char *path)
         rc = refuse(c, OPR_ERR_INVALID, "refused: init did not set a plugin name");
     } else if (name_loaded(ctx, c->name, c)) {
         rc = refuse(c, OPR_ERR_REFUSED, "skipped: a plugin named '%s' is already loaded", c->name);
+    } else if ((rc = commit(ctx, &st, c)) != OPR_OK) {
+        /* out of memory: nothing was published */
     } else {
-        commit(ctx, &st, c);
         c->loaded = true;
         if (c->abi_minor > OPR_ABI_MINOR && !c->why) {
             char why[128];
@@ -388,12 +423,12 @@ static int load_file(opr_ctx *ctx, const char *path)
         }
     }
     if (!c->loaded) { /* staged registrations are dropped; so are the ops it defined */
-        for (int i = nops_before; i < ctx->reg->n; i++) op_free(ctx->reg->ops[i]);
-        if (ctx->reg->n > nops_before) ctx->reg->n = nops_before;
+        registry_truncate(ctx, nops_before);
     }
     pthread_mutex_unlock(&ctx->lock);
     c->self.host_private = NULL;
     free(st.kernels);
+    if (!c->loaded && (rc == OPR_ERR_NOMEM || st.nomem)) return forget_candidate(ctx, c);
     return rc;
 }
 
@@ -414,19 +449,25 @@ int opr_plugin_load(opr_ctx *ctx, const char *path)
     if (sb.st_mode & S_IWOTH && !(sb.st_mode & S_ISVTX))
         return opr_fail(OPR_ERR_REFUSED, "plugin directory %s is world-writable: refused", path);
     DIR *d = opendir(path);
-    if (!d) return opr_fail(OPR_ERR_IO, "cannot open plugin directory %s", path);
+    if (!d && errno == ENOMEM) return opr_fail(OPR_ERR_NOMEM, "out of memory opening plugin directory %s", path);
+    if (!d) return opr_fail(OPR_ERR_IO, "cannot open plugin directory %s: %s", path, strerror(errno));
     char **names = NULL;
     int n = 0;
+    bool nomem = false;
     for (struct dirent *e; (e = readdir(d));) {
         if (e->d_name[0] == '.' || !has_suffix(e->d_name, ".so")) continue;
         char **grown = realloc(names, (size_t)(n + 1) * sizeof *names);
-        if (!grown) break;
-        names = grown;
         size_t len = strlen(path) + strlen(e->d_name) + 2;
-        if (!(names[n] = malloc(len))) break;
+        if (grown) names = grown;
+        if (!grown || !(names[n] = malloc(len))) { nomem = true; break; }
         snprintf(names[n++], len, "%s/%s", path, e->d_name);
     }
     closedir(d);
+    if (nomem) {
+        for (int i = 0; i < n; i++) free(names[i]);
+        free(names);
+        return opr_fail(OPR_ERR_NOMEM, "out of memory listing plugin directory %s", path);
+    }
     qsort(names, (size_t)n, sizeof *names, cmp_str); /* deterministic order */
     int first = OPR_OK;
     char first_msg[1024] = "";
@@ -435,7 +476,10 @@ int opr_plugin_load(opr_ctx *ctx, const char *path)
         /* a plugin whose probe says "not usable here" is skipped, not an error, when a
          * whole directory is loaded (its reason stays in the candidate list) */
         if (rc == OPR_ERR_UNSUPPORTED) rc = OPR_OK;
-        if (rc && !first) { first = rc; snprintf(first_msg, sizeof first_msg, "%s", opr_last_error()); }
+        if (rc && (!first || (rc == OPR_ERR_NOMEM && first != OPR_ERR_NOMEM))) {
+            first = rc;
+            snprintf(first_msg, sizeof first_msg, "%s", opr_last_error());
+        }
         free(names[i]);
     }
     free(names);
@@ -446,17 +490,25 @@ int opr_plugin_load(opr_ctx *ctx, const char *path)
 int opr_plugin_discover(opr_ctx *ctx)
 {
     if (!ctx) return opr_fail(OPR_ERR_INVALID, "opr_plugin_discover: NULL context");
+    /* Refusals are recorded per candidate and discovery goes on; running out of
+     * memory stops it, since the plugins found would depend on where it struck. */
     const char *env = getenv("OPREG_PLUGIN_PATH");
     if (env) {
         char *copy = strdup(env);
-        for (char *save = NULL, *p = copy ? strtok_r(copy, ":", &save) : NULL; p; p = strtok_r(NULL, ":", &save))
-            opr_plugin_load(ctx, p);
+        if (!copy) return opr_fail(OPR_ERR_NOMEM, "out of memory reading OPREG_PLUGIN_PATH");
+        int rc = OPR_OK;
+        for (char *save = NULL, *p = strtok_r(copy, ":", &save); p && rc != OPR_ERR_NOMEM; p = strtok_r(NULL, ":", &save))
+            rc = opr_plugin_load(ctx, p);
         free(copy);
+        if (rc == OPR_ERR_NOMEM) return rc;
     }
     struct stat sb;
-    if (OPREG_PLUGIN_INSTALL_DIR[0] && !stat(OPREG_PLUGIN_INSTALL_DIR, &sb)) opr_plugin_load(ctx, OPREG_PLUGIN_INSTALL_DIR);
-    if (OPREG_PLUGIN_BUILD_DIR[0] && !stat(OPREG_PLUGIN_BUILD_DIR, &sb)) opr_plugin_load(ctx, OPREG_PLUGIN_BUILD_DIR);
-    /* refusals are recorded per candidate; discovery itself succeeds */
+    if (OPREG_PLUGIN_INSTALL_DIR[0] && !stat(OPREG_PLUGIN_INSTALL_DIR, &sb) &&
+        opr_plugin_load(ctx, OPREG_PLUGIN_INSTALL_DIR) == OPR_ERR_NOMEM)
+        return OPR_ERR_NOMEM;
+    if (OPREG_PLUGIN_BUILD_DIR[0] && !stat(OPREG_PLUGIN_BUILD_DIR, &sb) &&
+        opr_plugin_load(ctx, OPREG_PLUGIN_BUILD_DIR) == OPR_ERR_NOMEM)
+        return OPR_ERR_NOMEM;
     return OPR_OK;
 }
 

@@ -41,7 +41,29 @@ static int parse_ints(const loader *l, const yaml_node_t *n, sample_tensor *t, b
     return OPR_OK;
 }
 
-static int parse_shape(const loader *l, const yaml_node_t *n, sample_tensor *t) { return parse_ints(l, n, t, false); }
+/* A tensor's shape: its element count is checked here, so that making the tensor
+ * (make_tensor) can size its buffer without overflow. */
+static int parse_shape(const loader *l, const yaml_node_t *n, sample_tensor *t)
+{
+    int rc = parse_ints(l, n, t, false);
+    if (!rc && opr_shape_check(t->shape, t->ndim, NULL, "samples"))
+        rc = yaml_fail_at(l, n, OPR_ERR_PARSE, "%s", opr_last_error());
+    return rc;
+}
+
+/* One bound of a range: a number whose values, drawn between the bounds, convert to
+ * every dtype (i64 included) without overflow. */
+static int parse_bound(const loader *l, const yaml_node_t *n, double *out)
+{
+    const char *s = yaml_scalar(n);
+    char *end = NULL;
+    double v = s ? strtod(s, &end) : 0;
+    if (!s || end == s || *end || !(fabs(v) <= 0x1p53))
+        return yaml_fail_at(l, n, OPR_ERR_PARSE, "samples: a range bound must be a number within +-2^53, not '%s'",
+                            s ? s : "?");
+    *out = v;
+    return OPR_OK;
+}
 
 static int parse_tensor(const loader *l, const yaml_node_t *n, sample_tensor *t)
 {
@@ -52,10 +74,10 @@ static int parse_tensor(const loader *l, const yaml_node_t *n, sample_tensor *t)
     for (yaml_node_pair_t *p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top; p++) {
         const char *k = yaml_scalar(yaml_document_get_node(l->doc, p->key));
         yaml_node_t *v = yaml_document_get_node(l->doc, p->value);
-        if (!k) return yaml_fail_at(l, n, OPR_ERR_PARSE, "samples: bad key%s", "");
+        int rc = yaml_check_key(l, n, p);
+        if (rc) return rc;
         if (!strcmp(k, "shape")) {
-            int rc = parse_shape(l, v, t);
-            if (rc) return rc;
+            if ((rc = parse_shape(l, v, t))) return rc;
             have_shape = true;
         } else if (!strcmp(k, "dtype")) {
             opr_dtype dt;
@@ -65,8 +87,9 @@ static int parse_tensor(const loader *l, const yaml_node_t *n, sample_tensor *t)
         } else if (!strcmp(k, "range")) {
             if (v->type != YAML_SEQUENCE_NODE || v->data.sequence.items.top - v->data.sequence.items.start != 2)
                 return yaml_fail_at(l, v, OPR_ERR_PARSE, "samples: range must be [lo, hi]%s", "");
-            t->lo = atof(yaml_scalar(yaml_document_get_node(l->doc, v->data.sequence.items.start[0])));
-            t->hi = atof(yaml_scalar(yaml_document_get_node(l->doc, v->data.sequence.items.start[1])));
+            if ((rc = parse_bound(l, yaml_document_get_node(l->doc, v->data.sequence.items.start[0]), &t->lo)) ||
+                (rc = parse_bound(l, yaml_document_get_node(l->doc, v->data.sequence.items.start[1]), &t->hi)))
+                return rc;
         } else {
             return yaml_fail_at(l, v, OPR_ERR_PARSE, "samples: unknown tensor key '%s'", k);
         }
@@ -121,12 +144,13 @@ static int parse_one(const loader *l, const opr_op *op, const yaml_node_t *n, op
     for (yaml_node_pair_t *p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top; p++) {
         yaml_node_t *kn = yaml_document_get_node(l->doc, p->key), *v = yaml_document_get_node(l->doc, p->value);
         const char *k = yaml_scalar(kn);
+        int rc = yaml_check_key(l, n, p); /* a second value for an argument would leak the first */
+        if (rc) return rc;
         int a = -1;
         for (int i = 0; k && i < op->nargs; i++) if (!strcmp(op->args[i].name, k)) a = i;
         if (a < 0) return yaml_fail_at(l, kn, OPR_ERR_PARSE, "samples: no argument named '%s'", k ? k : "?");
         sample_arg *sa = &s->args[a];
         sa->given = true;
-        int rc = OPR_OK;
         if (op->args[a].type == ARG_TENSOR) {
             sa->ntensors = 1;
             if (!(sa->tensors = malloc(sizeof *sa->tensors))) return opr_fail(OPR_ERR_NOMEM, "out of memory");
@@ -134,6 +158,9 @@ static int parse_one(const loader *l, const opr_op *op, const yaml_node_t *n, op
         } else if (op->args[a].type == ARG_TENSOR_LIST) {
             if (v->type != YAML_SEQUENCE_NODE) return yaml_fail_at(l, v, OPR_ERR_PARSE, "samples: '%s' is a list of tensors", k);
             int cnt = (int)(v->data.sequence.items.top - v->data.sequence.items.start);
+            /* opr_op_sample_args makes at most that many: longer lists could never run */
+            if (cnt > OPR_SAMPLE_MAX_TENSORS)
+                return yaml_fail_at(l, v, OPR_ERR_PARSE, "samples: '%s' has more tensors than a sample may make", k);
             if (!(sa->tensors = calloc((size_t)(cnt ? cnt : 1), sizeof *sa->tensors))) return opr_fail(OPR_ERR_NOMEM, "out of memory");
             for (int i = 0; i < cnt && !rc; i++)
                 rc = parse_tensor(l, yaml_document_get_node(l->doc, v->data.sequence.items.start[i]), &sa->tensors[i]);
@@ -172,7 +199,8 @@ static double next_uniform(uint64_t *state)
 
 static opr_tensor *make_tensor(opr_ctx *ctx, const sample_tensor *st, opr_dtype dt, opr_device dev, uint64_t *rng)
 {
-    int64_t n = opr_meta_numel(st->shape, st->ndim);
+    int64_t n;
+    if (opr_shape_check(st->shape, st->ndim, &n, "samples")) return NULL; /* checked when parsed, too */
     size_t es = opr_dtype_size(dt);
     unsigned char *buf = malloc((size_t)(n ? n : 1) * es);
     if (!buf) { opr_fail(OPR_ERR_NOMEM, "out of memory"); return NULL; }
@@ -230,7 +258,7 @@ int opr_op_sample_args(const opr_op *op, int i, opr_dtype dtype, opr_device dev,
                 const sample_tensor *st = &sa->tensors[k];
                 opr_dtype dt = st->dtype >= 0 ? (opr_dtype)st->dtype : oa->fixed_dtype >= 0 ? (opr_dtype)oa->fixed_dtype : dtype;
                 opr_tensor *t = make_tensor(ctx, st, dt, dev, &rng);
-                if (!t) return OPR_ERR_NOMEM;
+                if (!t) return opr_error_status();
                 owned[(*nowned)++] = t;
             }
             if (oa->type == ARG_TENSOR) args[a] = opr_v_tensor(dst[0]);

@@ -18,10 +18,12 @@ static const struct { const char *text; arg_type type; bool optional; } type_nam
 typedef struct cursor {
     const char *text, *p;
     const expr_src *src;
+    bool nomem;             /* an allocation failed: that is the error, whatever follows */
 } cursor;
 
 static int fail(const cursor *c, const char *at, const char *what)
 {
+    if (c->nomem) return opr_fail(OPR_ERR_NOMEM, "out of memory parsing a schema");
     char tok[40];
     size_t n = strcspn(at, " ,()=");
     if (n == 0) n = *at ? 1 : 0;
@@ -39,7 +41,10 @@ static char *ident(cursor *c)
     skip(c);
     const char *s = c->p;
     while (isalnum((unsigned char)*c->p) || *c->p == '_') c->p++;
-    return c->p > s ? strndup(s, (size_t)(c->p - s)) : NULL;
+    if (c->p == s) return NULL;
+    char *id = strndup(s, (size_t)(c->p - s));
+    c->nomem = !id;
+    return id;
 }
 
 /* Evaluates a default literal into arg->def. */
@@ -58,7 +63,7 @@ static int parse_default(cursor *c, op_arg *a, const char *at)
     expr_src src = {c->src->file, c->src->line, c->src->col + (int)(s - c->text)};
     expr *e = expr_parse(text, &src);
     free(text);
-    if (!e) return OPR_ERR_PARSE;
+    if (!e) return opr_error_status();
     int rc = OPR_OK;
     a->has_default = true;
     if (e->kind == EXPR_NONE) {
@@ -71,7 +76,7 @@ static int parse_default(cursor *c, op_arg *a, const char *at)
     } else if (a->type == ARG_BOOL && e->kind == EXPR_BOOL) {
         a->def.kind = OPR_ARG_BOOL; a->def.u.b = e->b;
     } else if (a->type == ARG_STR && e->kind == EXPR_STR) {
-        a->def_str = strdup(e->name);
+        if (!(a->def_str = strdup(e->name))) rc = opr_fail(OPR_ERR_NOMEM, "out of memory");
         a->def.kind = OPR_ARG_STRING; a->def.u.s = a->def_str;
     } else if (a->type == ARG_INT_LIST && e->kind == EXPR_LIST && e->nargs <= OPR_MAX_DIMS) {
         for (int i = 0; i < e->nargs && !rc; i++) {
@@ -120,7 +125,7 @@ static int parse_returns(cursor *c, opr_op *op)
     skip(c);
     if (!strncmp(c->p, "Tensor", 6) && !isalnum((unsigned char)c->p[6])) {
         c->p += 6;
-        op->out_names[0] = strdup("result");
+        if (!(op->out_names[0] = strdup("result"))) return opr_fail(OPR_ERR_NOMEM, "out of memory");
         op->nout = 1;
         return OPR_OK;
     }
@@ -132,11 +137,13 @@ static int parse_returns(cursor *c, opr_op *op)
         c->p += 6;
         if (op->nout == OPR_MAX_OUTS) return fail(c, c->p, "too many outputs");
         char *name = ident(c);
+        if (!name && c->nomem) return opr_fail(OPR_ERR_NOMEM, "out of memory parsing a schema");
         if (!name) {
             char buf[16];
             snprintf(buf, sizeof buf, "result%d", op->nout);
             name = strdup(buf);
         }
+        if (!name) return opr_fail(OPR_ERR_NOMEM, "out of memory");
         op->out_names[op->nout++] = name;
         skip(c);
         if (*c->p == ',') { c->p++; continue; }
@@ -147,7 +154,7 @@ static int parse_returns(cursor *c, opr_op *op)
 
 int schema_parse(opr_op *op, const char *schema, const expr_src *src)
 {
-    cursor c = {schema, schema, src};
+    cursor c = {schema, schema, src, false};
     const char *at = c.p;
     if (!(op->name = ident(&c))) return fail(&c, at, "expected an op name");
     skip(&c);

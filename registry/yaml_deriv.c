@@ -27,15 +27,17 @@ static deriv_info *info_of(opr_op *op)
 {
     if (op->deriv) return op->deriv;
     deriv_info *d = calloc(1, sizeof *d);
-    if (!d || plan_cache_new(d)) { free(d); return NULL; }
+    if (!d) return NULL;
+    op->deriv = d; /* deriv_free undoes the rest when a step below fails */
     d->forced = -1;
     int n = 0;
     for (int i = 0; i < op->nargs; i++) d->slot_names[n++] = op->args[i].name;
     for (int i = 0; i < op->nout; i++) d->slot_names[n++] = op->out_names[i];
-    const char *extra[] = {"result", "grad", "grads", "results"};
-    for (int i = 0; i < 4; i++) d->slot_names[n++] = strdup(extra[i]);
     d->nslots = n;
-    op->deriv = d;
+    const char *extra[] = {"result", "grad", "grads", "results"};
+    for (int i = 0; i < 4; i++)
+        if (!(d->slot_names[d->nslots++] = strdup(extra[i]))) { deriv_free(op); return NULL; }
+    if (plan_cache_new(d)) { deriv_free(op); return NULL; }
     return d;
 }
 
@@ -70,10 +72,10 @@ static int formula_node(const loader *l, opr_op *op, deriv_cand *c, int pos, con
     if (!yaml_scalar(v)) return yaml_fail_at(l, v, OPR_ERR_PARSE, "a formula must be an expression%s", "");
     expr_src src = yaml_scalar_src(l, v);
     expr *e = expr_parse(yaml_scalar(v), &src);
-    if (!e) return OPR_ERR_PARSE;
+    if (!e) return opr_error_status();
     int rc = deriv_add_formula(op, c, pos, e, names, nnames, &src);
-    if (rc) expr_free(e);
-    return rc;
+    if (rc) { expr_free(e); return rc; }
+    return deriv_check_calls(l->ctx, op, c->label, e); /* e belongs to c now */
 }
 
 /* needs: {self: [mat2], mat2: [self]} */
@@ -81,6 +83,8 @@ static int parse_needs(const loader *l, const opr_op *op, deriv_cand *c, const y
 {
     if (v->type != YAML_MAPPING_NODE) return yaml_fail_at(l, v, OPR_ERR_PARSE, "needs must map inputs to lists%s", "");
     for (yaml_node_pair_t *p = v->data.mapping.pairs.start; p < v->data.mapping.pairs.top; p++) {
+        int rc = yaml_check_key(l, v, p);
+        if (rc) return rc;
         yaml_node_t *k = yaml_document_get_node(l->doc, p->key), *list = yaml_document_get_node(l->doc, p->value);
         int pos = yaml_scalar(k) ? cover_pos(c, arg_of(op, yaml_scalar(k))) : -1;
         if (pos < 0) return yaml_fail_at(l, k, OPR_ERR_PARSE, "needs: '%s' is not covered by this entry", yaml_scalar(k) ? yaml_scalar(k) : "?");
@@ -99,11 +103,20 @@ static int parse_needs(const loader *l, const opr_op *op, deriv_cand *c, const y
     return OPR_OK;
 }
 
-/* The slot a backend registers its fused backward kernel under. */
+/* The slot a backend registers its fused backward kernel under. It belongs to the
+ * candidate until the op is added to the registry, which adds it too (yaml_load.c):
+ * an entry refused later leaves nothing behind. */
 static int kernel_slot(const loader *l, opr_op *op, deriv_cand *c, const yaml_node_t *v)
 {
     const char *name = yaml_scalar(v);
     if (!name || !name[0]) return yaml_fail_at(l, v, OPR_ERR_PARSE, "kernel must be a name%s", "");
+    bool taken = !strcmp(name, op->name);
+    for (int i = 0; i < op->deriv->ncands && !taken; i++)
+        taken = op->deriv->cands[i].kernel && !strcmp(op->deriv->cands[i].kernel->name, name);
+    pthread_mutex_lock(&l->ctx->lock);
+    taken = taken || registry_find(l->ctx, name);
+    pthread_mutex_unlock(&l->ctx->lock);
+    if (taken) return yaml_fail_at(l, v, OPR_ERR_PARSE, "kernel name '%s' is already used", name);
     opr_op *k = calloc(1, sizeof *k);
     if (!k) return opr_fail(OPR_ERR_NOMEM, "out of memory");
     char schema[256];
@@ -111,16 +124,13 @@ static int kernel_slot(const loader *l, opr_op *op, deriv_cand *c, const yaml_no
     k->name = strdup(name);
     k->schema = strdup(schema);
     k->file = strdup(l->file);
+    if (!k->name || !k->schema || !k->file) { op_free(k); return opr_fail(OPR_ERR_NOMEM, "out of memory"); }
     k->line = (int)v->start_mark.line + 1;
     k->backward_of = op;
     k->nout = c->ncover;
     k->dtypes = op->dtypes;
     k->dtype_arg = k->device_arg = -1;
     k->same_shape_args[0] = k->same_shape_args[1] = -1;
-    pthread_mutex_lock(&l->ctx->lock);
-    int rc = registry_add(l->ctx, k);
-    pthread_mutex_unlock(&l->ctx->lock);
-    if (rc) { op_free(k); return yaml_fail_at(l, v, OPR_ERR_PARSE, "kernel name '%s' is already used", name); }
     c->kernel = k;
     /* Until `needs` says otherwise, each output reads every tensor input. */
     for (int pos = 0; pos < c->ncover; pos++)
@@ -140,7 +150,7 @@ static int parse_fused(const loader *l, opr_op *op, deriv_cand *c, const yaml_no
     for (yaml_node_pair_t *p = v->data.mapping.pairs.start; !rc && p < v->data.mapping.pairs.top; p++) {
         yaml_node_t *k = yaml_document_get_node(l->doc, p->key), *val = yaml_document_get_node(l->doc, p->value);
         const char *key = yaml_scalar(k);
-        if (!key) return yaml_fail_at(l, k, OPR_ERR_PARSE, "keys must be names%s", "");
+        if ((rc = yaml_check_key(l, v, p))) return rc;
         if (!strcmp(key, "kernel")) kernel = val;
         else if (!strcmp(key, "needs")) needs = val;
         else if (!strcmp(key, "flops")) flops = val;
@@ -148,17 +158,19 @@ static int parse_fused(const loader *l, opr_op *op, deriv_cand *c, const yaml_no
             if (val->type != YAML_MAPPING_NODE) return yaml_fail_at(l, val, OPR_ERR_PARSE, "let must map names to expressions%s", "");
             for (yaml_node_pair_t *q = val->data.mapping.pairs.start; !rc && q < val->data.mapping.pairs.top; q++) {
                 yaml_node_t *lk = yaml_document_get_node(l->doc, q->key), *lv = yaml_document_get_node(l->doc, q->value);
-                if (!yaml_scalar(lk) || c->nlets == DERIV_MAX_LETS)
-                    return yaml_fail_at(l, lk, OPR_ERR_PARSE, "let: at most %d named intermediates", "4");
+                if ((rc = yaml_check_key(l, val, q))) return rc;
+                if (c->nlets == DERIV_MAX_LETS)
+                    return yaml_fail_at(l, lk, OPR_ERR_PARSE, "let: at most %s named intermediates", "4");
                 if (!yaml_scalar(lv)) return yaml_fail_at(l, lv, OPR_ERR_PARSE, "let: expected an expression%s", "");
                 expr_src src = yaml_scalar_src(l, lv);
                 expr *e = expr_parse(yaml_scalar(lv), &src);
-                if (!e) return OPR_ERR_PARSE;
+                if (!e) return opr_error_status();
                 /* a let may read earlier lets */
                 rc = deriv_add_formula(op, c, -1, e, names, nnames, &src);
                 if (rc) { expr_free(e); return rc; }
                 c->lets[c->nlets++] = e;
                 names[nnames++] = yaml_scalar(lk);
+                if ((rc = deriv_check_calls(l->ctx, op, c->label, e))) return rc;
             }
         } else {
             int pos = cover_pos(c, arg_of(op, key));
@@ -171,18 +183,19 @@ static int parse_fused(const loader *l, opr_op *op, deriv_cand *c, const yaml_no
         if (needs && (rc = parse_needs(l, op, c, needs))) return rc;
         if (flops && flops->type == YAML_MAPPING_NODE) { /* per output: {self: .., mat2: ..} */
             for (yaml_node_pair_t *p = flops->data.mapping.pairs.start; p < flops->data.mapping.pairs.top; p++) {
+                if ((rc = yaml_check_key(l, flops, p))) return rc;
                 yaml_node_t *fk = yaml_document_get_node(l->doc, p->key), *fv = yaml_document_get_node(l->doc, p->value);
                 int pos = yaml_scalar(fk) ? cover_pos(c, arg_of(op, yaml_scalar(fk))) : -1;
                 if (pos < 0 || !yaml_scalar(fv))
                     return yaml_fail_at(l, fk, OPR_ERR_PARSE, "flops: '%s' is not an input of this entry", yaml_scalar(fk) ? yaml_scalar(fk) : "?");
                 expr_src src = yaml_scalar_src(l, fv);
-                if (!(c->out_flops[pos] = expr_parse(yaml_scalar(fv), &src))) return OPR_ERR_PARSE;
+                if (!(c->out_flops[pos] = expr_parse(yaml_scalar(fv), &src))) return opr_error_status();
                 if ((rc = expr_resolve(c->out_flops[pos], (const char *const *)d->slot_names, d->nslots, &src))) return rc;
             }
         } else if (flops) {
             if (!yaml_scalar(flops)) return yaml_fail_at(l, flops, OPR_ERR_PARSE, "flops must be an expression%s", "");
             expr_src src = yaml_scalar_src(l, flops);
-            if (!(c->flops = expr_parse(yaml_scalar(flops), &src))) return OPR_ERR_PARSE;
+            if (!(c->flops = expr_parse(yaml_scalar(flops), &src))) return opr_error_status();
             if ((rc = expr_resolve(c->flops, (const char *const *)d->slot_names, d->nslots, &src))) return rc;
         }
         return OPR_OK;
@@ -223,7 +236,7 @@ int yaml_deriv_key(const loader *l, opr_op *op, const yaml_node_t *k, const yaml
         for (int i = 0; i < c.nlets; i++) expr_free(c.lets[i]);
         for (int i = 0; i < c.ncover; i++) expr_free(c.out_flops[i]);
         expr_free(c.flops);
-        /* a kernel slot already registered stays: it is harmless without a candidate */
+        op_free(c.kernel); /* not registered yet */
         return rc ? rc : opr_fail(OPR_ERR_NOMEM, "out of memory");
     }
     d->cands = grown;

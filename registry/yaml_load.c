@@ -1,6 +1,7 @@
 /* Loads op definitions from YAML (libyaml's document API). A file is a sequence of
  * mappings, one per op. An entry with an error is refused with file:line:column and
  * the offending token; the others are still added. */
+#include "deriv.h"
 #include "yaml_loader.h"
 
 #include <errno.h>
@@ -20,6 +21,17 @@ const char *yaml_scalar(const yaml_node_t *n)
     return n && n->type == YAML_SCALAR_NODE ? (const char *)n->data.scalar.value : NULL;
 }
 
+int yaml_check_key(const loader *l, const yaml_node_t *map, const yaml_node_pair_t *p)
+{
+    const yaml_node_t *k = yaml_document_get_node(l->doc, p->key);
+    if (!yaml_scalar(k)) return yaml_fail_at(l, k ? k : map, OPR_ERR_PARSE, "keys must be plain names%s", "");
+    for (const yaml_node_pair_t *q = map->data.mapping.pairs.start; q < p; q++) {
+        const char *prev = yaml_scalar(yaml_document_get_node(l->doc, q->key));
+        if (prev && !strcmp(prev, yaml_scalar(k))) return yaml_fail_at(l, k, OPR_ERR_PARSE, "duplicate key '%s'", yaml_scalar(k));
+    }
+    return OPR_OK;
+}
+
 expr_src yaml_scalar_src(const loader *l, const yaml_node_t *n)
 {
     int quoted = n->data.scalar.style == YAML_SINGLE_QUOTED_SCALAR_STYLE ||
@@ -35,7 +47,7 @@ static int parse_expr_list(const loader *l, const yaml_node_t *n, expr **out, in
     *count = 0;
     if (n->type == YAML_SCALAR_NODE) {
         expr_src src = yaml_scalar_src(l, n);
-        if (!(out[0] = expr_parse(yaml_scalar(n), &src))) return OPR_ERR_PARSE;
+        if (!(out[0] = expr_parse(yaml_scalar(n), &src))) return opr_error_status();
         *count = 1;
         return OPR_OK;
     }
@@ -47,7 +59,7 @@ static int parse_expr_list(const loader *l, const yaml_node_t *n, expr **out, in
         expr_src src = {l->file, (int)n->start_mark.line + 1, (int)n->start_mark.column + 1};
         expr *list = expr_parse(text, &src);
         free(text);
-        if (!list) return OPR_ERR_PARSE;
+        if (!list) return opr_error_status();
         if (list->kind != EXPR_LIST) { expr_free(list); return yaml_fail_at(l, n, OPR_ERR_PARSE, "'%s' must be a list", key); }
         if (list->nargs > max) { expr_free(list); return yaml_fail_at(l, n, OPR_ERR_PARSE, "too many items in '%s'", key); }
         for (int i = 0; i < list->nargs; i++) { out[i] = list->args[i]; list->args[i] = NULL; }
@@ -60,7 +72,7 @@ static int parse_expr_list(const loader *l, const yaml_node_t *n, expr **out, in
         if (!yaml_scalar(item)) return yaml_fail_at(l, item, OPR_ERR_PARSE, "items of '%s' must be expressions", key);
         if (*count == max) return yaml_fail_at(l, item, OPR_ERR_PARSE, "too many items in '%s'", key);
         expr_src src = yaml_scalar_src(l, item);
-        if (!(out[*count] = expr_parse(yaml_scalar(item), &src))) return OPR_ERR_PARSE;
+        if (!(out[*count] = expr_parse(yaml_scalar(item), &src))) return opr_error_status();
         (*count)++;
     }
     return OPR_OK;
@@ -131,6 +143,9 @@ static int parse_key(const loader *l, opr_op *op, const yaml_node_t *k, const ya
         return OPR_OK;
     }
     if (!strcmp(key, "shape") || !strcmp(key, "shapes")) {
+        /* the duplicate-key check does not see `shape` and `shapes` as the same key */
+        if (op->shapes[0] || op->dynamic_shape)
+            return yaml_fail_at(l, k, OPR_ERR_PARSE, "'%s': the output shapes are already given", key);
         if (yaml_scalar(v) && !strcmp(yaml_scalar(v), "dynamic")) { op->dynamic_shape = true; return OPR_OK; }
         bool many = key[5] == 's';
         if ((rc = parse_expr_list(l, v, op->shapes, many ? OPR_MAX_OUTS : 1, &count, key))) return rc;
@@ -150,12 +165,12 @@ static int parse_key(const loader *l, opr_op *op, const yaml_node_t *k, const ya
         if (op->nout != 1 || op->nargs == 0 || op->args[0].type != ARG_TENSOR || op->inplace)
             return yaml_fail_at(l, k, OPR_ERR_PARSE, "%s needs an out-of-place op taking a Tensor first and returning one", key);
         expr_src src = yaml_scalar_src(l, v);
-        return (op->identity_if = expr_parse(yaml_scalar(v), &src)) ? OPR_OK : OPR_ERR_PARSE;
+        return (op->identity_if = expr_parse(yaml_scalar(v), &src)) ? OPR_OK : opr_error_status();
     }
     if (!strcmp(key, "flops")) {
         if (!yaml_scalar(v)) return yaml_fail_at(l, v, OPR_ERR_PARSE, "%s must be an expression", key);
         expr_src src = yaml_scalar_src(l, v);
-        return (op->flops = expr_parse(yaml_scalar(v), &src)) ? OPR_OK : OPR_ERR_PARSE;
+        return (op->flops = expr_parse(yaml_scalar(v), &src)) ? OPR_OK : opr_error_status();
     }
     if (!strcmp(key, "dtypes")) return parse_dtype_list(l, v, &op->dtypes);
     if (!strcmp(key, "dtype")) {
@@ -175,6 +190,7 @@ static int parse_key(const loader *l, opr_op *op, const yaml_node_t *k, const ya
         for (yaml_node_pair_t *p = v->data.mapping.pairs.start; p < v->data.mapping.pairs.top; p++) {
             yaml_node_t *k = yaml_document_get_node(l->doc, p->key), *d = yaml_document_get_node(l->doc, p->value);
             int a = yaml_scalar(k) ? arg_index(op, yaml_scalar(k)) : -1;
+            if ((rc = yaml_check_key(l, v, p))) return rc;
             if (a < 0 || op->args[a].type != ARG_TENSOR)
                 return yaml_fail_at(l, k, OPR_ERR_PARSE, "'%s' is not a Tensor argument", yaml_scalar(k) ? yaml_scalar(k) : "?");
             opr_dtype dt;
@@ -255,7 +271,7 @@ static opr_op *load_entry(const loader *l, yaml_node_t *entry)
     op->file = strdup(l->file);
     op->line = (int)name->start_mark.line + 1;
     expr_src src = yaml_scalar_src(l, name);
-    int rc = schema_parse(op, yaml_scalar(name), &src);
+    int rc = op->schema && op->file ? schema_parse(op, yaml_scalar(name), &src) : opr_fail(OPR_ERR_NOMEM, "out of memory");
     if (!rc) { /* a duplicate is reported at its name, with where the first one is */
         pthread_mutex_lock(&l->ctx->lock);
         const opr_op *first = registry_find(l->ctx, op->name);
@@ -268,17 +284,53 @@ static opr_op *load_entry(const loader *l, yaml_node_t *entry)
         pthread_mutex_unlock(&l->ctx->lock);
     }
     for (yaml_node_pair_t *p = entry->data.mapping.pairs.start; !rc && p < entry->data.mapping.pairs.top; p++) {
-        yaml_node_t *k = yaml_document_get_node(l->doc, p->key);
-        if (!yaml_scalar(k)) { rc = yaml_fail_at(l, k, OPR_ERR_PARSE, "keys must be plain names%s", ""); break; }
-        for (yaml_node_pair_t *q = entry->data.mapping.pairs.start; q < p && !rc; q++) {
-            const char *prev = yaml_scalar(yaml_document_get_node(l->doc, q->key));
-            if (prev && !strcmp(prev, yaml_scalar(k))) rc = yaml_fail_at(l, k, OPR_ERR_PARSE, "duplicate key '%s'", yaml_scalar(k));
-        }
-        if (!rc) rc = parse_key(l, op, k, yaml_document_get_node(l->doc, p->value));
+        if (!(rc = yaml_check_key(l, entry, p)))
+            rc = parse_key(l, op, yaml_document_get_node(l->doc, p->key), yaml_document_get_node(l->doc, p->value));
     }
     if (!rc) rc = finish_op(l, op, entry);
     if (rc) { op_free(op); return NULL; }
     return op;
+}
+
+/* libyaml keeps a pending simple key per flow level and looks at all of them at every
+ * token, so flow collections nested n deep take time quadratic in n (20000 levels:
+ * seconds). Text nesting brackets deeper than this is refused before libyaml reads it.
+ * Brackets in quoted scalars and comments count too: an overestimate that op files,
+ * nesting a few levels, never come near. */
+#define YAML_MAX_FLOW_DEPTH 1000
+
+static int check_flow_depth(const char *text, size_t len, const char *file)
+{
+    int depth = 0, line = 1, col = 0;
+    for (size_t i = 0; i < len; i++) {
+        col++;
+        if (text[i] == '\n') {
+            line++;
+            col = 0;
+        } else if ((text[i] == '[' || text[i] == '{') && ++depth > YAML_MAX_FLOW_DEPTH) {
+            return opr_fail(OPR_ERR_PARSE, "%s:%d:%d: brackets nested deeper than %d levels", file, line, col,
+                            YAML_MAX_FLOW_DEPTH);
+        } else if ((text[i] == ']' || text[i] == '}') && depth > 0) {
+            depth--;
+        }
+    }
+    return OPR_OK;
+}
+
+/* Adds op and the fused backward kernel slots its derivatives name: all of them or
+ * none, so that a refused entry leaves nothing behind. Call with ctx->lock held.
+ * *kept says whether the registry has taken op even so (added, then dropped with
+ * registry_truncate because a kernel slot could not be added): else it is still the
+ * caller's to free. */
+static int register_entry(opr_ctx *ctx, opr_op *op, bool *kept)
+{
+    int n0 = registry_count(ctx);
+    int rc = registry_add(ctx, op);
+    for (int i = 0; !rc && op->deriv && i < op->deriv->ncands; i++)
+        if (op->deriv->cands[i].kernel) rc = registry_add(ctx, op->deriv->cands[i].kernel);
+    *kept = rc && registry_count(ctx) > n0;
+    if (*kept) registry_truncate(ctx, n0);
+    return rc;
 }
 
 int yaml_load_text(opr_ctx *ctx, const char *text, size_t len, const char *file, int *n_loaded)
@@ -286,12 +338,24 @@ int yaml_load_text(opr_ctx *ctx, const char *text, size_t len, const char *file,
     yaml_parser_t parser;
     yaml_document_t doc;
     int added = 0, refused = 0;
+    bool nomem = false; /* an entry was refused for want of memory, not for its text */
     char first_error[1024] = "";
     if (n_loaded) *n_loaded = 0;
-    if (!yaml_parser_initialize(&parser)) return opr_fail(OPR_ERR_NOMEM, "libyaml: cannot initialise parser");
+    if (!yaml_parser_initialize(&parser)) return opr_fail(OPR_ERR_NOMEM, "out of memory initialising the YAML parser");
     yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
+    int depth_rc = check_flow_depth(text, len, file);
+    if (depth_rc) {
+        pthread_mutex_lock(&ctx->lock);
+        registry_note_error(ctx, opr_last_error());
+        pthread_mutex_unlock(&ctx->lock);
+        yaml_parser_delete(&parser);
+        return depth_rc;
+    }
     if (!yaml_parser_load(&parser, &doc)) {
-        int rc = opr_fail(OPR_ERR_PARSE, "%s:%zu:%zu: %s%s%s", file, parser.problem_mark.line + 1,
+        /* every syntax error comes with a `problem`; libyaml fails without one (and,
+         * in places, without setting YAML_MEMORY_ERROR) only when an allocation fails */
+        int rc = parser.error == YAML_MEMORY_ERROR || !parser.problem ? opr_fail(OPR_ERR_NOMEM, "%s: out of memory reading YAML", file) :
+                 opr_fail(OPR_ERR_PARSE, "%s:%zu:%zu: %s%s%s", file, parser.problem_mark.line + 1,
                           parser.problem_mark.column + 1, parser.problem ? parser.problem : "YAML error",
                           parser.context ? " " : "", parser.context ? parser.context : "");
         pthread_mutex_lock(&ctx->lock);
@@ -313,9 +377,11 @@ int yaml_load_text(opr_ctx *ctx, const char *text, size_t len, const char *file,
          it && it < root->data.sequence.items.top; it++) {
         opr_op *op = load_entry(&l, yaml_document_get_node(&doc, *it));
         pthread_mutex_lock(&ctx->lock);
-        int add_rc = op ? registry_add(ctx, op) : OPR_ERR_PARSE;
+        bool kept = false;
+        int add_rc = op ? register_entry(ctx, op, &kept) : opr_error_status();
         if (add_rc) {
-            if (op) op_free(op);
+            if (!kept) op_free(op);
+            nomem = nomem || add_rc == OPR_ERR_NOMEM;
             registry_note_error(ctx, opr_last_error());
             if (!refused++) snprintf(first_error, sizeof first_error, "%s", opr_last_error());
         } else {
@@ -328,7 +394,7 @@ int yaml_load_text(opr_ctx *ctx, const char *text, size_t len, const char *file,
     if (n_loaded) *n_loaded = added;
     if (rc) return rc;
     if (refused)
-        return opr_fail(OPR_ERR_PARSE, "%s%s", first_error,
+        return opr_fail(nomem ? OPR_ERR_NOMEM : OPR_ERR_PARSE, "%s%s", first_error,
                         refused > 1 ? " (and more: see opr_registry_errors)" : "");
     return OPR_OK;
 }
@@ -337,6 +403,7 @@ int yaml_load_file(opr_ctx *ctx, const char *path, int *n_loaded)
 {
     if (n_loaded) *n_loaded = 0;
     FILE *f = fopen(path, "rb");
+    if (!f && errno == ENOMEM) return opr_fail(OPR_ERR_NOMEM, "%s: out of memory opening it", path);
     if (!f) return opr_fail(OPR_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     char *buf = NULL;
     size_t len = 0, cap = 0;

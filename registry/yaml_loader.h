@@ -16,6 +16,9 @@ typedef struct loader {
 
 /* Fails with "file:line:col: " + fmt (one %s for tok) at node n. */
 int yaml_fail_at(const loader *l, const yaml_node_t *n, int status, const char *fmt, const char *tok);
+/* Checks the key of pair p of mapping map: a scalar, and not one of the earlier keys
+ * (libyaml keeps both, and the second would silently replace, or leak, the first). */
+int yaml_check_key(const loader *l, const yaml_node_t *map, const yaml_node_pair_t *p);
 /* The text of a scalar node, NULL for other nodes. */
 const char *yaml_scalar(const yaml_node_t *n);
 /* Position of a scalar's first character (past the opening quote if any). */

@@ -1,15 +1,17 @@
 #!/bin/sh
 # Installs the Debian packages opreg needs to build and test. Quick and silent when
-# everything is present. Usage: scripts/setup.sh [bench]
+# everything is present. Usage: scripts/setup.sh [bench|rocm|fuzz]
 #   bench   also installs libtorch-dev (side-by-side benchmarks in C++)
 #   rocm    also installs hipcc (Debian's HIP 5.2), so the ROCm plugin is compiled
+#   fuzz    also installs clang and its OpenMP runtime (make fuzz: libFuzzer harnesses)
 set -eu
 
 # python3-torch is the outside oracle of the autograd tests (tests/oracle).
-packages="gcc g++ make cmake ninja-build pkg-config libyaml-dev libopenblas-dev check libsubunit-dev libdlpack-dev binutils python3 python3-torch"
+packages="gcc g++ make cmake ninja-build pkg-config libyaml-dev libopenblas-dev check libsubunit-dev libdlpack-dev binutils valgrind python3 python3-torch"
 case "${1:-}" in
 bench) packages="$packages libtorch-dev" ;;
 rocm) packages="$packages hipcc" ;;
+fuzz) packages="$packages clang libomp-dev" ;;
 esac
 
 missing=""

@@ -106,13 +106,13 @@ static int64_t numel_of(int nd, const int64_t *sh)
     return n;
 }
 
+/* nd is checked before the shape is copied: with an unchecked count as the copy
+ * size, gcc -O3 reports a possible overflow of sh. */
 static H H_new(int nd, const int64_t *sh)
 {
-    H h;
-    memset(&h, 0, sizeof h);
-    h.nd = nd;
-    if (nd) memcpy(h.sh, sh, (size_t)nd * sizeof *sh);
-    h.n = numel_of(nd, sh);
+    REQUIRE(nd >= 0 && nd <= OPR_MAX_DIMS, "reference array with %d dimensions", nd);
+    H h = {.nd = nd, .n = numel_of(nd, sh)};
+    for (int d = 0; d < nd; d++) h.sh[d] = sh[d];
     h.v = dalloc(h.n);
     return h;
 }
@@ -170,10 +170,8 @@ static void row_geom(const H *h, int dim, int64_t *outer, int64_t *len, int64_t 
 {
     *outer = *inner = 1;
     *len = h->nd ? h->sh[dim] : 1;
-    for (int d = 0; d < h->nd; d++) {
-        if (d < dim) *outer *= h->sh[d];
-        if (d > dim) *inner *= h->sh[d];
-    }
+    for (int d = 0; d < dim; d++) *outer *= h->sh[d];
+    for (int d = dim + 1; d < h->nd; d++) *inner *= h->sh[d];
 }
 
 static H H_transpose2(const H *h)
@@ -1754,7 +1752,7 @@ static void check_mode(opr_tensor *x, int64_t dim, bool keep, int nargs)
     else CALL2("mode", &v, &ix, TV(x), opr_v_int(dim), opr_v_bool(keep));
     H hx = H_of(x);
     const int d = wrapd(dim, hx.nd);
-    int64_t outer, len, inner, sh[OPR_MAX_DIMS];
+    int64_t outer, len, inner, sh[OPR_MAX_DIMS] = {0};
     row_geom(&hx, d, &outer, &len, &inner);
     int on = 0;
     for (int i = 0; i < hx.nd; i++)

@@ -11,6 +11,61 @@
 #include <string.h>
 #include <unistd.h>
 
+/* ------------------------------------------------------------------ allocation failure */
+
+/* Where the C allocator can be replaced (glibc, no sanitizer bringing its own), this
+ * executable's malloc, calloc, realloc, strdup and strndup fail the allocation
+ * `alloc_countdown` counts down to, once; glibc routes every library's calls here. */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define ALLOC_HOOK 0
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || __has_feature(memory_sanitizer)
+#define ALLOC_HOOK 0
+#endif
+#endif
+#if !defined(ALLOC_HOOK) && defined(__GLIBC__)
+#define ALLOC_HOOK 1
+#endif
+
+#if ALLOC_HOOK
+extern void *__libc_malloc(size_t);
+extern void *__libc_calloc(size_t, size_t);
+extern void *__libc_realloc(void *, size_t);
+
+static long alloc_countdown = -1; /* allocations left before the failing one; -1: off */
+static bool alloc_failed;
+
+static bool alloc_fail_now(void)
+{
+    if (alloc_countdown < 0 || alloc_countdown-- > 0) return false;
+    alloc_countdown = -1;
+    alloc_failed = true;
+    return true;
+}
+
+/* exported, so that the library's calls resolve here (the build hides symbols) */
+#define INTERPOSED __attribute__((visibility("default")))
+INTERPOSED void *malloc(size_t n) { return alloc_fail_now() ? NULL : __libc_malloc(n); }
+INTERPOSED void *calloc(size_t a, size_t b) { return alloc_fail_now() ? NULL : __libc_calloc(a, b); }
+INTERPOSED void *realloc(void *p, size_t n) { return alloc_fail_now() ? NULL : __libc_realloc(p, n); }
+/* glibc's strdup and strndup allocate without passing through malloc above */
+INTERPOSED char *strdup(const char *s)
+{
+    size_t n = strlen(s) + 1;
+    char *d = malloc(n);
+    return d ? memcpy(d, s, n) : NULL;
+}
+INTERPOSED char *strndup(const char *s, size_t max)
+{
+    size_t n = strnlen(s, max);
+    char *d = malloc(n + 1);
+    if (!d) return NULL;
+    memcpy(d, s, n);
+    d[n] = '\0';
+    return d;
+}
+#endif
+
 /* ------------------------------------------------------------------ helpers */
 
 /* Built-in op definitions, no plugin. */
@@ -505,6 +560,296 @@ START_TEST(test_load_from_file)
 }
 END_TEST
 
+/* ------------------------------------------------------------------ hostile definitions */
+
+/* Each of these once crashed, leaked or hit undefined behaviour (their inputs are in
+ * tests/fuzz/regress/yaml too); each must now be an error with a position. */
+
+START_TEST(test_sample_shape_overflow)
+{
+    /* 2^31 * 2^31 elements: the buffer size wrapped, and make_tensor wrote past it */
+    expect_bad_entry("- name: yb(Tensor self) -> Tensor\n  shape: sizes(self)\n"
+                     "  samples: [{self: [2147483648, 2147483648]}]\n",
+                     "yb", "t.yaml:5:20: ", "too many elements", NULL);
+    /* 2^65 wraps to 0: the count itself overflowed */
+    expect_bad_entry("- name: yb(Tensor self) -> Tensor\n  shape: sizes(self)\n"
+                     "  samples: [{self: {shape: [4294967296, 4294967296, 2]}}]\n",
+                     "yb", "t.yaml:5:28: ", "too many elements", NULL);
+    /* in a tensor list as well */
+    expect_bad_entry("- name: yb(Tensor[] xs) -> Tensor\n  shape: \"[1]\"\n"
+                     "  samples: [{xs: [[2], [4611686018427387904, 4]]}]\n",
+                     "yb", "t.yaml:5:24: ", "too many elements", NULL);
+}
+END_TEST
+
+START_TEST(test_sample_range_bounds)
+{
+    /* a bound that is not a scalar was read as NULL */
+    expect_bad_entry("- name: yb(Tensor self) -> Tensor\n  shape: sizes(self)\n"
+                     "  samples: [{self: {shape: [2], range: [[0], 1]}}]\n",
+                     "yb", "t.yaml:5:41: ", "a range bound must be a number", "?");
+    expect_bad_entry("- name: yb(Tensor self) -> Tensor\n  shape: sizes(self)\n"
+                     "  samples: [{self: {shape: [2], range: [0, one]}}]\n",
+                     "yb", "t.yaml:5:44: ", "a range bound must be a number", "one");
+    /* values drawn from these would not convert to i64 */
+    expect_bad_entry("- name: yb(Tensor self) -> Tensor\n  shape: sizes(self)\n"
+                     "  samples: [{self: {shape: [2], range: [1e300, 1]}}]\n",
+                     "yb", "t.yaml:5:41: ", "a range bound must be a number", "1e300");
+    expect_bad_entry("- name: yb(Tensor self) -> Tensor\n  shape: sizes(self)\n"
+                     "  samples: [{self: {shape: [2], range: [0, .nan]}}]\n",
+                     "yb", "t.yaml:5:44: ", "a range bound must be a number", ".nan");
+}
+END_TEST
+
+START_TEST(test_sample_duplicate_key)
+{
+    /* the second tensor replaced the first, which leaked */
+    expect_bad_entry("- name: yb(Tensor self) -> Tensor\n  shape: sizes(self)\n  samples: [{self: [2], self: [3]}]\n", "yb",
+                     "t.yaml:5:25: ", "duplicate key", "self");
+    expect_bad_entry("- name: yb(Tensor self) -> Tensor\n  shape: sizes(self)\n"
+                     "  samples: [{self: {shape: [2], shape: [3]}}]\n",
+                     "yb", "t.yaml:5:33: ", "duplicate key", "shape");
+    /* and in the mappings of a fused derivative entry */
+    expect_bad_entry("- name: yb(Tensor self, Tensor other) -> Tensor\n  shape: broadcast(self, other)\n"
+                     "  self, other: {self: grad, other: grad, self: neg(grad)}\n",
+                     "yb", "t.yaml:5:42: ", "duplicate key", "self");
+}
+END_TEST
+
+START_TEST(test_shape_and_shapes)
+{
+    /* both keys set op->shapes[0]: the first expression leaked */
+    expect_bad_entry("- name: yb(Tensor self) -> Tensor\n  shape: sizes(self)\n  shapes: [sizes(self)]\n", "yb",
+                     "t.yaml:5:3: ", "the output shapes are already given", "shapes");
+    expect_bad_entry("- name: yb(Tensor self) -> Tensor\n  shape: dynamic\n  shapes: [sizes(self)]\n", "yb",
+                     "t.yaml:5:3: ", "the output shapes are already given", "shapes");
+}
+END_TEST
+
+START_TEST(test_formula_call_binding)
+{
+    /* a call leaving out a required argument: costing it read the missing slot */
+    expect_bad_entry("- name: yb(Tensor self) -> Tensor\n  view: contiguous\n  self: sum_to(grad)\n", "yb",
+                     "t.yaml:5:9: ", "sum_to() needs argument", "size");
+    expect_bad_entry("- name: yb(Tensor self) -> Tensor\n  view: contiguous\n  self: mul(grad, scale=2)\n", "yb",
+                     "t.yaml:5:9: ", "mul() has no argument named", "scale");
+    expect_bad_entry("- name: yb(Tensor self) -> Tensor\n  view: contiguous\n  self: neg(grad, grad)\n", "yb",
+                     "t.yaml:5:9: ", "neg() takes fewer arguments", NULL);
+    expect_bad_entry("- name: yb(Tensor self) -> Tensor\n  view: contiguous\n  self: mul(grad, self=grad)\n", "yb",
+                     "t.yaml:5:9: ", "mul() gets this argument twice", "self");
+    /* nested, and in a `let` */
+    expect_bad_entry("- name: yb(Tensor self) -> Tensor\n  view: contiguous\n"
+                     "  self: {let: {g: neg(grad)}, self: \"mul(g, sum_to(g))\"}\n",
+                     "yb", "t.yaml:5:45: ", "sum_to() needs argument", "size");
+    expect_bad_entry("- name: yb(Tensor self) -> Tensor\n  view: contiguous\n  self: {let: {g: mul(grad)}, self: g}\n", "yb",
+                     "t.yaml:5:19: ", "mul() needs argument", "other");
+
+    /* an op defined after the formula is checked when the plan links it: an error, not
+     * a crash, and the same each time */
+    opr_ctx *ctx = bare_ctx();
+    int n = -1;
+    ck_assert_int_eq(opr_registry_load_yaml_string(ctx,
+                                                   "- name: yl(Tensor self) -> Tensor\n  view: contiguous\n  self: ylater(grad)\n"
+                                                   "- name: ylater(Tensor self, Tensor other) -> Tensor\n  shape: sizes(self)\n",
+                                                   "late.yaml", &n),
+                     OPR_OK);
+    ck_assert_int_eq(n, 2);
+    const opr_op *yl = opr_op_find(ctx, "yl");
+    ck_assert_ptr_nonnull(yl);
+    opr_tensor *x = opr_tensor_new(ctx, OPR_F32, 2, (int64_t[]){2, 3}, OPR_CPU);
+    opr_value args[1] = {opr_v_tensor(x)};
+    const char *rg[1] = {"self"};
+    char buf[512];
+    for (int i = 0; i < 2; i++) {
+        ck_assert_int_eq(opr_plan_explain(yl, args, 1, rg, 1, buf, sizeof buf), OPR_ERR_PARSE);
+        assert_has(opr_last_error(), "late.yaml:3:9: ", "error");
+        assert_has(opr_last_error(), "ylater() needs argument 'other'", "error");
+    }
+    opr_tensor_release(x);
+    tu_ctx_free(ctx);
+}
+END_TEST
+
+START_TEST(test_matmul_shape_0d)
+{
+    /* matmul_shape read the last dimension of a 0-d tensor: shape[-1] */
+    opr_ctx *ctx = bare_ctx();
+    int n = -1;
+    ck_assert_int_eq(opr_registry_load_yaml_string(ctx,
+                                                   "- name: ym(Tensor self) -> Tensor\n  view: contiguous\n"
+                                                   "  self: reshape(grad, matmul_shape(self, self))\n",
+                                                   "m.yaml", &n),
+                     OPR_OK);
+    const opr_op *ym = opr_op_find(ctx, "ym");
+    ck_assert_ptr_nonnull(ym);
+    const char *rg[1] = {"self"};
+    char buf[512];
+    for (int ndim = 0; ndim < 2; ndim++) {
+        /* 0-d, then 1-d: a vector with itself is a valid (0-d) product */
+        opr_tensor *x = opr_tensor_new(ctx, OPR_F32, ndim, (int64_t[]){3}, OPR_CPU);
+        opr_value args[1] = {opr_v_tensor(x)};
+        int rc = opr_plan_explain(ym, args, 1, rg, 1, buf, sizeof buf);
+        if (ndim == 0) {
+            ck_assert_int_eq(rc, OPR_ERR_INVALID);
+            assert_has(opr_last_error(), "matmul: both arguments need at least one dimension", "error");
+        } else {
+            ck_assert_msg(rc == OPR_OK, "%s", opr_last_error());
+        }
+        opr_tensor_release(x);
+    }
+    tu_ctx_free(ctx);
+}
+END_TEST
+
+/* Nesting the expression parser accepts (its limit is 256 levels). */
+#define EXPR_DEPTH_OK 200
+
+/* "(((...)))" with `levels` brackets around sizes(self), as a shape. */
+static char *nested_shape_entry(int levels, const char *open, const char *close)
+{
+    size_t lo = strlen(open), lc = strlen(close), len = 128 + (size_t)levels * (lo + lc);
+    char *text = malloc(len);
+    ck_assert_ptr_nonnull(text);
+    size_t k = (size_t)snprintf(text, len, "- name: yd(Tensor self) -> Tensor\n  shape: \"");
+    for (int i = 0; i < levels; i++, k += lo) memcpy(text + k, open, lo);
+    k += (size_t)snprintf(text + k, len - k, "sizes(self)");
+    for (int i = 0; i < levels; i++, k += lc) memcpy(text + k, close, lc);
+    snprintf(text + k, len - k, "\"\n");
+    return text;
+}
+
+START_TEST(test_expr_depth_limit)
+{
+    int n = -1;
+    /* brackets add recursion but no node; lists and calls add both */
+    static const struct { const char *open, *close; } kinds[] = {{"(", ")"}, {"[", "]"}, {"reduce(", ")"}};
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+        static const int levels[] = {200, 300, 900};
+        for (int l = 0; l < 3; l++) {
+            opr_ctx *ctx = bare_ctx();
+            char *text = nested_shape_entry(levels[l], kinds[k].open, kinds[k].close);
+            int rc = opr_registry_load_yaml_string(ctx, text, "deep.yaml", &n);
+            free(text);
+            if (levels[l] <= EXPR_DEPTH_OK) { /* within the limit: parsed (and, for these, loaded) */
+                ck_assert_msg(rc == OPR_OK, "%s", opr_last_error());
+                ck_assert_ptr_nonnull(opr_op_find(ctx, "yd"));
+            } else {
+                ck_assert_int_eq(rc, OPR_ERR_PARSE);
+                ck_assert_msg(strncmp(opr_last_error(), "deep.yaml:2:", 12) == 0, "%s", opr_last_error());
+                assert_has(opr_last_error(), "expression nested too deeply", "error");
+                ck_assert_ptr_null(opr_op_find(ctx, "yd"));
+            }
+            tu_ctx_free(ctx);
+        }
+    }
+    /* the original crash: 100000 levels overflowed the stack */
+    opr_ctx *ctx = bare_ctx();
+    char *text = nested_shape_entry(100000, "(", ")");
+    ck_assert_int_eq(opr_registry_load_yaml_string(ctx, text, "deep.yaml", &n), OPR_ERR_PARSE);
+    free(text);
+    ck_assert_msg(strncmp(opr_last_error(), "deep.yaml:2:", 12) == 0, "%s", opr_last_error());
+    assert_has(opr_last_error(), "expression nested too deeply", "error");
+    /* a tree as deep without any bracket: operators in a row */
+    static const char *const chains[] = {"1 + ", "-", "!", "- !"};
+    for (size_t c = 0; c < sizeof chains / sizeof chains[0]; c++) {
+        size_t lc = strlen(chains[c]), len = 128 + 1000 * lc;
+        char *text = malloc(len);
+        ck_assert_ptr_nonnull(text);
+        size_t k = (size_t)snprintf(text, len, "- name: yz(Tensor self) -> Tensor\n  shape: sizes(self)\n  flops: \"");
+        for (int i = 0; i < 1000; i++, k += lc) memcpy(text + k, chains[c], lc);
+        snprintf(text + k, len - k, "1\"\n");
+        ck_assert_int_eq(opr_registry_load_yaml_string(ctx, text, "chain.yaml", &n), OPR_ERR_PARSE);
+        free(text);
+        assert_has(opr_last_error(), "expression nested too deeply", "error");
+        ck_assert_ptr_null(opr_op_find(ctx, "yz"));
+    }
+    tu_ctx_free(ctx);
+}
+END_TEST
+
+START_TEST(test_yaml_deep_nesting)
+{
+    /* YAML nesting itself: libyaml builds the document without recursion, but takes
+     * time quadratic in the depth of flow collections, so deep brackets are refused
+     * before it reads them */
+    enum { LEVELS = 100000 };
+    char *text = malloc(2 * LEVELS + 128);
+    ck_assert_ptr_nonnull(text);
+    int k = snprintf(text, 128, "- name: yd(Tensor self) -> Tensor\n  shape: sizes(self)\n  samples: ");
+    memset(text + k, '[', LEVELS);
+    memset(text + k + LEVELS, ']', LEVELS);
+    text[k + 2 * LEVELS] = '\0';
+    opr_ctx *ctx = bare_ctx();
+    int n = -1;
+    ck_assert_int_eq(opr_registry_load_yaml_string(ctx, text, "deep.yaml", &n), OPR_ERR_PARSE);
+    /* the 1001st bracket, 12 columns in */
+    ck_assert_msg(strncmp(opr_last_error(), "deep.yaml:3:1012: ", 18) == 0, "%s", opr_last_error());
+    assert_has(opr_last_error(), "brackets nested deeper than 1000 levels", "error");
+    ck_assert_int_eq(n, 0);
+    /* within the limit the document is read, and the loader reads a fixed depth of it */
+    text[k + 900] = '\0';
+    memset(text + k + 450, ']', 450);
+    ck_assert_int_eq(opr_registry_load_yaml_string(ctx, text, "deep.yaml", &n), OPR_ERR_PARSE);
+    ck_assert_msg(strncmp(opr_last_error(), "deep.yaml:3:13: ", 16) == 0, "%s", opr_last_error());
+    assert_has(opr_last_error(), "each sample is a mapping", "error");
+    ck_assert_int_eq(n, 0);
+    free(text);
+    tu_ctx_free(ctx);
+}
+END_TEST
+
+#if ALLOC_HOOK
+START_TEST(test_allocation_failure)
+{
+    /* every kind of key, so that every allocation of the loader is reached: for each N
+     * the Nth allocation fails, and the load must end in OPR_ERR_NOMEM with nothing of
+     * the entry registered (its fused kernel slot included), or succeed whole */
+    static const char text[] =
+        "- name: yf(Tensor self, Tensor other, float alpha=1.5, int[] dims=[0], str mode=\"x\", int? k=None)"
+        " -> (Tensor out, Tensor aux)\n"
+        "  dtypes: [f32, f64]\n"
+        "  check: [alpha > 0, dim(self) >= 0]\n"
+        "  shapes:\n"
+        "    - broadcast(self, other)\n"
+        "    - \"[numel(self)]\"\n"
+        "  dtypes_out: [T, i64]\n"
+        "  flops: 2 * numel(self)\n"
+        "  self: mul(grads[0], alpha)\n"
+        "  other: {let: {g: \"neg(grads[0])\"}, other: \"sum_to(g, sizes(other))\"}\n"
+        "  self, other: {kernel: yf_backward, needs: {self: [other], other: [self]},"
+        " flops: {self: numel(self), other: numel(other)}}\n"
+        "  samples: [{self: [2, 3], other: {shape: [3], range: [0, 1]}, alpha: 2, dims: [1, 0]}, {self: [2], other: [2]}]\n";
+    opr_ctx *ctx = bare_ctx();
+    int nops = opr_op_count(ctx), n = -1, rc = OPR_ERR_NOMEM;
+    long attempt;
+    for (attempt = 0; attempt < 100000; attempt++) {
+        alloc_failed = false;
+        alloc_countdown = attempt;
+        rc = opr_registry_load_yaml_string(ctx, text, "oom.yaml", &n);
+        alloc_countdown = -1;
+        if (!alloc_failed) break; /* every allocation succeeded: done */
+        if (rc == OPR_OK) continue; /* the failed allocation had a fallback: checked below, once */
+        ck_assert_msg(rc == OPR_ERR_NOMEM, "allocation %ld failed: expected OPR_ERR_NOMEM, got %s (%s)", attempt,
+                      opr_status_name(rc), opr_last_error());
+        assert_has(opr_last_error(), "out of memory", "error");
+        ck_assert_int_eq(n, 0);
+        ck_assert_int_eq(opr_op_count(ctx), nops);
+        ck_assert_ptr_null(opr_op_find(ctx, "yf"));
+        ck_assert_ptr_null(opr_op_find(ctx, "yf_backward"));
+    }
+    ck_assert_msg(rc == OPR_OK, "%s", opr_last_error());
+    ck_assert_int_gt(attempt, 50); /* the sweep did reach the loader's allocations */
+    const opr_op *yf = opr_op_find(ctx, "yf");
+    ck_assert_ptr_nonnull(yf);
+    ck_assert_int_eq(opr_op_count(ctx), nops + 2);
+    ck_assert_int_eq(opr_op_sample_count(yf), 2);
+    ck_assert_int_eq(opr_op_grad_candidate_count(yf), 3);
+    ck_assert_ptr_nonnull(opr_op_find(ctx, "yf_backward"));
+    tu_ctx_free(ctx);
+}
+END_TEST
+#endif
+
 /* ------------------------------------------------------------------ user ops at call time */
 
 START_TEST(test_user_op_without_kernel)
@@ -605,6 +950,19 @@ static Suite *yaml_suite(void)
     tcase_add_test(t, test_bad_view_kind);
     tcase_add_test(t, test_errors_accumulate);
     tcase_add_test(t, test_load_from_file);
+    suite_add_tcase(s, t);
+    t = tcase_create("hostile");
+    tcase_add_test(t, test_sample_shape_overflow);
+    tcase_add_test(t, test_sample_range_bounds);
+    tcase_add_test(t, test_sample_duplicate_key);
+    tcase_add_test(t, test_shape_and_shapes);
+    tcase_add_test(t, test_formula_call_binding);
+    tcase_add_test(t, test_matmul_shape_0d);
+    tcase_add_test(t, test_expr_depth_limit);
+    tcase_add_test(t, test_yaml_deep_nesting);
+#if ALLOC_HOOK
+    tcase_add_test(t, test_allocation_failure);
+#endif
     suite_add_tcase(s, t);
     return s;
 }

@@ -9,7 +9,9 @@
  *  - Borrowed pointers (`const char *` names, `const opr_op *`) live as long as the
  *    context that returned them.
  *  - A context may be used from several threads for dispatch; registry mutations
- *    (loading YAML or plugins) are serialised internally.
+ *    (loading YAML or plugins) are serialised internally, and op lookups and listings
+ *    may run while another thread loads. Backward passes may run on several threads
+ *    at once, also into shared leaves (see opr_grad and opr_backward for the limits).
  */
 #ifndef OPREG_OPREG_H
 #define OPREG_OPREG_H
@@ -103,9 +105,10 @@ typedef struct opr_ctx_opts {
 } opr_ctx_opts;
 
 /* Creates a context: loads the op definitions, then discovers and loads plugins (see
- * opr_plugin_discover). opts may be NULL for the defaults. A plugin that fails to load
- * does not make this fail: see opr_plugin_candidates. Returns NULL on failure (for
- * example unreadable built-in YAML). */
+ * opr_plugin_discover). opts may be NULL for the defaults. A plugin that is refused
+ * does not make this fail: see opr_plugin_candidate_get. Returns NULL on failure (for
+ * example unreadable built-in YAML), and when memory runs out anywhere, also while
+ * loading plugins: a context is complete or not made. */
 OPR_API opr_ctx *opr_ctx_new(const opr_ctx_opts *opts);
 
 /* Frees the context, its registry, devices and plugins. Tensors created in it must be
@@ -117,13 +120,17 @@ OPR_API int opr_ctx_free(opr_ctx *ctx);
 
 /* Loads one plugin file, or every *.so in a directory. Idempotent: a file already
  * loaded (same inode) is skipped. Returns OPR_OK if every file loaded or was already
- * loaded, else the first error; refusals are also listed by opr_plugin_candidate_get.
+ * loaded, else the first error (OPR_ERR_NOMEM before any other); refusals are also
+ * listed by opr_plugin_candidate_get. A file that ran out of memory is not recorded as
+ * refused: loading it again tries again.
  * A plugin whose probe says it cannot run here (no device) gives OPR_ERR_UNSUPPORTED
  * when loaded by file name, and is merely skipped when its directory is loaded. */
 OPR_API int opr_plugin_load(opr_ctx *ctx, const char *path);
 
 /* Searches, in order: OPREG_PLUGIN_PATH (colon-separated), the install directory baked
- * in at build time, then the build tree. Deduplicated; safe to call repeatedly. */
+ * in at build time, then the build tree. Deduplicated; safe to call repeatedly.
+ * Refused plugins are recorded, not returned: OPR_OK, or OPR_ERR_NOMEM when memory ran
+ * out (the search stops there). */
 OPR_API int opr_plugin_discover(opr_ctx *ctx);
 
 typedef struct opr_plugin_candidate {
@@ -180,10 +187,14 @@ OPR_API int opr_memory_reset_peak(opr_ctx *ctx, opr_device dev);
 
 typedef struct opr_tensor opr_tensor;
 
-/* New tensor with contiguous layout. Contents are zero. shape may be NULL if ndim==0. */
+/* New tensor with contiguous layout. Contents are zero. shape may be NULL if ndim==0.
+ * Sizes must not be negative, and a tensor (or view) holds at most 2^60 - 1 elements,
+ * so its size in bytes fits in int64: a larger shape is OPR_ERR_INVALID ("too many
+ * elements"), a shape that fits but cannot be allocated OPR_ERR_NOMEM. */
 OPR_API opr_tensor *opr_tensor_new(opr_ctx *ctx, opr_dtype dtype, int ndim,
                                    const int64_t *shape, opr_device dev);
-/* New tensor filled from host memory holding numel elements laid out contiguously. */
+/* New tensor filled from host memory holding numel elements laid out contiguously.
+ * For bool, any non-zero byte is stored as 1 (also in opr_tensor_copy_from_host). */
 OPR_API opr_tensor *opr_tensor_from_data(opr_ctx *ctx, opr_dtype dtype, int ndim,
                                          const int64_t *shape, const void *data,
                                          opr_device dev);
@@ -244,7 +255,9 @@ OPR_API opr_tensor *opr_tensor_to(opr_tensor *t, opr_device dev);
 /* DLPack (dlpack.h). Export is zero-copy: the DLManagedTensor holds a reference to the
  * tensor until its deleter runs. Import is zero-copy for CPU memory: the tensor calls
  * the DLManagedTensor's deleter when its storage is freed; on failure the caller keeps
- * ownership of the DLManagedTensor. */
+ * ownership of the DLManagedTensor. bool travels as uint8 (DLPack 0.6 has no bool): an
+ * imported uint8 tensor becomes bool, and is refused (OPR_ERR_INVALID) if a byte is
+ * neither 0 nor 1. Negative strides are refused (OPR_ERR_UNSUPPORTED). */
 struct DLManagedTensor;
 OPR_API struct DLManagedTensor *opr_tensor_to_dlpack(opr_tensor *t);
 OPR_API opr_tensor *opr_tensor_from_dlpack(opr_ctx *ctx, struct DLManagedTensor *m);
@@ -254,7 +267,13 @@ OPR_API opr_tensor *opr_tensor_from_dlpack(opr_ctx *ctx, struct DLManagedTensor 
 /* Marks a leaf tensor as requiring grad (floating dtypes only). */
 OPR_API int opr_set_requires_grad(opr_tensor *t, bool requires_grad);
 OPR_API bool opr_requires_grad(const opr_tensor *t);
-/* Accumulated gradient of a leaf (borrowed reference), or NULL. */
+/* Accumulated gradient of a leaf (borrowed reference), or NULL. The reference lasts
+ * until the gradient is replaced: by opr_zero_grad(t), or by the next backward pass
+ * that adds to t's gradient (the sum is a new tensor). So call opr_grad(t), and use
+ * what it returned, only while no backward pass into t runs on another thread (join
+ * those first); retain it (opr_tensor_retain) to keep it past a later backward.
+ * Backward passes into the same leaf, and opr_zero_grad, may run on several threads
+ * at once: each addition to the gradient is atomic. */
 OPR_API opr_tensor *opr_grad(const opr_tensor *t);
 /* Thread-local grad mode (default on). Returns the previous mode. While it is off
  * (no_grad), ops record nothing and their outputs do not require grad. */
@@ -268,13 +287,20 @@ OPR_API opr_tensor *opr_tensor_detach(opr_tensor *t);
 typedef struct opr_backward_opts {
     size_t struct_size;
     bool retain_graph;  /* keep saved tensors so the graph can be run again */
-    bool create_graph;  /* record the backward pass itself (for higher derivatives) */
+    bool create_graph;  /* record the backward pass itself (for higher derivatives).
+                           Into a leaf, this makes a loop (the gradient's graph holds the
+                           leaf): it is freed once nothing outside the loop holds the
+                           leaf, so releasing the leaf is enough. */
 } opr_backward_opts;
 
 /* Accumulates d(root)/d(leaf), weighted by grad, into every leaf that requires grad and
  * that root depends on. grad may be NULL when root has one element (it is then 1).
  * opts may be NULL (both false). Saved tensors are released as each node finishes
- * unless retain_graph. */
+ * unless retain_graph. Threads may run backward passes at once, also into the same
+ * leaves (each addition to a leaf's gradient is atomic); two passes must not run
+ * through the same recorded op at once (a non-leaf tensor both graphs reach). The
+ * same holds for opr_autograd_grad. Except with create_graph: while a leaf's gradient
+ * holds a graph, use that leaf (ops, backward, release) from one thread at a time. */
 OPR_API int opr_backward(opr_tensor *root, opr_tensor *grad, const opr_backward_opts *opts);
 
 /* Gradients of outputs (weighted by grad_outputs; NULL entries or a NULL array mean 1
@@ -324,6 +350,9 @@ static inline opr_value opr_v_string(const char *s) { opr_value v; v.kind = OPR_
 
 /* Finds an op by name ("mm", "add"). Look it up once and keep the pointer. */
 OPR_API const opr_op *opr_op_find(const opr_ctx *ctx, const char *name);
+/* The ops in the order they were added. Both take no lock: while another thread
+ * loads, the count only grows (except when a plugin whose init failed takes back the
+ * ops it defined) and an op, once returned, lives as long as the context. */
 OPR_API int opr_op_count(const opr_ctx *ctx);
 OPR_API const opr_op *opr_op_at(const opr_ctx *ctx, int i);
 OPR_API const char *opr_op_name(const opr_op *op);
@@ -410,7 +439,9 @@ OPR_API int opr_registry_load_yaml(opr_ctx *ctx, const char *path, int *n_loaded
 /* Same from a string; `name` is used in error messages in place of a file name. */
 OPR_API int opr_registry_load_yaml_string(opr_ctx *ctx, const char *text, const char *name,
                                           int *n_loaded);
-/* Every error message the registry has collected while loading, one per line. */
+/* Every error message the registry has collected while loading, one per line. The
+ * text is this thread's copy, taken while no load was appending: valid until the next
+ * opr_registry_errors call on this thread. */
 OPR_API const char *opr_registry_errors(const opr_ctx *ctx);
 
 #ifdef __cplusplus

@@ -208,22 +208,22 @@ typedef ew_loop_fn ew_table[OPR_DTYPE_COUNT];
 #define EW_TABLE_F(op) {[OPR_F32] = op##_f32, [OPR_F64] = op##_f64}
 #define EW_TABLE_FI(op) {[OPR_F32] = op##_f32, [OPR_F64] = op##_f64, [OPR_I64] = op##_i64}
 
-static const ew_table add_t = EW_TABLE_FI(add), sub_t = EW_TABLE_FI(sub),
-                      mul_t = EW_TABLE_FI(mul), div_t = EW_TABLE_F(div),
-                      where_t = EW_TABLE_FI(where), lerp_t = EW_TABLE_F(lerp),
-                      addcmul_t = EW_TABLE_F(addcmul);
-static const ew_table eq_t = {[OPR_F32] = eq_f32, [OPR_F64] = eq_f64, [OPR_I64] = eq_i64,
+static const ew_table add_tab = EW_TABLE_FI(add), sub_tab = EW_TABLE_FI(sub),
+                      mul_tab = EW_TABLE_FI(mul), div_tab = EW_TABLE_F(div),
+                      where_tab = EW_TABLE_FI(where), lerp_tab = EW_TABLE_F(lerp),
+                      addcmul_tab = EW_TABLE_F(addcmul);
+static const ew_table eq_tab = {[OPR_F32] = eq_f32, [OPR_F64] = eq_f64, [OPR_I64] = eq_i64,
                               [OPR_BOOL] = eq_b8},
-                      ne_t = {[OPR_F32] = ne_f32, [OPR_F64] = ne_f64, [OPR_I64] = ne_i64,
+                      ne_tab = {[OPR_F32] = ne_f32, [OPR_F64] = ne_f64, [OPR_I64] = ne_i64,
                               [OPR_BOOL] = ne_b8},
-                      gt_t = EW_TABLE_FI(gt), lt_t = EW_TABLE_FI(lt),
-                      ge_t = EW_TABLE_FI(ge), le_t = EW_TABLE_FI(le);
-static const ew_table neg_t = EW_TABLE_FI(neg), abs_t = EW_TABLE_FI(abs),
-                      exp_t = EW_TABLE_F(exp), log_t = EW_TABLE_F(log),
-                      sqrt_t = EW_TABLE_F(sqrt), pow_t = EW_TABLE_F(pow),
-                      square_t = EW_TABLE_F(square), relu_t = EW_TABLE_FI(relu),
-                      sigmoid_t = EW_TABLE_F(sigmoid), tanh_t = EW_TABLE_F(tanh),
-                      clamp_t = EW_TABLE_FI(clamp);
+                      gt_tab = EW_TABLE_FI(gt), lt_tab = EW_TABLE_FI(lt),
+                      ge_tab = EW_TABLE_FI(ge), le_tab = EW_TABLE_FI(le);
+static const ew_table neg_tab = EW_TABLE_FI(neg), abs_tab = EW_TABLE_FI(abs),
+                      exp_tab = EW_TABLE_F(exp), log_tab = EW_TABLE_F(log),
+                      sqrt_tab = EW_TABLE_F(sqrt), pow_tab = EW_TABLE_F(pow),
+                      square_tab = EW_TABLE_F(square), relu_tab = EW_TABLE_FI(relu),
+                      sigmoid_tab = EW_TABLE_F(sigmoid), tanh_tab = EW_TABLE_F(tanh),
+                      clamp_tab = EW_TABLE_FI(clamp);
 
 static uint32_t ew_mask(const ew_table t)
 {
@@ -424,7 +424,7 @@ static const ew_params ew_none = {0, 0};
 #define EW_KERNEL(op, nargs, nin, bool_out)                                \
     static int k_##op(const opr_kernel_call *c)                            \
     {                                                                      \
-        return ew_run(c, #op, nargs, nin, op##_t, bool_out, &ew_none);     \
+        return ew_run(c, #op, nargs, nin, op##_tab, bool_out, &ew_none);   \
     }
 
 EW_KERNEL(mul, 2, 2, false)
@@ -457,8 +457,8 @@ static int ew_add_sub(const opr_kernel_call *c, const char *op, const ew_table t
                         op, p.a);
     return ew_run(c, op, 3, 2, table, false, &p);
 }
-static int k_add(const opr_kernel_call *c) { return ew_add_sub(c, "add", add_t); }
-static int k_sub(const opr_kernel_call *c) { return ew_add_sub(c, "sub", sub_t); }
+static int k_add(const opr_kernel_call *c) { return ew_add_sub(c, "add", add_tab); }
+static int k_sub(const opr_kernel_call *c) { return ew_add_sub(c, "sub", sub_tab); }
 
 /* where(condition, self, other): the condition is bool and broadcasts like the values;
  * T is the dtype of self and other. */
@@ -475,7 +475,7 @@ static int k_where(const opr_kernel_call *c)
     sub.nargs = 2;
     const opr_tensor_view *in[3];
     ew_loop_fn fn;
-    int rc = ew_prepare(&sub, "where", 2, 2, where_t, false, &fn, in + 1);
+    int rc = ew_prepare(&sub, "where", 2, 2, where_tab, false, &fn, in + 1);
     if (rc) return rc;
     in[0] = cond;
     return ew_apply("where", &c->outputs[0], 3, in, fn, &ew_none);
@@ -486,7 +486,7 @@ static int k_addcmul(const opr_kernel_call *c)
 {
     if (c->nargs < 4) return CPU_FAIL(OPR_ERR_INVALID, "addcmul: expected 4 arguments");
     const ew_params p = {cpu_arg_d(c, 3), 0};
-    return ew_run(c, "addcmul", 4, 3, addcmul_t, false, &p);
+    return ew_run(c, "addcmul", 4, 3, addcmul_tab, false, &p);
 }
 
 /* pow(self, exponent) */
@@ -494,7 +494,7 @@ static int k_pow(const opr_kernel_call *c)
 {
     if (c->nargs < 2) return CPU_FAIL(OPR_ERR_INVALID, "pow: expected 2 arguments");
     const ew_params p = {cpu_arg_d(c, 1), 0};
-    const ew_table *t = p.a == 2 ? &square_t : p.a == 0.5 ? &sqrt_t : &pow_t;
+    const ew_table *t = p.a == 2 ? &square_tab : p.a == 0.5 ? &sqrt_tab : &pow_tab;
     return ew_run(c, "pow", 2, 1, *t, false, &p);
 }
 
@@ -518,7 +518,7 @@ static int k_clamp(const opr_kernel_call *c)
     const opr_tensor_view *self = cpu_arg_t(c, 0);
     const bool is_int = self && self->dtype == OPR_I64;
     const ew_params p = {ew_lower(c, 1, is_int), ew_upper(c, 2, is_int)};
-    return ew_run(c, "clamp", 3, 1, clamp_t, false, &p);
+    return ew_run(c, "clamp", 3, 1, clamp_tab, false, &p);
 }
 static int k_clamp_min(const opr_kernel_call *c)
 {
@@ -526,7 +526,7 @@ static int k_clamp_min(const opr_kernel_call *c)
     const opr_tensor_view *self = cpu_arg_t(c, 0);
     const bool is_int = self && self->dtype == OPR_I64;
     const ew_params p = {ew_lower(c, 1, is_int), INFINITY};
-    return ew_run(c, "clamp_min", 2, 1, clamp_t, false, &p);
+    return ew_run(c, "clamp_min", 2, 1, clamp_tab, false, &p);
 }
 
 /* ------------------------------------------------------------------ registration */
@@ -538,19 +538,19 @@ int cpu_register_elementwise(opr_plugin *self)
         const ew_loop_fn *table;
         opr_kernel_fn fn;
     } ops[] = {
-        {"add", add_t, k_add},       {"sub", sub_t, k_sub},
-        {"mul", mul_t, k_mul},       {"div", div_t, k_div},
-        {"where", where_t, k_where},
-        {"lerp", lerp_t, k_lerp},    {"addcmul", addcmul_t, k_addcmul},
-        {"eq", eq_t, k_eq},          {"ne", ne_t, k_ne},
-        {"gt", gt_t, k_gt},          {"lt", lt_t, k_lt},
-        {"ge", ge_t, k_ge},          {"le", le_t, k_le},
-        {"neg", neg_t, k_neg},       {"abs", abs_t, k_abs},
-        {"exp", exp_t, k_exp},       {"log", log_t, k_log},
-        {"sqrt", sqrt_t, k_sqrt},    {"pow", pow_t, k_pow},
-        {"relu", relu_t, k_relu},    {"sigmoid", sigmoid_t, k_sigmoid},
-        {"tanh", tanh_t, k_tanh},    {"clamp", clamp_t, k_clamp},
-        {"clamp_min", clamp_t, k_clamp_min},
+        {"add", add_tab, k_add},       {"sub", sub_tab, k_sub},
+        {"mul", mul_tab, k_mul},       {"div", div_tab, k_div},
+        {"where", where_tab, k_where},
+        {"lerp", lerp_tab, k_lerp},    {"addcmul", addcmul_tab, k_addcmul},
+        {"eq", eq_tab, k_eq},          {"ne", ne_tab, k_ne},
+        {"gt", gt_tab, k_gt},          {"lt", lt_tab, k_lt},
+        {"ge", ge_tab, k_ge},          {"le", le_tab, k_le},
+        {"neg", neg_tab, k_neg},       {"abs", abs_tab, k_abs},
+        {"exp", exp_tab, k_exp},       {"log", log_tab, k_log},
+        {"sqrt", sqrt_tab, k_sqrt},    {"pow", pow_tab, k_pow},
+        {"relu", relu_tab, k_relu},    {"sigmoid", sigmoid_tab, k_sigmoid},
+        {"tanh", tanh_tab, k_tanh},    {"clamp", clamp_tab, k_clamp},
+        {"clamp_min", clamp_tab, k_clamp_min},
     };
     for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
         int rc = cpu_register(self, ops[i].op, ew_mask(ops[i].table), ops[i].fn);

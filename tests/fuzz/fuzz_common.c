@@ -1,0 +1,138 @@
+/* Contexts and op exercising for the harnesses (fuzz_common.h). */
+#include "fuzz_common.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The sanitizer settings every harness wants, whatever the caller's environment:
+ * an allocation past 16 MiB fails (returns NULL) instead of ending the run, so that
+ * huge sizes reach the library's out-of-memory paths rather than the fuzzer's
+ * malloc limit. */
+const char *__asan_default_options(void);
+const char *__asan_default_options(void)
+{
+    return "allocator_may_return_null=1:max_allocation_size_mb=16:detect_leaks=1";
+}
+
+const char *__ubsan_default_options(void);
+const char *__ubsan_default_options(void) { return "print_stacktrace=1:halt_on_error=1"; }
+
+opr_ctx *fz_ctx_new(bool with_cpu)
+{
+    const char *plugin = OPREG_FUZZ_PLUGIN_DIR "/libopreg_cpu.so";
+    opr_ctx_opts o = {.struct_size = sizeof o, .skip_plugin_discovery = true, .yaml_dir = OPREG_FUZZ_YAML_DIR,
+                      .plugin_paths = with_cpu ? &plugin : NULL, .n_plugin_paths = with_cpu ? 1 : 0};
+    opr_ctx *ctx = opr_ctx_new(&o);
+    if (!ctx || opr_registry_errors(ctx)[0] || (with_cpu && !opr_op_has_kernel(opr_op_find(ctx, "add"), 0))) {
+        fprintf(stderr, "fuzz: cannot set up a context: %s\n%s\n", opr_last_error(),
+                ctx ? opr_registry_errors(ctx) : "");
+        abort();
+    }
+    return ctx;
+}
+
+void fz_ctx_free(opr_ctx *ctx)
+{
+    int live = opr_ctx_free(ctx);
+    if (live) {
+        fprintf(stderr, "fuzz: %d tensor(s) outlived their context\n", live);
+        abort();
+    }
+}
+
+static opr_ctx *yaml_ctx;
+
+opr_ctx *fz_yaml_ctx(void)
+{
+    if (!yaml_ctx) yaml_ctx = fz_ctx_new(false);
+    return yaml_ctx;
+}
+
+void fz_yaml_done(opr_ctx *ctx, int first, int n_loaded)
+{
+    int added = opr_op_count(ctx) - first;
+    if (added > 0 && n_loaded == 0) {
+        fprintf(stderr, "fuzz: %d op(s) registered by a load that reported none\n", added);
+        abort();
+    }
+    /* the error log grows with every refused entry: bounded by starting afresh too */
+    if (added > 0 || strlen(opr_registry_errors(ctx)) > 1 << 16) {
+        fz_ctx_free(ctx);
+        yaml_ctx = NULL;
+    }
+}
+
+/* A call and every gradient plan: each tensor input alone, then all of them. */
+static void run_args(const opr_op *op, const opr_value *args, int nargs)
+{
+    opr_tensor *res[8] = {0};
+    int nout = opr_op_num_outputs(op);
+    if (nout >= 0 && nout <= 8 && opr_call(op, args, nargs, res, nout) == OPR_OK)
+        for (int i = 0; i < nout; i++) opr_tensor_release(res[i]);
+    const char *names[16];
+    int n = 0;
+    for (int a = 0; a < nargs && n < 16; a++)
+        if (args[a].kind == OPR_V_TENSOR) names[n++] = opr_op_arg_name(op, a);
+    char buf[2048];
+    uint64_t bytes;
+    for (int k = 0; k < n; k++) opr_plan_explain(op, args, nargs, &names[k], 1, buf, sizeof buf);
+    if (n > 1) {
+        opr_plan_explain(op, args, nargs, names, n, buf, sizeof buf);
+        opr_plan_saved_bytes(op, args, nargs, names, n, &bytes);
+    }
+}
+
+/* Arguments from the schema alone, for ops without samples: small tensors, ones and
+ * the defaults. */
+static void run_made_up(opr_ctx *ctx, const opr_op *op)
+{
+    static const int64_t shape[2] = {2, 3}, ints[2] = {1, 0};
+    opr_value args[16];
+    opr_tensor *owned[32];
+    int nowned = 0, nargs = opr_op_num_args(op);
+    if (nargs < 0 || nargs > 16) return;
+    for (int a = 0; a < nargs; a++) {
+        switch (opr_op_arg_kind(op, a)) {
+        case OPR_V_TENSOR:
+            owned[nowned] = opr_tensor_new(ctx, OPR_F32, 2, shape, OPR_CPU);
+            args[a] = opr_v_tensor(owned[nowned++]);
+            break;
+        case OPR_V_TENSOR_LIST:
+            owned[nowned] = opr_tensor_new(ctx, OPR_F32, 2, shape, OPR_CPU);
+            owned[nowned + 1] = opr_tensor_new(ctx, OPR_F32, 2, shape, OPR_CPU);
+            args[a] = opr_v_tensors(&owned[nowned], 2);
+            nowned += 2;
+            break;
+        case OPR_V_INT: args[a] = opr_v_int(1); break;
+        case OPR_V_DOUBLE: args[a] = opr_v_double(0.5); break;
+        case OPR_V_BOOL: args[a] = opr_v_bool(true); break;
+        case OPR_V_INT_LIST: args[a] = opr_v_ints(ints, 2); break;
+        case OPR_V_STRING: args[a] = opr_v_string("f32"); break;
+        default: args[a] = opr_v_none(); break;
+        }
+    }
+    run_args(op, args, nargs);
+    for (int i = 0; i < nowned; i++) opr_tensor_release(owned[i]);
+}
+
+void fz_exercise_ops(opr_ctx *ctx, int first)
+{
+    int count = opr_op_count(ctx);
+    for (int i = first; i < count; i++) {
+        const opr_op *op = opr_op_at(ctx, i);
+        int nsamples = opr_op_sample_count(op);
+        if (!nsamples) run_made_up(ctx, op);
+        for (int s = 0; s < nsamples && s < 8; s++) {
+            opr_value args[16];
+            opr_tensor *owned[OPR_SAMPLE_MAX_TENSORS];
+            int nargs = 0, nowned = 0;
+            if (opr_op_num_args(op) > 16) break;
+            /* odd samples in f64: both floating kernels and the dtype-named factories */
+            opr_dtype dt = s % 2 ? OPR_F64 : OPR_F32;
+            if (opr_op_sample_args(op, s, dt, OPR_CPU, (uint64_t)s, args, &nargs, owned, &nowned) == OPR_OK)
+                run_args(op, args, nargs);
+            for (int k = 0; k < nowned; k++) opr_tensor_release(owned[k]);
+        }
+    }
+}
