@@ -166,8 +166,8 @@ static int infer_shape(const opr_tensor *t, const int64_t *shape, int ndim, int6
             infer = d;
         } else if (shape[d] < 0) {
             return opr_fail(OPR_ERR_INVALID, "%s: negative size %lld", who, (long long)shape[d]);
-        } else {
-            known *= shape[d];
+        } else if (__builtin_mul_overflow(known, shape[d], &known)) {
+            return opr_fail(OPR_ERR_INVALID, "%s: shape too large, too many elements", who);
         }
     }
     if (infer >= 0) {

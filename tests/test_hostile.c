@@ -52,7 +52,14 @@ START_TEST(views_that_overflow)
     ck_assert_ptr_nonnull(strstr(opr_last_error(), "too many elements"));
     tu_expect_fail(ctx, "expand", (opr_value[]){opr_v_tensor(one), opr_v_ints(huge, 2)}, 2, 1, OPR_ERR_INVALID,
                    "too many elements");
-    /* an expanded view that fits still reduces: 2^40 x 4 elements of stride 0 */
+    /* reshape's -1 is inferred from the product of the other sizes, which can wrap */
+    opr_tensor *empty = tu_rand(ctx, OPR_F32, 1, (int64_t[]){0}, -1, 1);
+    ck_assert_ptr_null(opr_tensor_reshape(empty, (int64_t[]){INT64_C(1) << 62, 4, -1}, 3));
+    ck_assert_ptr_nonnull(strstr(opr_last_error(), "too many elements"));
+    ck_assert_ptr_null(opr_tensor_view_shape(empty, (int64_t[]){INT64_C(1) << 32, INT64_C(1) << 32, 0}, 3));
+    ck_assert_ptr_nonnull(strstr(opr_last_error(), "too many elements"));
+    opr_tensor_release(empty);
+    /* an expansion within the limit is still a view */
     opr_tensor *wide = opr_tensor_expand(one, (int64_t[]){4, 3}, 2);
     ck_assert_ptr_nonnull(wide);
     opr_tensor_release(wide);
