@@ -1,7 +1,9 @@
 /* Public autograd helpers: gradients of leaves, detaching, plan introspection. */
 #include "autograd.h"
 
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* .grad is read and replaced under the leaf's lock (leaf_lock.c): a backward pass on
@@ -136,20 +138,52 @@ static void plan_text(const opr_node *n, char *buf, size_t len)
     }
 }
 
+/* Nodes already reported by a walk: open addressing on the node's address. */
+typedef struct node_set {
+    const opr_node **slots;
+    size_t cap, n;
+} node_set;
+
+/* Adds n; 1 if it was new, 0 if already there, -1 out of memory. */
+static int node_set_add(node_set *set, const opr_node *n)
+{
+    if ((set->n + 1) * 2 > set->cap) {
+        size_t cap = set->cap ? set->cap * 2 : 64;
+        const opr_node **slots = calloc(cap, sizeof *slots);
+        if (!slots) return -1;
+        for (size_t i = 0; i < set->cap; i++) {
+            if (!set->slots[i]) continue;
+            size_t h = ((uintptr_t)set->slots[i] >> 4) & (cap - 1);
+            while (slots[h]) h = (h + 1) & (cap - 1);
+            slots[h] = set->slots[i];
+        }
+        free(set->slots);
+        set->slots = slots;
+        set->cap = cap;
+    }
+    size_t h = ((uintptr_t)n >> 4) & (set->cap - 1);
+    for (; set->slots[h]; h = (h + 1) & (set->cap - 1))
+        if (set->slots[h] == n) return 0;
+    set->slots[h] = n;
+    set->n++;
+    return 1;
+}
+
 int opr_autograd_walk(const opr_tensor *root, void (*fn)(void *ud, const opr_node_info *info), void *ud)
 {
     if (!root || !fn) return opr_fail(OPR_ERR_INVALID, "opr_autograd_walk: NULL argument");
-    opr_node *stack[256];
-    opr_node *seen[1024];
-    int top = 0, nseen = 0;
-    if (root->grad_fn) stack[top++] = root->grad_fn;
-    while (top) {
-        opr_node *n = stack[--top];
-        bool dup = false;
-        for (int i = 0; i < nseen && !dup; i++) dup = seen[i] == n;
-        if (dup) continue;
-        if (nseen == 1024) return opr_fail(OPR_ERR_UNSUPPORTED, "opr_autograd_walk: graph larger than 1024 nodes");
-        seen[nseen++] = n;
+    node_set seen = {0};
+    opr_node **stack = NULL;
+    size_t top = 0, cap = 0;
+    int rc = OPR_OK, count = 0;
+    const opr_node *next = root->grad_fn;
+    while (next || top) {
+        const opr_node *n = next ? next : stack[--top];
+        next = NULL;
+        int fresh = node_set_add(&seen, n);
+        if (fresh < 0) { rc = opr_fail(OPR_ERR_NOMEM, "opr_autograd_walk: out of memory"); break; }
+        if (!fresh) continue;
+        count++;
         char plan[256];
         plan_text(n, plan, sizeof plan);
         opr_node_info info = {.struct_size = sizeof info, .op = n->op->name, .plan = plan};
@@ -159,8 +193,20 @@ int opr_autograd_walk(const opr_tensor *root, void (*fn)(void *ud, const opr_nod
             if (n->op->args[a].type == ARG_TENSOR && n->slots[a].k == MV_TENSOR)
                 info.all_inputs_bytes += (uint64_t)n->metas[a].numel * opr_elem_size(n->metas[a].dtype);
         fn(ud, &info);
-        for (int a = 0; a < n->op->nargs; a++)
-            if (n->next[a].node && top < 256) stack[top++] = n->next[a].node;
+        for (int a = 0; a < n->op->nargs && !rc; a++) {
+            if (!n->next[a].node) continue;
+            if (top == cap) {
+                size_t grown_cap = cap ? cap * 2 : 64;
+                opr_node **grown = realloc(stack, grown_cap * sizeof *grown);
+                if (!grown) { rc = opr_fail(OPR_ERR_NOMEM, "opr_autograd_walk: out of memory"); break; }
+                stack = grown;
+                cap = grown_cap;
+            }
+            stack[top++] = n->next[a].node;
+        }
+        if (rc) break;
     }
-    return nseen;
+    free(seen.slots);
+    free(stack);
+    return rc ? rc : count;
 }

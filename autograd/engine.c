@@ -225,9 +225,19 @@ static int backward(opr_tensor *const *outputs, opr_tensor *const *grad_outputs,
         o.create_graph = opts->create_graph;
     }
     if (o.create_graph) o.retain_graph = true;
-    opr_tensor *seeds[16] = {NULL};
-    opr_node *roots[16] = {NULL};
-    if (n_outputs < 1 || n_outputs > 16) return opr_fail(OPR_ERR_INVALID, "backward: 1 to 16 outputs, %d given", n_outputs);
+    if (n_outputs < 1) return opr_fail(OPR_ERR_INVALID, "backward: no outputs given (%d)", n_outputs);
+    /* One seed and one root per output: on the stack for the usual few outputs. */
+    opr_tensor *seeds_small[16] = {NULL}, **seeds = seeds_small;
+    opr_node *roots_small[16] = {NULL}, **roots = roots_small;
+    if (n_outputs > 16) {
+        seeds = calloc((size_t)n_outputs, sizeof *seeds);
+        roots = calloc((size_t)n_outputs, sizeof *roots);
+        if (!seeds || !roots) {
+            free(seeds);
+            free(roots);
+            return opr_fail(OPR_ERR_NOMEM, "backward: out of memory for %d outputs", n_outputs);
+        }
+    }
     int rc = OPR_OK;
     for (int i = 0; i < n_outputs && !rc; i++) {
         opr_tensor *t = outputs[i];
@@ -283,7 +293,8 @@ static int backward(opr_tensor *const *outputs, opr_tensor *const *grad_outputs,
         n->queued = false;
         for (int k = 0; k < OPR_MAX_OUTS; k++) { opr_tensor_release(n->pending[k]); n->pending[k] = NULL; }
     }
-    for (int i = 0; i < 16; i++) opr_tensor_release(seeds[i]);
+    for (int i = 0; i < n_outputs; i++) opr_tensor_release(seeds[i]);
+    if (seeds != seeds_small) { free(seeds); free(roots); }
     opr_grad_mode_set(prev_mode);
     list_free(&all);
     list_free(&ready);

@@ -30,22 +30,33 @@ static int load_yaml_dir(opr_ctx *ctx, const char *dir)
     DIR *d = opendir(dir);
     if (!d) return errno == ENOMEM ? opr_fail(OPR_ERR_NOMEM, "out of memory opening %s", dir)
                                    : opr_fail(OPR_ERR_IO, "cannot open op definition directory %s", dir);
-    char *names[256];
+    char **names = NULL;
     int n = 0;
-    for (struct dirent *e; (e = readdir(d)) && n < 256;) {
+    bool nomem = false;
+    for (struct dirent *e; (e = readdir(d)) && !nomem;) {
         size_t len = strlen(e->d_name);
-        if (len > 5 && !strcmp(e->d_name + len - 5, ".yaml")) names[n++] = strdup(e->d_name);
+        if (len <= 5 || strcmp(e->d_name + len - 5, ".yaml")) continue;
+        char **grown = realloc(names, ((size_t)n + 1) * sizeof *names);
+        if (grown) names = grown;
+        if (!grown || !(names[n] = strdup(e->d_name))) nomem = true;
+        else n++;
     }
     closedir(d);
-    qsort(names, (size_t)n, sizeof *names, cmp_str);
+    if (nomem) {
+        for (int i = 0; i < n; i++) free(names[i]);
+        free(names);
+        return opr_fail(OPR_ERR_NOMEM, "out of memory listing %s", dir);
+    }
+    if (n) qsort(names, (size_t)n, sizeof *names, cmp_str);
     int rc = OPR_OK;
     for (int i = 0; i < n; i++) {
         char path[4096];
         snprintf(path, sizeof path, "%s/%s", dir, names[i]);
-        int r = names[i] ? yaml_load_file(ctx, path, NULL) : opr_fail(OPR_ERR_NOMEM, "out of memory listing %s", dir);
+        int r = yaml_load_file(ctx, path, NULL);
         if ((r == OPR_ERR_IO || r == OPR_ERR_NOMEM) && !rc) rc = r;
         free(names[i]);
     }
+    free(names);
     return rc;
 }
 

@@ -48,8 +48,8 @@ typedef struct staging {
     candidate *cand;
     staged_kernel *kernels;
     int nkernels, cap;
-    opr_device_desc devices[4];
-    char device_names[4][32];
+    opr_device_desc devices[OPR_MAX_DEVICE_TYPES];
+    char device_names[OPR_MAX_DEVICE_TYPES][32];
     int ndevices;
     char error[512];         /* first invalid registration */
     bool nomem;              /* a registration ran out of memory */
@@ -162,9 +162,17 @@ static int host_register_device(opr_plugin *self, const opr_device_desc *d)
             stage_error(st, "register_device: device '%s' registered twice", d->name);
             return OPR_ERR_INVALID;
         }
-    if (d->count < 1 || d->count > OPR_MAX_ORDINALS || st->ndevices == 4) {
+    if (d->count < 1 || d->count > OPR_MAX_ORDINALS) {
         stage_error(st, "register_device: '%s' has %d ordinals (1..%d allowed)", d->name, d->count, OPR_MAX_ORDINALS);
         return OPR_ERR_INVALID;
+    }
+    /* the context's device table has a fixed size: say so instead of dropping one */
+    int types = atomic_load(&st->ctx->n_devices);
+    for (int i = 0; i < st->ndevices; i++) types += strcmp(st->device_names[i], "cpu") != 0;
+    if (!is_cpu && types >= OPR_MAX_DEVICE_TYPES) {
+        stage_error(st, "register_device: no room for device type '%s': a context holds at most %d device types "
+                    "(cpu included), %d are registered or staged", d->name, OPR_MAX_DEVICE_TYPES, types);
+        return OPR_ERR_UNSUPPORTED;
     }
     st->devices[st->ndevices] = *d;
     snprintf(st->device_names[st->ndevices++], sizeof st->device_names[0], "%s", d->name);
@@ -267,8 +275,7 @@ static int commit(opr_ctx *ctx, staging *st, candidate *c)
             if (d->launch_ns > 0) cpu->launch_ns = d->launch_ns;
             continue;
         }
-        int t = atomic_load(&ctx->n_devices);
-        if (t == OPR_MAX_DEVICE_TYPES) continue;
+        int t = atomic_load(&ctx->n_devices); /* room was checked when it was staged */
         opr_device_entry *e = &ctx->devices[t];
         memset(e, 0, sizeof *e);
         snprintf(e->name, sizeof e->name, "%s", d->name);
@@ -468,7 +475,7 @@ int opr_plugin_load(opr_ctx *ctx, const char *path)
         free(names);
         return opr_fail(OPR_ERR_NOMEM, "out of memory listing plugin directory %s", path);
     }
-    qsort(names, (size_t)n, sizeof *names, cmp_str); /* deterministic order */
+    if (n) qsort(names, (size_t)n, sizeof *names, cmp_str); /* deterministic order */
     int first = OPR_OK;
     char first_msg[1024] = "";
     for (int i = 0; i < n; i++) {

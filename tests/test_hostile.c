@@ -5,8 +5,10 @@
 #include "test_util.h"
 
 #include <dlpack/dlpack.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static opr_ctx *ctx;
 static opr_tensor *a23;
@@ -259,6 +261,84 @@ START_TEST(create_graph_into_leaf_frees_its_graph)
 }
 END_TEST
 
+/* ------------------------------------------------------------------ no silent caps */
+
+START_TEST(backward_with_many_outputs)
+{
+    enum { N = 40 };
+    opr_tensor *w = tu_rand(ctx, OPR_F64, 1, (int64_t[]){3}, -1, 1);
+    opr_set_requires_grad(w, true);
+    opr_tensor *outs[N], *g = NULL;
+    for (int i = 0; i < N; i++) {
+        opr_tensor *c = opr_tensor_from_data(ctx, OPR_F64, 0, NULL, (double[]){i + 1.0}, OPR_CPU);
+        opr_tensor *m = tu_call1(ctx, "mul", (opr_value[]){opr_v_tensor(w), opr_v_tensor(c)}, 2);
+        outs[i] = tu_call1(ctx, "sum", (opr_value[]){opr_v_tensor(m)}, 1);
+        opr_tensor_release(m);
+        opr_tensor_release(c);
+    }
+    ck_assert_int_eq(opr_autograd_grad(outs, NULL, N, &w, 1, &g, NULL), OPR_OK);
+    double got[3];
+    opr_tensor_copy_to_host(g, got, sizeof got);
+    for (int k = 0; k < 3; k++) ck_assert_double_eq_tol(got[k], N * (N + 1) / 2.0, 1e-9);
+    opr_tensor_release(g);
+    for (int i = 0; i < N; i++) opr_tensor_release(outs[i]);
+    opr_tensor_release(w);
+}
+END_TEST
+
+static void count_node(void *ud, const opr_node_info *info)
+{
+    (void)info;
+    ++*(int *)ud;
+}
+
+START_TEST(walk_of_a_long_graph)
+{
+    enum { N = 3000 };
+    opr_tensor *x = tu_rand(ctx, OPR_F64, 1, (int64_t[]){2}, -1, 1);
+    opr_set_requires_grad(x, true);
+    opr_tensor *y = opr_tensor_retain(x);
+    for (int i = 0; i < N; i++) {
+        opr_tensor *z = tu_call1(ctx, "exp", (opr_value[]){opr_v_tensor(y)}, 1);
+        opr_tensor_release(y);
+        y = tu_call1(ctx, "log", (opr_value[]){opr_v_tensor(z)}, 1);
+        opr_tensor_release(z);
+    }
+    int seen = 0;
+    ck_assert_int_eq(opr_autograd_walk(y, count_node, &seen), 2 * N);
+    ck_assert_int_eq(seen, 2 * N);
+    opr_tensor_release(y);
+    opr_tensor_release(x);
+}
+END_TEST
+
+START_TEST(yaml_directory_with_many_files)
+{
+    enum { N = 300 };
+    char dir[] = "/tmp/opreg_yaml_XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char path[512];
+    for (int i = 0; i < N; i++) {
+        snprintf(path, sizeof path, "%s/op%03d.yaml", dir, i);
+        FILE *f = fopen(path, "w");
+        ck_assert_ptr_nonnull(f);
+        fprintf(f, "- name: many_%03d(Tensor self) -> Tensor\n  shape: sizes(self)\n", i);
+        fclose(f);
+    }
+    opr_ctx_opts o = {.struct_size = sizeof o, .yaml_dir = dir, .skip_plugin_discovery = true};
+    opr_ctx *c = opr_ctx_new(&o);
+    ck_assert_msg(c != NULL, "%s", opr_last_error());
+    ck_assert_int_eq(opr_op_count(c), N);
+    ck_assert_ptr_nonnull(opr_op_find(c, "many_299"));
+    ck_assert_int_eq(opr_ctx_free(c), 0);
+    for (int i = 0; i < N; i++) {
+        snprintf(path, sizeof path, "%s/op%03d.yaml", dir, i);
+        remove(path);
+    }
+    rmdir(dir);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("hostile");
@@ -272,6 +352,9 @@ int main(void)
     tcase_add_test(tc, bool_bytes_are_normalised);
     tcase_add_test(tc, backward_options_struct_size);
     tcase_add_test(tc, create_graph_into_leaf_frees_its_graph);
+    tcase_add_test(tc, backward_with_many_outputs);
+    tcase_add_test(tc, walk_of_a_long_graph);
+    tcase_add_test(tc, yaml_directory_with_many_files);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }

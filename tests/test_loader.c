@@ -376,6 +376,18 @@ START_TEST(test_device_registered_twice)
 }
 END_TEST
 
+START_TEST(test_too_many_device_types)
+{
+    opr_ctx *ctx = bare_ctx();
+    expect_refused(ctx, fx("fx_many_devices"), OPR_ERR_UNSUPPORTED, PHRASES("no room for device type 'fxm7'", "at most 8"));
+    opr_device dev;
+    ck_assert_int_eq(opr_device_parse(ctx, "fxm0", &dev), OPR_ERR_NOT_FOUND); /* nothing of it committed */
+    ck_assert_int_eq(opr_device_type_count(ctx), 1);
+    expect_cpu_works(ctx);
+    tu_ctx_free(ctx);
+}
+END_TEST
+
 START_TEST(test_not_a_shared_object)
 {
     char *dir = temp_dir();
@@ -949,6 +961,7 @@ static Suite *loader_suite(void)
     tcase_add_test(t, test_load_twice_is_idempotent);
     tcase_add_test(t, test_second_copy_same_name);
     tcase_add_test(t, test_directory_load);
+    tcase_add_test(t, test_too_many_device_types);
     tcase_add_test(t, test_fixture_directory);
     tcase_add_test(t, test_discovery_from_env);
     tcase_add_test(t, test_ctx_opts_plugin_paths);

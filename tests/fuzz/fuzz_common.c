@@ -6,13 +6,13 @@
 #include <string.h>
 
 /* The sanitizer settings every harness wants, whatever the caller's environment:
- * an allocation past 16 MiB fails (returns NULL) instead of ending the run, so that
+ * an allocation past 256 MiB fails (returns NULL) instead of ending the run, so that
  * huge sizes reach the library's out-of-memory paths rather than the fuzzer's
  * malloc limit. */
 const char *__asan_default_options(void);
 const char *__asan_default_options(void)
 {
-    return "allocator_may_return_null=1:max_allocation_size_mb=16:detect_leaks=1";
+    return "allocator_may_return_null=1:max_allocation_size_mb=256:detect_leaks=1";
 }
 
 const char *__ubsan_default_options(void);

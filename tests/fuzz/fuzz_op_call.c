@@ -113,17 +113,20 @@ static opr_tensor *any_tensor(call_state *st, input *in)
     bool huge = false;
     for (int d = 0; d < ndim; d++) {
         shape[d] = any_dim(in);
-        if (shape[d] < 0 || (shape[d] && numel > (1 << 22) / shape[d])) huge = true;
+        if (shape[d] < 0 || (shape[d] && numel > ((int64_t)1 << 40) / shape[d])) huge = true;
         else numel *= shape[d];
     }
     opr_tensor *t;
     if (huge || numel > 4096) {
-        /* no data to fill: an expanded view of one element when the shape allows it
-         * (kernels read it with stride 0), else a plain allocation, which must fail
-         * cleanly when the size is absurd */
+        /* no data to fill: an expanded view of one element while kernels can still go
+         * through it quickly (they read it with stride 0); past that, only sizes too
+         * large for any allocation, which must fail cleanly (a size in between would
+         * only make the run slow) */
         int64_t ones[10] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
         opr_tensor *one = opr_tensor_new(st->ctx, dt, ndim, ones, OPR_CPU);
-        t = one && !huge ? opr_tensor_expand(one, shape, ndim) : opr_tensor_new(st->ctx, dt, ndim, shape, OPR_CPU);
+        if (!huge && numel <= (1 << 20)) t = one ? opr_tensor_expand(one, shape, ndim) : NULL;
+        else if (huge) t = opr_tensor_new(st->ctx, dt, ndim, shape, OPR_CPU);
+        else t = NULL;
         opr_tensor_release(one);
     } else {
         size_t es = opr_dtype_size(dt) ? opr_dtype_size(dt) : 1;
