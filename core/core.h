@@ -1,5 +1,7 @@
 /* Private definitions of the core layer: context, devices, storage, tensors, errors.
- * Only core/ and registry/ include this; plugins see opr_tensor_view instead. */
+ * Included by the files of core/ directly and, through registry/expr.h, by registry/
+ * and autograd/: the library's own code only. Plugins see opr_tensor_view instead;
+ * tools, tests and bench see only include/opreg/ (docs/architecture.md, "Layers"). */
 #ifndef OPREG_CORE_H
 #define OPREG_CORE_H
 
@@ -26,6 +28,9 @@ void opr_error_clear(void);
  * function that returns NULL on failure passes on. OPR_ERR_NOMEM when nothing has
  * failed since the last clear (an allocation that failed without a message). */
 int opr_error_status(void);
+
+/* Formats and delivers one log message (core/log.c). */
+void opr_log_vemit(opr_log_level level, const char *source, const char *fmt, va_list ap);
 
 /* ------------------------------------------------------------------ devices */
 

@@ -179,7 +179,9 @@ static int infer_shape(const opr_tensor *t, const int64_t *shape, int ndim, int6
     if (known != t->m.numel)
         return opr_fail(OPR_ERR_INVALID, "%s: shape has %lld elements, tensor has %lld", who,
                         (long long)known, (long long)t->m.numel);
-    return OPR_OK;
+    /* an empty tensor takes any shape with a zero in it, but its strides still must
+     * not wrap: the sizes other than zero are bounded as for any tensor */
+    return opr_shape_check(out, ndim, NULL, who);
 }
 
 /* Strides for viewing t with `shape` without copying, if its layout allows (the

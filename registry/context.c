@@ -8,13 +8,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#ifndef OPREG_YAML_INSTALL_DIR
-#define OPREG_YAML_INSTALL_DIR ""
-#endif
-#ifndef OPREG_YAML_SOURCE_DIR
-#define OPREG_YAML_SOURCE_DIR ""
-#endif
-
 static bool is_dir(const char *p)
 {
     struct stat sb;
@@ -51,8 +44,10 @@ static int load_yaml_dir(opr_ctx *ctx, const char *dir)
     int rc = OPR_OK;
     for (int i = 0; i < n; i++) {
         char path[4096];
-        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
-        int r = yaml_load_file(ctx, path, NULL);
+        /* a cut path would name another file */
+        int r = snprintf(path, sizeof path, "%s/%s", dir, names[i]) < (int)sizeof path
+                    ? yaml_load_file(ctx, path, NULL)
+                    : opr_fail(OPR_ERR_IO, "op definition path too long: %s/%s", dir, names[i]);
         if ((r == OPR_ERR_IO || r == OPR_ERR_NOMEM) && !rc) rc = r;
         free(names[i]);
     }
@@ -60,13 +55,27 @@ static int load_yaml_dir(opr_ctx *ctx, const char *dir)
     return rc;
 }
 
-static const char *builtin_yaml_dir(const opr_ctx_opts *opts)
+/* Where the built-in op YAML is read from: opts->yaml_dir, OPREG_YAML_DIR, then the
+ * first existing one of the library's own directories (install_data_dirs), kept in
+ * found. When none of those exists, fails naming every directory tried. */
+static int builtin_yaml_dir(const opr_ctx_opts *opts, data_dir found[DATA_DIRS_MAX], const char **dir)
 {
-    if (opts && opts->yaml_dir) return opts->yaml_dir;
+    *dir = NULL;
+    if (opts && opts->yaml_dir) { *dir = opts->yaml_dir; return OPR_OK; }
     const char *env = getenv("OPREG_YAML_DIR");
-    if (env && env[0]) return env;
-    if (is_dir(OPREG_YAML_INSTALL_DIR)) return OPREG_YAML_INSTALL_DIR;
-    return OPREG_YAML_SOURCE_DIR;
+    if (env && env[0]) { *dir = env; return OPR_OK; }
+    int n = install_data_dirs(DATA_OP_YAML, found);
+    if (n < 0) return opr_fail_wrap(n, "opr_ctx_new: looking for the op definitions");
+    for (int i = 0; i < n; i++)
+        if (is_dir(found[i])) { *dir = found[i]; return OPR_OK; }
+    if (!n) return opr_fail(OPR_ERR_IO, "opr_ctx_new: cannot find the op definitions: the path of "
+                            "libopreg.so is unknown (set OPREG_YAML_DIR)");
+    char tried[1024] = "";
+    for (int i = 0; i < n; i++) {
+        size_t len = strlen(tried);
+        snprintf(tried + len, sizeof tried - len, "%s'%s'", i ? ", " : "", found[i]);
+    }
+    return opr_fail(OPR_ERR_IO, "opr_ctx_new: cannot find the op definitions in %s (set OPREG_YAML_DIR)", tried);
 }
 
 opr_ctx *opr_ctx_new(const opr_ctx_opts *opts)
@@ -92,11 +101,15 @@ opr_ctx *opr_ctx_new(const opr_ctx_opts *opts)
     }
     if (registry_new(ctx) || plugins_new(ctx)) { opr_ctx_free(ctx); return NULL; }
     if (!(opts && opts->skip_builtin_yaml)) {
-        const char *dir = builtin_yaml_dir(opts);
-        int rc = is_dir(dir) ? load_yaml_dir(ctx, dir) : OPR_ERR_IO;
-        if (rc) {
+        data_dir found[DATA_DIRS_MAX];
+        const char *dir;
+        int rc = builtin_yaml_dir(opts, found, &dir);
+        if (!rc) {
+            rc = is_dir(dir) ? load_yaml_dir(ctx, dir) : OPR_ERR_IO;
             if (rc == OPR_ERR_NOMEM) opr_fail_wrap(rc, "opr_ctx_new: reading the op definitions in '%s'", dir);
-            else opr_fail(OPR_ERR_IO, "opr_ctx_new: cannot read the op definitions in '%s' (set OPREG_YAML_DIR)", dir);
+            else if (rc) opr_fail(OPR_ERR_IO, "opr_ctx_new: cannot read the op definitions in '%s' (set OPREG_YAML_DIR)", dir);
+        }
+        if (rc) {
             opr_ctx_free(ctx);
             return NULL;
         }

@@ -416,7 +416,7 @@ int opr_call(const opr_op *op, const opr_value *args, int nargs, opr_tensor **re
             rc = opr_fail(OPR_ERR_BACKEND, "%s: kernel did not allocate its data-dependent output", op->name);
         }
     }
-    /* The autograd step (DESIGN.md "Data flow of one call"): a node with the plan for
+    /* The autograd step (docs/architecture.md, "One opr_call"): a node with the plan for
      * the inputs that require grad, saving only what its formulas read. */
     if (!rc && op->inplace) atomic_fetch_add_explicit(&f.outs[0]->storage->version, 1, memory_order_relaxed);
     if (!rc && record) rc = ag_record(op, c.tensors, c.slots, f.outs, c.dev, c.list_requires_grad);

@@ -618,15 +618,18 @@ int expr_eval_with(const expr *e, const mval *slots, const expr_hooks *h, mval *
         if (rc) return rc;
         int64_t k;
         int d = 0;
+        /* wrap() lets index 0 through for 0 items (a 0-d tensor's dim 0): not here */
+        if ((l.k == MV_TENSORS || l.k == MV_LIST) && l.n == 0)
+            return opr_fail(OPR_ERR_INVALID, "index into an empty list");
         if (l.k == MV_TENSORS && as_int(&i, &k)) { /* grads[k], results[k] */
-            if (wrap(k, l.n, "index", &d) || l.n == 0) return OPR_ERR_INVALID;
+            if (wrap(k, l.n, "index", &d)) return OPR_ERR_INVALID;
             if (!l.u.ts[d]) { out->k = MV_NONE; return OPR_OK; }
             out->k = MV_TENSOR;
             out->u.t = &l.u.ts[d]->m;
             return OPR_OK;
         }
         if (l.k != MV_LIST || !as_int(&i, &k)) return opr_fail(OPR_ERR_INVALID, "only int lists can be indexed");
-        if (wrap(k, l.n, "index", &d) || l.n == 0) return OPR_ERR_INVALID;
+        if (wrap(k, l.n, "index", &d)) return OPR_ERR_INVALID;
         out->k = MV_INT;
         out->u.i = l.u.l[d];
         return OPR_OK;

@@ -1,4 +1,5 @@
-/* Plugin discovery and loading (DESIGN.md, plugin ABI rules 1-8).
+/* Plugin discovery and loading (docs/plugin-abi.md: the ABI rules 1-8, discovery,
+ * refusals).
  *
  * A plugin's registrations are staged while its init runs and committed only when
  * init succeeded, its ABI major matches and every registration was valid; a broken
@@ -15,13 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-
-#ifndef OPREG_PLUGIN_INSTALL_DIR
-#define OPREG_PLUGIN_INSTALL_DIR ""
-#endif
-#ifndef OPREG_PLUGIN_BUILD_DIR
-#define OPREG_PLUGIN_BUILD_DIR ""
-#endif
 
 typedef struct staged_kernel {
     char op[64];
@@ -196,13 +190,12 @@ static void host_set_error(const char *fmt, ...)
 
 static void host_log(opr_plugin *self, int level, const char *fmt, ...)
 {
-    if (level < OPR_LOG_WARN && !getenv("OPREG_DEBUG")) return;
-    fprintf(stderr, "opreg[%s]: ", self && self->name ? self->name : "plugin");
+    if (!fmt) return;
+    opr_log_level l = level < OPR_LOG_DEBUG ? OPR_LOG_DEBUG : level > OPR_LOG_ERROR ? OPR_LOG_ERROR : (opr_log_level)level;
     va_list ap;
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    opr_log_vemit(l, self && self->name ? self->name : "plugin", fmt, ap);
     va_end(ap);
-    fputc('\n', stderr);
 }
 
 static const opr_host_api host_api = {
@@ -509,13 +502,14 @@ int opr_plugin_discover(opr_ctx *ctx)
         free(copy);
         if (rc == OPR_ERR_NOMEM) return rc;
     }
+    /* Then the plugin directory of the installation this library belongs to, and the
+     * build's own only when this is the build tree's library (install_paths.c). */
+    data_dir dirs[DATA_DIRS_MAX];
+    int n = install_data_dirs(DATA_PLUGINS, dirs);
+    if (n < 0) return opr_fail_wrap(n, "opr_plugin_discover");
     struct stat sb;
-    if (OPREG_PLUGIN_INSTALL_DIR[0] && !stat(OPREG_PLUGIN_INSTALL_DIR, &sb) &&
-        opr_plugin_load(ctx, OPREG_PLUGIN_INSTALL_DIR) == OPR_ERR_NOMEM)
-        return OPR_ERR_NOMEM;
-    if (OPREG_PLUGIN_BUILD_DIR[0] && !stat(OPREG_PLUGIN_BUILD_DIR, &sb) &&
-        opr_plugin_load(ctx, OPREG_PLUGIN_BUILD_DIR) == OPR_ERR_NOMEM)
-        return OPR_ERR_NOMEM;
+    for (int i = 0; i < n; i++)
+        if (!stat(dirs[i], &sb) && opr_plugin_load(ctx, dirs[i]) == OPR_ERR_NOMEM) return OPR_ERR_NOMEM;
     return OPR_OK;
 }
 

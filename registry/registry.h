@@ -4,6 +4,8 @@
 
 #include "expr.h"
 
+#include <limits.h>
+
 #define OPR_MAX_OUTS 4
 
 typedef enum arg_type {
@@ -131,5 +133,15 @@ int dispatch_alloc_output(const opr_kernel_call *call, int32_t index, int32_t nd
 int dispatch_validate(const opr_op *op, const opr_value *args, int nargs, mval *slots, opr_device *dev,
                       opr_dtype *common);
 void plugins_free(opr_ctx *ctx);
+
+/* Where the library's own op YAML and plugins lie (install_paths.c), in search order:
+ * the install layout relative to libopreg.so, then, only when this library is the
+ * build tree's, the source YAML or the build's plugin directory. */
+typedef enum data_kind { DATA_OP_YAML, DATA_PLUGINS } data_kind;
+#define DATA_DIRS_MAX 2
+typedef char data_dir[PATH_MAX];
+/* Fills dirs with the candidate directories of kind, whether they exist or not, and
+ * returns how many (0 when the library's own path is unknown), or OPR_ERR_NOMEM. */
+int install_data_dirs(data_kind kind, data_dir dirs[DATA_DIRS_MAX]);
 
 #endif

@@ -168,7 +168,7 @@ static int arg_index(const schema *sc, const char *name)
 
 /* ------------------------------------------------------------------ formula analysis */
 
-/* The built-ins of the expression language (registry/README.md): they read only the
+/* The built-ins of the expression language (docs/formulas.md): they read only the
  * metadata of tensor arguments, so a tensor seen only through them is not saved. */
 static const char *const META_BUILTINS[] = {
     "size", "sizes", "dim", "numel", "broadcast", "broadcastable", "broadcastable_to", "reduce", "set",

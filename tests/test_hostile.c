@@ -60,6 +60,8 @@ START_TEST(views_that_overflow)
     ck_assert_ptr_nonnull(strstr(opr_last_error(), "too many elements"));
     ck_assert_ptr_null(opr_tensor_view_shape(empty, (int64_t[]){INT64_C(1) << 32, INT64_C(1) << 32, 0}, 3));
     ck_assert_ptr_nonnull(strstr(opr_last_error(), "too many elements"));
+    ck_assert_ptr_null(opr_tensor_reshape(empty, (int64_t[]){0, INT64_C(1) << 62, 4}, 3));
+    ck_assert_ptr_nonnull(strstr(opr_last_error(), "too many elements"));
     opr_tensor_release(empty);
     /* an expansion within the limit is still a view */
     opr_tensor *wide = opr_tensor_expand(one, (int64_t[]){4, 3}, 2);
@@ -90,6 +92,18 @@ START_TEST(diag_and_diagonal_offsets)
         ck_assert_int_eq(opr_tensor_numel(d), 0);
         opr_tensor_release(d);
     }
+    /* diag's backward helper, called directly with offsets anywhere in int64 */
+    opr_tensor *g33 = tu_rand(ctx, OPR_F32, 2, (int64_t[]){3, 3}, -1, 1);
+    tu_expect_fail(ctx, "diag_backward",
+                   (opr_value[]){opr_v_tensor(g33), opr_v_ints((int64_t[]){3}, 1), opr_v_int(INT64_MAX)}, 3, 1,
+                   OPR_ERR_INVALID, "out of range");
+    opr_tensor *g0 = tu_rand(ctx, OPR_F32, 1, (int64_t[]){0}, -1, 1);
+    opr_tensor *z = tu_call1(ctx, "diag_backward",
+                             (opr_value[]){opr_v_tensor(g0), opr_v_ints((int64_t[]){2, 3}, 2), opr_v_int(INT64_MIN)}, 3);
+    ck_assert_int_eq(opr_tensor_numel(z), 6);
+    opr_tensor_release(z);
+    opr_tensor_release(g0);
+    opr_tensor_release(g33);
     opr_tensor_release(v3);
 }
 END_TEST

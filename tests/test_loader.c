@@ -376,6 +376,43 @@ START_TEST(test_device_registered_twice)
 }
 END_TEST
 
+typedef struct log_capture {
+    int n;
+    opr_log_level level;
+    char source[32], message[128];
+} log_capture;
+
+static void capture_log(opr_log_level level, const char *source, const char *message, void *user_data)
+{
+    log_capture *c = user_data;
+    c->n++;
+    c->level = level;
+    snprintf(c->source, sizeof c->source, "%s", source);
+    snprintf(c->message, sizeof c->message, "%s", message);
+}
+
+START_TEST(test_plugin_log_reaches_the_application)
+{
+    log_capture got = {0};
+    opr_log_set(capture_log, &got);
+    opr_ctx *ctx = bare_ctx();
+    ck_assert_int_eq(opr_plugin_load(ctx, fx("fx_good")), OPR_OK);
+    opr_log_set(NULL, NULL);
+    ck_assert_int_eq(got.n, 1);
+    ck_assert_int_eq(got.level, OPR_LOG_INFO);
+    ck_assert_str_eq(got.source, "fx_good");
+    ck_assert_str_eq(got.message, "device fxgood ready, 1 ordinal(s)");
+    unsigned major = 99, minor = 99;
+    opr_abi_version(&major, &minor);
+    ck_assert_uint_eq(major, OPR_ABI_MAJOR);
+    ck_assert_uint_eq(minor, OPR_ABI_MINOR);
+    char want[32];
+    snprintf(want, sizeof want, "%d.%d.%d", OPR_VERSION_MAJOR, OPR_VERSION_MINOR, OPR_VERSION_PATCH);
+    ck_assert_str_eq(opr_version(), want);
+    tu_ctx_free(ctx);
+}
+END_TEST
+
 START_TEST(test_too_many_device_types)
 {
     opr_ctx *ctx = bare_ctx();
@@ -962,6 +999,7 @@ static Suite *loader_suite(void)
     tcase_add_test(t, test_second_copy_same_name);
     tcase_add_test(t, test_directory_load);
     tcase_add_test(t, test_too_many_device_types);
+    tcase_add_test(t, test_plugin_log_reaches_the_application);
     tcase_add_test(t, test_fixture_directory);
     tcase_add_test(t, test_discovery_from_env);
     tcase_add_test(t, test_ctx_opts_plugin_paths);

@@ -701,6 +701,28 @@ START_TEST(test_matmul_shape_0d)
 }
 END_TEST
 
+START_TEST(test_index_empty_list)
+{
+    /* indexing the sizes of a 0-d tensor failed with whatever message came before */
+    opr_ctx *ctx = bare_ctx();
+    int n = -1;
+    ck_assert_int_eq(opr_registry_load_yaml_string(ctx,
+                                                   "- name: yi(Tensor self) -> Tensor\n  view: contiguous\n"
+                                                   "  check:\n    - sizes(self)[-1] > 0\n",
+                                                   "i.yaml", &n),
+                     OPR_OK);
+    opr_tensor *x = opr_tensor_new(ctx, OPR_F32, 0, NULL, OPR_CPU);
+    opr_value args[1] = {opr_v_tensor(x)};
+    opr_tensor *r = NULL;
+    /* a failure first, so that a stale message would show */
+    ck_assert_ptr_null(opr_op_find(ctx, "no_such_op"));
+    ck_assert_int_eq(opr_call(opr_op_find(ctx, "yi"), args, 1, &r, 1), OPR_ERR_INVALID);
+    assert_has(opr_last_error(), "index into an empty list", "error");
+    opr_tensor_release(x);
+    tu_ctx_free(ctx);
+}
+END_TEST
+
 /* Nesting the expression parser accepts (its limit is 256 levels). */
 #define EXPR_DEPTH_OK 200
 
@@ -958,6 +980,7 @@ static Suite *yaml_suite(void)
     tcase_add_test(t, test_shape_and_shapes);
     tcase_add_test(t, test_formula_call_binding);
     tcase_add_test(t, test_matmul_shape_0d);
+    tcase_add_test(t, test_index_empty_list);
     tcase_add_test(t, test_expr_depth_limit);
     tcase_add_test(t, test_yaml_deep_nesting);
 #if ALLOC_HOOK

@@ -9,15 +9,17 @@ int cmd_info(int argc, char **argv)
 {
     if (cli_wants_help(argc, argv)) {
         printf("usage: opreg info [--plugin PATH]...\n\n"
-               "Lists every plugin file considered (explicit paths, OPREG_PLUGIN_PATH, the install\n"
-               "directory, the build tree), with its name, version, ABI, probe score and whether\n"
-               "it was loaded or why not; then the devices and the number of ops with kernels.\n");
+               "Lists every plugin file considered (explicit paths, OPREG_PLUGIN_PATH, the plugin\n"
+               "directory of libopreg.so's installation, or the build tree's), with its name,\n"
+               "version, ABI, probe score and whether it was loaded or why not; then the devices\n"
+               "and the number of ops with kernels.\n");
         return 0;
     }
     opr_ctx *ctx = cli_ctx_new(argc, argv);
     if (!ctx) return 1;
-    printf("opreg %d.%d.%d, plugin ABI %d.%d\n\nplugins:\n", OPR_VERSION_MAJOR, OPR_VERSION_MINOR,
-           OPR_VERSION_PATCH, OPR_ABI_MAJOR, OPR_ABI_MINOR);
+    unsigned abi_major, abi_minor;
+    opr_abi_version(&abi_major, &abi_minor); /* the library's, which may differ from this header's */
+    printf("opreg %s, plugin ABI %u.%u\n\nplugins:\n", opr_version(), abi_major, abi_minor);
     int n = opr_plugin_candidate_count(ctx);
     if (n == 0) printf("  (none found; set OPREG_PLUGIN_PATH or pass --plugin)\n");
     for (int i = 0; i < n; i++) {

@@ -55,7 +55,7 @@ int main(int argc, char **argv)
         return argc < 2 ? 2 : 0;
     }
     if (!strcmp(argv[1], "--version")) {
-        printf("opreg %d.%d.%d\n", OPR_VERSION_MAJOR, OPR_VERSION_MINOR, OPR_VERSION_PATCH);
+        printf("opreg %s\n", opr_version());
         return 0;
     }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)

@@ -59,6 +59,23 @@ OPR_API const char *opr_status_name(int status);
  * on this thread fails. Never NULL; "" when nothing has failed yet. */
 OPR_API const char *opr_last_error(void);
 
+/* ------------------------------------------------------------------ version, log */
+
+/* Version of the library that is running (which may be newer than the header a
+ * program was compiled with): "major.minor.patch". */
+OPR_API const char *opr_version(void);
+/* Plugin ABI version the running library implements (see plugin.h). */
+OPR_API void opr_abi_version(unsigned *major, unsigned *minor);
+
+typedef enum opr_log_level { OPR_LOG_DEBUG = 0, OPR_LOG_INFO, OPR_LOG_WARN, OPR_LOG_ERROR } opr_log_level;
+/* Receives log messages: level, source (a plugin's name, or "opreg"), the message
+ * (one line, no newline; valid during the call) and the user data given to
+ * opr_log_set. May be called from any thread, also several at once. */
+typedef void (*opr_log_fn)(opr_log_level level, const char *source, const char *message, void *user_data);
+/* Sets the process-wide log callback; NULL restores the default, which writes
+ * warnings and errors to stderr and drops the rest. */
+OPR_API void opr_log_set(opr_log_fn fn, void *user_data);
+
 /* ------------------------------------------------------------------ dtypes */
 
 typedef enum opr_dtype {
@@ -81,7 +98,7 @@ OPR_API size_t opr_dtype_size(opr_dtype dtype);
 /* "f32", "f64", "i64", "bool", "f16", "bf16"; "?" for an invalid dtype. */
 OPR_API const char *opr_dtype_name(opr_dtype dtype);
 /* Parses a dtype name (also accepts "float32", "float64", "int64", "float", "double",
- * "long"). Returns OPR_OK or OPR_ERR_INVALID. */
+ * "long", "float16", "half" and "bfloat16"). Returns OPR_OK or OPR_ERR_INVALID. */
 OPR_API int opr_dtype_parse(const char *name, opr_dtype *out);
 
 /* IEEE half (f16) and bfloat16 values from and to float, rounding to nearest even:
@@ -95,10 +112,16 @@ OPR_API float opr_bf16_to_float(uint16_t h);
 
 typedef struct opr_ctx opr_ctx;
 
+/* Options of opr_ctx_new. The built-in op definitions are read from yaml_dir, else
+ * $OPREG_YAML_DIR, else the first that exists of: the share/opreg/ops directory of the
+ * installation that libopreg.so belongs to (found from the library's own location, so
+ * a moved prefix still works) and, only for the build tree's own library, the source
+ * registry/ops; when neither exists, opr_ctx_new fails naming both. Plugins come from
+ * plugin_paths, then opr_plugin_discover. */
 typedef struct opr_ctx_opts {
     size_t struct_size;            /* sizeof(opr_ctx_opts) */
     bool skip_builtin_yaml;        /* do not load the installed registry/ops YAML files */
-    bool skip_plugin_discovery;    /* do not search OPREG_PLUGIN_PATH, install dir, build tree */
+    bool skip_plugin_discovery;    /* do not call opr_plugin_discover */
     const char *yaml_dir;          /* overrides where the built-in op YAML is read from */
     const char *const *plugin_paths; /* explicit plugin files or directories, loaded first */
     int n_plugin_paths;
@@ -127,8 +150,11 @@ OPR_API int opr_ctx_free(opr_ctx *ctx);
  * when loaded by file name, and is merely skipped when its directory is loaded. */
 OPR_API int opr_plugin_load(opr_ctx *ctx, const char *path);
 
-/* Searches, in order: OPREG_PLUGIN_PATH (colon-separated), the install directory baked
- * in at build time, then the build tree. Deduplicated; safe to call repeatedly.
+/* Loads the plugins of, in order: OPREG_PLUGIN_PATH (colon-separated), the
+ * lib/opreg/plugins directory of the installation that libopreg.so belongs to (found
+ * from the library's own location, so a moved prefix still works), then, only for the
+ * build tree's own library, the build's plugin directory. Deduplicated; safe to call
+ * repeatedly.
  * Refused plugins are recorded, not returned: OPR_OK, or OPR_ERR_NOMEM when memory ran
  * out (the search stops there). */
 OPR_API int opr_plugin_discover(opr_ctx *ctx);
@@ -253,8 +279,9 @@ OPR_API opr_tensor *opr_tensor_to(opr_tensor *t, opr_device dev);
 #define OPR_ALL_DIMS INT32_MIN
 
 /* DLPack (dlpack.h). Export is zero-copy: the DLManagedTensor holds a reference to the
- * tensor until its deleter runs. Import is zero-copy for CPU memory: the tensor calls
- * the DLManagedTensor's deleter when its storage is freed; on failure the caller keeps
+ * tensor until its deleter runs. Import is zero-copy too, for CPU memory and for the memory
+ * of a device a loaded plugin provides (cuda, rocm): the tensor calls the
+ * DLManagedTensor's deleter when its storage is freed; on failure the caller keeps
  * ownership of the DLManagedTensor. bool travels as uint8 (DLPack 0.6 has no bool): an
  * imported uint8 tensor becomes bool, and is refused (OPR_ERR_INVALID) if a byte is
  * neither 0 nor 1. Negative strides are refused (OPR_ERR_UNSUPPORTED). */
@@ -434,6 +461,7 @@ OPR_API int opr_op_sample_args(const opr_op *op, int i, opr_dtype dtype, opr_dev
 /* Loads op definitions from a YAML file. Entries with errors are refused (the error of
  * the first one is left in opr_last_error, with file:line:column) and the rest are
  * added. Returns OPR_OK when all entries loaded, OPR_ERR_PARSE when some were refused,
+ * OPR_ERR_NOMEM when one was refused for want of memory (nothing of it is added),
  * OPR_ERR_IO when the file can't be read. *n_loaded (may be NULL) gets the count added. */
 OPR_API int opr_registry_load_yaml(opr_ctx *ctx, const char *path, int *n_loaded);
 /* Same from a string; `name` is used in error messages in place of a file name. */

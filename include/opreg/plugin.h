@@ -25,6 +25,9 @@
  * Lifetimes: whoever allocates frees. Strings and descriptors passed to the host are
  * copied during the call. Pointers the host hands a kernel (views, args) are valid for
  * that call only. A plugin is never unloaded while its context lives.
+ *
+ * docs/plugin-abi.md states these rules in full (numbered 1-8), with discovery, the
+ * reasons a plugin is refused and the calling convention of kernels.
  */
 #ifndef OPREG_PLUGIN_H
 #define OPREG_PLUGIN_H
@@ -161,8 +164,6 @@ typedef struct opr_plugin {
     void *host_private;    /* host private: do not touch */
 } opr_plugin;
 
-typedef enum opr_log_level { OPR_LOG_DEBUG = 0, OPR_LOG_INFO, OPR_LOG_WARN, OPR_LOG_ERROR } opr_log_level;
-
 /* Services the host gives a plugin. Registration calls are staged during init and
  * committed only when init returns OPR_OK and every registration was valid. */
 typedef struct opr_host_api {
@@ -175,6 +176,7 @@ typedef struct opr_host_api {
     int (*load_yaml)(opr_plugin *self, const char *path);
     /* Records the error detail for the current call (printf-style). */
     void (*set_error)(const char *fmt, ...);
+    /* A message for the application's log (opr_log_set), level an opr_log_level. */
     void (*log)(opr_plugin *self, int level, const char *fmt, ...);
     /* Allocates output `index` of a call whose shape depends on the data, and fills
      * call->outputs[index]. */

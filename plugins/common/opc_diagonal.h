@@ -27,6 +27,45 @@ static inline int64_t opc_diagonal_length(int64_t rows, int64_t cols, int64_t of
     return len < 0 ? 0 : len;
 }
 
+/* Checks diag_backward(self = g, size = out's shape, diagonal = k), the adjoint of
+ * diag: a 1-d size [n] needs g of [n + |k|, n + |k|]; a 2-d size needs g as long as
+ * that size's diagonal k. Writes the diagonal's length to *len (n for a 1-d size).
+ * k may be anywhere in int64. Returns false with the message in why. */
+static inline bool opc_diag_backward_shapes(const opr_tensor_view *g, const opr_tensor_view *out, int64_t k,
+                                            int64_t *len, char *why, size_t why_size)
+{
+    if (g->dtype != out->dtype) {
+        snprintf(why, why_size, "diag_backward: dtype mismatch");
+        return false;
+    }
+    if (out->ndim == 1) {
+        const int64_t n = out->shape[0];
+        int64_t s;
+        if (__builtin_add_overflow(n, opc_diagonal_row0(k) + opc_diagonal_col0(k), &s)) {
+            snprintf(why, why_size, "diag_backward: diagonal %lld out of range", (long long)k);
+            return false;
+        }
+        if (g->ndim != 2 || g->shape[0] != s || g->shape[1] != s) {
+            snprintf(why, why_size, "diag_backward: for size [%lld] and diagonal %lld, self must be [%lld, %lld]",
+                     (long long)n, (long long)k, (long long)s, (long long)s);
+            return false;
+        }
+        *len = n;
+        return true;
+    }
+    if (out->ndim != 2) {
+        snprintf(why, why_size, "diag_backward: size must have 1 or 2 dims, got %d", (int)out->ndim);
+        return false;
+    }
+    *len = opc_diagonal_length(out->shape[0], out->shape[1], k);
+    if (g->ndim != 1 || g->shape[0] != *len) {
+        snprintf(why, why_size, "diag_backward: for size [%lld, %lld] and diagonal %lld, self must be [%lld]",
+                 (long long)out->shape[0], (long long)out->shape[1], (long long)k, (long long)*len);
+        return false;
+    }
+    return true;
+}
+
 /* Wraps dim1 and dim2 of op on an ndim-d self into d1 and d2: self needs at least 2 dims
  * and the two must differ. Returns false with the message in why. */
 static inline bool opc_diagonal_dims(const char *op, int32_t ndim, int64_t dim1, int64_t dim2, int32_t *d1, int32_t *d2,

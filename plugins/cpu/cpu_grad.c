@@ -4,6 +4,7 @@
  * cpu_backward.c. */
 #include "cpu_common.h"
 #include "cpu_kernels.h"
+#include "../common/opc_diagonal.h"
 
 #include <string.h>
 
@@ -217,28 +218,19 @@ static int k_diag_backward(const opr_kernel_call *c)
     const opr_tensor_view *g = cpu_arg_t(c, 0);
     opr_tensor_view *out = &c->outputs[0];
     const int64_t k = cpu_arg_i(c, 2);
-    const int64_t row0 = k < 0 ? -k : 0, col0 = k > 0 ? k : 0;
+    char why[OPC_WHY_SIZE];
+    int64_t len;
+    if (!opc_diag_backward_shapes(g, out, k, &len, why, sizeof why)) return CPU_FAIL(OPR_ERR_INVALID, "%s", why);
+    const int64_t row0 = opc_diagonal_row0(k), col0 = opc_diagonal_col0(k);
     const size_t es = cpu_dtype_size(out->dtype);
-    if (g->dtype != out->dtype) return CPU_FAIL(OPR_ERR_INVALID, "diag_backward: dtype mismatch");
     if (out->ndim == 1) {
-        const int64_t n = out->shape[0], s = n + row0 + col0;
-        if (g->ndim != 2 || g->shape[0] != s || g->shape[1] != s)
-            return CPU_FAIL(OPR_ERR_INVALID, "diag_backward: for size [%lld] and diagonal %lld, self must be [%lld, %lld]",
-                            (long long)n, (long long)k, (long long)s, (long long)s);
         const int64_t gst[1] = {g->strides[0] + g->strides[1]};
         const char *src = (const char *)g->data + (row0 * g->strides[0] + col0 * g->strides[1]) * (int64_t)es;
-        copy_region(es, 1, &n, out->data, out->strides, src, gst);
+        copy_region(es, 1, &len, out->data, out->strides, src, gst);
         return OPR_OK;
     }
-    if (out->ndim != 2)
-        return CPU_FAIL(OPR_ERR_INVALID, "diag_backward: size must have 1 or 2 dims, got %d", (int)out->ndim);
-    int64_t len = out->shape[0] - row0;
-    if (out->shape[1] - col0 < len) len = out->shape[1] - col0;
-    if (len < 0) len = 0;
-    if (g->ndim != 1 || g->shape[0] != len)
-        return CPU_FAIL(OPR_ERR_INVALID, "diag_backward: for size [%lld, %lld] and diagonal %lld, self must be [%lld]",
-                        (long long)out->shape[0], (long long)out->shape[1], (long long)k, (long long)len);
     if (out->numel) memset(out->data, 0, (size_t)out->numel * es);
+    if (!len) return OPR_OK; /* the diagonal lies outside: its offset may be anywhere in int64 */
     const int64_t ost[1] = {out->strides[0] + out->strides[1]};
     char *dst = (char *)out->data + (row0 * out->strides[0] + col0 * out->strides[1]) * (int64_t)es;
     copy_region(es, 1, &len, dst, ost, g->data, g->strides);

@@ -402,26 +402,16 @@ int k_diag_backward(const opr_kernel_call *c)
     opr_tensor_view *out = &c->outputs[0];
     if (!g) return GK_FAIL(OPR_ERR_INVALID, "diag_backward: self is not a tensor");
     const int64_t kd = gk_arg_i(c, 2);
+    char why[OPC_WHY_SIZE];
+    int64_t len;
+    if (!opc_diag_backward_shapes(g, out, kd, &len, why, sizeof why)) return GK_FAIL(OPR_ERR_INVALID, "%s", why);
     const int64_t row0 = opc_diagonal_row0(kd), col0 = opc_diagonal_col0(kd);
     const size_t es = gk_dtype_size(out->dtype);
-    if (g->dtype != out->dtype) return GK_FAIL(OPR_ERR_INVALID, "diag_backward: dtype mismatch");
     if (out->ndim == 1) {
-        const int64_t n = out->shape[0], s = n + row0 + col0;
-        if (g->ndim != 2 || g->shape[0] != s || g->shape[1] != s)
-            return GK_FAIL(OPR_ERR_INVALID, "diag_backward: for size [%lld] and diagonal %lld, self must be [%lld, %lld]",
-                           (long long)n, (long long)kd, (long long)s, (long long)s);
         const int64_t gst = g->strides[0] + g->strides[1];
         const char *src = (const char *)g->data + (row0 * g->strides[0] + col0 * g->strides[1]) * (int64_t)es;
-        return gk_copy_strided(&k, es, 1, &n, out->data, out->strides, src, &gst);
+        return gk_copy_strided(&k, es, 1, &len, out->data, out->strides, src, &gst);
     }
-    if (out->ndim != 2)
-        return GK_FAIL(OPR_ERR_INVALID, "diag_backward: size must have 1 or 2 dims, got %d", (int)out->ndim);
-    int64_t len = out->shape[0] - row0;
-    if (out->shape[1] - col0 < len) len = out->shape[1] - col0;
-    if (len < 0) len = 0;
-    if (g->ndim != 1 || g->shape[0] != len)
-        return GK_FAIL(OPR_ERR_INVALID, "diag_backward: for size [%lld, %lld] and diagonal %lld, self must be [%lld]",
-                       (long long)out->shape[0], (long long)out->shape[1], (long long)kd, (long long)len);
     if ((rc = gk_fill(&k, es, 2, out->shape, out->data, out->strides, 0))) return rc;
     if (len == 0) return OPR_OK;
     const int64_t ost = out->strides[0] + out->strides[1];

@@ -1,6 +1,7 @@
 /* Contexts and op exercising for the harnesses (fuzz_common.h). */
 #include "fuzz_common.h"
 
+#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +30,10 @@ opr_ctx *fz_ctx_new(bool with_cpu)
                 ctx ? opr_registry_errors(ctx) : "");
         abort();
     }
+    /* held once more, so that contexts made after this one find the plugin loaded
+     * rather than map it again each time */
+    static void *pinned;
+    if (with_cpu && !pinned) pinned = dlopen(plugin, RTLD_NOW | RTLD_NOLOAD);
     return ctx;
 }
 
@@ -45,7 +50,7 @@ static opr_ctx *yaml_ctx;
 
 opr_ctx *fz_yaml_ctx(void)
 {
-    if (!yaml_ctx) yaml_ctx = fz_ctx_new(false);
+    if (!yaml_ctx) yaml_ctx = fz_ctx_new(true);
     return yaml_ctx;
 }
 
@@ -63,8 +68,48 @@ void fz_yaml_done(opr_ctx *ctx, int first, int n_loaded)
     }
 }
 
-/* A call and every gradient plan: each tensor input alone, then all of them. */
-static void run_args(const opr_op *op, const opr_value *args, int nargs)
+/* The call again with every floating tensor input requiring grad (fresh leaves over
+ * the same data), then backward: the op's formulas run, calling kernels. */
+static void run_backward(opr_ctx *ctx, const opr_op *op, const opr_value *args, int nargs)
+{
+    opr_value a[16];
+    opr_tensor *leaves[16], *res[8] = {0};
+    int nleaves = 0, nout = opr_op_num_outputs(op);
+    for (int i = 0; i < nargs && i < 16; i++) {
+        a[i] = args[i];
+        if (args[i].kind != OPR_V_TENSOR || !args[i].u.t || !opr_dtype_is_floating(opr_tensor_dtype(args[i].u.t))) continue;
+        opr_tensor *leaf = opr_tensor_detach(args[i].u.t);
+        if (leaf && opr_set_requires_grad(leaf, true) == OPR_OK) {
+            a[i] = opr_v_tensor(leaf);
+            leaves[nleaves++] = leaf;
+        } else {
+            opr_tensor_release(leaf);
+        }
+    }
+    if (nleaves && nout > 0 && nout <= 8 && opr_call(op, a, nargs, res, nout) == OPR_OK) {
+        if (opr_requires_grad(res[0])) {
+            /* ones, where small enough to fill */
+            opr_dtype dt = opr_tensor_dtype(res[0]);
+            int64_t n = opr_tensor_numel(res[0]);
+            opr_tensor *grad = opr_tensor_new(ctx, dt, opr_tensor_ndim(res[0]), opr_tensor_shape(res[0]), OPR_CPU);
+            if (grad && n > 0 && n <= 4096 && (dt == OPR_F32 || dt == OPR_F64)) {
+                static double ones[4096];
+                static float onesf[4096];
+                for (int64_t i = 0; i < n; i++) ones[i] = onesf[i] = 1;
+                if (dt == OPR_F64) opr_tensor_copy_from_host(grad, ones, (size_t)n * sizeof *ones);
+                else opr_tensor_copy_from_host(grad, onesf, (size_t)n * sizeof *onesf);
+            }
+            if (grad) opr_backward(res[0], grad, NULL);
+            opr_tensor_release(grad);
+        }
+        for (int i = 0; i < nout; i++) opr_tensor_release(res[i]);
+    }
+    for (int i = 0; i < nleaves; i++) opr_tensor_release(leaves[i]);
+}
+
+/* A call and every gradient plan: each tensor input alone, then all of them; then
+ * backward. */
+static void run_args(opr_ctx *ctx, const opr_op *op, const opr_value *args, int nargs)
 {
     opr_tensor *res[8] = {0};
     int nout = opr_op_num_outputs(op);
@@ -81,6 +126,7 @@ static void run_args(const opr_op *op, const opr_value *args, int nargs)
         opr_plan_explain(op, args, nargs, names, n, buf, sizeof buf);
         opr_plan_saved_bytes(op, args, nargs, names, n, &bytes);
     }
+    run_backward(ctx, op, args, nargs);
 }
 
 /* Arguments from the schema alone, for ops without samples: small tensors, ones and
@@ -112,7 +158,7 @@ static void run_made_up(opr_ctx *ctx, const opr_op *op)
         default: args[a] = opr_v_none(); break;
         }
     }
-    run_args(op, args, nargs);
+    run_args(ctx, op, args, nargs);
     for (int i = 0; i < nowned; i++) opr_tensor_release(owned[i]);
 }
 
@@ -131,7 +177,7 @@ void fz_exercise_ops(opr_ctx *ctx, int first)
             /* odd samples in f64: both floating kernels and the dtype-named factories */
             opr_dtype dt = s % 2 ? OPR_F64 : OPR_F32;
             if (opr_op_sample_args(op, s, dt, OPR_CPU, (uint64_t)s, args, &nargs, owned, &nowned) == OPR_OK)
-                run_args(op, args, nargs);
+                run_args(ctx, op, args, nargs);
             for (int k = 0; k < nowned; k++) opr_tensor_release(owned[k]);
         }
     }

@@ -15,8 +15,9 @@ opr_ctx *fz_ctx_new(bool with_cpu);
 /* Frees ctx; aborts when tensors were left alive (a leak in the library or harness). */
 void fz_ctx_free(opr_ctx *ctx);
 
-/* The context for one op definition input: the last one again while inputs add no
- * op to it (most fuzzed inputs are refused), else a fresh one. */
+/* The context for one op definition input (built-in ops, CPU plugin): the last one
+ * again while inputs add no op to it (most fuzzed inputs are refused), else a fresh
+ * one. */
 opr_ctx *fz_yaml_ctx(void);
 /* After an input loaded into fz_yaml_ctx() with n_loaded ops added (`first`: the op
  * count before): aborts when ops were added although none was reported (an entry half
@@ -25,8 +26,9 @@ opr_ctx *fz_yaml_ctx(void);
 void fz_yaml_done(opr_ctx *ctx, int first, int n_loaded);
 
 /* Runs every op from index `first` on: each sample (opr_op_sample_args), or arguments
- * made up from the schema when it has none; a call, and the gradient plans for each
- * tensor input. Errors are expected; crashes, leaks and UB are what is looked for. */
+ * made up from the schema when it has none; a call, the gradient plans for each
+ * tensor input, and backward through its formulas. Errors are expected; crashes,
+ * leaks and UB are what is looked for. */
 void fz_exercise_ops(opr_ctx *ctx, int first);
 
 #endif

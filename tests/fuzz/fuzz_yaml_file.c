@@ -1,7 +1,7 @@
 /* libFuzzer harness: the input as an op definition file, through
  * opr_registry_load_yaml on a temporary file (the file reader, then the same loader
  * as fuzz_yaml_string, NUL bytes included), in a context holding only the built-in
- * ops, and every op it added run as fuzz_yaml_string runs them. */
+ * ops and the CPU plugin, and every op it added run as fuzz_yaml_string runs them. */
 #include "fuzz_common.h"
 
 #include <stdio.h>

@@ -1,9 +1,9 @@
 /* libFuzzer harness: the input as op definitions, through
- * opr_registry_load_yaml_string, in a context holding only the built-in ops (so that
- * every input behaves the same whatever ran before it: an op name taken by an earlier
- * input would otherwise be refused as a duplicate). Every op the input added is then
- * run: its samples, a call and its gradient plans, so that shapes, checks, costs and
- * formulas are evaluated too. */
+ * opr_registry_load_yaml_string, in a context holding only the built-in ops and the
+ * CPU plugin (so that every input behaves the same whatever ran before it: an op name
+ * taken by an earlier input would otherwise be refused as a duplicate). Every op the
+ * input added is then run: its samples, a call, its gradient plans and backward, so
+ * that shapes, checks, costs and formulas are evaluated too. */
 #include "fuzz_common.h"
 
 #include <stdlib.h>

@@ -17,8 +17,12 @@ if [ "$count" -eq 0 ]; then
 fi
 # libFuzzer runs each file named on its command line once; batches keep lines short.
 if ! tr '\n' '\0' <"$list" | xargs -0 -n 64 "$bin" >"$list.log" 2>&1; then
-    tail -n 80 "$list.log"
-    echo "replay.sh: $(basename "$bin") failed on one of $count input(s) (the output above names it)" >&2
+    # each failing input: its name, then the start of its report (later batches
+    # still run, so the end of the log is not where the failure is)
+    awk '/^Running: / { input = $0; shown = 0 }
+         /ERROR: |runtime error|SUMMARY: |deadly signal/ && !shown { print "--- " input; shown = 40 }
+         shown > 0 { print; shown-- }' "$list.log"
+    echo "replay.sh: $(basename "$bin") failed on the input(s) named above, of $count" >&2
     exit 1
 fi
 echo "replay.sh: $count input(s) through $(basename "$bin"), all passed"
