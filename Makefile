@@ -39,15 +39,15 @@ asan:
 	$(MAKE) test BUILD=$(BUILD)-asan CMAKE_FLAGS="-DOPREG_SANITIZE=ON -DOPREG_BUILD_BENCH=OFF"
 
 # ThreadSanitizer build, in Release (-O3, where gcc's flow warnings appear) so that it
-# also shows the whole project builds warning-free there: the threads suite and the
-# autograd suite, with OpenMP and OpenBLAS on one thread (tests/CMakeLists.txt says
-# why). No GPU plugins, no emulation.
+# also shows the whole project builds warning-free there: the threads suite, the
+# autograd suite and the hostile-input suites, with OpenMP and OpenBLAS on one thread
+# (tests/CMakeLists.txt says why). No GPU plugins, no emulation.
 tsan:
 	@sh scripts/setup.sh
 	@cmake -S . -B $(BUILD)-tsan -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_FLAGS=-g -DOPREG_TSAN=ON \
 		-DOPREG_BUILD_BENCH=OFF -DOPREG_BUILD_CUDA=OFF -DOPREG_BUILD_ROCM=OFF -DOPREG_BUILD_GPU_EMU=OFF >/dev/null
 	@cmake --build $(BUILD)-tsan -j $(JOBS)
-	cd $(BUILD)-tsan && ctest --output-on-failure -j $(JOBS) -R '^(test_threads|test_autograd)$$'
+	cd $(BUILD)-tsan && ctest --output-on-failure -j $(JOBS) -R '^(test_threads|test_autograd|test_hostile|test_misuse|test_yaml|test_core)$$'
 
 # libFuzzer harnesses (tests/fuzz) in a clang build with ASan + UBSan, GPU plugins off:
 # the whole project is built (so clang sees it warning-free), the committed regression
