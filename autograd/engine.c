@@ -6,7 +6,6 @@
 #include "autograd.h"
 
 #include <stdlib.h>
-#include <stddef.h>
 #include <string.h>
 
 /* A growable list that starts in place: small graphs never touch the heap. */
@@ -216,14 +215,9 @@ static int collect(node_list *all, opr_node *const *roots, int nroots)
 static int backward(opr_tensor *const *outputs, opr_tensor *const *grad_outputs, int n_outputs, const capture *cap,
                     const opr_backward_opts *opts)
 {
-    opr_backward_opts o = {.struct_size = sizeof o};
-    if (opts && opts->struct_size < offsetof(opr_backward_opts, create_graph) + sizeof opts->create_graph)
-        return opr_fail(OPR_ERR_INVALID, "backward: opts->struct_size is %zu; set it to sizeof(opr_backward_opts)",
-                        opts->struct_size);
-    if (opts) {
-        o.retain_graph = opts->retain_graph;
-        o.create_graph = opts->create_graph;
-    }
+    opr_backward_opts o;
+    int rc = opr_struct_in(&o, sizeof o, opts, OPR_BACKWARD_OPTS_STRUCT_SIZE_0_1, "backward", "opr_backward_opts");
+    if (rc) return rc;
     if (o.create_graph) o.retain_graph = true;
     if (n_outputs < 1) return opr_fail(OPR_ERR_INVALID, "backward: no outputs given (%d)", n_outputs);
     /* One seed and one root per output: on the stack for the usual few outputs. */
@@ -238,7 +232,6 @@ static int backward(opr_tensor *const *outputs, opr_tensor *const *grad_outputs,
             return opr_fail(OPR_ERR_NOMEM, "backward: out of memory for %d outputs", n_outputs);
         }
     }
-    int rc = OPR_OK;
     for (int i = 0; i < n_outputs && !rc; i++) {
         opr_tensor *t = outputs[i];
         opr_tensor *g = grad_outputs ? grad_outputs[i] : NULL;

@@ -168,31 +168,34 @@ static int run_kernel(run_ctx *r, opr_node *n, const deriv_cand *c, uint32_t wan
     opr_tensor_view views[2 * OPR_MAX_OUTS + OPR_MAX_ARGS];
     int na = 0;
     for (int i = 0; i < op->nout; i++, na++) {
+        args[na].struct_size = sizeof args[na];
         if (!grads[i]) { args[na].kind = OPR_ARG_NONE; continue; }
         opr_tensor_fill_view(grads[i], &views[na]);
-        args[na] = (opr_kernel_arg){.kind = OPR_ARG_TENSOR, .u.t = &views[na]};
+        args[na] = (opr_kernel_arg){.struct_size = sizeof(opr_kernel_arg), .kind = OPR_ARG_TENSOR, .u.t = &views[na]};
     }
     for (int s = 0; s < op->nargs + op->nout; s++, na++) {
         const mval *v = &n->slots[s];
+        args[na].struct_size = sizeof args[na];
         if (s < op->nargs && op->args[s].type != ARG_TENSOR) {
             switch (v->k) {
-            case MV_INT: args[na] = (opr_kernel_arg){.kind = OPR_ARG_INT, .u.i = v->u.i}; break;
-            case MV_FLOAT: args[na] = (opr_kernel_arg){.kind = OPR_ARG_DOUBLE, .u.d = v->u.d}; break;
-            case MV_BOOL: args[na] = (opr_kernel_arg){.kind = OPR_ARG_BOOL, .u.b = v->u.b}; break;
-            case MV_LIST: args[na] = (opr_kernel_arg){.kind = OPR_ARG_INT_LIST, .u.il = {v->u.l, v->n}}; break;
+            case MV_INT: args[na] = (opr_kernel_arg){.struct_size = sizeof(opr_kernel_arg), .kind = OPR_ARG_INT, .u.i = v->u.i}; break;
+            case MV_FLOAT: args[na] = (opr_kernel_arg){.struct_size = sizeof(opr_kernel_arg), .kind = OPR_ARG_DOUBLE, .u.d = v->u.d}; break;
+            case MV_BOOL: args[na] = (opr_kernel_arg){.struct_size = sizeof(opr_kernel_arg), .kind = OPR_ARG_BOOL, .u.b = v->u.b}; break;
+            case MV_LIST: args[na] = (opr_kernel_arg){.struct_size = sizeof(opr_kernel_arg), .kind = OPR_ARG_INT_LIST, .u.il = {v->u.l, v->n}}; break;
             default: args[na].kind = OPR_ARG_NONE; break;
             }
             continue;
         }
         if (!n->saved[s]) { args[na].kind = OPR_ARG_NONE; continue; }
         opr_tensor_fill_view(n->saved[s], &views[na]);
-        args[na] = (opr_kernel_arg){.kind = OPR_ARG_TENSOR, .u.t = &views[na]};
+        args[na] = (opr_kernel_arg){.struct_size = sizeof(opr_kernel_arg), .kind = OPR_ARG_TENSOR, .u.t = &views[na]};
     }
     opr_tensor_view outv[OPR_MAX_ARGS];
     opr_tensor *outs[OPR_MAX_ARGS] = {NULL};
     uint64_t mask = 0;
     for (int p = 0; p < c->ncover; p++) {
         memset(&outv[p], 0, sizeof outv[p]);
+        outv[p].struct_size = sizeof outv[p];
         if (!((want >> c->cover[p]) & 1)) continue;
         outs[p] = opr_tensor_empty(r->ctx, n->metas[c->cover[p]].dtype, n->metas[c->cover[p]].ndim,
                                    n->metas[c->cover[p]].shape, n->dev);
@@ -200,8 +203,13 @@ static int run_kernel(run_ctx *r, opr_node *n, const deriv_cand *c, uint32_t wan
         opr_tensor_fill_view(outs[p], &outv[p]);
         mask |= 1ull << p;
     }
+    /* the ABI passes arrays of pointers (the structs may grow) */
+    const opr_kernel_arg *arg_ptrs[2 * OPR_MAX_OUTS + OPR_MAX_ARGS];
+    opr_tensor_view *out_ptrs[OPR_MAX_ARGS];
+    for (int i = 0; i < na; i++) arg_ptrs[i] = &args[i];
+    for (int p = 0; p < c->ncover; p++) out_ptrs[p] = &outv[p];
     opr_kernel_call call = {
-        .struct_size = sizeof call, .op = c->kernel->name, .args = args, .nargs = na, .outputs = outv,
+        .struct_size = sizeof call, .op = c->kernel->name, .args = arg_ptrs, .nargs = na, .outputs = out_ptrs,
         .nout = c->ncover, .grad_input_mask = mask, .host = plugin_host_api(), .host_call = NULL,
         .kernel_data = k->data,
     };

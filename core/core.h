@@ -32,6 +32,14 @@ int opr_error_status(void);
 /* Formats and delivers one log message (core/log.c). */
 void opr_log_vemit(opr_log_level level, const char *source, const char *fmt, va_list ap);
 
+/* Structs of the public API that start with struct_size (core/struct_size.c).
+ * opr_struct_in copies the caller's struct at src (NULL: all defaults) into the
+ * library's dst of dst_size bytes, zero where the caller's is shorter; opr_struct_out
+ * copies the library's src into the caller's dst, no further than dst's struct_size.
+ * Both refuse a struct_size below `minimum`, the size of the struct's first version. */
+int opr_struct_in(void *dst, size_t dst_size, const void *src, size_t minimum, const char *who, const char *type);
+int opr_struct_out(void *dst, const void *src, size_t src_size, size_t minimum, const char *who, const char *type);
+
 /* ------------------------------------------------------------------ devices */
 
 typedef struct opr_dev_stats {

@@ -104,16 +104,16 @@ int opr_memory_stats(const opr_ctx *ctx, opr_device dev, opr_mem_stats *out)
     opr_device_entry *e = ctx ? opr_dev_entry((opr_ctx *)ctx, dev) : NULL;
     if (!e || !out) return opr_fail(OPR_ERR_INVALID, "opr_memory_stats: unknown device or NULL output");
     opr_dev_stats *s = &e->stats[dev.index];
-    out->struct_size = sizeof *out;
-    out->current_bytes = atomic_load(&s->current);
-    out->peak_bytes = atomic_load(&s->peak);
+    opr_mem_stats m = {.struct_size = sizeof m};
+    m.current_bytes = atomic_load(&s->current);
+    m.peak_bytes = atomic_load(&s->peak);
     /* An allocation on another thread raises current before peak: between the two
      * loads peak may trail the current it has not seen yet. */
-    if (out->peak_bytes < out->current_bytes) out->peak_bytes = out->current_bytes;
-    out->n_allocs = atomic_load(&s->n_allocs);
-    out->reserved_bytes = dev.type == 0 ? out->current_bytes + cpu_cache_cached(e->desc.data)
-                          : e->desc.reserved ? e->desc.reserved(e->desc.data, dev.index) : out->current_bytes;
-    return OPR_OK;
+    if (m.peak_bytes < m.current_bytes) m.peak_bytes = m.current_bytes;
+    m.n_allocs = atomic_load(&s->n_allocs);
+    m.reserved_bytes = dev.type == 0 ? m.current_bytes + cpu_cache_cached(e->desc.data)
+                       : e->desc.reserved ? e->desc.reserved(e->desc.data, dev.index) : m.current_bytes;
+    return opr_struct_out(out, &m, sizeof m, OPR_MEM_STATS_STRUCT_SIZE_0_1, "opr_memory_stats", "opr_mem_stats");
 }
 
 int opr_memory_reset_peak(opr_ctx *ctx, opr_device dev)

@@ -80,10 +80,9 @@ static int builtin_yaml_dir(const opr_ctx_opts *opts, data_dir found[DATA_DIRS_M
 
 opr_ctx *opr_ctx_new(const opr_ctx_opts *opts)
 {
-    if (opts && opts->struct_size < offsetof(opr_ctx_opts, n_plugin_paths) + sizeof(int)) {
-        opr_fail(OPR_ERR_INVALID, "opr_ctx_new: opts->struct_size not set");
-        return NULL;
-    }
+    opr_ctx_opts own; /* the caller's options as this library's struct: NULL means all defaults */
+    if (opr_struct_in(&own, sizeof own, opts, OPR_CTX_OPTS_STRUCT_SIZE_0_1, "opr_ctx_new", "opr_ctx_opts")) return NULL;
+    opts = &own;
     opr_ctx *ctx = calloc(1, sizeof *ctx);
     if (!ctx) { opr_fail(OPR_ERR_NOMEM, "opr_ctx_new: out of memory"); return NULL; }
     /* Recursive: a plugin's init may load its own YAML while the loader holds the lock. */

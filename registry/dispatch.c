@@ -31,7 +31,8 @@ static const char *value_kind_name(opr_value_kind k)
 typedef struct checked {
     opr_kernel_arg kargs[OPR_MAX_ARGS];
     opr_tensor_view views[OPR_MAX_ARGS];
-    opr_tensor_view *list_views;  /* views of the one Tensor[] argument, if any */
+    opr_tensor_view *list_views;  /* views of the one Tensor[] argument, if any, followed
+                                     in the same block by the pointers to them */
     opr_tensor *tensors[OPR_MAX_ARGS];
     mval slots[OPR_MAX_ARGS + OPR_MAX_OUTS + 1];
     int common;                   /* common dtype T, -1 until seen */
@@ -74,6 +75,7 @@ static int check_args(const opr_op *op, const opr_value *args, int nargs, checke
         opr_kernel_arg *k = &c->kargs[i];
         mval *m = &c->slots[i];
         c->tensors[i] = NULL;
+        k->struct_size = sizeof *k;
         if (i >= nargs) {
             if (!a->has_default)
                 return opr_fail(OPR_ERR_INVALID, "%s: missing argument '%s' (%s); schema: %s", op->name, a->name,
@@ -110,8 +112,11 @@ static int check_args(const opr_op *op, const opr_value *args, int nargs, checke
                 if (v->u.tl.n < 0 || (v->u.tl.n && !v->u.tl.items))
                     return opr_fail(OPR_ERR_INVALID, "%s: argument '%s' is a NULL tensor list", op->name, a->name);
                 free(c->list_views);
-                c->list_views = malloc(((size_t)v->u.tl.n + 1) * sizeof *c->list_views);
+                /* one block: n views, then the n pointers the kernel gets */
+                size_t nv = (size_t)v->u.tl.n + 1;
+                c->list_views = malloc(nv * (sizeof *c->list_views + sizeof(opr_tensor_view *)));
                 if (!c->list_views) return opr_fail(OPR_ERR_NOMEM, "%s: out of memory", op->name);
+                const opr_tensor_view **ptrs = (const opr_tensor_view **)(void *)(c->list_views + nv);
                 for (int j = 0; j < v->u.tl.n; j++) {
                     char where[32];
                     snprintf(where, sizeof where, "[%d]", j);
@@ -120,9 +125,10 @@ static int check_args(const opr_op *op, const opr_value *args, int nargs, checke
                     if (rc) return rc;
                     c->list_requires_grad |= v->u.tl.items[j]->requires_grad;
                     opr_tensor_fill_view(v->u.tl.items[j], &c->list_views[j]);
+                    ptrs[j] = &c->list_views[j];
                 }
                 k->kind = OPR_ARG_TENSOR_LIST;
-                k->u.tl.items = c->list_views;
+                k->u.tl.items = ptrs;
                 k->u.tl.n = v->u.tl.n;
                 m->k = MV_TENSORS;
                 m->n = v->u.tl.n;
@@ -255,7 +261,7 @@ int dispatch_alloc_output(const opr_kernel_call *call, int32_t index, int32_t nd
     opr_tensor *t = opr_tensor_empty(f->ctx, f->out_dtype[index], ndim, shape, f->dev);
     if (!t) return opr_error_status();
     f->outs[index] = t;
-    opr_tensor_fill_view(t, &call->outputs[index]);
+    opr_tensor_fill_view(t, call->outputs[index]);
     return OPR_OK;
 }
 
@@ -377,7 +383,11 @@ int opr_call(const opr_op *op, const opr_value *args, int nargs, opr_tensor **re
             out_views[0] = c.views[0];
             continue;
         }
-        if (op->dynamic_shape) { memset(&out_views[i], 0, sizeof out_views[i]); continue; }
+        if (op->dynamic_shape) {
+            memset(&out_views[i], 0, sizeof out_views[i]);
+            out_views[i].struct_size = sizeof out_views[i];
+            continue;
+        }
         mval shape;
         const opr_meta *a = op->same_shape_args[0] >= 0 ? c.slots[op->same_shape_args[0]].u.t : NULL;
         const opr_meta *b = a ? c.slots[op->same_shape_args[1]].u.t : NULL;
@@ -400,9 +410,14 @@ int opr_call(const opr_op *op, const opr_value *args, int nargs, opr_tensor **re
         opr_tensor_fill_view(f.outs[i], &out_views[i]);
     }
     if (!rc) {
+        /* the ABI passes arrays of pointers (the structs may grow): built on the stack */
+        const opr_kernel_arg *arg_ptrs[OPR_MAX_ARGS];
+        opr_tensor_view *out_ptrs[OPR_MAX_OUTS];
+        for (int i = 0; i < op->nargs; i++) arg_ptrs[i] = &c.kargs[i];
+        for (int i = 0; i < op->nout; i++) out_ptrs[i] = &out_views[i];
         opr_kernel_call call = {
-            .struct_size = sizeof call, .op = op->name, .args = c.kargs, .nargs = op->nargs,
-            .outputs = out_views, .nout = op->nout, .host = plugin_host_api(), .host_call = &f,
+            .struct_size = sizeof call, .op = op->name, .args = arg_ptrs, .nargs = op->nargs,
+            .outputs = out_ptrs, .nout = op->nout, .host = plugin_host_api(), .host_call = &f,
             .kernel_data = kern->data,
         };
         opr_error_clear(); /* so a failing kernel's detail is not mixed with an older message */

@@ -94,14 +94,17 @@ static staging *staging_of(opr_plugin *self)
     return self ? (staging *)self->host_private : NULL;
 }
 
-static int host_register_kernel(opr_plugin *self, const opr_kernel_desc *d)
+static int host_register_kernel(opr_plugin *self, const opr_kernel_desc *desc)
 {
     staging *st = staging_of(self);
     if (!st) return OPR_ERR_INVALID;
-    if (!d || d->struct_size < offsetof(opr_kernel_desc, data)) {
-        stage_error(st, "register_kernel: descriptor is NULL or too small (struct_size %zu)", d ? d->struct_size : 0);
+    opr_kernel_desc own; /* only the bytes the plugin's struct_size covers */
+    char why[256];
+    if (abi_struct_in(&own, sizeof own, desc, OPR_KERNEL_DESC_STRUCT_SIZE_2_0, "opr_kernel_desc", why, sizeof why)) {
+        stage_error(st, "register_kernel: %s", why);
         return OPR_ERR_INVALID;
     }
+    const opr_kernel_desc *d = &own;
     const char *op = d->op ? d->op : "(null)";
     if (!d->op || !d->device) { stage_error(st, "register_kernel: NULL op or device name"); return OPR_ERR_INVALID; }
     if (!d->fn) { stage_error(st, "register_kernel: kernel for '%s' has a NULL function pointer", op); return OPR_ERR_INVALID; }
@@ -133,13 +136,19 @@ static int host_register_kernel(opr_plugin *self, const opr_kernel_desc *d)
     return OPR_OK;
 }
 
-static int host_register_device(opr_plugin *self, const opr_device_desc *d)
+static int host_register_device(opr_plugin *self, const opr_device_desc *desc)
 {
     staging *st = staging_of(self);
     if (!st) return OPR_ERR_INVALID;
-    if (!d || d->struct_size < offsetof(opr_device_desc, reserved) || !d->name || !d->name[0] ||
-        strlen(d->name) >= sizeof st->device_names[0]) {
-        stage_error(st, "register_device: descriptor NULL, too small or unnamed");
+    opr_device_desc own; /* only the bytes the plugin's struct_size covers */
+    char why[256];
+    if (abi_struct_in(&own, sizeof own, desc, OPR_DEVICE_DESC_STRUCT_SIZE_2_0, "opr_device_desc", why, sizeof why)) {
+        stage_error(st, "register_device: %s", why);
+        return OPR_ERR_INVALID;
+    }
+    const opr_device_desc *d = &own;
+    if (!d->name || !d->name[0] || strlen(d->name) >= sizeof st->device_names[0]) {
+        stage_error(st, "register_device: device has no name or one too long");
         return OPR_ERR_INVALID;
     }
     bool is_cpu = !strcmp(d->name, "cpu");
@@ -272,8 +281,8 @@ static int commit(opr_ctx *ctx, staging *st, candidate *c)
         opr_device_entry *e = &ctx->devices[t];
         memset(e, 0, sizeof *e);
         snprintf(e->name, sizeof e->name, "%s", d->name);
-        size_t n = d->struct_size < sizeof e->desc ? d->struct_size : sizeof e->desc;
-        memcpy(&e->desc, d, n);
+        e->desc = *d; /* staged through abi_struct_in: fields the plugin lacks are zero */
+        e->desc.struct_size = sizeof e->desc;
         e->desc.name = e->name;
         e->plugin_name = c->name;
         atomic_store(&ctx->n_devices, t + 1);
@@ -389,6 +398,12 @@ static int load_file(opr_ctx *ctx, const char *path)
     pthread_mutex_lock(&ctx->lock);
     int nops_before = registry_count(ctx); /* host->load_yaml during init adds after these */
     int rc = init(&host_api, &c->self);
+    opr_plugin filled; /* the plugin fills the host's struct; it must leave struct_size as it was */
+    char why[256] = "";
+    if (abi_struct_in(&filled, sizeof filled, &c->self, OPR_PLUGIN_STRUCT_SIZE_2_0, "opr_plugin", why, sizeof why) ==
+            OPR_OK && c->self.struct_size != sizeof c->self)
+        snprintf(why, sizeof why, "opr_plugin: init changed struct_size from %zu to %zu", sizeof c->self,
+                 c->self.struct_size);
     c->abi_major = c->self.abi_major;
     c->abi_minor = c->self.abi_minor;
     if (c->self.name) c->name = strdup(c->self.name);
@@ -399,6 +414,8 @@ static int load_file(opr_ctx *ctx, const char *path)
         rc = refuse(c, OPR_ERR_ABI, "refused: plugin ABI %u.%u is %s than host ABI %d.%d (major versions must match)",
                     c->abi_major, c->abi_minor, c->abi_major < OPR_ABI_MAJOR ? "older" : "newer",
                     OPR_ABI_MAJOR, OPR_ABI_MINOR);
+    } else if (why[0]) {
+        rc = refuse(c, OPR_ERR_ABI, "refused: %s", why);
     } else if (rc != OPR_OK) {
         char detail[512];
         snprintf(detail, sizeof detail, "%s", opr_last_error());
@@ -520,10 +537,11 @@ int opr_plugin_candidate_get(const opr_ctx *ctx, int i, opr_plugin_candidate *ou
     if (!ctx || !out || i < 0 || i >= opr_plugin_candidate_count(ctx))
         return opr_fail(OPR_ERR_INVALID, "opr_plugin_candidate_get: index %d out of range", i);
     const candidate *c = ctx->plugins->items[i];
-    *out = (opr_plugin_candidate){
-        .struct_size = sizeof *out, .path = c->path, .name = c->name, .version = c->version,
+    const opr_plugin_candidate mine = {
+        .struct_size = sizeof mine, .path = c->path, .name = c->name, .version = c->version,
         .abi_major = c->abi_major, .abi_minor = c->abi_minor, .score = c->score,
         .loaded = c->loaded, .why = c->why,
     };
-    return OPR_OK;
+    return opr_struct_out(out, &mine, sizeof mine, OPR_PLUGIN_CANDIDATE_STRUCT_SIZE_0_1, "opr_plugin_candidate_get",
+                          "opr_plugin_candidate");
 }

@@ -124,6 +124,12 @@ void dispatch_init(opr_ctx *ctx);
 int plugins_new(opr_ctx *ctx);
 /* The host service table handed to plugins and kernels. */
 const opr_host_api *plugin_host_api(void);
+/* Copies the struct a plugin handed in at src (its first field the size_t struct_size)
+ * into dst (dst_size bytes, this host's sizeof): min(struct_size, dst_size) bytes, the
+ * rest zeroed. Refuses a NULL src or a struct_size below min_size (its OPR_*_2_0 size)
+ * with OPR_ERR_INVALID and a message naming `name` and the sizes in why (abi_struct.c). */
+int abi_struct_in(void *dst, size_t dst_size, const void *src, size_t min_size, const char *name, char *why,
+                  size_t why_len);
 /* host->alloc_output (dispatch.c). */
 int dispatch_alloc_output(const opr_kernel_call *call, int32_t index, int32_t ndim, const int64_t *shape);
 /* The checks opr_call makes before it allocates anything (schema, context, device,

@@ -66,6 +66,7 @@ static int parse_default(cursor *c, op_arg *a, const char *at)
     if (!e) return opr_error_status();
     int rc = OPR_OK;
     a->has_default = true;
+    a->def.struct_size = sizeof a->def;
     if (e->kind == EXPR_NONE) {
         if (!a->optional) rc = fail(c, at, "None default for a non-optional argument");
         a->def.kind = OPR_ARG_NONE;

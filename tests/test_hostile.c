@@ -275,6 +275,43 @@ START_TEST(create_graph_into_leaf_frees_its_graph)
 }
 END_TEST
 
+/* ------------------------------------------------------------------ struct_size */
+
+START_TEST(struct_size_is_honoured)
+{
+    /* too small: refused, nothing written */
+    opr_mem_stats small = {.struct_size = OPR_MEM_STATS_STRUCT_SIZE_0_1 - 1, .current_bytes = 7};
+    ck_assert_int_eq(opr_memory_stats(ctx, OPR_CPU, &small), OPR_ERR_INVALID);
+    ck_assert_ptr_nonnull(strstr(opr_last_error(), "opr_mem_stats.struct_size"));
+    ck_assert_int_eq(small.current_bytes, 7);
+    opr_plugin_candidate cand = {0};
+    ck_assert_int_eq(opr_plugin_candidate_get(ctx, 0, &cand), OPR_ERR_INVALID);
+    opr_ctx_opts bad_opts = {.struct_size = 8};
+    ck_assert_ptr_null(opr_ctx_new(&bad_opts));
+    ck_assert_ptr_nonnull(strstr(opr_last_error(), "opr_ctx_opts.struct_size"));
+    /* a program built against a newer header, whose struct has grown: the fields this
+     * library knows are filled, what lies beyond is left alone, struct_size kept */
+    struct {
+        opr_mem_stats known;
+        uint64_t newer_field;
+    } big;
+    memset(&big, 0xab, sizeof big);
+    big.known.struct_size = sizeof big;
+    ck_assert_int_eq(opr_memory_stats(ctx, OPR_CPU, &big.known), OPR_OK);
+    ck_assert_uint_eq(big.known.struct_size, sizeof big);
+    ck_assert_uint_eq(big.newer_field, UINT64_C(0xabababababababab));
+    ck_assert(big.known.current_bytes > 0 && big.known.current_bytes < UINT64_C(0xabababababababab));
+    opr_ctx_opts newer[2];
+    memset(newer, 0, sizeof newer);
+    newer[0].struct_size = sizeof newer; /* fields past this library's are ignored */
+    newer[0].skip_plugin_discovery = true;
+    opr_ctx *c = opr_ctx_new(&newer[0]);
+    ck_assert_ptr_nonnull(c);
+    ck_assert_int_eq(opr_plugin_candidate_count(c), 0);
+    ck_assert_int_eq(opr_ctx_free(c), 0);
+}
+END_TEST
+
 /* ------------------------------------------------------------------ no silent caps */
 
 START_TEST(backward_with_many_outputs)
@@ -366,6 +403,7 @@ int main(void)
     tcase_add_test(tc, bool_bytes_are_normalised);
     tcase_add_test(tc, backward_options_struct_size);
     tcase_add_test(tc, create_graph_into_leaf_frees_its_graph);
+    tcase_add_test(tc, struct_size_is_honoured);
     tcase_add_test(tc, backward_with_many_outputs);
     tcase_add_test(tc, walk_of_a_long_graph);
     tcase_add_test(tc, yaml_directory_with_many_files);

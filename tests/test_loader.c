@@ -84,7 +84,7 @@ static opr_plugin_candidate candidate_for(const opr_ctx *ctx, const char *path)
 {
     const char *real = real_path(path);
     for (int i = 0; i < opr_plugin_candidate_count(ctx); i++) {
-        opr_plugin_candidate c;
+        opr_plugin_candidate c = {.struct_size = sizeof c};
         ck_assert_int_eq(opr_plugin_candidate_get(ctx, i, &c), OPR_OK);
         ck_assert_uint_eq(c.struct_size, sizeof c);
         if (c.path && !strcmp(c.path, real)) return c;
@@ -116,7 +116,7 @@ static opr_plugin_candidate expect_refused(opr_ctx *ctx, const char *path, int s
     snprintf(msg, sizeof msg, "%s", opr_last_error());
     assert_has(msg, real, "opr_last_error()");
     ck_assert_int_eq(opr_plugin_candidate_count(ctx), ncand + 1);
-    opr_plugin_candidate c;
+    opr_plugin_candidate c = {.struct_size = sizeof c};
     ck_assert_int_eq(opr_plugin_candidate_get(ctx, ncand, &c), OPR_OK);
     ck_assert_str_eq(c.path, real);
     ck_assert_msg(!c.loaded, "%s: refused plugin marked loaded", path);
@@ -275,8 +275,8 @@ START_TEST(test_abi_major_older)
 {
     opr_ctx *ctx = bare_ctx();
     opr_plugin_candidate c = expect_refused(ctx, fx("fx_abi_old"), OPR_ERR_ABI,
-                                            PHRASES("ABI 0.7", "older", "host ABI 1.0", "major versions must match"));
-    ck_assert_uint_eq(c.abi_major, 0);
+                                            PHRASES("ABI 1.7", "older", "host ABI 2.0", "major versions must match"));
+    ck_assert_uint_eq(c.abi_major, 1);
     ck_assert_uint_eq(c.abi_minor, 7);
     ck_assert_str_eq(c.name, "fx_abi_old");
     ck_assert_str_eq(c.version, "0.0.1");
@@ -290,8 +290,8 @@ START_TEST(test_abi_major_newer)
 {
     opr_ctx *ctx = bare_ctx();
     opr_plugin_candidate c = expect_refused(ctx, fx("fx_abi_new"), OPR_ERR_ABI,
-                                            PHRASES("ABI 2.3", "newer", "host ABI 1.0"));
-    ck_assert_uint_eq(c.abi_major, 2);
+                                            PHRASES("ABI 3.3", "newer", "host ABI 2.0"));
+    ck_assert_uint_eq(c.abi_major, 3);
     ck_assert_uint_eq(c.abi_minor, 3);
     ck_assert_ptr_null(strstr(c.why, "older"));
     expect_no_cpu_kernels(ctx);
@@ -451,7 +451,7 @@ START_TEST(test_nonexistent_path)
     ck_assert_int_eq(opr_plugin_load(ctx, NULL), OPR_ERR_INVALID);
     ck_assert_int_eq(opr_plugin_load(NULL, cpu_plugin()), OPR_ERR_INVALID);
     ck_assert_int_eq(opr_plugin_candidate_count(ctx), 0);
-    opr_plugin_candidate c;
+    opr_plugin_candidate c = {.struct_size = sizeof c};
     ck_assert_int_eq(opr_plugin_candidate_get(ctx, 0, &c), OPR_ERR_INVALID);
     ck_assert_int_eq(opr_plugin_candidate_get(ctx, -1, &c), OPR_ERR_INVALID);
     expect_cpu_works(ctx);
@@ -514,6 +514,21 @@ START_TEST(test_world_writable_directory)
 }
 END_TEST
 
+START_TEST(test_desc_below_minimum)
+{
+    opr_ctx *ctx = bare_ctx();
+    char sizes[96];
+    snprintf(sizes, sizeof sizes, "struct_size %zu, below the ABI 2.0 minimum of %zu bytes",
+             offsetof(opr_kernel_desc, data), (size_t)OPR_KERNEL_DESC_STRUCT_SIZE_2_0);
+    opr_plugin_candidate c = expect_refused(ctx, fx("fx_desc_short"), OPR_ERR_INVALID,
+                                            PHRASES("register_kernel", "opr_kernel_desc", sizes));
+    ck_assert_uint_eq(c.abi_major, OPR_ABI_MAJOR);
+    expect_no_cpu_kernels(ctx);
+    expect_cpu_works(ctx);
+    tu_ctx_free(ctx);
+}
+END_TEST
+
 /* ------------------------------------------------------------------ accepted plugins */
 
 START_TEST(test_abi_minor_newer_accepted)
@@ -526,11 +541,11 @@ START_TEST(test_abi_minor_newer_accepted)
     opr_plugin_candidate c = candidate_for(ctx, path);
     ck_assert(c.loaded);
     ck_assert_str_eq(c.name, "fx_minor_new");
-    ck_assert_str_eq(c.version, "1.99.0");
-    ck_assert_uint_eq(c.abi_major, 1);
+    ck_assert_str_eq(c.version, "2.99.0");
+    ck_assert_uint_eq(c.abi_major, 2);
     ck_assert_uint_eq(c.abi_minor, 99);
     ck_assert_int_eq(c.score, -1); /* no probe */
-    assert_has(c.why, "1.99", "candidate why");
+    assert_has(c.why, "2.99", "candidate why");
     assert_has(c.why, "newer", "candidate why");
     assert_has(c.why, "accepted", "candidate why");
 
@@ -800,7 +815,7 @@ START_TEST(test_directory_load)
     assert_has(opr_last_error(), real_path(paths[1]), "opr_last_error()");
     assert_has(opr_last_error(), "older", "opr_last_error()");
     ck_assert_int_eq(opr_plugin_candidate_count(ctx), 3);
-    opr_plugin_candidate c;
+    opr_plugin_candidate c = {.struct_size = sizeof c};
     ck_assert_int_eq(opr_plugin_candidate_get(ctx, 0, &c), OPR_OK);
     ck_assert_str_eq(c.path, real_path(paths[1]));
     ck_assert(!c.loaded);
@@ -840,7 +855,7 @@ START_TEST(test_fixture_directory)
     const char *loaded[] = {"fx_good", "fx_minor_new", "fx_two_devices", "fx_yaml"};
     int nloaded = 0;
     for (int i = 0; i < opr_plugin_candidate_count(ctx); i++) {
-        opr_plugin_candidate c;
+        opr_plugin_candidate c = {.struct_size = sizeof c};
         ck_assert_int_eq(opr_plugin_candidate_get(ctx, i, &c), OPR_OK);
         bool want = false;
         for (size_t k = 0; k < sizeof loaded / sizeof loaded[0]; k++)
@@ -889,7 +904,7 @@ START_TEST(test_discovery_from_env)
     opr_plugin_candidate c = candidate_for(ctx, copy);
     ck_assert(c.loaded);
     ck_assert_str_eq(c.name, "fx_good");
-    opr_plugin_candidate cpu;
+    opr_plugin_candidate cpu = {.struct_size = sizeof cpu};
     ck_assert_ptr_nonnull(candidate_named(ctx, "cpu", &cpu));
     ck_assert(cpu.loaded);
     opr_device dev;
@@ -975,6 +990,7 @@ static Suite *loader_suite(void)
     tcase_add_test(t, test_gpu_plugins_decline_without_device);
     tcase_add_test(t, test_abi_major_older);
     tcase_add_test(t, test_abi_major_newer);
+    tcase_add_test(t, test_desc_below_minimum);
     tcase_add_test(t, test_init_fails);
     tcase_add_test(t, test_unknown_op);
     tcase_add_test(t, test_kernel_registered_twice);

@@ -34,6 +34,13 @@ extern "C" {
 #define OPR_VERSION_MINOR 1
 #define OPR_VERSION_PATCH 0
 
+/* Structs that cross the API start with struct_size and only ever grow at the end:
+ * set struct_size = sizeof(the struct) as your header defines it. The library accepts
+ * any size from the struct's first version up (the *_STRUCT_SIZE_0_1 constants below:
+ * the size up to its last field in version 0.1), reads only what your size covers
+ * (the rest counts as zero) and writes no further. */
+#define OPR_STRUCT_SIZE(type, last) (offsetof(type, last) + sizeof(((type *)0)->last))
+
 /* Most dimensions a tensor may have. */
 #define OPR_MAX_DIMS 8
 
@@ -125,7 +132,8 @@ typedef struct opr_ctx_opts {
     const char *yaml_dir;          /* overrides where the built-in op YAML is read from */
     const char *const *plugin_paths; /* explicit plugin files or directories, loaded first */
     int n_plugin_paths;
-} opr_ctx_opts;
+} opr_ctx_opts; /* all fields since 0.1 */
+#define OPR_CTX_OPTS_STRUCT_SIZE_0_1 OPR_STRUCT_SIZE(opr_ctx_opts, n_plugin_paths)
 
 /* Creates a context: loads the op definitions, then discovers and loads plugins (see
  * opr_plugin_discover). opts may be NULL for the defaults. A plugin that is refused
@@ -168,7 +176,8 @@ typedef struct opr_plugin_candidate {
     int score;           /* probe score: 0 unusable here, higher preferred; -1 no probe */
     bool loaded;         /* true if in use */
     const char *why;     /* reason for refusal or skip; NULL when loaded without remark */
-} opr_plugin_candidate;
+} opr_plugin_candidate; /* all fields since 0.1 */
+#define OPR_PLUGIN_CANDIDATE_STRUCT_SIZE_0_1 OPR_STRUCT_SIZE(opr_plugin_candidate, why)
 
 /* Number of plugin files considered so far (loaded, refused or skipped). */
 OPR_API int opr_plugin_candidate_count(const opr_ctx *ctx);
@@ -202,7 +211,8 @@ typedef struct opr_mem_stats {
     uint64_t peak_bytes;    /* highest current_bytes since creation or last reset */
     uint64_t reserved_bytes;/* bytes the device allocator holds (>= current with caching) */
     uint64_t n_allocs;      /* storages allocated so far */
-} opr_mem_stats;
+} opr_mem_stats; /* all fields since 0.1 */
+#define OPR_MEM_STATS_STRUCT_SIZE_0_1 OPR_STRUCT_SIZE(opr_mem_stats, n_allocs)
 
 /* Memory statistics of one device, counted exactly for every storage. */
 OPR_API int opr_memory_stats(const opr_ctx *ctx, opr_device dev, opr_mem_stats *out);
@@ -318,7 +328,8 @@ typedef struct opr_backward_opts {
                            Into a leaf, this makes a loop (the gradient's graph holds the
                            leaf): it is freed once nothing outside the loop holds the
                            leaf, so releasing the leaf is enough. */
-} opr_backward_opts;
+} opr_backward_opts; /* all fields since 0.1 */
+#define OPR_BACKWARD_OPTS_STRUCT_SIZE_0_1 OPR_STRUCT_SIZE(opr_backward_opts, create_graph)
 
 /* Accumulates d(root)/d(leaf), weighted by grad, into every leaf that requires grad and
  * that root depends on. grad may be NULL when root has one element (it is then 1).
@@ -413,7 +424,8 @@ typedef struct opr_node_info {
     const char *plan;          /* chosen candidates, e.g. "[self] + [mat2]" */
     uint64_t saved_bytes;      /* bytes of the tensors this node saved for backward */
     uint64_t all_inputs_bytes; /* bytes of all its tensor inputs: what saving every input would cost */
-} opr_node_info;
+} opr_node_info; /* all fields since 0.1; the library sets struct_size */
+#define OPR_NODE_INFO_STRUCT_SIZE_0_1 OPR_STRUCT_SIZE(opr_node_info, all_inputs_bytes)
 
 /* Calls fn once for every node of the graph behind root (before backward frees the
  * saved tensors). Returns the number of nodes, or a negative status. */

@@ -38,8 +38,14 @@
 extern "C" {
 #endif
 
-#define OPR_ABI_MAJOR 1
+#define OPR_ABI_MAJOR 2
 #define OPR_ABI_MINOR 0
+
+/* OPR_STRUCT_SIZE(type, last) (opreg.h) is the size of a struct up to and including
+ * its field `last`: what struct_size must at least be for a reader to use `last`. The
+ * OPR_*_STRUCT_SIZE_2_0 constants below pin each struct's size at ABI 2.0; a side that
+ * fills struct_size with sizeof may give more (a newer minor), never less. Fields
+ * carry the ABI minor that added them. */
 
 #define OPR_PLUGIN_INIT_SYMBOL "opr_plugin_init"
 #define OPR_PLUGIN_PROBE_SYMBOL "opr_plugin_probe"
@@ -52,15 +58,16 @@ extern "C" {
 
 /* What a kernel sees of a tensor: a strided view. */
 typedef struct opr_tensor_view {
-    size_t struct_size;
-    void *data;             /* element [0,...,0], storage offset already applied */
-    opr_dtype dtype;
-    int32_t ndim;
-    const int64_t *shape;   /* ndim entries */
-    const int64_t *strides; /* ndim entries, in elements; 0 for broadcast dims */
-    opr_device device;
-    int64_t numel;
+    size_t struct_size;     /* 2.0 */
+    void *data;             /* 2.0: element [0,...,0], storage offset already applied */
+    opr_dtype dtype;        /* 2.0 */
+    int32_t ndim;           /* 2.0 */
+    const int64_t *shape;   /* 2.0: ndim entries */
+    const int64_t *strides; /* 2.0: ndim entries, in elements; 0 for broadcast dims */
+    opr_device device;      /* 2.0 */
+    int64_t numel;          /* 2.0 */
 } opr_tensor_view;
+#define OPR_TENSOR_VIEW_STRUCT_SIZE_2_0 OPR_STRUCT_SIZE(opr_tensor_view, numel)
 
 typedef enum opr_arg_kind {
     OPR_ARG_NONE = 0,       /* an optional argument that was not given */
@@ -73,36 +80,42 @@ typedef enum opr_arg_kind {
     OPR_ARG_STRING
 } opr_arg_kind;
 
-/* One argument of a kernel call, in schema order, defaults already filled in. */
+/* One argument of a kernel call, in schema order, defaults already filled in. Lists of
+ * structs are arrays of pointers, so that the struct can grow without breaking the
+ * indexing of a plugin built against a smaller one. */
 typedef struct opr_kernel_arg {
-    opr_arg_kind kind;
+    size_t struct_size;     /* 2.0 */
+    opr_arg_kind kind;      /* 2.0 */
     union {
         const opr_tensor_view *t;
-        struct { const opr_tensor_view *items; int32_t n; } tl;
+        struct { const opr_tensor_view *const *items; int32_t n; } tl;
         int64_t i;
         double d;
         bool b;
         struct { const int64_t *items; int32_t n; } il;
         const char *s;
-    } u;
+    } u;                    /* 2.0 */
 } opr_kernel_arg;
+#define OPR_KERNEL_ARG_STRUCT_SIZE_2_0 OPR_STRUCT_SIZE(opr_kernel_arg, u)
 
 struct opr_host_api;
 
 typedef struct opr_kernel_call {
-    size_t struct_size;
-    const char *op;                 /* op or backward-entry name */
-    const opr_kernel_arg *args;     /* schema order */
-    int32_t nargs;
-    opr_tensor_view *outputs;       /* preallocated by the host; data == NULL for an
-                                       output whose shape depends on the data: the
-                                       kernel calls host->alloc_output for it */
-    int32_t nout;
-    uint64_t grad_input_mask;       /* fused backward entries: bit i = input i wanted */
-    const struct opr_host_api *host;
-    void *host_call;                /* opaque to the plugin */
-    void *kernel_data;              /* opr_kernel_desc.data */
+    size_t struct_size;                   /* 2.0 */
+    const char *op;                       /* 2.0: op or backward-entry name */
+    const opr_kernel_arg *const *args;    /* 2.0: nargs pointers, schema order */
+    int32_t nargs;                        /* 2.0 */
+    opr_tensor_view *const *outputs;      /* 2.0: nout pointers; the views are
+                                             preallocated by the host; data == NULL for
+                                             an output whose shape depends on the data:
+                                             the kernel calls host->alloc_output for it */
+    int32_t nout;                         /* 2.0 */
+    uint64_t grad_input_mask;             /* 2.0: fused backward entries: bit i = input i wanted */
+    const struct opr_host_api *host;      /* 2.0 */
+    void *host_call;                      /* 2.0: opaque to the plugin */
+    void *kernel_data;                    /* 2.0: opr_kernel_desc.data */
 } opr_kernel_call;
+#define OPR_KERNEL_CALL_STRUCT_SIZE_2_0 OPR_STRUCT_SIZE(opr_kernel_call, kernel_data)
 
 /* Returns OPR_OK or an error status after host->set_error(...) with the detail.
  *
@@ -122,67 +135,71 @@ typedef int (*opr_kernel_fn)(const opr_kernel_call *call);
 #define OPR_DTYPE_BIT(dt) (1u << (unsigned)(dt))
 
 typedef struct opr_kernel_desc {
-    size_t struct_size;
-    const char *op;      /* op name as in the YAML ("add") or a backward kernel name */
-    const char *device;  /* device type name: "cpu", "cuda", "rocm" */
-    uint32_t dtypes;     /* OPR_DTYPE_BIT mask of the common dtype it handles */
-    opr_kernel_fn fn;
-    void *data;          /* handed back as call->kernel_data */
+    size_t struct_size;  /* 2.0 */
+    const char *op;      /* 2.0: op name as in the YAML ("add") or a backward kernel name */
+    const char *device;  /* 2.0: device type name: "cpu", "cuda", "rocm" */
+    uint32_t dtypes;     /* 2.0: OPR_DTYPE_BIT mask of the common dtype it handles */
+    opr_kernel_fn fn;    /* 2.0 */
+    void *data;          /* 2.0: handed back as call->kernel_data */
 } opr_kernel_desc;
+#define OPR_KERNEL_DESC_STRUCT_SIZE_2_0 OPR_STRUCT_SIZE(opr_kernel_desc, data)
 
 /* A device type a plugin provides, with its allocator, copies and its speed (the
  * autograd cost model compares candidates with these). For "cpu", which the host
  * provides itself, only the speed fields are read. */
 typedef struct opr_device_desc {
-    size_t struct_size;
-    const char *name;      /* "cuda" */
-    int32_t count;         /* ordinals available */
-    double flops_per_s;    /* sustained GEMM rate, f32 */
-    double bytes_per_s;    /* memory bandwidth */
-    double launch_ns;      /* per-kernel overhead */
-    void *data;            /* handed back to every function below */
-    void *(*alloc)(void *data, int32_t ordinal, size_t nbytes);          /* NULL on failure */
-    void (*free)(void *data, int32_t ordinal, void *ptr, size_t nbytes);
-    int (*copy_to_host)(void *data, int32_t ordinal, void *dst, const void *src, size_t n);
-    int (*copy_from_host)(void *data, int32_t ordinal, void *dst, const void *src, size_t n);
-    int (*copy_device)(void *data, int32_t ordinal, void *dst, const void *src, size_t n);
-    int (*sync)(void *data, int32_t ordinal);
-    /* Bytes the allocator holds, including cached free blocks (optional). */
+    size_t struct_size;    /* 2.0 */
+    const char *name;      /* 2.0: "cuda" */
+    int32_t count;         /* 2.0: ordinals available */
+    double flops_per_s;    /* 2.0: sustained GEMM rate, f32 */
+    double bytes_per_s;    /* 2.0: memory bandwidth */
+    double launch_ns;      /* 2.0: per-kernel overhead */
+    void *data;            /* 2.0: handed back to every function below */
+    void *(*alloc)(void *data, int32_t ordinal, size_t nbytes);          /* 2.0: NULL on failure */
+    void (*free)(void *data, int32_t ordinal, void *ptr, size_t nbytes); /* 2.0 */
+    int (*copy_to_host)(void *data, int32_t ordinal, void *dst, const void *src, size_t n);   /* 2.0 */
+    int (*copy_from_host)(void *data, int32_t ordinal, void *dst, const void *src, size_t n); /* 2.0 */
+    int (*copy_device)(void *data, int32_t ordinal, void *dst, const void *src, size_t n);    /* 2.0 */
+    int (*sync)(void *data, int32_t ordinal);                            /* 2.0 */
+    /* 2.0: bytes the allocator holds, including cached free blocks (optional). */
     uint64_t (*reserved)(void *data, int32_t ordinal);
 } opr_device_desc;
+#define OPR_DEVICE_DESC_STRUCT_SIZE_2_0 OPR_STRUCT_SIZE(opr_device_desc, reserved)
 
 /* Filled by the plugin in opr_plugin_init. The host sets struct_size before the call;
  * the plugin sets abi_major/abi_minor first of all. */
 typedef struct opr_plugin {
-    size_t struct_size;
-    uint32_t abi_major;
-    uint32_t abi_minor;
-    const char *name;      /* static string, e.g. "cpu" */
-    const char *version;   /* static string, e.g. "0.1.0" */
-    void *data;            /* plugin private */
-    void (*shutdown)(struct opr_plugin *self); /* optional; called at context free */
-    void *host_private;    /* host private: do not touch */
+    size_t struct_size;    /* 2.0: set by the host; the plugin may raise it to its own sizeof */
+    uint32_t abi_major;    /* 2.0 */
+    uint32_t abi_minor;    /* 2.0 */
+    const char *name;      /* 2.0: static string, e.g. "cpu" */
+    const char *version;   /* 2.0: static string, e.g. "0.1.0" */
+    void *data;            /* 2.0: plugin private */
+    void (*shutdown)(struct opr_plugin *self); /* 2.0: optional; called at context free */
+    void *host_private;    /* 2.0: host private: do not touch */
 } opr_plugin;
+#define OPR_PLUGIN_STRUCT_SIZE_2_0 OPR_STRUCT_SIZE(opr_plugin, host_private)
 
 /* Services the host gives a plugin. Registration calls are staged during init and
  * committed only when init returns OPR_OK and every registration was valid. */
 typedef struct opr_host_api {
-    size_t struct_size;
-    uint32_t abi_major;
-    uint32_t abi_minor;
-    int (*register_kernel)(opr_plugin *self, const opr_kernel_desc *desc);
-    int (*register_device)(opr_plugin *self, const opr_device_desc *desc);
-    /* Loads op definitions shipped with the plugin (absolute path). */
+    size_t struct_size;    /* 2.0 */
+    uint32_t abi_major;    /* 2.0 */
+    uint32_t abi_minor;    /* 2.0 */
+    int (*register_kernel)(opr_plugin *self, const opr_kernel_desc *desc);  /* 2.0 */
+    int (*register_device)(opr_plugin *self, const opr_device_desc *desc);  /* 2.0 */
+    /* 2.0: loads op definitions shipped with the plugin (absolute path). */
     int (*load_yaml)(opr_plugin *self, const char *path);
-    /* Records the error detail for the current call (printf-style). */
+    /* 2.0: records the error detail for the current call (printf-style). */
     void (*set_error)(const char *fmt, ...);
-    /* A message for the application's log (opr_log_set), level an opr_log_level. */
+    /* 2.0: a message for the application's log (opr_log_set), level an opr_log_level. */
     void (*log)(opr_plugin *self, int level, const char *fmt, ...);
-    /* Allocates output `index` of a call whose shape depends on the data, and fills
-     * call->outputs[index]. */
+    /* 2.0: allocates output `index` of a call whose shape depends on the data, and
+     * fills *call->outputs[index]. */
     int (*alloc_output)(const opr_kernel_call *call, int32_t index, int32_t ndim,
                         const int64_t *shape);
 } opr_host_api;
+#define OPR_HOST_API_STRUCT_SIZE_2_0 OPR_STRUCT_SIZE(opr_host_api, alloc_output)
 
 typedef int (*opr_plugin_init_fn)(const opr_host_api *host, opr_plugin *self);
 typedef int (*opr_plugin_probe_fn)(char *why, size_t why_len);

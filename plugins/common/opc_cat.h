@@ -17,7 +17,7 @@ static inline bool opc_cat_skipped(const opr_tensor_view *t) { return t->ndim ==
 
 /* cat(tensors, dim) of call c, checked, and a walk over the tensors to copy. */
 typedef struct {
-    const opr_tensor_view *ts;
+    const opr_tensor_view *const *ts;
     int32_t nt;
     int32_t dim;                   /* wrapped */
     opr_tensor_view *out;
@@ -36,13 +36,13 @@ typedef struct {
 static inline bool opc_cat_start(const opr_kernel_call *c, int64_t dim_arg, opc_cat *cat, char *why, size_t why_size)
 {
     memset(cat, 0, sizeof *cat);
-    if (c->nargs < 2 || c->args[0].kind != OPR_ARG_TENSOR_LIST || c->args[0].u.tl.n == 0) {
+    if (c->nargs < 2 || c->args[0]->kind != OPR_ARG_TENSOR_LIST || c->args[0]->u.tl.n == 0) {
         snprintf(why, why_size, "cat: expected a non-empty list of tensors");
         return false;
     }
-    const opr_tensor_view *ts = cat->ts = c->args[0].u.tl.items;
-    const int32_t nt = cat->nt = c->args[0].u.tl.n;
-    const opr_tensor_view *out = cat->out = &c->outputs[0];
+    const opr_tensor_view *const *ts = cat->ts = c->args[0]->u.tl.items;
+    const int32_t nt = cat->nt = c->args[0]->u.tl.n;
+    const opr_tensor_view *out = cat->out = c->outputs[0];
     if (!opc_wrap_dim(dim_arg, out->ndim, &cat->dim)) {
         snprintf(why, why_size, "cat: dim %lld out of range for %d-d tensors", (long long)dim_arg, (int)out->ndim);
         return false;
@@ -50,7 +50,7 @@ static inline bool opc_cat_start(const opr_kernel_call *c, int64_t dim_arg, opc_
     const int32_t dim = cat->dim;
     int64_t total = 0;
     for (int32_t i = 0; i < nt; i++) {
-        const opr_tensor_view *t = &ts[i];
+        const opr_tensor_view *t = ts[i];
         if (t->ndim == 0) {
             snprintf(why, why_size, "cat: zero-dimensional tensor %d cannot be concatenated", (int)i);
             return false;
@@ -86,7 +86,7 @@ static inline bool opc_cat_start(const opr_kernel_call *c, int64_t dim_arg, opc_
 static inline bool opc_cat_next(opc_cat *cat)
 {
     while (cat->next < cat->nt) {
-        const opr_tensor_view *t = &cat->ts[cat->next++];
+        const opr_tensor_view *t = cat->ts[cat->next++];
         if (opc_cat_skipped(t)) continue;
         const int64_t at = cat->at;
         cat->at += t->shape[cat->dim];

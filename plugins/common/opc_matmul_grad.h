@@ -38,8 +38,8 @@ static inline bool opc_matmul_operand_of(const opr_kernel_call *c, const opr_ten
         return true;
     }
     if (out >= c->nout || !((c->grad_input_mask >> out) & 1)) return false;
-    o->ndim = c->outputs[out].ndim;
-    o->shape = c->outputs[out].shape;
+    o->ndim = c->outputs[out]->ndim;
+    o->shape = c->outputs[out]->shape;
     return true;
 }
 

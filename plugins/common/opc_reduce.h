@@ -31,7 +31,7 @@ static inline bool opc_reduce_dim(const char *op, int64_t d, int32_t ndim, int32
 static inline bool opc_reduce_dim_mask(const opr_kernel_call *c, int ai, const char *op, int32_t ndim, uint32_t *mask,
                                        char *why, size_t why_size)
 {
-    const opr_kernel_arg *a = &c->args[ai];
+    const opr_kernel_arg *a = c->args[ai];
     const int64_t *dims = NULL;
     int32_t n = 0;
     if (a->kind == OPR_ARG_INT) {
@@ -82,7 +82,7 @@ static inline int opc_reduce_begin(const opr_kernel_call *c, const char *op, int
                  (int)c->nargs, (int)c->nout);
         return OPR_ERR_INVALID;
     }
-    *in = c->args[0].kind == OPR_ARG_TENSOR ? c->args[0].u.t : NULL;
+    *in = c->args[0]->kind == OPR_ARG_TENSOR ? c->args[0]->u.t : NULL;
     if (!*in) {
         snprintf(why, why_size, "%s: argument 0 is not a tensor", op);
         return OPR_ERR_INVALID;
@@ -91,9 +91,9 @@ static inline int opc_reduce_begin(const opr_kernel_call *c, const char *op, int
     if (!opc_reduce_dtype_supported(op, t, dtypes, device, why, why_size)) return OPR_ERR_UNSUPPORTED;
     for (int j = 0; j < nout; j++) {
         const opr_dtype want = j == 0 ? t : OPR_I64;
-        if (c->outputs[j].dtype != want) {
+        if (c->outputs[j]->dtype != want) {
             snprintf(why, why_size, "%s: output %d dtype is %s, expected %s", op, j,
-                     opc_dtype_name(c->outputs[j].dtype), opc_dtype_name(want));
+                     opc_dtype_name(c->outputs[j]->dtype), opc_dtype_name(want));
             return OPR_ERR_INVALID;
         }
     }
@@ -112,8 +112,8 @@ static inline int opc_softmax_begin(const opr_kernel_call *c, const char *op, ui
         snprintf(why, why_size, "%s: expected 2 arguments and 1 output", op);
         return OPR_ERR_INVALID;
     }
-    const opr_tensor_view *x = *in = c->args[0].kind == OPR_ARG_TENSOR ? c->args[0].u.t : NULL;
-    const opr_tensor_view *o = *out = &c->outputs[0];
+    const opr_tensor_view *x = *in = c->args[0]->kind == OPR_ARG_TENSOR ? c->args[0]->u.t : NULL;
+    const opr_tensor_view *o = *out = c->outputs[0];
     if (!x) {
         snprintf(why, why_size, "%s: argument 0 is not a tensor", op);
         return OPR_ERR_INVALID;
@@ -124,7 +124,7 @@ static inline int opc_softmax_begin(const opr_kernel_call *c, const char *op, ui
                  opc_dtype_name(x->dtype));
         return OPR_ERR_INVALID;
     }
-    const opr_kernel_arg *a = &c->args[1];
+    const opr_kernel_arg *a = c->args[1];
     const int64_t dim_arg = a->kind == OPR_ARG_INT ? a->u.i : a->kind == OPR_ARG_DOUBLE ? (int64_t)a->u.d : 0;
     if (!opc_reduce_dim(op, dim_arg, x->ndim, dim, why, why_size)) return OPR_ERR_INVALID;
     if (x->ndim > OPR_MAX_DIMS || !opc_same_shape(x->ndim, x->shape, o)) {

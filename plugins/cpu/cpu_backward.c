@@ -72,7 +72,7 @@ static bool operand_of(const opr_kernel_call *c, int arg, int out, opc_matmul_op
     return opc_matmul_operand_of(c, cpu_arg_t(c, arg), out, o);
 }
 
-static bool wanted(const opr_kernel_call *c, int out) { return (c->grad_input_mask >> out) & 1 && c->outputs[out].data; }
+static bool wanted(const opr_kernel_call *c, int out) { return (c->grad_input_mask >> out) & 1 && c->outputs[out]->data; }
 
 /* Checks that every wanted output and every given tensor is of the kernel's dtype. */
 static int check_dtypes(const opr_kernel_call *c, opr_dtype *dt)
@@ -89,8 +89,8 @@ static int check_dtypes(const opr_kernel_call *c, opr_dtype *dt)
                             cpu_dtype_name(t->dtype), cpu_dtype_name(*dt));
     }
     for (int32_t p = 0; p < c->nout; p++)
-        if (wanted(c, p) && (c->outputs[p].dtype != *dt ||
-                             (c->outputs[p].numel > 0 && !cpu_is_contiguous(&c->outputs[p]))))
+        if (wanted(c, p) && (c->outputs[p]->dtype != *dt ||
+                             (c->outputs[p]->numel > 0 && !cpu_is_contiguous(c->outputs[p]))))
             return CPU_FAIL(OPR_ERR_INVALID, "%s: gradient output %d must be a contiguous %s tensor", c->op, (int)p,
                             cpu_dtype_name(*dt));
     return OPR_OK;
@@ -165,7 +165,7 @@ static int k_mm_backward(const opr_kernel_call *c)
     if (!operand_of(c, 1, 0, &x) || !operand_of(c, 2, 1, &y) || x.ndim != 2 || y.ndim != 2)
         return CPU_FAIL(OPR_ERR_INVALID, "%s: expected 2-d self and mat2 (given or as gradient outputs)", c->op);
     opc_matmul_problem p = {x, y, false, 1.0};
-    opr_tensor_view *gx = wanted(c, 0) ? &c->outputs[0] : NULL, *gy = wanted(c, 1) ? &c->outputs[1] : NULL;
+    opr_tensor_view *gx = wanted(c, 0) ? c->outputs[0] : NULL, *gy = wanted(c, 1) ? c->outputs[1] : NULL;
     if ((gx && !opc_same_shape(2, x.shape, gx)) || (gy && !opc_same_shape(2, y.shape, gy)))
         return CPU_FAIL(OPR_ERR_INVALID, "%s: gradient outputs must have the inputs' shapes", c->op);
     return matmul_bwd(c, dt, cpu_arg_t(c, 0), &p, gx, gy);
@@ -181,7 +181,7 @@ static int k_bmm_backward(const opr_kernel_call *c)
     if (!operand_of(c, 1, 0, &x) || !operand_of(c, 2, 1, &y) || x.ndim != 3 || y.ndim != 3 || x.shape[0] != y.shape[0])
         return CPU_FAIL(OPR_ERR_INVALID, "%s: expected 3-d self and mat2 with the same batch size", c->op);
     opc_matmul_problem p = {x, y, false, 1.0};
-    opr_tensor_view *gx = wanted(c, 0) ? &c->outputs[0] : NULL, *gy = wanted(c, 1) ? &c->outputs[1] : NULL;
+    opr_tensor_view *gx = wanted(c, 0) ? c->outputs[0] : NULL, *gy = wanted(c, 1) ? c->outputs[1] : NULL;
     if ((gx && !opc_same_shape(3, x.shape, gx)) || (gy && !opc_same_shape(3, y.shape, gy)))
         return CPU_FAIL(OPR_ERR_INVALID, "%s: gradient outputs must have the inputs' shapes", c->op);
     return matmul_bwd(c, dt, cpu_arg_t(c, 0), &p, gx, gy);
@@ -198,7 +198,7 @@ static int k_matmul_backward(const opr_kernel_call *c)
     if (!operand_of(c, 1, 0, &x) || !operand_of(c, 2, 1, &y))
         return CPU_FAIL(OPR_ERR_INVALID, "%s: an operand is neither saved nor a wanted gradient", c->op);
     opc_matmul_problem p = {x, y, false, 1.0};
-    opr_tensor_view *gx = wanted(c, 0) ? &c->outputs[0] : NULL, *gy = wanted(c, 1) ? &c->outputs[1] : NULL;
+    opr_tensor_view *gx = wanted(c, 0) ? c->outputs[0] : NULL, *gy = wanted(c, 1) ? c->outputs[1] : NULL;
     if ((gx && !opc_same_shape(x.ndim, x.shape, gx)) || (gy && !opc_same_shape(y.ndim, y.shape, gy)))
         return CPU_FAIL(OPR_ERR_INVALID, "%s: gradient outputs must have the inputs' shapes", c->op);
     return matmul_bwd(c, dt, cpu_arg_t(c, 0), &p, gx, gy);
@@ -215,8 +215,8 @@ static int k_linear_backward(const opr_kernel_call *c)
     int rc = check_dtypes(c, &dt);
     if (rc) return rc;
     const opr_tensor_view *g = cpu_arg_t(c, 0);
-    opr_tensor_view *gx = wanted(c, 0) ? &c->outputs[0] : NULL, *gw = wanted(c, 1) ? &c->outputs[1] : NULL;
-    opr_tensor_view *gb = c->nout > 2 && wanted(c, 2) ? &c->outputs[2] : NULL;
+    opr_tensor_view *gx = wanted(c, 0) ? c->outputs[0] : NULL, *gw = wanted(c, 1) ? c->outputs[1] : NULL;
+    opr_tensor_view *gb = c->nout > 2 && wanted(c, 2) ? c->outputs[2] : NULL;
     /* GEMMs first, the bias sum after: an OpenMP region right before an OpenBLAS call
      * leaves spinning threads that slow the GEMM down on a machine with few cores */
     if (gx || gw) {
@@ -240,8 +240,8 @@ static int k_addmm_backward(const opr_kernel_call *c)
     if (rc) return rc;
     const opr_tensor_view *g = cpu_arg_t(c, 0);
     const double beta = cpu_arg_d(c, 4), alpha = cpu_arg_d(c, 5);
-    opr_tensor_view *gs = wanted(c, 0) ? &c->outputs[0] : NULL;
-    opr_tensor_view *g1 = wanted(c, 1) ? &c->outputs[1] : NULL, *g2 = wanted(c, 2) ? &c->outputs[2] : NULL;
+    opr_tensor_view *gs = wanted(c, 0) ? c->outputs[0] : NULL;
+    opr_tensor_view *g1 = wanted(c, 1) ? c->outputs[1] : NULL, *g2 = wanted(c, 2) ? c->outputs[2] : NULL;
     if (g1 || g2) { /* GEMMs before the OpenMP reduction, as in linear_backward */
         opc_matmul_operand x, y;
         if (!operand_of(c, 2, 1, &x) || !operand_of(c, 3, 2, &y) || x.ndim != 2 || y.ndim != 2)

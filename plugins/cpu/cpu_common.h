@@ -28,25 +28,25 @@ extern const opr_host_api *cpu_host;
 
 static inline const opr_tensor_view *cpu_arg_t(const opr_kernel_call *c, int i)
 {
-    return c->args[i].kind == OPR_ARG_TENSOR ? c->args[i].u.t : NULL;
+    return c->args[i]->kind == OPR_ARG_TENSOR ? c->args[i]->u.t : NULL;
 }
 static inline int64_t cpu_arg_i(const opr_kernel_call *c, int i)
 {
-    return c->args[i].kind == OPR_ARG_INT ? c->args[i].u.i
-         : c->args[i].kind == OPR_ARG_DOUBLE ? (int64_t)c->args[i].u.d : 0;
+    return c->args[i]->kind == OPR_ARG_INT ? c->args[i]->u.i
+         : c->args[i]->kind == OPR_ARG_DOUBLE ? (int64_t)c->args[i]->u.d : 0;
 }
 static inline double cpu_arg_d(const opr_kernel_call *c, int i)
 {
-    return c->args[i].kind == OPR_ARG_DOUBLE ? c->args[i].u.d
-         : c->args[i].kind == OPR_ARG_INT ? (double)c->args[i].u.i : 0.0;
+    return c->args[i]->kind == OPR_ARG_DOUBLE ? c->args[i]->u.d
+         : c->args[i]->kind == OPR_ARG_INT ? (double)c->args[i]->u.i : 0.0;
 }
 static inline bool cpu_arg_b(const opr_kernel_call *c, int i)
 {
-    return c->args[i].kind == OPR_ARG_BOOL ? c->args[i].u.b : cpu_arg_i(c, i) != 0;
+    return c->args[i]->kind == OPR_ARG_BOOL ? c->args[i]->u.b : cpu_arg_i(c, i) != 0;
 }
 static inline bool cpu_arg_given(const opr_kernel_call *c, int i)
 {
-    return c->args[i].kind != OPR_ARG_NONE;
+    return c->args[i]->kind != OPR_ARG_NONE;
 }
 
 /* Wraps a possibly negative dim into [0, ndim) (plugins/common/opc_shape.h). */

@@ -403,9 +403,9 @@ static int ew_prepare(const opr_kernel_call *c, const char *op, int nargs, int n
         return CPU_FAIL(OPR_ERR_UNSUPPORTED, "%s: no CPU kernel for dtype %s", op,
                         cpu_dtype_name(t));
     const opr_dtype want = bool_out ? OPR_BOOL : t;
-    if (c->outputs[0].dtype != want)
+    if (c->outputs[0]->dtype != want)
         return CPU_FAIL(OPR_ERR_INVALID, "%s: output dtype is %s, expected %s", op,
-                        cpu_dtype_name(c->outputs[0].dtype), cpu_dtype_name(want));
+                        cpu_dtype_name(c->outputs[0]->dtype), cpu_dtype_name(want));
     return OPR_OK;
 }
 
@@ -415,7 +415,7 @@ static int ew_run(const opr_kernel_call *c, const char *op, int nargs, int nin,
     const opr_tensor_view *in[3];
     ew_loop_fn fn;
     int rc = ew_prepare(c, op, nargs, nin, table, bool_out, &fn, in);
-    return rc ? rc : ew_apply(op, &c->outputs[0], nin, in, fn, p);
+    return rc ? rc : ew_apply(op, c->outputs[0], nin, in, fn, p);
 }
 
 static const ew_params ew_none = {0, 0};
@@ -478,7 +478,7 @@ static int k_where(const opr_kernel_call *c)
     int rc = ew_prepare(&sub, "where", 2, 2, where_tab, false, &fn, in + 1);
     if (rc) return rc;
     in[0] = cond;
-    return ew_apply("where", &c->outputs[0], 3, in, fn, &ew_none);
+    return ew_apply("where", c->outputs[0], 3, in, fn, &ew_none);
 }
 
 /* addcmul(self, tensor1, tensor2, value) */

@@ -43,12 +43,12 @@ static int fill_value(const char *op, opr_tensor_view *out, double v)
     }
 }
 
-static int k_zeros(const opr_kernel_call *c) { return fill_value(c->op, &c->outputs[0], 0.0); }
-static int k_ones(const opr_kernel_call *c) { return fill_value(c->op, &c->outputs[0], 1.0); }
+static int k_zeros(const opr_kernel_call *c) { return fill_value(c->op, c->outputs[0], 0.0); }
+static int k_ones(const opr_kernel_call *c) { return fill_value(c->op, c->outputs[0], 1.0); }
 
 static int k_full(const opr_kernel_call *c)
 {
-    return fill_value(c->op, &c->outputs[0], cpu_arg_d(c, 1));
+    return fill_value(c->op, c->outputs[0], cpu_arg_d(c, 1));
 }
 
 /* Values are start + i * step with the output length the host computed. Like PyTorch,
@@ -56,7 +56,7 @@ static int k_full(const opr_kernel_call *c)
  * start and step to i64 first (arange(0.5, 3, 1.5, dtype=i64) is [0, 1]). */
 static int k_arange(const opr_kernel_call *c)
 {
-    opr_tensor_view *out = &c->outputs[0];
+    opr_tensor_view *out = c->outputs[0];
     const double start = cpu_arg_d(c, 0), end = cpu_arg_d(c, 1), step = cpu_arg_d(c, 2);
     const int64_t n = out->numel;
     if (step == 0 || !isfinite(start) || !isfinite(end) || !isfinite(step))

@@ -72,7 +72,7 @@ bool cpu_sum_rows(const opr_tensor_view *x, opr_tensor_view *out, const int64_t 
 static int k_sum_to(const opr_kernel_call *c)
 {
     const opr_tensor_view *x = cpu_arg_t(c, 0);
-    opr_tensor_view *out = &c->outputs[0];
+    opr_tensor_view *out = c->outputs[0];
     int64_t ostr[OPR_MAX_DIMS];
     /* out is contiguous with out->shape; read it as expanded to x's shape */
     int64_t contig[OPR_MAX_DIMS];
@@ -138,7 +138,7 @@ static bool same_shape(const opr_tensor_view *a, int32_t ndim, const int64_t *sh
  * the zero of every dtype. */
 static int k_new_zeros(const opr_kernel_call *c)
 {
-    opr_tensor_view *out = &c->outputs[0];
+    opr_tensor_view *out = c->outputs[0];
     if (out->numel) memset(out->data, 0, (size_t)out->numel * cpu_dtype_size(out->dtype));
     return OPR_OK;
 }
@@ -169,7 +169,7 @@ SIGN(int64_t, i64)
 static int k_sign(const opr_kernel_call *c)
 {
     const opr_tensor_view *x = cpu_arg_t(c, 0);
-    opr_tensor_view *out = &c->outputs[0];
+    opr_tensor_view *out = c->outputs[0];
     switch (out->dtype) {
     case OPR_F32: sign_f32(x, out); break;
     case OPR_F64: sign_f64(x, out); break;
@@ -184,7 +184,7 @@ static int k_sign(const opr_kernel_call *c)
 static int k_narrow_scatter(const opr_kernel_call *c)
 {
     const opr_tensor_view *x = cpu_arg_t(c, 0), *src = cpu_arg_t(c, 1);
-    opr_tensor_view *out = &c->outputs[0];
+    opr_tensor_view *out = c->outputs[0];
     int32_t dim;
     if (x->ndim == 0 || !cpu_wrap_dim(cpu_arg_i(c, 2), x->ndim, &dim))
         return CPU_FAIL(OPR_ERR_INVALID, "narrow_scatter: dim %lld out of range for a %d-d tensor",
@@ -216,7 +216,7 @@ static int k_narrow_scatter(const opr_kernel_call *c)
 static int k_diag_backward(const opr_kernel_call *c)
 {
     const opr_tensor_view *g = cpu_arg_t(c, 0);
-    opr_tensor_view *out = &c->outputs[0];
+    opr_tensor_view *out = c->outputs[0];
     const int64_t k = cpu_arg_i(c, 2);
     char why[OPC_WHY_SIZE];
     int64_t len;

@@ -215,7 +215,7 @@ static int k_diag(const opr_kernel_call *c)
 {
     const opr_tensor_view *x = cpu_arg_t(c, 0);
     const int64_t k = cpu_arg_i(c, 1);
-    opr_tensor_view *out = &c->outputs[0];
+    opr_tensor_view *out = c->outputs[0];
     const size_t es = cpu_dtype_size(x->dtype);
     const int64_t row0 = opc_diagonal_row0(k), col0 = opc_diagonal_col0(k);
     const char *src = x->data;
@@ -250,7 +250,7 @@ static int k_diag(const opr_kernel_call *c)
 static int k_index_select(const opr_kernel_call *c)
 {
     const opr_tensor_view *x = cpu_arg_t(c, 0), *index = cpu_arg_t(c, 2);
-    opr_tensor_view *out = &c->outputs[0];
+    opr_tensor_view *out = c->outputs[0];
     char why[OPC_WHY_SIZE];
     int32_t dim;
     if (!opc_index_select_args(x, index, cpu_arg_i(c, 1), &dim, why, sizeof why))
@@ -309,7 +309,7 @@ static int k_masked_select(const opr_kernel_call *c)
     const int64_t nchunks = n ? mask_chunks(nd, shape, n, mask->data, ms, starts) : 0;
     int64_t total = n ? starts[nchunks] : 0;
     if ((rc = c->host->alloc_output(c, 0, 1, &total)) != OPR_OK) return rc;
-    const opr_tensor_view *out = &c->outputs[0];
+    const opr_tensor_view *out = c->outputs[0];
     if (total == 0) return OPR_OK;
 
     const size_t es = cpu_dtype_size(x->dtype);
@@ -335,7 +335,7 @@ static int k_masked_select(const opr_kernel_call *c)
 static int k_gather(const opr_kernel_call *c)
 {
     const opr_tensor_view *x = cpu_arg_t(c, 0), *index = cpu_arg_t(c, 2);
-    opr_tensor_view *out = &c->outputs[0];
+    opr_tensor_view *out = c->outputs[0];
     char why[OPC_WHY_SIZE];
     int32_t dim;
     if (!opc_gather_args(x, index, out, cpu_arg_i(c, 1), &dim, why, sizeof why))
@@ -439,7 +439,7 @@ static int index_add_impl(const opr_kernel_call *c, bool inplace)
 {
     const char *op = inplace ? "index_add_" : "index_add";
     const opr_tensor_view *x = cpu_arg_t(c, 0), *index = cpu_arg_t(c, 2), *source = cpu_arg_t(c, 3);
-    opr_tensor_view *out = &c->outputs[0];
+    opr_tensor_view *out = c->outputs[0];
     char why[OPC_WHY_SIZE];
     int32_t dim;
     if (!opc_index_add_args(op, x, index, source, cpu_arg_i(c, 1), &dim, why, sizeof why) ||
@@ -490,7 +490,7 @@ static int k_index_add_(const opr_kernel_call *c) { return index_add_impl(c, tru
 static int k_scatter_add(const opr_kernel_call *c)
 {
     const opr_tensor_view *x = cpu_arg_t(c, 0), *index = cpu_arg_t(c, 2), *src = cpu_arg_t(c, 3);
-    opr_tensor_view *out = &c->outputs[0];
+    opr_tensor_view *out = c->outputs[0];
     char why[OPC_WHY_SIZE];
     int32_t dim;
     if (!opc_scatter_add_args(x, index, src, cpu_arg_i(c, 1), &dim, why, sizeof why) ||
@@ -533,7 +533,7 @@ static int k_cat(const opr_kernel_call *c)
 static int k_diagonal_scatter(const opr_kernel_call *c)
 {
     const opr_tensor_view *x = cpu_arg_t(c, 0), *src = cpu_arg_t(c, 1);
-    opr_tensor_view *out = &c->outputs[0];
+    opr_tensor_view *out = c->outputs[0];
     char why[OPC_WHY_SIZE];
     int32_t d1, d2;
     if (!opc_diagonal_dims("diagonal_scatter", x->ndim, cpu_arg_i(c, 3), cpu_arg_i(c, 4), &d1, &d2, why, sizeof why))
@@ -557,7 +557,7 @@ static int k_diagonal_scatter(const opr_kernel_call *c)
 static int k_masked_scatter(const opr_kernel_call *c)
 {
     const opr_tensor_view *x = cpu_arg_t(c, 0), *mask = cpu_arg_t(c, 1), *source = cpu_arg_t(c, 2);
-    opr_tensor_view *out = &c->outputs[0];
+    opr_tensor_view *out = c->outputs[0];
     int rc = check_dtype("masked_scatter", "mask", mask, OPR_BOOL);
     if (!rc) rc = check_dtype("masked_scatter", "source", source, x->dtype);
     if (rc) return rc;
@@ -605,7 +605,7 @@ static int k_masked_scatter(const opr_kernel_call *c)
 static int k_copy_(const opr_kernel_call *c)
 {
     const opr_tensor_view *src = cpu_arg_t(c, 1);
-    opr_tensor_view *out = &c->outputs[0];
+    opr_tensor_view *out = c->outputs[0];
     int rc = check_dtype("copy_", "src", src, out->dtype);
     if (!rc) rc = check_writable("copy_", out);
     if (rc) return rc;
@@ -635,7 +635,7 @@ static int k_copy_(const opr_kernel_call *c)
 
 static int k_fill_(const opr_kernel_call *c)
 {
-    opr_tensor_view *out = &c->outputs[0];
+    opr_tensor_view *out = c->outputs[0];
     char elem[8];
     int rc = encode_scalar("fill_", out->dtype, cpu_arg_d(c, 1), elem);
     if (!rc) rc = check_writable("fill_", out);
@@ -648,7 +648,7 @@ static int k_fill_(const opr_kernel_call *c)
 static int k_masked_fill_(const opr_kernel_call *c)
 {
     const opr_tensor_view *mask = cpu_arg_t(c, 1);
-    opr_tensor_view *out = &c->outputs[0];
+    opr_tensor_view *out = c->outputs[0];
     char elem[8];
     int rc = check_dtype("masked_fill_", "mask", mask, OPR_BOOL);
     if (!rc) rc = encode_scalar("masked_fill_", out->dtype, cpu_arg_d(c, 2), elem);

@@ -213,10 +213,10 @@ static gemm_job job_for(const opr_kernel_call *c, double alpha, double beta)
     gemm_job j;
     memset(&j, 0, sizeof j);
     j.op = c->op;
-    j.dt = c->outputs[0].dtype;
+    j.dt = c->outputs[0]->dtype;
     j.alpha = alpha;
     j.beta = beta;
-    j.c = c->outputs[0].data;
+    j.c = c->outputs[0]->data;
     return j;
 }
 
@@ -229,7 +229,7 @@ static int k_mm(const opr_kernel_call *c)
         return CPU_FAIL(OPR_ERR_INVALID, "mm: expected 2-d tensors, got %d-d and %d-d", (int)x->ndim, (int)y->ndim);
     gemm_job j = job_for(c, 1, 0);
     const mat_arg a = mat_of(x), b = mat_of(y);
-    int rc = check_operands(&j, &c->outputs[0], x, y, a.rows, b.cols);
+    int rc = check_operands(&j, c->outputs[0], x, y, a.rows, b.cols);
     return rc ? rc : gemm_run(&j, &a, &b);
 }
 
@@ -244,7 +244,7 @@ static int k_bmm(const opr_kernel_call *c)
     mat_arg a = mat_of(x), b = mat_of(y);
     batch_strides(x, 2, &j, a.bst);
     batch_strides(y, 2, &j, b.bst);
-    int rc = check_operands(&j, &c->outputs[0], x, y, a.rows, b.cols);
+    int rc = check_operands(&j, c->outputs[0], x, y, a.rows, b.cols);
     return rc ? rc : gemm_run(&j, &a, &b);
 }
 
@@ -272,7 +272,7 @@ static int k_matmul(const opr_kernel_call *c)
     }
     batch_strides(x, 2, &j, a.bst);
     batch_strides(y, 2, &j, b.bst);
-    int rc = check_operands(&j, &c->outputs[0], x, y, a.rows, b.cols);
+    int rc = check_operands(&j, c->outputs[0], x, y, a.rows, b.cols);
     return rc ? rc : gemm_run(&j, &a, &b);
 }
 
@@ -295,7 +295,7 @@ static int k_linear(const opr_kernel_call *c)
     j.nb = x->ndim > 2 ? x->ndim - 2 : 0;
     memcpy(j.bshape, x->shape, (size_t)j.nb * sizeof *j.bshape);
     batch_strides(x, 2, &j, a.bst);
-    int rc = check_operands(&j, &c->outputs[0], x, w, a.rows, b.cols);
+    int rc = check_operands(&j, c->outputs[0], x, w, a.rows, b.cols);
     if (rc) return rc;
     if (bias) {
         int64_t bst;
@@ -314,7 +314,7 @@ static int k_linear(const opr_kernel_call *c)
 static int k_addmm(const opr_kernel_call *c)
 {
     const opr_tensor_view *s = cpu_arg_t(c, 0), *x = cpu_arg_t(c, 1), *y = cpu_arg_t(c, 2);
-    const opr_tensor_view *out = &c->outputs[0];
+    const opr_tensor_view *out = c->outputs[0];
     if (x->ndim != 2 || y->ndim != 2)
         return CPU_FAIL(OPR_ERR_INVALID, "addmm: mat1 and mat2 must be 2-d (got %d-d and %d-d)", (int)x->ndim, (int)y->ndim);
     gemm_job j = job_for(c, cpu_arg_d(c, 4), cpu_arg_d(c, 3));
@@ -414,7 +414,7 @@ static char *unit_rows(const opr_tensor_view *v, int64_t *st, const char **data)
 static int k_cdist(const opr_kernel_call *c)
 {
     const opr_tensor_view *x1 = cpu_arg_t(c, 0), *x2 = cpu_arg_t(c, 1);
-    const opr_tensor_view *out = &c->outputs[0];
+    const opr_tensor_view *out = c->outputs[0];
     const double p = cpu_arg_d(c, 2);
     if (p != 2)
         return CPU_FAIL(OPR_ERR_UNSUPPORTED, "cdist: only p=2 is supported (got p=%g)", p);

@@ -98,7 +98,7 @@ static inline int64_t red_abs64(int64_t v) { return v < 0 ? -v : v; }
  * dims in place of the reduced ones, so size-1 dims are ignored on both sides: this
  * accepts either form and everything the host may compute for a 0-d result. */
 static int red_plan_make(const char *op, const opr_tensor_view *in, uint32_t mask, int nout,
-                         const opr_tensor_view *outs, red_plan *pl)
+                         const opr_tensor_view *const *outs, red_plan *pl)
 {
     if (in->ndim > OPR_MAX_DIMS)
         return CPU_FAIL(OPR_ERR_INVALID, "%s: %d-d input exceeds %d dims", op, in->ndim,
@@ -122,7 +122,7 @@ static int red_plan_make(const char *op, const opr_tensor_view *in, uint32_t mas
         }
     }
     for (int j = 0; j < nout; j++) {
-        const opr_tensor_view *o = &outs[j];
+        const opr_tensor_view *o = outs[j];
         int64_t ost[OPR_MAX_DIMS];
         int32_t k = 0;
         bool ok = o->ndim <= OPR_MAX_DIMS;
@@ -570,12 +570,12 @@ static int red_go(const opr_kernel_call *c, const char *op, const opr_tensor_vie
                   bool mean)
 {
     red_plan pl;
-    int rc = red_plan_make(op, in, mask, nout, c->outputs, &pl);
+    int rc = red_plan_make(op, in, mask, nout, (const opr_tensor_view *const *)c->outputs, &pl);
     if (rc) return rc;
     red_job jb = {
         .pl = &pl, .k = k, .prm = {p, pl.rs.n}, .x = (const char *)in->data,
         .esz = cpu_dtype_size(in->dtype),
-        .out = {(char *)c->outputs[0].data, nout > 1 ? (char *)c->outputs[1].data : NULL},
+        .out = {(char *)c->outputs[0]->data, nout > 1 ? (char *)c->outputs[1]->data : NULL},
     };
     if (pl.n_out == 0) return OPR_OK;
     if (cols && red_use_cols(&pl)) red_run_cols(&jb, cols, mean);

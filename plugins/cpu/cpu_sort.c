@@ -136,7 +136,7 @@ static int run_rows(const opr_kernel_call *c, rows_job *j, int32_t dim, int64_t 
 {
     const char *op = c->op;
     const opr_tensor_view *x = cpu_arg_t(c, 0);
-    const opr_tensor_view *vals = &c->outputs[0], *idx = &c->outputs[1];
+    const opr_tensor_view *vals = c->outputs[0], *idx = c->outputs[1];
     char why[OPC_WHY_SIZE];
     opc_rows *g = &j->geo;
     if (!opc_rows_plan(op, x, vals, idx, dim, k, out_dims, g, why, sizeof why))

@@ -38,28 +38,28 @@ extern const opr_host_api *gk_host;
 
 static inline const opr_tensor_view *gk_arg_t(const opr_kernel_call *c, int i)
 {
-    return i < c->nargs && c->args[i].kind == OPR_ARG_TENSOR ? c->args[i].u.t : NULL;
+    return i < c->nargs && c->args[i]->kind == OPR_ARG_TENSOR ? c->args[i]->u.t : NULL;
 }
 static inline int64_t gk_arg_i(const opr_kernel_call *c, int i)
 {
     if (i >= c->nargs) return 0;
-    return c->args[i].kind == OPR_ARG_INT ? c->args[i].u.i
-         : c->args[i].kind == OPR_ARG_DOUBLE ? (int64_t)c->args[i].u.d : 0;
+    return c->args[i]->kind == OPR_ARG_INT ? c->args[i]->u.i
+         : c->args[i]->kind == OPR_ARG_DOUBLE ? (int64_t)c->args[i]->u.d : 0;
 }
 static inline double gk_arg_d(const opr_kernel_call *c, int i)
 {
     if (i >= c->nargs) return 0.0;
-    return c->args[i].kind == OPR_ARG_DOUBLE ? c->args[i].u.d
-         : c->args[i].kind == OPR_ARG_INT ? (double)c->args[i].u.i : 0.0;
+    return c->args[i]->kind == OPR_ARG_DOUBLE ? c->args[i]->u.d
+         : c->args[i]->kind == OPR_ARG_INT ? (double)c->args[i]->u.i : 0.0;
 }
 static inline bool gk_arg_b(const opr_kernel_call *c, int i)
 {
     if (i >= c->nargs) return false;
-    return c->args[i].kind == OPR_ARG_BOOL ? c->args[i].u.b : gk_arg_i(c, i) != 0;
+    return c->args[i]->kind == OPR_ARG_BOOL ? c->args[i]->u.b : gk_arg_i(c, i) != 0;
 }
 static inline bool gk_arg_given(const opr_kernel_call *c, int i)
 {
-    return i < c->nargs && c->args[i].kind != OPR_ARG_NONE;
+    return i < c->nargs && c->args[i]->kind != OPR_ARG_NONE;
 }
 
 static inline bool gk_wrap_dim(int64_t d, int32_t ndim, int32_t *out) { return opc_wrap_dim(d, ndim, out); }

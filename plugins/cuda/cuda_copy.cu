@@ -141,7 +141,7 @@ int k_copy_(const opr_kernel_call *c)
     int rc = gk_begin(c, "copy_", &k);
     if (rc) return rc;
     const opr_tensor_view *src = gk_arg_t(c, 1);
-    opr_tensor_view *out = &c->outputs[0];
+    opr_tensor_view *out = c->outputs[0];
     if (!src) return GK_FAIL(OPR_ERR_INVALID, "copy_: src is not a tensor");
     rc = gk_check_dtype("copy_", "src", src, out->dtype);
     if (!rc) rc = gk_check_writable("copy_", out);
@@ -169,7 +169,7 @@ int k_fill_(const opr_kernel_call *c)
     gk_ctx k;
     int rc = gk_begin(c, "fill_", &k);
     if (rc) return rc;
-    opr_tensor_view *out = &c->outputs[0];
+    opr_tensor_view *out = c->outputs[0];
     uint64_t bits;
     rc = gk_encode_scalar("fill_", out->dtype, gk_arg_d(c, 1), &bits);
     if (!rc) rc = gk_check_writable("fill_", out);
@@ -183,7 +183,7 @@ int k_masked_fill_(const opr_kernel_call *c)
     int rc = gk_begin(c, "masked_fill_", &k);
     if (rc) return rc;
     const opr_tensor_view *mask = gk_arg_t(c, 1);
-    opr_tensor_view *out = &c->outputs[0];
+    opr_tensor_view *out = c->outputs[0];
     if (!mask) return GK_FAIL(OPR_ERR_INVALID, "masked_fill_: mask is not a tensor");
     uint64_t bits;
     rc = gk_check_dtype("masked_fill_", "mask", mask, OPR_BOOL);
@@ -221,7 +221,7 @@ int fill_value(const opr_kernel_call *c, const char *op, double v)
     gk_ctx k;
     int rc = gk_begin(c, op, &k);
     if (rc) return rc;
-    opr_tensor_view *out = &c->outputs[0];
+    opr_tensor_view *out = c->outputs[0];
     uint64_t bits;
     if ((rc = gk_encode_scalar(op, out->dtype, v, &bits))) return rc;
     return gk_fill(&k, gk_dtype_size(out->dtype), out->ndim, out->shape, out->data, out->strides, bits);
@@ -249,7 +249,7 @@ int k_arange(const opr_kernel_call *c)
     gk_ctx k;
     int rc = gk_begin(c, "arange", &k);
     if (rc) return rc;
-    opr_tensor_view *out = &c->outputs[0];
+    opr_tensor_view *out = c->outputs[0];
     const double start = gk_arg_d(c, 0), end = gk_arg_d(c, 1), step = gk_arg_d(c, 2);
     const int64_t n = out->numel;
     if (step == 0 || !isfinite(start) || !isfinite(end) || !isfinite(step))
@@ -306,7 +306,7 @@ int k_diag(const opr_kernel_call *c)
     if (rc) return rc;
     const opr_tensor_view *x = gk_arg_t(c, 0);
     const int64_t kd = gk_arg_i(c, 1);
-    opr_tensor_view *out = &c->outputs[0];
+    opr_tensor_view *out = c->outputs[0];
     if (!x) return GK_FAIL(OPR_ERR_INVALID, "diag: self is not a tensor");
     const size_t es = gk_dtype_size(x->dtype);
     const int64_t row0 = opc_diagonal_row0(kd), col0 = opc_diagonal_col0(kd);
@@ -337,7 +337,7 @@ int k_diagonal_scatter(const opr_kernel_call *c)
     int rc = gk_begin(c, "diagonal_scatter", &k);
     if (rc) return rc;
     const opr_tensor_view *x = gk_arg_t(c, 0), *src = gk_arg_t(c, 1);
-    opr_tensor_view *out = &c->outputs[0];
+    opr_tensor_view *out = c->outputs[0];
     if (!x || !src) return GK_FAIL(OPR_ERR_INVALID, "diagonal_scatter: self and src must be tensors");
     char why[OPC_WHY_SIZE];
     int32_t d1, d2;
@@ -363,7 +363,7 @@ int k_narrow_scatter(const opr_kernel_call *c)
     int rc = gk_begin(c, "narrow_scatter", &k);
     if (rc) return rc;
     const opr_tensor_view *x = gk_arg_t(c, 0), *src = gk_arg_t(c, 1);
-    opr_tensor_view *out = &c->outputs[0];
+    opr_tensor_view *out = c->outputs[0];
     if (!x || !src) return GK_FAIL(OPR_ERR_INVALID, "narrow_scatter: self and src must be tensors");
     int32_t dim;
     if (x->ndim == 0 || !gk_wrap_dim(gk_arg_i(c, 2), x->ndim, &dim))
@@ -399,7 +399,7 @@ int k_diag_backward(const opr_kernel_call *c)
     int rc = gk_begin(c, "diag_backward", &k);
     if (rc) return rc;
     const opr_tensor_view *g = gk_arg_t(c, 0);
-    opr_tensor_view *out = &c->outputs[0];
+    opr_tensor_view *out = c->outputs[0];
     if (!g) return GK_FAIL(OPR_ERR_INVALID, "diag_backward: self is not a tensor");
     const int64_t kd = gk_arg_i(c, 2);
     char why[OPC_WHY_SIZE];

@@ -149,11 +149,11 @@ int gk_begin(const opr_kernel_call *c, const char *op, gk_ctx *k)
 {
     int ordinal = -1;
     for (int i = 0; i < c->nargs && ordinal < 0; i++) {
-        const opr_kernel_arg *a = &c->args[i];
+        const opr_kernel_arg *a = c->args[i];
         if (a->kind == OPR_ARG_TENSOR && a->u.t) ordinal = a->u.t->device.index;
-        else if (a->kind == OPR_ARG_TENSOR_LIST && a->u.tl.n > 0) ordinal = a->u.tl.items[0].device.index;
+        else if (a->kind == OPR_ARG_TENSOR_LIST && a->u.tl.n > 0) ordinal = a->u.tl.items[0]->device.index;
     }
-    if (ordinal < 0) ordinal = c->nout > 0 ? c->outputs[0].device.index : 0;
+    if (ordinal < 0) ordinal = c->nout > 0 ? c->outputs[0]->device.index : 0;
     return gk_begin_ordinal(ordinal, op, k);
 }
 

@@ -135,7 +135,7 @@ static inline int gk_ew_prepare(const opr_kernel_call *c, const char *op, int na
                        c->nargs, c->nout);
     e->op = op;
     e->nin = nin;
-    e->out = &c->outputs[0];
+    e->out = c->outputs[0];
     for (int i = 0; i < nin; i++)
         if (!(e->in[i] = gk_arg_t(c, first + i)))
             return GK_FAIL(OPR_ERR_INVALID, "%s: argument %d is not a tensor", op, first + i);

@@ -202,7 +202,7 @@ int k_index_select_op(const opr_kernel_call *c)
     const opr_tensor_view *x, *index;
     int rc = begin_tensors(c, "index_select", "self and index", &k, &x, 2, &index);
     if (rc) return rc;
-    opr_tensor_view *out = &c->outputs[0];
+    opr_tensor_view *out = c->outputs[0];
     char why[OPC_WHY_SIZE];
     int32_t dim;
     if (!opc_index_select_args(x, index, gk_arg_i(c, 1), &dim, why, sizeof why))
@@ -249,7 +249,7 @@ int k_gather_op(const opr_kernel_call *c)
     const opr_tensor_view *x, *index;
     int rc = begin_tensors(c, "gather", "self and index", &k, &x, 2, &index);
     if (rc) return rc;
-    opr_tensor_view *out = &c->outputs[0];
+    opr_tensor_view *out = c->outputs[0];
     char why[OPC_WHY_SIZE];
     int32_t dim;
     if (!opc_gather_args(x, index, out, gk_arg_i(c, 1), &dim, why, sizeof why))
@@ -293,7 +293,7 @@ int k_scatter_add_op(const opr_kernel_call *c)
     const opr_tensor_view *x, *index, *src;
     int rc = begin_tensors(c, "scatter_add", "self, index and src", &k, &x, 2, &index, 3, &src);
     if (rc) return rc;
-    opr_tensor_view *out = &c->outputs[0];
+    opr_tensor_view *out = c->outputs[0];
     char why[OPC_WHY_SIZE];
     int32_t dim;
     if (!opc_scatter_add_args(x, index, src, gk_arg_i(c, 1), &dim, why, sizeof why))
@@ -347,7 +347,7 @@ int index_add_impl(const opr_kernel_call *c, bool inplace)
     const opr_tensor_view *x, *index, *source;
     int rc = begin_tensors(c, op, "self, index and source", &k, &x, 2, &index, 3, &source);
     if (rc) return rc;
-    opr_tensor_view *out = &c->outputs[0];
+    opr_tensor_view *out = c->outputs[0];
     char why[OPC_WHY_SIZE];
     int32_t dim;
     if (!opc_index_add_args(op, x, index, source, gk_arg_i(c, 1), &dim, why, sizeof why))
@@ -542,7 +542,7 @@ int k_masked_select_op(const opr_kernel_call *c)
     int64_t nchunks = 0, total = 0;
     if (n && (rc = mask_starts(&k, nd, shape, n, mask, ms, &starts, &nchunks, &total))) return rc;
     if ((rc = c->host->alloc_output(c, 0, 1, &total)) != OPR_OK) return rc;
-    const opr_tensor_view *out = &c->outputs[0];
+    const opr_tensor_view *out = c->outputs[0];
     if (total == 0) return OPR_OK;
     if (out->dtype != x->dtype) return GK_FAIL(OPR_ERR_INVALID, "masked_select: output dtype differs from self's");
     gk_geom g;
@@ -566,7 +566,7 @@ int k_masked_scatter_op(const opr_kernel_call *c)
     const opr_tensor_view *x, *mask, *source;
     int rc = begin_tensors(c, "masked_scatter", "self, mask and source", &k, &x, 1, &mask, 2, &source);
     if (rc) return rc;
-    opr_tensor_view *out = &c->outputs[0];
+    opr_tensor_view *out = c->outputs[0];
     rc = gk_check_dtype("masked_scatter", "mask", mask, OPR_BOOL);
     if (!rc) rc = gk_check_dtype("masked_scatter", "source", source, x->dtype);
     if (rc) return rc;

@@ -244,7 +244,7 @@ int run_forward(const opr_kernel_call *c, const char *op, product_step plan, pro
     opc_bmat_set_batch_strides(&p.a, p.j.nb, p.xb, p.x->shape, p.x->strides);
     opc_bmat_set_batch_strides(&p.b, p.j.nb, p.yb, p.y->shape, p.y->strides);
     opc_rgemm_set_c_contiguous(&p.j, p.a.rows, p.b.cols);
-    opr_tensor_view *out = &c->outputs[0];
+    opr_tensor_view *out = c->outputs[0];
     p.j.c = (char *)out->data;
     if ((rc = check_operands(&p.j, out, p.x, p.y, p.a.rows, p.b.cols))) return rc;
     if (late_checks && (rc = late_checks(c, &p))) return rc;
@@ -269,7 +269,7 @@ int plan_mm(const opr_kernel_call *c, product *p)
     if (!x || !y || x->ndim != 2 || y->ndim != 2)
         return GK_FAIL(OPR_ERR_INVALID, "mm: expected 2-d tensors, got %d-d and %d-d", x ? (int)x->ndim : -1,
                        y ? (int)y->ndim : -1);
-    p->j = opc_rgemm_job("mm", c->outputs[0].dtype, 1, 0);
+    p->j = opc_rgemm_job("mm", c->outputs[0]->dtype, 1, 0);
     set_matrices(p);
     return OPR_OK;
 }
@@ -279,7 +279,7 @@ int plan_bmm(const opr_kernel_call *c, product *p)
     const opr_tensor_view *x = p->x = gk_arg_t(c, 0), *y = p->y = gk_arg_t(c, 1);
     if (!x || !y || x->ndim != 3 || y->ndim != 3 || x->shape[0] != y->shape[0])
         return GK_FAIL(OPR_ERR_INVALID, "bmm: expected 3-d tensors with the same batch size");
-    p->j = opc_rgemm_job("bmm", c->outputs[0].dtype, 1, 0);
+    p->j = opc_rgemm_job("bmm", c->outputs[0]->dtype, 1, 0);
     p->j.nb = p->xb = p->yb = 1;
     p->j.bshape[0] = x->shape[0];
     set_matrices(p);
@@ -294,7 +294,7 @@ int plan_matmul(const opr_kernel_call *c, product *p)
     if (!x || !y || x->ndim < 1 || y->ndim < 1)
         return GK_FAIL(OPR_ERR_INVALID, "matmul: both operands need at least 1 dim");
     opc_rgemm *j = &p->j;
-    *j = opc_rgemm_job("matmul", c->outputs[0].dtype, 1, 0);
+    *j = opc_rgemm_job("matmul", c->outputs[0]->dtype, 1, 0);
     set_matrices(p);
     const int32_t xb = p->xb = x->ndim > 2 ? x->ndim - 2 : 0, yb = p->yb = y->ndim > 2 ? y->ndim - 2 : 0;
     j->nb = xb > yb ? xb : yb;
@@ -316,7 +316,7 @@ int plan_linear(const opr_kernel_call *c, product *p)
     const opr_tensor_view *x = p->x = gk_arg_t(c, 0), *w = p->y = gk_arg_t(c, 1);
     if (!x || !w || x->ndim < 1 || w->ndim != 2)
         return GK_FAIL(OPR_ERR_INVALID, "linear: expected input with at least 1 dim and a 2-d weight");
-    p->j = opc_rgemm_job("linear", c->outputs[0].dtype, 1, gk_arg_t(c, 2) ? 1 : 0);
+    p->j = opc_rgemm_job("linear", c->outputs[0]->dtype, 1, gk_arg_t(c, 2) ? 1 : 0);
     p->a = opc_bmat_of(x->data, x->ndim, x->shape, x->strides, true);
     p->b = opc_bmat_transpose(opc_bmat_of(w->data, 2, w->shape, w->strides, true));
     p->j.nb = p->xb = x->ndim > 2 ? x->ndim - 2 : 0;
@@ -341,7 +341,7 @@ int linear_bias(const opr_kernel_call *c, product *p)
 int plan_addmm(const opr_kernel_call *c, product *p)
 {
     const opr_tensor_view *s = gk_arg_t(c, 0), *x = p->x = gk_arg_t(c, 1), *y = p->y = gk_arg_t(c, 2);
-    const opr_tensor_view *out = &c->outputs[0];
+    const opr_tensor_view *out = c->outputs[0];
     if (!s || !x || !y || x->ndim != 2 || y->ndim != 2)
         return GK_FAIL(OPR_ERR_INVALID, "addmm: mat1 and mat2 must be 2-d");
     p->j = opc_rgemm_job("addmm", out->dtype, gk_arg_d(c, 4), gk_arg_d(c, 3));
@@ -390,7 +390,7 @@ int k_cdist_op(const opr_kernel_call *c)
     int rc = gk_begin(c, "cdist", &k);
     if (rc) return rc;
     const opr_tensor_view *x1 = gk_arg_t(c, 0), *x2 = gk_arg_t(c, 1);
-    const opr_tensor_view *out = &c->outputs[0];
+    const opr_tensor_view *out = c->outputs[0];
     const double p = gk_arg_d(c, 2);
     if (!x1 || !x2) return GK_FAIL(OPR_ERR_INVALID, "cdist: x1 and x2 must be tensors");
     if (p != 2) return GK_FAIL(OPR_ERR_UNSUPPORTED, "cdist: only p=2 is supported (got p=%g)", p);
@@ -434,7 +434,7 @@ int k_cdist_op(const opr_kernel_call *c)
 
 bool wanted(const opr_kernel_call *c, int out)
 {
-    return out < c->nout && ((c->grad_input_mask >> out) & 1) && c->outputs[out].data;
+    return out < c->nout && ((c->grad_input_mask >> out) & 1) && c->outputs[out]->data;
 }
 
 /* Forward argument `arg` when saved, else the shape of gradient output `out`. */
@@ -461,14 +461,14 @@ int begin_backward(const opr_kernel_call *c, gk_ctx *k, const opr_tensor_view **
                            gk_dtype_name(dt));
     }
     for (int32_t p = 0; p < c->nout; p++)
-        if (wanted(c, p) && (c->outputs[p].dtype != dt || !gk_is_contiguous(&c->outputs[p])))
+        if (wanted(c, p) && (c->outputs[p]->dtype != dt || !gk_is_contiguous(c->outputs[p])))
             return GK_FAIL(OPR_ERR_INVALID, "%s: gradient output %d must be a contiguous %s tensor", c->op, (int)p,
                            gk_dtype_name(dt));
     return OPR_OK;
 }
 
 /* Gradient output `out` where it is wanted, else NULL. */
-opr_tensor_view *wanted_output(const opr_kernel_call *c, int out) { return wanted(c, out) ? &c->outputs[out] : NULL; }
+opr_tensor_view *wanted_output(const opr_kernel_call *c, int out) { return wanted(c, out) ? c->outputs[out] : NULL; }
 
 /* Whether the wanted gradients (NULL where not wanted) have their inputs' shapes. */
 bool grads_fit(const opc_matmul_operand &x, const opr_tensor_view *gx, const opc_matmul_operand &y,

@@ -226,7 +226,7 @@ __global__ void k_red_finish(red_args a, const red_acc *parts, int64_t nparts)
 /* Splits `in` into kept and reduced dims (bit d of mask = reduce dim d) and matches
  * the kept dims to each output, ignoring size-1 dims on both sides (so keepdim either
  * way is accepted). Coalesces both sets. */
-int red_plan_make(const char *op, const opr_tensor_view *in, uint32_t mask, int nout, const opr_tensor_view *outs,
+int red_plan_make(const char *op, const opr_tensor_view *in, uint32_t mask, int nout, const opr_tensor_view *const *outs,
                   red_args *a)
 {
     if (in->ndim > GK_MAXD)
@@ -249,7 +249,7 @@ int red_plan_make(const char *op, const opr_tensor_view *in, uint32_t mask, int 
     for (int j = 0; j < 2; j++)
         for (int32_t d = 0; d < kn; d++) kst[1 + j][d] = 0;
     for (int j = 0; j < nout; j++) {
-        const opr_tensor_view *o = &outs[j];
+        const opr_tensor_view *o = outs[j];
         int32_t k = 0;
         bool ok = o->ndim <= GK_MAXD;
         for (int32_t d = 0; ok && d < o->ndim; d++) {
@@ -272,8 +272,8 @@ int red_plan_make(const char *op, const opr_tensor_view *in, uint32_t mask, int 
     const int64_t *rp[1] = {rst[0]};
     gk_geom_make(&a->rg, rn, rshape, 1, rp);
     a->x = in->data;
-    a->out0 = outs[0].data;
-    a->out1 = nout > 1 ? (int64_t *)outs[1].data : nullptr;
+    a->out0 = outs[0]->data;
+    a->out1 = nout > 1 ? (int64_t *)outs[1]->data : nullptr;
     a->scale = 1.0;
     return OPR_OK;
 }
@@ -549,8 +549,8 @@ int k_sum_to(const opr_kernel_call *c)
     if (!x) return GK_FAIL(OPR_ERR_INVALID, "sum_to: self is not a tensor");
     if (!((FL | GK_HALVES) & GK_BIT(x->dtype)))
         return GK_FAIL(OPR_ERR_UNSUPPORTED, "sum_to: no %s kernel for dtype %s", GPU_NAME, gk_dtype_name(x->dtype));
-    if (c->outputs[0].dtype != x->dtype) return GK_FAIL(OPR_ERR_INVALID, "sum_to: output dtype differs from self's");
-    return gk_sum_to(&k, x, &c->outputs[0], 1.0);
+    if (c->outputs[0]->dtype != x->dtype) return GK_FAIL(OPR_ERR_INVALID, "sum_to: output dtype differs from self's");
+    return gk_sum_to(&k, x, c->outputs[0], 1.0);
 }
 
 } // namespace
@@ -558,7 +558,7 @@ int k_sum_to(const opr_kernel_call *c)
 int gk_sum_dims(const gk_ctx *k, const opr_tensor_view *in, uint32_t mask, const opr_tensor_view *out, double scale)
 {
     red_args a;
-    int rc = red_plan_make(k->op, in, mask, 1, out, &a);
+    int rc = red_plan_make(k->op, in, mask, 1, &out, &a);
     if (rc) return rc;
     a.scale = scale;
     return red_run(k, RK_SUM, in->dtype, a);

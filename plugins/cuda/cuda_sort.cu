@@ -158,7 +158,7 @@ int run_rows(const gk_ctx *k, const opr_kernel_call *c, rows_args *j, int32_t di
     const char *op = c->op;
     const opr_tensor_view *x = gk_arg_t(c, 0);
     if (c->nout < 2) return GK_FAIL(OPR_ERR_INVALID, "%s: expected 2 outputs", op);
-    const opr_tensor_view *vals = &c->outputs[0], *idx = &c->outputs[1];
+    const opr_tensor_view *vals = c->outputs[0], *idx = c->outputs[1];
     char why[OPC_WHY_SIZE];
     opc_rows r;
     if (!opc_rows_plan(op, x, vals, idx, dim, j->k, out_dims, &r, why, sizeof why))

@@ -28,6 +28,11 @@ opr_ctx *fz_ctx_new(bool with_cpu)
     if (!ctx || opr_registry_errors(ctx)[0] || (with_cpu && !opr_op_has_kernel(opr_op_find(ctx, "add"), 0))) {
         fprintf(stderr, "fuzz: cannot set up a context: %s\n%s\n", opr_last_error(),
                 ctx ? opr_registry_errors(ctx) : "");
+        for (int i = 0; ctx && i < opr_plugin_candidate_count(ctx); i++) { /* why the plugin did not load */
+            opr_plugin_candidate c = {.struct_size = sizeof c};
+            if (opr_plugin_candidate_get(ctx, i, &c) == OPR_OK)
+                fprintf(stderr, "fuzz: plugin %s: %s\n", c.path, c.loaded ? "loaded" : c.why ? c.why : "not loaded");
+        }
         abort();
     }
     /* held once more, so that contexts made after this one find the plugin loaded

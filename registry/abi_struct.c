@@ -1,0 +1,37 @@
+/* Reading the structs a plugin hands the host (docs/plugin-abi.md, rule 3): each one
+ * starts with struct_size, and the host reads only the bytes that struct_size covers.
+ * A plugin built against an older minor gives a shorter struct (the fields it lacks
+ * read as zero); a newer one gives a longer struct (the fields this host does not know
+ * are ignored). Below the ABI 2.0 size a struct is refused. */
+#include "registry.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* The 2.0 sizes never exceed the structs this host was built with. */
+_Static_assert(OPR_TENSOR_VIEW_STRUCT_SIZE_2_0 <= sizeof(opr_tensor_view), "opr_tensor_view");
+_Static_assert(OPR_KERNEL_ARG_STRUCT_SIZE_2_0 <= sizeof(opr_kernel_arg), "opr_kernel_arg");
+_Static_assert(OPR_KERNEL_CALL_STRUCT_SIZE_2_0 <= sizeof(opr_kernel_call), "opr_kernel_call");
+_Static_assert(OPR_KERNEL_DESC_STRUCT_SIZE_2_0 <= sizeof(opr_kernel_desc), "opr_kernel_desc");
+_Static_assert(OPR_DEVICE_DESC_STRUCT_SIZE_2_0 <= sizeof(opr_device_desc), "opr_device_desc");
+_Static_assert(OPR_PLUGIN_STRUCT_SIZE_2_0 <= sizeof(opr_plugin), "opr_plugin");
+_Static_assert(OPR_HOST_API_STRUCT_SIZE_2_0 <= sizeof(opr_host_api), "opr_host_api");
+
+int abi_struct_in(void *dst, size_t dst_size, const void *src, size_t min_size, const char *name, char *why,
+                  size_t why_len)
+{
+    memset(dst, 0, dst_size);
+    if (!src) {
+        snprintf(why, why_len, "%s is NULL", name);
+        return OPR_ERR_INVALID;
+    }
+    size_t n;
+    memcpy(&n, src, sizeof n); /* every ABI struct starts with its size_t struct_size */
+    if (n < min_size) {
+        snprintf(why, why_len, "%s has struct_size %zu, below the ABI %d.0 minimum of %zu bytes (this host's %s "
+                 "has %zu)", name, n, OPR_ABI_MAJOR, min_size, name, dst_size);
+        return OPR_ERR_INVALID;
+    }
+    memcpy(dst, src, n < dst_size ? n : dst_size);
+    return OPR_OK;
+}
