@@ -17,7 +17,7 @@ opr_tensor *opr_grad(const opr_tensor *t)
     return g;
 }
 
-int opr_zero_grad(opr_tensor *t)
+opr_status opr_zero_grad(opr_tensor *t)
 {
     if (!t) return opr_fail(OPR_ERR_INVALID, "opr_zero_grad: NULL tensor");
     ag_leaf_lock(t);
@@ -75,7 +75,7 @@ static int mask_of(const opr_op *op, const char *const *names, int n, uint32_t *
     return OPR_OK;
 }
 
-int opr_plan_explain(const opr_op *op, const opr_value *args, int nargs, const char *const *requires_grad,
+opr_status opr_plan_explain(const opr_op *op, const opr_value *args, int nargs, const char *const *requires_grad,
                      int n_requires_grad, char *buf, size_t len)
 {
     mval slots[DERIV_MAX_SLOTS];
@@ -89,7 +89,7 @@ int opr_plan_explain(const opr_op *op, const opr_value *args, int nargs, const c
     return rc;
 }
 
-int opr_plan_saved_bytes(const opr_op *op, const opr_value *args, int nargs, const char *const *requires_grad,
+opr_status opr_plan_saved_bytes(const opr_op *op, const opr_value *args, int nargs, const char *const *requires_grad,
                          int n_requires_grad, uint64_t *bytes)
 {
     mval slots[DERIV_MAX_SLOTS];
@@ -117,7 +117,7 @@ const char *opr_op_grad_candidate_label(const opr_op *op, int i)
     return op->deriv->cands[i].label;
 }
 
-int opr_op_force_grad_candidate(const opr_op *op, int i)
+opr_status opr_op_force_grad_candidate(const opr_op *op, int i)
 {
     if (!op || !op->deriv) return opr_fail(OPR_ERR_INVALID, "op has no derivative candidates");
     if (i < -1 || i >= op->deriv->ncands) return opr_fail(OPR_ERR_INVALID, "%s: no candidate %d", op->name, i);

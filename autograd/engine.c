@@ -294,14 +294,14 @@ static int backward(opr_tensor *const *outputs, opr_tensor *const *grad_outputs,
     return rc;
 }
 
-int opr_backward(opr_tensor *root, opr_tensor *grad, const opr_backward_opts *opts)
+opr_status opr_backward(opr_tensor *root, opr_tensor *grad, const opr_backward_opts *opts)
 {
     if (!root) return opr_fail(OPR_ERR_INVALID, "opr_backward: NULL root");
     opr_tensor *g[1] = {grad};
     return backward(&root, g, 1, NULL, opts);
 }
 
-int opr_autograd_grad(opr_tensor *const *outputs, opr_tensor *const *grad_outputs, int n_outputs,
+opr_status opr_autograd_grad(opr_tensor *const *outputs, opr_tensor *const *grad_outputs, int n_outputs,
                       opr_tensor *const *inputs, int n_inputs, opr_tensor **grads, const opr_backward_opts *opts)
 {
     if (!outputs || !inputs || !grads || n_inputs < 1)

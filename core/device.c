@@ -42,7 +42,7 @@ int opr_device_type_find(const opr_ctx *ctx, const char *name)
     return -1;
 }
 
-int opr_device_parse(const opr_ctx *ctx, const char *name, opr_device *out)
+opr_status opr_device_parse(const opr_ctx *ctx, const char *name, opr_device *out)
 {
     if (!ctx || !name || !out) return opr_fail(OPR_ERR_INVALID, "opr_device_parse: NULL argument");
     char type[32];
@@ -92,14 +92,14 @@ int opr_device_type_ordinals(const opr_ctx *ctx, int type)
     return ctx->devices[type].desc.count;
 }
 
-int opr_device_sync(opr_ctx *ctx, opr_device dev)
+opr_status opr_device_sync(opr_ctx *ctx, opr_device dev)
 {
     opr_device_entry *e = ctx ? opr_dev_entry(ctx, dev) : NULL;
     if (!e) return opr_fail(OPR_ERR_INVALID, "opr_device_sync: unknown device");
     return e->desc.sync ? e->desc.sync(e->desc.data, dev.index) : OPR_OK;
 }
 
-int opr_memory_stats(const opr_ctx *ctx, opr_device dev, opr_mem_stats *out)
+opr_status opr_memory_stats(const opr_ctx *ctx, opr_device dev, opr_mem_stats *out)
 {
     opr_device_entry *e = ctx ? opr_dev_entry((opr_ctx *)ctx, dev) : NULL;
     if (!e || !out) return opr_fail(OPR_ERR_INVALID, "opr_memory_stats: unknown device or NULL output");
@@ -116,7 +116,7 @@ int opr_memory_stats(const opr_ctx *ctx, opr_device dev, opr_mem_stats *out)
     return opr_struct_out(out, &m, sizeof m, OPR_MEM_STATS_STRUCT_SIZE_0_1, "opr_memory_stats", "opr_mem_stats");
 }
 
-int opr_memory_reset_peak(opr_ctx *ctx, opr_device dev)
+opr_status opr_memory_reset_peak(opr_ctx *ctx, opr_device dev)
 {
     opr_device_entry *e = ctx ? opr_dev_entry(ctx, dev) : NULL;
     if (!e) return opr_fail(OPR_ERR_INVALID, "opr_memory_reset_peak: unknown device");

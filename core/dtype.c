@@ -14,7 +14,7 @@ size_t opr_dtype_size(opr_dtype dt) { return dtype_valid(dt) ? dtype_info[dt].si
 
 const char *opr_dtype_name(opr_dtype dt) { return dtype_valid(dt) ? dtype_info[dt].name : "?"; }
 
-int opr_dtype_parse(const char *name, opr_dtype *out)
+opr_status opr_dtype_parse(const char *name, opr_dtype *out)
 {
     static const struct { const char *alias; opr_dtype dt; } aliases[] = {
         {"float32", OPR_F32}, {"float", OPR_F32}, {"float64", OPR_F64}, {"double", OPR_F64},

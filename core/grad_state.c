@@ -13,7 +13,7 @@ bool opr_grad_mode_set(bool enabled)
 
 bool opr_grad_mode_enabled(void) { return !grad_mode_off; }
 
-int opr_set_requires_grad(opr_tensor *t, bool requires_grad)
+opr_status opr_set_requires_grad(opr_tensor *t, bool requires_grad)
 {
     if (!t) return opr_fail(OPR_ERR_INVALID, "opr_set_requires_grad: NULL tensor");
     if (requires_grad && !opr_dtype_is_floating(t->m.dtype))

@@ -298,7 +298,7 @@ const char *opr_tensor_describe(const opr_tensor *t, char *buf, size_t len)
     return buf;
 }
 
-int opr_tensor_copy_to_host(const opr_tensor *t, void *dst, size_t nbytes)
+opr_status opr_tensor_copy_to_host(const opr_tensor *t, void *dst, size_t nbytes)
 {
     if (!t || (!dst && t->m.numel)) return opr_fail(OPR_ERR_INVALID, "opr_tensor_copy_to_host: NULL argument");
     size_t need = (size_t)t->m.numel * opr_dtype_size(t->m.dtype);
@@ -311,7 +311,7 @@ int opr_tensor_copy_to_host(const opr_tensor *t, void *dst, size_t nbytes)
     return rc;
 }
 
-int opr_tensor_copy_from_host(opr_tensor *t, const void *src, size_t nbytes)
+opr_status opr_tensor_copy_from_host(opr_tensor *t, const void *src, size_t nbytes)
 {
     if (!t || (!src && t->m.numel)) return opr_fail(OPR_ERR_INVALID, "opr_tensor_copy_from_host: NULL argument");
     size_t need = (size_t)t->m.numel * opr_dtype_size(t->m.dtype);

@@ -328,7 +328,7 @@ int dispatch_validate(const opr_op *op, const opr_value *args, int nargs, mval *
     return OPR_OK;
 }
 
-int opr_call(const opr_op *op, const opr_value *args, int nargs, opr_tensor **results, int nres)
+opr_status opr_call(const opr_op *op, const opr_value *args, int nargs, opr_tensor **results, int nres)
 {
     checked c;
     c.list_views = NULL;
@@ -444,7 +444,7 @@ int opr_call(const opr_op *op, const opr_value *args, int nargs, opr_tensor **re
     return OPR_OK;
 }
 
-int opr_call_by_name(opr_ctx *ctx, const char *name, const opr_value *args, int nargs, opr_tensor **results, int nres)
+opr_status opr_call_by_name(opr_ctx *ctx, const char *name, const opr_value *args, int nargs, opr_tensor **results, int nres)
 {
     const opr_op *op = opr_op_find(ctx, name);
     if (!op) {

@@ -457,7 +457,7 @@ static bool has_suffix(const char *s, const char *suffix)
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
-int opr_plugin_load(opr_ctx *ctx, const char *path)
+opr_status opr_plugin_load(opr_ctx *ctx, const char *path)
 {
     if (!ctx || !path || !path[0]) return opr_fail(OPR_ERR_INVALID, "opr_plugin_load: NULL or empty path");
     struct stat sb;
@@ -504,7 +504,7 @@ int opr_plugin_load(opr_ctx *ctx, const char *path)
     return first;
 }
 
-int opr_plugin_discover(opr_ctx *ctx)
+opr_status opr_plugin_discover(opr_ctx *ctx)
 {
     if (!ctx) return opr_fail(OPR_ERR_INVALID, "opr_plugin_discover: NULL context");
     /* Refusals are recorded per candidate and discovery goes on; running out of
@@ -532,7 +532,7 @@ int opr_plugin_discover(opr_ctx *ctx)
 
 int opr_plugin_candidate_count(const opr_ctx *ctx) { return ctx && ctx->plugins ? ctx->plugins->n : 0; }
 
-int opr_plugin_candidate_get(const opr_ctx *ctx, int i, opr_plugin_candidate *out)
+opr_status opr_plugin_candidate_get(const opr_ctx *ctx, int i, opr_plugin_candidate *out)
 {
     if (!ctx || !out || i < 0 || i >= opr_plugin_candidate_count(ctx))
         return opr_fail(OPR_ERR_INVALID, "opr_plugin_candidate_get: index %d out of range", i);

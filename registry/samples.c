@@ -223,7 +223,7 @@ static opr_tensor *make_tensor(opr_ctx *ctx, const sample_tensor *st, opr_dtype 
 
 int opr_op_sample_count(const opr_op *op) { return op ? op->nsamples : 0; }
 
-int opr_op_sample_args(const opr_op *op, int i, opr_dtype dtype, opr_device dev, uint64_t seed, opr_value *args,
+opr_status opr_op_sample_args(const opr_op *op, int i, opr_dtype dtype, opr_device dev, uint64_t seed, opr_value *args,
                        int *nargs, opr_tensor **owned, int *nowned)
 {
     if (!op || !args || !nargs || !owned || !nowned || i < 0 || i >= op->nsamples)

@@ -427,14 +427,14 @@ int yaml_load_file(opr_ctx *ctx, const char *path, int *n_loaded)
     return rc;
 }
 
-int opr_registry_load_yaml(opr_ctx *ctx, const char *path, int *n_loaded)
+opr_status opr_registry_load_yaml(opr_ctx *ctx, const char *path, int *n_loaded)
 {
     if (n_loaded) *n_loaded = 0;
     if (!ctx || !path) return opr_fail(OPR_ERR_INVALID, "opr_registry_load_yaml: NULL argument");
     return yaml_load_file(ctx, path, n_loaded);
 }
 
-int opr_registry_load_yaml_string(opr_ctx *ctx, const char *text, const char *name, int *n_loaded)
+opr_status opr_registry_load_yaml_string(opr_ctx *ctx, const char *text, const char *name, int *n_loaded)
 {
     if (n_loaded) *n_loaded = 0;
     if (!ctx || !text) return opr_fail(OPR_ERR_INVALID, "opr_registry_load_yaml_string: NULL argument");

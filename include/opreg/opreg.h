@@ -106,7 +106,7 @@ OPR_API size_t opr_dtype_size(opr_dtype dtype);
 OPR_API const char *opr_dtype_name(opr_dtype dtype);
 /* Parses a dtype name (also accepts "float32", "float64", "int64", "float", "double",
  * "long", "float16", "half" and "bfloat16"). Returns OPR_OK or OPR_ERR_INVALID. */
-OPR_API int opr_dtype_parse(const char *name, opr_dtype *out);
+OPR_API opr_status opr_dtype_parse(const char *name, opr_dtype *out);
 
 /* IEEE half (f16) and bfloat16 values from and to float, rounding to nearest even:
  * for filling or reading f16/bf16 tensors from the host. */
@@ -156,7 +156,7 @@ OPR_API int opr_ctx_free(opr_ctx *ctx);
  * refused: loading it again tries again.
  * A plugin whose probe says it cannot run here (no device) gives OPR_ERR_UNSUPPORTED
  * when loaded by file name, and is merely skipped when its directory is loaded. */
-OPR_API int opr_plugin_load(opr_ctx *ctx, const char *path);
+OPR_API opr_status opr_plugin_load(opr_ctx *ctx, const char *path);
 
 /* Loads the plugins of, in order: OPREG_PLUGIN_PATH (colon-separated), the
  * lib/opreg/plugins directory of the installation that libopreg.so belongs to (found
@@ -165,7 +165,7 @@ OPR_API int opr_plugin_load(opr_ctx *ctx, const char *path);
  * repeatedly.
  * Refused plugins are recorded, not returned: OPR_OK, or OPR_ERR_NOMEM when memory ran
  * out (the search stops there). */
-OPR_API int opr_plugin_discover(opr_ctx *ctx);
+OPR_API opr_status opr_plugin_discover(opr_ctx *ctx);
 
 typedef struct opr_plugin_candidate {
     size_t struct_size;
@@ -182,7 +182,7 @@ typedef struct opr_plugin_candidate {
 /* Number of plugin files considered so far (loaded, refused or skipped). */
 OPR_API int opr_plugin_candidate_count(const opr_ctx *ctx);
 /* Fills *out with candidate i. Strings are borrowed from the context. */
-OPR_API int opr_plugin_candidate_get(const opr_ctx *ctx, int i, opr_plugin_candidate *out);
+OPR_API opr_status opr_plugin_candidate_get(const opr_ctx *ctx, int i, opr_plugin_candidate *out);
 
 /* ------------------------------------------------------------------ devices */
 
@@ -194,7 +194,7 @@ typedef struct opr_device {
 #define OPR_CPU ((opr_device){0, 0})
 
 /* Parses "cpu", "cuda", "cuda:1". OPR_ERR_NOT_FOUND if no loaded plugin provides it. */
-OPR_API int opr_device_parse(const opr_ctx *ctx, const char *name, opr_device *out);
+OPR_API opr_status opr_device_parse(const opr_ctx *ctx, const char *name, opr_device *out);
 /* Writes "cuda:0" into buf; returns buf (or "?" when the device is unknown). */
 OPR_API const char *opr_device_format(const opr_ctx *ctx, opr_device dev, char *buf, size_t len);
 /* Number of device types known (cpu first) and their names. */
@@ -203,7 +203,7 @@ OPR_API const char *opr_device_type_name(const opr_ctx *ctx, int type);
 /* Number of ordinals of a device type (1 for cpu). */
 OPR_API int opr_device_type_ordinals(const opr_ctx *ctx, int type);
 /* Waits until all work queued on the device is done. */
-OPR_API int opr_device_sync(opr_ctx *ctx, opr_device dev);
+OPR_API opr_status opr_device_sync(opr_ctx *ctx, opr_device dev);
 
 typedef struct opr_mem_stats {
     size_t struct_size;
@@ -215,9 +215,9 @@ typedef struct opr_mem_stats {
 #define OPR_MEM_STATS_STRUCT_SIZE_0_1 OPR_STRUCT_SIZE(opr_mem_stats, n_allocs)
 
 /* Memory statistics of one device, counted exactly for every storage. */
-OPR_API int opr_memory_stats(const opr_ctx *ctx, opr_device dev, opr_mem_stats *out);
+OPR_API opr_status opr_memory_stats(const opr_ctx *ctx, opr_device dev, opr_mem_stats *out);
 /* Sets peak_bytes to current_bytes. */
-OPR_API int opr_memory_reset_peak(opr_ctx *ctx, opr_device dev);
+OPR_API opr_status opr_memory_reset_peak(opr_ctx *ctx, opr_device dev);
 
 /* ------------------------------------------------------------------ tensors */
 
@@ -236,9 +236,9 @@ OPR_API opr_tensor *opr_tensor_from_data(opr_ctx *ctx, opr_dtype dtype, int ndim
                                          opr_device dev);
 /* Copies the tensor's elements, in row-major logical order, to host memory.
  * nbytes must be at least numel * element size. Works for any layout and device. */
-OPR_API int opr_tensor_copy_to_host(const opr_tensor *t, void *dst, size_t nbytes);
+OPR_API opr_status opr_tensor_copy_to_host(const opr_tensor *t, void *dst, size_t nbytes);
 /* Copies from host memory into the tensor (any layout), in row-major logical order. */
-OPR_API int opr_tensor_copy_from_host(opr_tensor *t, const void *src, size_t nbytes);
+OPR_API opr_status opr_tensor_copy_from_host(opr_tensor *t, const void *src, size_t nbytes);
 
 /* Reference counting: retain returns t; release frees the tensor (and its storage,
  * when no view holds it) at the last reference. Both accept NULL. Safe to call from
@@ -302,7 +302,7 @@ OPR_API opr_tensor *opr_tensor_from_dlpack(opr_ctx *ctx, struct DLManagedTensor 
 /* ------------------------------------------------------------------ autograd state */
 
 /* Marks a leaf tensor as requiring grad (floating dtypes only). */
-OPR_API int opr_set_requires_grad(opr_tensor *t, bool requires_grad);
+OPR_API opr_status opr_set_requires_grad(opr_tensor *t, bool requires_grad);
 OPR_API bool opr_requires_grad(const opr_tensor *t);
 /* Accumulated gradient of a leaf (borrowed reference), or NULL. The reference lasts
  * until the gradient is replaced: by opr_zero_grad(t), or by the next backward pass
@@ -317,7 +317,7 @@ OPR_API opr_tensor *opr_grad(const opr_tensor *t);
 OPR_API bool opr_grad_mode_set(bool enabled);
 OPR_API bool opr_grad_mode_enabled(void);
 /* Drops the accumulated gradient of t. */
-OPR_API int opr_zero_grad(opr_tensor *t);
+OPR_API opr_status opr_zero_grad(opr_tensor *t);
 /* A new tensor sharing t's storage, cut off from the graph (requires_grad false). */
 OPR_API opr_tensor *opr_tensor_detach(opr_tensor *t);
 
@@ -339,12 +339,12 @@ typedef struct opr_backward_opts {
  * through the same recorded op at once (a non-leaf tensor both graphs reach). The
  * same holds for opr_autograd_grad. Except with create_graph: while a leaf's gradient
  * holds a graph, use that leaf (ops, backward, release) from one thread at a time. */
-OPR_API int opr_backward(opr_tensor *root, opr_tensor *grad, const opr_backward_opts *opts);
+OPR_API opr_status opr_backward(opr_tensor *root, opr_tensor *grad, const opr_backward_opts *opts);
 
 /* Gradients of outputs (weighted by grad_outputs; NULL entries or a NULL array mean 1
  * for one-element outputs) with respect to inputs, returned in grads (new references;
  * NULL where an input does not influence the outputs). Leaves' .grad is untouched. */
-OPR_API int opr_autograd_grad(opr_tensor *const *outputs, opr_tensor *const *grad_outputs, int n_outputs,
+OPR_API opr_status opr_autograd_grad(opr_tensor *const *outputs, opr_tensor *const *grad_outputs, int n_outputs,
                               opr_tensor *const *inputs, int n_inputs, opr_tensor **grads,
                               const opr_backward_opts *opts);
 
@@ -411,10 +411,10 @@ OPR_API bool opr_op_has_kernel(const opr_op *op, int device_type);
  * omitted. results receives nres new references (nres must equal the op's number of
  * outputs). In-place ops (name ending in '_') return a new reference to `self`.
  * On error nothing is mutated and results are set to NULL. */
-OPR_API int opr_call(const opr_op *op, const opr_value *args, int nargs,
+OPR_API opr_status opr_call(const opr_op *op, const opr_value *args, int nargs,
                      opr_tensor **results, int nres);
 /* Same, looking the op up by name (slower: for tools and tests). */
-OPR_API int opr_call_by_name(opr_ctx *ctx, const char *name, const opr_value *args,
+OPR_API opr_status opr_call_by_name(opr_ctx *ctx, const char *name, const opr_value *args,
                              int nargs, opr_tensor **results, int nres);
 
 /* One recorded node of a graph, as opr_autograd_walk reports it. */
@@ -437,11 +437,11 @@ OPR_API int opr_autograd_walk(const opr_tensor *root, void (*fn)(void *ud, const
  * what matters) when the inputs named in requires_grad need grad: every candidate set
  * with its estimated cost and saved bytes, the chosen one and why. Writes text into
  * buf. Returns OPR_OK, or an error if the op has no derivative for some input. */
-OPR_API int opr_plan_explain(const opr_op *op, const opr_value *args, int nargs,
+OPR_API opr_status opr_plan_explain(const opr_op *op, const opr_value *args, int nargs,
                              const char *const *requires_grad, int n_requires_grad,
                              char *buf, size_t len);
 /* Bytes the chosen plan saves for backward, for the same arguments. */
-OPR_API int opr_plan_saved_bytes(const opr_op *op, const opr_value *args, int nargs,
+OPR_API opr_status opr_plan_saved_bytes(const opr_op *op, const opr_value *args, int nargs,
                                  const char *const *requires_grad, int n_requires_grad,
                                  uint64_t *bytes);
 /* Derivative candidates of op (for tests and tools): their count and labels
@@ -450,7 +450,7 @@ OPR_API int opr_op_grad_candidate_count(const opr_op *op);
 OPR_API const char *opr_op_grad_candidate_label(const opr_op *op, int i);
 /* Makes every plan of op use candidate i where it applies (-1 restores choice by
  * cost). Meant for tests; not to be changed while other threads use op. */
-OPR_API int opr_op_force_grad_candidate(const opr_op *op, int i);
+OPR_API opr_status opr_op_force_grad_candidate(const opr_op *op, int i);
 
 /* ------------------------------------------------------------------ samples */
 
@@ -465,7 +465,7 @@ OPR_API int opr_op_sample_count(const opr_op *op);
  * the same numbers. args (room for the op's argument count) and *nargs receive the
  * values for opr_call; the tensors created go to owned (room for
  * OPR_SAMPLE_MAX_TENSORS), *nowned of them, for the caller to release. */
-OPR_API int opr_op_sample_args(const opr_op *op, int i, opr_dtype dtype, opr_device dev, uint64_t seed,
+OPR_API opr_status opr_op_sample_args(const opr_op *op, int i, opr_dtype dtype, opr_device dev, uint64_t seed,
                                opr_value *args, int *nargs, opr_tensor **owned, int *nowned);
 
 /* ------------------------------------------------------------------ registry */
@@ -475,9 +475,9 @@ OPR_API int opr_op_sample_args(const opr_op *op, int i, opr_dtype dtype, opr_dev
  * added. Returns OPR_OK when all entries loaded, OPR_ERR_PARSE when some were refused,
  * OPR_ERR_NOMEM when one was refused for want of memory (nothing of it is added),
  * OPR_ERR_IO when the file can't be read. *n_loaded (may be NULL) gets the count added. */
-OPR_API int opr_registry_load_yaml(opr_ctx *ctx, const char *path, int *n_loaded);
+OPR_API opr_status opr_registry_load_yaml(opr_ctx *ctx, const char *path, int *n_loaded);
 /* Same from a string; `name` is used in error messages in place of a file name. */
-OPR_API int opr_registry_load_yaml_string(opr_ctx *ctx, const char *text, const char *name,
+OPR_API opr_status opr_registry_load_yaml_string(opr_ctx *ctx, const char *text, const char *name,
                                           int *n_loaded);
 /* Every error message the registry has collected while loading, one per line. The
  * text is this thread's copy, taken while no load was appending: valid until the next
