@@ -107,7 +107,8 @@ static inline bool opc_diagonal_scatter_view(const opr_tensor_view *x, const opr
         return false;
     }
     const int64_t len = opc_diagonal_length(out->shape[d1], out->shape[d2], offset);
-    v->offset = opc_diagonal_row0(offset) * out->strides[d1] + opc_diagonal_col0(offset) * out->strides[d2];
+    /* an empty diagonal may lie anywhere in int64: it starts nowhere */
+    v->offset = len ? opc_diagonal_row0(offset) * out->strides[d1] + opc_diagonal_col0(offset) * out->strides[d2] : 0;
     v->ndim = 0;
     for (int32_t d = 0; d < out->ndim; d++)
         if (d != d1 && d != d2) {
