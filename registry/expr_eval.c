@@ -295,6 +295,10 @@ static int bi_diag_shape(const mval *a, int n, mval *out)
     int64_t k;
     if (want_tensor(&a[0], "diag_shape") || !as_int(&a[1], &k)) return opr_fail(OPR_ERR_INVALID, "diag_shape: expected (tensor, int)");
     const opr_meta *t = a[0].u.t;
+    /* diag's `check:` says so, but the cost model evaluates a formula's calls without
+     * their checks: a 0-d tensor has no shape[0] or shape[1] to read */
+    if (t->ndim != 1 && t->ndim != 2)
+        return opr_fail(OPR_ERR_INVALID, "diag_shape: expected a 1-d or 2-d tensor, got %d dims", t->ndim);
     if (t->ndim == 1) {
         int64_t s;
         if (k == INT64_MIN || __builtin_add_overflow(t->shape[0], k < 0 ? -k : k, &s))

@@ -701,6 +701,38 @@ START_TEST(test_matmul_shape_0d)
 }
 END_TEST
 
+START_TEST(test_diag_shape_rank)
+{
+    /* costing a formula evaluates the shapes of the ops it calls without their checks:
+     * diag_shape read shape[0] and shape[1] of whatever it was given */
+    opr_ctx *ctx = bare_ctx();
+    int n = -1;
+    ck_assert_int_eq(opr_registry_load_yaml_string(ctx,
+                                                   "- name: yg(Tensor self) -> Tensor\n  shape: sizes(self)\n"
+                                                   "  self: reshape(diag(grad), sizes(self))\n",
+                                                   "g.yaml", &n),
+                     OPR_OK);
+    const opr_op *yg = opr_op_find(ctx, "yg");
+    ck_assert_ptr_nonnull(yg);
+    const char *rg[1] = {"self"};
+    char buf[512];
+    static const int64_t shape[3] = {2, 2, 2};
+    for (int ndim = 0; ndim <= 3; ndim++) {
+        opr_tensor *x = opr_tensor_new(ctx, OPR_F32, ndim, shape, OPR_CPU);
+        opr_value args[1] = {opr_v_tensor(x)};
+        int rc = opr_plan_explain(yg, args, 1, rg, 1, buf, sizeof buf);
+        if (ndim == 1 || ndim == 2) {
+            ck_assert_msg(rc == OPR_OK, "%d-d: %s", ndim, opr_last_error());
+        } else {
+            ck_assert_int_eq(rc, OPR_ERR_INVALID);
+            assert_has(opr_last_error(), "diag_shape: expected a 1-d or 2-d tensor", "error");
+        }
+        opr_tensor_release(x);
+    }
+    tu_ctx_free(ctx);
+}
+END_TEST
+
 START_TEST(test_index_empty_list)
 {
     /* indexing the sizes of a 0-d tensor failed with whatever message came before */
@@ -981,6 +1013,7 @@ static Suite *yaml_suite(void)
     tcase_add_test(t, test_formula_call_binding);
     tcase_add_test(t, test_matmul_shape_0d);
     tcase_add_test(t, test_index_empty_list);
+    tcase_add_test(t, test_diag_shape_rank);
     tcase_add_test(t, test_expr_depth_limit);
     tcase_add_test(t, test_yaml_deep_nesting);
 #if ALLOC_HOOK
