@@ -3,104 +3,14 @@
  * end in OPR_ERR_NOMEM (or succeed, when the failed allocation had a fallback), leave no
  * block allocated, and leave the context usable with the same results as before.
  *
- * The C allocator is replaced in this executable (glibc routes its own and every
- * library's calls here too); only the arming thread's allocations can fail, so worker
- * threads of OpenBLAS and OpenMP are never hit. Not built under the sanitizers, which
- * bring their own allocator. */
-#define _GNU_SOURCE /* dladdr */
+ * The failing allocator is alloc_hook.c: only the arming thread's allocations fail,
+ * so worker threads of OpenBLAS and OpenMP are never hit. Not built under the
+ * sanitizers, which bring their own allocator. */
+#include "alloc_hook.h"
 #include "test_util.h"
 
-#include <dlfcn.h>
-#include <errno.h>
-#include <stdatomic.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-
-extern void *__libc_malloc(size_t);
-extern void *__libc_calloc(size_t, size_t);
-extern void *__libc_realloc(void *, size_t);
-extern void *__libc_memalign(size_t, size_t);
-extern void __libc_free(void *);
-
-/* The build hides symbols by default; these must be seen by every library. */
-#define INTERPOSED __attribute__((visibility("default")))
-
-static _Thread_local long countdown = -1; /* allocations left before the failing one; -1: off */
-static _Thread_local bool failed_one;     /* the armed failure happened */
-static atomic_long live_blocks;           /* blocks allocated and not freed, all threads */
-
-static _Thread_local bool failed_in_libyaml; /* ... and it was one of libyaml's */
-
-static bool called_from(void *caller, const char *library)
-{
-    Dl_info info;
-    return dladdr(caller, &info) && info.dli_fname && strstr(info.dli_fname, library);
-}
-
-/* OpenMP's runtime ends the process when an allocation fails (by design, and outside
- * opreg's control): its allocations are never failed. */
-static bool fail_now_from(void *caller)
-{
-    if (countdown < 0 || called_from(caller, "libgomp")) return false;
-    if (countdown-- > 0) return false;
-    countdown = -1; /* one failure per run: what follows is the recovery being tested */
-    failed_one = true;
-    failed_in_libyaml = called_from(caller, "libyaml");
-    errno = ENOMEM; /* as the C allocator does; opendir and others pass it on */
-    return true;
-}
-
-#define fail_now() fail_now_from(__builtin_return_address(0))
-
-static void *counted(void *p)
-{
-    if (p) atomic_fetch_add_explicit(&live_blocks, 1, memory_order_relaxed);
-    return p;
-}
-
-INTERPOSED void *malloc(size_t n) { return fail_now() ? NULL : counted(__libc_malloc(n)); }
-INTERPOSED void *calloc(size_t a, size_t b) { return fail_now() ? NULL : counted(__libc_calloc(a, b)); }
-INTERPOSED void *realloc(void *p, size_t n)
-{
-    if (!p) return malloc(n);
-    if (fail_now()) return NULL;
-    return __libc_realloc(p, n); /* the block count is unchanged either way */
-}
-INTERPOSED void *aligned_alloc(size_t align, size_t n) { return fail_now() ? NULL : counted(__libc_memalign(align, n)); }
-INTERPOSED void *memalign(size_t align, size_t n) { return fail_now() ? NULL : counted(__libc_memalign(align, n)); }
-INTERPOSED int posix_memalign(void **out, size_t align, size_t n)
-{
-    if (fail_now()) return ENOMEM;
-    void *p = counted(__libc_memalign(align, n));
-    if (!p) return ENOMEM;
-    *out = p;
-    return 0;
-}
-/* glibc's own strdup allocates without passing through malloc above */
-INTERPOSED char *strdup(const char *s)
-{
-    size_t n = strlen(s) + 1;
-    char *d = malloc(n);
-    return d ? memcpy(d, s, n) : NULL;
-}
-INTERPOSED char *strndup(const char *s, size_t max)
-{
-    size_t n = strnlen(s, max);
-    char *d = malloc(n + 1);
-    if (!d) return NULL;
-    memcpy(d, s, n);
-    d[n] = '\0';
-    return d;
-}
-INTERPOSED void free(void *p)
-{
-    if (p) atomic_fetch_sub_explicit(&live_blocks, 1, memory_order_relaxed);
-    __libc_free(p);
-}
-
-static void arm(long n) { failed_one = false; countdown = n; }
-static void disarm(void) { countdown = -1; }
 
 /* ------------------------------------------------------------------ the program */
 
@@ -163,11 +73,11 @@ START_TEST(context_creation)
     opr_ctx_opts o = ctx_opts();
     long n = 0, failures = 0, libyaml_leaks = 0;
     for (;; n++) {
-        long before = atomic_load(&live_blocks);
-        arm(n);
+        long before = alloc_hook_live_blocks();
+        alloc_hook_arm(n);
         opr_ctx *ctx = opr_ctx_new(&o);
-        bool hit = failed_one;
-        disarm();
+        bool hit = alloc_hook_fired();
+        alloc_hook_disarm();
         if (!ctx) {
             ck_assert_msg(hit, "N=%ld: opr_ctx_new failed without a failed allocation: %s", n, opr_last_error());
             ck_assert_msg(strstr(opr_last_error(), "out of memory") != NULL, "N=%ld: '%s' does not say out of memory",
@@ -192,8 +102,8 @@ START_TEST(context_creation)
         /* libyaml 0.2.5 leaks when growing its document's node list fails: loader.c's
          * yaml_parser_load_sequence and _mapping then free the tag and anchor but not
          * the new node's item stack. Its leaks are counted, not failed; opreg's are. */
-        long leaked = atomic_load(&live_blocks) - before;
-        if (leaked && hit && failed_in_libyaml) libyaml_leaks++;
+        long leaked = alloc_hook_live_blocks() - before;
+        if (leaked && hit && alloc_hook_fired_in_libyaml()) libyaml_leaks++;
         else ck_assert_msg(leaked == 0, "N=%ld: %ld block(s) leaked", n, leaked);
         if (!hit) break; /* ran to the end without reaching the Nth allocation */
     }
@@ -212,16 +122,16 @@ START_TEST(forward_and_backward)
     ck_assert_int_eq(program(ctx, want), OPR_OK);
     long n = 0, failures = 0;
     for (;; n++) {
-        long before = atomic_load(&live_blocks);
-        arm(n);
+        long before = alloc_hook_live_blocks();
+        alloc_hook_arm(n);
         int rc = program(ctx, got);
-        bool hit = failed_one;
-        disarm();
+        bool hit = alloc_hook_fired();
+        alloc_hook_disarm();
         ck_assert_msg(rc == OPR_OK || rc == OPR_ERR_NOMEM, "N=%ld: %s (%s)", n, opr_status_name(rc), opr_last_error());
         if (rc) failures++;
         else ck_assert_mem_eq(got, want, sizeof want);
-        ck_assert_msg(atomic_load(&live_blocks) == before, "N=%ld: %ld block(s) leaked", n,
-                      atomic_load(&live_blocks) - before);
+        ck_assert_msg(alloc_hook_live_blocks() == before, "N=%ld: %ld block(s) leaked", n,
+                      alloc_hook_live_blocks() - before);
         /* still usable, with the same results */
         ck_assert_int_eq(program(ctx, got), OPR_OK);
         ck_assert_mem_eq(got, want, sizeof want);

@@ -11,59 +11,10 @@
 #include <string.h>
 #include <unistd.h>
 
-/* ------------------------------------------------------------------ allocation failure */
-
-/* Where the C allocator can be replaced (glibc, no sanitizer bringing its own), this
- * executable's malloc, calloc, realloc, strdup and strndup fail the allocation
- * `alloc_countdown` counts down to, once; glibc routes every library's calls here. */
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define ALLOC_HOOK 0
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || __has_feature(memory_sanitizer)
-#define ALLOC_HOOK 0
-#endif
-#endif
-#if !defined(ALLOC_HOOK) && defined(__GLIBC__)
-#define ALLOC_HOOK 1
-#endif
-
-#if ALLOC_HOOK
-extern void *__libc_malloc(size_t);
-extern void *__libc_calloc(size_t, size_t);
-extern void *__libc_realloc(void *, size_t);
-
-static long alloc_countdown = -1; /* allocations left before the failing one; -1: off */
-static bool alloc_failed;
-
-static bool alloc_fail_now(void)
-{
-    if (alloc_countdown < 0 || alloc_countdown-- > 0) return false;
-    alloc_countdown = -1;
-    alloc_failed = true;
-    return true;
-}
-
-/* exported, so that the library's calls resolve here (the build hides symbols) */
-#define INTERPOSED __attribute__((visibility("default")))
-INTERPOSED void *malloc(size_t n) { return alloc_fail_now() ? NULL : __libc_malloc(n); }
-INTERPOSED void *calloc(size_t a, size_t b) { return alloc_fail_now() ? NULL : __libc_calloc(a, b); }
-INTERPOSED void *realloc(void *p, size_t n) { return alloc_fail_now() ? NULL : __libc_realloc(p, n); }
-/* glibc's strdup and strndup allocate without passing through malloc above */
-INTERPOSED char *strdup(const char *s)
-{
-    size_t n = strlen(s) + 1;
-    char *d = malloc(n);
-    return d ? memcpy(d, s, n) : NULL;
-}
-INTERPOSED char *strndup(const char *s, size_t max)
-{
-    size_t n = strnlen(s, max);
-    char *d = malloc(n + 1);
-    if (!d) return NULL;
-    memcpy(d, s, n);
-    d[n] = '\0';
-    return d;
-}
+/* The allocation-failure sweep uses alloc_hook.c, linked in plain builds only
+ * (OPREG_ALLOC_HOOK; the sanitizers bring their own allocator). */
+#if OPREG_ALLOC_HOOK
+#include "alloc_hook.h"
 #endif
 
 /* ------------------------------------------------------------------ helpers */
@@ -852,7 +803,7 @@ START_TEST(test_yaml_deep_nesting)
 }
 END_TEST
 
-#if ALLOC_HOOK
+#if OPREG_ALLOC_HOOK
 START_TEST(test_allocation_failure)
 {
     /* every kind of key, so that every allocation of the loader is reached: for each N
@@ -877,11 +828,10 @@ START_TEST(test_allocation_failure)
     int nops = opr_op_count(ctx), n = -1, rc = OPR_ERR_NOMEM;
     long attempt;
     for (attempt = 0; attempt < 100000; attempt++) {
-        alloc_failed = false;
-        alloc_countdown = attempt;
+        alloc_hook_arm(attempt);
         rc = opr_registry_load_yaml_string(ctx, text, "oom.yaml", &n);
-        alloc_countdown = -1;
-        if (!alloc_failed) break; /* every allocation succeeded: done */
+        alloc_hook_disarm();
+        if (!alloc_hook_fired()) break; /* every allocation succeeded: done */
         if (rc == OPR_OK) continue; /* the failed allocation had a fallback: checked below, once */
         ck_assert_msg(rc == OPR_ERR_NOMEM, "allocation %ld failed: expected OPR_ERR_NOMEM, got %s (%s)", attempt,
                       opr_status_name(rc), opr_last_error());
@@ -1016,7 +966,7 @@ static Suite *yaml_suite(void)
     tcase_add_test(t, test_diag_shape_rank);
     tcase_add_test(t, test_expr_depth_limit);
     tcase_add_test(t, test_yaml_deep_nesting);
-#if ALLOC_HOOK
+#if OPREG_ALLOC_HOOK
     tcase_add_test(t, test_allocation_failure);
 #endif
     suite_add_tcase(s, t);
