@@ -38,6 +38,10 @@ void opr_log_vemit(opr_log_level level, const char *source, const char *fmt, va_
  * copies the library's src into the caller's dst, no further than dst's struct_size.
  * Both refuse a struct_size below `minimum`, the size of the struct's first version. */
 int opr_struct_in(void *dst, size_t dst_size, const void *src, size_t minimum, const char *who, const char *type);
+/* The copy under both opr_struct_in and the plugin loader's abi_struct_in: zeroes dst,
+ * reads src's struct_size into *given, and copies no further than it, unless it is
+ * below minimum (then false, and nothing is copied). */
+bool opr_struct_read(void *dst, size_t dst_size, const void *src, size_t minimum, size_t *given);
 int opr_struct_out(void *dst, const void *src, size_t src_size, size_t minimum, const char *who, const char *type);
 
 /* ------------------------------------------------------------------ devices */

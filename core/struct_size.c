@@ -6,15 +6,24 @@
 
 #include <string.h>
 
-int opr_struct_in(void *dst, size_t dst_size, const void *src, size_t minimum, const char *who, const char *type)
+bool opr_struct_read(void *dst, size_t dst_size, const void *src, size_t minimum, size_t *given)
 {
     memset(dst, 0, dst_size);
-    if (!src) return OPR_OK;
-    size_t given = *(const size_t *)src;
-    if (given < minimum)
+    memcpy(given, src, sizeof *given); /* every such struct starts with its size_t struct_size */
+    if (*given < minimum) return false;
+    memcpy(dst, src, *given < dst_size ? *given : dst_size);
+    return true;
+}
+
+int opr_struct_in(void *dst, size_t dst_size, const void *src, size_t minimum, const char *who, const char *type)
+{
+    size_t given;
+    if (!src) {
+        memset(dst, 0, dst_size);
+    } else if (!opr_struct_read(dst, dst_size, src, minimum, &given)) {
         return opr_fail(OPR_ERR_INVALID, "%s: %s.struct_size is %zu, less than the %zu of its first version "
                         "(set it to sizeof(%s))", who, type, given, minimum, type);
-    memcpy(dst, src, given < dst_size ? given : dst_size);
+    }
     *(size_t *)dst = dst_size;
     return OPR_OK;
 }

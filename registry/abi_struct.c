@@ -20,18 +20,16 @@ _Static_assert(OPR_HOST_API_STRUCT_SIZE_2_0 <= sizeof(opr_host_api), "opr_host_a
 int abi_struct_in(void *dst, size_t dst_size, const void *src, size_t min_size, const char *name, char *why,
                   size_t why_len)
 {
-    memset(dst, 0, dst_size);
     if (!src) {
+        memset(dst, 0, dst_size);
         snprintf(why, why_len, "%s is NULL", name);
         return OPR_ERR_INVALID;
     }
     size_t n;
-    memcpy(&n, src, sizeof n); /* every ABI struct starts with its size_t struct_size */
-    if (n < min_size) {
+    if (!opr_struct_read(dst, dst_size, src, min_size, &n)) {
         snprintf(why, why_len, "%s has struct_size %zu, below the ABI %d.0 minimum of %zu bytes (this host's %s "
                  "has %zu)", name, n, OPR_ABI_MAJOR, min_size, name, dst_size);
         return OPR_ERR_INVALID;
     }
-    memcpy(dst, src, n < dst_size ? n : dst_size);
     return OPR_OK;
 }
