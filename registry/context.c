@@ -1,8 +1,6 @@
 /* Context creation: devices, the op registry from the built-in YAML, then plugins. */
 #include "registry.h"
 
-#include <dirent.h>
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,44 +12,18 @@ static bool is_dir(const char *p)
     return p && p[0] && !stat(p, &sb) && S_ISDIR(sb.st_mode);
 }
 
-static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
-
 /* Loads every *.yaml of dir in name order. Entry errors are logged in the registry
  * and do not fail the context; an unreadable directory does. */
 static int load_yaml_dir(opr_ctx *ctx, const char *dir)
 {
-    DIR *d = opendir(dir);
-    if (!d) return errno == ENOMEM ? opr_fail(OPR_ERR_NOMEM, "out of memory opening %s", dir)
-                                   : opr_fail(OPR_ERR_IO, "cannot open op definition directory %s", dir);
-    char **names = NULL;
-    int n = 0;
-    bool nomem = false;
-    for (struct dirent *e; (e = readdir(d)) && !nomem;) {
-        size_t len = strlen(e->d_name);
-        if (len <= 5 || strcmp(e->d_name + len - 5, ".yaml")) continue;
-        char **grown = realloc(names, ((size_t)n + 1) * sizeof *names);
-        if (grown) names = grown;
-        if (!grown || !(names[n] = strdup(e->d_name))) nomem = true;
-        else n++;
-    }
-    closedir(d);
-    if (nomem) {
-        for (int i = 0; i < n; i++) free(names[i]);
-        free(names);
-        return opr_fail(OPR_ERR_NOMEM, "out of memory listing %s", dir);
-    }
-    if (n) qsort(names, (size_t)n, sizeof *names, cmp_str);
-    int rc = OPR_OK;
+    char **paths;
+    int n;
+    int rc = dir_list(dir, ".yaml", false, "op definition directory", &paths, &n);
     for (int i = 0; i < n; i++) {
-        char path[4096];
-        /* a cut path would name another file */
-        int r = snprintf(path, sizeof path, "%s/%s", dir, names[i]) < (int)sizeof path
-                    ? yaml_load_file(ctx, path, NULL)
-                    : opr_fail(OPR_ERR_IO, "op definition path too long: %s/%s", dir, names[i]);
+        int r = yaml_load_file(ctx, paths[i], NULL);
         if ((r == OPR_ERR_IO || r == OPR_ERR_NOMEM) && !rc) rc = r;
-        free(names[i]);
     }
-    free(names);
+    dir_list_free(paths, n);
     return rc;
 }
 

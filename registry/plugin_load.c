@@ -7,9 +7,7 @@
  * are dlclose'd only when their context is freed. */
 #include "registry.h"
 
-#include <dirent.h>
 #include <dlfcn.h>
-#include <errno.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -449,13 +447,7 @@ static int load_file(opr_ctx *ctx, const char *path)
     return rc;
 }
 
-static bool has_suffix(const char *s, const char *suffix)
-{
-    size_t n = strlen(s), k = strlen(suffix);
-    return n >= k && !strcmp(s + n - k, suffix);
-}
 
-static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
 opr_status opr_plugin_load(opr_ctx *ctx, const char *path)
 {
@@ -465,27 +457,10 @@ opr_status opr_plugin_load(opr_ctx *ctx, const char *path)
     if (!S_ISDIR(sb.st_mode)) return load_file(ctx, path);
     if (sb.st_mode & S_IWOTH && !(sb.st_mode & S_ISVTX))
         return opr_fail(OPR_ERR_REFUSED, "plugin directory %s is world-writable: refused", path);
-    DIR *d = opendir(path);
-    if (!d && errno == ENOMEM) return opr_fail(OPR_ERR_NOMEM, "out of memory opening plugin directory %s", path);
-    if (!d) return opr_fail(OPR_ERR_IO, "cannot open plugin directory %s: %s", path, strerror(errno));
-    char **names = NULL;
-    int n = 0;
-    bool nomem = false;
-    for (struct dirent *e; (e = readdir(d));) {
-        if (e->d_name[0] == '.' || !has_suffix(e->d_name, ".so")) continue;
-        char **grown = realloc(names, (size_t)(n + 1) * sizeof *names);
-        size_t len = strlen(path) + strlen(e->d_name) + 2;
-        if (grown) names = grown;
-        if (!grown || !(names[n] = malloc(len))) { nomem = true; break; }
-        snprintf(names[n++], len, "%s/%s", path, e->d_name);
-    }
-    closedir(d);
-    if (nomem) {
-        for (int i = 0; i < n; i++) free(names[i]);
-        free(names);
-        return opr_fail(OPR_ERR_NOMEM, "out of memory listing plugin directory %s", path);
-    }
-    if (n) qsort(names, (size_t)n, sizeof *names, cmp_str); /* deterministic order */
+    char **names;
+    int n;
+    int listed = dir_list(path, ".so", true, "plugin directory", &names, &n);
+    if (listed) return listed;
     int first = OPR_OK;
     char first_msg[1024] = "";
     for (int i = 0; i < n; i++) {
@@ -497,9 +472,8 @@ opr_status opr_plugin_load(opr_ctx *ctx, const char *path)
             first = rc;
             snprintf(first_msg, sizeof first_msg, "%s", opr_last_error());
         }
-        free(names[i]);
     }
-    free(names);
+    dir_list_free(names, n);
     if (first) opr_fail(first, "%s", first_msg);
     return first;
 }

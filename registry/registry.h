@@ -131,6 +131,12 @@ const opr_host_api *plugin_host_api(void);
 int abi_struct_in(void *dst, size_t dst_size, const void *src, size_t min_size, const char *name, char *why,
                   size_t why_len);
 /* host->alloc_output (dispatch.c). */
+/* The paths "dir/NAME" of dir's files whose NAME ends in suffix (and is longer than
+ * it; hidden ones left out when skip_hidden), sorted (dir_list.c). *paths is freed
+ * with dir_list_free. Errors name the directory as `what` ("plugin directory"):
+ * OPR_ERR_NOMEM or OPR_ERR_IO. */
+int dir_list(const char *dir, const char *suffix, bool skip_hidden, const char *what, char ***paths, int *n);
+void dir_list_free(char **paths, int n);
 int dispatch_alloc_output(const opr_kernel_call *call, int32_t index, int32_t ndim, const int64_t *shape);
 /* The checks opr_call makes before it allocates anything (schema, context, device,
  * dtypes, the op's `check:` expressions), for callers that only plan: on success the
