@@ -51,15 +51,17 @@ tsan:
 
 # libFuzzer harnesses (tests/fuzz) in a clang build with ASan + UBSan, GPU plugins off:
 # the whole project is built (so clang sees it warning-free), the committed regression
-# inputs and the seeds are replayed, then each harness fuzzes for FUZZ_SECONDS.
+# inputs and the seeds are replayed, then each harness fuzzes for FUZZ_SECONDS
+# (FUZZ_SEED fixes libFuzzer's seed; empty: a random one).
 FUZZ_SECONDS ?= 600
+FUZZ_SEED ?=
 fuzz:
 	@sh scripts/setup.sh fuzz
 	@CC=clang CXX=clang++ cmake -S . -B $(BUILD)-fuzz -G Ninja -DOPREG_FUZZ=ON -DOPREG_BUILD_BENCH=OFF \
 		-DOPREG_BUILD_CUDA=OFF -DOPREG_BUILD_ROCM=OFF -DOPREG_BUILD_GPU_EMU=OFF >/dev/null
 	@cmake --build $(BUILD)-fuzz -j $(JOBS)
 	cd $(BUILD)-fuzz && ctest --output-on-failure -L fuzz
-	FUZZ_BUILD=$(BUILD)-fuzz sh tests/fuzz/run.sh $(FUZZ_SECONDS)
+	FUZZ_BUILD=$(BUILD)-fuzz FUZZ_SEED=$(FUZZ_SEED) sh tests/fuzz/run.sh $(FUZZ_SECONDS)
 
 clean:
 	rm -rf $(BUILD) $(BUILD)-asan $(BUILD)-bench $(BUILD)-tsan $(BUILD)-fuzz

@@ -3,6 +3,7 @@
  * entries straight into the backend's fused backward kernel. */
 #include "autograd.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -204,18 +205,23 @@ static int run_kernel(run_ctx *r, opr_node *n, const deriv_cand *c, uint32_t wan
         mask |= 1ull << p;
     }
     /* the ABI passes arrays of pointers (the structs may grow) */
+    kcall_frame frame; /* outputs are preallocated: no alloc_output */
+    kcall_frame_init(&frame, r->ctx, n->dev, false);
     const opr_kernel_arg *arg_ptrs[2 * OPR_MAX_OUTS + OPR_MAX_ARGS];
     opr_tensor_view *out_ptrs[OPR_MAX_ARGS];
     for (int i = 0; i < na; i++) arg_ptrs[i] = &args[i];
     for (int p = 0; p < c->ncover; p++) out_ptrs[p] = &outv[p];
     opr_kernel_call call = {
         .struct_size = sizeof call, .op = c->kernel->name, .args = arg_ptrs, .nargs = na, .outputs = out_ptrs,
-        .nout = c->ncover, .grad_input_mask = mask, .host = plugin_host_api(), .host_call = NULL,
+        .nout = c->ncover, .grad_input_mask = mask, .host = plugin_host_api(), .host_call = &frame,
         .kernel_data = k->data,
     };
-    opr_error_clear();
     int rc = k->fn(&call);
-    if (rc) rc = opr_fail_wrap(rc < 0 ? rc : OPR_ERR_BACKEND, "%s (plugin %s)", c->kernel->name, k->plugin);
+    if (rc) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", kcall_detail(&frame)); /* opr_fail may overwrite the thread's error */
+        rc = opr_fail(rc < 0 ? rc : OPR_ERR_BACKEND, "%s (plugin %s): %s", c->kernel->name, k->plugin, msg);
+    }
     for (int p = 0; p < c->ncover; p++) {
         if (rc) opr_tensor_release(outs[p]);
         else if (outs[p]) grads_out[c->cover[p]] = outs[p];

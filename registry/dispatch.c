@@ -7,14 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Everything alloc_output needs to allocate a data-dependent output. */
-typedef struct call_frame {
-    opr_ctx *ctx;
-    opr_device dev;
-    opr_dtype out_dtype[OPR_MAX_OUTS];
-    opr_tensor *outs[OPR_MAX_OUTS];
-} call_frame;
-
 static const char *type_name(arg_type t)
 {
     static const char *names[] = {"Tensor", "Tensor[]", "int", "float", "bool", "int[]", "str"};
@@ -252,7 +244,8 @@ static int out_dtype(const opr_op *op, int i, const checked *c, opr_dtype *out)
 
 int dispatch_alloc_output(const opr_kernel_call *call, int32_t index, int32_t ndim, const int64_t *shape)
 {
-    call_frame *f = call ? call->host_call : NULL;
+    kcall_frame *f = call ? call->host_call : NULL;
+    if (f && !f->may_alloc) return opr_fail(OPR_ERR_INVALID, "alloc_output: %s has no data-dependent output", call->op);
     if (!f || index < 0 || index >= call->nout || ndim < 0 || ndim > OPR_MAX_DIMS || (ndim && !shape))
         return opr_fail(OPR_ERR_INVALID, "alloc_output: bad output index or shape");
     if (f->outs[index]) return opr_fail(OPR_ERR_INVALID, "alloc_output: output %d is already allocated", index);
@@ -288,8 +281,11 @@ static int validate(const opr_op *op, const opr_value *args, int nargs, checked 
     }
     if (!c->have_dev) c->dev = OPR_CPU;
     if (c->common < 0) {
+        /* No tensor argument: T is the dtype argument's value (whichever output names
+         * it), else f32. Output 0 may itself be T, so it cannot be asked. */
         opr_dtype dt = OPR_F32;
-        if (op->dtype_arg >= 0 && (rc = out_dtype(op, 0, c, &dt))) return rc;
+        if (op->dtype_arg >= 0 && (rc = opr_dtype_parse(c->kargs[op->dtype_arg].u.s, &dt)))
+            return opr_fail_wrap(rc, "%s: argument '%s'", op->name, op->args[op->dtype_arg].name);
         c->common = (int)dt;
     }
     if (!(op->dtypes & OPR_DTYPE_BIT(c->common)))
@@ -374,7 +370,8 @@ opr_status opr_call(const opr_op *op, const opr_value *args, int nargs, opr_tens
                         op->ctx->devices[c.dev.type].name, kern->plugin, opr_dtype_name((opr_dtype)c.common));
     }
 
-    call_frame f = {.ctx = op->ctx, .dev = c.dev};
+    kcall_frame f;
+    kcall_frame_init(&f, op->ctx, c.dev, op->dynamic_shape);
     opr_tensor_view out_views[OPR_MAX_OUTS];
     for (int i = 0; i < op->nout && !rc; i++) {
         if ((rc = out_dtype(op, i, &c, &f.out_dtype[i]))) break;
@@ -420,13 +417,12 @@ opr_status opr_call(const opr_op *op, const opr_value *args, int nargs, opr_tens
             .outputs = out_ptrs, .nout = op->nout, .host = plugin_host_api(), .host_call = &f,
             .kernel_data = kern->data,
         };
-        opr_error_clear(); /* so a failing kernel's detail is not mixed with an older message */
         rc = kern->fn(&call);
         if (rc) {
             char msg[1024];
-            snprintf(msg, sizeof msg, "%s", opr_last_error());
+            snprintf(msg, sizeof msg, "%s", kcall_detail(&f)); /* opr_fail may overwrite the thread's error */
             rc = opr_fail(rc < 0 ? rc : OPR_ERR_BACKEND, "%s (%s, plugin %s): %s", op->name,
-                          op->ctx->devices[c.dev.type].name, kern->plugin, msg[0] ? msg : "kernel failed without detail");
+                          op->ctx->devices[c.dev.type].name, kern->plugin, msg);
         } else if (op->dynamic_shape && !f.outs[0]) {
             rc = opr_fail(OPR_ERR_BACKEND, "%s: kernel did not allocate its data-dependent output", op->name);
         }

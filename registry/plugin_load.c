@@ -187,11 +187,11 @@ static int host_load_yaml(opr_plugin *self, const char *path)
     return yaml_load_file(st->ctx, path, NULL);
 }
 
-static void host_set_error(const char *fmt, ...)
+static void host_set_error(const opr_kernel_call *call, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    opr_error_vset(fmt, ap);
+    kcall_set_errorv(call, fmt, ap);
     va_end(ap);
 }
 

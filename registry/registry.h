@@ -130,13 +130,35 @@ const opr_host_api *plugin_host_api(void);
  * with OPR_ERR_INVALID and a message naming `name` and the sizes in why (abi_struct.c). */
 int abi_struct_in(void *dst, size_t dst_size, const void *src, size_t min_size, const char *name, char *why,
                   size_t why_len);
-/* host->alloc_output (dispatch.c). */
 /* The paths "dir/NAME" of dir's files whose NAME ends in suffix (and is longer than
  * it; hidden ones left out when skip_hidden), sorted (dir_list.c). *paths is freed
  * with dir_list_free. Errors name the directory as `what` ("plugin directory"):
  * OPR_ERR_NOMEM or OPR_ERR_IO. */
 int dir_list(const char *dir, const char *suffix, bool skip_hidden, const char *what, char ***paths, int *n);
 void dir_list_free(char **paths, int n);
+
+/* The host's side of one kernel call (opr_kernel_call.host_call): what
+ * host->alloc_output needs, and the error detail host->set_error binds to the call. */
+typedef struct kcall_frame {
+    opr_ctx *ctx;
+    opr_device dev;
+    bool may_alloc;                 /* data-dependent outputs: host->alloc_output allowed */
+    opr_dtype out_dtype[OPR_MAX_OUTS];
+    opr_tensor *outs[OPR_MAX_OUTS];
+    atomic_int error_state;         /* KCALL_ERROR_*: the first detail wins, from any thread */
+    char error[1024];               /* read only in state KCALL_ERROR_SET */
+} kcall_frame;
+enum { KCALL_ERROR_NONE, KCALL_ERROR_WRITING, KCALL_ERROR_SET };
+/* Readies f for one call (cheap: the error text is not cleared) and clears this
+ * thread's error, so that a detail a plugin set without its call is not mixed up with
+ * an older message (kernel_call.c). */
+void kcall_frame_init(kcall_frame *f, opr_ctx *ctx, opr_device dev, bool may_alloc);
+/* host->set_error: into the frame of call, or this thread's error when call is NULL. */
+void kcall_set_errorv(const opr_kernel_call *call, const char *fmt, va_list ap);
+/* The detail of a kernel call that failed: what the plugin set for the call, else what
+ * it set on this thread without one, else "kernel failed without detail". */
+const char *kcall_detail(const kcall_frame *f);
+/* host->alloc_output (dispatch.c). */
 int dispatch_alloc_output(const opr_kernel_call *call, int32_t index, int32_t ndim, const int64_t *shape);
 /* The checks opr_call makes before it allocates anything (schema, context, device,
  * dtypes, the op's `check:` expressions), for callers that only plan: on success the

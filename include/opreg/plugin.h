@@ -117,7 +117,7 @@ typedef struct opr_kernel_call {
 } opr_kernel_call;
 #define OPR_KERNEL_CALL_STRUCT_SIZE_2_0 OPR_STRUCT_SIZE(opr_kernel_call, kernel_data)
 
-/* Returns OPR_OK or an error status after host->set_error(...) with the detail.
+/* Returns OPR_OK or an error status after host->set_error(call, ...) with the detail.
  *
  * Forward kernels get the op's arguments in schema order and its preallocated
  * outputs. Fused backward kernels (registered under the name a derivative entry gives
@@ -190,8 +190,13 @@ typedef struct opr_host_api {
     int (*register_device)(opr_plugin *self, const opr_device_desc *desc);  /* 2.0 */
     /* 2.0: loads op definitions shipped with the plugin (absolute path). */
     int (*load_yaml)(opr_plugin *self, const char *path);
-    /* 2.0: records the error detail for the current call (printf-style). */
-    void (*set_error)(const char *fmt, ...);
+    /* 2.0: records the error detail (printf-style) of the kernel call it is given,
+     * whichever thread the plugin calls it from (a worker of its own pool, a stream
+     * callback); the host reports it when that kernel returns an error status. The
+     * first detail set for a call is kept. call NULL: the detail of what the host
+     * asked of the plugin on this thread outside a kernel call (opr_plugin_init, a
+     * device function). */
+    void (*set_error)(const opr_kernel_call *call, const char *fmt, ...);
     /* 2.0: a message for the application's log (opr_log_set), level an opr_log_level. */
     void (*log)(opr_plugin *self, int level, const char *fmt, ...);
     /* 2.0: allocates output `index` of a call whose shape depends on the data, and

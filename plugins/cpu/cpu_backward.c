@@ -30,13 +30,13 @@
 /* Runs job j on A and B as planned by plugins/common/opc_rgemm.h: one CBLAS call per
  * step, packing an operand BLAS cannot read in place (once when it is the same matrix
  * at every step). */
-static int rgemm_run(const opc_rgemm *j, opc_bmat a, opc_bmat b)
+static int rgemm_run(const opr_kernel_call *c, const opc_rgemm *j, opc_bmat a, opc_bmat b)
 {
     const size_t es = cpu_dtype_size(j->dt);
     char why[OPC_WHY_SIZE];
     opc_rgemm_plan p;
     if (!opc_rgemm_plan_make(j, a, b, BLAS_INT_MAX, false, &p, why, sizeof why))
-        return CPU_FAIL(OPR_ERR_INVALID, "%s", why);
+        return CPU_FAIL(c, OPR_ERR_INVALID, "%s", why);
     if (p.c_numel == 0) return OPR_OK;
     if (p.empty_sum) { /* beta is 0 in every backward product */
         memset(j->c, 0, (size_t)p.c_numel * es);
@@ -44,11 +44,11 @@ static int rgemm_run(const opc_rgemm *j, opc_bmat a, opc_bmat b)
     }
     const int64_t m = p.m, n = p.n, k = p.k;
     if (m > BLAS_INT_MAX || n > BLAS_INT_MAX || k > BLAS_INT_MAX)
-        return CPU_FAIL(OPR_ERR_UNSUPPORTED, "%s: a matrix dimension exceeds what BLAS accepts", j->op);
+        return CPU_FAIL(c, OPR_ERR_UNSUPPORTED, "%s: a matrix dimension exceeds what BLAS accepts", j->op);
     opc_blas_layout la = layout_of(m, k, p.a.rs, p.a.cs), lb = layout_of(k, n, p.b.rs, p.b.cs);
     const bool pack_a = !la.direct, pack_b = !lb.direct;
     char *sa, *sb;
-    const int rc = cpu_pack_scratch(j->op, m, k, n, es, &la, &lb, &sa, &sb);
+    const int rc = cpu_pack_scratch(c, j->op, m, k, n, es, &la, &lb, &sa, &sb);
     if (rc) return rc;
     bool packed_a = false, packed_b = false;
     for (int64_t s = 0; s < p.nsteps; s++) {
@@ -78,27 +78,27 @@ static bool wanted(const opr_kernel_call *c, int out) { return (c->grad_input_ma
 static int check_dtypes(const opr_kernel_call *c, opr_dtype *dt)
 {
     const opr_tensor_view *g = cpu_arg_t(c, 0);
-    if (!g) return CPU_FAIL(OPR_ERR_INVALID, "%s: no gradient of the output was given", c->op);
+    if (!g) return CPU_FAIL(c, OPR_ERR_INVALID, "%s: no gradient of the output was given", c->op);
     *dt = g->dtype;
     if (*dt != OPR_F32 && *dt != OPR_F64)
-        return CPU_FAIL(OPR_ERR_UNSUPPORTED, "%s: dtype %s is not supported on cpu", c->op, cpu_dtype_name(*dt));
+        return CPU_FAIL(c, OPR_ERR_UNSUPPORTED, "%s: dtype %s is not supported on cpu", c->op, cpu_dtype_name(*dt));
     for (int32_t i = 0; i < c->nargs; i++) {
         const opr_tensor_view *t = cpu_arg_t(c, i);
         if (t && t->dtype != *dt)
-            return CPU_FAIL(OPR_ERR_INVALID, "%s: argument %d is %s, expected %s", c->op, (int)i,
+            return CPU_FAIL(c, OPR_ERR_INVALID, "%s: argument %d is %s, expected %s", c->op, (int)i,
                             cpu_dtype_name(t->dtype), cpu_dtype_name(*dt));
     }
     for (int32_t p = 0; p < c->nout; p++)
         if (wanted(c, p) && (c->outputs[p]->dtype != *dt ||
                              (c->outputs[p]->numel > 0 && !cpu_is_contiguous(c->outputs[p]))))
-            return CPU_FAIL(OPR_ERR_INVALID, "%s: gradient output %d must be a contiguous %s tensor", c->op, (int)p,
+            return CPU_FAIL(c, OPR_ERR_INVALID, "%s: gradient output %d must be a contiguous %s tensor", c->op, (int)p,
                             cpu_dtype_name(*dt));
     return OPR_OK;
 }
 
 /* out = scale * g summed down to out's shape (right-aligned broadcasting), accumulated
  * in double. */
-static int sum_to_scaled(const char *op, const opr_tensor_view *g, opr_tensor_view *out, double scale)
+static int sum_to_scaled(const opr_kernel_call *c, const char *op, const opr_tensor_view *g, opr_tensor_view *out, double scale)
 {
     int64_t contig[OPR_MAX_DIMS], ost[OPR_MAX_DIMS], s = 1;
     for (int32_t d = out->ndim - 1; d >= 0; d--) {
@@ -108,11 +108,11 @@ static int sum_to_scaled(const char *op, const opr_tensor_view *g, opr_tensor_vi
     opr_tensor_view as = *out;
     as.strides = contig;
     if (!opc_bcast_strides(&as, g->ndim, g->shape, ost))
-        return CPU_FAIL(OPR_ERR_INVALID, "%s: the gradient does not reduce to a %d-d input of these sizes", op,
+        return CPU_FAIL(c, OPR_ERR_INVALID, "%s: the gradient does not reduce to a %d-d input of these sizes", op,
                         (int)out->ndim);
     if (cpu_sum_rows(g, out, ost, scale)) return OPR_OK; /* the usual bias case, in parallel */
     double *acc = calloc((size_t)(out->numel ? out->numel : 1), sizeof *acc);
-    if (!acc) return CPU_FAIL(OPR_ERR_NOMEM, "%s: out of memory", op);
+    if (!acc) return CPU_FAIL(c, OPR_ERR_NOMEM, "%s: out of memory", op);
     cpu_walk w;
     memset(&w, 0, sizeof w);
     w.ndim = g->ndim;
@@ -139,10 +139,9 @@ static int sum_to_scaled(const char *op, const opr_tensor_view *g, opr_tensor_vi
 /* ------------------------------------------------------------------ matmul family */
 
 /* An opc_rgemm_run_fn: one product of a backward on CBLAS. */
-static int run_product(void *ctx, const opc_rgemm_product *pr)
+static int run_product(void *call, const opc_rgemm_product *pr)
 {
-    (void)ctx;
-    return rgemm_run(&pr->job, pr->a, pr->b);
+    return rgemm_run(call, &pr->job, pr->a, pr->b);
 }
 
 /* The backward of x @ y (plugins/common/opc_matmul_grad.h): gx and gy, either NULL
@@ -151,8 +150,8 @@ static int matmul_bwd(const opr_kernel_call *c, opr_dtype dt, const opr_tensor_v
                       opr_tensor_view *gx, opr_tensor_view *gy)
 {
     char why[OPC_WHY_SIZE];
-    const int rc = opc_matmul_grad_run(c->op, dt, g, p, gx, gy, run_product, NULL, why, sizeof why);
-    return why[0] ? CPU_FAIL(rc, "%s", why) : rc;
+    const int rc = opc_matmul_grad_run(c->op, dt, g, p, gx, gy, run_product, (void *)c, why, sizeof why);
+    return why[0] ? CPU_FAIL(c, rc, "%s", why) : rc;
 }
 
 /* mm_backward: args (grad, self, mat2, result); outputs (self, mat2). */
@@ -163,11 +162,11 @@ static int k_mm_backward(const opr_kernel_call *c)
     if (rc) return rc;
     opc_matmul_operand x, y;
     if (!operand_of(c, 1, 0, &x) || !operand_of(c, 2, 1, &y) || x.ndim != 2 || y.ndim != 2)
-        return CPU_FAIL(OPR_ERR_INVALID, "%s: expected 2-d self and mat2 (given or as gradient outputs)", c->op);
+        return CPU_FAIL(c, OPR_ERR_INVALID, "%s: expected 2-d self and mat2 (given or as gradient outputs)", c->op);
     opc_matmul_problem p = {x, y, false, 1.0};
     opr_tensor_view *gx = wanted(c, 0) ? c->outputs[0] : NULL, *gy = wanted(c, 1) ? c->outputs[1] : NULL;
     if ((gx && !opc_same_shape(2, x.shape, gx)) || (gy && !opc_same_shape(2, y.shape, gy)))
-        return CPU_FAIL(OPR_ERR_INVALID, "%s: gradient outputs must have the inputs' shapes", c->op);
+        return CPU_FAIL(c, OPR_ERR_INVALID, "%s: gradient outputs must have the inputs' shapes", c->op);
     return matmul_bwd(c, dt, cpu_arg_t(c, 0), &p, gx, gy);
 }
 
@@ -179,11 +178,11 @@ static int k_bmm_backward(const opr_kernel_call *c)
     if (rc) return rc;
     opc_matmul_operand x, y;
     if (!operand_of(c, 1, 0, &x) || !operand_of(c, 2, 1, &y) || x.ndim != 3 || y.ndim != 3 || x.shape[0] != y.shape[0])
-        return CPU_FAIL(OPR_ERR_INVALID, "%s: expected 3-d self and mat2 with the same batch size", c->op);
+        return CPU_FAIL(c, OPR_ERR_INVALID, "%s: expected 3-d self and mat2 with the same batch size", c->op);
     opc_matmul_problem p = {x, y, false, 1.0};
     opr_tensor_view *gx = wanted(c, 0) ? c->outputs[0] : NULL, *gy = wanted(c, 1) ? c->outputs[1] : NULL;
     if ((gx && !opc_same_shape(3, x.shape, gx)) || (gy && !opc_same_shape(3, y.shape, gy)))
-        return CPU_FAIL(OPR_ERR_INVALID, "%s: gradient outputs must have the inputs' shapes", c->op);
+        return CPU_FAIL(c, OPR_ERR_INVALID, "%s: gradient outputs must have the inputs' shapes", c->op);
     return matmul_bwd(c, dt, cpu_arg_t(c, 0), &p, gx, gy);
 }
 
@@ -196,11 +195,11 @@ static int k_matmul_backward(const opr_kernel_call *c)
     if (rc) return rc;
     opc_matmul_operand x, y;
     if (!operand_of(c, 1, 0, &x) || !operand_of(c, 2, 1, &y))
-        return CPU_FAIL(OPR_ERR_INVALID, "%s: an operand is neither saved nor a wanted gradient", c->op);
+        return CPU_FAIL(c, OPR_ERR_INVALID, "%s: an operand is neither saved nor a wanted gradient", c->op);
     opc_matmul_problem p = {x, y, false, 1.0};
     opr_tensor_view *gx = wanted(c, 0) ? c->outputs[0] : NULL, *gy = wanted(c, 1) ? c->outputs[1] : NULL;
     if ((gx && !opc_same_shape(x.ndim, x.shape, gx)) || (gy && !opc_same_shape(y.ndim, y.shape, gy)))
-        return CPU_FAIL(OPR_ERR_INVALID, "%s: gradient outputs must have the inputs' shapes", c->op);
+        return CPU_FAIL(c, OPR_ERR_INVALID, "%s: gradient outputs must have the inputs' shapes", c->op);
     return matmul_bwd(c, dt, cpu_arg_t(c, 0), &p, gx, gy);
 }
 
@@ -222,13 +221,13 @@ static int k_linear_backward(const opr_kernel_call *c)
     if (gx || gw) {
         opc_matmul_operand x, w;
         if (!operand_of(c, 1, 0, &x) || !operand_of(c, 2, 1, &w) || x.ndim < 1 || w.ndim != 2)
-            return CPU_FAIL(OPR_ERR_INVALID, "%s: expected input with at least 1 dim and a 2-d weight", c->op);
+            return CPU_FAIL(c, OPR_ERR_INVALID, "%s: expected input with at least 1 dim and a 2-d weight", c->op);
         if ((gx && !opc_same_shape(x.ndim, x.shape, gx)) || (gw && !opc_same_shape(2, w.shape, gw)))
-            return CPU_FAIL(OPR_ERR_INVALID, "%s: gradient outputs must have the inputs' shapes", c->op);
+            return CPU_FAIL(c, OPR_ERR_INVALID, "%s: gradient outputs must have the inputs' shapes", c->op);
         opc_matmul_problem p = {x, w, true, 1.0};
         if ((rc = matmul_bwd(c, dt, g, &p, gx, gw))) return rc;
     }
-    return gb ? sum_to_scaled(c->op, g, gb, 1.0) : OPR_OK;
+    return gb ? sum_to_scaled(c, c->op, g, gb, 1.0) : OPR_OK;
 }
 
 /* addmm_backward: args (grad, self, mat1, mat2, beta, alpha, result); outputs (self,
@@ -245,13 +244,13 @@ static int k_addmm_backward(const opr_kernel_call *c)
     if (g1 || g2) { /* GEMMs before the OpenMP reduction, as in linear_backward */
         opc_matmul_operand x, y;
         if (!operand_of(c, 2, 1, &x) || !operand_of(c, 3, 2, &y) || x.ndim != 2 || y.ndim != 2)
-            return CPU_FAIL(OPR_ERR_INVALID, "%s: expected 2-d mat1 and mat2", c->op);
+            return CPU_FAIL(c, OPR_ERR_INVALID, "%s: expected 2-d mat1 and mat2", c->op);
         if ((g1 && !opc_same_shape(2, x.shape, g1)) || (g2 && !opc_same_shape(2, y.shape, g2)))
-            return CPU_FAIL(OPR_ERR_INVALID, "%s: gradient outputs must have the inputs' shapes", c->op);
+            return CPU_FAIL(c, OPR_ERR_INVALID, "%s: gradient outputs must have the inputs' shapes", c->op);
         opc_matmul_problem p = {x, y, false, alpha};
         if ((rc = matmul_bwd(c, dt, g, &p, g1, g2))) return rc;
     }
-    return gs ? sum_to_scaled(c->op, g, gs, beta) : OPR_OK;
+    return gs ? sum_to_scaled(c, c->op, g, gs, beta) : OPR_OK;
 }
 
 int cpu_register_backward(opr_plugin *self)

@@ -22,7 +22,7 @@ static inline opc_blas_layout layout_of(int64_t rows, int64_t cols, int64_t rs, 
 /* Scratch for the operands of an m x k @ k x n product that BLAS cannot read in place
  * (la, lb not direct): *sa / *sb get the buffers (NULL where none is needed) and la / lb
  * the packed row-major layouts. OPR_OK, or OPR_ERR_NOMEM reported for op. */
-static inline int cpu_pack_scratch(const char *op, int64_t m, int64_t k, int64_t n, size_t es,
+static inline int cpu_pack_scratch(const opr_kernel_call *c, const char *op, int64_t m, int64_t k, int64_t n, size_t es,
                                    opc_blas_layout *la, opc_blas_layout *lb, char **sa, char **sb)
 {
     const bool pack_a = !la->direct, pack_b = !lb->direct;
@@ -31,7 +31,7 @@ static inline int cpu_pack_scratch(const char *op, int64_t m, int64_t k, int64_t
     if ((pack_a && !*sa) || (pack_b && !*sb)) {
         free(*sa);
         free(*sb);
-        return CPU_FAIL(OPR_ERR_NOMEM, "%s: out of memory for a packed operand", op);
+        return CPU_FAIL(c, OPR_ERR_NOMEM, "%s: out of memory for a packed operand", op);
     }
     if (pack_a) *la = (opc_blas_layout){true, false, k};
     if (pack_b) *lb = (opc_blas_layout){true, false, n};

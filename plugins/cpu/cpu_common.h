@@ -24,7 +24,7 @@
 /* The host table is kept by cpu_plugin.c for error reporting from kernels. */
 extern const opr_host_api *cpu_host;
 
-#define CPU_FAIL(status, ...) (cpu_host->set_error(__VA_ARGS__), (status))
+#define CPU_FAIL(call, status, ...) (cpu_host->set_error((call), __VA_ARGS__), (status))
 
 static inline const opr_tensor_view *cpu_arg_t(const opr_kernel_call *c, int i)
 {

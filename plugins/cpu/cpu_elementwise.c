@@ -319,12 +319,12 @@ static void ew_contig_par(int64_t n, int nops, char *const *base, const size_t *
 
 /* Computes out = op(in[0], ..., in[nin-1]) with broadcasting. The caller has checked
  * dtypes; this checks shapes (an input must broadcast to the output). */
-static int ew_apply(const char *op, const opr_tensor_view *out, int nin,
+static int ew_apply(const opr_kernel_call *c, const char *op, const opr_tensor_view *out, int nin,
                     const opr_tensor_view *const *in, ew_loop_fn fn, const ew_params *p)
 {
     const int64_t n = out->numel;
     if (n == 0) return OPR_OK; /* empty: data pointers must not be touched */
-    if (!out->data) return CPU_FAIL(OPR_ERR_INVALID, "%s: output is not allocated", op);
+    if (!out->data) return CPU_FAIL(c, OPR_ERR_INVALID, "%s: output is not allocated", op);
     const int nops = nin + 1;
     char *base[4];
     size_t esz[4];
@@ -345,7 +345,7 @@ static int ew_apply(const char *op, const opr_tensor_view *out, int nin,
     }
 
     if (out->ndim > OPR_MAX_DIMS)
-        return CPU_FAIL(OPR_ERR_INVALID, "%s: %d-d output exceeds %d dims", op, out->ndim,
+        return CPU_FAIL(c, OPR_ERR_INVALID, "%s: %d-d output exceeds %d dims", op, out->ndim,
                         OPR_MAX_DIMS);
     ew_space sp;
     sp.ndim = out->ndim;
@@ -356,7 +356,7 @@ static int ew_apply(const char *op, const opr_tensor_view *out, int nin,
     }
     for (int k = 0; k < nin; k++)
         if (!opc_bcast_strides(in[k], out->ndim, out->shape, sp.st[k + 1]))
-            return CPU_FAIL(OPR_ERR_INVALID,
+            return CPU_FAIL(c, OPR_ERR_INVALID,
                             "%s: input %d (%d-d) does not broadcast to the %d-d output", op,
                             k, in[k]->ndim, out->ndim);
     sp.ndim = ew_coalesce(sp.ndim, sp.shape, nops, sp.st);
@@ -388,23 +388,23 @@ static int ew_prepare(const opr_kernel_call *c, const char *op, int nargs, int n
                       const opr_tensor_view **in)
 {
     if (c->nargs < nargs || c->nout < 1)
-        return CPU_FAIL(OPR_ERR_INVALID, "%s: expected %d arguments and 1 output, got %d and %d",
+        return CPU_FAIL(c, OPR_ERR_INVALID, "%s: expected %d arguments and 1 output, got %d and %d",
                         op, nargs, c->nargs, c->nout);
     for (int k = 0; k < nin; k++)
         if (!(in[k] = cpu_arg_t(c, k)))
-            return CPU_FAIL(OPR_ERR_INVALID, "%s: argument %d is not a tensor", op, k);
+            return CPU_FAIL(c, OPR_ERR_INVALID, "%s: argument %d is not a tensor", op, k);
     const opr_dtype t = in[0]->dtype;
     for (int k = 1; k < nin; k++)
         if (in[k]->dtype != t)
-            return CPU_FAIL(OPR_ERR_INVALID,
+            return CPU_FAIL(c, OPR_ERR_INVALID,
                             "%s: dtype mismatch: argument 0 is %s, argument %d is %s", op,
                             cpu_dtype_name(t), k, cpu_dtype_name(in[k]->dtype));
     if ((unsigned)t >= OPR_DTYPE_COUNT || !(*fn = table[t]))
-        return CPU_FAIL(OPR_ERR_UNSUPPORTED, "%s: no CPU kernel for dtype %s", op,
+        return CPU_FAIL(c, OPR_ERR_UNSUPPORTED, "%s: no CPU kernel for dtype %s", op,
                         cpu_dtype_name(t));
     const opr_dtype want = bool_out ? OPR_BOOL : t;
     if (c->outputs[0]->dtype != want)
-        return CPU_FAIL(OPR_ERR_INVALID, "%s: output dtype is %s, expected %s", op,
+        return CPU_FAIL(c, OPR_ERR_INVALID, "%s: output dtype is %s, expected %s", op,
                         cpu_dtype_name(c->outputs[0]->dtype), cpu_dtype_name(want));
     return OPR_OK;
 }
@@ -415,7 +415,7 @@ static int ew_run(const opr_kernel_call *c, const char *op, int nargs, int nin,
     const opr_tensor_view *in[3];
     ew_loop_fn fn;
     int rc = ew_prepare(c, op, nargs, nin, table, bool_out, &fn, in);
-    return rc ? rc : ew_apply(op, c->outputs[0], nin, in, fn, p);
+    return rc ? rc : ew_apply(c, op, c->outputs[0], nin, in, fn, p);
 }
 
 static const ew_params ew_none = {0, 0};
@@ -449,11 +449,11 @@ EW_KERNEL(tanh, 1, 1, false)
  * rather than silently truncating it; so do we. */
 static int ew_add_sub(const opr_kernel_call *c, const char *op, const ew_table table)
 {
-    if (c->nargs < 3) return CPU_FAIL(OPR_ERR_INVALID, "%s: expected 3 arguments", op);
+    if (c->nargs < 3) return CPU_FAIL(c, OPR_ERR_INVALID, "%s: expected 3 arguments", op);
     const ew_params p = {cpu_arg_d(c, 2), 0};
     const opr_tensor_view *self = cpu_arg_t(c, 0);
     if (self && self->dtype == OPR_I64 && p.a != floor(p.a))
-        return CPU_FAIL(OPR_ERR_INVALID, "%s: alpha must be an integer for i64 tensors, got %g",
+        return CPU_FAIL(c, OPR_ERR_INVALID, "%s: alpha must be an integer for i64 tensors, got %g",
                         op, p.a);
     return ew_run(c, op, 3, 2, table, false, &p);
 }
@@ -465,10 +465,10 @@ static int k_sub(const opr_kernel_call *c) { return ew_add_sub(c, "sub", sub_tab
 static int k_where(const opr_kernel_call *c)
 {
     if (c->nargs < 3 || c->nout < 1)
-        return CPU_FAIL(OPR_ERR_INVALID, "where: expected 3 arguments and 1 output");
+        return CPU_FAIL(c, OPR_ERR_INVALID, "where: expected 3 arguments and 1 output");
     const opr_tensor_view *cond = cpu_arg_t(c, 0);
     if (!cond || cond->dtype != OPR_BOOL)
-        return CPU_FAIL(OPR_ERR_INVALID, "where: condition must be a bool tensor");
+        return CPU_FAIL(c, OPR_ERR_INVALID, "where: condition must be a bool tensor");
     /* Check self/other as if they were the arguments of a binary op. */
     opr_kernel_call sub = *c;
     sub.args = c->args + 1;
@@ -478,13 +478,13 @@ static int k_where(const opr_kernel_call *c)
     int rc = ew_prepare(&sub, "where", 2, 2, where_tab, false, &fn, in + 1);
     if (rc) return rc;
     in[0] = cond;
-    return ew_apply("where", c->outputs[0], 3, in, fn, &ew_none);
+    return ew_apply(c, "where", c->outputs[0], 3, in, fn, &ew_none);
 }
 
 /* addcmul(self, tensor1, tensor2, value) */
 static int k_addcmul(const opr_kernel_call *c)
 {
-    if (c->nargs < 4) return CPU_FAIL(OPR_ERR_INVALID, "addcmul: expected 4 arguments");
+    if (c->nargs < 4) return CPU_FAIL(c, OPR_ERR_INVALID, "addcmul: expected 4 arguments");
     const ew_params p = {cpu_arg_d(c, 3), 0};
     return ew_run(c, "addcmul", 4, 3, addcmul_tab, false, &p);
 }
@@ -492,7 +492,7 @@ static int k_addcmul(const opr_kernel_call *c)
 /* pow(self, exponent) */
 static int k_pow(const opr_kernel_call *c)
 {
-    if (c->nargs < 2) return CPU_FAIL(OPR_ERR_INVALID, "pow: expected 2 arguments");
+    if (c->nargs < 2) return CPU_FAIL(c, OPR_ERR_INVALID, "pow: expected 2 arguments");
     const ew_params p = {cpu_arg_d(c, 1), 0};
     const ew_table *t = p.a == 2 ? &square_tab : p.a == 0.5 ? &sqrt_tab : &pow_tab;
     return ew_run(c, "pow", 2, 1, *t, false, &p);
@@ -514,7 +514,7 @@ static double ew_upper(const opr_kernel_call *c, int i, bool is_int)
 /* clamp(self, min?, max?) and clamp_min(self, min) share one loop. */
 static int k_clamp(const opr_kernel_call *c)
 {
-    if (c->nargs < 3) return CPU_FAIL(OPR_ERR_INVALID, "clamp: expected 3 arguments");
+    if (c->nargs < 3) return CPU_FAIL(c, OPR_ERR_INVALID, "clamp: expected 3 arguments");
     const opr_tensor_view *self = cpu_arg_t(c, 0);
     const bool is_int = self && self->dtype == OPR_I64;
     const ew_params p = {ew_lower(c, 1, is_int), ew_upper(c, 2, is_int)};
@@ -522,7 +522,7 @@ static int k_clamp(const opr_kernel_call *c)
 }
 static int k_clamp_min(const opr_kernel_call *c)
 {
-    if (c->nargs < 2) return CPU_FAIL(OPR_ERR_INVALID, "clamp_min: expected 2 arguments");
+    if (c->nargs < 2) return CPU_FAIL(c, OPR_ERR_INVALID, "clamp_min: expected 2 arguments");
     const opr_tensor_view *self = cpu_arg_t(c, 0);
     const bool is_int = self && self->dtype == OPR_I64;
     const ew_params p = {ew_lower(c, 1, is_int), INFINITY};

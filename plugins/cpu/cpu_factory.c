@@ -25,7 +25,7 @@ static bool fits_i64(double v)
     } while (0)
 
 /* Writes v, converted to out's dtype as fill_ converts it, into every element. */
-static int fill_value(const char *op, opr_tensor_view *out, double v)
+static int fill_value(const opr_kernel_call *c, const char *op, opr_tensor_view *out, double v)
 {
     if (out->numel == 0) return OPR_OK;
     switch (out->dtype) {
@@ -33,22 +33,22 @@ static int fill_value(const char *op, opr_tensor_view *out, double v)
     case OPR_F64: FILL_LOOP(double, out->data, out->numel, v); return OPR_OK;
     case OPR_I64:
         if (!fits_i64(v))
-            return CPU_FAIL(OPR_ERR_INVALID, "%s: value %g cannot be represented as i64", op, v);
+            return CPU_FAIL(c, OPR_ERR_INVALID, "%s: value %g cannot be represented as i64", op, v);
         FILL_LOOP(int64_t, out->data, out->numel, (int64_t)v);
         return OPR_OK;
     case OPR_BOOL: memset(out->data, v != 0, (size_t)out->numel); return OPR_OK;
     default:
-        return CPU_FAIL(OPR_ERR_UNSUPPORTED, "%s: dtype %s is not supported on cpu", op,
+        return CPU_FAIL(c, OPR_ERR_UNSUPPORTED, "%s: dtype %s is not supported on cpu", op,
                         cpu_dtype_name(out->dtype));
     }
 }
 
-static int k_zeros(const opr_kernel_call *c) { return fill_value(c->op, c->outputs[0], 0.0); }
-static int k_ones(const opr_kernel_call *c) { return fill_value(c->op, c->outputs[0], 1.0); }
+static int k_zeros(const opr_kernel_call *c) { return fill_value(c, c->op, c->outputs[0], 0.0); }
+static int k_ones(const opr_kernel_call *c) { return fill_value(c, c->op, c->outputs[0], 1.0); }
 
 static int k_full(const opr_kernel_call *c)
 {
-    return fill_value(c->op, c->outputs[0], cpu_arg_d(c, 1));
+    return fill_value(c, c->op, c->outputs[0], cpu_arg_d(c, 1));
 }
 
 /* Values are start + i * step with the output length the host computed. Like PyTorch,
@@ -60,7 +60,7 @@ static int k_arange(const opr_kernel_call *c)
     const double start = cpu_arg_d(c, 0), end = cpu_arg_d(c, 1), step = cpu_arg_d(c, 2);
     const int64_t n = out->numel;
     if (step == 0 || !isfinite(start) || !isfinite(end) || !isfinite(step))
-        return CPU_FAIL(OPR_ERR_INVALID, "arange: start, end and step must be finite and step nonzero (got %g, %g, %g)",
+        return CPU_FAIL(c, OPR_ERR_INVALID, "arange: start, end and step must be finite and step nonzero (got %g, %g, %g)",
                         start, end, step);
     if (n == 0) return OPR_OK;
     const bool par = n >= CPU_PAR_THRESHOLD;
@@ -79,13 +79,13 @@ static int k_arange(const opr_kernel_call *c)
     }
     case OPR_I64: {
         if (!fits_i64(start) || !fits_i64(step))
-            return CPU_FAIL(OPR_ERR_INVALID, "arange: start %g or step %g does not fit i64", start, step);
+            return CPU_FAIL(c, OPR_ERR_INVALID, "arange: start %g or step %g does not fit i64", start, step);
         const int64_t s0 = (int64_t)start, st = (int64_t)step;
         if (st == 0)
-            return CPU_FAIL(OPR_ERR_INVALID, "arange: step %g truncates to 0 for i64", step);
+            return CPU_FAIL(c, OPR_ERR_INVALID, "arange: step %g truncates to 0 for i64", step);
         int64_t span, last;
         if (__builtin_mul_overflow(n - 1, st, &span) || __builtin_add_overflow(s0, span, &last))
-            return CPU_FAIL(OPR_ERR_INVALID, "arange: values overflow i64");
+            return CPU_FAIL(c, OPR_ERR_INVALID, "arange: values overflow i64");
         /* Every value lies between s0 and last, so i * st cannot overflow either. */
         int64_t *p = out->data;
 #pragma omp parallel for if (par)
@@ -93,7 +93,7 @@ static int k_arange(const opr_kernel_call *c)
         return OPR_OK;
     }
     default:
-        return CPU_FAIL(OPR_ERR_UNSUPPORTED, "arange: dtype %s is not supported on cpu",
+        return CPU_FAIL(c, OPR_ERR_UNSUPPORTED, "arange: dtype %s is not supported on cpu",
                         cpu_dtype_name(out->dtype));
     }
 }

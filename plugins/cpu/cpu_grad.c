@@ -81,7 +81,7 @@ static int k_sum_to(const opr_kernel_call *c)
     opr_tensor_view as_strided = *out;
     as_strided.strides = contig;
     if (!opc_bcast_strides(&as_strided, x->ndim, x->shape, ostr))
-        return CPU_FAIL(OPR_ERR_INVALID, "sum_to: a tensor of %d dims cannot be summed to %d dims of these sizes",
+        return CPU_FAIL(c, OPR_ERR_INVALID, "sum_to: a tensor of %d dims cannot be summed to %d dims of these sizes",
                         x->ndim, out->ndim);
     if (cpu_sum_rows(x, out, ostr, 1.0)) {
         /* done: summed over leading dims */
@@ -174,7 +174,7 @@ static int k_sign(const opr_kernel_call *c)
     case OPR_F32: sign_f32(x, out); break;
     case OPR_F64: sign_f64(x, out); break;
     case OPR_I64: sign_i64(x, out); break;
-    default: return CPU_FAIL(OPR_ERR_UNSUPPORTED, "sign: dtype %s is not supported on cpu", cpu_dtype_name(out->dtype));
+    default: return CPU_FAIL(c, OPR_ERR_UNSUPPORTED, "sign: dtype %s is not supported on cpu", cpu_dtype_name(out->dtype));
     }
     return OPR_OK;
 }
@@ -187,10 +187,10 @@ static int k_narrow_scatter(const opr_kernel_call *c)
     opr_tensor_view *out = c->outputs[0];
     int32_t dim;
     if (x->ndim == 0 || !cpu_wrap_dim(cpu_arg_i(c, 2), x->ndim, &dim))
-        return CPU_FAIL(OPR_ERR_INVALID, "narrow_scatter: dim %lld out of range for a %d-d tensor",
+        return CPU_FAIL(c, OPR_ERR_INVALID, "narrow_scatter: dim %lld out of range for a %d-d tensor",
                         (long long)cpu_arg_i(c, 2), (int)x->ndim);
     if (src->dtype != x->dtype)
-        return CPU_FAIL(OPR_ERR_INVALID, "narrow_scatter: src is %s but self is %s", cpu_dtype_name(src->dtype),
+        return CPU_FAIL(c, OPR_ERR_INVALID, "narrow_scatter: src is %s but self is %s", cpu_dtype_name(src->dtype),
                         cpu_dtype_name(x->dtype));
     const int64_t size = x->shape[dim];
     int64_t start = cpu_arg_i(c, 3);
@@ -199,10 +199,10 @@ static int k_narrow_scatter(const opr_kernel_call *c)
     for (int32_t d = 0; ok && d < x->ndim; d++)
         ok = d == dim ? src->shape[d] <= size - start : src->shape[d] == x->shape[d];
     if (!ok)
-        return CPU_FAIL(OPR_ERR_INVALID, "narrow_scatter: src must have self's shape except at dim %d, where it must fit "
+        return CPU_FAIL(c, OPR_ERR_INVALID, "narrow_scatter: src must have self's shape except at dim %d, where it must fit "
                         "from start %lld into size %lld", (int)dim, (long long)cpu_arg_i(c, 3), (long long)size);
     if (!same_shape(out, x->ndim, x->shape))
-        return CPU_FAIL(OPR_ERR_INVALID, "narrow_scatter: output shape must equal self's");
+        return CPU_FAIL(c, OPR_ERR_INVALID, "narrow_scatter: output shape must equal self's");
     const size_t es = cpu_dtype_size(x->dtype);
     copy_region(es, x->ndim, x->shape, out->data, out->strides, x->data, x->strides);
     char *base = (char *)out->data + start * out->strides[dim] * (int64_t)es;
@@ -220,7 +220,7 @@ static int k_diag_backward(const opr_kernel_call *c)
     const int64_t k = cpu_arg_i(c, 2);
     char why[OPC_WHY_SIZE];
     int64_t len;
-    if (!opc_diag_backward_shapes(g, out, k, &len, why, sizeof why)) return CPU_FAIL(OPR_ERR_INVALID, "%s", why);
+    if (!opc_diag_backward_shapes(g, out, k, &len, why, sizeof why)) return CPU_FAIL(c, OPR_ERR_INVALID, "%s", why);
     const int64_t row0 = opc_diagonal_row0(k), col0 = opc_diagonal_col0(k);
     const size_t es = cpu_dtype_size(out->dtype);
     if (out->ndim == 1) {

@@ -120,24 +120,24 @@ static bool views_overlap(const opr_tensor_view *a, const opr_tensor_view *b)
 
 /* In-place writes through a view that maps several elements onto one address would
  * race between threads and give order-dependent results; PyTorch refuses them too. */
-static int check_writable(const char *op, const opr_tensor_view *out)
+static int check_writable(const opr_kernel_call *c, const char *op, const opr_tensor_view *out)
 {
     for (int32_t d = 0; d < out->ndim; d++)
         if (out->shape[d] > 1 && out->strides[d] == 0)
-            return CPU_FAIL(OPR_ERR_INVALID, "%s: more than one element of self refers to the same memory location (dim %d is expanded)",
+            return CPU_FAIL(c, OPR_ERR_INVALID, "%s: more than one element of self refers to the same memory location (dim %d is expanded)",
                             op, (int)d);
     return OPR_OK;
 }
 
-static int check_dtype(const char *op, const char *what, const opr_tensor_view *v, opr_dtype dt)
+static int check_dtype(const opr_kernel_call *c, const char *op, const char *what, const opr_tensor_view *v, opr_dtype dt)
 {
     char why[OPC_WHY_SIZE];
-    return opc_expect_dtype(op, what, v, dt, why, sizeof why) ? OPR_OK : CPU_FAIL(OPR_ERR_INVALID, "%s", why);
+    return opc_expect_dtype(op, what, v, dt, why, sizeof why) ? OPR_OK : CPU_FAIL(c, OPR_ERR_INVALID, "%s", why);
 }
 
 /* Fails unless every value of the i64 view `index` lies in [-size, size)
  * (opc_index_in_range). */
-static int check_indices(const char *op, const opr_tensor_view *index, int32_t dim, int64_t size)
+static int check_indices(const opr_kernel_call *c, const char *op, const opr_tensor_view *index, int32_t dim, int64_t size)
 {
     if (index->numel == 0) return OPR_OK;
     const int64_t *p = index->data;
@@ -158,7 +158,7 @@ static int check_indices(const char *op, const opr_tensor_view *index, int32_t d
         }
     }
     char why[OPC_WHY_SIZE];
-    return opc_index_in_range(op, mn, mx, dim, size, why, sizeof why) ? OPR_OK : CPU_FAIL(OPR_ERR_INVALID, "%s", why);
+    return opc_index_in_range(op, mn, mx, dim, size, why, sizeof why) ? OPR_OK : CPU_FAIL(c, OPR_ERR_INVALID, "%s", why);
 }
 
 static inline int64_t wrap_index(int64_t v, int64_t size) { return v < 0 ? v + size : v; }
@@ -176,11 +176,11 @@ static int64_t *index_offsets(const opr_tensor_view *index, int64_t size, int64_
 }
 
 /* Encodes a double as one element of dtype dt, converted the way fill_ converts. */
-static int encode_scalar(const char *op, opr_dtype dt, double v, char elem[8])
+static int encode_scalar(const opr_kernel_call *c, const char *op, opr_dtype dt, double v, char elem[8])
 {
     char why[OPC_WHY_SIZE];
     const int rc = opc_encode_scalar(op, dt, v, elem, "cpu", why, sizeof why);
-    return rc ? CPU_FAIL(rc, "%s", why) : OPR_OK;
+    return rc ? CPU_FAIL(c, rc, "%s", why) : OPR_OK;
 }
 
 /* Masked ops write their output in row-major order of the true positions. To run in
@@ -224,7 +224,7 @@ static int k_diag(const opr_kernel_call *c)
     if (x->ndim == 1) {
         const int64_t n = x->shape[0], size = n + row0 + col0;
         if (out->ndim != 2 || out->shape[0] != size || out->shape[1] != size)
-            return CPU_FAIL(OPR_ERR_INVALID, "diag: output must be [%lld, %lld]",
+            return CPU_FAIL(c, OPR_ERR_INVALID, "diag: output must be [%lld, %lld]",
                             (long long)size, (long long)size);
         const int64_t zst[2] = { 0, 0 };
         const char zero[8] = { 0 };
@@ -235,10 +235,10 @@ static int k_diag(const opr_kernel_call *c)
         return OPR_OK;
     }
     if (x->ndim != 2)
-        return CPU_FAIL(OPR_ERR_INVALID, "diag: expected a 1-d or 2-d tensor, got %d-d", (int)x->ndim);
+        return CPU_FAIL(c, OPR_ERR_INVALID, "diag: expected a 1-d or 2-d tensor, got %d-d", (int)x->ndim);
     const int64_t len = opc_diagonal_length(x->shape[0], x->shape[1], k);
     if (out->ndim != 1 || out->shape[0] != len)
-        return CPU_FAIL(OPR_ERR_INVALID, "diag: output must be [%lld]", (long long)len);
+        return CPU_FAIL(c, OPR_ERR_INVALID, "diag: output must be [%lld]", (long long)len);
     for (int64_t i = 0; i < len; i++)
         move_elem(dst + i * out->strides[0] * (int64_t)es,
                   src + ((i + row0) * x->strides[0] + (i + col0) * x->strides[1]) * (int64_t)es, es);
@@ -254,16 +254,16 @@ static int k_index_select(const opr_kernel_call *c)
     char why[OPC_WHY_SIZE];
     int32_t dim;
     if (!opc_index_select_args(x, index, cpu_arg_i(c, 1), &dim, why, sizeof why))
-        return CPU_FAIL(OPR_ERR_INVALID, "%s", why);
+        return CPU_FAIL(c, OPR_ERR_INVALID, "%s", why);
     const int64_t size = opc_size_at(x, dim);
-    int rc = check_indices("index_select", index, dim, size);
+    int rc = check_indices(c, "index_select", index, dim, size);
     if (rc) return rc;
-    if (!opc_index_select_out(x, index, dim, out, why, sizeof why)) return CPU_FAIL(OPR_ERR_INVALID, "%s", why);
+    if (!opc_index_select_out(x, index, dim, out, why, sizeof why)) return CPU_FAIL(c, OPR_ERR_INVALID, "%s", why);
     if (out->numel == 0) return OPR_OK;
 
     const size_t es = cpu_dtype_size(x->dtype);
     int64_t *offs = index_offsets(index, size, opc_stride_at(x, dim));
-    if (!offs) return CPU_FAIL(OPR_ERR_NOMEM, "index_select: out of memory");
+    if (!offs) return CPU_FAIL(c, OPR_ERR_NOMEM, "index_select: out of memory");
     const char *src = x->data;
     char *dst = out->data;
     if (x->ndim == 0) {
@@ -297,13 +297,13 @@ static int k_index_select(const opr_kernel_call *c)
 static int k_masked_select(const opr_kernel_call *c)
 {
     const opr_tensor_view *x = cpu_arg_t(c, 0), *mask = cpu_arg_t(c, 1);
-    int rc = check_dtype("masked_select", "mask", mask, OPR_BOOL);
+    int rc = check_dtype(c, "masked_select", "mask", mask, OPR_BOOL);
     if (rc) return rc;
     int32_t nd;
     int64_t shape[OPR_MAX_DIMS], xs[OPR_MAX_DIMS], ms[OPR_MAX_DIMS];
     if (!opc_broadcast_shape(x, mask, &nd, shape) || !opc_bcast_strides(x, nd, shape, xs) ||
         !opc_bcast_strides(mask, nd, shape, ms))
-        return CPU_FAIL(OPR_ERR_INVALID, "masked_select: self and mask do not broadcast together");
+        return CPU_FAIL(c, OPR_ERR_INVALID, "masked_select: self and mask do not broadcast together");
     const int64_t n = shape_numel(nd, shape);
     int64_t starts[MASK_CHUNKS + 1];
     const int64_t nchunks = n ? mask_chunks(nd, shape, n, mask->data, ms, starts) : 0;
@@ -339,9 +339,9 @@ static int k_gather(const opr_kernel_call *c)
     char why[OPC_WHY_SIZE];
     int32_t dim;
     if (!opc_gather_args(x, index, out, cpu_arg_i(c, 1), &dim, why, sizeof why))
-        return CPU_FAIL(OPR_ERR_INVALID, "%s", why);
+        return CPU_FAIL(c, OPR_ERR_INVALID, "%s", why);
     const int64_t size = opc_size_at(x, dim), xsd = opc_stride_at(x, dim);
-    const int rc = check_indices("gather", index, dim, size);
+    const int rc = check_indices(c, "gather", index, dim, size);
     if (rc) return rc;
 
     const size_t es = cpu_dtype_size(x->dtype);
@@ -416,14 +416,14 @@ DEF_ACCUM(float, f32)
 DEF_ACCUM(double, f64)
 DEF_ACCUM(int64_t, i64)
 
-static int run_accum(const char *op, opr_dtype dt, const accum_job *j)
+static int run_accum(const opr_kernel_call *c, const char *op, opr_dtype dt, const accum_job *j)
 {
     if (j->nrows == 0 || j->len == 0) return OPR_OK;
     switch (dt) {
     case OPR_F32: accum_f32(j); return OPR_OK;
     case OPR_F64: accum_f64(j); return OPR_OK;
     case OPR_I64: accum_i64(j); return OPR_OK;
-    default: return CPU_FAIL(OPR_ERR_UNSUPPORTED, "%s: dtype %s is not supported on cpu", op, cpu_dtype_name(dt));
+    default: return CPU_FAIL(c, OPR_ERR_UNSUPPORTED, "%s: dtype %s is not supported on cpu", op, cpu_dtype_name(dt));
     }
 }
 
@@ -444,16 +444,16 @@ static int index_add_impl(const opr_kernel_call *c, bool inplace)
     int32_t dim;
     if (!opc_index_add_args(op, x, index, source, cpu_arg_i(c, 1), &dim, why, sizeof why) ||
         !opc_index_add_shapes(op, x, index, source, out, dim, why, sizeof why))
-        return CPU_FAIL(OPR_ERR_INVALID, "%s", why);
+        return CPU_FAIL(c, OPR_ERR_INVALID, "%s", why);
     int rc;
-    if (inplace && (rc = check_writable(op, out))) return rc;
+    if (inplace && (rc = check_writable(c, op, out))) return rc;
     const double alpha = cpu_arg_d(c, 4);
-    if (!opc_index_add_alpha(op, x->dtype, alpha, why, sizeof why)) return CPU_FAIL(OPR_ERR_INVALID, "%s", why);
+    if (!opc_index_add_alpha(op, x->dtype, alpha, why, sizeof why)) return CPU_FAIL(c, OPR_ERR_INVALID, "%s", why);
     const int64_t size = opc_size_at(out, dim);
-    if ((rc = check_indices(op, index, dim, size))) return rc;
+    if ((rc = check_indices(c, op, index, dim, size))) return rc;
 
     int64_t *offs = index_offsets(index, size, opc_stride_at(out, dim));
-    if (!offs) return CPU_FAIL(OPR_ERR_NOMEM, "%s: out of memory", op);
+    if (!offs) return CPU_FAIL(c, OPR_ERR_NOMEM, "%s: out of memory", op);
     /* A source sharing memory with self would see its own partial sums. */
     int64_t tmp_st[OPR_MAX_DIMS];
     char *tmp = NULL;
@@ -462,7 +462,7 @@ static int index_add_impl(const opr_kernel_call *c, bool inplace)
     if (inplace && views_overlap(out, source)) {
         if (!(tmp = contiguous_copy(source, tmp_st))) {
             free(offs);
-            return CPU_FAIL(OPR_ERR_NOMEM, "%s: out of memory", op);
+            return CPU_FAIL(c, OPR_ERR_NOMEM, "%s: out of memory", op);
         }
         src = tmp;
         src_st = tmp_st;
@@ -478,7 +478,7 @@ static int index_add_impl(const opr_kernel_call *c, bool inplace)
     j.nrows = row_shape(out, dim, rshape);
     const int64_t *st[] = { out->strides, src_st };
     j.rows = walk_new(out->ndim, rshape, 2, st);
-    rc = run_accum(op, out->dtype, &j);
+    rc = run_accum(c, op, out->dtype, &j);
     free(offs);
     free(tmp);
     return rc;
@@ -495,9 +495,9 @@ static int k_scatter_add(const opr_kernel_call *c)
     int32_t dim;
     if (!opc_scatter_add_args(x, index, src, cpu_arg_i(c, 1), &dim, why, sizeof why) ||
         !opc_scatter_add_shapes(x, index, src, out, dim, why, sizeof why))
-        return CPU_FAIL(OPR_ERR_INVALID, "%s", why);
+        return CPU_FAIL(c, OPR_ERR_INVALID, "%s", why);
     const int64_t size = opc_size_at(x, dim);
-    const int rc = check_indices("scatter_add", index, dim, size);
+    const int rc = check_indices(c, "scatter_add", index, dim, size);
     if (rc) return rc;
 
     copy_strided(cpu_dtype_size(x->dtype), x->ndim, x->shape, out->data, out->strides, x->data, x->strides);
@@ -510,7 +510,7 @@ static int k_scatter_add(const opr_kernel_call *c)
     j.nrows = row_shape(index, dim, rshape);
     const int64_t *st[] = { out->strides, src->strides, index->strides };
     j.rows = walk_new(index->ndim, rshape, 3, st);
-    return run_accum("scatter_add", out->dtype, &j);
+    return run_accum(c, "scatter_add", out->dtype, &j);
 }
 
 /* ------------------------------------------------------------------ cat */
@@ -519,7 +519,7 @@ static int k_cat(const opr_kernel_call *c)
 {
     char why[OPC_WHY_SIZE];
     opc_cat cat;
-    if (!opc_cat_start(c, cpu_arg_i(c, 1), &cat, why, sizeof why)) return CPU_FAIL(OPR_ERR_INVALID, "%s", why);
+    if (!opc_cat_start(c, cpu_arg_i(c, 1), &cat, why, sizeof why)) return CPU_FAIL(c, OPR_ERR_INVALID, "%s", why);
     const size_t es = cpu_dtype_size(cat.out->dtype);
     char *const dst = cat.out->data;
     while (opc_cat_next(&cat))
@@ -537,12 +537,12 @@ static int k_diagonal_scatter(const opr_kernel_call *c)
     char why[OPC_WHY_SIZE];
     int32_t d1, d2;
     if (!opc_diagonal_dims("diagonal_scatter", x->ndim, cpu_arg_i(c, 3), cpu_arg_i(c, 4), &d1, &d2, why, sizeof why))
-        return CPU_FAIL(OPR_ERR_INVALID, "%s", why);
-    int rc = check_dtype("diagonal_scatter", "src", src, x->dtype);
+        return CPU_FAIL(c, OPR_ERR_INVALID, "%s", why);
+    int rc = check_dtype(c, "diagonal_scatter", "src", src, x->dtype);
     if (rc) return rc;
     opc_diagonal_view v;
     if (!opc_diagonal_scatter_view(x, src, out, cpu_arg_i(c, 2), d1, d2, &v, why, sizeof why))
-        return CPU_FAIL(OPR_ERR_INVALID, "%s", why);
+        return CPU_FAIL(c, OPR_ERR_INVALID, "%s", why);
 
     /* self copied, then src over the diagonal */
     const size_t es = cpu_dtype_size(x->dtype);
@@ -558,20 +558,20 @@ static int k_masked_scatter(const opr_kernel_call *c)
 {
     const opr_tensor_view *x = cpu_arg_t(c, 0), *mask = cpu_arg_t(c, 1), *source = cpu_arg_t(c, 2);
     opr_tensor_view *out = c->outputs[0];
-    int rc = check_dtype("masked_scatter", "mask", mask, OPR_BOOL);
-    if (!rc) rc = check_dtype("masked_scatter", "source", source, x->dtype);
+    int rc = check_dtype(c, "masked_scatter", "mask", mask, OPR_BOOL);
+    if (!rc) rc = check_dtype(c, "masked_scatter", "source", source, x->dtype);
     if (rc) return rc;
     int32_t nd;
     int64_t shape[OPR_MAX_DIMS], xs[OPR_MAX_DIMS], ms[OPR_MAX_DIMS];
     if (!opc_broadcast_shape(x, mask, &nd, shape) || !opc_same_shape(nd, shape, out) ||
         !opc_bcast_strides(x, nd, shape, xs) || !opc_bcast_strides(mask, nd, shape, ms))
-        return CPU_FAIL(OPR_ERR_INVALID, "masked_scatter: self and mask must broadcast to the output shape");
+        return CPU_FAIL(c, OPR_ERR_INVALID, "masked_scatter: self and mask must broadcast to the output shape");
     const int64_t n = out->numel;
     if (n == 0) return OPR_OK;
     int64_t starts[MASK_CHUNKS + 1];
     const int64_t nchunks = mask_chunks(nd, shape, n, mask->data, ms, starts);
     if (starts[nchunks] > source->numel)
-        return CPU_FAIL(OPR_ERR_INVALID, "masked_scatter: mask has %lld true elements but source has only %lld",
+        return CPU_FAIL(c, OPR_ERR_INVALID, "masked_scatter: mask has %lld true elements but source has only %lld",
                         (long long)starts[nchunks], (long long)source->numel);
 
     const size_t es = cpu_dtype_size(x->dtype);
@@ -606,12 +606,12 @@ static int k_copy_(const opr_kernel_call *c)
 {
     const opr_tensor_view *src = cpu_arg_t(c, 1);
     opr_tensor_view *out = c->outputs[0];
-    int rc = check_dtype("copy_", "src", src, out->dtype);
-    if (!rc) rc = check_writable("copy_", out);
+    int rc = check_dtype(c, "copy_", "src", src, out->dtype);
+    if (!rc) rc = check_writable(c, "copy_", out);
     if (rc) return rc;
     int64_t ss[OPR_MAX_DIMS];
     if (!opc_bcast_strides(src, out->ndim, out->shape, ss))
-        return CPU_FAIL(OPR_ERR_INVALID, "copy_: src does not broadcast to self");
+        return CPU_FAIL(c, OPR_ERR_INVALID, "copy_: src does not broadcast to self");
     if (out->numel == 0) return OPR_OK;
     /* Copying a view onto itself is a no-op; any other overlap goes through a copy so
      * no element is read after it was overwritten. */
@@ -623,7 +623,7 @@ static int k_copy_(const opr_kernel_call *c)
     }
     int64_t tmp_st[OPR_MAX_DIMS];
     char *tmp = contiguous_copy(src, tmp_st);
-    if (!tmp) return CPU_FAIL(OPR_ERR_NOMEM, "copy_: out of memory");
+    if (!tmp) return CPU_FAIL(c, OPR_ERR_NOMEM, "copy_: out of memory");
     opr_tensor_view tv = *src;
     tv.data = tmp;
     tv.strides = tmp_st;
@@ -637,8 +637,8 @@ static int k_fill_(const opr_kernel_call *c)
 {
     opr_tensor_view *out = c->outputs[0];
     char elem[8];
-    int rc = encode_scalar("fill_", out->dtype, cpu_arg_d(c, 1), elem);
-    if (!rc) rc = check_writable("fill_", out);
+    int rc = encode_scalar(c, "fill_", out->dtype, cpu_arg_d(c, 1), elem);
+    if (!rc) rc = check_writable(c, "fill_", out);
     if (rc) return rc;
     static const int64_t zero_st[OPR_MAX_DIMS];
     copy_strided(cpu_dtype_size(out->dtype), out->ndim, out->shape, out->data, out->strides, elem, zero_st);
@@ -650,13 +650,13 @@ static int k_masked_fill_(const opr_kernel_call *c)
     const opr_tensor_view *mask = cpu_arg_t(c, 1);
     opr_tensor_view *out = c->outputs[0];
     char elem[8];
-    int rc = check_dtype("masked_fill_", "mask", mask, OPR_BOOL);
-    if (!rc) rc = encode_scalar("masked_fill_", out->dtype, cpu_arg_d(c, 2), elem);
-    if (!rc) rc = check_writable("masked_fill_", out);
+    int rc = check_dtype(c, "masked_fill_", "mask", mask, OPR_BOOL);
+    if (!rc) rc = encode_scalar(c, "masked_fill_", out->dtype, cpu_arg_d(c, 2), elem);
+    if (!rc) rc = check_writable(c, "masked_fill_", out);
     if (rc) return rc;
     int64_t ms[OPR_MAX_DIMS];
     if (!opc_bcast_strides(mask, out->ndim, out->shape, ms))
-        return CPU_FAIL(OPR_ERR_INVALID, "masked_fill_: mask does not broadcast to self");
+        return CPU_FAIL(c, OPR_ERR_INVALID, "masked_fill_: mask does not broadcast to self");
     const int64_t n = out->numel;
     const size_t es = cpu_dtype_size(out->dtype);
     const bool *m = mask->data;

@@ -89,14 +89,14 @@ static void scale_c(const gemm_job *j, int64_t n)
 }
 
 /* One GEMM per batch, packing operands BLAS cannot read in place (once, if shared). */
-static int gemm_loop(const gemm_job *j, int32_t nb, const mat_arg *a, const mat_arg *b)
+static int gemm_loop(const opr_kernel_call *c, const gemm_job *j, int32_t nb, const mat_arg *a, const mat_arg *b)
 {
     const int64_t m = a->rows, k = a->cols, n = b->cols;
     const size_t es = cpu_dtype_size(j->dt);
     opc_blas_layout la = layout_of(m, k, a->rs, a->cs), lb = layout_of(k, n, b->rs, b->cs);
     const bool pack_a = !la.direct, pack_b = !lb.direct;
     char *sa, *sb;
-    const int rc = cpu_pack_scratch(j->op, m, k, n, es, &la, &lb, &sa, &sb);
+    const int rc = cpu_pack_scratch(c, j->op, m, k, n, es, &la, &lb, &sa, &sb);
     if (rc) return rc;
 
     gemm_job one = *j;
@@ -125,11 +125,11 @@ static int gemm_loop(const gemm_job *j, int32_t nb, const mat_arg *a, const mat_
     return OPR_OK;
 }
 
-static int gemm_run(const gemm_job *j, const mat_arg *a, const mat_arg *b)
+static int gemm_run(const opr_kernel_call *c, const gemm_job *j, const mat_arg *a, const mat_arg *b)
 {
     const int64_t m = a->rows, k = a->cols, n = b->cols, nbatch = batch_count(j);
     if (b->rows != k)
-        return CPU_FAIL(OPR_ERR_INVALID, "%s: inner dimensions differ (%lld vs %lld)", j->op,
+        return CPU_FAIL(c, OPR_ERR_INVALID, "%s: inner dimensions differ (%lld vs %lld)", j->op,
                         (long long)k, (long long)b->rows);
     if (m == 0 || n == 0 || nbatch == 0) return OPR_OK;
     if (k == 0) {
@@ -137,16 +137,16 @@ static int gemm_run(const gemm_job *j, const mat_arg *a, const mat_arg *b)
         return OPR_OK;
     }
     if (m > BLAS_INT_MAX || n > BLAS_INT_MAX || k > BLAS_INT_MAX)
-        return CPU_FAIL(OPR_ERR_UNSUPPORTED, "%s: a matrix dimension exceeds what BLAS accepts", j->op);
+        return CPU_FAIL(c, OPR_ERR_UNSUPPORTED, "%s: a matrix dimension exceeds what BLAS accepts", j->op);
     int64_t rows, rs;
     if (nbatch > 1 && shared_by_batches(j, b) && fold_rows(j, a, &rows, &rs) && rows <= BLAS_INT_MAX &&
         layout_of(rows, k, rs, a->cs).direct) {
         mat_arg fa = *a;
         fa.rows = rows;
         fa.rs = rs;
-        return gemm_loop(j, 0, &fa, b);
+        return gemm_loop(c, j, 0, &fa, b);
     }
-    return gemm_loop(j, j->nb, a, b);
+    return gemm_loop(c, j, j->nb, a, b);
 }
 
 /* ------------------------------------------------------------------ operands */
@@ -193,17 +193,17 @@ static bool batch_strides(const opr_tensor_view *v, int32_t mat_dims, const gemm
 }
 
 /* Dtypes must all be the output's and the output a contiguous [batch..., m, n]. */
-static int check_operands(const gemm_job *j, const opr_tensor_view *out,
+static int check_operands(const opr_kernel_call *c, const gemm_job *j, const opr_tensor_view *out,
                           const opr_tensor_view *a, const opr_tensor_view *b, int64_t m, int64_t n)
 {
     if (out->dtype != OPR_F32 && out->dtype != OPR_F64)
-        return CPU_FAIL(OPR_ERR_UNSUPPORTED, "%s: dtype %s is not supported on cpu", j->op,
+        return CPU_FAIL(c, OPR_ERR_UNSUPPORTED, "%s: dtype %s is not supported on cpu", j->op,
                         cpu_dtype_name(out->dtype));
     if (a->dtype != out->dtype || b->dtype != out->dtype)
-        return CPU_FAIL(OPR_ERR_INVALID, "%s: operands must both be %s (got %s and %s)", j->op,
+        return CPU_FAIL(c, OPR_ERR_INVALID, "%s: operands must both be %s (got %s and %s)", j->op,
                         cpu_dtype_name(out->dtype), cpu_dtype_name(a->dtype), cpu_dtype_name(b->dtype));
     if (out->numel != batch_count(j) * m * n || (out->numel > 0 && !cpu_is_contiguous(out)))
-        return CPU_FAIL(OPR_ERR_INVALID, "%s: output must be a contiguous tensor of %lld elements", j->op,
+        return CPU_FAIL(c, OPR_ERR_INVALID, "%s: output must be a contiguous tensor of %lld elements", j->op,
                         (long long)(batch_count(j) * m * n));
     return OPR_OK;
 }
@@ -226,26 +226,26 @@ static int k_mm(const opr_kernel_call *c)
 {
     const opr_tensor_view *x = cpu_arg_t(c, 0), *y = cpu_arg_t(c, 1);
     if (x->ndim != 2 || y->ndim != 2)
-        return CPU_FAIL(OPR_ERR_INVALID, "mm: expected 2-d tensors, got %d-d and %d-d", (int)x->ndim, (int)y->ndim);
+        return CPU_FAIL(c, OPR_ERR_INVALID, "mm: expected 2-d tensors, got %d-d and %d-d", (int)x->ndim, (int)y->ndim);
     gemm_job j = job_for(c, 1, 0);
     const mat_arg a = mat_of(x), b = mat_of(y);
-    int rc = check_operands(&j, c->outputs[0], x, y, a.rows, b.cols);
-    return rc ? rc : gemm_run(&j, &a, &b);
+    int rc = check_operands(c, &j, c->outputs[0], x, y, a.rows, b.cols);
+    return rc ? rc : gemm_run(c, &j, &a, &b);
 }
 
 static int k_bmm(const opr_kernel_call *c)
 {
     const opr_tensor_view *x = cpu_arg_t(c, 0), *y = cpu_arg_t(c, 1);
     if (x->ndim != 3 || y->ndim != 3 || x->shape[0] != y->shape[0])
-        return CPU_FAIL(OPR_ERR_INVALID, "bmm: expected 3-d tensors with the same batch size");
+        return CPU_FAIL(c, OPR_ERR_INVALID, "bmm: expected 3-d tensors with the same batch size");
     gemm_job j = job_for(c, 1, 0);
     j.nb = 1;
     j.bshape[0] = x->shape[0];
     mat_arg a = mat_of(x), b = mat_of(y);
     batch_strides(x, 2, &j, a.bst);
     batch_strides(y, 2, &j, b.bst);
-    int rc = check_operands(&j, c->outputs[0], x, y, a.rows, b.cols);
-    return rc ? rc : gemm_run(&j, &a, &b);
+    int rc = check_operands(c, &j, c->outputs[0], x, y, a.rows, b.cols);
+    return rc ? rc : gemm_run(c, &j, &a, &b);
 }
 
 /* torch.matmul: a 1-d left operand is a row and a 1-d right operand a column; the
@@ -255,7 +255,7 @@ static int k_matmul(const opr_kernel_call *c)
 {
     const opr_tensor_view *x = cpu_arg_t(c, 0), *y = cpu_arg_t(c, 1);
     if (x->ndim < 1 || y->ndim < 1)
-        return CPU_FAIL(OPR_ERR_INVALID, "matmul: both operands need at least 1 dim (got %d and %d)",
+        return CPU_FAIL(c, OPR_ERR_INVALID, "matmul: both operands need at least 1 dim (got %d and %d)",
                         (int)x->ndim, (int)y->ndim);
     gemm_job j = job_for(c, 1, 0);
     mat_arg a = x->ndim == 1 ? vec_of(x, true) : mat_of(x);
@@ -266,14 +266,14 @@ static int k_matmul(const opr_kernel_call *c)
         const int32_t dx = d - (j.nb - xb), dy = d - (j.nb - yb);
         const int64_t sx = dx >= 0 ? x->shape[dx] : 1, sy = dy >= 0 ? y->shape[dy] : 1;
         if (sx != sy && sx != 1 && sy != 1)
-            return CPU_FAIL(OPR_ERR_INVALID, "matmul: batch dims do not broadcast (%lld vs %lld at batch dim %d)",
+            return CPU_FAIL(c, OPR_ERR_INVALID, "matmul: batch dims do not broadcast (%lld vs %lld at batch dim %d)",
                             (long long)sx, (long long)sy, (int)d);
         j.bshape[d] = sx == 1 ? sy : sx;
     }
     batch_strides(x, 2, &j, a.bst);
     batch_strides(y, 2, &j, b.bst);
-    int rc = check_operands(&j, c->outputs[0], x, y, a.rows, b.cols);
-    return rc ? rc : gemm_run(&j, &a, &b);
+    int rc = check_operands(c, &j, c->outputs[0], x, y, a.rows, b.cols);
+    return rc ? rc : gemm_run(c, &j, &a, &b);
 }
 
 /* input [..., in] @ weight^T [in, out] (+ bias). The weight's transpose is just its
@@ -282,7 +282,7 @@ static int k_linear(const opr_kernel_call *c)
 {
     const opr_tensor_view *x = cpu_arg_t(c, 0), *w = cpu_arg_t(c, 1), *bias = cpu_arg_t(c, 2);
     if (x->ndim < 1 || w->ndim != 2)
-        return CPU_FAIL(OPR_ERR_INVALID, "linear: expected input with at least 1 dim and a 2-d weight (got %d-d and %d-d)",
+        return CPU_FAIL(c, OPR_ERR_INVALID, "linear: expected input with at least 1 dim and a 2-d weight (got %d-d and %d-d)",
                         (int)x->ndim, (int)w->ndim);
     gemm_job j = job_for(c, 1, bias ? 1 : 0);
     mat_arg a = x->ndim == 1 ? vec_of(x, true) : mat_of(x), b;
@@ -295,18 +295,18 @@ static int k_linear(const opr_kernel_call *c)
     j.nb = x->ndim > 2 ? x->ndim - 2 : 0;
     memcpy(j.bshape, x->shape, (size_t)j.nb * sizeof *j.bshape);
     batch_strides(x, 2, &j, a.bst);
-    int rc = check_operands(&j, c->outputs[0], x, w, a.rows, b.cols);
+    int rc = check_operands(c, &j, c->outputs[0], x, w, a.rows, b.cols);
     if (rc) return rc;
     if (bias) {
         int64_t bst;
         if (bias->dtype != j.dt || !opc_bcast_strides(bias, 1, &b.cols, &bst))
-            return CPU_FAIL(OPR_ERR_INVALID, "linear: bias must be %s and broadcast to [%lld]",
+            return CPU_FAIL(c, OPR_ERR_INVALID, "linear: bias must be %s and broadcast to [%lld]",
                             cpu_dtype_name(j.dt), (long long)b.cols);
         /* Every output row starts as the bias; the GEMM then accumulates (beta = 1). */
         if (b.cols > 0 && bias->numel > 0)
             pack(cpu_dtype_size(j.dt), bias->data, batch_count(&j) * a.rows, b.cols, 0, bst, j.c);
     }
-    return gemm_run(&j, &a, &b);
+    return gemm_run(c, &j, &a, &b);
 }
 
 /* beta * self + alpha * mat1 @ mat2. With beta == 0 self is not read at all, so NaN
@@ -316,19 +316,19 @@ static int k_addmm(const opr_kernel_call *c)
     const opr_tensor_view *s = cpu_arg_t(c, 0), *x = cpu_arg_t(c, 1), *y = cpu_arg_t(c, 2);
     const opr_tensor_view *out = c->outputs[0];
     if (x->ndim != 2 || y->ndim != 2)
-        return CPU_FAIL(OPR_ERR_INVALID, "addmm: mat1 and mat2 must be 2-d (got %d-d and %d-d)", (int)x->ndim, (int)y->ndim);
+        return CPU_FAIL(c, OPR_ERR_INVALID, "addmm: mat1 and mat2 must be 2-d (got %d-d and %d-d)", (int)x->ndim, (int)y->ndim);
     gemm_job j = job_for(c, cpu_arg_d(c, 4), cpu_arg_d(c, 3));
     const mat_arg a = mat_of(x), b = mat_of(y);
     const int64_t shape[2] = { a.rows, b.cols };
     int64_t sst[2];
     if (out->ndim != 2 || out->shape[0] != a.rows || out->shape[1] != b.cols ||
         s->dtype != j.dt || !opc_bcast_strides(s, 2, shape, sst))
-        return CPU_FAIL(OPR_ERR_INVALID, "addmm: self must be %s and broadcast to [%lld, %lld]",
+        return CPU_FAIL(c, OPR_ERR_INVALID, "addmm: self must be %s and broadcast to [%lld, %lld]",
                         cpu_dtype_name(j.dt), (long long)a.rows, (long long)b.cols);
-    int rc = check_operands(&j, out, x, y, a.rows, b.cols);
+    int rc = check_operands(c, &j, out, x, y, a.rows, b.cols);
     if (rc) return rc;
     if (j.beta != 0 && out->numel > 0) pack(cpu_dtype_size(j.dt), s->data, a.rows, b.cols, sst[0], sst[1], j.c);
-    return gemm_run(&j, &a, &b);
+    return gemm_run(c, &j, &a, &b);
 }
 
 /* ------------------------------------------------------------------ cdist */
@@ -417,14 +417,14 @@ static int k_cdist(const opr_kernel_call *c)
     const opr_tensor_view *out = c->outputs[0];
     const double p = cpu_arg_d(c, 2);
     if (p != 2)
-        return CPU_FAIL(OPR_ERR_UNSUPPORTED, "cdist: only p=2 is supported (got p=%g)", p);
+        return CPU_FAIL(c, OPR_ERR_UNSUPPORTED, "cdist: only p=2 is supported (got p=%g)", p);
     const int32_t nd = x1->ndim;
     if (nd < 2 || x2->ndim != nd || x1->shape[nd - 1] != x2->shape[nd - 1])
-        return CPU_FAIL(OPR_ERR_INVALID, "cdist: expected x1 [..., P, M] and x2 [..., R, M] with the same number of dims");
+        return CPU_FAIL(c, OPR_ERR_INVALID, "cdist: expected x1 [..., P, M] and x2 [..., R, M] with the same number of dims");
     if (out->dtype != OPR_F32 && out->dtype != OPR_F64)
-        return CPU_FAIL(OPR_ERR_UNSUPPORTED, "cdist: dtype %s is not supported on cpu", cpu_dtype_name(out->dtype));
+        return CPU_FAIL(c, OPR_ERR_UNSUPPORTED, "cdist: dtype %s is not supported on cpu", cpu_dtype_name(out->dtype));
     if (x1->dtype != out->dtype || x2->dtype != out->dtype)
-        return CPU_FAIL(OPR_ERR_INVALID, "cdist: x1 and x2 must both be %s", cpu_dtype_name(out->dtype));
+        return CPU_FAIL(c, OPR_ERR_INVALID, "cdist: x1 and x2 must both be %s", cpu_dtype_name(out->dtype));
 
     gemm_job batch;
     memset(&batch, 0, sizeof batch);
@@ -432,14 +432,14 @@ static int k_cdist(const opr_kernel_call *c)
     memcpy(batch.bshape, x1->shape, (size_t)batch.nb * sizeof *batch.bshape);
     int64_t bst1[OPR_MAX_DIMS], bst2[OPR_MAX_DIMS];
     if (!batch_strides(x2, 2, &batch, bst2))
-        return CPU_FAIL(OPR_ERR_INVALID, "cdist: batch dims of x2 must match (or broadcast to) those of x1");
+        return CPU_FAIL(c, OPR_ERR_INVALID, "cdist: batch dims of x2 must match (or broadcast to) those of x1");
     cdist_job j = {
         .nb = batch.nb, .bshape = batch.bshape, .bst1 = bst1, .bst2 = bst2,
         .nbatch = batch_count(&batch), .P = x1->shape[nd - 2], .R = x2->shape[nd - 2],
         .M = x1->shape[nd - 1], .out = out->data,
     };
     if (out->numel != j.nbatch * j.P * j.R || (out->numel > 0 && !cpu_is_contiguous(out)))
-        return CPU_FAIL(OPR_ERR_INVALID, "cdist: output must be a contiguous tensor of %lld elements",
+        return CPU_FAIL(c, OPR_ERR_INVALID, "cdist: output must be a contiguous tensor of %lld elements",
                         (long long)(j.nbatch * j.P * j.R));
     if (out->numel == 0) return OPR_OK;
 
@@ -449,7 +449,7 @@ static int k_cdist(const opr_kernel_call *c)
     if (!d1 || !d2) {
         free(buf1);
         free(buf2);
-        return CPU_FAIL(OPR_ERR_NOMEM, "cdist: out of memory");
+        return CPU_FAIL(c, OPR_ERR_NOMEM, "cdist: out of memory");
     }
     opr_tensor_view v1 = *x1, v2 = *x2;
     v1.strides = st1;

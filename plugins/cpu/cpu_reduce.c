@@ -97,11 +97,11 @@ static inline int64_t red_abs64(int64_t v) { return v < 0 ? -v : v; }
  * the kept dims to each output. keepdim only decides whether the output has size-1
  * dims in place of the reduced ones, so size-1 dims are ignored on both sides: this
  * accepts either form and everything the host may compute for a 0-d result. */
-static int red_plan_make(const char *op, const opr_tensor_view *in, uint32_t mask, int nout,
+static int red_plan_make(const opr_kernel_call *c, const char *op, const opr_tensor_view *in, uint32_t mask, int nout,
                          const opr_tensor_view *const *outs, red_plan *pl)
 {
     if (in->ndim > OPR_MAX_DIMS)
-        return CPU_FAIL(OPR_ERR_INVALID, "%s: %d-d input exceeds %d dims", op, in->ndim,
+        return CPU_FAIL(c, OPR_ERR_INVALID, "%s: %d-d input exceeds %d dims", op, in->ndim,
                         OPR_MAX_DIMS);
     red_space *rs = &pl->rs;
     pl->nops = 1 + nout;
@@ -133,10 +133,10 @@ static int red_plan_make(const char *op, const opr_tensor_view *in, uint32_t mas
             if (ok) pl->kst[1 + j][k++] = ost[d];
         }
         if (!ok || k != pl->kndim)
-            return CPU_FAIL(OPR_ERR_INVALID, "%s: output %d has the wrong shape for this reduction",
+            return CPU_FAIL(c, OPR_ERR_INVALID, "%s: output %d has the wrong shape for this reduction",
                             op, j);
         if (pl->n_out && !o->data)
-            return CPU_FAIL(OPR_ERR_INVALID, "%s: output %d is not allocated", op, j);
+            return CPU_FAIL(c, OPR_ERR_INVALID, "%s: output %d is not allocated", op, j);
     }
     /* Largest stride first, so that the innermost loop of a slice has the smallest
      * stride (a transposed input is then read along its memory order). Insertion sort:
@@ -543,16 +543,16 @@ static int red_begin(const opr_kernel_call *c, const char *op, int nargs, int no
 {
     char why[OPC_WHY_SIZE];
     const int rc = opc_reduce_begin(c, op, nargs, nout, red_mask(table), "CPU", in, why, sizeof why);
-    if (rc) return CPU_FAIL(rc, "%s", why);
+    if (rc) return CPU_FAIL(c, rc, "%s", why);
     *k = &table[(*in)->dtype];
     return OPR_OK;
 }
 
 /* Wraps a dim argument (opc_reduce_dim). */
-static int red_wrap(const char *op, int64_t d, int32_t ndim, int32_t *out)
+static int red_wrap(const opr_kernel_call *c, const char *op, int64_t d, int32_t ndim, int32_t *out)
 {
     char why[OPC_WHY_SIZE];
-    return opc_reduce_dim(op, d, ndim, out, why, sizeof why) ? OPR_OK : CPU_FAIL(OPR_ERR_INVALID, "%s", why);
+    return opc_reduce_dim(op, d, ndim, out, why, sizeof why) ? OPR_OK : CPU_FAIL(c, OPR_ERR_INVALID, "%s", why);
 }
 
 /* The dim argument ai as a mask of reduced dims (opc_reduce_dim_mask). */
@@ -560,7 +560,7 @@ static int red_dim_mask(const opr_kernel_call *c, int ai, const char *op, int32_
                         uint32_t *mask)
 {
     char why[OPC_WHY_SIZE];
-    if (!opc_reduce_dim_mask(c, ai, op, ndim, mask, why, sizeof why)) return CPU_FAIL(OPR_ERR_INVALID, "%s", why);
+    if (!opc_reduce_dim_mask(c, ai, op, ndim, mask, why, sizeof why)) return CPU_FAIL(c, OPR_ERR_INVALID, "%s", why);
     return OPR_OK;
 }
 
@@ -570,7 +570,7 @@ static int red_go(const opr_kernel_call *c, const char *op, const opr_tensor_vie
                   bool mean)
 {
     red_plan pl;
-    int rc = red_plan_make(op, in, mask, nout, (const opr_tensor_view *const *)c->outputs, &pl);
+    int rc = red_plan_make(c, op, in, mask, nout, (const opr_tensor_view *const *)c->outputs, &pl);
     if (rc) return rc;
     red_job jb = {
         .pl = &pl, .k = k, .prm = {p, pl.rs.n}, .x = (const char *)in->data,
@@ -617,7 +617,7 @@ static int red_extreme_all(const opr_kernel_call *c, const char *op, const red_k
     int rc = red_begin(c, op, 1, 1, table, &in, &k);
     if (rc) return rc;
     if (in->numel == 0)
-        return CPU_FAIL(OPR_ERR_INVALID, "%s: expected a non-empty tensor", op);
+        return CPU_FAIL(c, OPR_ERR_INVALID, "%s: expected a non-empty tensor", op);
     return red_go(c, op, in, ~0u, 1, k, 0, NULL, false);
 }
 static int k_max(const opr_kernel_call *c) { return red_extreme_all(c, "max", max_k); }
@@ -630,10 +630,10 @@ static int red_extreme_dim(const opr_kernel_call *c, const char *op, const red_k
     const red_kind *k;
     int32_t d;
     int rc = red_begin(c, op, 3, 2, table, &in, &k);
-    if (!rc) rc = red_wrap(op, cpu_arg_i(c, 1), in->ndim, &d);
+    if (!rc) rc = red_wrap(c, op, cpu_arg_i(c, 1), in->ndim, &d);
     if (rc) return rc;
     if (in->ndim > 0 && in->shape[d] == 0)
-        return CPU_FAIL(OPR_ERR_INVALID, "%s: dim %d has size 0", op, d);
+        return CPU_FAIL(c, OPR_ERR_INVALID, "%s: dim %d has size 0", op, d);
     return red_go(c, op, in, 1u << d, 2, k, 0, NULL, false);
 }
 static int k_max_dim(const opr_kernel_call *c) { return red_extreme_dim(c, "max_dim", max_k); }
@@ -643,9 +643,9 @@ static int k_min_dim(const opr_kernel_call *c) { return red_extreme_dim(c, "min_
  * p = 1, 2 and inf (max |x|). */
 static int k_norm(const opr_kernel_call *c)
 {
-    if (c->nargs < 2) return CPU_FAIL(OPR_ERR_INVALID, "norm: expected 2 arguments");
+    if (c->nargs < 2) return CPU_FAIL(c, OPR_ERR_INVALID, "norm: expected 2 arguments");
     const double p = cpu_arg_d(c, 1);
-    if (!(p > 0)) return CPU_FAIL(OPR_ERR_INVALID, "norm: p must be > 0, got %g", p);
+    if (!(p > 0)) return CPU_FAIL(c, OPR_ERR_INVALID, "norm: p must be > 0, got %g", p);
     const red_kind *table = p == 2 ? norm2_k : p == 1 ? norm1_k : isinf(p) ? normi_k : normp_k;
     const opr_tensor_view *in;
     const red_kind *k;
@@ -749,7 +749,7 @@ static int red_softmax_like(const opr_kernel_call *c, const char *op,
     int32_t dim;
     char why[OPC_WHY_SIZE];
     const int rc = opc_softmax_begin(c, op, red_softmax_mask(fns), "CPU", &in, &out, &dim, why, sizeof why);
-    if (rc) return CPU_FAIL(rc, "%s", why);
+    if (rc) return CPU_FAIL(c, rc, "%s", why);
     if (in->numel == 0) return OPR_OK;
 
     red_slices s;

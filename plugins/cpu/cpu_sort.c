@@ -140,7 +140,7 @@ static int run_rows(const opr_kernel_call *c, rows_job *j, int32_t dim, int64_t 
     char why[OPC_WHY_SIZE];
     opc_rows *g = &j->geo;
     if (!opc_rows_plan(op, x, vals, idx, dim, k, out_dims, g, why, sizeof why))
-        return CPU_FAIL(OPR_ERR_INVALID, "%s", why);
+        return CPU_FAIL(c, OPR_ERR_INVALID, "%s", why);
     if (g->nrows == 0 || g->k == 0) return OPR_OK;
     j->x = x->data;
     j->values = vals->data;
@@ -160,9 +160,9 @@ static int run_rows(const opr_kernel_call *c, rows_job *j, int32_t dim, int64_t 
     case OPR_F64: rc = rows_f64(j); break;
     case OPR_I64: rc = rows_i64(j); break;
     default:
-        return CPU_FAIL(OPR_ERR_UNSUPPORTED, "%s: dtype %s is not supported on cpu", op, cpu_dtype_name(x->dtype));
+        return CPU_FAIL(c, OPR_ERR_UNSUPPORTED, "%s: dtype %s is not supported on cpu", op, cpu_dtype_name(x->dtype));
     }
-    return rc ? CPU_FAIL(rc, "%s: out of memory", op) : OPR_OK;
+    return rc ? CPU_FAIL(c, rc, "%s: out of memory", op) : OPR_OK;
 }
 
 /* Wraps dim argument `arg` of the call on self (opc_dim_arg). */
@@ -170,7 +170,7 @@ static int wrap_or_fail(const opr_kernel_call *c, int arg, int32_t *dim)
 {
     char why[OPC_WHY_SIZE];
     if (!opc_dim_arg(c->op, cpu_arg_i(c, arg), cpu_arg_t(c, 0)->ndim, dim, why, sizeof why))
-        return CPU_FAIL(OPR_ERR_INVALID, "%s", why);
+        return CPU_FAIL(c, OPR_ERR_INVALID, "%s", why);
     return OPR_OK;
 }
 
@@ -195,7 +195,7 @@ static int k_topk(const opr_kernel_call *c)
     if (rc) return rc;
     const int64_t k = cpu_arg_i(c, 1);
     char why[OPC_WHY_SIZE];
-    if (!opc_topk_k(k, dim, x->ndim ? x->shape[dim] : 1, why, sizeof why)) return CPU_FAIL(OPR_ERR_INVALID, "%s", why);
+    if (!opc_topk_k(k, dim, x->ndim ? x->shape[dim] : 1, why, sizeof why)) return CPU_FAIL(c, OPR_ERR_INVALID, "%s", why);
     opc_rows_out_dims(x->ndim, dim, false, out_dims);
     /* A 0-d self gives a 0-d result holding its element even for k = 0 (PyTorch). */
     rows_job j = { .kind = ROWS_TOPK, .desc = cpu_arg_b(c, 3) };
@@ -209,7 +209,7 @@ static int k_mode(const opr_kernel_call *c)
     int rc = wrap_or_fail(c, 1, &dim);
     if (rc) return rc;
     char why[OPC_WHY_SIZE];
-    if (!opc_mode_rows(x, dim, why, sizeof why)) return CPU_FAIL(OPR_ERR_INVALID, "%s", why);
+    if (!opc_mode_rows(x, dim, why, sizeof why)) return CPU_FAIL(c, OPR_ERR_INVALID, "%s", why);
     opc_rows_out_dims(x->ndim, dim, !cpu_arg_b(c, 2), out_dims);
     rows_job j = { .kind = ROWS_MODE };
     return run_rows(c, &j, dim, 1, out_dims);

@@ -32,7 +32,9 @@
 
 extern const opr_host_api *gk_host;
 
-#define GK_FAIL(status, ...) (gk_host->set_error(__VA_ARGS__), (status))
+/* Reports the detail of call (NULL in device callbacks, which have none) and returns
+ * status. */
+#define GK_FAIL(call, status, ...) (gk_host->set_error((call), __VA_ARGS__), (status))
 
 /* ------------------------------------------------------------------ arguments */
 
@@ -129,25 +131,26 @@ static inline bool gk_views_overlap(const opr_tensor_view *a, const opr_tensor_v
 }
 
 /* In-place writes through a view with an expanded (stride 0) dim would race. */
-static inline int gk_check_writable(const char *op, const opr_tensor_view *out)
+static inline int gk_check_writable(const opr_kernel_call *c, const char *op, const opr_tensor_view *out)
 {
     for (int32_t d = 0; d < out->ndim; d++)
         if (out->shape[d] > 1 && out->strides[d] == 0)
-            return GK_FAIL(OPR_ERR_INVALID, "%s: more than one element of self refers to the same memory location (dim %d is expanded)",
+            return GK_FAIL(c, OPR_ERR_INVALID, "%s: more than one element of self refers to the same memory location (dim %d is expanded)",
                            op, (int)d);
     return OPR_OK;
 }
 
-static inline int gk_check_dtype(const char *op, const char *what, const opr_tensor_view *v, opr_dtype dt)
+static inline int gk_check_dtype(const opr_kernel_call *c, const char *op, const char *what, const opr_tensor_view *v, opr_dtype dt)
 {
     char why[OPC_WHY_SIZE];
-    return opc_expect_dtype(op, what, v, dt, why, sizeof why) ? OPR_OK : GK_FAIL(OPR_ERR_INVALID, "%s", why);
+    return opc_expect_dtype(op, what, v, dt, why, sizeof why) ? OPR_OK : GK_FAIL(c, OPR_ERR_INVALID, "%s", why);
 }
 
 /* ------------------------------------------------------------------ device context */
 
 /* What a kernel entry point needs of its device: set by gk_begin. */
 typedef struct gk_ctx {
+    const opr_kernel_call *call; /* NULL in device callbacks */
     const char *op;
     int ordinal;
     gpuStream_t stream;
@@ -157,8 +160,8 @@ typedef struct gk_ctx {
 /* Selects the device of the call (its first tensor argument, else output 0), makes it
  * current on this thread and initialises it on first use. */
 int gk_begin(const opr_kernel_call *c, const char *op, gk_ctx *k);
-/* Same for an explicit ordinal (device callbacks). */
-int gk_begin_ordinal(int ordinal, const char *op, gk_ctx *k);
+/* Same for an explicit ordinal (device callbacks: c NULL). */
+int gk_begin_ordinal(const opr_kernel_call *c, int ordinal, const char *op, gk_ctx *k);
 
 /* Reports a runtime error for the current op; returns OPR_ERR_BACKEND. */
 int gk_fail_gpu(const gk_ctx *k, const char *what, gpuError_t e);
@@ -226,7 +229,7 @@ struct gk_buf {
         p = gk_mem_alloc(ordinal, n);
         if (!p) {
             n = 0;
-            return GK_FAIL(OPR_ERR_NOMEM, "%s: out of %s device memory (%zu bytes of scratch)", k->op,
+            return GK_FAIL(k->call, OPR_ERR_NOMEM, "%s: out of %s device memory (%zu bytes of scratch)", k->op,
                            GPU_RUNTIME_NAME, nbytes);
         }
         return OPR_OK;
@@ -364,7 +367,7 @@ int gk_fill(const gk_ctx *k, size_t es, int32_t ndim, const int64_t *shape, void
             const int64_t *st, uint64_t bits);
 /* Encodes v as one element of dt the way fill_ converts (bool: v != 0; i64: refuses
  * values out of range). */
-int gk_encode_scalar(const char *op, opr_dtype dt, double v, uint64_t *bits);
+int gk_encode_scalar(const opr_kernel_call *c, const char *op, opr_dtype dt, double v, uint64_t *bits);
 /* Copies a view into a new contiguous scratch buffer of the same dtype. */
 int gk_contiguous_copy(const gk_ctx *k, const opr_tensor_view *v, gk_buf *buf, int64_t *strides);
 

@@ -84,7 +84,7 @@ int gk_copy_strided(const gk_ctx *k, size_t es, int32_t ndim, const int64_t *sha
     case 2: return launch_copy<uint16_t>(k, n, g, dst, src);
     case 4: return launch_copy<uint32_t>(k, n, g, dst, src);
     case 8: return launch_copy<unsigned long long>(k, n, g, dst, src);
-    default: return GK_FAIL(OPR_ERR_INVALID, "%s: bad element size %zu", k->op, es);
+    default: return GK_FAIL(k->call, OPR_ERR_INVALID, "%s: bad element size %zu", k->op, es);
     }
 }
 
@@ -105,11 +105,11 @@ int gk_fill(const gk_ctx *k, size_t es, int32_t ndim, const int64_t *shape, void
     case 2: return launch_fill<uint16_t>(k, n, g, dst, bits);
     case 4: return launch_fill<uint32_t>(k, n, g, dst, bits);
     case 8: return launch_fill<unsigned long long>(k, n, g, dst, bits);
-    default: return GK_FAIL(OPR_ERR_INVALID, "%s: bad element size %zu", k->op, es);
+    default: return GK_FAIL(k->call, OPR_ERR_INVALID, "%s: bad element size %zu", k->op, es);
     }
 }
 
-int gk_encode_scalar(const char *op, opr_dtype dt, double v, uint64_t *bits)
+int gk_encode_scalar(const opr_kernel_call *c, const char *op, opr_dtype dt, double v, uint64_t *bits)
 {
     *bits = 0;
     switch (dt) { /* the halves need the device's conversions */
@@ -119,7 +119,7 @@ int gk_encode_scalar(const char *op, opr_dtype dt, double v, uint64_t *bits)
     }
     char why[OPC_WHY_SIZE];
     const int rc = opc_encode_scalar(op, dt, v, bits, GPU_NAME, why, sizeof why);
-    return rc ? GK_FAIL(rc, "%s", why) : OPR_OK;
+    return rc ? GK_FAIL(c, rc, "%s", why) : OPR_OK;
 }
 
 int gk_contiguous_copy(const gk_ctx *k, const opr_tensor_view *v, gk_buf *buf, int64_t *strides)
@@ -142,13 +142,13 @@ int k_copy_(const opr_kernel_call *c)
     if (rc) return rc;
     const opr_tensor_view *src = gk_arg_t(c, 1);
     opr_tensor_view *out = c->outputs[0];
-    if (!src) return GK_FAIL(OPR_ERR_INVALID, "copy_: src is not a tensor");
-    rc = gk_check_dtype("copy_", "src", src, out->dtype);
-    if (!rc) rc = gk_check_writable("copy_", out);
+    if (!src) return GK_FAIL(c, OPR_ERR_INVALID, "copy_: src is not a tensor");
+    rc = gk_check_dtype(c, "copy_", "src", src, out->dtype);
+    if (!rc) rc = gk_check_writable(c, "copy_", out);
     if (rc) return rc;
     int64_t ss[GK_MAXD];
     if (out->ndim > GK_MAXD || !opc_bcast_strides(src, out->ndim, out->shape, ss))
-        return GK_FAIL(OPR_ERR_INVALID, "copy_: src does not broadcast to self");
+        return GK_FAIL(c, OPR_ERR_INVALID, "copy_: src does not broadcast to self");
     if (out->numel == 0) return OPR_OK;
     if (opc_same_view(out, src)) return OPR_OK; /* copying a view onto itself */
     const size_t es = gk_dtype_size(out->dtype);
@@ -171,8 +171,8 @@ int k_fill_(const opr_kernel_call *c)
     if (rc) return rc;
     opr_tensor_view *out = c->outputs[0];
     uint64_t bits;
-    rc = gk_encode_scalar("fill_", out->dtype, gk_arg_d(c, 1), &bits);
-    if (!rc) rc = gk_check_writable("fill_", out);
+    rc = gk_encode_scalar(c, "fill_", out->dtype, gk_arg_d(c, 1), &bits);
+    if (!rc) rc = gk_check_writable(c, "fill_", out);
     if (rc) return rc;
     return gk_fill(&k, gk_dtype_size(out->dtype), out->ndim, out->shape, out->data, out->strides, bits);
 }
@@ -184,15 +184,15 @@ int k_masked_fill_(const opr_kernel_call *c)
     if (rc) return rc;
     const opr_tensor_view *mask = gk_arg_t(c, 1);
     opr_tensor_view *out = c->outputs[0];
-    if (!mask) return GK_FAIL(OPR_ERR_INVALID, "masked_fill_: mask is not a tensor");
+    if (!mask) return GK_FAIL(c, OPR_ERR_INVALID, "masked_fill_: mask is not a tensor");
     uint64_t bits;
-    rc = gk_check_dtype("masked_fill_", "mask", mask, OPR_BOOL);
-    if (!rc) rc = gk_encode_scalar("masked_fill_", out->dtype, gk_arg_d(c, 2), &bits);
-    if (!rc) rc = gk_check_writable("masked_fill_", out);
+    rc = gk_check_dtype(c, "masked_fill_", "mask", mask, OPR_BOOL);
+    if (!rc) rc = gk_encode_scalar(c, "masked_fill_", out->dtype, gk_arg_d(c, 2), &bits);
+    if (!rc) rc = gk_check_writable(c, "masked_fill_", out);
     if (rc) return rc;
     int64_t ms[GK_MAXD];
     if (out->ndim > GK_MAXD || !opc_bcast_strides(mask, out->ndim, out->shape, ms))
-        return GK_FAIL(OPR_ERR_INVALID, "masked_fill_: mask does not broadcast to self");
+        return GK_FAIL(c, OPR_ERR_INVALID, "masked_fill_: mask does not broadcast to self");
     const int64_t n = out->numel;
     if (n == 0) return OPR_OK;
     gk_geom g;
@@ -223,7 +223,7 @@ int fill_value(const opr_kernel_call *c, const char *op, double v)
     if (rc) return rc;
     opr_tensor_view *out = c->outputs[0];
     uint64_t bits;
-    if ((rc = gk_encode_scalar(op, out->dtype, v, &bits))) return rc;
+    if ((rc = gk_encode_scalar(c, op, out->dtype, v, &bits))) return rc;
     return gk_fill(&k, gk_dtype_size(out->dtype), out->ndim, out->shape, out->data, out->strides, bits);
 }
 
@@ -253,7 +253,7 @@ int k_arange(const opr_kernel_call *c)
     const double start = gk_arg_d(c, 0), end = gk_arg_d(c, 1), step = gk_arg_d(c, 2);
     const int64_t n = out->numel;
     if (step == 0 || !isfinite(start) || !isfinite(end) || !isfinite(step))
-        return GK_FAIL(OPR_ERR_INVALID, "arange: start, end and step must be finite and step nonzero (got %g, %g, %g)",
+        return GK_FAIL(c, OPR_ERR_INVALID, "arange: start, end and step must be finite and step nonzero (got %g, %g, %g)",
                        start, end, step);
     if (n == 0) return OPR_OK;
     const unsigned nb = gk_blocks(n);
@@ -262,17 +262,17 @@ int k_arange(const opr_kernel_call *c)
     case OPR_F64: gk_launch(k_arange_f<double>, nb, GK_THREADS, 0, k.stream, n, (double *)out->data, start, step); break;
     case OPR_I64: {
         if (!opc_fits_i64(start) || !opc_fits_i64(step))
-            return GK_FAIL(OPR_ERR_INVALID, "arange: start %g or step %g does not fit i64", start, step);
+            return GK_FAIL(c, OPR_ERR_INVALID, "arange: start %g or step %g does not fit i64", start, step);
         const int64_t s0 = (int64_t)start, st = (int64_t)step;
-        if (st == 0) return GK_FAIL(OPR_ERR_INVALID, "arange: step %g truncates to 0 for i64", step);
+        if (st == 0) return GK_FAIL(c, OPR_ERR_INVALID, "arange: step %g truncates to 0 for i64", step);
         int64_t span, last;
         if (__builtin_mul_overflow(n - 1, st, &span) || __builtin_add_overflow(s0, span, &last))
-            return GK_FAIL(OPR_ERR_INVALID, "arange: values overflow i64");
+            return GK_FAIL(c, OPR_ERR_INVALID, "arange: values overflow i64");
         gk_launch(k_arange_i, nb, GK_THREADS, 0, k.stream, n, (int64_t *)out->data, s0, st);
         break;
     }
     default:
-        return GK_FAIL(OPR_ERR_UNSUPPORTED, "arange: dtype %s is not supported on %s", gk_dtype_name(out->dtype),
+        return GK_FAIL(c, OPR_ERR_UNSUPPORTED, "arange: dtype %s is not supported on %s", gk_dtype_name(out->dtype),
                        GPU_NAME);
     }
     return gk_launched(&k, "arange kernel");
@@ -287,7 +287,7 @@ int k_cat(const opr_kernel_call *c)
     if (rc) return rc;
     char why[OPC_WHY_SIZE];
     opc_cat cat;
-    if (!opc_cat_start(c, gk_arg_i(c, 1), &cat, why, sizeof why)) return GK_FAIL(OPR_ERR_INVALID, "%s", why);
+    if (!opc_cat_start(c, gk_arg_i(c, 1), &cat, why, sizeof why)) return GK_FAIL(c, OPR_ERR_INVALID, "%s", why);
     const size_t es = gk_dtype_size(cat.out->dtype);
     while (opc_cat_next(&cat)) {
         const opr_tensor_view *t = cat.t;
@@ -307,24 +307,24 @@ int k_diag(const opr_kernel_call *c)
     const opr_tensor_view *x = gk_arg_t(c, 0);
     const int64_t kd = gk_arg_i(c, 1);
     opr_tensor_view *out = c->outputs[0];
-    if (!x) return GK_FAIL(OPR_ERR_INVALID, "diag: self is not a tensor");
+    if (!x) return GK_FAIL(c, OPR_ERR_INVALID, "diag: self is not a tensor");
     const size_t es = gk_dtype_size(x->dtype);
     const int64_t row0 = opc_diagonal_row0(kd), col0 = opc_diagonal_col0(kd);
-    if (out->dtype != x->dtype) return GK_FAIL(OPR_ERR_INVALID, "diag: output dtype differs from self's");
+    if (out->dtype != x->dtype) return GK_FAIL(c, OPR_ERR_INVALID, "diag: output dtype differs from self's");
     if (x->ndim == 1) {
         const int64_t n = x->shape[0], size = n + row0 + col0;
         if (out->ndim != 2 || out->shape[0] != size || out->shape[1] != size)
-            return GK_FAIL(OPR_ERR_INVALID, "diag: output must be [%lld, %lld]", (long long)size, (long long)size);
+            return GK_FAIL(c, OPR_ERR_INVALID, "diag: output must be [%lld, %lld]", (long long)size, (long long)size);
         if ((rc = gk_fill(&k, es, 2, out->shape, out->data, out->strides, 0))) return rc;
         char *dst = (char *)out->data + (row0 * out->strides[0] + col0 * out->strides[1]) * (int64_t)es;
         const int64_t dst_st = out->strides[0] + out->strides[1];
         return gk_copy_strided(&k, es, 1, &n, dst, &dst_st, x->data, x->strides);
     }
     if (x->ndim != 2)
-        return GK_FAIL(OPR_ERR_INVALID, "diag: expected a 1-d or 2-d tensor, got %d-d", (int)x->ndim);
+        return GK_FAIL(c, OPR_ERR_INVALID, "diag: expected a 1-d or 2-d tensor, got %d-d", (int)x->ndim);
     int64_t len = opc_diagonal_length(x->shape[0], x->shape[1], kd);
     if (out->ndim != 1 || out->shape[0] != len)
-        return GK_FAIL(OPR_ERR_INVALID, "diag: output must be [%lld]", (long long)len);
+        return GK_FAIL(c, OPR_ERR_INVALID, "diag: output must be [%lld]", (long long)len);
     if (len == 0) return OPR_OK;
     const char *src = (const char *)x->data + (row0 * x->strides[0] + col0 * x->strides[1]) * (int64_t)es;
     const int64_t src_st = x->strides[0] + x->strides[1];
@@ -338,15 +338,15 @@ int k_diagonal_scatter(const opr_kernel_call *c)
     if (rc) return rc;
     const opr_tensor_view *x = gk_arg_t(c, 0), *src = gk_arg_t(c, 1);
     opr_tensor_view *out = c->outputs[0];
-    if (!x || !src) return GK_FAIL(OPR_ERR_INVALID, "diagonal_scatter: self and src must be tensors");
+    if (!x || !src) return GK_FAIL(c, OPR_ERR_INVALID, "diagonal_scatter: self and src must be tensors");
     char why[OPC_WHY_SIZE];
     int32_t d1, d2;
     opc_diagonal_view v;
     if (!opc_diagonal_dims("diagonal_scatter", x->ndim, gk_arg_i(c, 3), gk_arg_i(c, 4), &d1, &d2, why, sizeof why))
-        return GK_FAIL(OPR_ERR_INVALID, "%s", why);
-    if ((rc = gk_check_dtype("diagonal_scatter", "src", src, x->dtype))) return rc;
+        return GK_FAIL(c, OPR_ERR_INVALID, "%s", why);
+    if ((rc = gk_check_dtype(c, "diagonal_scatter", "src", src, x->dtype))) return rc;
     if (!opc_diagonal_scatter_view(x, src, out, gk_arg_i(c, 2), d1, d2, &v, why, sizeof why))
-        return GK_FAIL(OPR_ERR_INVALID, "%s", why);
+        return GK_FAIL(c, OPR_ERR_INVALID, "%s", why);
     const size_t es = gk_dtype_size(x->dtype);
     if ((rc = gk_copy_strided(&k, es, x->ndim, x->shape, out->data, out->strides, x->data, x->strides))) return rc;
     if (src->numel == 0) return OPR_OK;
@@ -364,13 +364,13 @@ int k_narrow_scatter(const opr_kernel_call *c)
     if (rc) return rc;
     const opr_tensor_view *x = gk_arg_t(c, 0), *src = gk_arg_t(c, 1);
     opr_tensor_view *out = c->outputs[0];
-    if (!x || !src) return GK_FAIL(OPR_ERR_INVALID, "narrow_scatter: self and src must be tensors");
+    if (!x || !src) return GK_FAIL(c, OPR_ERR_INVALID, "narrow_scatter: self and src must be tensors");
     int32_t dim;
     if (x->ndim == 0 || !gk_wrap_dim(gk_arg_i(c, 2), x->ndim, &dim))
-        return GK_FAIL(OPR_ERR_INVALID, "narrow_scatter: dim %lld out of range for a %d-d tensor",
+        return GK_FAIL(c, OPR_ERR_INVALID, "narrow_scatter: dim %lld out of range for a %d-d tensor",
                        (long long)gk_arg_i(c, 2), (int)x->ndim);
     if (src->dtype != x->dtype)
-        return GK_FAIL(OPR_ERR_INVALID, "narrow_scatter: src is %s but self is %s", gk_dtype_name(src->dtype),
+        return GK_FAIL(c, OPR_ERR_INVALID, "narrow_scatter: src is %s but self is %s", gk_dtype_name(src->dtype),
                        gk_dtype_name(x->dtype));
     const int64_t size = x->shape[dim];
     int64_t start = gk_arg_i(c, 3);
@@ -379,10 +379,10 @@ int k_narrow_scatter(const opr_kernel_call *c)
     for (int32_t d = 0; ok && d < x->ndim; d++)
         ok = d == dim ? src->shape[d] <= size - start : src->shape[d] == x->shape[d];
     if (!ok)
-        return GK_FAIL(OPR_ERR_INVALID, "narrow_scatter: src must have self's shape except at dim %d, where it must fit "
+        return GK_FAIL(c, OPR_ERR_INVALID, "narrow_scatter: src must have self's shape except at dim %d, where it must fit "
                        "from start %lld into size %lld", (int)dim, (long long)gk_arg_i(c, 3), (long long)size);
     if (!gk_same_shape(x->ndim, x->shape, out))
-        return GK_FAIL(OPR_ERR_INVALID, "narrow_scatter: output shape must equal self's");
+        return GK_FAIL(c, OPR_ERR_INVALID, "narrow_scatter: output shape must equal self's");
     const size_t es = gk_dtype_size(x->dtype);
     if ((rc = gk_copy_strided(&k, es, x->ndim, x->shape, out->data, out->strides, x->data, x->strides))) return rc;
     char *base = (char *)out->data + start * out->strides[dim] * (int64_t)es;
@@ -400,11 +400,11 @@ int k_diag_backward(const opr_kernel_call *c)
     if (rc) return rc;
     const opr_tensor_view *g = gk_arg_t(c, 0);
     opr_tensor_view *out = c->outputs[0];
-    if (!g) return GK_FAIL(OPR_ERR_INVALID, "diag_backward: self is not a tensor");
+    if (!g) return GK_FAIL(c, OPR_ERR_INVALID, "diag_backward: self is not a tensor");
     const int64_t kd = gk_arg_i(c, 2);
     char why[OPC_WHY_SIZE];
     int64_t len;
-    if (!opc_diag_backward_shapes(g, out, kd, &len, why, sizeof why)) return GK_FAIL(OPR_ERR_INVALID, "%s", why);
+    if (!opc_diag_backward_shapes(g, out, kd, &len, why, sizeof why)) return GK_FAIL(c, OPR_ERR_INVALID, "%s", why);
     const int64_t row0 = opc_diagonal_row0(kd), col0 = opc_diagonal_col0(kd);
     const size_t es = gk_dtype_size(out->dtype);
     if (out->ndim == 1) {

@@ -84,7 +84,7 @@ gpuError_t use_device(int ordinal)
     return e;
 }
 
-int ensure_ready(int ordinal, const char *op)
+int ensure_ready(const opr_kernel_call *c, int ordinal, const char *op)
 {
     device_state &d = g_dev[ordinal];
     if (d.ready.load(std::memory_order_acquire)) return OPR_OK;
@@ -94,7 +94,7 @@ int ensure_ready(int ordinal, const char *op)
     if (e == gpuSuccess) e = gpuStreamCreateWithFlags(&d.stream, gpuStreamNonBlocking);
     if (e != gpuSuccess) {
         (void)gpuGetLastError();
-        return GK_FAIL(OPR_ERR_BACKEND, "%s: cannot initialise %s device %d: %s", op, GPU_RUNTIME_NAME,
+        return GK_FAIL(c, OPR_ERR_BACKEND, "%s: cannot initialise %s device %d: %s", op, GPU_RUNTIME_NAME,
                        ordinal, gpuGetErrorString(e));
     }
     int sms = 0;
@@ -108,7 +108,7 @@ int ensure_ready(int ordinal, const char *op)
         d.blas = nullptr;
         (void)gpuStreamDestroy(d.stream);
         d.stream = nullptr;
-        return GK_FAIL(OPR_ERR_BACKEND, "%s: cannot create a cuBLAS handle on device %d (status %d)", op,
+        return GK_FAIL(c, OPR_ERR_BACKEND, "%s: cannot create a cuBLAS handle on device %d (status %d)", op,
                        ordinal, (int)s);
     }
 #endif
@@ -123,20 +123,21 @@ int ensure_ready(int ordinal, const char *op)
 int gk_fail_gpu(const gk_ctx *k, const char *what, gpuError_t e)
 {
     (void)gpuGetLastError(); /* clear a non-sticky error so later calls are not blamed */
-    return GK_FAIL(OPR_ERR_BACKEND, "%s: %s error on device %d: %s (in %s)", k ? k->op : "?",
+    return GK_FAIL(k ? k->call : nullptr, OPR_ERR_BACKEND, "%s: %s error on device %d: %s (in %s)", k ? k->op : "?",
                    GPU_RUNTIME_NAME, k ? k->ordinal : -1, gpuGetErrorString(e), what);
 }
 
-int gk_begin_ordinal(int ordinal, const char *op, gk_ctx *k)
+int gk_begin_ordinal(const opr_kernel_call *c, int ordinal, const char *op, gk_ctx *k)
 {
+    k->call = c;
     k->op = op;
     k->ordinal = ordinal;
     k->stream = nullptr;
     k->sm_count = 1;
     if (ordinal < 0 || ordinal >= g_count)
-        return GK_FAIL(OPR_ERR_INVALID, "%s: %s device ordinal %d out of range (%d device(s))", op, GPU_NAME,
+        return GK_FAIL(k->call, OPR_ERR_INVALID, "%s: %s device ordinal %d out of range (%d device(s))", op, GPU_NAME,
                        ordinal, g_count);
-    int rc = ensure_ready(ordinal, op);
+    int rc = ensure_ready(c, ordinal, op);
     if (rc) return rc;
     gpuError_t e = use_device(ordinal);
     if (e != gpuSuccess) return gk_fail_gpu(k, "set device", e);
@@ -154,7 +155,7 @@ int gk_begin(const opr_kernel_call *c, const char *op, gk_ctx *k)
         else if (a->kind == OPR_ARG_TENSOR_LIST && a->u.tl.n > 0) ordinal = a->u.tl.items[0]->device.index;
     }
     if (ordinal < 0) ordinal = c->nout > 0 ? c->outputs[0]->device.index : 0;
-    return gk_begin_ordinal(ordinal, op, k);
+    return gk_begin_ordinal(c, ordinal, op, k);
 }
 
 #if GPU_HAVE_BLAS
@@ -242,7 +243,7 @@ namespace {
 void *dev_alloc(void *, int32_t ordinal, size_t nbytes)
 {
     gk_ctx k;
-    if (gk_begin_ordinal(ordinal, "alloc", &k)) return nullptr;
+    if (gk_begin_ordinal(nullptr, ordinal, "alloc", &k)) return nullptr;
     return gk_mem_alloc(ordinal, nbytes);
 }
 
@@ -251,21 +252,21 @@ void dev_free(void *, int32_t ordinal, void *ptr, size_t nbytes) { gk_mem_free(o
 int dev_copy_to_host(void *, int32_t ordinal, void *dst, const void *src, size_t n)
 {
     gk_ctx k;
-    int rc = gk_begin_ordinal(ordinal, "copy to host", &k);
+    int rc = gk_begin_ordinal(nullptr, ordinal, "copy to host", &k);
     return rc ? rc : gk_to_host(&k, dst, src, n);
 }
 
 int dev_copy_from_host(void *, int32_t ordinal, void *dst, const void *src, size_t n)
 {
     gk_ctx k;
-    int rc = gk_begin_ordinal(ordinal, "copy from host", &k);
+    int rc = gk_begin_ordinal(nullptr, ordinal, "copy from host", &k);
     return rc ? rc : gk_from_host(&k, dst, src, n);
 }
 
 int dev_copy_device(void *, int32_t ordinal, void *dst, const void *src, size_t n)
 {
     gk_ctx k;
-    int rc = gk_begin_ordinal(ordinal, "device copy", &k);
+    int rc = gk_begin_ordinal(nullptr, ordinal, "device copy", &k);
     if (rc || !n || dst == src) return rc;
     const char *d = (const char *)dst, *s = (const char *)src;
     if (d < s + n && s < d + n) { /* overlapping ranges: memmove semantics via scratch */
@@ -282,10 +283,10 @@ int dev_copy_device(void *, int32_t ordinal, void *dst, const void *src, size_t 
 int dev_sync(void *, int32_t ordinal)
 {
     if (ordinal < 0 || ordinal >= g_count)
-        return GK_FAIL(OPR_ERR_INVALID, "sync: %s device ordinal %d out of range", GPU_NAME, ordinal);
+        return GK_FAIL(nullptr, OPR_ERR_INVALID, "sync: %s device ordinal %d out of range", GPU_NAME, ordinal);
     if (!g_dev[ordinal].ready.load(std::memory_order_acquire)) return OPR_OK; /* never used */
     gk_ctx k;
-    int rc = gk_begin_ordinal(ordinal, "sync", &k);
+    int rc = gk_begin_ordinal(nullptr, ordinal, "sync", &k);
     if (rc) return rc;
     GK_TRY(&k, gpuStreamSynchronize(k.stream));
     return OPR_OK;
@@ -381,7 +382,7 @@ extern "C" OPR_PLUGIN_EXPORT int opr_plugin_init(const opr_host_api *host, opr_p
     gpuError_t e = gpuGetDeviceCount(&n);
     if (e != gpuSuccess || n < 1) {
         (void)gpuGetLastError();
-        host->set_error("%s: no usable device (%s)", GPU_NAME,
+        host->set_error(nullptr, "%s: no usable device (%s)", GPU_NAME,
                         e != gpuSuccess ? gpuGetErrorString(e) : "device count is 0");
         return OPR_ERR_UNSUPPORTED;
     }

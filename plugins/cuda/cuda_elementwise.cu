@@ -82,11 +82,11 @@ int k_sign(const opr_kernel_call *c) { return run_num<f_sign, 1>(c, "sign", 1, 0
 template <template <class> class F>
 int add_sub(const opr_kernel_call *c, const char *op)
 {
-    if (c->nargs < 3) return GK_FAIL(OPR_ERR_INVALID, "%s: expected 3 arguments", op);
+    if (c->nargs < 3) return GK_FAIL(c, OPR_ERR_INVALID, "%s: expected 3 arguments", op);
     const double alpha = gk_arg_d(c, 2);
     const opr_tensor_view *self = gk_arg_t(c, 0);
     if (self && self->dtype == OPR_I64 && alpha != floor(alpha))
-        return GK_FAIL(OPR_ERR_INVALID, "%s: alpha must be an integer for i64 tensors, got %g", op, alpha);
+        return GK_FAIL(c, OPR_ERR_INVALID, "%s: alpha must be an integer for i64 tensors, got %g", op, alpha);
     return run_num<F, 2>(c, op, 3, alpha, 0);
 }
 int k_add(const opr_kernel_call *c) { return add_sub<f_add>(c, "add"); }
@@ -94,7 +94,7 @@ int k_sub(const opr_kernel_call *c) { return add_sub<f_sub>(c, "sub"); }
 
 int k_pow(const opr_kernel_call *c)
 {
-    if (c->nargs < 2) return GK_FAIL(OPR_ERR_INVALID, "pow: expected 2 arguments");
+    if (c->nargs < 2) return GK_FAIL(c, OPR_ERR_INVALID, "pow: expected 2 arguments");
     const double p = gk_arg_d(c, 1);
     if (p == 2) return run_float<f_square, 1>(c, "pow", 2, p, 0);
     if (p == 0.5) return run_float<f_sqrt, 1>(c, "pow", 2, p, 0);
@@ -115,7 +115,7 @@ double clamp_hi(const opr_kernel_call *c, int i, bool is_int)
 
 int k_clamp(const opr_kernel_call *c)
 {
-    if (c->nargs < 3) return GK_FAIL(OPR_ERR_INVALID, "clamp: expected 3 arguments");
+    if (c->nargs < 3) return GK_FAIL(c, OPR_ERR_INVALID, "clamp: expected 3 arguments");
     const opr_tensor_view *self = gk_arg_t(c, 0);
     const bool is_int = self && self->dtype == OPR_I64;
     return run_num<f_clamp, 1>(c, "clamp", 3, clamp_lo(c, 1, is_int), clamp_hi(c, 2, is_int));
@@ -123,7 +123,7 @@ int k_clamp(const opr_kernel_call *c)
 
 int k_clamp_min(const opr_kernel_call *c)
 {
-    if (c->nargs < 2) return GK_FAIL(OPR_ERR_INVALID, "clamp_min: expected 2 arguments");
+    if (c->nargs < 2) return GK_FAIL(c, OPR_ERR_INVALID, "clamp_min: expected 2 arguments");
     const opr_tensor_view *self = gk_arg_t(c, 0);
     const bool is_int = self && self->dtype == OPR_I64;
     return run_num<f_clamp, 1>(c, "clamp_min", 2, clamp_lo(c, 1, is_int), INFINITY);
@@ -160,16 +160,16 @@ int k_where(const opr_kernel_call *c)
     int rc = gk_begin(c, "where", &k);
     if (rc) return rc;
     if (c->nargs < 3 || c->nout < 1)
-        return GK_FAIL(OPR_ERR_INVALID, "where: expected 3 arguments and 1 output");
+        return GK_FAIL(c, OPR_ERR_INVALID, "where: expected 3 arguments and 1 output");
     const opr_tensor_view *cond = gk_arg_t(c, 0);
     if (!cond || cond->dtype != OPR_BOOL)
-        return GK_FAIL(OPR_ERR_INVALID, "where: condition must be a bool tensor");
+        return GK_FAIL(c, OPR_ERR_INVALID, "where: condition must be a bool tensor");
     if ((rc = gk_ew_prepare(c, "where", 3, 1, 2, NUMS, false, &e))) return rc;
     const opr_tensor_view *out = e.out;
     int64_t st[4][GK_MAXD];
     for (int32_t d = 0; d < out->ndim; d++) st[0][d] = out->strides[d];
     if (!opc_bcast_strides(cond, out->ndim, out->shape, st[1]))
-        return GK_FAIL(OPR_ERR_INVALID, "where: input 0 (%d-d) does not broadcast to the %d-d output", cond->ndim,
+        return GK_FAIL(c, OPR_ERR_INVALID, "where: input 0 (%d-d) does not broadcast to the %d-d output", cond->ndim,
                        out->ndim);
     opc_bcast_strides(e.in[0], out->ndim, out->shape, st[2]);
     opc_bcast_strides(e.in[1], out->ndim, out->shape, st[3]);

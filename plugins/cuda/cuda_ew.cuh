@@ -131,35 +131,35 @@ static inline int gk_ew_prepare(const opr_kernel_call *c, const char *op, int na
                                 uint32_t dtypes, bool bool_out, gk_ew *e)
 {
     if (c->nargs < nargs || c->nout < 1)
-        return GK_FAIL(OPR_ERR_INVALID, "%s: expected %d arguments and 1 output, got %d and %d", op, nargs,
+        return GK_FAIL(c, OPR_ERR_INVALID, "%s: expected %d arguments and 1 output, got %d and %d", op, nargs,
                        c->nargs, c->nout);
     e->op = op;
     e->nin = nin;
     e->out = c->outputs[0];
     for (int i = 0; i < nin; i++)
         if (!(e->in[i] = gk_arg_t(c, first + i)))
-            return GK_FAIL(OPR_ERR_INVALID, "%s: argument %d is not a tensor", op, first + i);
+            return GK_FAIL(c, OPR_ERR_INVALID, "%s: argument %d is not a tensor", op, first + i);
     const opr_dtype t = e->in[0]->dtype;
     for (int i = 1; i < nin; i++)
         if (e->in[i]->dtype != t)
-            return GK_FAIL(OPR_ERR_INVALID, "%s: dtype mismatch: argument %d is %s, argument %d is %s", op, first,
+            return GK_FAIL(c, OPR_ERR_INVALID, "%s: dtype mismatch: argument %d is %s, argument %d is %s", op, first,
                            gk_dtype_name(t), first + i, gk_dtype_name(e->in[i]->dtype));
     if ((unsigned)t >= OPR_DTYPE_COUNT || !(dtypes & GK_BIT(t)))
-        return GK_FAIL(OPR_ERR_UNSUPPORTED, "%s: no %s kernel for dtype %s", op, GPU_NAME, gk_dtype_name(t));
+        return GK_FAIL(c, OPR_ERR_UNSUPPORTED, "%s: no %s kernel for dtype %s", op, GPU_NAME, gk_dtype_name(t));
     const opr_dtype want = bool_out ? OPR_BOOL : t;
     if (e->out->dtype != want)
-        return GK_FAIL(OPR_ERR_INVALID, "%s: output dtype is %s, expected %s", op, gk_dtype_name(e->out->dtype),
+        return GK_FAIL(c, OPR_ERR_INVALID, "%s: output dtype is %s, expected %s", op, gk_dtype_name(e->out->dtype),
                        gk_dtype_name(want));
     const opr_tensor_view *out = e->out;
-    if (out->numel > 0 && !out->data) return GK_FAIL(OPR_ERR_INVALID, "%s: output is not allocated", op);
+    if (out->numel > 0 && !out->data) return GK_FAIL(c, OPR_ERR_INVALID, "%s: output is not allocated", op);
     if (out->ndim > GK_MAXD)
-        return GK_FAIL(OPR_ERR_INVALID, "%s: %d-d output exceeds %d dims", op, out->ndim, GK_MAXD);
+        return GK_FAIL(c, OPR_ERR_INVALID, "%s: %d-d output exceeds %d dims", op, out->ndim, GK_MAXD);
     bool contig = gk_is_contiguous(out);
     int64_t st[4][GK_MAXD];
     for (int32_t d = 0; d < out->ndim; d++) st[0][d] = out->strides[d];
     for (int i = 0; i < nin; i++) {
         if (!opc_bcast_strides(e->in[i], out->ndim, out->shape, st[i + 1]))
-            return GK_FAIL(OPR_ERR_INVALID, "%s: input %d (%d-d) does not broadcast to the %d-d output", op, i,
+            return GK_FAIL(c, OPR_ERR_INVALID, "%s: input %d (%d-d) does not broadcast to the %d-d output", op, i,
                            e->in[i]->ndim, out->ndim);
         contig = contig && e->in[i]->numel == out->numel && gk_is_contiguous(e->in[i]);
     }
@@ -233,7 +233,7 @@ int gk_ew_dispatch(const gk_ctx *k, const gk_ew &e, double a, double b)
     GK_EW_CASE(OPR_F16, gpu_f16, float)
     GK_EW_CASE(OPR_BF16, gpu_bf16, float)
     default:
-        return GK_FAIL(OPR_ERR_UNSUPPORTED, "%s: no %s kernel for dtype %s", e.op, GPU_NAME,
+        return GK_FAIL(k->call, OPR_ERR_UNSUPPORTED, "%s: no %s kernel for dtype %s", e.op, GPU_NAME,
                        gk_dtype_name(e.in[0]->dtype));
     }
 #undef GK_EW_CASE

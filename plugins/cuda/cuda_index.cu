@@ -81,7 +81,7 @@ int check_indices(const gk_ctx *k, const opr_tensor_view *index, int32_t dim, in
     if ((rc = gk_to_host(k, h, mm.p, sizeof h))) return rc;
     const int64_t mn = (int64_t)(h[0] ^ (1ull << 63)), mx = (int64_t)(h[1] ^ (1ull << 63));
     char why[OPC_WHY_SIZE];
-    return opc_index_in_range(k->op, mn, mx, dim, size, why, sizeof why) ? OPR_OK : GK_FAIL(OPR_ERR_INVALID, "%s", why);
+    return opc_index_in_range(k->op, mn, mx, dim, size, why, sizeof why) ? OPR_OK : GK_FAIL(k->call, OPR_ERR_INVALID, "%s", why);
 }
 
 /* A geometry that also yields the coordinate along one dim (not coalesced). */
@@ -130,7 +130,7 @@ int begin_tensors(const opr_kernel_call *c, const char *op, const char *names, g
     *x = gk_arg_t(c, 0);
     *a = gk_arg_t(c, ia);
     const bool have_b = !b || (*b = gk_arg_t(c, ib));
-    if (!*x || !*a || !have_b) return GK_FAIL(OPR_ERR_INVALID, "%s: %s must be tensors", op, names);
+    if (!*x || !*a || !have_b) return GK_FAIL(c, OPR_ERR_INVALID, "%s: %s must be tensors", op, names);
     return OPR_OK;
 }
 
@@ -169,17 +169,17 @@ template <class F> void by_accum_type(opr_dtype dt, F &&f)
 
 /* scatter_add and index_add accumulate with atomicAdd, which exists for f32, f64 and
  * (as unsigned) i64 only. */
-int check_accumulates(const char *op, opr_dtype dt)
+int check_accumulates(const opr_kernel_call *c, const char *op, opr_dtype dt)
 {
     if (dt == OPR_F32 || dt == OPR_F64 || dt == OPR_I64) return OPR_OK;
-    return GK_FAIL(OPR_ERR_UNSUPPORTED, "%s: dtype %s is not supported on %s", op, gk_dtype_name(dt), GPU_NAME);
+    return GK_FAIL(c, OPR_ERR_UNSUPPORTED, "%s: dtype %s is not supported on %s", op, gk_dtype_name(dt), GPU_NAME);
 }
 
 /* The accumulating ops write self's elements into out: its dtype must be self's (the
  * CPU plugin leaves this to the host). Reported like a wrong output shape. */
-int check_out_dtype(const char *op, const opr_tensor_view *out, const opr_tensor_view *x)
+int check_out_dtype(const opr_kernel_call *c, const char *op, const opr_tensor_view *out, const opr_tensor_view *x)
 {
-    return out->dtype == x->dtype ? OPR_OK : GK_FAIL(OPR_ERR_INVALID, "%s: output shape must equal self's", op);
+    return out->dtype == x->dtype ? OPR_OK : GK_FAIL(c, OPR_ERR_INVALID, "%s: output shape must equal self's", op);
 }
 
 /* ------------------------------------------------------------------ index_select */
@@ -206,11 +206,11 @@ int k_index_select_op(const opr_kernel_call *c)
     char why[OPC_WHY_SIZE];
     int32_t dim;
     if (!opc_index_select_args(x, index, gk_arg_i(c, 1), &dim, why, sizeof why))
-        return GK_FAIL(OPR_ERR_INVALID, "%s", why);
-    if (out->dtype != x->dtype) return GK_FAIL(OPR_ERR_INVALID, "index_select: output dtype differs from self's");
+        return GK_FAIL(c, OPR_ERR_INVALID, "%s", why);
+    if (out->dtype != x->dtype) return GK_FAIL(c, OPR_ERR_INVALID, "index_select: output dtype differs from self's");
     const int64_t size = opc_size_at(x, dim);
     if ((rc = check_indices(&k, index, dim, size))) return rc;
-    if (!opc_index_select_out(x, index, dim, out, why, sizeof why)) return GK_FAIL(OPR_ERR_INVALID, "%s", why);
+    if (!opc_index_select_out(x, index, dim, out, why, sizeof why)) return GK_FAIL(c, OPR_ERR_INVALID, "%s", why);
     if (out->numel == 0) return OPR_OK;
     const size_t es = gk_dtype_size(x->dtype);
     if (x->ndim == 0) { /* one element, which every index (0 or -1) selects */
@@ -253,8 +253,8 @@ int k_gather_op(const opr_kernel_call *c)
     char why[OPC_WHY_SIZE];
     int32_t dim;
     if (!opc_gather_args(x, index, out, gk_arg_i(c, 1), &dim, why, sizeof why))
-        return GK_FAIL(OPR_ERR_INVALID, "%s", why);
-    if (out->dtype != x->dtype) return GK_FAIL(OPR_ERR_INVALID, "gather: output dtype differs from self's");
+        return GK_FAIL(c, OPR_ERR_INVALID, "%s", why);
+    if (out->dtype != x->dtype) return GK_FAIL(c, OPR_ERR_INVALID, "gather: output dtype differs from self's");
     const int64_t size = opc_size_at(x, dim), xsd = opc_stride_at(x, dim);
     if ((rc = check_indices(&k, index, dim, size))) return rc;
     const int64_t n = out->numel;
@@ -297,10 +297,10 @@ int k_scatter_add_op(const opr_kernel_call *c)
     char why[OPC_WHY_SIZE];
     int32_t dim;
     if (!opc_scatter_add_args(x, index, src, gk_arg_i(c, 1), &dim, why, sizeof why))
-        return GK_FAIL(OPR_ERR_INVALID, "%s", why);
-    if ((rc = check_accumulates("scatter_add", x->dtype))) return rc;
-    if (!opc_scatter_add_shapes(x, index, src, out, dim, why, sizeof why)) return GK_FAIL(OPR_ERR_INVALID, "%s", why);
-    if ((rc = check_out_dtype("scatter_add", out, x))) return rc;
+        return GK_FAIL(c, OPR_ERR_INVALID, "%s", why);
+    if ((rc = check_accumulates(c, "scatter_add", x->dtype))) return rc;
+    if (!opc_scatter_add_shapes(x, index, src, out, dim, why, sizeof why)) return GK_FAIL(c, OPR_ERR_INVALID, "%s", why);
+    if ((rc = check_out_dtype(c, "scatter_add", out, x))) return rc;
     const int64_t size = opc_size_at(x, dim);
     if ((rc = check_indices(&k, index, dim, size))) return rc;
     const size_t es = gk_dtype_size(x->dtype);
@@ -351,14 +351,14 @@ int index_add_impl(const opr_kernel_call *c, bool inplace)
     char why[OPC_WHY_SIZE];
     int32_t dim;
     if (!opc_index_add_args(op, x, index, source, gk_arg_i(c, 1), &dim, why, sizeof why))
-        return GK_FAIL(OPR_ERR_INVALID, "%s", why);
-    if ((rc = check_accumulates(op, x->dtype))) return rc;
+        return GK_FAIL(c, OPR_ERR_INVALID, "%s", why);
+    if ((rc = check_accumulates(c, op, x->dtype))) return rc;
     if (!opc_index_add_shapes(op, x, index, source, out, dim, why, sizeof why))
-        return GK_FAIL(OPR_ERR_INVALID, "%s", why);
-    if ((rc = check_out_dtype(op, out, x))) return rc;
-    if (inplace && (rc = gk_check_writable(op, out))) return rc;
+        return GK_FAIL(c, OPR_ERR_INVALID, "%s", why);
+    if ((rc = check_out_dtype(c, op, out, x))) return rc;
+    if (inplace && (rc = gk_check_writable(c, op, out))) return rc;
     const double alpha = gk_arg_d(c, 4);
-    if (!opc_index_add_alpha(op, x->dtype, alpha, why, sizeof why)) return GK_FAIL(OPR_ERR_INVALID, "%s", why);
+    if (!opc_index_add_alpha(op, x->dtype, alpha, why, sizeof why)) return GK_FAIL(c, OPR_ERR_INVALID, "%s", why);
     const int64_t size = opc_size_at(out, dim);
     if ((rc = check_indices(&k, index, dim, size))) return rc;
 
@@ -531,12 +531,12 @@ int k_masked_select_op(const opr_kernel_call *c)
     const opr_tensor_view *x, *mask;
     int rc = begin_tensors(c, "masked_select", "self and mask", &k, &x, 1, &mask);
     if (rc) return rc;
-    if ((rc = gk_check_dtype("masked_select", "mask", mask, OPR_BOOL))) return rc;
+    if ((rc = gk_check_dtype(c, "masked_select", "mask", mask, OPR_BOOL))) return rc;
     int32_t nd;
     int64_t shape[GK_MAXD], xs[GK_MAXD], ms[GK_MAXD];
     if (!opc_broadcast_shape(x, mask, &nd, shape) || !opc_bcast_strides(x, nd, shape, xs) ||
         !opc_bcast_strides(mask, nd, shape, ms))
-        return GK_FAIL(OPR_ERR_INVALID, "masked_select: self and mask do not broadcast together");
+        return GK_FAIL(c, OPR_ERR_INVALID, "masked_select: self and mask do not broadcast together");
     const int64_t n = gk_numel(nd, shape);
     gk_buf starts;
     int64_t nchunks = 0, total = 0;
@@ -544,7 +544,7 @@ int k_masked_select_op(const opr_kernel_call *c)
     if ((rc = c->host->alloc_output(c, 0, 1, &total)) != OPR_OK) return rc;
     const opr_tensor_view *out = c->outputs[0];
     if (total == 0) return OPR_OK;
-    if (out->dtype != x->dtype) return GK_FAIL(OPR_ERR_INVALID, "masked_select: output dtype differs from self's");
+    if (out->dtype != x->dtype) return GK_FAIL(c, OPR_ERR_INVALID, "masked_select: output dtype differs from self's");
     gk_geom g;
     const int64_t *st[2] = {xs, ms};
     gk_geom_make(&g, nd, shape, 2, st);
@@ -567,23 +567,23 @@ int k_masked_scatter_op(const opr_kernel_call *c)
     int rc = begin_tensors(c, "masked_scatter", "self, mask and source", &k, &x, 1, &mask, 2, &source);
     if (rc) return rc;
     opr_tensor_view *out = c->outputs[0];
-    rc = gk_check_dtype("masked_scatter", "mask", mask, OPR_BOOL);
-    if (!rc) rc = gk_check_dtype("masked_scatter", "source", source, x->dtype);
+    rc = gk_check_dtype(c, "masked_scatter", "mask", mask, OPR_BOOL);
+    if (!rc) rc = gk_check_dtype(c, "masked_scatter", "source", source, x->dtype);
     if (rc) return rc;
     int32_t nd;
     int64_t shape[GK_MAXD], xs[GK_MAXD], ms[GK_MAXD];
     if (!opc_broadcast_shape(x, mask, &nd, shape) || !gk_same_shape(nd, shape, out) ||
         !opc_bcast_strides(x, nd, shape, xs) || !opc_bcast_strides(mask, nd, shape, ms) || out->dtype != x->dtype)
-        return GK_FAIL(OPR_ERR_INVALID, "masked_scatter: self and mask must broadcast to the output shape");
+        return GK_FAIL(c, OPR_ERR_INVALID, "masked_scatter: self and mask must broadcast to the output shape");
     const int64_t n = out->numel;
     if (n == 0) return OPR_OK;
     gk_buf starts;
     int64_t nchunks = 0, total = 0;
     if ((rc = mask_starts(&k, nd, shape, n, mask, ms, &starts, &nchunks, &total))) return rc;
     if (total > source->numel)
-        return GK_FAIL(OPR_ERR_INVALID, "masked_scatter: mask has %lld true elements but source has only %lld",
+        return GK_FAIL(c, OPR_ERR_INVALID, "masked_scatter: mask has %lld true elements but source has only %lld",
                        (long long)total, (long long)source->numel);
-    if (source->ndim > GK_MAXD) return GK_FAIL(OPR_ERR_INVALID, "masked_scatter: source has too many dims");
+    if (source->ndim > GK_MAXD) return GK_FAIL(c, OPR_ERR_INVALID, "masked_scatter: source has too many dims");
     gk_geom g, sg;
     const int64_t *st[3] = {out->strides, xs, ms};
     gk_geom_make(&g, nd, shape, 3, st);

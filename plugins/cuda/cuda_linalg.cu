@@ -56,7 +56,7 @@ int gemm_call(const gk_ctx *k, opr_dtype dt, int64_t m, int64_t n, int64_t kk, d
         case OPR_F64: return gk_gemm_tiled<double, double>(k, m, n, kk, alpha, a.p, a.rs, a.cs, a.bs, b.p, b.rs, b.cs, b.bs, beta, c, n, c_bs, count);
         case OPR_F16: return gk_gemm_tiled<gpu_f16, float>(k, m, n, kk, alpha, a.p, a.rs, a.cs, a.bs, b.p, b.rs, b.cs, b.bs, beta, c, n, c_bs, count);
         case OPR_BF16: return gk_gemm_tiled<gpu_bf16, float>(k, m, n, kk, alpha, a.p, a.rs, a.cs, a.bs, b.p, b.rs, b.cs, b.bs, beta, c, n, c_bs, count);
-        default: return GK_FAIL(OPR_ERR_UNSUPPORTED, "%s: dtype %s is not supported on %s", k->op, gk_dtype_name(dt), GPU_NAME);
+        default: return GK_FAIL(k->call, OPR_ERR_UNSUPPORTED, "%s: dtype %s is not supported on %s", k->op, gk_dtype_name(dt), GPU_NAME);
         }
     }
 #if GPU_HAVE_BLAS
@@ -64,7 +64,7 @@ int gemm_call(const gk_ctx *k, opr_dtype dt, int64_t m, int64_t n, int64_t kk, d
      * transpose in column-major terms, so B goes first and no flag changes meaning. */
     const opc_blas_layout la = layout_of(m, kk, a.rs, a.cs), lb = layout_of(kk, n, b.rs, b.cs);
     if (!la.direct || !lb.direct)
-        return GK_FAIL(OPR_ERR_BACKEND, "%s: internal error: operand not readable by cuBLAS", k->op);
+        return GK_FAIL(k->call, OPR_ERR_BACKEND, "%s: internal error: operand not readable by cuBLAS", k->op);
     cublasHandle_t h = (cublasHandle_t)gk_blas_handle(k->ordinal);
     const cublasOperation_t opa = la.trans ? CUBLAS_OP_T : CUBLAS_OP_N, opb = lb.trans ? CUBLAS_OP_T : CUBLAS_OP_N;
     cudaDataType_t ty;
@@ -74,7 +74,7 @@ int gemm_call(const gk_ctx *k, opr_dtype dt, int64_t m, int64_t n, int64_t kk, d
     case OPR_F64: ty = CUDA_R_64F; ct = CUBLAS_COMPUTE_64F; break;
     case OPR_F16: ty = CUDA_R_16F; break;
     case OPR_BF16: ty = CUDA_R_16BF; break;
-    default: return GK_FAIL(OPR_ERR_UNSUPPORTED, "%s: dtype %s is not supported on %s", k->op, gk_dtype_name(dt), GPU_NAME);
+    default: return GK_FAIL(k->call, OPR_ERR_UNSUPPORTED, "%s: dtype %s is not supported on %s", k->op, gk_dtype_name(dt), GPU_NAME);
     }
     const float af = (float)alpha, bf = (float)beta;
     const void *pa = dt == OPR_F64 ? (const void *)&alpha : (const void *)&af;
@@ -93,13 +93,13 @@ int gemm_call(const gk_ctx *k, opr_dtype dt, int64_t m, int64_t n, int64_t kk, d
                                            ap, ty, (int)la.ld, (long long)a.bs, pb, cp, ty, (int)n, (long long)c_bs,
                                            (int)chunk, ct, CUBLAS_GEMM_DEFAULT);
         if (s != CUBLAS_STATUS_SUCCESS)
-            return GK_FAIL(OPR_ERR_BACKEND, "%s: cuBLAS GEMM failed (%s) for m=%lld n=%lld k=%lld batch=%lld", k->op,
+            return GK_FAIL(k->call, OPR_ERR_BACKEND, "%s: cuBLAS GEMM failed (%s) for m=%lld n=%lld k=%lld batch=%lld", k->op,
                            cublasGetStatusString(s), (long long)m, (long long)n, (long long)kk, (long long)chunk);
         done += chunk;
     }
     return gk_launched(k, "cuBLAS GEMM");
 #else
-    return GK_FAIL(OPR_ERR_UNSUPPORTED, "%s: no BLAS in this build", k->op);
+    return GK_FAIL(k->call, OPR_ERR_UNSUPPORTED, "%s: no BLAS in this build", k->op);
 #endif
 }
 
@@ -126,7 +126,7 @@ int scale_c(const gk_ctx *k, opr_dtype dt, char *c, int64_t n, double beta)
     case OPR_F64: gk_launch(k_scale<double, double>, nb, GK_THREADS, 0, k->stream, n, (double *)c, beta); break;
     case OPR_F16: gk_launch(k_scale<gpu_f16, float>, nb, GK_THREADS, 0, k->stream, n, (gpu_f16 *)c, (float)beta); break;
     case OPR_BF16: gk_launch(k_scale<gpu_bf16, float>, nb, GK_THREADS, 0, k->stream, n, (gpu_bf16 *)c, (float)beta); break;
-    default: return GK_FAIL(OPR_ERR_UNSUPPORTED, "%s: dtype %s is not supported on %s", k->op, gk_dtype_name(dt), GPU_NAME);
+    default: return GK_FAIL(k->call, OPR_ERR_UNSUPPORTED, "%s: dtype %s is not supported on %s", k->op, gk_dtype_name(dt), GPU_NAME);
     }
     return gk_launched(k, "scale kernel");
 }
@@ -152,13 +152,13 @@ int rgemm_run(const gk_ctx *k, const opc_rgemm *j, opc_bmat a, opc_bmat b)
     char why[OPC_WHY_SIZE];
     opc_rgemm_plan p;
     if (!opc_rgemm_plan_make(j, a, b, BLAS_INT_MAX, true, &p, why, sizeof why))
-        return GK_FAIL(OPR_ERR_INVALID, "%s", why);
+        return GK_FAIL(k->call, OPR_ERR_INVALID, "%s", why);
     if (p.c_numel == 0) return OPR_OK;
     if (p.empty_sum) return scale_c(k, j->dt, j->c, p.c_numel, j->beta);
     const bool tiled = use_tiled();
     const int64_t m = p.m, n = p.n, kk = p.k, count = p.count;
     if (!tiled && (m > BLAS_INT_MAX || n > BLAS_INT_MAX || kk > BLAS_INT_MAX))
-        return GK_FAIL(OPR_ERR_UNSUPPORTED, "%s: a matrix dimension exceeds what cuBLAS accepts", j->op);
+        return GK_FAIL(k->call, OPR_ERR_UNSUPPORTED, "%s: a matrix dimension exceeds what cuBLAS accepts", j->op);
 
     const size_t es = gk_dtype_size(j->dt);
     const bool pack_a = !tiled && !layout_of(m, kk, p.a.rs, p.a.cs).direct;
@@ -197,16 +197,16 @@ int rgemm_run(const gk_ctx *k, const opc_rgemm *j, opc_bmat a, opc_bmat b)
 const uint32_t GEMM_DTYPES = GK_FLOATS | GK_HALVES;
 
 /* Dtypes must all be the output's and the output a contiguous [batch..., m, n]. */
-int check_operands(const opc_rgemm *j, const opr_tensor_view *out, const opr_tensor_view *a, const opr_tensor_view *b,
+int check_operands(const opr_kernel_call *c, const opc_rgemm *j, const opr_tensor_view *out, const opr_tensor_view *a, const opr_tensor_view *b,
                    int64_t m, int64_t n)
 {
     if (!(GEMM_DTYPES & GK_BIT(out->dtype)))
-        return GK_FAIL(OPR_ERR_UNSUPPORTED, "%s: dtype %s is not supported on %s", j->op, gk_dtype_name(out->dtype), GPU_NAME);
+        return GK_FAIL(c, OPR_ERR_UNSUPPORTED, "%s: dtype %s is not supported on %s", j->op, gk_dtype_name(out->dtype), GPU_NAME);
     if (a->dtype != out->dtype || b->dtype != out->dtype)
-        return GK_FAIL(OPR_ERR_INVALID, "%s: operands must both be %s (got %s and %s)", j->op, gk_dtype_name(out->dtype),
+        return GK_FAIL(c, OPR_ERR_INVALID, "%s: operands must both be %s (got %s and %s)", j->op, gk_dtype_name(out->dtype),
                        gk_dtype_name(a->dtype), gk_dtype_name(b->dtype));
     if (out->numel != opc_rgemm_batch_count(j) * m * n || (out->numel > 0 && !gk_is_contiguous(out)))
-        return GK_FAIL(OPR_ERR_INVALID, "%s: output must be a contiguous tensor of %lld elements", j->op,
+        return GK_FAIL(c, OPR_ERR_INVALID, "%s: output must be a contiguous tensor of %lld elements", j->op,
                        (long long)(opc_rgemm_batch_count(j) * m * n));
     return OPR_OK;
 }
@@ -246,7 +246,7 @@ int run_forward(const opr_kernel_call *c, const char *op, product_step plan, pro
     opc_rgemm_set_c_contiguous(&p.j, p.a.rows, p.b.cols);
     opr_tensor_view *out = c->outputs[0];
     p.j.c = (char *)out->data;
-    if ((rc = check_operands(&p.j, out, p.x, p.y, p.a.rows, p.b.cols))) return rc;
+    if ((rc = check_operands(c, &p.j, out, p.x, p.y, p.a.rows, p.b.cols))) return rc;
     if (late_checks && (rc = late_checks(c, &p))) return rc;
     if (p.c0 && p.j.beta != 0 && out->numel > 0) {
         const int64_t shape[2] = {opc_rgemm_batch_count(&p.j) * p.a.rows, p.b.cols}, dst[2] = {p.b.cols, 1};
@@ -267,7 +267,7 @@ int plan_mm(const opr_kernel_call *c, product *p)
 {
     const opr_tensor_view *x = p->x = gk_arg_t(c, 0), *y = p->y = gk_arg_t(c, 1);
     if (!x || !y || x->ndim != 2 || y->ndim != 2)
-        return GK_FAIL(OPR_ERR_INVALID, "mm: expected 2-d tensors, got %d-d and %d-d", x ? (int)x->ndim : -1,
+        return GK_FAIL(c, OPR_ERR_INVALID, "mm: expected 2-d tensors, got %d-d and %d-d", x ? (int)x->ndim : -1,
                        y ? (int)y->ndim : -1);
     p->j = opc_rgemm_job("mm", c->outputs[0]->dtype, 1, 0);
     set_matrices(p);
@@ -278,7 +278,7 @@ int plan_bmm(const opr_kernel_call *c, product *p)
 {
     const opr_tensor_view *x = p->x = gk_arg_t(c, 0), *y = p->y = gk_arg_t(c, 1);
     if (!x || !y || x->ndim != 3 || y->ndim != 3 || x->shape[0] != y->shape[0])
-        return GK_FAIL(OPR_ERR_INVALID, "bmm: expected 3-d tensors with the same batch size");
+        return GK_FAIL(c, OPR_ERR_INVALID, "bmm: expected 3-d tensors with the same batch size");
     p->j = opc_rgemm_job("bmm", c->outputs[0]->dtype, 1, 0);
     p->j.nb = p->xb = p->yb = 1;
     p->j.bshape[0] = x->shape[0];
@@ -292,18 +292,18 @@ int plan_matmul(const opr_kernel_call *c, product *p)
 {
     const opr_tensor_view *x = p->x = gk_arg_t(c, 0), *y = p->y = gk_arg_t(c, 1);
     if (!x || !y || x->ndim < 1 || y->ndim < 1)
-        return GK_FAIL(OPR_ERR_INVALID, "matmul: both operands need at least 1 dim");
+        return GK_FAIL(c, OPR_ERR_INVALID, "matmul: both operands need at least 1 dim");
     opc_rgemm *j = &p->j;
     *j = opc_rgemm_job("matmul", c->outputs[0]->dtype, 1, 0);
     set_matrices(p);
     const int32_t xb = p->xb = x->ndim > 2 ? x->ndim - 2 : 0, yb = p->yb = y->ndim > 2 ? y->ndim - 2 : 0;
     j->nb = xb > yb ? xb : yb;
-    if (j->nb > GK_MAXD) return GK_FAIL(OPR_ERR_INVALID, "matmul: too many batch dims");
+    if (j->nb > GK_MAXD) return GK_FAIL(c, OPR_ERR_INVALID, "matmul: too many batch dims");
     for (int32_t d = 0; d < j->nb; d++) {
         const int32_t dx = d - (j->nb - xb), dy = d - (j->nb - yb);
         const int64_t sx = dx >= 0 ? x->shape[dx] : 1, sy = dy >= 0 ? y->shape[dy] : 1;
         if (sx != sy && sx != 1 && sy != 1)
-            return GK_FAIL(OPR_ERR_INVALID, "matmul: batch dims do not broadcast (%lld vs %lld at batch dim %d)",
+            return GK_FAIL(c, OPR_ERR_INVALID, "matmul: batch dims do not broadcast (%lld vs %lld at batch dim %d)",
                            (long long)sx, (long long)sy, (int)d);
         j->bshape[d] = sx == 1 ? sy : sx;
     }
@@ -315,7 +315,7 @@ int plan_linear(const opr_kernel_call *c, product *p)
 {
     const opr_tensor_view *x = p->x = gk_arg_t(c, 0), *w = p->y = gk_arg_t(c, 1);
     if (!x || !w || x->ndim < 1 || w->ndim != 2)
-        return GK_FAIL(OPR_ERR_INVALID, "linear: expected input with at least 1 dim and a 2-d weight");
+        return GK_FAIL(c, OPR_ERR_INVALID, "linear: expected input with at least 1 dim and a 2-d weight");
     p->j = opc_rgemm_job("linear", c->outputs[0]->dtype, 1, gk_arg_t(c, 2) ? 1 : 0);
     p->a = opc_bmat_of(x->data, x->ndim, x->shape, x->strides, true);
     p->b = opc_bmat_transpose(opc_bmat_of(w->data, 2, w->shape, w->strides, true));
@@ -331,7 +331,7 @@ int linear_bias(const opr_kernel_call *c, product *p)
     const opr_tensor_view *bias = gk_arg_t(c, 2);
     if (!bias) return OPR_OK;
     if (bias->dtype != p->j.dt || !opc_bcast_strides(bias, 1, &p->b.cols, &p->c0_st[1]))
-        return GK_FAIL(OPR_ERR_INVALID, "linear: bias must be %s and broadcast to [%lld]", gk_dtype_name(p->j.dt),
+        return GK_FAIL(c, OPR_ERR_INVALID, "linear: bias must be %s and broadcast to [%lld]", gk_dtype_name(p->j.dt),
                        (long long)p->b.cols);
     p->c0 = bias;
     return OPR_OK;
@@ -343,13 +343,13 @@ int plan_addmm(const opr_kernel_call *c, product *p)
     const opr_tensor_view *s = gk_arg_t(c, 0), *x = p->x = gk_arg_t(c, 1), *y = p->y = gk_arg_t(c, 2);
     const opr_tensor_view *out = c->outputs[0];
     if (!s || !x || !y || x->ndim != 2 || y->ndim != 2)
-        return GK_FAIL(OPR_ERR_INVALID, "addmm: mat1 and mat2 must be 2-d");
+        return GK_FAIL(c, OPR_ERR_INVALID, "addmm: mat1 and mat2 must be 2-d");
     p->j = opc_rgemm_job("addmm", out->dtype, gk_arg_d(c, 4), gk_arg_d(c, 3));
     set_matrices(p);
     const int64_t shape[2] = {p->a.rows, p->b.cols};
     if (out->ndim != 2 || out->shape[0] != p->a.rows || out->shape[1] != p->b.cols || s->dtype != p->j.dt ||
         !opc_bcast_strides(s, 2, shape, p->c0_st))
-        return GK_FAIL(OPR_ERR_INVALID, "addmm: self must be %s and broadcast to [%lld, %lld]", gk_dtype_name(p->j.dt),
+        return GK_FAIL(c, OPR_ERR_INVALID, "addmm: self must be %s and broadcast to [%lld, %lld]", gk_dtype_name(p->j.dt),
                        (long long)p->a.rows, (long long)p->b.cols);
     p->c0 = s;
     return OPR_OK;
@@ -392,26 +392,26 @@ int k_cdist_op(const opr_kernel_call *c)
     const opr_tensor_view *x1 = gk_arg_t(c, 0), *x2 = gk_arg_t(c, 1);
     const opr_tensor_view *out = c->outputs[0];
     const double p = gk_arg_d(c, 2);
-    if (!x1 || !x2) return GK_FAIL(OPR_ERR_INVALID, "cdist: x1 and x2 must be tensors");
-    if (p != 2) return GK_FAIL(OPR_ERR_UNSUPPORTED, "cdist: only p=2 is supported (got p=%g)", p);
+    if (!x1 || !x2) return GK_FAIL(c, OPR_ERR_INVALID, "cdist: x1 and x2 must be tensors");
+    if (p != 2) return GK_FAIL(c, OPR_ERR_UNSUPPORTED, "cdist: only p=2 is supported (got p=%g)", p);
     const int32_t nd = x1->ndim;
     if (nd < 2 || x2->ndim != nd || x1->shape[nd - 1] != x2->shape[nd - 1] || nd > GK_MAXD)
-        return GK_FAIL(OPR_ERR_INVALID, "cdist: expected x1 [..., P, M] and x2 [..., R, M] with the same number of dims");
+        return GK_FAIL(c, OPR_ERR_INVALID, "cdist: expected x1 [..., P, M] and x2 [..., R, M] with the same number of dims");
     if (out->dtype != OPR_F32 && out->dtype != OPR_F64)
-        return GK_FAIL(OPR_ERR_UNSUPPORTED, "cdist: dtype %s is not supported on %s", gk_dtype_name(out->dtype), GPU_NAME);
+        return GK_FAIL(c, OPR_ERR_UNSUPPORTED, "cdist: dtype %s is not supported on %s", gk_dtype_name(out->dtype), GPU_NAME);
     if (x1->dtype != out->dtype || x2->dtype != out->dtype)
-        return GK_FAIL(OPR_ERR_INVALID, "cdist: x1 and x2 must both be %s", gk_dtype_name(out->dtype));
+        return GK_FAIL(c, OPR_ERR_INVALID, "cdist: x1 and x2 must both be %s", gk_dtype_name(out->dtype));
     const int32_t nb = nd - 2;
     int64_t bst2[GK_MAXD];
     for (int32_t d = 0; d < nb; d++) {
         if (x2->shape[d] == x1->shape[d]) bst2[d] = x1->shape[d] == 1 ? 0 : x2->strides[d];
         else if (x2->shape[d] == 1) bst2[d] = 0;
-        else return GK_FAIL(OPR_ERR_INVALID, "cdist: batch dims of x2 must match (or broadcast to) those of x1");
+        else return GK_FAIL(c, OPR_ERR_INVALID, "cdist: batch dims of x2 must match (or broadcast to) those of x1");
     }
     const int64_t P = x1->shape[nd - 2], R = x2->shape[nd - 2], M = x1->shape[nd - 1];
     const int64_t nbatch = gk_numel(nb, x1->shape);
     if (out->numel != nbatch * P * R || (out->numel > 0 && !gk_is_contiguous(out)))
-        return GK_FAIL(OPR_ERR_INVALID, "cdist: output must be a contiguous tensor of %lld elements",
+        return GK_FAIL(c, OPR_ERR_INVALID, "cdist: output must be a contiguous tensor of %lld elements",
                        (long long)(nbatch * P * R));
     if (out->numel == 0) return OPR_OK;
     gk_geom bg;
@@ -450,19 +450,19 @@ int begin_backward(const opr_kernel_call *c, gk_ctx *k, const opr_tensor_view **
 {
     int rc = gk_begin(c, c->op, k);
     if (rc) return rc;
-    if (!(*g = gk_arg_t(c, 0))) return GK_FAIL(OPR_ERR_INVALID, "%s: no gradient of the output was given", c->op);
+    if (!(*g = gk_arg_t(c, 0))) return GK_FAIL(c, OPR_ERR_INVALID, "%s: no gradient of the output was given", c->op);
     const opr_dtype dt = (*g)->dtype;
     if (dt != OPR_F32 && dt != OPR_F64)
-        return GK_FAIL(OPR_ERR_UNSUPPORTED, "%s: dtype %s is not supported on %s", c->op, gk_dtype_name(dt), GPU_NAME);
+        return GK_FAIL(c, OPR_ERR_UNSUPPORTED, "%s: dtype %s is not supported on %s", c->op, gk_dtype_name(dt), GPU_NAME);
     for (int32_t i = 0; i < c->nargs; i++) {
         const opr_tensor_view *t = gk_arg_t(c, i);
         if (t && t->dtype != dt)
-            return GK_FAIL(OPR_ERR_INVALID, "%s: argument %d is %s, expected %s", c->op, (int)i, gk_dtype_name(t->dtype),
+            return GK_FAIL(c, OPR_ERR_INVALID, "%s: argument %d is %s, expected %s", c->op, (int)i, gk_dtype_name(t->dtype),
                            gk_dtype_name(dt));
     }
     for (int32_t p = 0; p < c->nout; p++)
         if (wanted(c, p) && (c->outputs[p]->dtype != dt || !gk_is_contiguous(c->outputs[p])))
-            return GK_FAIL(OPR_ERR_INVALID, "%s: gradient output %d must be a contiguous %s tensor", c->op, (int)p,
+            return GK_FAIL(c, OPR_ERR_INVALID, "%s: gradient output %d must be a contiguous %s tensor", c->op, (int)p,
                            gk_dtype_name(dt));
     return OPR_OK;
 }
@@ -490,10 +490,10 @@ int matmul_bwd(const gk_ctx *k, const opr_kernel_call *c, const opr_tensor_view 
                opr_tensor_view *gx, opr_tensor_view *gy)
 {
     if (!grads_fit(p->x, gx, p->y, gy))
-        return GK_FAIL(OPR_ERR_INVALID, "%s: gradient outputs must have the inputs' shapes", c->op);
+        return GK_FAIL(c, OPR_ERR_INVALID, "%s: gradient outputs must have the inputs' shapes", c->op);
     char why[OPC_WHY_SIZE];
     const int rc = opc_matmul_grad_run(c->op, g->dtype, g, p, gx, gy, run_product, (void *)k, why, sizeof why);
-    return why[0] ? GK_FAIL(rc, "%s", why) : rc;
+    return why[0] ? GK_FAIL(c, rc, "%s", why) : rc;
 }
 
 /* mm_backward / bmm_backward / matmul_backward: args (grad, self, other, result);
@@ -506,9 +506,9 @@ int mm_family_backward(const opr_kernel_call *c, int need_ndim)
     if (rc) return rc;
     opc_matmul_operand x, y;
     if (!operand_of(c, 1, 0, &x) || !operand_of(c, 2, 1, &y))
-        return GK_FAIL(OPR_ERR_INVALID, "%s: an operand is neither saved nor a wanted gradient", c->op);
+        return GK_FAIL(c, OPR_ERR_INVALID, "%s: an operand is neither saved nor a wanted gradient", c->op);
     if (need_ndim && (x.ndim != need_ndim || y.ndim != need_ndim || (need_ndim == 3 && x.shape[0] != y.shape[0])))
-        return GK_FAIL(OPR_ERR_INVALID, "%s: expected %d-d self and mat2%s", c->op, need_ndim,
+        return GK_FAIL(c, OPR_ERR_INVALID, "%s: expected %d-d self and mat2%s", c->op, need_ndim,
                        need_ndim == 3 ? " with the same batch size" : "");
     const opc_matmul_problem p = {x, y, false, 1.0};
     return matmul_bwd(&k, c, g, &p, wanted_output(c, 0), wanted_output(c, 1));
@@ -531,7 +531,7 @@ int mm_family_backward(const opr_kernel_call *c, int need_ndim)
     if (!gx && !gw) return OPR_OK;
     opc_matmul_operand x, w;
     if (!operand_of(c, 1, 0, &x) || !operand_of(c, 2, 1, &w) || x.ndim < 1 || w.ndim != 2)
-        return GK_FAIL(OPR_ERR_INVALID, "%s: expected input with at least 1 dim and a 2-d weight", c->op);
+        return GK_FAIL(c, OPR_ERR_INVALID, "%s: expected input with at least 1 dim and a 2-d weight", c->op);
     const opc_matmul_problem p = {x, w, true, 1.0};
     return matmul_bwd(&k, c, g, &p, gx, gw);
 }
@@ -550,7 +550,7 @@ int mm_family_backward(const opr_kernel_call *c, int need_ndim)
     if (!g1 && !g2) return OPR_OK;
     opc_matmul_operand x, y;
     if (!operand_of(c, 2, 1, &x) || !operand_of(c, 3, 2, &y) || x.ndim != 2 || y.ndim != 2)
-        return GK_FAIL(OPR_ERR_INVALID, "%s: expected 2-d mat1 and mat2", c->op);
+        return GK_FAIL(c, OPR_ERR_INVALID, "%s: expected 2-d mat1 and mat2", c->op);
     const opc_matmul_problem p = {x, y, false, alpha};
     return matmul_bwd(&k, c, g, &p, g1, g2);
 }

@@ -226,11 +226,11 @@ __global__ void k_red_finish(red_args a, const red_acc *parts, int64_t nparts)
 /* Splits `in` into kept and reduced dims (bit d of mask = reduce dim d) and matches
  * the kept dims to each output, ignoring size-1 dims on both sides (so keepdim either
  * way is accepted). Coalesces both sets. */
-int red_plan_make(const char *op, const opr_tensor_view *in, uint32_t mask, int nout, const opr_tensor_view *const *outs,
+int red_plan_make(const opr_kernel_call *c, const char *op, const opr_tensor_view *in, uint32_t mask, int nout, const opr_tensor_view *const *outs,
                   red_args *a)
 {
     if (in->ndim > GK_MAXD)
-        return GK_FAIL(OPR_ERR_INVALID, "%s: %d-d input exceeds %d dims", op, in->ndim, GK_MAXD);
+        return GK_FAIL(c, OPR_ERR_INVALID, "%s: %d-d input exceeds %d dims", op, in->ndim, GK_MAXD);
     memset(a, 0, sizeof *a);
     int32_t kn = 0, rn = 0;
     int64_t kshape[GK_MAXD], kst[3][GK_MAXD], rshape[GK_MAXD], rst[1][GK_MAXD];
@@ -258,8 +258,8 @@ int red_plan_make(const char *op, const opr_tensor_view *in, uint32_t mask, int 
             if (ok) kst[1 + j][k++] = o->strides[d];
         }
         if (!ok || k != kn)
-            return GK_FAIL(OPR_ERR_INVALID, "%s: output %d has the wrong shape for this reduction", op, j);
-        if (a->n_out && !o->data) return GK_FAIL(OPR_ERR_INVALID, "%s: output %d is not allocated", op, j);
+            return GK_FAIL(c, OPR_ERR_INVALID, "%s: output %d has the wrong shape for this reduction", op, j);
+        if (a->n_out && !o->data) return GK_FAIL(c, OPR_ERR_INVALID, "%s: output %d is not allocated", op, j);
     }
     /* largest stride first, so consecutive threads read neighbouring elements */
     for (int32_t i = 1; i < rn; i++)
@@ -317,15 +317,15 @@ int red_dispatch(const gk_ctx *k, opr_dtype dt, red_args &a)
     case OPR_F64: return red_launch<double, K>(k, a);
     case OPR_I64:
         if constexpr (K == RK_SUM || K == RK_PROD || K == RK_MAX || K == RK_MIN) return red_launch<int64_t, K>(k, a);
-        else return GK_FAIL(OPR_ERR_UNSUPPORTED, "%s: no %s kernel for dtype i64", k->op, GPU_NAME);
+        else return GK_FAIL(k->call, OPR_ERR_UNSUPPORTED, "%s: no %s kernel for dtype i64", k->op, GPU_NAME);
     case OPR_F16: /* sums only: the gradients that sum_to and the backward kernels reduce */
         if constexpr (K == RK_SUM) return red_launch<gpu_f16, K>(k, a);
-        else return GK_FAIL(OPR_ERR_UNSUPPORTED, "%s: no %s kernel for dtype f16", k->op, GPU_NAME);
+        else return GK_FAIL(k->call, OPR_ERR_UNSUPPORTED, "%s: no %s kernel for dtype f16", k->op, GPU_NAME);
     case OPR_BF16:
         if constexpr (K == RK_SUM) return red_launch<gpu_bf16, K>(k, a);
-        else return GK_FAIL(OPR_ERR_UNSUPPORTED, "%s: no %s kernel for dtype bf16", k->op, GPU_NAME);
+        else return GK_FAIL(k->call, OPR_ERR_UNSUPPORTED, "%s: no %s kernel for dtype bf16", k->op, GPU_NAME);
     default:
-        return GK_FAIL(OPR_ERR_UNSUPPORTED, "%s: no %s kernel for dtype %s", k->op, GPU_NAME, gk_dtype_name(dt));
+        return GK_FAIL(k->call, OPR_ERR_UNSUPPORTED, "%s: no %s kernel for dtype %s", k->op, GPU_NAME, gk_dtype_name(dt));
     }
 }
 
@@ -354,21 +354,21 @@ int red_begin(const opr_kernel_call *c, const char *op, int nargs, int nout, uin
     if (rc) return rc;
     char why[OPC_WHY_SIZE];
     rc = opc_reduce_begin(c, op, nargs, nout, dtypes, GPU_NAME, in, why, sizeof why);
-    return rc ? GK_FAIL(rc, "%s", why) : OPR_OK;
+    return rc ? GK_FAIL(c, rc, "%s", why) : OPR_OK;
 }
 
 /* Wraps a dim argument (opc_reduce_dim). */
-int red_wrap(const char *op, int64_t d, int32_t ndim, int32_t *out)
+int red_wrap(const opr_kernel_call *c, const char *op, int64_t d, int32_t ndim, int32_t *out)
 {
     char why[OPC_WHY_SIZE];
-    return opc_reduce_dim(op, d, ndim, out, why, sizeof why) ? OPR_OK : GK_FAIL(OPR_ERR_INVALID, "%s", why);
+    return opc_reduce_dim(op, d, ndim, out, why, sizeof why) ? OPR_OK : GK_FAIL(c, OPR_ERR_INVALID, "%s", why);
 }
 
 /* The dim argument ai as a mask of reduced dims (opc_reduce_dim_mask). */
 int red_dim_mask(const opr_kernel_call *c, int ai, const char *op, int32_t ndim, uint32_t *mask)
 {
     char why[OPC_WHY_SIZE];
-    if (!opc_reduce_dim_mask(c, ai, op, ndim, mask, why, sizeof why)) return GK_FAIL(OPR_ERR_INVALID, "%s", why);
+    if (!opc_reduce_dim_mask(c, ai, op, ndim, mask, why, sizeof why)) return GK_FAIL(c, OPR_ERR_INVALID, "%s", why);
     return OPR_OK;
 }
 
@@ -376,7 +376,7 @@ int red_go(const gk_ctx *k, const opr_kernel_call *c, const char *op, const opr_
            int nout, red_kind kind, double p)
 {
     red_args a;
-    int rc = red_plan_make(op, in, mask, nout, c->outputs, &a);
+    int rc = red_plan_make(c, op, in, mask, nout, c->outputs, &a);
     if (rc) return rc;
     a.p = p;
     return red_run(k, kind, in->dtype, a);
@@ -403,7 +403,7 @@ int extreme_all(const opr_kernel_call *c, const char *op, red_kind kind)
     const opr_tensor_view *in;
     int rc = red_begin(c, op, 1, 1, NUM, &k, &in);
     if (rc) return rc;
-    if (in->numel == 0) return GK_FAIL(OPR_ERR_INVALID, "%s: expected a non-empty tensor", op);
+    if (in->numel == 0) return GK_FAIL(c, OPR_ERR_INVALID, "%s: expected a non-empty tensor", op);
     return red_go(&k, c, op, in, ~0u, 1, kind, 0);
 }
 int k_max(const opr_kernel_call *c) { return extreme_all(c, "max", RK_MAX); }
@@ -415,9 +415,9 @@ int extreme_dim(const opr_kernel_call *c, const char *op, red_kind kind)
     const opr_tensor_view *in;
     int32_t d;
     int rc = red_begin(c, op, 3, 2, NUM, &k, &in);
-    if (!rc) rc = red_wrap(op, gk_arg_i(c, 1), in->ndim, &d);
+    if (!rc) rc = red_wrap(c, op, gk_arg_i(c, 1), in->ndim, &d);
     if (rc) return rc;
-    if (in->ndim > 0 && in->shape[d] == 0) return GK_FAIL(OPR_ERR_INVALID, "%s: dim %d has size 0", op, d);
+    if (in->ndim > 0 && in->shape[d] == 0) return GK_FAIL(c, OPR_ERR_INVALID, "%s: dim %d has size 0", op, d);
     return red_go(&k, c, op, in, in->ndim > 0 ? 1u << d : 0u, 2, kind, 0);
 }
 int k_max_dim(const opr_kernel_call *c) { return extreme_dim(c, "max_dim", RK_MAX); }
@@ -425,9 +425,9 @@ int k_min_dim(const opr_kernel_call *c) { return extreme_dim(c, "min_dim", RK_MI
 
 int k_norm(const opr_kernel_call *c)
 {
-    if (c->nargs < 2) return GK_FAIL(OPR_ERR_INVALID, "norm: expected 2 arguments");
+    if (c->nargs < 2) return GK_FAIL(c, OPR_ERR_INVALID, "norm: expected 2 arguments");
     const double p = gk_arg_d(c, 1);
-    if (!(p > 0)) return GK_FAIL(OPR_ERR_INVALID, "norm: p must be > 0, got %g", p);
+    if (!(p > 0)) return GK_FAIL(c, OPR_ERR_INVALID, "norm: p must be > 0, got %g", p);
     const red_kind kind = p == 2 ? RK_NORM2 : p == 1 ? RK_NORM1 : isinf(p) ? RK_NORMI : RK_NORMP;
     gk_ctx k;
     const opr_tensor_view *in;
@@ -508,7 +508,7 @@ int softmax_like(const opr_kernel_call *c, const char *op, bool log_)
     const opr_tensor_view *in, *out;
     int32_t dim;
     char why[OPC_WHY_SIZE];
-    if ((rc = opc_softmax_begin(c, op, FL, GPU_NAME, &in, &out, &dim, why, sizeof why))) return GK_FAIL(rc, "%s", why);
+    if ((rc = opc_softmax_begin(c, op, FL, GPU_NAME, &in, &out, &dim, why, sizeof why))) return GK_FAIL(c, rc, "%s", why);
     if (in->numel == 0) return OPR_OK;
     const int64_t len = in->ndim ? in->shape[dim] : 1;
     const int64_t sx = in->ndim ? in->strides[dim] : 0, so = in->ndim ? out->strides[dim] : 0;
@@ -546,10 +546,10 @@ int k_sum_to(const opr_kernel_call *c)
     int rc = gk_begin(c, "sum_to", &k);
     if (rc) return rc;
     const opr_tensor_view *x = gk_arg_t(c, 0);
-    if (!x) return GK_FAIL(OPR_ERR_INVALID, "sum_to: self is not a tensor");
+    if (!x) return GK_FAIL(c, OPR_ERR_INVALID, "sum_to: self is not a tensor");
     if (!((FL | GK_HALVES) & GK_BIT(x->dtype)))
-        return GK_FAIL(OPR_ERR_UNSUPPORTED, "sum_to: no %s kernel for dtype %s", GPU_NAME, gk_dtype_name(x->dtype));
-    if (c->outputs[0]->dtype != x->dtype) return GK_FAIL(OPR_ERR_INVALID, "sum_to: output dtype differs from self's");
+        return GK_FAIL(c, OPR_ERR_UNSUPPORTED, "sum_to: no %s kernel for dtype %s", GPU_NAME, gk_dtype_name(x->dtype));
+    if (c->outputs[0]->dtype != x->dtype) return GK_FAIL(c, OPR_ERR_INVALID, "sum_to: output dtype differs from self's");
     return gk_sum_to(&k, x, c->outputs[0], 1.0);
 }
 
@@ -558,7 +558,7 @@ int k_sum_to(const opr_kernel_call *c)
 int gk_sum_dims(const gk_ctx *k, const opr_tensor_view *in, uint32_t mask, const opr_tensor_view *out, double scale)
 {
     red_args a;
-    int rc = red_plan_make(k->op, in, mask, 1, &out, &a);
+    int rc = red_plan_make(k->call, k->op, in, mask, 1, &out, &a);
     if (rc) return rc;
     a.scale = scale;
     return red_run(k, RK_SUM, in->dtype, a);
@@ -568,7 +568,7 @@ int gk_sum_to(const gk_ctx *k, const opr_tensor_view *g, const opr_tensor_view *
 {
     int64_t ost[GK_MAXD], shape[GK_MAXD];
     if (g->ndim > GK_MAXD || !opc_bcast_strides(out, g->ndim, g->shape, ost))
-        return GK_FAIL(OPR_ERR_INVALID, "%s: a tensor of %d dims cannot be summed to %d dims of these sizes", k->op,
+        return GK_FAIL(k->call, OPR_ERR_INVALID, "%s: a tensor of %d dims cannot be summed to %d dims of these sizes", k->op,
                        g->ndim, out->ndim);
     uint32_t mask = 0;
     for (int32_t d = 0; d < g->ndim; d++) {

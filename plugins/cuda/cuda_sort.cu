@@ -157,12 +157,12 @@ int run_rows(const gk_ctx *k, const opr_kernel_call *c, rows_args *j, int32_t di
 {
     const char *op = c->op;
     const opr_tensor_view *x = gk_arg_t(c, 0);
-    if (c->nout < 2) return GK_FAIL(OPR_ERR_INVALID, "%s: expected 2 outputs", op);
+    if (c->nout < 2) return GK_FAIL(c, OPR_ERR_INVALID, "%s: expected 2 outputs", op);
     const opr_tensor_view *vals = c->outputs[0], *idx = c->outputs[1];
     char why[OPC_WHY_SIZE];
     opc_rows r;
     if (!opc_rows_plan(op, x, vals, idx, dim, j->k, out_dims, &r, why, sizeof why))
-        return GK_FAIL(OPR_ERR_INVALID, "%s", why);
+        return GK_FAIL(c, OPR_ERR_INVALID, "%s", why);
     j->n = r.n;
     j->xs = r.x_step;
     j->vs = r.v_step;
@@ -179,7 +179,7 @@ int run_rows(const gk_ctx *k, const opr_kernel_call *c, rows_args *j, int32_t di
     case OPR_F64: return rows_launch<double>(k, *j, x->data, vals->data, (int64_t *)idx->data);
     case OPR_I64: return rows_launch<int64_t>(k, *j, x->data, vals->data, (int64_t *)idx->data);
     default:
-        return GK_FAIL(OPR_ERR_UNSUPPORTED, "%s: dtype %s is not supported on %s", op, gk_dtype_name(x->dtype), GPU_NAME);
+        return GK_FAIL(c, OPR_ERR_UNSUPPORTED, "%s: dtype %s is not supported on %s", op, gk_dtype_name(x->dtype), GPU_NAME);
     }
 }
 
@@ -188,10 +188,10 @@ int begin_rows(const opr_kernel_call *c, const char *op, int dim_arg, gk_ctx *k,
     int rc = gk_begin(c, op, k);
     if (rc) return rc;
     const opr_tensor_view *x = gk_arg_t(c, 0);
-    if (!x) return GK_FAIL(OPR_ERR_INVALID, "%s: self is not a tensor", op);
+    if (!x) return GK_FAIL(c, OPR_ERR_INVALID, "%s: self is not a tensor", op);
     char why[OPC_WHY_SIZE];
     if (!opc_dim_arg(op, gk_arg_i(c, dim_arg), x->ndim, dim, why, sizeof why))
-        return GK_FAIL(OPR_ERR_INVALID, "%s", why);
+        return GK_FAIL(c, OPR_ERR_INVALID, "%s", why);
     return OPR_OK;
 }
 
@@ -220,7 +220,7 @@ int k_topk(const opr_kernel_call *c)
     const opr_tensor_view *x = gk_arg_t(c, 0);
     const int64_t kk = gk_arg_i(c, 1);
     char why[OPC_WHY_SIZE];
-    if (!opc_topk_k(kk, dim, x->ndim ? x->shape[dim] : 1, why, sizeof why)) return GK_FAIL(OPR_ERR_INVALID, "%s", why);
+    if (!opc_topk_k(kk, dim, x->ndim ? x->shape[dim] : 1, why, sizeof why)) return GK_FAIL(c, OPR_ERR_INVALID, "%s", why);
     opc_rows_out_dims(x->ndim, dim, false, out_dims);
     rows_args j;
     memset(&j, 0, sizeof j);
@@ -238,7 +238,7 @@ int k_mode(const opr_kernel_call *c)
     if (rc) return rc;
     const opr_tensor_view *x = gk_arg_t(c, 0);
     char why[OPC_WHY_SIZE];
-    if (!opc_mode_rows(x, dim, why, sizeof why)) return GK_FAIL(OPR_ERR_INVALID, "%s", why);
+    if (!opc_mode_rows(x, dim, why, sizeof why)) return GK_FAIL(c, OPR_ERR_INVALID, "%s", why);
     opc_rows_out_dims(x->ndim, dim, !gk_arg_b(c, 2), out_dims);
     rows_args j;
     memset(&j, 0, sizeof j);

@@ -2,7 +2,9 @@
 # Fuzzes each libFuzzer harness of a fuzz build (make fuzz builds it; this script
 # builds nothing) for SECONDS, one after another. Each starts from a scratch copy of
 # its seeds and regression inputs, so the committed corpus does not grow.
-# Usage: tests/fuzz/run.sh SECONDS    (FUZZ_BUILD: the build dir, default build-fuzz)
+# Usage: tests/fuzz/run.sh SECONDS    (FUZZ_BUILD: the build dir, default build-fuzz;
+#        FUZZ_SEED: libFuzzer's -seed, default a fresh random one. CI fixes it so that a
+#        commit's result is reproducible: the same seed replays the same mutations.)
 # Exits non-zero on a finding; the input that triggered it is kept under
 # $FUZZ_BUILD/fuzz-findings/HARNESS/ and its report is printed.
 set -eu
@@ -35,6 +37,7 @@ for h in fuzz_yaml_string fuzz_yaml_file fuzz_op_call; do
         if [ -d "$d" ]; then find "$d" -type f ! -name '.*' ! -name '*.md' ! -name '*.stamp' -exec cp {} "$work/corpus/" \; ; fi
     done
     echo "run.sh: $h for ${seconds}s from $(find "$work/corpus" -type f | wc -l) seed(s)"
+    if [ -n "${FUZZ_SEED:-}" ]; then set -- "$@" -seed="$FUZZ_SEED"; fi
     if "$bin" "$@" -max_total_time="$seconds" -timeout=60 -rss_limit_mb=4096 -print_final_stats=1 \
         -artifact_prefix="$work/artifacts/" "$work/corpus" >"$work/log" 2>&1; then
         grep -E '^(#[0-9]+.*DONE|stat::number_of_executed_units|stat::peak_rss_mb)' "$work/log" || true
