@@ -100,7 +100,7 @@ opr_status opr_plan_saved_bytes(const opr_op *op, const opr_value *args, int nar
     int rc = meta_slots(op, args, nargs, slots, outs, &dev);
     if (!rc) rc = mask_of(op, requires_grad, n_requires_grad, &mask);
     if (rc) return rc;
-    const ag_plan *p = plan_get(op, mask, dev, slots);
+    const deriv_plan *p = plan_get(op, mask, dev, slots);
     if (!p) return OPR_ERR_UNSUPPORTED;
     *bytes = p->saved_bytes;
     return OPR_OK;

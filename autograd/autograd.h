@@ -17,7 +17,7 @@ typedef struct ag_edge {
 typedef struct opr_node {
     _Atomic int refs;
     const opr_op *op;
-    const ag_plan *plan;
+    const deriv_plan *plan;
     opr_device dev;
     uint32_t mask;                      /* inputs whose gradient flows back */
     ag_edge next[OPR_MAX_ARGS];
@@ -47,6 +47,14 @@ int ag_run_candidate(opr_node *n, const deriv_cand *c, uint32_t want, opr_tensor
 
 /* Zeros of the given metadata on dev. */
 opr_tensor *ag_zeros(opr_ctx *ctx, const opr_meta *m, opr_device dev);
+
+/* Drops a reference to a node (record.c). */
+void ag_node_release(struct opr_node *n);
+/* Called before a reference to a leaf whose grad has a graph is dropped: frees the
+ * loop leaf -> grad -> graph -> leaf when nothing else holds it (leaf_cycle.c). */
+void ag_leaf_cycle_collect(opr_tensor *leaf);
+/* Whether a leaf's grad has a graph, read under the leaf's lock (leaf_lock.c). */
+bool ag_leaf_grad_has_graph(const opr_tensor *leaf);
 
 /* Serialise reads and writes of leaf->grad across threads (leaf_lock.c). */
 void ag_leaf_lock(const opr_tensor *leaf);

@@ -164,7 +164,7 @@ static int run_node(opr_node *n, const opr_backward_opts *o, const capture *cap,
             }
     opr_tensor *grads[OPR_MAX_ARGS] = {NULL};
     int rc = OPR_OK;
-    const ag_plan *p = n->plan;
+    const deriv_plan *p = n->plan;
     for (int i = 0; i < p->nchosen && !rc; i++)
         rc = ag_run_candidate(n, &op->deriv->cands[p->chosen[i]], p->chosen_mask[i], n->pending, grads,
                               o->create_graph);

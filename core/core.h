@@ -104,6 +104,19 @@ struct opr_tensor {
 struct opr_registry;
 struct opr_plugin_set;
 
+/* What core needs of the autograd layer, which lies above it (core <- registry <-
+ * autograd): autograd fills this table on every context it creates
+ * (autograd/context_new.c), and core reaches autograd only through it. */
+typedef struct opr_autograd_iface {
+    /* drops a reference to the node that produced a tensor (its grad_fn) */
+    void (*node_release)(struct opr_node *node);
+    /* whether a leaf's grad has a graph (create_graph), read under the leaf's lock */
+    bool (*leaf_grad_has_graph)(const opr_tensor *leaf);
+    /* called before a reference to such a leaf is dropped: frees the loop
+     * leaf -> grad -> graph -> leaf when nothing else holds it */
+    void (*leaf_cycle_collect)(opr_tensor *leaf);
+} opr_autograd_iface;
+
 struct opr_ctx {
     pthread_mutex_t lock;          /* registry and plugin mutations */
     opr_device_entry devices[OPR_MAX_DEVICE_TYPES];
@@ -114,6 +127,7 @@ struct opr_ctx {
     /* Copies between two tensors of one non-CPU device when either is not contiguous;
      * set by the registry, which runs the device's copy_ kernel. */
     int (*device_strided_copy)(opr_ctx *ctx, opr_tensor *dst, const opr_tensor *src);
+    const opr_autograd_iface *autograd; /* set with the context; never NULL after */
 };
 
 /* Device entry for a tensor's device, or NULL. */
@@ -183,13 +197,6 @@ opr_tensor *opr_tensor_over_memory(opr_ctx *ctx, opr_device dev, void *data, opr
 /* Copies src into dst (same shape, same dtype; any layouts; any devices). */
 int opr_tensor_copy_into(opr_tensor *dst, const opr_tensor *src);
 
-/* Drops a reference to an autograd node (autograd/record.c). */
-void ag_node_release(struct opr_node *n);
-/* Called before a reference to a leaf whose grad has a graph is dropped: frees the
- * loop leaf -> grad -> graph -> leaf when nothing else holds it (autograd/leaf_cycle.c). */
-void ag_leaf_cycle_collect(opr_tensor *leaf);
-/* Whether a leaf's grad has a graph, read under the leaf's lock (autograd/leaf_lock.c). */
-bool ag_leaf_grad_has_graph(const opr_tensor *leaf);
 
 /* Creates the built-in cpu device entry (type 0); frees what it holds. */
 void opr_devices_init(opr_ctx *ctx);

@@ -214,14 +214,15 @@ void opr_tensor_release(opr_tensor *t)
     if (!t) return;
     /* backward with create_graph leaves a loop: this leaf -> grad -> graph -> leaf.
      * .grad is read under the leaf's lock: another thread's backward may replace it. */
-    if (!t->grad_fn && atomic_load_explicit(&t->refs, memory_order_acquire) > 1 && ag_leaf_grad_has_graph(t))
-        ag_leaf_cycle_collect(t);
+    const opr_autograd_iface *ag = t->ctx->autograd;
+    if (!t->grad_fn && atomic_load_explicit(&t->refs, memory_order_acquire) > 1 && ag->leaf_grad_has_graph(t))
+        ag->leaf_cycle_collect(t);
     /* refs == 1 means no other holder exists who could race with us */
     if ((atomic_load_explicit(&t->refs, memory_order_acquire) != 1 &&
                atomic_fetch_sub_explicit(&t->refs, 1, memory_order_acq_rel) != 1))
         return;
     opr_tensor_release(t->grad);
-    if (t->grad_fn) ag_node_release(t->grad_fn);
+    if (t->grad_fn) ag->node_release(t->grad_fn);
     opr_storage_release(t->storage);
     atomic_fetch_sub_explicit(&t->ctx->live_tensors, 1, memory_order_relaxed);
     free(t);

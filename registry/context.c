@@ -50,13 +50,14 @@ static int builtin_yaml_dir(const opr_ctx_opts *opts, data_dir found[DATA_DIRS_M
     return opr_fail(OPR_ERR_IO, "opr_ctx_new: cannot find the op definitions in %s (set OPREG_YAML_DIR)", tried);
 }
 
-opr_ctx *opr_ctx_new(const opr_ctx_opts *opts)
+opr_ctx *registry_ctx_new(const opr_ctx_opts *opts, const opr_autograd_iface *autograd, reg_record_fn record)
 {
     opr_ctx_opts own; /* the caller's options as this library's struct: NULL means all defaults */
     if (opr_struct_in(&own, sizeof own, opts, OPR_CTX_OPTS_STRUCT_SIZE_0_1, "opr_ctx_new", "opr_ctx_opts")) return NULL;
     opts = &own;
     opr_ctx *ctx = calloc(1, sizeof *ctx);
     if (!ctx) { opr_fail(OPR_ERR_NOMEM, "opr_ctx_new: out of memory"); return NULL; }
+    ctx->autograd = autograd;
     /* Recursive: a plugin's init may load its own YAML while the loader holds the lock. */
     pthread_mutexattr_t attr;
     pthread_mutexattr_init(&attr);
@@ -71,6 +72,7 @@ opr_ctx *opr_ctx_new(const opr_ctx_opts *opts)
         return NULL;
     }
     if (registry_new(ctx) || plugins_new(ctx)) { opr_ctx_free(ctx); return NULL; }
+    ctx->reg->record = record;
     if (!(opts && opts->skip_builtin_yaml)) {
         data_dir found[DATA_DIRS_MAX];
         const char *dir;

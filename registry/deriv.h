@@ -54,7 +54,7 @@ typedef struct deriv_info {
 } deriv_info;
 
 /* A chosen plan for (op, requires-grad mask, device type, input shapes). */
-typedef struct ag_plan {
+typedef struct deriv_plan {
     uint32_t mask;                    /* inputs whose gradient is computed */
     int nchosen;
     int chosen[OPR_MAX_ARGS];         /* candidate indices */
@@ -63,7 +63,7 @@ typedef struct ag_plan {
     uint64_t save_meta;               /* slots kept as metadata only */
     double cost_ns;                   /* estimated */
     uint64_t saved_bytes;             /* bytes of the saved tensors */
-} ag_plan;
+} deriv_plan;
 
 /* Parsed from YAML by yaml_load.c; analysed here. Returns a status with a
  * file:line:column message. */
@@ -91,7 +91,7 @@ void plan_cache_clear(deriv_info *d);
 
 /* The plan for a call; cached. metas: the op's slots (args and outputs) as metadata.
  * Returns NULL with a message on failure. */
-const ag_plan *plan_get(const opr_op *op, uint32_t mask, opr_device dev, const mval *slots);
+const deriv_plan *plan_get(const opr_op *op, uint32_t mask, opr_device dev, const mval *slots);
 
 /* Writes a human-readable account of every candidate set for the given shapes. */
 int plan_explain(const opr_op *op, uint32_t mask, opr_device dev, const mval *slots, char *buf, size_t len);

@@ -1,7 +1,7 @@
 /* opr_call: argument checking against the schema, output shape and dtype inference,
  * output allocation, kernel selection by device, and the call itself. Nothing here
  * takes a lock: the op pointer and its kernel slots are read atomically. */
-#include "../autograd/autograd.h"
+#include "registry.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -349,7 +349,7 @@ opr_status opr_call(const opr_op *op, const opr_value *args, int nargs, opr_tens
         opr_tensor *self = c.tensors[0];
         opr_tensor *v = identity ? opr_tensor_make_view(self, self->m.ndim, self->m.shape, self->strides, self->offset)
                                  : run_view(op, &c);
-        if (v && record && (rc = ag_record(op, c.tensors, c.slots, &v, c.dev, c.list_requires_grad))) {
+        if (v && record && (rc = op->ctx->reg->record(op, c.tensors, c.slots, &v, c.dev, c.list_requires_grad))) {
             opr_tensor_release(v);
             v = NULL;
         }
@@ -430,7 +430,7 @@ opr_status opr_call(const opr_op *op, const opr_value *args, int nargs, opr_tens
     /* The autograd step (docs/architecture.md, "One opr_call"): a node with the plan for
      * the inputs that require grad, saving only what its formulas read. */
     if (!rc && op->inplace) atomic_fetch_add_explicit(&f.outs[0]->storage->version, 1, memory_order_relaxed);
-    if (!rc && record) rc = ag_record(op, c.tensors, c.slots, f.outs, c.dev, c.list_requires_grad);
+    if (!rc && record) rc = op->ctx->reg->record(op, c.tensors, c.slots, f.outs, c.dev, c.list_requires_grad);
     if (c.list_views) free(c.list_views);
     if (rc) {
         for (int i = 0; i < op->nout; i++) opr_tensor_release(f.outs[i]);

@@ -277,7 +277,7 @@ static void enumerate(search *s, uint32_t covered)
     }
 }
 
-static int select_plan(const opr_op *op, uint32_t mask, opr_device dev, const mval *slots, ag_plan *out,
+static int select_plan(const opr_op *op, uint32_t mask, opr_device dev, const mval *slots, deriv_plan *out,
                        void (*visit)(void *, const choice *), void *ud)
 {
     deriv_info *d = op->deriv;
@@ -296,7 +296,7 @@ static int select_plan(const opr_op *op, uint32_t mask, opr_device dev, const mv
                       op->ctx->devices[dev.type].name, d->forced >= 0 ? " with the forced candidate" : "");
     if (!rc) {
         const choice *b = &s->best;
-        *out = (ag_plan){.mask = mask, .nchosen = b->n, .save = b->save, .save_meta = b->meta, .cost_ns = b->ns,
+        *out = (deriv_plan){.mask = mask, .nchosen = b->n, .save = b->save, .save_meta = b->meta, .cost_ns = b->ns,
                          .saved_bytes = b->bytes};
         memcpy(out->chosen, b->cand, sizeof b->cand);
         memcpy(out->chosen_mask, b->part, sizeof b->part);
@@ -312,7 +312,7 @@ static int select_plan(const opr_op *op, uint32_t mask, opr_device dev, const mv
 typedef struct plan_entry {
     int64_t key[KEY_MAX];
     int klen;
-    ag_plan plan;
+    deriv_plan plan;
     struct plan_entry *retired_next;
 } plan_entry;
 
@@ -366,7 +366,7 @@ static uint64_t hash_key(const int64_t *key, int n)
     return h;
 }
 
-const ag_plan *plan_get(const opr_op *op, uint32_t mask, opr_device dev, const mval *slots)
+const deriv_plan *plan_get(const opr_op *op, uint32_t mask, opr_device dev, const mval *slots)
 {
     deriv_info *d = op->deriv;
     if (!d) { opr_fail(OPR_ERR_UNSUPPORTED, "%s is not differentiable", op->name); return NULL; }
@@ -493,7 +493,7 @@ int plan_explain(const opr_op *op, uint32_t mask, opr_device dev, const mval *sl
     int rc = deriv_link(op->ctx, (opr_op *)op);
     pthread_mutex_unlock(&op->ctx->lock);
     if (rc) return rc;
-    ag_plan p;
+    deriv_plan p;
     rc = select_plan(op, mask, dev, slots, &p, explain_visit, &b);
     if (rc) return rc;
     char bytes[32];

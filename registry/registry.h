@@ -78,6 +78,13 @@ static inline int op_nslots(const opr_op *op) { return op->nargs + op->nout + 1;
 #define OPS_CHUNK0 64
 #define OPS_NCHUNKS 24
 
+/* Records a call into the autograd graph (tensors[i]: argument i, NULL for
+ * non-tensors; slots: the arguments' metadata values; sets the outputs' grad_fn). The
+ * autograd layer, above the registry, sets it on each context it creates: the
+ * registry never calls autograd by name. */
+typedef int (*reg_record_fn)(const opr_op *op, opr_tensor *const *tensors, const mval *slots, opr_tensor **outs,
+                             opr_device dev, bool list_requires_grad);
+
 typedef struct opr_registry {
     _Atomic(opr_op *) *chunks[OPS_NCHUNKS];
     _Atomic int n;             /* entries visible to readers */
@@ -87,6 +94,7 @@ typedef struct opr_registry {
     char *errors;              /* every load error, newline-separated */
     size_t errors_len;
     _Atomic(opr_op *) engine_ops[1]; /* add: looked up once for the autograd engine */
+    reg_record_fn record;      /* set by the autograd layer with the context */
 } opr_registry;
 
 /* Parses a schema string into op (name, args, outputs). src locates it for errors. */
@@ -94,6 +102,9 @@ int schema_parse(opr_op *op, const char *schema, const expr_src *src);
 void op_free(opr_op *op);
 
 int registry_new(opr_ctx *ctx);
+/* opr_ctx_new below the autograd layer: the context with its devices, op table, YAML
+ * and plugins, using the autograd layer's table and recorder (context.c). */
+opr_ctx *registry_ctx_new(const opr_ctx_opts *opts, const opr_autograd_iface *autograd, reg_record_fn record);
 void registry_free(opr_ctx *ctx);
 /* Adds an op (takes ownership); fails on a duplicate name. Call with ctx->lock held. */
 int registry_add(opr_ctx *ctx, opr_op *op);
