@@ -1,5 +1,5 @@
 /* The host/device paths of the core, run against the emulated CUDA plugin
- * (plugins/gpu/emu: the CUDA kernels on a CPU stand-in runtime, device "cuda", two
+ * (tests/gpu_emu: the CUDA kernels on a CPU stand-in runtime, device "cuda", two
  * ordinals here through OPREG_GPUEMU_DEVICES): moving tensors between devices, the
  * error for inputs on different devices, DLPack export and import of device tensors,
  * memory statistics, autograd on the device, running out of device memory, and the

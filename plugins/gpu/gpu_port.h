@@ -1,14 +1,14 @@
 /* Portability layer shared by the CUDA and ROCm plugins.
  *
- * The kernels in plugins/cuda/ are written once against the gpu* names below and
+ * The kernels in plugins/gpu/ are written once against the gpu* names below and
  * compiled either with nvcc (CUDA, cuBLAS) or with hipcc (HIP; plugins/rocm). Only
  * what the plugin uses is mapped. Kernels stay clear of warp-size assumptions (no
  * shuffles, block sizes multiple of 64) so that AMD's 64-wide wavefronts work too.
  *
  *   GPU_BACKEND_HIP   defined when compiling with hipcc
- *   GPU_BACKEND_EMU   defined for the CPU emulation (plugins/gpu/emu, OPR_GPU_EMULATE)
+ *   GPU_BACKEND_EMU   defined for the CPU emulation (tests/gpu_emu, OPR_GPU_EMULATE)
  *   GPU_HAVE_BLAS     1 when a vendor BLAS (cuBLAS) backs the GEMMs, 0 when the tiled
- *                     GEMM kernel in cuda_gemm_tiled.cuh does every product
+ *                     GEMM kernel in gpu_gemm_tiled.cuh does every product
  *   GPU_NAME          "cuda" or "rocm": the device name
  *   GPU_PLUGIN_NAME   the plugin name: GPU_NAME, or "cuda-emu" for the emulation
  *   GPU_BLAS_HEADER   the BLAS header to include where GPU_HAVE_BLAS is 1
@@ -27,12 +27,12 @@
 
 #ifdef GPU_BACKEND_EMU
 /* ------------------------------------------------------------------ CPU emulation */
-#include "emu/gpu_emu.h"
+#include "gpu_emu.h" /* tests/gpu_emu, on the emulated build's include path */
 
 #define GPU_NAME "cuda"
 #define GPU_PLUGIN_NAME "cuda-emu"
 #define GPU_RUNTIME_NAME "emulated CUDA"
-#define GPU_BLAS_HEADER "emu/gpu_emu_blas.h"
+#define GPU_BLAS_HEADER "gpu_emu_blas.h"
 
 typedef gpuemu_error gpuError_t;
 typedef gpuemu_stream_t gpuStream_t;

@@ -1,7 +1,7 @@
 /* Comparisons with a bool (one byte, 0/1) output: eq, ne, gt, lt, ge, le. f32, f64,
  * i64, f16, bf16 (in float); eq and ne also on bool, comparing truth values. IEEE
  * semantics: anything against NaN is false except ne. */
-#include "cuda_ew.cuh"
+#include "gpu_ew.cuh"
 
 namespace {
 

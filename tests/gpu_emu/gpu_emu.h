@@ -1,6 +1,6 @@
 /* A CPU stand-in for the part of the CUDA runtime the GPU plugin uses, so that the
  * kernels of plugins/cuda run, unchanged, on machines without a GPU (the emulated
- * plugin, plugins/gpu/emu). It is a test double, not a backend: one host thread runs
+ * plugin, tests/gpu_emu). It is a test double, not a backend: one host thread runs
  * every launch, block after block.
  *
  * What it models, so that host/device mistakes fail here as they would on a GPU:

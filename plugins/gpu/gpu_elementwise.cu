@@ -4,7 +4,7 @@
  * Semantics follow plugins/cpu/cpu_elementwise.c: NaN propagates through relu and
  * clamp, clamp with min > max gives max, pow(x, 2) is x * x and pow(x, 0.5) is sqrt,
  * i64 clamp bounds round inwards, a fractional alpha is refused for i64. */
-#include "cuda_ew.cuh"
+#include "gpu_ew.cuh"
 
 namespace {
 

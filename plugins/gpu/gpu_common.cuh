@@ -14,7 +14,7 @@
 #ifndef OPREG_CUDA_COMMON_CUH
 #define OPREG_CUDA_COMMON_CUH
 
-#include "../gpu/gpu_port.h"
+#include "gpu_port.h"
 
 #include <opreg/plugin.h>
 
@@ -191,7 +191,7 @@ extern bool gk_force_tiled_gemm;
 void *gk_blas_handle(int ordinal);
 #endif
 
-/* Caching allocator (cuda_device.cu). NULL on failure (no error set). */
+/* Caching allocator (gpu_device.cu). NULL on failure (no error set). */
 void *gk_mem_alloc(int ordinal, size_t nbytes);
 void gk_mem_free(int ordinal, void *ptr, size_t nbytes);
 
@@ -359,7 +359,7 @@ GK_DEV bool gk_isnan(int64_t) { return false; }
 
 /* Strided copy of `shape` elements of size es (1, 2, 4 or 8) from src to dst; either
  * side may have any strides (0 allowed on the source). Overlap is the caller's
- * business. (cuda_copy.cu) */
+ * business. (gpu_copy.cu) */
 int gk_copy_strided(const gk_ctx *k, size_t es, int32_t ndim, const int64_t *shape, void *dst,
                     const int64_t *dst_st, const void *src, const int64_t *src_st);
 /* Writes the element whose bytes are `bits` (es bytes, little end) everywhere. */
@@ -373,7 +373,7 @@ int gk_contiguous_copy(const gk_ctx *k, const opr_tensor_view *v, gk_buf *buf, i
 
 /* Sum of `in` (f32/f64/f16/bf16) over the dims in `mask` into `out`, whose non-size-1 dims
  * match the kept dims of `in` in order; out strides arbitrary. scale multiplies the
- * result. (cuda_reduce.cu) */
+ * result. (gpu_reduce.cu) */
 int gk_sum_dims(const gk_ctx *k, const opr_tensor_view *in, uint32_t mask, const opr_tensor_view *out,
                 double scale);
 /* out = scale * g summed down to out's shape (right-aligned broadcasting), floating dtypes. */
@@ -381,12 +381,12 @@ int gk_sum_to(const gk_ctx *k, const opr_tensor_view *g, const opr_tensor_view *
 
 /* Registration of each kernel family. */
 int gk_register(opr_plugin *self, const char *op, uint32_t dtypes, opr_kernel_fn fn);
-int gk_register_elementwise(opr_plugin *self); /* cuda_elementwise.cu */
-int gk_register_compare(opr_plugin *self);     /* cuda_compare.cu */
-int gk_register_reduce(opr_plugin *self);      /* cuda_reduce.cu */
-int gk_register_linalg(opr_plugin *self);      /* cuda_linalg.cu */
-int gk_register_index(opr_plugin *self);       /* cuda_index.cu */
-int gk_register_copy(opr_plugin *self);        /* cuda_copy.cu */
-int gk_register_sort(opr_plugin *self);        /* cuda_sort.cu */
+int gk_register_elementwise(opr_plugin *self); /* gpu_elementwise.cu */
+int gk_register_compare(opr_plugin *self);     /* gpu_compare.cu */
+int gk_register_reduce(opr_plugin *self);      /* gpu_reduce.cu */
+int gk_register_linalg(opr_plugin *self);      /* gpu_linalg.cu */
+int gk_register_index(opr_plugin *self);       /* gpu_index.cu */
+int gk_register_copy(opr_plugin *self);        /* gpu_copy.cu */
+int gk_register_sort(opr_plugin *self);        /* gpu_sort.cu */
 
 #endif /* OPREG_CUDA_COMMON_CUH */

@@ -26,7 +26,7 @@
  *    reach (split reductions, multi-chunk mask scans, sorts in global scratch, tiled
  *    and batched GEMMs, many repeated scatter indices).
  *
- * On a machine without a GPU it runs against the emulated CUDA plugin (plugins/gpu/emu,
+ * On a machine without a GPU it runs against the emulated CUDA plugin (tests/gpu_emu,
  * plugin "cuda-emu", device "cuda": the same kernel sources on a CPU stand-in for the
  * CUDA runtime), loaded by pointing OPREG_PLUGIN_PATH at the build's plugins-emu
  * directory.

@@ -14,10 +14,10 @@
  * f16/bf16 products accumulate in f32 (CUBLAS_COMPUTE_32F); f32 does not use TF32.
  *
  * Without cuBLAS (GPU_HAVE_BLAS == 0, ROCm) or with OPREG_CUDA_TILED_GEMM=1 the same
- * driver calls the tiled kernel of cuda_gemm_tiled.cuh instead, which reads any
+ * driver calls the tiled kernel of gpu_gemm_tiled.cuh instead, which reads any
  * strides and never packs. */
-#include "cuda_common.cuh"
-#include "cuda_gemm_tiled.cuh"
+#include "gpu_common.cuh"
+#include "gpu_gemm_tiled.cuh"
 #include "../common/opc_matmul_grad.h"
 
 #if GPU_HAVE_BLAS

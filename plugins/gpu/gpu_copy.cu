@@ -6,7 +6,7 @@
  * Pure data movement treats elements as opaque words of 1, 2, 4 or 8 bytes, so one
  * kernel serves every dtype (f16 and bf16 included). Validation follows
  * plugins/cpu/cpu_index.c, cpu_factory.c and cpu_grad.c. */
-#include "cuda_common.cuh"
+#include "gpu_common.cuh"
 #include "../common/opc_cat.h"
 #include "../common/opc_diagonal.h"
 #include "../common/opc_scalar.h"

@@ -1,5 +1,5 @@
-/* The generic strided elementwise machinery shared by cuda_elementwise.cu and
- * cuda_compare.cu: one grid-stride kernel per arity, instantiated with a functor over
+/* The generic strided elementwise machinery shared by gpu_elementwise.cu and
+ * gpu_compare.cu: one grid-stride kernel per arity, instantiated with a functor over
  * the compute type (float for f16/bf16 storage), reading inputs through broadcast
  * strides (0 on broadcast dims) and writing an output that is contiguous or, for
  * in-place use, strided. Index math is int64. A call whose operands are all contiguous
@@ -7,7 +7,7 @@
 #ifndef OPREG_CUDA_EW_CUH
 #define OPREG_CUDA_EW_CUH
 
-#include "cuda_common.cuh"
+#include "gpu_common.cuh"
 
 #include <math.h>
 #include <type_traits>

@@ -11,7 +11,7 @@
  * the counts on the host (which needs the total anyway: it sizes masked_select's
  * output through host->alloc_output and is checked against masked_scatter's source),
  * then write in row-major order with a block-level scan inside each chunk. */
-#include "cuda_common.cuh"
+#include "gpu_common.cuh"
 #include "../common/opc_index.h"
 
 #include <stdlib.h>

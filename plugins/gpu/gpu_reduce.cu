@@ -15,7 +15,7 @@
  *  - thread per output for short slices.
  * Arg-max/min merges break ties towards the smaller index, so the result does not
  * depend on how the slice was cut. */
-#include "cuda_common.cuh"
+#include "gpu_common.cuh"
 #include "../common/opc_reduce.h"
 
 #include <math.h>

@@ -9,7 +9,7 @@
  * order total and the result exactly the stable one. Rows padded to a power of two
  * up to 2048 sort in shared memory; longer rows sort in global scratch (in batches of
  * rows so the scratch stays bounded). */
-#include "cuda_common.cuh"
+#include "gpu_common.cuh"
 #include "../common/opc_sort.h"
 
 #include <type_traits>

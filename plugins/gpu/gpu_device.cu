@@ -13,7 +13,7 @@
  *
  * Several contexts may load the plugin in one process: the state here is shared, and
  * released when the last context shuts the plugin down. */
-#include "cuda_common.cuh"
+#include "gpu_common.cuh"
 
 #if GPU_HAVE_BLAS
 #include GPU_BLAS_HEADER

@@ -11,7 +11,7 @@
 #ifndef OPREG_CUDA_GEMM_TILED_CUH
 #define OPREG_CUDA_GEMM_TILED_CUH
 
-#include "cuda_common.cuh"
+#include "gpu_common.cuh"
 
 #define GK_TM 64
 #define GK_TN 64
