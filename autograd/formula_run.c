@@ -183,6 +183,7 @@ static int run_kernel(run_ctx *r, opr_node *n, const deriv_cand *c, uint32_t wan
             case MV_FLOAT: args[na] = (opr_kernel_arg){.struct_size = sizeof(opr_kernel_arg), .kind = OPR_ARG_DOUBLE, .u.d = v->u.d}; break;
             case MV_BOOL: args[na] = (opr_kernel_arg){.struct_size = sizeof(opr_kernel_arg), .kind = OPR_ARG_BOOL, .u.b = v->u.b}; break;
             case MV_LIST: args[na] = (opr_kernel_arg){.struct_size = sizeof(opr_kernel_arg), .kind = OPR_ARG_INT_LIST, .u.il = {v->u.l, v->n}}; break;
+            case MV_STR: args[na] = (opr_kernel_arg){.struct_size = sizeof(opr_kernel_arg), .kind = OPR_ARG_STRING, .u.s = v->u.s}; break;
             default: args[na].kind = OPR_ARG_NONE; break;
             }
             continue;

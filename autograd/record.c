@@ -25,6 +25,8 @@ void ag_node_release(struct opr_node *first)
         if (atomic_fetch_sub(&n->refs, 1) != 1) continue;
         for (int s = 0; s < AG_TENSOR_SLOTS; s++) opr_tensor_release(n->saved[s]);
         for (int k = 0; k < OPR_MAX_OUTS; k++) opr_tensor_release(n->pending[k]);
+        for (int i = 0; i < n->op->nargs; i++)
+            if (n->slots[i].k == MV_STR) free((char *)n->slots[i].u.s); /* copied by ag_record */
         for (int i = 0; i < OPR_MAX_ARGS; i++) {
             opr_tensor_release(n->next[i].leaf);
             opr_node *next = n->next[i].node;
@@ -76,8 +78,20 @@ int ag_record(const opr_op *op, opr_tensor *const *tensors, const mval *slots, o
     n->dev = dev;
     n->mask = mask;
     memcpy(n->slots, slots, (size_t)op->nargs * sizeof *slots);
-    for (int i = 0; i < op->nargs; i++) /* borrowed pointers of the call must not outlive it */
-        if (n->slots[i].k == MV_TENSORS || n->slots[i].k == MV_STR) n->slots[i].k = MV_NONE;
+    /* Borrowed pointers of the call must not outlive it: a Tensor[] is dropped, a str
+     * copied (formulas and fused backward kernels read it in backward). */
+    for (int i = 0; i < op->nargs; i++) {
+        if (n->slots[i].k == MV_TENSORS) n->slots[i].k = MV_NONE;
+        if (n->slots[i].k != MV_STR) continue;
+        char *copy = strdup(n->slots[i].u.s);
+        if (!copy) {
+            for (int j = i; j < op->nargs; j++)
+                if (n->slots[j].k == MV_STR) n->slots[j].k = MV_NONE; /* not ours to free */
+            ag_node_release(n);
+            return opr_fail(OPR_ERR_NOMEM, "out of memory recording %s", op->name);
+        }
+        n->slots[i].u.s = copy;
+    }
     for (int i = 0; i < op->nargs; i++)
         if (tensors[i]) {
             n->metas[i] = tensors[i]->m;

@@ -120,14 +120,22 @@ static int parse_scalar(const loader *l, const op_arg *a, const yaml_node_t *n, 
         out->u.b = !strcmp(s, "True") || !strcmp(s, "true");
         end = (char *)s + (out->u.b || !strcmp(s, "False") || !strcmp(s, "false") ? strlen(s) : 0);
         break;
-    default: out->k = MV_NONE; end = (char *)s + strlen(s); break; /* strings are set by the caller */
+    case ARG_STR: /* owned by the sample (sample_free) */
+        if (!(out->u.s = strdup(s))) return opr_fail(OPR_ERR_NOMEM, "out of memory");
+        out->k = MV_STR;
+        end = (char *)s + strlen(s);
+        break;
+    default: out->k = MV_NONE; end = (char *)s + strlen(s); break;
     }
     return *end ? yaml_fail_at(l, n, OPR_ERR_PARSE, "samples: bad value '%s'", s) : OPR_OK;
 }
 
 static void sample_free(op_sample *s)
 {
-    for (int i = 0; i < OPR_MAX_ARGS; i++) free(s->args[i].tensors);
+    for (int i = 0; i < OPR_MAX_ARGS; i++) {
+        free(s->args[i].tensors);
+        if (s->args[i].value.k == MV_STR) free((char *)s->args[i].value.u.s);
+    }
 }
 
 void samples_free(opr_op *op)
@@ -271,6 +279,7 @@ opr_status opr_op_sample_args(const opr_op *op, int i, opr_dtype dtype, opr_devi
         case MV_FLOAT: args[a] = opr_v_double(m->u.d); break;
         case MV_BOOL: args[a] = opr_v_bool(m->u.b); break;
         case MV_LIST: args[a] = opr_v_ints(m->u.l, m->n); break;
+        case MV_STR: args[a] = opr_v_string(m->u.s); break;
         default: args[a] = opr_v_none(); break;
         }
     }

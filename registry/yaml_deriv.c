@@ -200,6 +200,12 @@ static int parse_fused(const loader *l, opr_op *op, deriv_cand *c, const yaml_no
         }
         return OPR_OK;
     }
+    /* a composite entry's cost comes from the ops its formulas call, and it saves what
+     * they read: needs/flops there would be silently ignored */
+    if (needs || flops)
+        return yaml_fail_at(l, needs ? needs : flops, OPR_ERR_PARSE,
+                            "'%s' is read only in a kernel entry (with 'kernel:'); a composite entry's cost and "
+                            "saved tensors follow from its formulas", needs ? "needs" : "flops");
     for (yaml_node_pair_t *p = v->data.mapping.pairs.start; p < v->data.mapping.pairs.top; p++) {
         const char *key = yaml_scalar(yaml_document_get_node(l->doc, p->key));
         int pos = cover_pos(c, arg_of(op, key));

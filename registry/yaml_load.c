@@ -221,8 +221,9 @@ static int finish_op(const loader *l, opr_op *op, const yaml_node_t *entry)
     for (int i = 0; i < op->nout; i++) names[n++] = op->out_names[i];
     names[n++] = "result";
     expr_src src = {l->file, 0, 0};
-    for (int i = 0; i < op->nchecks; i++) if (expr_resolve(op->checks[i], names, n, &src)) return OPR_ERR_PARSE;
     /* shapes and checks run before outputs exist: they may only read the arguments */
+    for (int i = 0; i < op->nchecks; i++)
+        if (expr_resolve(op->checks[i], names, op->nargs, &src)) return OPR_ERR_PARSE;
     for (int i = 0; i < op->nout; i++)
         if (op->shapes[i] && expr_resolve(op->shapes[i], names, op->nargs, &src)) return OPR_ERR_PARSE;
     if (op->flops && expr_resolve(op->flops, names, n, &src)) return OPR_ERR_PARSE;

@@ -345,6 +345,23 @@ START_TEST(test_expr_unknown_name)
                      "unknown name", "result");
     expect_bad_entry("- name: yb(Tensor self, int n) -> Tensor\n  check: [n > 0, m > 0]\n  shape: sizes(self)\n", "yb",
                      "t.yaml:4:18: ", "unknown name", "m");
+    /* checks run before the outputs exist: they may not read them either */
+    expect_bad_entry("- name: yb(Tensor self) -> Tensor\n  check: [numel(result) > 0]\n  shape: sizes(self)\n", "yb",
+                     "t.yaml:4:17: ", "unknown name", "result");
+    expect_bad_entry("- name: yb(Tensor self) -> (Tensor out)\n  check: [numel(out) > 0]\n  shape: sizes(self)\n", "yb",
+                     "t.yaml:4:17: ", "unknown name", "out");
+}
+END_TEST
+
+START_TEST(test_kernel_keys_without_kernel)
+{
+    /* needs: and flops: belong to kernel entries; in a composite entry they would be ignored */
+    expect_bad_entry("- name: yb(Tensor self, Tensor other) -> Tensor\n  shape: broadcast(self, other)\n"
+                     "  self, other: {needs: {self: [other]}, self: grad, other: grad}\n",
+                     "yb", "t.yaml:5:", "'needs' is read only in a kernel entry", NULL);
+    expect_bad_entry("- name: yb(Tensor self, Tensor other) -> Tensor\n  shape: broadcast(self, other)\n"
+                     "  self, other: {flops: numel(self), self: grad, other: grad}\n",
+                     "yb", "t.yaml:5:", "'flops' is read only in a kernel entry", NULL);
 }
 END_TEST
 
@@ -914,6 +931,54 @@ START_TEST(test_user_op_with_fixture_kernel)
     tu_ctx_free(ctx);
 }
 END_TEST
+
+START_TEST(test_str_argument_in_samples_and_backward)
+{
+    /* A str argument reaches the kernel, a sample that gives it, and the backward
+     * formula (the node keeps its own copy: the caller's string is gone by then). */
+    opr_ctx *ctx = bare_ctx();
+    int n = -1;
+    int rc = opr_registry_load_yaml_string(ctx,
+        "- name: fx_triple(Tensor self, str mode=\"plain\") -> Tensor\n"
+        "  check: [mode == \"triple\" || mode == \"plain\"]\n"
+        "  shape: sizes(self)\n"
+        "  self: mul(grad, (mode == \"triple\") * 2 + 1)\n"
+        "  samples: [{self: [2, 3], mode: triple}]\n", "fx.yaml", &n);
+    ck_assert_msg(rc == OPR_OK, "%s", opr_last_error());
+    const opr_op *op = opr_op_find(ctx, "fx_triple");
+    ck_assert_msg(opr_plugin_load(ctx, OPREG_FIXTURE_DIR "/libfx_minor_new.so") == OPR_OK, "%s", opr_last_error());
+    ck_assert_msg(opr_plugin_load(ctx, OPREG_CPU_PLUGIN_FILE) == OPR_OK, "%s", opr_last_error());
+
+    opr_value sargs[2];
+    opr_tensor *owned[OPR_SAMPLE_MAX_TENSORS];
+    int nargs = 0, nowned = 0;
+    ck_assert_int_eq(opr_op_sample_args(op, 0, OPR_F64, OPR_CPU, 1, sargs, &nargs, owned, &nowned), OPR_OK);
+    ck_assert_int_eq(nargs, 2);
+    ck_assert_int_eq(sargs[1].kind, OPR_V_STRING);
+    ck_assert_str_eq(sargs[1].u.s, "triple");
+    for (int i = 0; i < nowned; i++) opr_tensor_release(owned[i]);
+
+    double v[2] = {1, -2};
+    opr_tensor *a = opr_tensor_from_data(ctx, OPR_F64, 1, (int64_t[]){2}, v, OPR_CPU);
+    ck_assert(opr_set_requires_grad(a, true) == OPR_OK);
+    char *mode = strdup("triple"); /* freed before backward runs */
+    opr_value args[2] = {opr_v_tensor(a), opr_v_string(mode)};
+    opr_tensor *r = NULL;
+    ck_assert_msg(opr_call(op, args, 2, &r, 1) == OPR_OK, "%s", opr_last_error());
+    memset(mode, 'x', 6);
+    free(mode);
+    opr_tensor *s = tu_call1(ctx, "sum", (opr_value[]){opr_v_tensor(r)}, 1);
+    ck_assert_msg(opr_backward(s, NULL, NULL) == OPR_OK, "%s", opr_last_error());
+    double *g = tu_to_f64(opr_grad(a));
+    ck_assert_double_eq(g[0], 3);
+    ck_assert_double_eq(g[1], 3);
+    free(g);
+    opr_tensor_release(s);
+    opr_tensor_release(r);
+    opr_tensor_release(a);
+    tu_ctx_free(ctx);
+}
+END_TEST
 #endif
 
 static Suite *yaml_suite(void)
@@ -926,6 +991,7 @@ static Suite *yaml_suite(void)
     tcase_add_test(t, test_user_op_without_kernel);
 #ifdef OPREG_FIXTURE_DIR
     tcase_add_test(t, test_user_op_with_fixture_kernel);
+    tcase_add_test(t, test_str_argument_in_samples_and_backward);
 #endif
     suite_add_tcase(s, t);
     t = tcase_create("structure");
@@ -946,6 +1012,7 @@ static Suite *yaml_suite(void)
     tcase_add_test(t, test_expr_unexpected_token);
     tcase_add_test(t, test_expr_unknown_name);
     tcase_add_test(t, test_expr_unknown_function);
+    tcase_add_test(t, test_kernel_keys_without_kernel);
     tcase_add_test(t, test_wrong_shape_count);
     suite_add_tcase(s, t);
     t = tcase_create("keys");

@@ -122,9 +122,11 @@ typedef struct opr_kernel_call {
  * Forward kernels get the op's arguments in schema order and its preallocated
  * outputs. Fused backward kernels (registered under the name a derivative entry gives
  * in `kernel:`, e.g. "mm_backward") get:
- *   args:    the gradient of each forward output (OPR_ARG_NONE where none flowed),
+ *   args:    the gradient of each forward output (where none flowed: zeros for a
+ *            floating output, OPR_ARG_NONE for an integer or bool one),
  *            then every forward argument in schema order (tensors the plan did not
- *            save are OPR_ARG_NONE; scalars as in the forward call),
+ *            save and Tensor[] arguments are OPR_ARG_NONE; scalars and strings as in
+ *            the forward call),
  *            then every forward output (OPR_ARG_NONE unless saved);
  *   outputs: one per input the entry covers, in the order of its YAML key
  *            ("self, mat2"), shaped and typed like that input, contiguous;
