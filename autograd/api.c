@@ -85,7 +85,7 @@ opr_status opr_plan_explain(const opr_op *op, const opr_value *args, int nargs, 
     if (!buf || !len) return opr_fail(OPR_ERR_INVALID, "opr_plan_explain: NULL or empty buffer");
     int rc = meta_slots(op, args, nargs, slots, outs, &dev);
     if (!rc) rc = mask_of(op, requires_grad, n_requires_grad, &mask);
-    if (!rc) rc = plan_explain(op, mask, dev, slots, buf, len);
+    if (!rc) rc = plan_explain(op, mask, dev, slots, !opr_special_grads_enabled(), buf, len);
     return rc;
 }
 
@@ -100,7 +100,7 @@ opr_status opr_plan_saved_bytes(const opr_op *op, const opr_value *args, int nar
     int rc = meta_slots(op, args, nargs, slots, outs, &dev);
     if (!rc) rc = mask_of(op, requires_grad, n_requires_grad, &mask);
     if (rc) return rc;
-    const deriv_plan *p = plan_get(op, mask, dev, slots);
+    const deriv_plan *p = plan_get(op, mask, dev, slots, !opr_special_grads_enabled());
     if (!p) return OPR_ERR_UNSUPPORTED;
     *bytes = p->saved_bytes;
     return OPR_OK;
@@ -186,7 +186,7 @@ int opr_autograd_walk(const opr_tensor *root, void (*fn)(void *ud, const opr_nod
         count++;
         char plan[256];
         plan_text(n, plan, sizeof plan);
-        opr_node_info info = {.struct_size = sizeof info, .op = n->op->name, .plan = plan};
+        opr_node_info info = {.struct_size = sizeof info, .op = n->op->name, .plan = plan, .fast = n->fast};
         for (int s = 0; s < AG_TENSOR_SLOTS; s++)
             if (n->saved[s]) info.saved_bytes += (uint64_t)n->saved[s]->m.numel * opr_elem_size(n->saved[s]->m.dtype);
         for (int a = 0; a < n->op->nargs; a++)

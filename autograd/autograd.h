@@ -28,6 +28,7 @@ typedef struct opr_node {
     opr_tensor *saved[AG_TENSOR_SLOTS]; /* owned; outputs are saved as detached views */
     uint32_t saved_version[AG_TENSOR_SLOTS]; /* storage versions when saved */
     bool released;                      /* saved tensors freed after a backward */
+    bool fast;                          /* recorded in fast mode: plan of fast variants */
     /* engine scratch, valid during one backward */
     opr_tensor *pending[OPR_MAX_OUTS];  /* accumulated gradient of each output */
     int deps;

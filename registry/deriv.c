@@ -41,7 +41,8 @@ static void analyze(const opr_op *op, const expr *e, bool meta_only, uint64_t *n
         break;
     case EXPR_CALL:
         for (int i = 0; i < e->nargs; i++)
-            analyze(op, e->args[i], expr_builtin_reads_meta(e->builtin), needs, meta);
+            analyze(op, e->args[i], expr_builtin_is_select(e->builtin) ? meta_only : expr_builtin_reads_meta(e->builtin),
+                    needs, meta);
         return;
     default:
         break;

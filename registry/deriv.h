@@ -8,7 +8,12 @@
  *   kernel     `self, mat2: {kernel: mm_backward, needs: {self: [mat2], ...}}`
  *              a native fused backward a backend may implement
  * A plan is a set of candidates that together cover exactly the inputs that need
- * grad; it saves the union of what the chosen formulas read. */
+ * grad; it saves the union of what the chosen formulas read.
+ *
+ * Candidates under the op's `fast:` key are the special-gradient fast mode's
+ * variants: they skip the special-case subgradients (norm at 0, ties of max, ...).
+ * They are eligible only for a node recorded in fast mode, and there they replace
+ * the normal candidates of the inputs they cover. */
 #ifndef OPREG_DERIV_H
 #define OPREG_DERIV_H
 
@@ -26,6 +31,7 @@ static inline int slot_let0(const opr_op *op) { return op->nargs + op->nout + 4;
 
 typedef struct deriv_cand {
     char *label;                      /* as written: "self", "self, mat2" */
+    bool fast;                        /* under `fast:`: for nodes recorded in fast mode */
     int ncover;
     int cover[OPR_MAX_ARGS];          /* input arg indices, in the order written */
     uint32_t covers;                  /* bit per input arg */
@@ -46,7 +52,8 @@ typedef struct deriv_cand {
 typedef struct deriv_info {
     deriv_cand *cands;
     int ncands;
-    uint32_t differentiable;          /* inputs some candidate covers */
+    uint32_t differentiable;          /* inputs some normal candidate covers */
+    uint32_t fast_covers;             /* inputs some fast candidate covers */
     char *slot_names[DERIV_MAX_SLOTS];/* borrowed names, for messages and `opreg plan` */
     int nslots;
     struct plan_cache *cache;
@@ -56,6 +63,7 @@ typedef struct deriv_info {
 /* A chosen plan for (op, requires-grad mask, device type, input shapes). */
 typedef struct deriv_plan {
     uint32_t mask;                    /* inputs whose gradient is computed */
+    bool fast;                        /* planned for a node recorded in fast mode */
     int nchosen;
     int chosen[OPR_MAX_ARGS];         /* candidate indices */
     uint32_t chosen_mask[OPR_MAX_ARGS]; /* what each chosen candidate computes */
@@ -89,11 +97,13 @@ void plan_cache_free(struct plan_cache *cache);
 /* Drops cached plans (after forcing a candidate). */
 void plan_cache_clear(deriv_info *d);
 
-/* The plan for a call; cached. metas: the op's slots (args and outputs) as metadata.
+/* The plan for a call; cached. metas: the op's slots (args and outputs) as metadata;
+ * fast: the node is recorded in fast mode (fast candidates first, see above).
  * Returns NULL with a message on failure. */
-const deriv_plan *plan_get(const opr_op *op, uint32_t mask, opr_device dev, const mval *slots);
+const deriv_plan *plan_get(const opr_op *op, uint32_t mask, opr_device dev, const mval *slots, bool fast);
 
 /* Writes a human-readable account of every candidate set for the given shapes. */
-int plan_explain(const opr_op *op, uint32_t mask, opr_device dev, const mval *slots, char *buf, size_t len);
+int plan_explain(const opr_op *op, uint32_t mask, opr_device dev, const mval *slots, bool fast, char *buf,
+                 size_t len);
 
 #endif

@@ -97,6 +97,8 @@ int expr_eval_with(const expr *e, const mval *slots, const expr_hooks *h, mval *
 /* True for built-ins, which read only the metadata of their tensor arguments: a
  * tensor seen only through them is not saved. */
 bool expr_builtin_reads_meta(int builtin);
+/* True for select(cond, a, b), whose value is one of its arguments as it is. */
+bool expr_builtin_is_select(int builtin);
 
 /* The metadata view of a kernel argument (tensors are not converted). */
 void mval_of_kernel_arg(const opr_kernel_arg *k, mval *m);

@@ -473,13 +473,20 @@ static const struct builtin {
     {"reshape_shape", 2, 2, bi_reshape_shape}, {"expand_shape", 2, 2, bi_expand_shape},
     {"unsqueeze_shape", 2, 2, bi_unsqueeze_shape}, {"squeeze_shape", 1, 2, bi_squeeze_shape},
     {"diagonal_shape", 4, 4, bi_diagonal_shape},
+    /* select(cond, a, b): a if cond is truthy, else b; only the chosen one is
+     * evaluated (so a formula runs, and is costed for, one branch). Evaluated in
+     * expr_eval_with, not through a builtin_fn. */
+    {"select", 3, 3, NULL},
 };
 #define N_BUILTINS ((int)(sizeof builtins / sizeof builtins[0]))
 
 bool expr_builtin_reads_meta(int builtin)
 {
-    return builtin >= 0 && builtin < N_BUILTINS; /* no built-in ever reads tensor data */
+    /* no built-in ever reads tensor data; select hands one argument on as it is */
+    return builtin >= 0 && builtin < N_BUILTINS && builtins[builtin].fn;
 }
+
+bool expr_builtin_is_select(int builtin) { return builtin >= 0 && builtin < N_BUILTINS && !builtins[builtin].fn; }
 
 static int resolve(expr *e, const char *const *names, int nnames, const expr_src *src, bool ops_allowed)
 {
@@ -601,6 +608,11 @@ int expr_eval_with(const expr *e, const mval *slots, const expr_hooks *h, mval *
         mval a[OPR_MAX_ARGS];
         if ((e->builtin < 0 && !(h && h->call)) || e->nargs > OPR_MAX_ARGS)
             return opr_fail(OPR_ERR_INVALID, "'%s' is not evaluable on metadata", e->name);
+        if (expr_builtin_is_select(e->builtin)) {
+            mval c;
+            int rc = expr_eval_with(e->args[0], slots, h, &c);
+            return rc ? rc : expr_eval_with(e->args[truthy(&c) ? 1 : 2], slots, h, out);
+        }
         for (int i = 0; i < e->nargs; i++) {
             int rc = expr_eval_with(e->args[i], slots, h, &a[i]);
             if (rc) return rc;

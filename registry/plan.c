@@ -219,8 +219,17 @@ typedef struct search {
     void (*visit)(void *ud, const choice *c);
     void *ud;
     int forced;
+    bool fast;                /* a fast-mode node: fast candidates are eligible */
+    bool strict;              /* fast: normal candidates of inputs with a fast one are not */
     int status;
 } search;
+
+static bool eligible(const search *s, const deriv_cand *c)
+{
+    if (s->forced >= 0 && c == &s->op->deriv->cands[s->forced]) return true; /* tests force any candidate */
+    if (c->fast) return s->fast;
+    return !(s->fast && s->strict && (c->covers & s->op->deriv->fast_covers));
+}
 
 static bool better(const choice *a, const choice *b)
 {
@@ -266,7 +275,7 @@ static void enumerate(search *s, uint32_t covered)
     const deriv_info *d = s->op->deriv;
     for (int i = 0; i < d->ncands && !s->status; i++) {
         const deriv_cand *c = &d->cands[i];
-        if (!((c->covers >> first) & 1)) continue;
+        if (!((c->covers >> first) & 1) || !eligible(s, c)) continue;
         uint32_t part = c->covers & rest;
         /* a candidate that would recompute an input already covered is still fine:
          * it is asked only for `part` (its mask), so no input is computed twice */
@@ -277,8 +286,8 @@ static void enumerate(search *s, uint32_t covered)
     }
 }
 
-static int select_plan(const opr_op *op, uint32_t mask, opr_device dev, const mval *slots, deriv_plan *out,
-                       void (*visit)(void *, const choice *), void *ud)
+static int select_plan(const opr_op *op, uint32_t mask, opr_device dev, const mval *slots, bool fast,
+                       deriv_plan *out, void (*visit)(void *, const choice *), void *ud)
 {
     deriv_info *d = op->deriv;
     if (!d) return opr_fail(OPR_ERR_UNSUPPORTED, "%s is not differentiable", op->name);
@@ -288,15 +297,20 @@ static int select_plan(const opr_op *op, uint32_t mask, opr_device dev, const mv
     }
     search *s = calloc(1, sizeof *s);
     if (!s) return opr_fail(OPR_ERR_NOMEM, "out of memory planning %s", op->name);
-    *s = (search){.op = op, .dev = dev, .slots = slots, .mask = mask, .visit = visit, .ud = ud, .forced = d->forced};
+    *s = (search){.op = op, .dev = dev, .slots = slots, .mask = mask, .visit = visit, .ud = ud, .forced = d->forced,
+                  .fast = fast && (mask & d->fast_covers), .strict = true};
     enumerate(s, 0);
+    if (s->fast && !s->status && !s->have_best) { /* the fast ones leave an input uncovered: mix them */
+        s->strict = false;
+        enumerate(s, 0);
+    }
     int rc = s->status;
     if (!rc && !s->have_best)
         rc = opr_fail(OPR_ERR_NOT_FOUND, "%s: no candidate set computes the requested gradients on %s%s", op->name,
                       op->ctx->devices[dev.type].name, d->forced >= 0 ? " with the forced candidate" : "");
     if (!rc) {
         const choice *b = &s->best;
-        *out = (deriv_plan){.mask = mask, .nchosen = b->n, .save = b->save, .save_meta = b->meta, .cost_ns = b->ns,
+        *out = (deriv_plan){.mask = mask, .fast = fast, .nchosen = b->n, .save = b->save, .save_meta = b->meta, .cost_ns = b->ns,
                          .saved_bytes = b->bytes};
         memcpy(out->chosen, b->cand, sizeof b->cand);
         memcpy(out->chosen_mask, b->part, sizeof b->part);
@@ -331,12 +345,13 @@ void plan_cache_free(plan_cache *c)
     free(c);
 }
 
-static int make_key(const opr_op *op, uint32_t mask, opr_device dev, const mval *slots, int64_t *key)
+static int make_key(const opr_op *op, uint32_t mask, opr_device dev, const mval *slots, bool fast, int64_t *key)
 {
     int n = 0;
     key[n++] = mask;
     key[n++] = dev.type;
     key[n++] = op->deriv->forced;
+    key[n++] = fast;
     for (int s = 0; s < op->nargs + op->nout && n + OPR_MAX_DIMS + 2 < KEY_MAX; s++) {
         const mval *v = &slots[s];
         key[n++] = v->k;
@@ -366,13 +381,13 @@ static uint64_t hash_key(const int64_t *key, int n)
     return h;
 }
 
-const deriv_plan *plan_get(const opr_op *op, uint32_t mask, opr_device dev, const mval *slots)
+const deriv_plan *plan_get(const opr_op *op, uint32_t mask, opr_device dev, const mval *slots, bool fast)
 {
     deriv_info *d = op->deriv;
     if (!d) { opr_fail(OPR_ERR_UNSUPPORTED, "%s is not differentiable", op->name); return NULL; }
     plan_cache *cache = d->cache;
     int64_t key[KEY_MAX];
-    int klen = make_key(op, mask, dev, slots, key);
+    int klen = make_key(op, mask, dev, slots, fast, key);
     uint64_t h = hash_key(key, klen) % CACHE_SLOTS;
     plan_entry *e = atomic_load_explicit(&cache->slots[h], memory_order_acquire);
     if (e && e->klen == klen && !memcmp(e->key, key, (size_t)klen * sizeof *key)) return &e->plan;
@@ -385,7 +400,7 @@ const deriv_plan *plan_get(const opr_op *op, uint32_t mask, opr_device dev, cons
     pthread_mutex_lock(&op->ctx->lock);
     int rc = deriv_link(op->ctx, (opr_op *)op);
     pthread_mutex_unlock(&op->ctx->lock);
-    if (!rc) rc = select_plan(op, mask, dev, slots, &fresh->plan, NULL, NULL);
+    if (!rc) rc = select_plan(op, mask, dev, slots, fast, &fresh->plan, NULL, NULL);
     if (rc) { free(fresh); return NULL; }
     pthread_mutex_lock(&cache->lock);
     plan_entry *old = atomic_exchange(&cache->slots[h], fresh);
@@ -484,7 +499,8 @@ static void explain_visit(void *ud, const choice *c)
     appendf(b, " = %s\n", bytes);
 }
 
-int plan_explain(const opr_op *op, uint32_t mask, opr_device dev, const mval *slots, char *buf, size_t len)
+int plan_explain(const opr_op *op, uint32_t mask, opr_device dev, const mval *slots, bool fast, char *buf,
+                 size_t len)
 {
     explain_buf b = {op, slots, buf, len, 0};
     if (len) buf[0] = '\0';
@@ -494,7 +510,11 @@ int plan_explain(const opr_op *op, uint32_t mask, opr_device dev, const mval *sl
     pthread_mutex_unlock(&op->ctx->lock);
     if (rc) return rc;
     deriv_plan p;
-    rc = select_plan(op, mask, dev, slots, &p, explain_visit, &b);
+    if (fast && (mask & op->deriv->fast_covers))
+        appendf(&b, "fast mode (special gradients off): the fast variants replace the normal formulas of their inputs\n");
+    else if (fast)
+        appendf(&b, "fast mode (special gradients off): no fast variant for these inputs, the normal formulas run\n");
+    rc = select_plan(op, mask, dev, slots, fast, &p, explain_visit, &b);
     if (rc) return rc;
     char bytes[32];
     fmt_bytes(bytes, sizeof bytes, p.saved_bytes);

@@ -219,14 +219,16 @@ static int parse_fused(const loader *l, opr_op *op, deriv_cand *c, const yaml_no
     return OPR_OK;
 }
 
-int yaml_deriv_key(const loader *l, opr_op *op, const yaml_node_t *k, const yaml_node_t *v)
+int yaml_deriv_key(const loader *l, opr_op *op, const yaml_node_t *k, const yaml_node_t *v, bool fast)
 {
     deriv_info *d = info_of(op);
     if (!d) return opr_fail(OPR_ERR_NOMEM, "out of memory");
-    deriv_cand c = {0};
+    deriv_cand c = {.fast = fast};
     int rc = parse_cover(l, k, op, &c);
     if (rc) return rc;
-    if (!(c.label = strdup(yaml_scalar(k)))) return opr_fail(OPR_ERR_NOMEM, "out of memory");
+    char label[300];
+    snprintf(label, sizeof label, "%s%s", fast ? "fast " : "", yaml_scalar(k));
+    if (!(c.label = strdup(label))) return opr_fail(OPR_ERR_NOMEM, "out of memory");
     if (v->type == YAML_SCALAR_NODE) {
         if (c.ncover != 1) rc = yaml_fail_at(l, v, OPR_ERR_PARSE, "'%s' covers several inputs: give a kernel or one formula each", c.label);
         else rc = formula_node(l, op, &c, 0, v, (const char **)d->slot_names, d->nslots);
@@ -247,6 +249,22 @@ int yaml_deriv_key(const loader *l, opr_op *op, const yaml_node_t *k, const yaml
     }
     d->cands = grown;
     d->cands[d->ncands++] = c;
-    d->differentiable |= c.covers;
+    if (fast) d->fast_covers |= c.covers;
+    else d->differentiable |= c.covers;
+    return OPR_OK;
+}
+
+int yaml_fast_key(const loader *l, opr_op *op, const yaml_node_t *v)
+{
+    if (v->type != YAML_MAPPING_NODE)
+        return yaml_fail_at(l, v, OPR_ERR_PARSE, "fast must map inputs to their fast-mode derivatives%s", "");
+    for (yaml_node_pair_t *p = v->data.mapping.pairs.start; p < v->data.mapping.pairs.top; p++) {
+        int rc = yaml_check_key(l, v, p);
+        if (rc) return rc;
+        yaml_node_t *k = yaml_document_get_node(l->doc, p->key), *val = yaml_document_get_node(l->doc, p->value);
+        if ((rc = yaml_deriv_key(l, op, k, val, true))) return rc;
+    }
+    if (!op->deriv || !op->deriv->fast_covers)
+        return yaml_fail_at(l, v, OPR_ERR_PARSE, "fast has no derivative entries%s", "");
     return OPR_OK;
 }

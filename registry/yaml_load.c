@@ -208,7 +208,8 @@ static int parse_key(const loader *l, opr_op *op, const yaml_node_t *k, const ya
     /* a key naming inputs ("self", "self, mat2") holds their derivative */
     char first[64];
     snprintf(first, sizeof first, "%.*s", (int)strcspn(key, ", "), key);
-    if (arg_index(op, first) >= 0) return yaml_deriv_key(l, op, k, v);
+    if (arg_index(op, first) >= 0) return yaml_deriv_key(l, op, k, v, false);
+    if (!strcmp(key, "fast")) return yaml_fast_key(l, op, v);
     return yaml_fail_at(l, k, OPR_ERR_PARSE, "unknown key '%s'", key);
 }
 
@@ -230,6 +231,12 @@ static int finish_op(const loader *l, opr_op *op, const yaml_node_t *entry)
     if (op->identity_if && expr_resolve(op->identity_if, names, op->nargs, &src)) return OPR_ERR_PARSE;
     if (!op->view && !op->dynamic_shape && !op->shapes[0])
         return yaml_fail_at(l, entry, OPR_ERR_PARSE, "op '%s' needs a 'shape' (or 'view')", op->name);
+    /* a fast variant replaces a normal formula: outside fast mode the input needs one */
+    if (op->deriv && (op->deriv->fast_covers & ~op->deriv->differentiable)) {
+        int a = __builtin_ctz(op->deriv->fast_covers & ~op->deriv->differentiable);
+        return yaml_fail_at(l, entry, OPR_ERR_PARSE, "fast variant for '%s' without a normal derivative formula",
+                            op->args[a].name);
+    }
     if (op->view && (op->nargs == 0 || op->args[0].type != ARG_TENSOR || op->nout != 1))
         return yaml_fail_at(l, entry, OPR_ERR_PARSE, "view op '%s' must take a Tensor first and return one Tensor", op->name);
     for (int i = 0; i < op->nargs; i++)

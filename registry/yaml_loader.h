@@ -24,7 +24,10 @@ const char *yaml_scalar(const yaml_node_t *n);
 /* Position of a scalar's first character (past the opening quote if any). */
 expr_src yaml_scalar_src(const loader *l, const yaml_node_t *n);
 /* A derivative key (`self`, `self, mat2`) of op. */
-int yaml_deriv_key(const loader *l, opr_op *op, const yaml_node_t *k, const yaml_node_t *v);
+/* One derivative key of an op entry (fast: one under its `fast:` key). */
+int yaml_deriv_key(const loader *l, opr_op *op, const yaml_node_t *k, const yaml_node_t *v, bool fast);
+/* The op's `fast:` key: a mapping of derivative keys, the fast-mode variants. */
+int yaml_fast_key(const loader *l, opr_op *op, const yaml_node_t *v);
 /* The `samples:` list of an entry (samples.c). */
 int samples_parse(const loader *l, opr_op *op, const yaml_node_t *n);
 

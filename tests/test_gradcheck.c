@@ -583,6 +583,19 @@ static bool read_op(const yreader *r, const yaml_node_t *n, yop *y)
         } else if (is_deriv_key(&y->sc, key)) {
             if (y->nc == MAXC) return rfail(r, v, "too many derivative candidates", NULL);
             if (!read_deriv(r, &y->sc, key, v, &y->c[y->nc++])) return false;
+        } else if (!strcmp(key, "fast") && v->type == YAML_MAPPING_NODE) {
+            /* fast-mode variants: checked like the others (forced one at a time), away
+             * from the special points the samples avoid */
+            for (yaml_node_pair_t *q = v->data.mapping.pairs.start; q < v->data.mapping.pairs.top; q++) {
+                const char *fkey = yscalar(ynode(r, q->key));
+                if (!fkey || !is_deriv_key(&y->sc, fkey)) return rfail(r, v, "fast: not a derivative key", fkey);
+                if (y->nc == MAXC) return rfail(r, v, "too many derivative candidates", NULL);
+                dcand *c = &y->c[y->nc++];
+                if (!read_deriv(r, &y->sc, fkey, ynode(r, q->value), c)) return false;
+                char label[sizeof c->label];
+                snprintf(label, sizeof label, "fast %s", fkey);
+                memcpy(c->label, label, sizeof label);
+            }
         }
     }
     return true;

@@ -8,11 +8,15 @@
 static void usage(void)
 {
     printf("usage: opreg plan OP --requires-grad NAME[,NAME...] [--shape NAME=AxBx...]...\n"
-           "                   [--arg NAME=VALUE]... [--dtype f32|f64] [--backend NAME] [--plugin PATH]...\n\n"
+           "                   [--arg NAME=VALUE]... [--dtype f32|f64] [--backend NAME] [--fast]\n"
+           "                   [--plugin PATH]...\n\n"
            "Prints every candidate set that computes the gradients of the named inputs of OP, with\n"
            "its estimated cost, launches and the tensors it saves (and their bytes), then the chosen\n"
            "set and why it won. Every tensor argument needs a --shape; other arguments take their\n"
-           "defaults unless given with --arg (ints, floats, true/false, or lists like 0,1).\n\n"
+           "defaults unless given with --arg (ints, floats, true/false, or lists like 0,1).\n"
+           "--fast plans for a node recorded in fast mode (special gradients off,\n"
+           "opr_special_grads_set): the op's fast variants, marked [fast ...], replace the normal\n"
+           "formulas of the inputs they cover.\n\n"
            "example: opreg plan mm --requires-grad self --shape self=64x512 --shape mat2=512x512\n");
 }
 
@@ -94,6 +98,9 @@ int cmd_plan(int argc, char **argv)
         else if (kind == OPR_V_INT_LIST) args[i] = opr_v_ints(lists[i], parse_dims(val, lists[i]) < 0 ? 0 : parse_dims(val, lists[i]));
         else args[i] = opr_v_string(val);
     }
+    bool fast = false;
+    for (int i = 2; i < argc; i++) fast |= !strcmp(argv[i], "--fast");
+    if (fast) opr_special_grads_set(false);
     char *buf = malloc(1 << 16);
     if (buf && !opr_plan_explain(op, args, nargs, (const char *const *)names, nnames, buf, 1 << 16)) {
         printf("%s", buf);

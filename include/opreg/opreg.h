@@ -316,6 +316,16 @@ OPR_API opr_tensor *opr_grad(const opr_tensor *t);
  * (no_grad), ops record nothing and their outputs do not require grad. */
 OPR_API bool opr_grad_mode_set(bool enabled);
 OPR_API bool opr_grad_mode_enabled(void);
+/* Thread-local special-gradient mode (default on). Off is "fast mode": nodes recorded
+ * while it is off use the ops' fast derivative variants (the YAML `fast:` key), which
+ * skip the special-case subgradients (norm at 0, cdist at a zero distance, prod with
+ * zeros, ties of max/min, ...) and may give NaN or inf exactly there; away from those
+ * points they equal the normal gradients. The mode is read when a node is recorded,
+ * not at backward: a graph built in fast mode runs its fast formulas whenever and on
+ * whichever thread backward runs. registry/README.md lists every op's special points
+ * and what fast mode gives there. Returns the previous mode. */
+OPR_API bool opr_special_grads_set(bool enabled);
+OPR_API bool opr_special_grads_enabled(void);
 /* Drops the accumulated gradient of t. */
 OPR_API opr_status opr_zero_grad(opr_tensor *t);
 /* A new tensor sharing t's storage, cut off from the graph (requires_grad false). */
@@ -424,6 +434,7 @@ typedef struct opr_node_info {
     const char *plan;          /* chosen candidates, e.g. "[self] + [mat2]" */
     uint64_t saved_bytes;      /* bytes of the tensors this node saved for backward */
     uint64_t all_inputs_bytes; /* bytes of all its tensor inputs: what saving every input would cost */
+    bool fast;                 /* recorded in fast mode (opr_special_grads_set(false)) */
 } opr_node_info; /* all fields since 0.1; the library sets struct_size */
 #define OPR_NODE_INFO_STRUCT_SIZE_0_1 OPR_STRUCT_SIZE(opr_node_info, all_inputs_bytes)
 
