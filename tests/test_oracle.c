@@ -321,6 +321,45 @@ START_TEST(cdist_norm)
 }
 END_TEST
 
+/* The special points fast mode skips (registry/README.md): normal mode gives PyTorch's
+ * subgradients there. */
+START_TEST(special_points)
+{
+    const char *program = "special_points";
+    double a[4] = {0, 3, -4, 0}, z[3] = {0, 0, 0}, q1[4] = {2, 0, 3, 5}, q2[4] = {0, 2, 0, 3}, m[5] = {1, 7, 7, -2, 7};
+    double c1[4] = {1, 2, 0, 1}, c2[4] = {3, -1, 1, 2};
+    const char *names[] = {"a", "z", "q1", "q2", "m", "c1", "c2"};
+    opr_tensor *ins[7];
+    const double *vals[7] = {a, z, q1, q2, m, c1, c2};
+    const int64_t shapes[7][2] = {{4}, {3}, {4}, {4}, {5}, {2, 2}, {2, 2}};
+    for (int i = 0; i < 7; i++) {
+        ins[i] = keep(opr_tensor_from_data(ctx, OPR_F64, i < 5 ? 1 : 2, shapes[i], vals[i], OPR_CPU));
+        ck_assert_int_eq(opr_set_requires_grad(ins[i], true), OPR_OK);
+    }
+    recs rs;
+    run_oracle("special_points", names, ins, 7, &rs);
+    struct { const char *rec, *op; int x; double p; } one[] = {
+        {"grad_norm2_a", "norm", 0, 2}, {"grad_norm2_z", "norm", 1, 2}, {"grad_norm15_a", "norm", 0, 1.5},
+        {"grad_prod_q1", "prod", 2, 0}, {"grad_prod_q2", "prod", 3, 0}, {"grad_max_m", "max", 4, 0},
+        {"grad_min_m", "min", 4, 0},
+    };
+    for (size_t k = 0; k < sizeof one / sizeof one[0]; k++) {
+        opr_value args[2] = {opr_v_tensor(ins[one[k].x]), opr_v_double(one[k].p)};
+        opr_tensor *y = one[k].p ? CALL(one[k].op, args[0], args[1]) : CALL(one[k].op, args[0]);
+        opr_tensor *g = NULL;
+        ck_assert_int_eq(opr_autograd_grad(&y, NULL, 1, &ins[one[k].x], 1, &g, NULL), OPR_OK);
+        expect_close(&rs, one[k].rec, keep(g), program);
+    }
+    opr_tensor *d = CALL("cdist", TV(ins[5]), TV(ins[6]));
+    opr_tensor *s = CALL("sum", TV(d));
+    opr_tensor *g[2] = {NULL, NULL};
+    ck_assert_int_eq(opr_autograd_grad(&s, NULL, 1, &ins[5], 2, g, NULL), OPR_OK);
+    expect_close(&rs, "grad_cdist_c1", keep(g[0]), program);
+    expect_close(&rs, "grad_cdist_c2", keep(g[1]), program);
+    recs_free(&rs);
+}
+END_TEST
+
 int main(void)
 {
     char why[1024];
@@ -337,6 +376,7 @@ int main(void)
     tcase_add_test(tc, mlp);
     tcase_add_test(tc, attention);
     tcase_add_test(tc, cdist_norm);
+    tcase_add_test(tc, special_points);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }
