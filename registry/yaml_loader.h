@@ -25,6 +25,8 @@ const char *yaml_scalar(const yaml_node_t *n);
 expr_src yaml_scalar_src(const loader *l, const yaml_node_t *n);
 /* A derivative key (`self`, `self, mat2`) of op. */
 int yaml_deriv_key(const loader *l, opr_op *op, const yaml_node_t *k, const yaml_node_t *v);
+/* The `forward:` key of a composite op (yaml_forward.c). */
+int yaml_forward_key(const loader *l, opr_op *op, const yaml_node_t *k, const yaml_node_t *v);
 /* The `samples:` list of an entry (samples.c). */
 int samples_parse(const loader *l, opr_op *op, const yaml_node_t *n);
 

@@ -12,7 +12,10 @@ static void usage(void)
            "Prints every candidate set that computes the gradients of the named inputs of OP, with\n"
            "its estimated cost, launches and the tensors it saves (and their bytes), then the chosen\n"
            "set and why it won. Every tensor argument needs a --shape; other arguments take their\n"
-           "defaults unless given with --arg (ints, floats, true/false, or lists like 0,1).\n\n"
+           "defaults unless given with --arg (ints, floats, true/false, or lists like 0,1).\n"
+           "For a composite op (a `forward:` expression over other ops) it first prints the\n"
+           "forward; with derivative entries the op is one node and its plan follows as above,\n"
+           "without them autograd records the ops of the forward, each planned on its own.\n\n"
            "example: opreg plan mm --requires-grad self --shape self=64x512 --shape mat2=512x512\n");
 }
 
