@@ -241,10 +241,12 @@ int composite_call(const opr_op *op, opr_tensor *const *tensors, const mval *slo
 
 /* ------------------------------------------------------------------ queries */
 
+/* Looks callees up by name (lock-free) rather than reading call->callee, which
+ * composite_link may be writing on another thread. */
 static bool calls_run_on(const opr_ctx *ctx, const expr *e, int device_type, int depth)
 {
     if (e->kind == EXPR_CALL && e->builtin < 0) {
-        const opr_op *callee = e->callee ? e->callee : registry_find(ctx, e->name);
+        const opr_op *callee = registry_find(ctx, e->name);
         if (!callee) return false;
         if (callee->composite) {
             if (depth >= COMPOSITE_MAX_DEPTH) return false;

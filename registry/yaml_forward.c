@@ -83,9 +83,13 @@ int yaml_forward_key(const loader *l, opr_op *op, const yaml_node_t *k, const ya
             for (int i = 0; i < nnames; i++)
                 if (!strcmp(names[i], yaml_scalar(lk)))
                     return yaml_fail_at(l, lk, OPR_ERR_PARSE, "forward: let: '%s' is already an argument's name", yaml_scalar(lk));
-            if ((rc = forward_expr(l, op, lv, names, nnames, &cd->lets[cd->nlets]))) return rc;
-            if (!(cd->let_names[cd->nlets] = strdup(yaml_scalar(lk)))) return opr_fail(OPR_ERR_NOMEM, "out of memory");
-            names[nnames++] = cd->let_names[cd->nlets];
+            expr *e = NULL;
+            if ((rc = forward_expr(l, op, lv, names, nnames, &e))) return rc;
+            char *name = strdup(yaml_scalar(lk));
+            if (!name) { expr_free(e); return opr_fail(OPR_ERR_NOMEM, "out of memory"); }
+            cd->lets[cd->nlets] = e;
+            cd->let_names[cd->nlets] = name;
+            names[nnames++] = name;
             lets[cd->nlets++] = lv;
         }
     }
