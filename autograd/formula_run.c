@@ -2,115 +2,11 @@
  * dispatcher (so that, under create_graph, they are themselves recorded), kernel
  * entries straight into the backend's fused backward kernel. */
 #include "autograd.h"
+#include "../registry/expr_run.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define MAX_TEMPS 64
-
-typedef struct run_ctx {
-    opr_ctx *ctx;
-    opr_device dev;
-    opr_dtype dt;             /* dtype for numbers passed where a tensor goes */
-    opr_tensor *known[AG_TENSOR_SLOTS + 2 * OPR_MAX_OUTS]; /* tensors the slots point at */
-    int nknown;
-    opr_tensor *temps[MAX_TEMPS]; /* owned results of calls */
-    int ntemps;
-} run_ctx;
-
-/* The tensor behind a metadata pointer, if it is a real tensor of this run (a slot
- * kept only as metadata has none: formulas may read it only through size() etc.). */
-static opr_tensor *tensor_of(const run_ctx *r, const opr_meta *m)
-{
-    for (int i = 0; i < r->nknown; i++)
-        if (r->known[i] && &r->known[i]->m == m) return r->known[i];
-    for (int i = 0; i < r->ntemps; i++)
-        if (&r->temps[i]->m == m) return r->temps[i];
-    return NULL;
-}
-
-static int keep(run_ctx *r, opr_tensor *t)
-{
-    if (r->ntemps == MAX_TEMPS) { opr_tensor_release(t); return opr_fail(OPR_ERR_NOMEM, "formula too large"); }
-    r->temps[r->ntemps++] = t;
-    return OPR_OK;
-}
-
-static opr_tensor *scalar_tensor(run_ctx *r, double v)
-{
-    unsigned char buf[8];
-    opr_dtype_store(r->dt, v, buf);
-    opr_tensor *t = opr_tensor_from_data(r->ctx, r->dt, 0, NULL, buf, r->dev);
-    return t && !keep(r, t) ? t : NULL;
-}
-
-static int run_call(void *ud, const expr *call, const mval *args, int nargs, mval *out)
-{
-    (void)nargs;
-    run_ctx *r = ud;
-    const opr_op *op = call->callee;
-    int pos[OPR_MAX_ARGS];
-    int rc = deriv_bind(op, call, pos);
-    if (rc) return rc;
-    opr_value vals[OPR_MAX_ARGS];
-    int n = op->nargs;
-    while (n > 0 && pos[n - 1] < 0) n--; /* trailing defaults are filled by opr_call */
-    for (int p = 0; p < n; p++) {
-        const op_arg *a = &op->args[p];
-        if (pos[p] < 0) {
-            const opr_kernel_arg *d = &a->def;
-            if (!a->has_default) return opr_fail(OPR_ERR_INVALID, "%s:%d:%d: %s() needs argument '%s'", op->file,
-                                                 call->line, call->col, op->name, a->name);
-            switch (d->kind) {
-            case OPR_ARG_INT: vals[p] = opr_v_int(d->u.i); break;
-            case OPR_ARG_DOUBLE: vals[p] = opr_v_double(d->u.d); break;
-            case OPR_ARG_BOOL: vals[p] = opr_v_bool(d->u.b); break;
-            case OPR_ARG_INT_LIST: vals[p] = opr_v_ints(d->u.il.items, d->u.il.n); break;
-            case OPR_ARG_STRING: vals[p] = opr_v_string(d->u.s); break;
-            default: vals[p] = opr_v_none(); break;
-            }
-            continue;
-        }
-        const mval *v = &args[pos[p]];
-        switch (v->k) {
-        case MV_TENSOR: {
-            opr_tensor *t = tensor_of(r, v->u.t);
-            if (!t) return opr_fail(OPR_ERR_INVALID, "%s:%d:%d: '%s' was not saved (only its sizes): a formula may "
-                                    "read it only through size(), sizes(), dim() or numel()", op->file, call->line,
-                                    call->col, call->args[pos[p]]->name ? call->args[pos[p]]->name : "argument");
-            vals[p] = opr_v_tensor(t);
-            break;
-        }
-        case MV_INT:
-        case MV_FLOAT:
-        case MV_BOOL:
-            if (a->type == ARG_TENSOR) {
-                double d = v->k == MV_INT ? (double)v->u.i : v->k == MV_FLOAT ? v->u.d : v->u.b;
-                opr_tensor *t = scalar_tensor(r, d);
-                if (!t) return OPR_ERR_NOMEM;
-                vals[p] = opr_v_tensor(t);
-            } else {
-                vals[p] = v->k == MV_INT ? opr_v_int(v->u.i) : v->k == MV_FLOAT ? opr_v_double(v->u.d) : opr_v_bool(v->u.b);
-            }
-            break;
-        case MV_LIST: vals[p] = opr_v_ints(v->u.l, v->n); break;
-        case MV_STR: vals[p] = opr_v_string(v->u.s); break;
-        default: vals[p] = opr_v_none(); break;
-        }
-    }
-    opr_tensor *res[OPR_MAX_OUTS] = {NULL};
-    rc = opr_call(op, vals, n, res, op->nout);
-    if (rc) return rc;
-    for (int k = 0; k < op->nout; k++)
-        if ((rc = keep(r, res[k]))) {
-            for (int j = k + 1; j < op->nout; j++) opr_tensor_release(res[j]);
-            return rc;
-        }
-    out->k = MV_TENSOR;
-    out->u.t = &res[0]->m;
-    return OPR_OK;
-}
 
 opr_tensor *ag_zeros(opr_ctx *ctx, const opr_meta *m, opr_device dev)
 {
@@ -119,7 +15,7 @@ opr_tensor *ag_zeros(opr_ctx *ctx, const opr_meta *m, opr_device dev)
 
 /* Slots of node n as real tensors where saved. In create_graph mode a saved output is
  * re-attached to n so that formulas reading `result` stay differentiable. */
-static int bind_slots(run_ctx *r, opr_node *n, opr_tensor *const *grads_in, bool create_graph, mval *slots,
+static int bind_slots(expr_run *r, opr_node *n, opr_tensor *const *grads_in, bool create_graph, mval *slots,
                       opr_tensor **grads, opr_tensor **results)
 {
     const opr_op *op = n->op;
@@ -129,7 +25,7 @@ static int bind_slots(run_ctx *r, opr_node *n, opr_tensor *const *grads_in, bool
         if (!t) continue;
         if (create_graph && s >= op->nargs && !t->grad_fn && opr_dtype_is_floating(t->m.dtype)) {
             opr_tensor *v = opr_tensor_make_view(t, t->m.ndim, t->m.shape, t->strides, t->offset);
-            if (!v || keep(r, v)) return OPR_ERR_NOMEM;
+            if (!v || expr_run_keep(r, v)) return OPR_ERR_NOMEM;
             atomic_fetch_add(&n->refs, 1);
             v->grad_fn = n;
             v->output_nr = s - op->nargs;
@@ -145,7 +41,7 @@ static int bind_slots(run_ctx *r, opr_node *n, opr_tensor *const *grads_in, bool
         grads[k] = grads_in[k];
         if (!grads[k] && opr_dtype_is_floating(n->metas[op->nargs + k].dtype)) { /* no gradient flowed into this output: it is zero */
             grads[k] = ag_zeros(r->ctx, &n->metas[op->nargs + k], n->dev);
-            if (!grads[k] || keep(r, grads[k])) return OPR_ERR_NOMEM;
+            if (!grads[k] || expr_run_keep(r, grads[k])) return OPR_ERR_NOMEM;
         }
         r->known[r->nknown++] = grads[k];
     }
@@ -157,7 +53,7 @@ static int bind_slots(run_ctx *r, opr_node *n, opr_tensor *const *grads_in, bool
     return OPR_OK;
 }
 
-static int run_kernel(run_ctx *r, opr_node *n, const deriv_cand *c, uint32_t want, opr_tensor *const *grads,
+static int run_kernel(expr_run *r, opr_node *n, const deriv_cand *c, uint32_t want, opr_tensor *const *grads,
                       opr_tensor **grads_out)
 {
     const opr_op *op = n->op;
@@ -261,31 +157,27 @@ int ag_run_candidate(opr_node *n, const deriv_cand *c, uint32_t want, opr_tensor
         }
         return OPR_OK;
     }
-    run_ctx rc_storage;
-    run_ctx *r = &rc_storage;
-    r->nknown = r->ntemps = 0;
-    r->ctx = op->ctx;
-    r->dev = n->dev;
-    r->dt = n->metas[op->nargs].dtype;
+    expr_run rc_storage;
+    expr_run *r = &rc_storage;
+    expr_run_init(r, op->ctx, n->dev, n->metas[op->nargs].dtype);
     mval slots[DERIV_MAX_SLOTS];
     opr_tensor *grads[OPR_MAX_OUTS] = {NULL}, *results[OPR_MAX_OUTS] = {NULL};
     int rc = bind_slots(r, n, grads_in, create_graph, slots, grads, results);
     if (!rc && c->kernel) {
         rc = run_kernel(r, n, c, want, grads, grads_out);
     } else if (!rc) {
-        expr_hooks h = {r, run_call};
-        for (int k = 0; k < c->nlets && !rc; k++) rc = expr_eval_with(c->lets[k], slots, &h, &slots[slot_let0(op) + k]);
+        for (int k = 0; k < c->nlets && !rc; k++) rc = expr_run_eval(r, c->lets[k], slots, &slots[slot_let0(op) + k]);
         for (int p = 0; p < c->ncover && !rc; p++) {
             int arg = c->cover[p];
             if (!((want >> arg) & 1)) continue;
             mval v;
-            if ((rc = expr_eval_with(c->formula[p], slots, &h, &v))) break;
-            opr_tensor *g = v.k == MV_TENSOR ? tensor_of(r, v.u.t) : NULL;
+            if ((rc = expr_run_eval(r, c->formula[p], slots, &v))) break;
+            opr_tensor *g = v.k == MV_TENSOR ? expr_run_tensor(r, v.u.t) : NULL;
             if (!g) { rc = opr_fail(OPR_ERR_INVALID, "%s: the formula for '%s' did not give a tensor", op->name, op->args[arg].name); break; }
             grads_out[arg] = opr_tensor_retain(g);
         }
     }
     if (rc) rc = opr_fail_wrap(rc, "backward of %s [%s]", op->name, c->label);
-    for (int i = 0; i < r->ntemps; i++) opr_tensor_release(r->temps[i]);
+    expr_run_done(r);
     return rc;
 }

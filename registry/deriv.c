@@ -3,6 +3,7 @@
  * linking the ops that formulas call. */
 #include "deriv.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -72,7 +73,7 @@ int deriv_add_formula(opr_op *op, deriv_cand *c, int cover_pos, expr *e, const c
  * takes, keywords it has, no parameter given twice, every one without a default given.
  * The cost model and the backward pass read each parameter's slot, so a call that
  * leaves one out must not get that far. */
-static int check_call(const opr_op *op, const char *label, const expr *call, const opr_op *callee)
+static int check_call(const opr_op *op, const char *where, const expr *call, const opr_op *callee)
 {
     const char *why = NULL, *what = "";
     bool bound[OPR_MAX_ARGS] = {false};
@@ -89,34 +90,40 @@ static int check_call(const opr_op *op, const char *label, const expr *call, con
     for (int p = 0; p < callee->nargs && !why; p++)
         if (!bound[p] && !callee->args[p].has_default) why = "needs argument", what = callee->args[p].name;
     if (!why) return OPR_OK;
-    return opr_fail(OPR_ERR_PARSE, "%s:%d:%d: derivative of %s for '%s': %s() %s %s%s%s", op->file, call->line, call->col,
-                    op->name, label, callee->name, why, *what ? "'" : "", what, *what ? "'" : "");
+    return opr_fail(OPR_ERR_PARSE, "%s:%d:%d: %s: %s() %s %s%s%s", op->file, call->line, call->col, where,
+                    callee->name, why, *what ? "'" : "", what, *what ? "'" : "");
 }
 
-/* Links the calls of e to ops; with `known_only`, calls to ops not defined yet are
- * left for later (formulas may call ops of later files). */
-static int link_expr(opr_ctx *ctx, const opr_op *op, const char *label, expr *e, bool known_only)
+int deriv_link_calls(opr_ctx *ctx, const opr_op *op, const char *what, expr *e, bool known_only)
 {
     if (e->kind == EXPR_CALL && e->builtin < 0 && !e->callee) {
         opr_op *callee = registry_find(ctx, e->name);
         if (!callee && !known_only)
-            return opr_fail(OPR_ERR_NOT_FOUND, "%s:%d:%d: derivative of %s for '%s' calls unknown op '%s'", op->file,
-                            e->line, e->col, op->name, label, e->name);
-        int rc = callee ? check_call(op, label, e, callee) : OPR_OK;
+            return opr_fail(OPR_ERR_NOT_FOUND, "%s:%d:%d: %s calls unknown op '%s'", op->file, e->line, e->col, what,
+                            e->name);
+        int rc = callee ? check_call(op, what, e, callee) : OPR_OK;
         if (rc) return rc;
         if (!known_only) e->callee = callee;
     }
     for (int i = 0; i < e->nargs; i++) {
-        int rc = link_expr(ctx, op, label, e->args[i], known_only);
+        int rc = deriv_link_calls(ctx, op, what, e->args[i], known_only);
         if (rc) return rc;
     }
     return OPR_OK;
 }
 
+/* "derivative of OP for 'LABEL'": what messages about a formula's calls say. */
+static void formula_what(const opr_op *op, const char *label, char *buf, size_t len)
+{
+    snprintf(buf, len, "derivative of %s for '%s'", op->name, label);
+}
+
 int deriv_check_calls(opr_ctx *ctx, const opr_op *op, const char *label, const expr *e)
 {
+    char what[256];
+    formula_what(op, label, what, sizeof what);
     pthread_mutex_lock(&ctx->lock);
-    int rc = link_expr(ctx, op, label, (expr *)e, true);
+    int rc = deriv_link_calls(ctx, op, what, (expr *)e, true);
     pthread_mutex_unlock(&ctx->lock);
     return rc;
 }
@@ -127,9 +134,11 @@ int deriv_link(opr_ctx *ctx, opr_op *op)
     for (int i = 0; d && i < d->ncands; i++) {
         deriv_cand *c = &d->cands[i];
         int rc = OPR_OK;
+        char what[256];
+        formula_what(op, c->label, what, sizeof what);
         for (int k = 0; k < c->ncover && !rc; k++)
-            if (c->formula[k]) rc = link_expr(ctx, op, c->label, c->formula[k], false);
-        for (int k = 0; k < c->nlets && !rc; k++) rc = link_expr(ctx, op, c->label, c->lets[k], false);
+            if (c->formula[k]) rc = deriv_link_calls(ctx, op, what, c->formula[k], false);
+        for (int k = 0; k < c->nlets && !rc; k++) rc = deriv_link_calls(ctx, op, what, c->lets[k], false);
         if (rc) return rc;
     }
     return OPR_OK;

@@ -83,6 +83,13 @@ void deriv_free(opr_op *op);
  * call ops defined in later files). Call with the registry lock held. */
 int deriv_link(opr_ctx *ctx, opr_op *op);
 
+/* Links the op calls of e (a formula of op, or a composite op's forward) to the ops
+ * they name and checks that each binds (below); `what` says whose expression it is in
+ * messages ("derivative of mm for 'self'", "forward of cdist_mm"). With known_only,
+ * calls of ops not defined yet are left alone and nothing is linked (load time).
+ * Call with the registry lock held. */
+int deriv_link_calls(opr_ctx *ctx, const opr_op *op, const char *what, expr *e, bool known_only);
+
 /* At load time: checks that the calls in e to ops already defined bind to them (every
  * argument without a default given, no unknown keyword, none twice); the others are
  * checked when linked. Takes the registry lock. */

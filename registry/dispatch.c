@@ -1,7 +1,7 @@
 /* opr_call: argument checking against the schema, output shape and dtype inference,
  * output allocation, kernel selection by device, and the call itself. Nothing here
  * takes a lock: the op pointer and its kernel slots are read atomically. */
-#include "registry.h"
+#include "composite.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -337,6 +337,12 @@ opr_status opr_call(const opr_op *op, const opr_value *args, int nargs, opr_tens
         free(c.list_views);
         return opr_fail(OPR_ERR_UNSUPPORTED, "%s: in-place ops on tensors that require grad are not recorded by "
                         "autograd; use the out-of-place op or no_grad", op->name);
+    }
+
+    if (op->composite) { /* its parts run through opr_call, each on this device */
+        rc = composite_call(op, c.tensors, c.slots, c.dev, (opr_dtype)c.common, record, &results[0]);
+        free(c.list_views);
+        return rc;
     }
 
     bool identity = false;

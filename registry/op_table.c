@@ -5,7 +5,7 @@
  * makes it visible, and the slots never move (chunks allocated once, kept until the
  * context is freed). Ops are never freed before the context either: those of a plugin
  * whose init failed are retired, not freed, since a reader may hold one. */
-#include "registry.h"
+#include "composite.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -149,5 +149,6 @@ bool opr_op_supports_dtype(const opr_op *op, opr_dtype dtype)
 bool opr_op_has_kernel(const opr_op *op, int device_type)
 {
     if (!op || device_type < 0 || device_type >= OPR_MAX_DEVICE_TYPES) return false;
+    if (op->composite) return composite_runs_on(op, device_type);
     return op->view != VIEW_NONE || atomic_load(&((opr_op *)op)->kernels[device_type]) != NULL;
 }

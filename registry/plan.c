@@ -6,6 +6,7 @@
  * one launch. Selection tries every set of candidates that covers the requested
  * inputs exactly once and takes the cheapest; within TIE_FRACTION, fewer saved bytes
  * win, then fewer launches. Plans are cached per (mask, device, argument metadata). */
+#include "composite.h"
 #include "deriv.h"
 
 #include <math.h>
@@ -504,6 +505,16 @@ int plan_explain(const opr_op *op, uint32_t mask, opr_device dev, const mval *sl
 {
     explain_buf b = {op, slots, buf, len, 0};
     if (len) buf[0] = '\0';
+    if (op->composite) {
+        appendf(&b, "composite op: forward = %s\n", op->composite->text);
+        if (!op->deriv) { /* nothing of its own to plan: each part gets its own node */
+            appendf(&b, "no derivative entries: autograd records the ops of the forward as ordinary nodes, each "
+                        "with its own plan (opreg plan OP for each of them)\n");
+            return OPR_OK;
+        }
+        appendf(&b, "own backward: the forward runs with grad mode off and the call is recorded as one node, "
+                    "with the plan below\n");
+    }
     if (!op->deriv) return opr_fail(OPR_ERR_UNSUPPORTED, "%s has no derivative formulas", op->name);
     pthread_mutex_lock(&op->ctx->lock);
     int rc = deriv_link(op->ctx, (opr_op *)op);

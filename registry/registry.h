@@ -68,6 +68,7 @@ struct opr_op {
     struct op_sample *samples; /* example inputs (`samples:`), for conformance checks */
     int nsamples;
     struct opr_op *backward_of;/* set on fused backward kernel slots ("mm_backward") */
+    struct composite_def *composite; /* `forward:` ops (composite.h), NULL for kernel ops */
 };
 
 /* Slots of an op's expressions: args, then outputs by name, then `result`. */

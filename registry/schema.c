@@ -1,6 +1,7 @@
 /* Schema strings: "name(Type arg=default, ...) -> Ret" where Type is Tensor, Tensor?,
  * Tensor[], int, int?, int[], int[]?, float, float?, bool or str, and Ret is Tensor
  * or "(Tensor a, Tensor b)". Defaults are literals of the expression language. */
+#include "composite.h"
 #include "deriv.h"
 
 #include <ctype.h>
@@ -196,6 +197,7 @@ void op_free(opr_op *op)
     if (!op) return;
     deriv_free(op);
     samples_free(op);
+    composite_free(op);
     free(op->name);
     free(op->schema);
     free(op->file);

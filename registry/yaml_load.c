@@ -1,6 +1,7 @@
 /* Loads op definitions from YAML (libyaml's document API). A file is a sequence of
  * mappings, one per op. An entry with an error is refused with file:line:column and
  * the offending token; the others are still added. */
+#include "composite.h"
 #include "deriv.h"
 #include "yaml_loader.h"
 
@@ -135,6 +136,7 @@ static int parse_key(const loader *l, opr_op *op, const yaml_node_t *k, const ya
     int count, rc;
     if (!strcmp(key, "name")) return OPR_OK; /* handled first */
     if (!strcmp(key, "samples")) return samples_parse(l, op, v);
+    if (!strcmp(key, "forward")) return yaml_forward_key(l, op, k, v);
     if (!strcmp(key, "differentiable")) {
         const char *b = yaml_scalar(v);
         if (!b || (strcmp(b, "false") && strcmp(b, "true")))
@@ -213,6 +215,23 @@ static int parse_key(const loader *l, opr_op *op, const yaml_node_t *k, const ya
     return yaml_fail_at(l, k, OPR_ERR_PARSE, "unknown key '%s'", key);
 }
 
+/* What a composite op (`forward:`) cannot be: its forward gives one tensor of the
+ * shape its entry states, computed by other ops (not by the host, not in place). */
+static int check_composite(const loader *l, const opr_op *op)
+{
+    const composite_def *cd = op->composite;
+    const char *why = NULL;
+    if (op->view) why = "'forward' and 'view' exclude each other (a view is implemented by the host)";
+    else if (op->identity_if) why = "'forward' and 'identity_if' exclude each other";
+    else if (op->inplace) why = "a composite op cannot be in place (its name ends in '_')";
+    else if (op->nout != 1) why = "a composite op returns one Tensor";
+    else if (op->dynamic_shape) why = "a composite op needs a 'shape' expression (not dynamic): its result is checked against it";
+    for (int i = 0; i < op->nargs && !why; i++)
+        if (op->args[i].type == ARG_TENSOR_LIST) why = "a composite op cannot take a Tensor[] argument";
+    if (!why) return OPR_OK;
+    return opr_fail(OPR_ERR_PARSE, "%s:%d:%d: op '%s': %s", l->file, cd->line, cd->col, op->name, why);
+}
+
 /* Resolves every expression of op against its slot names and checks completeness. */
 static int finish_op(const loader *l, opr_op *op, const yaml_node_t *entry)
 {
@@ -222,6 +241,7 @@ static int finish_op(const loader *l, opr_op *op, const yaml_node_t *entry)
     for (int i = 0; i < op->nout; i++) names[n++] = op->out_names[i];
     names[n++] = "result";
     expr_src src = {l->file, 0, 0};
+    int rc;
     /* shapes and checks run before outputs exist: they may only read the arguments */
     for (int i = 0; i < op->nchecks; i++)
         if (expr_resolve(op->checks[i], names, op->nargs, &src)) return OPR_ERR_PARSE;
@@ -229,6 +249,7 @@ static int finish_op(const loader *l, opr_op *op, const yaml_node_t *entry)
         if (op->shapes[i] && expr_resolve(op->shapes[i], names, op->nargs, &src)) return OPR_ERR_PARSE;
     if (op->flops && expr_resolve(op->flops, names, n, &src)) return OPR_ERR_PARSE;
     if (op->identity_if && expr_resolve(op->identity_if, names, op->nargs, &src)) return OPR_ERR_PARSE;
+    if (op->composite && (rc = check_composite(l, op))) return rc;
     if (!op->view && !op->dynamic_shape && !op->shapes[0])
         return yaml_fail_at(l, entry, OPR_ERR_PARSE, "op '%s' needs a 'shape' (or 'view')", op->name);
     /* a fast variant replaces a normal formula: outside fast mode the input needs one */
@@ -333,7 +354,9 @@ static int check_flow_depth(const char *text, size_t len, const char *file)
 static int register_entry(opr_ctx *ctx, opr_op *op, bool *kept)
 {
     int n0 = registry_count(ctx);
-    int rc = registry_add(ctx, op);
+    int rc = composite_check_cycle(ctx, op); /* here, under the lock: two loads cannot close a cycle */
+    if (rc) { *kept = false; return rc; }
+    rc = registry_add(ctx, op);
     for (int i = 0; !rc && op->deriv && i < op->deriv->ncands; i++)
         if (op->deriv->cands[i].kernel) rc = registry_add(ctx, op->deriv->cands[i].kernel);
     *kept = rc && registry_count(ctx) > n0;

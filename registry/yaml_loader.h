@@ -28,6 +28,8 @@ expr_src yaml_scalar_src(const loader *l, const yaml_node_t *n);
 int yaml_deriv_key(const loader *l, opr_op *op, const yaml_node_t *k, const yaml_node_t *v, bool fast);
 /* The op's `fast:` key: a mapping of derivative keys, the fast-mode variants. */
 int yaml_fast_key(const loader *l, opr_op *op, const yaml_node_t *v);
+/* The `forward:` key of a composite op (yaml_forward.c). */
+int yaml_forward_key(const loader *l, opr_op *op, const yaml_node_t *k, const yaml_node_t *v);
 /* The `samples:` list of an entry (samples.c). */
 int samples_parse(const loader *l, opr_op *op, const yaml_node_t *n);
 

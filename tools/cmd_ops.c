@@ -8,8 +8,12 @@ int cmd_ops(int argc, char **argv)
 {
     if (cli_wants_help(argc, argv)) {
         printf("usage: opreg ops [--kernels] [--plugin PATH]...\n\n"
-               "Prints the schema of every registered op, one per line. With --kernels, each line\n"
-               "also lists the device types that have a kernel (or 'view' for host-side views).\n");
+               "Prints the schema of every registered op, one per line. Composite ops (defined in\n"
+               "YAML by a `forward:` expression over other ops, no kernel) are marked '(composite)',\n"
+               "or '(composite, own backward)' when autograd records them as one node with their own\n"
+               "derivative formulas (else it records their parts). With --kernels, each line also\n"
+               "lists the device types the op runs on: those with a kernel for it, every type for a\n"
+               "host-side view, and for a composite the types on which every op it calls runs.\n");
         return 0;
     }
     bool kernels = false;
@@ -19,6 +23,7 @@ int cmd_ops(int argc, char **argv)
     for (int i = 0; i < opr_op_count(ctx); i++) {
         const opr_op *op = opr_op_at(ctx, i);
         printf("%s", opr_op_schema(op));
+        if (opr_op_is_composite(op)) printf(opr_op_grad_candidate_count(op) ? "    (composite, own backward)" : "    (composite)");
         if (kernels) {
             printf("    [");
             for (int t = 0, first = 1; t < opr_device_type_count(ctx); t++)

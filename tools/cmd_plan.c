@@ -16,7 +16,10 @@ static void usage(void)
            "defaults unless given with --arg (ints, floats, true/false, or lists like 0,1).\n"
            "--fast plans for a node recorded in fast mode (special gradients off,\n"
            "opr_special_grads_set): the op's fast variants, marked [fast ...], replace the normal\n"
-           "formulas of the inputs they cover.\n\n"
+           "formulas of the inputs they cover.\n"
+           "For a composite op (a `forward:` expression over other ops) it first prints the\n"
+           "forward; with derivative entries the op is one node and its plan follows as above,\n"
+           "without them autograd records the ops of the forward, each planned on its own.\n\n"
            "example: opreg plan mm --requires-grad self --shape self=64x512 --shape mat2=512x512\n");
 }
 

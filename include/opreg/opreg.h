@@ -414,8 +414,20 @@ OPR_API const char *opr_op_arg_name(const opr_op *op, int i);
 OPR_API int opr_op_arg_kind(const opr_op *op, int i);
 /* True if the op accepts dtype as its common dtype (its YAML `dtypes:`). */
 OPR_API bool opr_op_supports_dtype(const opr_op *op, opr_dtype dtype);
-/* True if some loaded plugin has a kernel for this op on this device type. */
+/* True if the op can run on this device type: some loaded plugin has a kernel for it
+ * there, or it is a view the host implements, or it is a composite op (below) every op
+ * of whose forward can run there (looked up by name, through nested composites; an
+ * op the forward calls that is not defined yet makes it false). Dtypes are not
+ * considered. */
 OPR_API bool opr_op_has_kernel(const opr_op *op, int device_type);
+/* True if the op is a composite op: defined in YAML by a `forward:` expression over
+ * other ops instead of a kernel (docs/formulas.md, "Composite ops"). A composite with
+ * derivative entries is recorded by autograd as one node with its own formulas;
+ * without them its parts are recorded. */
+OPR_API bool opr_op_is_composite(const opr_op *op);
+/* The forward expression of a composite op as written ("a = EXPR; EXPR" when it has
+ * lets), or NULL for other ops. Lives as long as the op. */
+OPR_API const char *opr_op_forward(const opr_op *op);
 
 /* Runs an op. args are in schema order; trailing arguments with defaults may be
  * omitted. results receives nres new references (nres must equal the op's number of
