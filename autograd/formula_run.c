@@ -115,9 +115,9 @@ static int run_kernel(expr_run *r, opr_node *n, const deriv_cand *c, uint32_t wa
     };
     int rc = k->fn(&call);
     if (rc) {
-        char msg[1024];
-        snprintf(msg, sizeof msg, "%s", kcall_detail(&frame)); /* opr_fail may overwrite the thread's error */
-        rc = opr_fail(rc < 0 ? rc : OPR_ERR_BACKEND, "%s (plugin %s): %s", c->kernel->name, k->plugin, msg);
+        char what[256];
+        snprintf(what, sizeof what, "%s (plugin %s)", c->kernel->name, k->plugin);
+        rc = kcall_fail(&frame, rc, what);
     }
     for (int p = 0; p < c->ncover; p++) {
         if (rc) opr_tensor_release(outs[p]);

@@ -425,10 +425,9 @@ opr_status opr_call(const opr_op *op, const opr_value *args, int nargs, opr_tens
         };
         rc = kern->fn(&call);
         if (rc) {
-            char msg[1024];
-            snprintf(msg, sizeof msg, "%s", kcall_detail(&f)); /* opr_fail may overwrite the thread's error */
-            rc = opr_fail(rc < 0 ? rc : OPR_ERR_BACKEND, "%s (%s, plugin %s): %s", op->name,
-                          op->ctx->devices[c.dev.type].name, kern->plugin, msg);
+            char what[256];
+            snprintf(what, sizeof what, "%s (%s, plugin %s)", op->name, op->ctx->devices[c.dev.type].name, kern->plugin);
+            rc = kcall_fail(&f, rc, what);
         } else if (op->dynamic_shape && !f.outs[0]) {
             rc = opr_fail(OPR_ERR_BACKEND, "%s: kernel did not allocate its data-dependent output", op->name);
         }

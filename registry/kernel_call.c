@@ -29,9 +29,14 @@ void kcall_set_errorv(const opr_kernel_call *call, const char *fmt, va_list ap)
     atomic_store(&f->error_state, KCALL_ERROR_SET);
 }
 
-const char *kcall_detail(const kcall_frame *f)
+int kcall_fail(const kcall_frame *f, int rc, const char *what)
 {
-    if (atomic_load(&((kcall_frame *)f)->error_state) == KCALL_ERROR_SET) return f->error;
-    const char *tls = opr_last_error();
-    return tls && tls[0] ? tls : "kernel failed without detail";
+    const char *detail = f->error;
+    if (atomic_load(&((kcall_frame *)f)->error_state) != KCALL_ERROR_SET) {
+        const char *tls = opr_last_error();
+        detail = tls && tls[0] ? tls : "kernel failed without detail";
+    }
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", detail); /* the thread's error is about to be overwritten */
+    return opr_fail(rc < 0 ? rc : OPR_ERR_BACKEND, "%s: %s", what, msg);
 }

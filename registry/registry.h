@@ -167,9 +167,10 @@ enum { KCALL_ERROR_NONE, KCALL_ERROR_WRITING, KCALL_ERROR_SET };
 void kcall_frame_init(kcall_frame *f, opr_ctx *ctx, opr_device dev, bool may_alloc);
 /* host->set_error: into the frame of call, or this thread's error when call is NULL. */
 void kcall_set_errorv(const opr_kernel_call *call, const char *fmt, va_list ap);
-/* The detail of a kernel call that failed: what the plugin set for the call, else what
- * it set on this thread without one, else "kernel failed without detail". */
-const char *kcall_detail(const kcall_frame *f);
+/* Fails a kernel call that returned rc (a positive rc becomes OPR_ERR_BACKEND) with
+ * "WHAT: DETAIL": the detail the plugin set for the call, else what it set on this
+ * thread without one, else "kernel failed without detail". */
+int kcall_fail(const kcall_frame *f, int rc, const char *what);
 /* host->alloc_output (dispatch.c). */
 int dispatch_alloc_output(const opr_kernel_call *call, int32_t index, int32_t ndim, const int64_t *shape);
 /* The checks opr_call makes before it allocates anything (schema, context, device,
