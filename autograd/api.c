@@ -11,26 +11,48 @@
 opr_tensor *opr_grad(const opr_tensor *t)
 {
     if (!t) return NULL;
-    ag_leaf_lock(t);
-    opr_tensor *g = t->grad;
-    ag_leaf_unlock(t);
+    const opr_tensor *leaf = opr_jagged_base(t);
+    ag_leaf_lock(leaf);
+    opr_tensor *g = leaf->grad;
+    if (g && t->ragged) { /* the values' gradient with t's structure, made once per gradient */
+        opr_tensor *w = atomic_load_explicit(&((opr_tensor *)t)->jag_grad, memory_order_relaxed);
+        if (!w || w->jag_values != g) {
+            opr_tensor *fresh = opr_jagged_wrap(g, t->ragged);
+            if (fresh) {
+                atomic_store_explicit(&((opr_tensor *)t)->jag_grad, fresh, memory_order_release);
+                opr_tensor_release(w);
+            }
+            w = fresh;
+        }
+        g = w;
+    }
+    ag_leaf_unlock(leaf);
     return g;
 }
 
 opr_status opr_zero_grad(opr_tensor *t)
 {
     if (!t) return opr_fail(OPR_ERR_INVALID, "opr_zero_grad: NULL tensor");
-    ag_leaf_lock(t);
-    opr_tensor *g = t->grad;
-    t->grad = NULL;
-    ag_leaf_unlock(t);
+    opr_tensor *leaf = opr_jagged_base(t);
+    ag_leaf_lock(leaf);
+    opr_tensor *g = leaf->grad;
+    leaf->grad = NULL;
+    opr_tensor *w = t->ragged ? atomic_exchange_explicit(&t->jag_grad, NULL, memory_order_acq_rel) : NULL;
+    ag_leaf_unlock(leaf);
     opr_tensor_release(g);
+    opr_tensor_release(w);
     return OPR_OK;
 }
 
 opr_tensor *opr_tensor_detach(opr_tensor *t)
 {
     if (!t) { opr_fail(OPR_ERR_INVALID, "opr_tensor_detach: NULL tensor"); return NULL; }
+    if (t->ragged) {
+        opr_tensor *v = opr_tensor_detach(t->jag_values);
+        opr_tensor *j = v ? opr_jagged_wrap(v, t->ragged) : NULL;
+        opr_tensor_release(v);
+        return j;
+    }
     return opr_tensor_make_view(t, t->m.ndim, t->m.shape, t->strides, t->offset);
 }
 
@@ -176,7 +198,7 @@ int opr_autograd_walk(const opr_tensor *root, void (*fn)(void *ud, const opr_nod
     opr_node **stack = NULL;
     size_t top = 0, cap = 0;
     int rc = OPR_OK, count = 0;
-    const opr_node *next = root->grad_fn;
+    const opr_node *next = opr_jagged_base(root)->grad_fn;
     while (next || top) {
         const opr_node *n = next ? next : stack[--top];
         next = NULL;

@@ -294,11 +294,27 @@ static int backward(opr_tensor *const *outputs, opr_tensor *const *grad_outputs,
     return rc;
 }
 
+/* Jagged outputs and their gradients run backward as their values: a jagged
+ * gradient must have its output's structure. */
+static int unjag_output(const char *who, int i, opr_tensor **t, opr_tensor **g)
+{
+    opr_tensor *out = *t, *grad = g ? *g : NULL;
+    if (grad && !!grad->ragged != !!out->ragged)
+        return opr_fail(OPR_ERR_INVALID, "%s: output %d is %s but its gradient is %s", who, i,
+                        out->ragged ? "jagged" : "dense", grad->ragged ? "jagged" : "dense");
+    if (grad && out->ragged && !opr_ragged_equal(out->ragged, grad->ragged))
+        return opr_ragged_mismatch(who, "output", out->ragged, "gradient", grad->ragged);
+    *t = opr_jagged_base(out);
+    if (grad) *g = opr_jagged_base(grad);
+    return OPR_OK;
+}
+
 opr_status opr_backward(opr_tensor *root, opr_tensor *grad, const opr_backward_opts *opts)
 {
     if (!root) return opr_fail(OPR_ERR_INVALID, "opr_backward: NULL root");
     opr_tensor *g[1] = {grad};
-    return backward(&root, g, 1, NULL, opts);
+    int rc = unjag_output("opr_backward", 0, &root, g);
+    return rc ? rc : backward(&root, g, 1, NULL, opts);
 }
 
 opr_status opr_autograd_grad(opr_tensor *const *outputs, opr_tensor *const *grad_outputs, int n_outputs,
@@ -310,8 +326,28 @@ opr_status opr_autograd_grad(opr_tensor *const *outputs, opr_tensor *const *grad
         grads[i] = NULL;
         if (!inputs[i]) return opr_fail(OPR_ERR_INVALID, "opr_autograd_grad: input %d is NULL", i);
     }
-    capture cap = {inputs, n_inputs, grads};
-    int rc = backward(outputs, grad_outputs, n_outputs, &cap, opts);
+    if (n_outputs < 1) return opr_fail(OPR_ERR_INVALID, "opr_autograd_grad: no outputs given (%d)", n_outputs);
+    /* jagged outputs, gradients and inputs are replaced by their values */
+    opr_tensor **mapped = malloc((size_t)(2 * n_outputs + n_inputs) * sizeof *mapped);
+    if (!mapped) return opr_fail(OPR_ERR_NOMEM, "opr_autograd_grad: out of memory");
+    opr_tensor **outs = mapped, **gouts = mapped + n_outputs, **ins = mapped + 2 * n_outputs;
+    int rc = OPR_OK;
+    for (int i = 0; i < n_outputs && !rc; i++) {
+        outs[i] = outputs[i];
+        gouts[i] = grad_outputs ? grad_outputs[i] : NULL;
+        if (outs[i]) rc = unjag_output("opr_autograd_grad", i, &outs[i], &gouts[i]);
+    }
+    for (int i = 0; i < n_inputs; i++) ins[i] = opr_jagged_base(inputs[i]);
+    capture cap = {ins, n_inputs, grads};
+    if (!rc) rc = backward(outs, gouts, n_outputs, &cap, opts);
+    for (int i = 0; i < n_inputs && !rc; i++) { /* the gradient of a jagged input has its structure */
+        if (!inputs[i]->ragged || !grads[i]) continue;
+        opr_tensor *j = opr_jagged_wrap(grads[i], inputs[i]->ragged);
+        opr_tensor_release(grads[i]);
+        grads[i] = j;
+        if (!j) rc = opr_error_status();
+    }
+    free(mapped);
     if (rc)
         for (int i = 0; i < n_inputs; i++) { opr_tensor_release(grads[i]); grads[i] = NULL; }
     return rc;

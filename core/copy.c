@@ -94,9 +94,27 @@ opr_tensor *opr_tensor_contiguous(opr_tensor *t)
 {
     if (!t) { opr_fail(OPR_ERR_INVALID, "opr_tensor_contiguous: NULL tensor"); return NULL; }
     if (opr_tensor_is_contiguous(t)) return opr_tensor_retain(t);
+    if (t->ragged) { /* contiguous values, the same structure */
+        opr_tensor *v = opr_tensor_contiguous(t->jag_values);
+        opr_tensor *j = v ? opr_jagged_wrap(v, t->ragged) : NULL;
+        opr_tensor_release(v);
+        return j;
+    }
     opr_tensor *c = opr_tensor_empty(t->ctx, t->m.dtype, t->m.ndim, t->m.shape, t->storage->dev);
     if (c && opr_tensor_copy_into(c, t)) { opr_tensor_release(c); return NULL; }
     return c;
+}
+
+/* A jagged tensor on another device: its values and a structure of its own there. */
+static opr_tensor *jagged_to(opr_tensor *t, opr_device dev)
+{
+    const opr_ragged *r = t->ragged;
+    opr_tensor *v = opr_tensor_to(t->jag_values, dev);
+    opr_ragged *moved = v ? opr_ragged_from_host(t->ctx, r->host, r->batch, r->total, dev, "opr_tensor_to") : NULL;
+    opr_tensor *j = moved ? opr_jagged_wrap(v, moved) : NULL;
+    opr_tensor_release(v);
+    opr_ragged_release(moved);
+    return j;
 }
 
 opr_tensor *opr_tensor_to(opr_tensor *t, opr_device dev)
@@ -108,6 +126,7 @@ opr_tensor *opr_tensor_to(opr_tensor *t, opr_device dev)
     }
     opr_device cur = t->storage->dev;
     if (cur.type == dev.type && cur.index == dev.index) return opr_tensor_retain(t);
+    if (t->ragged) return jagged_to(t, dev);
     opr_tensor *c = opr_tensor_empty(t->ctx, t->m.dtype, t->m.ndim, t->m.shape, dev);
     if (c && opr_tensor_copy_into(c, t)) { opr_tensor_release(c); return NULL; }
     return c;

@@ -85,6 +85,15 @@ typedef struct opr_meta {
 
 struct opr_node;
 
+/* The structure of jagged tensors (core/jagged.c): offsets shared, reference counted,
+ * by every jagged tensor made from them. Immutable once made. */
+typedef struct opr_ragged {
+    _Atomic int refs;
+    opr_tensor *offsets;   /* i64 [batch + 1], on the values' device */
+    int64_t *host;         /* the same offsets on the host, validated */
+    int64_t batch, total, max_len;
+} opr_ragged;
+
 struct opr_tensor {
     _Atomic int refs;
     opr_meta m;
@@ -97,6 +106,12 @@ struct opr_tensor {
     opr_tensor *grad;         /* accumulated leaf gradient */
     struct opr_node *grad_fn; /* node that produced this tensor, NULL for leaves */
     int32_t output_nr;
+    /* jagged tensors (core/jagged.c): the fields above give the logical shape
+     * [B, OPR_SIZE_RAGGED, D...] and share the values' storage; the values themselves,
+     * with the autograd state, are jag_values. NULL for dense tensors. */
+    opr_tensor *jag_values;
+    opr_ragged *ragged;
+    _Atomic(opr_tensor *) jag_grad; /* jagged wrapper of jag_values' grad (opr_grad) */
 };
 
 /* ------------------------------------------------------------------ context */
@@ -178,6 +193,9 @@ static inline int64_t opr_diagonal_length(int64_t rows, int64_t cols, int64_t of
 int64_t opr_meta_numel(const int64_t *shape, int ndim);
 void opr_contiguous_strides(const int64_t *shape, int ndim, int64_t *strides);
 
+/* A tensor header with its counters and autograd fields initialised; the caller sets
+ * shape, strides and storage (a full calloc shows up in the cost of small ops). */
+opr_tensor *opr_tensor_alloc_header(opr_ctx *ctx);
 /* New uninitialised contiguous tensor (kernels fill it). */
 opr_tensor *opr_tensor_empty(opr_ctx *ctx, opr_dtype dtype, int ndim, const int64_t *shape,
                              opr_device dev);
@@ -196,6 +214,29 @@ opr_tensor *opr_tensor_over_memory(opr_ctx *ctx, opr_device dev, void *data, opr
                                    struct DLManagedTensor *owner);
 /* Copies src into dst (same shape, same dtype; any layouts; any devices). */
 int opr_tensor_copy_into(opr_tensor *dst, const opr_tensor *src);
+
+/* ------------------------------------------------------------------ jagged (jagged.c) */
+
+/* A new jagged header over values with structure r (both retained). values must have
+ * r->total rows, 1 to OPR_MAX_DIMS - 1 dims and r's device. */
+opr_tensor *opr_jagged_wrap(opr_tensor *values, opr_ragged *r);
+/* A structure from host offsets (batch + 1 entries), validated against total; the
+ * device tensor is made from them on dev. `who` starts error messages. */
+opr_ragged *opr_ragged_from_host(opr_ctx *ctx, const int64_t *offsets, int64_t batch, int64_t total,
+                                 opr_device dev, const char *who);
+void opr_ragged_release(opr_ragged *r);
+/* Whether two structures are equal: O(1) when they are the same object. */
+bool opr_ragged_equal(const opr_ragged *a, const opr_ragged *b);
+/* Fails naming both operands and the first sequence whose length differs. */
+int opr_ragged_mismatch(const char *who, const char *a_name, const opr_ragged *a, const char *b_name,
+                        const opr_ragged *b);
+/* Fails for a jagged tensor given to a function that only takes dense ones. */
+int opr_jagged_refuse(const opr_tensor *t, const char *who);
+/* The autograd-carrying tensor behind t: its values when jagged, else t itself. */
+static inline opr_tensor *opr_jagged_base(const opr_tensor *t)
+{
+    return t && t->ragged ? t->jag_values : (opr_tensor *)t;
+}
 
 
 /* Creates the built-in cpu device entry (type 0); frees what it holds. */

@@ -16,6 +16,7 @@ bool opr_grad_mode_enabled(void) { return !grad_mode_off; }
 opr_status opr_set_requires_grad(opr_tensor *t, bool requires_grad)
 {
     if (!t) return opr_fail(OPR_ERR_INVALID, "opr_set_requires_grad: NULL tensor");
+    t = opr_jagged_base(t); /* a jagged tensor's autograd state is its values' */
     if (requires_grad && !opr_dtype_is_floating(t->m.dtype))
         return opr_fail(OPR_ERR_INVALID, "opr_set_requires_grad: only floating tensors can require grad, got %s",
                         opr_dtype_name(t->m.dtype));
@@ -25,4 +26,4 @@ opr_status opr_set_requires_grad(opr_tensor *t, bool requires_grad)
     return OPR_OK;
 }
 
-bool opr_requires_grad(const opr_tensor *t) { return t && t->requires_grad; }
+bool opr_requires_grad(const opr_tensor *t) { return t && opr_jagged_base(t)->requires_grad; }

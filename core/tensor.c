@@ -46,7 +46,7 @@ void opr_contiguous_strides(const int64_t *shape, int ndim, int64_t *strides)
 
 /* Callers set the shape, strides and storage; only the rest is initialised here (a
  * full calloc of the header shows up in the cost of small ops). */
-static opr_tensor *tensor_alloc_header(opr_ctx *ctx)
+opr_tensor *opr_tensor_alloc_header(opr_ctx *ctx)
 {
     opr_tensor *t = malloc(sizeof *t);
     if (!t) { opr_fail(OPR_ERR_NOMEM, "out of memory allocating a tensor"); return NULL; }
@@ -57,6 +57,9 @@ static opr_tensor *tensor_alloc_header(opr_ctx *ctx)
     t->grad = NULL;
     t->grad_fn = NULL;
     t->output_nr = 0;
+    t->jag_values = NULL;
+    t->ragged = NULL;
+    atomic_init(&t->jag_grad, NULL);
     atomic_fetch_add_explicit(&ctx->live_tensors, 1, memory_order_relaxed);
     return t;
 }
@@ -68,7 +71,7 @@ opr_tensor *opr_tensor_empty(opr_ctx *ctx, opr_dtype dtype, int ndim, const int6
     if (opr_shape_check(shape, ndim, &numel, "tensor")) return NULL;
     opr_storage *s = opr_storage_new(ctx, dev, (size_t)numel * opr_elem_size(dtype));
     if (!s) return NULL;
-    opr_tensor *t = tensor_alloc_header(ctx);
+    opr_tensor *t = opr_tensor_alloc_header(ctx);
     if (!t) { opr_storage_release(s); return NULL; }
     t->storage = s;
     t->m.dtype = dtype;
@@ -152,7 +155,7 @@ opr_tensor *opr_tensor_over_memory(opr_ctx *ctx, opr_device dev, void *data, opr
                                    struct DLManagedTensor *owner)
 {
     opr_storage *s = calloc(1, sizeof *s);
-    opr_tensor *t = tensor_alloc_header(ctx);
+    opr_tensor *t = opr_tensor_alloc_header(ctx);
     if (!s || !t) {
         free(s);
         if (t) { atomic_fetch_sub(&ctx->live_tensors, 1); free(t); }
@@ -188,7 +191,7 @@ opr_tensor *opr_tensor_make_view(opr_tensor *base, int ndim, const int64_t *shap
      * like an allocation's, so that kernels reading it never index past int64. */
     int64_t numel;
     if (opr_shape_check(shape, ndim, &numel, "view")) return NULL;
-    opr_tensor *t = tensor_alloc_header(base->ctx);
+    opr_tensor *t = opr_tensor_alloc_header(base->ctx);
     if (!t) return NULL;
     atomic_fetch_add(&base->storage->refs, 1);
     t->storage = base->storage;
@@ -223,6 +226,11 @@ void opr_tensor_release(opr_tensor *t)
         return;
     opr_tensor_release(t->grad);
     if (t->grad_fn) ag->node_release(t->grad_fn);
+    if (t->ragged) {
+        opr_tensor_release(atomic_load_explicit(&t->jag_grad, memory_order_acquire));
+        opr_tensor_release(t->jag_values);
+        opr_ragged_release(t->ragged);
+    }
     opr_storage_release(t->storage);
     atomic_fetch_sub_explicit(&t->ctx->live_tensors, 1, memory_order_relaxed);
     free(t);
@@ -266,6 +274,7 @@ int64_t opr_tensor_stride(const opr_tensor *t, int d)
 bool opr_tensor_is_contiguous(const opr_tensor *t)
 {
     if (!t) return false;
+    t = opr_jagged_base(t);
     int64_t expect = 1;
     for (int d = t->m.ndim - 1; d >= 0; d--) {
         if (t->m.shape[d] != 1 && t->strides[d] != expect) return false;
@@ -290,18 +299,22 @@ const char *opr_tensor_describe(const opr_tensor *t, char *buf, size_t len)
     if (!t) { snprintf(buf, len, "(null)"); return buf; }
     size_t n = 0;
     n += (size_t)snprintf(buf + n, len - n, "[");
-    for (int d = 0; d < t->m.ndim && n < len; d++)
-        n += (size_t)snprintf(buf + n, len - n, d ? ", %lld" : "%lld", (long long)t->m.shape[d]);
+    for (int d = 0; d < t->m.ndim && n < len; d++) {
+        if (t->ragged && d == 1) n += (size_t)snprintf(buf + n, len - n, ", ragged");
+        else n += (size_t)snprintf(buf + n, len - n, d ? ", %lld" : "%lld", (long long)t->m.shape[d]);
+    }
     char dev[48];
     if (n < len)
-        snprintf(buf + n, len - n, "] %s %s", opr_dtype_name(t->m.dtype),
-                 opr_device_format(t->ctx, t->storage->dev, dev, sizeof dev));
+        n += (size_t)snprintf(buf + n, len - n, "] %s %s", opr_dtype_name(t->m.dtype),
+                              opr_device_format(t->ctx, t->storage->dev, dev, sizeof dev));
+    if (t->ragged && n < len) snprintf(buf + n, len - n, " jagged (%lld rows)", (long long)t->ragged->total);
     return buf;
 }
 
 opr_status opr_tensor_copy_to_host(const opr_tensor *t, void *dst, size_t nbytes)
 {
     if (!t || (!dst && t->m.numel)) return opr_fail(OPR_ERR_INVALID, "opr_tensor_copy_to_host: NULL argument");
+    if (t->ragged) return opr_jagged_refuse(t, "opr_tensor_copy_to_host");
     size_t need = (size_t)t->m.numel * opr_dtype_size(t->m.dtype);
     if (nbytes < need)
         return opr_fail(OPR_ERR_INVALID, "opr_tensor_copy_to_host: buffer of %zu bytes, need %zu", nbytes, need);
@@ -315,6 +328,7 @@ opr_status opr_tensor_copy_to_host(const opr_tensor *t, void *dst, size_t nbytes
 opr_status opr_tensor_copy_from_host(opr_tensor *t, const void *src, size_t nbytes)
 {
     if (!t || (!src && t->m.numel)) return opr_fail(OPR_ERR_INVALID, "opr_tensor_copy_from_host: NULL argument");
+    if (t->ragged) return opr_jagged_refuse(t, "opr_tensor_copy_from_host");
     size_t need = (size_t)t->m.numel * opr_dtype_size(t->m.dtype);
     if (nbytes < need)
         return opr_fail(OPR_ERR_INVALID, "opr_tensor_copy_from_host: buffer of %zu bytes, need %zu", nbytes, need);

@@ -14,10 +14,15 @@ static bool wrap_dim(int64_t d, int ndim, int *out)
 #define BAD_DIM(who, d, t) \
     (opr_fail(OPR_ERR_INVALID, "%s: dim %lld out of range for a %d-d tensor", who, (long long)(d), (t)->m.ndim), (opr_tensor *)NULL)
 #define NULL_ARG(who) (opr_fail(OPR_ERR_INVALID, "%s: NULL tensor", who), (opr_tensor *)NULL)
+/* The views take dense tensors only: a jagged one is refused by name. */
+#define CHECK_DENSE(who, t) do { \
+        if (!(t)) return NULL_ARG(who); \
+        if ((t)->ragged) { opr_jagged_refuse((t), who); return NULL; } \
+    } while (0)
 
 opr_tensor *opr_tensor_transpose(opr_tensor *t, int d0, int d1)
 {
-    if (!t) return NULL_ARG("transpose");
+    CHECK_DENSE("transpose", t);
     int a, b;
     if (!wrap_dim(d0, t->m.ndim, &a)) return BAD_DIM("transpose", d0, t);
     if (!wrap_dim(d1, t->m.ndim, &b)) return BAD_DIM("transpose", d1, t);
@@ -32,7 +37,7 @@ opr_tensor *opr_tensor_transpose(opr_tensor *t, int d0, int d1)
 
 opr_tensor *opr_tensor_permute(opr_tensor *t, const int *dims, int ndims)
 {
-    if (!t) return NULL_ARG("permute");
+    CHECK_DENSE("permute", t);
     if (ndims != t->m.ndim || (ndims && !dims)) {
         opr_fail(OPR_ERR_INVALID, "permute: %d dims given for a %d-d tensor", ndims, t->m.ndim);
         return NULL;
@@ -52,7 +57,7 @@ opr_tensor *opr_tensor_permute(opr_tensor *t, const int *dims, int ndims)
 
 opr_tensor *opr_tensor_expand(opr_tensor *t, const int64_t *shape, int ndim)
 {
-    if (!t) return NULL_ARG("expand");
+    CHECK_DENSE("expand", t);
     if (ndim < t->m.ndim || ndim > OPR_MAX_DIMS || (ndim && !shape)) {
         opr_fail(OPR_ERR_INVALID, "expand: cannot expand a %d-d tensor to %d dims", t->m.ndim, ndim);
         return NULL;
@@ -79,7 +84,7 @@ opr_tensor *opr_tensor_expand(opr_tensor *t, const int64_t *shape, int ndim)
 
 opr_tensor *opr_tensor_narrow(opr_tensor *t, int dim, int64_t start, int64_t length)
 {
-    if (!t) return NULL_ARG("narrow");
+    CHECK_DENSE("narrow", t);
     int d;
     if (t->m.ndim == 0 || !wrap_dim(dim, t->m.ndim, &d)) return BAD_DIM("narrow", dim, t);
     int64_t size = t->m.shape[d];
@@ -97,7 +102,7 @@ opr_tensor *opr_tensor_narrow(opr_tensor *t, int dim, int64_t start, int64_t len
 
 opr_tensor *opr_tensor_diagonal(opr_tensor *t, int64_t offset, int d0, int d1)
 {
-    if (!t) return NULL_ARG("diagonal");
+    CHECK_DENSE("diagonal", t);
     int a, b;
     if (t->m.ndim < 2) { opr_fail(OPR_ERR_INVALID, "diagonal: needs at least 2 dims, got %d", t->m.ndim); return NULL; }
     if (!wrap_dim(d0, t->m.ndim, &a)) return BAD_DIM("diagonal", d0, t);
@@ -119,7 +124,7 @@ opr_tensor *opr_tensor_diagonal(opr_tensor *t, int64_t offset, int d0, int d1)
 
 opr_tensor *opr_tensor_unsqueeze(opr_tensor *t, int dim)
 {
-    if (!t) return NULL_ARG("unsqueeze");
+    CHECK_DENSE("unsqueeze", t);
     int d;
     if (t->m.ndim >= OPR_MAX_DIMS) { opr_fail(OPR_ERR_INVALID, "unsqueeze: tensor already has %d dims", OPR_MAX_DIMS); return NULL; }
     if (!wrap_dim(dim, t->m.ndim + 1, &d)) return BAD_DIM("unsqueeze", dim, t);
@@ -138,7 +143,7 @@ opr_tensor *opr_tensor_unsqueeze(opr_tensor *t, int dim)
 
 opr_tensor *opr_tensor_squeeze(opr_tensor *t, int dim)
 {
-    if (!t) return NULL_ARG("squeeze");
+    CHECK_DENSE("squeeze", t);
     int only = -1;
     if (dim != OPR_ALL_DIMS && !wrap_dim(dim, t->m.ndim, &only)) return BAD_DIM("squeeze", dim, t);
     int64_t shape[OPR_MAX_DIMS], strides[OPR_MAX_DIMS];
@@ -209,7 +214,7 @@ static bool view_strides(const opr_tensor *t, const int64_t *shape, int ndim, in
 
 opr_tensor *opr_tensor_view_shape(opr_tensor *t, const int64_t *shape, int ndim)
 {
-    if (!t) return NULL_ARG("view");
+    CHECK_DENSE("view", t);
     int64_t out[OPR_MAX_DIMS], strides[OPR_MAX_DIMS];
     if (infer_shape(t, shape, ndim, out, "view")) return NULL;
     if (!view_strides(t, out, ndim, strides)) {
@@ -221,7 +226,7 @@ opr_tensor *opr_tensor_view_shape(opr_tensor *t, const int64_t *shape, int ndim)
 
 opr_tensor *opr_tensor_reshape(opr_tensor *t, const int64_t *shape, int ndim)
 {
-    if (!t) return NULL_ARG("reshape");
+    CHECK_DENSE("reshape", t);
     int64_t out[OPR_MAX_DIMS], strides[OPR_MAX_DIMS];
     if (infer_shape(t, shape, ndim, out, "reshape")) return NULL;
     if (view_strides(t, out, ndim, strides)) return opr_tensor_make_view(t, ndim, out, strides, t->offset);

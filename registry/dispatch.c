@@ -38,6 +38,9 @@ typedef struct checked {
 static int check_tensor(const opr_op *op, const op_arg *a, opr_tensor *t, checked *c, const char *where)
 {
     char buf[96], dev[48];
+    if (t->ragged) /* opr_call hands jagged calls to jagged_call first: only plans get here */
+        return opr_fail(OPR_ERR_UNSUPPORTED, "%s: argument '%s'%s is jagged; plans are made for dense arguments (pass "
+                        "its values, opr_jagged_values)", op->name, a->name, where);
     if (c->ctx && t->ctx != c->ctx)
         return opr_fail(OPR_ERR_INVALID, "%s: argument '%s'%s belongs to another context", op->name, a->name, where);
     c->ctx = t->ctx;
@@ -326,6 +329,8 @@ int dispatch_validate(const opr_op *op, const opr_value *args, int nargs, mval *
 
 opr_status opr_call(const opr_op *op, const opr_value *args, int nargs, opr_tensor **results, int nres)
 {
+    if (op && args && nargs > 0 && nargs <= OPR_MAX_ARGS && jagged_in_args(args, nargs))
+        return jagged_call(op, args, nargs, results, nres);
     checked c;
     c.list_views = NULL;
     c.have_dev = false;

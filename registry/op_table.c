@@ -61,11 +61,14 @@ opr_op *registry_find(const opr_ctx *ctx, const char *name)
 
 const opr_op *registry_engine_op(opr_ctx *ctx, int which)
 {
-    static const char *const names[ENGINE_OP_COUNT] = {"add"};
+    static const char *const names[ENGINE_OP_COUNT] = {
+        [ENGINE_OP_ADD] = "add", [ENGINE_OP_RESHAPE] = "reshape", [ENGINE_OP_SEGMENT_EXPAND] = "segment_expand",
+        [ENGINE_OP_JAGGED_TO_PADDED] = "jagged_to_padded", [ENGINE_OP_PADDED_TO_JAGGED] = "padded_to_jagged",
+    };
     opr_op *op = atomic_load_explicit(&ctx->reg->engine_ops[which], memory_order_acquire);
     if (op) return op;
     op = registry_find(ctx, names[which]);
-    if (!op) opr_fail(OPR_ERR_NOT_FOUND, "the autograd engine needs the '%s' op", names[which]);
+    if (!op) opr_fail(OPR_ERR_NOT_FOUND, "opreg itself needs the '%s' op (is the built-in YAML loaded?)", names[which]);
     else atomic_store_explicit(&ctx->reg->engine_ops[which], op, memory_order_release);
     return op;
 }

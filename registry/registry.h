@@ -34,6 +34,25 @@ typedef struct kernel_entry {
 #define OUT_DTYPE_T (-1)    /* the common dtype of the plain tensor arguments */
 #define OUT_DTYPE_ARG (-2)  /* named by the str argument op->dtype_arg */
 
+/* How an op takes jagged tensors (its YAML `jagged:` key; registry/jagged_call.c). */
+typedef enum jagged_kind {
+    JAGGED_NONE = 0,    /* refused */
+    JAGGED_ELEMENTWISE, /* on the values; dense operands broadcast over the non-ragged dims */
+    JAGGED_ROWS,        /* argument 0 jagged, on its values row by row; the others dense */
+    JAGGED_DIM,         /* a reduction or softmax over the dim(s) named by an argument */
+    JAGGED_ALL          /* over every element: on the values, a dense result */
+} jagged_kind;
+
+typedef struct jagged_rule {
+    jagged_kind kind;
+    int dim_arg;            /* JAGGED_DIM: the argument giving the dim(s) */
+    expr *ragged;           /* JAGGED_DIM: the op over the ragged dim, an expression of the
+                               arguments (self the values) and `offsets`; NULL: refused */
+    char *ragged_text;
+    bool ragged_keeps_rows; /* its result has the values' rows: jagged, not [B, ...] */
+    _Atomic bool linked;    /* the expression's calls resolved (lazily, like a forward) */
+} jagged_rule;
+
 typedef enum view_kind {
     VIEW_NONE = 0, VIEW_T, VIEW_TRANSPOSE, VIEW_PERMUTE, VIEW_RESHAPE, VIEW_EXPAND,
     VIEW_UNSQUEEZE, VIEW_SQUEEZE, VIEW_NARROW, VIEW_DIAGONAL, VIEW_CONTIGUOUS
@@ -69,6 +88,7 @@ struct opr_op {
     int nsamples;
     struct opr_op *backward_of;/* set on fused backward kernel slots ("mm_backward") */
     struct composite_def *composite; /* `forward:` ops (composite.h), NULL for kernel ops */
+    jagged_rule jagged;        /* `jagged:`: how it takes jagged tensors */
 };
 
 /* Slots of an op's expressions: args, then outputs by name, then `result`. */
@@ -86,6 +106,11 @@ static inline int op_nslots(const opr_op *op) { return op->nargs + op->nout + 1;
 typedef int (*reg_record_fn)(const opr_op *op, opr_tensor *const *tensors, const mval *slots, opr_tensor **outs,
                              opr_device dev, bool list_requires_grad);
 
+/* The ops the library itself calls (the autograd engine, jagged tensors), cached
+ * after the first lookup. */
+enum { ENGINE_OP_ADD, ENGINE_OP_RESHAPE, ENGINE_OP_SEGMENT_EXPAND, ENGINE_OP_JAGGED_TO_PADDED,
+       ENGINE_OP_PADDED_TO_JAGGED, ENGINE_OP_COUNT };
+
 typedef struct opr_registry {
     _Atomic(opr_op *) *chunks[OPS_NCHUNKS];
     _Atomic int n;             /* entries visible to readers */
@@ -94,7 +119,7 @@ typedef struct opr_registry {
     pthread_mutex_t errors_lock;
     char *errors;              /* every load error, newline-separated */
     size_t errors_len;
-    _Atomic(opr_op *) engine_ops[1]; /* add: looked up once for the autograd engine */
+    _Atomic(opr_op *) engine_ops[ENGINE_OP_COUNT]; /* registry_engine_op's cache */
     reg_record_fn record;      /* set by the autograd layer with the context */
 } opr_registry;
 
@@ -118,8 +143,6 @@ void registry_truncate(opr_ctx *ctx, int n);
 void registry_note_error(opr_ctx *ctx, const char *msg);
 /* Lock-free lookup by name; NULL if absent. */
 opr_op *registry_find(const opr_ctx *ctx, const char *name);
-/* The ops the autograd engine itself calls, cached after the first lookup. */
-enum { ENGINE_OP_ADD, ENGINE_OP_COUNT };
 const opr_op *registry_engine_op(opr_ctx *ctx, int which);
 
 /* Loads YAML text (the registry lock is taken inside). */
@@ -128,6 +151,20 @@ int yaml_load_file(opr_ctx *ctx, const char *path, int *n_loaded);
 
 typedef struct op_sample op_sample;
 void samples_free(opr_op *op);
+
+/* opr_call of an op some of whose arguments are jagged (jagged_call.c). */
+int jagged_call(const opr_op *op, const opr_value *args, int nargs, opr_tensor **results, int nres);
+/* Whether any tensor argument is jagged. */
+static inline bool jagged_in_args(const opr_value *args, int nargs)
+{
+    for (int i = 0; i < nargs; i++) {
+        if (args[i].kind == OPR_V_TENSOR && args[i].u.t && args[i].u.t->ragged) return true;
+        if (args[i].kind == OPR_V_TENSOR_LIST)
+            for (int k = 0; k < args[i].u.tl.n && args[i].u.tl.items; k++)
+                if (args[i].u.tl.items[k] && args[i].u.tl.items[k]->ragged) return true;
+    }
+    return false;
+}
 
 /* Installs the hook that copies strided tensors on accelerators (dispatch.c). */
 void dispatch_init(opr_ctx *ctx);

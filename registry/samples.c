@@ -8,11 +8,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Most elements a sample tensor may list in `values:` (small offsets, indices). */
+#define SAMPLE_MAX_VALUES 16 /* the error message says 16 */
+
 typedef struct sample_tensor {
     int ndim;
     int64_t shape[OPR_MAX_DIMS];
     int dtype;               /* -1: the dtype under test */
     double lo, hi;
+    int nvalues;             /* -1: values drawn in [lo, hi), else these, in order */
+    double values[SAMPLE_MAX_VALUES];
 } sample_tensor;
 
 typedef struct sample_arg {
@@ -67,7 +72,7 @@ static int parse_bound(const loader *l, const yaml_node_t *n, double *out)
 
 static int parse_tensor(const loader *l, const yaml_node_t *n, sample_tensor *t)
 {
-    *t = (sample_tensor){.dtype = -1, .lo = -1, .hi = 1};
+    *t = (sample_tensor){.dtype = -1, .lo = -1, .hi = 1, .nvalues = -1};
     if (n->type == YAML_SEQUENCE_NODE) return parse_shape(l, n, t);
     if (n->type != YAML_MAPPING_NODE) return yaml_fail_at(l, n, OPR_ERR_PARSE, "samples: a tensor is a shape or {shape: ...}%s", "");
     bool have_shape = false;
@@ -90,11 +95,23 @@ static int parse_tensor(const loader *l, const yaml_node_t *n, sample_tensor *t)
             if ((rc = parse_bound(l, yaml_document_get_node(l->doc, v->data.sequence.items.start[0]), &t->lo)) ||
                 (rc = parse_bound(l, yaml_document_get_node(l->doc, v->data.sequence.items.start[1]), &t->hi)))
                 return rc;
+        } else if (!strcmp(k, "values")) {
+            if (v->type != YAML_SEQUENCE_NODE || v->data.sequence.items.top - v->data.sequence.items.start > SAMPLE_MAX_VALUES)
+                return yaml_fail_at(l, v, OPR_ERR_PARSE, "samples: values must be a list of at most %s numbers", "16");
+            t->nvalues = 0;
+            for (yaml_node_item_t *it = v->data.sequence.items.start; it < v->data.sequence.items.top; it++)
+                if ((rc = parse_bound(l, yaml_document_get_node(l->doc, *it), &t->values[t->nvalues++]))) return rc;
         } else {
             return yaml_fail_at(l, v, OPR_ERR_PARSE, "samples: unknown tensor key '%s'", k);
         }
     }
-    return have_shape ? OPR_OK : yaml_fail_at(l, n, OPR_ERR_PARSE, "samples: tensor without a shape%s", "");
+    if (!have_shape) return yaml_fail_at(l, n, OPR_ERR_PARSE, "samples: tensor without a shape%s", "");
+    int64_t numel = 1;
+    for (int d = 0; d < t->ndim; d++) numel *= t->shape[d];
+    if (t->nvalues >= 0 && numel != t->nvalues)
+        return yaml_fail_at(l, n, OPR_ERR_PARSE, "samples: values: %s, not as many as the shape holds",
+                            t->nvalues < numel ? "too few" : "too many");
+    return OPR_OK;
 }
 
 static int parse_scalar(const loader *l, const op_arg *a, const yaml_node_t *n, mval *out)
@@ -213,12 +230,12 @@ static opr_tensor *make_tensor(opr_ctx *ctx, const sample_tensor *st, opr_dtype 
     unsigned char *buf = malloc((size_t)(n ? n : 1) * es);
     if (!buf) { opr_fail(OPR_ERR_NOMEM, "out of memory"); return NULL; }
     for (int64_t i = 0; i < n; i++) {
-        double v = st->lo + (st->hi - st->lo) * next_uniform(rng);
+        double v = st->nvalues >= 0 ? st->values[i] : st->lo + (st->hi - st->lo) * next_uniform(rng);
         switch (dt) {
         case OPR_F32: ((float *)buf)[i] = (float)v; break;
         case OPR_F64: ((double *)buf)[i] = v; break;
-        case OPR_I64: ((int64_t *)buf)[i] = (int64_t)floor(v); break; /* integers in [lo, hi) */
-        case OPR_BOOL: buf[i] = v >= (st->lo + st->hi) / 2; break;
+        case OPR_I64: ((int64_t *)buf)[i] = (int64_t)floor(v); break; /* integers in [lo, hi), or as given */
+        case OPR_BOOL: buf[i] = st->nvalues >= 0 ? v != 0 : v >= (st->lo + st->hi) / 2; break;
         case OPR_F16: ((uint16_t *)buf)[i] = opr_f16_from_float((float)v); break;
         case OPR_BF16: ((uint16_t *)buf)[i] = opr_bf16_from_float((float)v); break;
         default: free(buf); opr_fail(OPR_ERR_UNSUPPORTED, "samples: dtype %s not supported", opr_dtype_name(dt)); return NULL;

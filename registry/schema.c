@@ -198,6 +198,8 @@ void op_free(opr_op *op)
     deriv_free(op);
     samples_free(op);
     composite_free(op);
+    expr_free(op->jagged.ragged);
+    free(op->jagged.ragged_text);
     free(op->name);
     free(op->schema);
     free(op->file);

@@ -27,7 +27,8 @@
  *
  * Sample format (a list of flow mappings from argument names to specs): a Tensor is a
  * shape list (f64, uniform in [-1, 1]) or {shape: [..], range: [lo, hi], dtype:
- * f64|i64|bool} (i64: integers in [lo, hi); bool: random); a Tensor[] is a list of such
+ * f64|i64|bool, values: [..]} (i64: integers in [lo, hi); bool: random; values: the elements
+ * as given); a Tensor[] is a list of such
  * specs; scalars are plain values; omitted arguments take their defaults. */
 #include "test_util.h"
 
@@ -276,6 +277,8 @@ typedef struct tspec {
     int64_t shape[MAXD];
     opr_dtype dt;
     double lo, hi;
+    int nvalues;       /* > 0: the elements as given (`values:`), not drawn */
+    double values[16];
 } tspec;
 
 typedef struct aval {
@@ -401,6 +404,11 @@ static bool read_tspec(const yreader *r, const yaml_node_t *n, tspec *t)
             const char *s = yscalar(v);
             if (!s || opr_dtype_parse(s, &t->dt) || (t->dt != OPR_F64 && t->dt != OPR_I64 && t->dt != OPR_BOOL))
                 return rfail(r, v, "dtype must be f64, i64 or bool, got", s ? s : "?");
+        } else if (!strcmp(key, "values")) {
+            if (v->type != YAML_SEQUENCE_NODE || v->data.sequence.items.top - v->data.sequence.items.start > 16)
+                return rfail(r, v, "values must be a list of at most 16 numbers", NULL);
+            for (yaml_node_item_t *it = v->data.sequence.items.start; it < v->data.sequence.items.top; it++)
+                if (!read_double(r, ynode(r, *it), &t->values[t->nvalues++])) return false;
         } else {
             return rfail(r, k, "unknown tensor spec key", key);
         }
@@ -728,7 +736,7 @@ static bool sdata_make(const yop *y, const sample *s, int sample_idx, sdata *sd,
             t->data = calloc((size_t)(t->numel ? t->numel : 1), es);
             if (!t->data) { snprintf(err, errlen, "out of memory"); return false; }
             for (int64_t e = 0; e < t->numel; e++) {
-                double u = rng_uniform(t->spec->lo, t->spec->hi);
+                double u = e < t->spec->nvalues ? t->spec->values[e] : rng_uniform(t->spec->lo, t->spec->hi);
                 if (t->spec->dt == OPR_F64) ((double *)t->data)[e] = u;
                 else if (t->spec->dt == OPR_I64) ((int64_t *)t->data)[e] = (int64_t)floor(u);
                 else ((uint8_t *)t->data)[e] = rng_uniform(0, 1) < 0.5;

@@ -299,6 +299,75 @@ struct DLManagedTensor;
 OPR_API struct DLManagedTensor *opr_tensor_to_dlpack(opr_tensor *t);
 OPR_API opr_tensor *opr_tensor_from_dlpack(opr_ctx *ctx, struct DLManagedTensor *m);
 
+/* ------------------------------------------------------------------ jagged tensors */
+
+/* A jagged tensor is a batch of B sequences of different lengths, [B, ragged, D...]:
+ * one dense `values` tensor [total, D...] holding every sequence's rows one after the
+ * other, and i64 `offsets` [B + 1] on the same device (sequence b is values rows
+ * offsets[b] .. offsets[b+1]-1). Dimension 1 is the ragged one.
+ *
+ * The offsets form a structure shared by every tensor made from it: the results of
+ * ops on a jagged tensor reuse their input's structure (no copy), so checking that two
+ * operands match is O(1) when they share it and O(B) otherwise.
+ *
+ * Accessors on a jagged tensor: opr_tensor_ndim counts the ragged dim; opr_tensor_size
+ * and opr_tensor_shape give B for dim 0 and OPR_SIZE_RAGGED for dim 1; numel, dtype,
+ * device and data are those of the values; opr_tensor_stride of dims 0 and 1 is 0.
+ *
+ * Ops (opr_call) accept jagged tensors where their YAML entry has a `jagged:` rule
+ * (`opreg ops --jagged` lists them; docs/jagged.md): elementwise ops (jagged with
+ * jagged of the same structure, or with a dense tensor that broadcasts over the
+ * non-ragged dims: [D...], or [B, 1, D...]), linear and matmul with a dense weight,
+ * sum and mean over the ragged dim (a dense [B, D...] result) or over other dims,
+ * softmax and log_softmax over the ragged dim, and full reductions. Any other op
+ * refuses a jagged argument with an error naming it (OPR_ERR_UNSUPPORTED).
+ *
+ * Autograd: a jagged tensor's autograd state is its values'. opr_set_requires_grad,
+ * opr_grad (a jagged gradient of the same structure), opr_zero_grad, opr_backward and
+ * opr_autograd_grad take jagged tensors. Views (opr_tensor_transpose, ...), DLPack
+ * export and opr_tensor_copy_to_host/from_host refuse them: go through
+ * opr_jagged_values or opr_jagged_to_padded. opr_tensor_to and opr_tensor_contiguous
+ * work (the offsets move along). */
+
+/* opr_tensor_size / opr_tensor_shape of a jagged tensor's ragged dim. */
+#define OPR_SIZE_RAGGED (-2)
+
+/* Wraps values [total, D...] (1 to OPR_MAX_DIMS - 1 dims) with offsets (i64, 1-d,
+ * B + 1 >= 1 entries, on values' device): zero-copy, values keeps its data and its
+ * autograd state (gradients of the jagged tensor reach values). The offsets must start
+ * at 0, never decrease and end at total: otherwise OPR_ERR_INVALID naming the first
+ * entry at fault, and nothing is kept. The offsets are read once (a copy to the host);
+ * changing the offsets tensor afterwards does not change the jagged tensor. */
+OPR_API opr_tensor *opr_jagged_from_values(opr_tensor *values, opr_tensor *offsets);
+/* Wraps values (same total rows) with the structure of the jagged tensor `like`,
+ * sharing it: O(1), no copy, no check of the offsets. */
+OPR_API opr_tensor *opr_jagged_like(opr_tensor *values, const opr_tensor *like);
+/* A jagged tensor copying n >= 1 dense tensors [L_i, D...] (same dtype, device and
+ * D...; L_i may be 0) one after the other. Like PyTorch's nested_tensor(list), the
+ * result is a new leaf: gradients do not flow back into the list. */
+OPR_API opr_tensor *opr_jagged_from_list(opr_ctx *ctx, opr_tensor *const *items, int n);
+/* A jagged tensor of the first lengths[b] rows of each padded[b] (padded: [B, N, D...],
+ * n == B lengths in 0..N). Recorded by autograd (the padding gets no gradient). */
+OPR_API opr_tensor *opr_jagged_from_padded(opr_tensor *padded, const int64_t *lengths, int n);
+/* The dense [B, max_len, D...] tensor of a jagged one, rows past each sequence's end
+ * set to pad_value (max_len: the longest sequence). Recorded by autograd. */
+OPR_API opr_tensor *opr_jagged_to_padded(opr_tensor *t, double pad_value);
+
+/* True for a jagged tensor. */
+OPR_API bool opr_tensor_is_jagged(const opr_tensor *t);
+/* The values [total, D...] of a jagged tensor: a new reference to the very tensor it
+ * wraps (zero-copy; writes and gradients are shared). NULL for a dense tensor. */
+OPR_API opr_tensor *opr_jagged_values(const opr_tensor *t);
+/* The offsets tensor (i64 [B + 1], on the values' device): a new reference. NULL for a
+ * dense tensor. */
+OPR_API opr_tensor *opr_jagged_offsets(const opr_tensor *t);
+/* The offsets on the host (B + 1 entries), living as long as t; NULL for a dense tensor. */
+OPR_API const int64_t *opr_jagged_offsets_host(const opr_tensor *t);
+/* Length of the longest sequence (0 when B is 0); -1 for a dense tensor. */
+OPR_API int64_t opr_jagged_max_length(const opr_tensor *t);
+/* True when both are jagged with equal offsets (O(1) when they share the structure). */
+OPR_API bool opr_jagged_same_structure(const opr_tensor *a, const opr_tensor *b);
+
 /* ------------------------------------------------------------------ autograd state */
 
 /* Marks a leaf tensor as requiring grad (floating dtypes only). */
