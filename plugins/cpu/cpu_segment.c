@@ -6,6 +6,7 @@
  * contiguous allocations. */
 #include "cpu_common.h"
 #include "cpu_kernels.h"
+#include "../common/opc_segment.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -43,19 +44,9 @@ static int64_t *seg_offsets(const opr_kernel_call *c, const char *op, const opr_
     int64_t *h = malloc((size_t)n * sizeof *h);
     if (!h) { *rc = CPU_FAIL(c, OPR_ERR_NOMEM, "%s: out of memory", op); return NULL; }
     for (int64_t i = 0; i < n; i++) h[i] = ((const int64_t *)o->data)[i * o->strides[0]];
-    const char *bad = NULL;
-    int64_t at = 0;
-    if (h[0] != 0) bad = "offsets must start at 0";
-    for (int64_t i = 0; i < b && !bad; i++) {
-        at = i + 1;
-        if (h[i + 1] < h[i]) bad = "offsets must not decrease";
-        else if (h[i + 1] > total) bad = "offsets run past the end of the rows";
-        else if (max_len >= 0 && h[i + 1] - h[i] > max_len) bad = "a segment is longer than max_len";
-    }
-    if (!bad && h[b] != total) { bad = "offsets must end at the number of rows"; at = b; }
-    if (bad) {
-        *rc = CPU_FAIL(c, OPR_ERR_INVALID, "%s: %s (offsets[%lld] = %lld, %lld rows%s)", op, bad, (long long)at,
-                       (long long)h[at], (long long)total, max_len >= 0 ? ", see max_len" : "");
+    char why[OPC_WHY_SIZE];
+    if (!opc_offsets_check(op, h, b, total, max_len, why, sizeof why)) {
+        *rc = CPU_FAIL(c, OPR_ERR_INVALID, "%s", why);
         free(h);
         return NULL;
     }

@@ -388,5 +388,6 @@ int gk_register_linalg(opr_plugin *self);      /* gpu_linalg.cu */
 int gk_register_index(opr_plugin *self);       /* gpu_index.cu */
 int gk_register_copy(opr_plugin *self);        /* gpu_copy.cu */
 int gk_register_sort(opr_plugin *self);        /* gpu_sort.cu */
+int gk_register_segment(opr_plugin *self);     /* gpu_segment.cu: segments of jagged tensors */
 
 #endif /* OPREG_CUDA_COMMON_CUH */

@@ -46,7 +46,8 @@ function(opreg_gpu_yaml_definitions target)
 
   # Helper ops that derivative formulas call, and ops newer than the plugin's first
   # release.
-  foreach(op new_zeros sign narrow_scatter diag_backward lerp addcmul)
+  # segment_sum stands for the six segment ops of jagged tensors, defined together.
+  foreach(op new_zeros sign narrow_scatter diag_backward lerp addcmul segment_sum)
     string(FIND "${yaml}" "- name: ${op}(" at)
     if(NOT at EQUAL -1)
       string(TOUPPER "${op}" OP)
