@@ -48,7 +48,7 @@ typedef struct jagged_rule {
     int dim_arg;            /* JAGGED_DIM: the argument giving the dim(s) */
     expr *ragged;           /* JAGGED_DIM: the op over the ragged dim, an expression of the
                                arguments (self the values) and `offsets`; NULL: refused */
-    char *ragged_text;
+    char *ragged_text;      /* "dim, ragged: EXPR" (opr_op_jagged_rule) */
     bool ragged_keeps_rows; /* its result has the values' rows: jagged, not [B, ...] */
     _Atomic bool linked;    /* the expression's calls resolved (lazily, like a forward) */
 } jagged_rule;

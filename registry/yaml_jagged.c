@@ -17,6 +17,7 @@
 #include "deriv.h"
 #include "yaml_loader.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -39,7 +40,9 @@ static int parse_ragged(const loader *l, opr_op *op, const yaml_node_t *v)
     }
     if (rc) { expr_free(e); return rc; }
     op->jagged.ragged = e;
-    if (!(op->jagged.ragged_text = strdup(yaml_scalar(v)))) return opr_fail(OPR_ERR_NOMEM, "out of memory");
+    size_t len = strlen(yaml_scalar(v)) + sizeof "dim, ragged: ";
+    if (!(op->jagged.ragged_text = malloc(len))) return opr_fail(OPR_ERR_NOMEM, "out of memory");
+    snprintf(op->jagged.ragged_text, len, "dim, ragged: %s", yaml_scalar(v));
     return OPR_OK;
 }
 
@@ -86,4 +89,16 @@ int yaml_jagged_key(const loader *l, opr_op *op, const yaml_node_t *v)
     for (size_t i = 0; s && i < sizeof kinds / sizeof kinds[0]; i++)
         if (!strcmp(s, kinds[i].name)) { op->jagged.kind = kinds[i].kind; return OPR_OK; }
     return yaml_fail_at(l, v, OPR_ERR_PARSE, "jagged: expected elementwise, rows, all or {dim: ..}, not '%s'", s ? s : "?");
+}
+
+const char *opr_op_jagged_rule(const opr_op *op)
+{
+    if (!op) return NULL;
+    switch (op->jagged.kind) {
+    case JAGGED_ELEMENTWISE: return "elementwise";
+    case JAGGED_ROWS: return "rows";
+    case JAGGED_ALL: return "all";
+    case JAGGED_DIM: return op->jagged.ragged_text ? op->jagged.ragged_text : "dim";
+    default: return NULL;
+    }
 }

@@ -351,6 +351,9 @@ START_TEST(test_linear_and_unsupported)
     opr_tensor *list[2] = {j, j};
     tu_expect_fail(ctx, "cat", (opr_value[]){opr_v_tensors(list, 2)}, 1, 1, OPR_ERR_UNSUPPORTED,
                    "cat: jagged tensors in a Tensor[] argument");
+    ck_assert_str_eq(opr_op_jagged_rule(opr_op_find(ctx, "linear")), "rows");
+    ck_assert(strstr(opr_op_jagged_rule(opr_op_find(ctx, "softmax")), "segment_softmax"));
+    ck_assert_ptr_null(opr_op_jagged_rule(opr_op_find(ctx, "mm")));
     /* plans are made for dense arguments */
     char buf[256];
     const char *rg[] = {"input"};
@@ -359,6 +362,54 @@ START_TEST(test_linear_and_unsupported)
     free(yd); free(rd);
     opr_tensor *rel[] = {j, w, bias, y, v, ref, wt, mm};
     for (size_t i = 0; i < sizeof rel / sizeof rel[0]; i++) opr_tensor_release(rel[i]);
+    tu_ctx_free(ctx);
+}
+END_TEST
+
+/* A rule is data: an op loaded at run time takes jagged tensors by its `jagged:` key,
+ * and bad keys are load errors with their position. */
+START_TEST(test_rules_from_yaml)
+{
+    opr_ctx *ctx = tu_ctx();
+    const char *yaml =
+        "- name: softplus_j(Tensor self) -> Tensor\n"
+        "  shape: sizes(self)\n"
+        "  jagged: elementwise\n"
+        "  forward: log(add(exp(self), 1))\n"
+        "- name: rowsum_j(Tensor self, int dim) -> Tensor\n"
+        "  shape: reduce(self, dim)\n"
+        "  jagged: {dim: dim, ragged: \"segment_sum(self, offsets)\"}\n"
+        "  forward: sum(self, [dim])\n";
+    int n = 0;
+    ck_assert_msg(opr_registry_load_yaml_string(ctx, yaml, "jagged_rules", &n) == OPR_OK, "%s", opr_last_error());
+    ck_assert_int_eq(n, 2);
+    tu_seed(8);
+    opr_tensor *j = make_jagged(ctx, lens5, 5, 2);
+    opr_tensor *sp = call1(ctx, "softplus_j", (opr_value[]){opr_v_tensor(j)}, 1);
+    ck_assert(opr_jagged_same_structure(sp, j));
+    double *v = values_of(j), *spv = values_of(sp);
+    for (int i = 0; i < 26; i++) ck_assert(fabs(spv[i] - log1p(exp(v[i]))) < 1e-14);
+    opr_tensor *rs = call1(ctx, "rowsum_j", (opr_value[]){opr_v_tensor(j), opr_v_int(1)}, 2);
+    ck_assert(!opr_tensor_is_jagged(rs) && opr_tensor_size(rs, 0) == 5);
+    static const struct { const char *yaml; const char *needle; } bad[] = {
+        {"- name: b1(Tensor self) -> Tensor\n  shape: sizes(self)\n  jagged: sometimes\n",
+         "jagged: expected elementwise, rows, all or {dim: ..}, not 'sometimes'"},
+        {"- name: b2(Tensor self, float p) -> Tensor\n  shape: sizes(self)\n  jagged: {dim: p}\n",
+         "jagged: dim must name an int or int[] argument, not 'p'"},
+        {"- name: b3(Tensor self, int d) -> Tensor\n  shape: sizes(self)\n  jagged: {dim: d, raged: x}\n",
+         "jagged: unknown key 'raged'"},
+        {"- name: b4(Tensor self, int d) -> Tensor\n  shape: sizes(self)\n  jagged: {dim: d, ragged: \"nope(self, offsetz)\"}\n",
+         "offsetz"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ck_assert_int_eq(opr_registry_load_yaml_string(ctx, bad[i].yaml, "bad_rules", NULL), OPR_ERR_PARSE);
+        ck_assert_msg(strstr(opr_last_error(), bad[i].needle), "case %zu: %s", i, opr_last_error());
+        ck_assert_msg(strstr(opr_last_error(), "bad_rules:"), "position: %s", opr_last_error());
+    }
+    free(v); free(spv);
+    opr_tensor_release(j);
+    opr_tensor_release(sp);
+    opr_tensor_release(rs);
     tu_ctx_free(ctx);
 }
 END_TEST
@@ -562,6 +613,7 @@ int main(void)
     tcase_add_test(tc, test_elementwise);
     tcase_add_test(tc, test_reductions_and_softmax);
     tcase_add_test(tc, test_linear_and_unsupported);
+    tcase_add_test(tc, test_rules_from_yaml);
     tcase_add_test(tc, test_autograd_matches_per_sequence);
     tcase_add_test(tc, test_linear_backward_memory);
     tcase_add_test(tc, test_on_emulated_cuda);

@@ -7,22 +7,29 @@
 int cmd_ops(int argc, char **argv)
 {
     if (cli_wants_help(argc, argv)) {
-        printf("usage: opreg ops [--kernels] [--plugin PATH]...\n\n"
+        printf("usage: opreg ops [--kernels] [--jagged] [--plugin PATH]...\n\n"
                "Prints the schema of every registered op, one per line. Composite ops (defined in\n"
                "YAML by a `forward:` expression over other ops, no kernel) are marked '(composite)',\n"
                "or '(composite, own backward)' when autograd records them as one node with their own\n"
                "derivative formulas (else it records their parts). With --kernels, each line also\n"
                "lists the device types the op runs on: those with a kernel for it, every type for a\n"
-               "host-side view, and for a composite the types on which every op it calls runs.\n");
+               "host-side view, and for a composite the types on which every op it calls runs.\n"
+               "With --jagged, only the ops that take jagged tensors, each with its rule\n"
+               "(elementwise, rows, all, or the dims it reduces and what runs over the ragged dim).\n");
         return 0;
     }
-    bool kernels = false;
-    for (int i = 1; i < argc; i++) kernels |= !strcmp(argv[i], "--kernels");
+    bool kernels = false, jagged = false;
+    for (int i = 1; i < argc; i++) {
+        kernels |= !strcmp(argv[i], "--kernels");
+        jagged |= !strcmp(argv[i], "--jagged");
+    }
     opr_ctx *ctx = cli_ctx_new(argc, argv);
     if (!ctx) return 1;
     for (int i = 0; i < opr_op_count(ctx); i++) {
         const opr_op *op = opr_op_at(ctx, i);
+        if (jagged && !opr_op_jagged_rule(op)) continue;
         printf("%s", opr_op_schema(op));
+        if (jagged) printf("    (jagged: %s)", opr_op_jagged_rule(op));
         if (opr_op_is_composite(op)) printf(opr_op_grad_candidate_count(op) ? "    (composite, own backward)" : "    (composite)");
         if (kernels) {
             printf("    [");

@@ -498,6 +498,12 @@ OPR_API bool opr_op_is_composite(const opr_op *op);
  * lets), or NULL for other ops. Lives as long as the op. */
 OPR_API const char *opr_op_forward(const opr_op *op);
 
+/* How the op takes jagged tensors (its YAML `jagged:` rule; docs/jagged.md):
+ * "elementwise", "rows", "all", "dim" (a reduction or softmax over a dim argument), or
+ * "dim, ragged: EXPR" when it also runs over the ragged dim (EXPR is what it runs there);
+ * NULL when the op refuses jagged tensors. Lives as long as the op. */
+OPR_API const char *opr_op_jagged_rule(const opr_op *op);
+
 /* Runs an op. args are in schema order; trailing arguments with defaults may be
  * omitted. results receives nres new references (nres must equal the op's number of
  * outputs). In-place ops (name ending in '_') return a new reference to `self`.
