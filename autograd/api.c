@@ -47,9 +47,9 @@ opr_status opr_zero_grad(opr_tensor *t)
 opr_tensor *opr_tensor_detach(opr_tensor *t)
 {
     if (!t) { opr_fail(OPR_ERR_INVALID, "opr_tensor_detach: NULL tensor"); return NULL; }
-    if (t->ragged) {
-        opr_tensor *v = opr_tensor_detach(t->jag_values);
-        opr_tensor *j = v ? opr_jagged_wrap(v, t->ragged) : NULL;
+    if (t->ragged || t->bt_phys) { /* the same layout over the detached values / physical tensor */
+        opr_tensor *v = opr_tensor_detach(t->ragged ? t->jag_values : t->bt_phys);
+        opr_tensor *j = !v ? NULL : t->ragged ? opr_jagged_wrap(v, t->ragged) : opr_batched_wrap(v, t->bt_level);
         opr_tensor_release(v);
         return j;
     }
@@ -107,7 +107,7 @@ opr_status opr_plan_explain(const opr_op *op, const opr_value *args, int nargs, 
     if (!buf || !len) return opr_fail(OPR_ERR_INVALID, "opr_plan_explain: NULL or empty buffer");
     int rc = meta_slots(op, args, nargs, slots, outs, &dev);
     if (!rc) rc = mask_of(op, requires_grad, n_requires_grad, &mask);
-    if (!rc) rc = plan_explain(op, mask, dev, slots, !opr_special_grads_enabled(), buf, len);
+    if (!rc) rc = plan_explain(op, mask, dev, slots, opr_special_grads_enabled() ? 0 : PLAN_FAST, buf, len);
     return rc;
 }
 
@@ -122,7 +122,7 @@ opr_status opr_plan_saved_bytes(const opr_op *op, const opr_value *args, int nar
     int rc = meta_slots(op, args, nargs, slots, outs, &dev);
     if (!rc) rc = mask_of(op, requires_grad, n_requires_grad, &mask);
     if (rc) return rc;
-    const deriv_plan *p = plan_get(op, mask, dev, slots, !opr_special_grads_enabled());
+    const deriv_plan *p = plan_get(op, mask, dev, slots, opr_special_grads_enabled() ? 0 : PLAN_FAST);
     if (!p) return OPR_ERR_UNSUPPORTED;
     *bytes = p->saved_bytes;
     return OPR_OK;

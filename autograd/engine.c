@@ -127,6 +127,11 @@ static int deliver_leaf(opr_tensor *leaf, opr_tensor *g, const capture *cap)
     int ci = capture_index(cap, leaf);
     if (ci >= 0) return accumulate(&cap->grads[ci], g);
     if (cap) { opr_tensor_release(g); return OPR_OK; } /* autograd_grad leaves .grad alone */
+    if (g->bt_phys && !leaf->bt_phys) { /* a per-sample gradient must not outlive its opr_vmap in .grad */
+        opr_tensor_release(g);
+        return opr_fail(OPR_ERR_UNSUPPORTED, "backward inside opr_vmap into a tensor from outside it: use "
+                        "opr_autograd_grad for per-sample gradients and return them from the callback");
+    }
     return add_to_leaf_grad(leaf, g);
 }
 

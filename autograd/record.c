@@ -11,7 +11,7 @@
  * not form a reference cycle. */
 static opr_tensor *detached_view(opr_tensor *t)
 {
-    return opr_tensor_make_view(t, t->m.ndim, t->m.shape, t->strides, t->offset);
+    return opr_tensor_alias(t);
 }
 
 void ag_node_release(struct opr_node *first)
@@ -103,7 +103,10 @@ int ag_record(const opr_op *op, opr_tensor *const *tensors, const mval *slots, o
         n->slots[op->nargs + k].u.t = &n->metas[op->nargs + k];
     }
     n->fast = !opr_special_grads_enabled(); /* fixed now, whenever backward runs */
-    n->plan = plan_get(op, mask, dev, n->slots, n->fast);
+    bool batched = false; /* a node of opr_vmap's per-sample graph runs formulas only */
+    for (int i = 0; i < op->nargs && !batched; i++) batched = tensors[i] && tensors[i]->bt_phys;
+    for (int k = 0; k < op->nout && !batched; k++) batched = outs[k]->bt_phys;
+    n->plan = plan_get(op, mask, dev, n->slots, (n->fast ? PLAN_FAST : 0) | (batched ? PLAN_FORMULAS_ONLY : 0));
     if (!n->plan) { ag_node_release(n); return opr_fail_wrap(opr_error_status(), "%s: planning the backward", op->name); }
     for (int s = 0; s < op->nargs + op->nout; s++) {
         if (!((n->plan->save >> s) & 1)) continue;

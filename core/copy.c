@@ -80,6 +80,7 @@ out:
 
 int opr_tensor_copy_into(opr_tensor *dst, const opr_tensor *src)
 {
+    if (opr_layout_refuse(dst, "copy") || opr_layout_refuse(src, "copy")) return opr_error_status();
     if (dst->m.dtype != src->m.dtype || dst->m.ndim != src->m.ndim ||
         memcmp(dst->m.shape, src->m.shape, (size_t)src->m.ndim * sizeof(int64_t)))
         return opr_fail(OPR_ERR_INVALID, "copy: shapes or dtypes differ");
@@ -93,6 +94,7 @@ int opr_tensor_copy_into(opr_tensor *dst, const opr_tensor *src)
 opr_tensor *opr_tensor_contiguous(opr_tensor *t)
 {
     if (!t) { opr_fail(OPR_ERR_INVALID, "opr_tensor_contiguous: NULL tensor"); return NULL; }
+    if (t->bt_phys) { opr_batched_refuse(t, "opr_tensor_contiguous"); return NULL; }
     if (opr_tensor_is_contiguous(t)) return opr_tensor_retain(t);
     if (t->ragged) { /* contiguous values, the same structure */
         opr_tensor *v = opr_tensor_contiguous(t->jag_values);
@@ -127,6 +129,7 @@ opr_tensor *opr_tensor_to(opr_tensor *t, opr_device dev)
     opr_device cur = t->storage->dev;
     if (cur.type == dev.type && cur.index == dev.index) return opr_tensor_retain(t);
     if (t->ragged) return jagged_to(t, dev);
+    if (opr_layout_refuse(t, "opr_tensor_to")) return NULL;
     opr_tensor *c = opr_tensor_empty(t->ctx, t->m.dtype, t->m.ndim, t->m.shape, dev);
     if (c && opr_tensor_copy_into(c, t)) { opr_tensor_release(c); return NULL; }
     return c;

@@ -112,6 +112,12 @@ struct opr_tensor {
     opr_tensor *jag_values;
     opr_ragged *ragged;
     _Atomic(opr_tensor *) jag_grad; /* jagged wrapper of jag_values' grad (opr_grad) */
+    /* batched tensors of opr_vmap (core/batched.c): the fields above describe one
+     * sample over bt_phys, whose dim 0 is the batch; bt_level is the opr_vmap call
+     * that made it. Unlike a jagged tensor it has its own autograd state (the
+     * per-sample graph). NULL and 0 for other tensors. */
+    opr_tensor *bt_phys;
+    int64_t bt_level;
 };
 
 /* ------------------------------------------------------------------ context */
@@ -232,6 +238,29 @@ int opr_ragged_mismatch(const char *who, const char *a_name, const opr_ragged *a
                         const opr_ragged *b);
 /* Fails for a jagged tensor given to a function that only takes dense ones. */
 int opr_jagged_refuse(const opr_tensor *t, const char *who);
+/* ------------------------------------------------------------------ batched (batched.c) */
+
+/* A batched tensor at `level` over phys (retained), whose dim 0 is the batch. */
+opr_tensor *opr_batched_wrap(opr_tensor *phys, int64_t level);
+/* The thread's opr_vmap levels: push returns a new level (0 when nested too deep),
+ * pop removes the innermost. */
+int64_t opr_vmap_level_push(void);
+void opr_vmap_level_pop(void);
+/* Whether level belongs to an opr_vmap still running on this thread. */
+bool opr_vmap_level_active(int64_t level);
+/* Fails for a batched tensor given to a function that only takes plain ones. */
+int opr_batched_refuse(const opr_tensor *t, const char *who);
+/* A new header of t without its autograd history: for a batched tensor a batched
+ * tensor over the same physical one, else a view of the same storage. */
+opr_tensor *opr_tensor_alias(opr_tensor *t);
+/* Refuses jagged and batched tensors for dense-only functions (0 when t is plain). */
+static inline int opr_layout_refuse(const opr_tensor *t, const char *who)
+{
+    if (t && t->ragged) return opr_jagged_refuse(t, who);
+    if (t && t->bt_phys) return opr_batched_refuse(t, who);
+    return 0;
+}
+
 /* The autograd-carrying tensor behind t: its values when jagged, else t itself. */
 static inline opr_tensor *opr_jagged_base(const opr_tensor *t)
 {

@@ -111,7 +111,7 @@ static bool bool_bytes_valid(const opr_tensor *t)
 DLManagedTensor *opr_tensor_to_dlpack(opr_tensor *t)
 {
     if (!t) { opr_fail(OPR_ERR_INVALID, "opr_tensor_to_dlpack: NULL tensor"); return NULL; }
-    if (t->ragged) { opr_jagged_refuse(t, "opr_tensor_to_dlpack"); return NULL; }
+    if (opr_layout_refuse(t, "opr_tensor_to_dlpack")) return NULL;
     export_ctx *e = calloc(1, sizeof *e);
     if (!e) { opr_fail(OPR_ERR_NOMEM, "opr_tensor_to_dlpack: out of memory"); return NULL; }
     DLTensor *d = &e->managed.dl_tensor;

@@ -60,6 +60,8 @@ opr_tensor *opr_tensor_alloc_header(opr_ctx *ctx)
     t->jag_values = NULL;
     t->ragged = NULL;
     atomic_init(&t->jag_grad, NULL);
+    t->bt_phys = NULL;
+    t->bt_level = 0;
     atomic_fetch_add_explicit(&ctx->live_tensors, 1, memory_order_relaxed);
     return t;
 }
@@ -231,6 +233,7 @@ void opr_tensor_release(opr_tensor *t)
         opr_tensor_release(t->jag_values);
         opr_ragged_release(t->ragged);
     }
+    opr_tensor_release(t->bt_phys);
     opr_storage_release(t->storage);
     atomic_fetch_sub_explicit(&t->ctx->live_tensors, 1, memory_order_relaxed);
     free(t);
@@ -308,13 +311,14 @@ const char *opr_tensor_describe(const opr_tensor *t, char *buf, size_t len)
         n += (size_t)snprintf(buf + n, len - n, "] %s %s", opr_dtype_name(t->m.dtype),
                               opr_device_format(t->ctx, t->storage->dev, dev, sizeof dev));
     if (t->ragged && n < len) snprintf(buf + n, len - n, " jagged (%lld rows)", (long long)t->ragged->total);
+    if (t->bt_phys && n < len) snprintf(buf + n, len - n, " batched (%lld samples)", (long long)t->bt_phys->m.shape[0]);
     return buf;
 }
 
 opr_status opr_tensor_copy_to_host(const opr_tensor *t, void *dst, size_t nbytes)
 {
     if (!t || (!dst && t->m.numel)) return opr_fail(OPR_ERR_INVALID, "opr_tensor_copy_to_host: NULL argument");
-    if (t->ragged) return opr_jagged_refuse(t, "opr_tensor_copy_to_host");
+    if (opr_layout_refuse(t, "opr_tensor_copy_to_host")) return opr_error_status();
     size_t need = (size_t)t->m.numel * opr_dtype_size(t->m.dtype);
     if (nbytes < need)
         return opr_fail(OPR_ERR_INVALID, "opr_tensor_copy_to_host: buffer of %zu bytes, need %zu", nbytes, need);
@@ -328,7 +332,7 @@ opr_status opr_tensor_copy_to_host(const opr_tensor *t, void *dst, size_t nbytes
 opr_status opr_tensor_copy_from_host(opr_tensor *t, const void *src, size_t nbytes)
 {
     if (!t || (!src && t->m.numel)) return opr_fail(OPR_ERR_INVALID, "opr_tensor_copy_from_host: NULL argument");
-    if (t->ragged) return opr_jagged_refuse(t, "opr_tensor_copy_from_host");
+    if (opr_layout_refuse(t, "opr_tensor_copy_from_host")) return opr_error_status();
     size_t need = (size_t)t->m.numel * opr_dtype_size(t->m.dtype);
     if (nbytes < need)
         return opr_fail(OPR_ERR_INVALID, "opr_tensor_copy_from_host: buffer of %zu bytes, need %zu", nbytes, need);

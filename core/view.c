@@ -14,10 +14,10 @@ static bool wrap_dim(int64_t d, int ndim, int *out)
 #define BAD_DIM(who, d, t) \
     (opr_fail(OPR_ERR_INVALID, "%s: dim %lld out of range for a %d-d tensor", who, (long long)(d), (t)->m.ndim), (opr_tensor *)NULL)
 #define NULL_ARG(who) (opr_fail(OPR_ERR_INVALID, "%s: NULL tensor", who), (opr_tensor *)NULL)
-/* The views take dense tensors only: a jagged one is refused by name. */
+/* The views take plain tensors only: a jagged or batched one is refused by name. */
 #define CHECK_DENSE(who, t) do { \
         if (!(t)) return NULL_ARG(who); \
-        if ((t)->ragged) { opr_jagged_refuse((t), who); return NULL; } \
+        if (opr_layout_refuse((t), who)) return NULL; \
     } while (0)
 
 opr_tensor *opr_tensor_transpose(opr_tensor *t, int d0, int d1)

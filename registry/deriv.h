@@ -104,13 +104,18 @@ void plan_cache_free(struct plan_cache *cache);
 /* Drops cached plans (after forcing a candidate). */
 void plan_cache_clear(deriv_info *d);
 
-/* The plan for a call; cached. metas: the op's slots (args and outputs) as metadata;
- * fast: the node is recorded in fast mode (fast candidates first, see above).
+/* Flags of a plan: PLAN_FAST, the node is recorded in fast mode (fast candidates
+ * first, see above); PLAN_FORMULAS_ONLY, no fused backward kernel (the node holds
+ * batched tensors of opr_vmap, whose views a kernel cannot read). */
+#define PLAN_FAST 1u
+#define PLAN_FORMULAS_ONLY 2u
+
+/* The plan for a call; cached. metas: the op's slots (args and outputs) as metadata.
  * Returns NULL with a message on failure. */
-const deriv_plan *plan_get(const opr_op *op, uint32_t mask, opr_device dev, const mval *slots, bool fast);
+const deriv_plan *plan_get(const opr_op *op, uint32_t mask, opr_device dev, const mval *slots, unsigned flags);
 
 /* Writes a human-readable account of every candidate set for the given shapes. */
-int plan_explain(const opr_op *op, uint32_t mask, opr_device dev, const mval *slots, bool fast, char *buf,
+int plan_explain(const opr_op *op, uint32_t mask, opr_device dev, const mval *slots, unsigned flags, char *buf,
                  size_t len);
 
 #endif

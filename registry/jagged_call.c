@@ -211,7 +211,7 @@ static int check_arguments(jcall *j)
     j->first = -1;
     for (int i = 0; i < j->nargs; i++) {
         opr_value *v = &j->vals[i];
-        if (v->kind == OPR_V_TENSOR_LIST && jagged_in_args(v, 1))
+        if (v->kind == OPR_V_TENSOR_LIST && (layouts_in_args(v, 1) & LAYOUT_JAGGED))
             return opr_fail(OPR_ERR_UNSUPPORTED, "%s: jagged tensors in a Tensor[] argument ('%s') are not supported",
                             op->name, i < op->nargs ? op->args[i].name : "?");
         if (v->kind != OPR_V_TENSOR || !v->u.t || !v->u.t->ragged) continue;

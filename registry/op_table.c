@@ -64,6 +64,9 @@ const opr_op *registry_engine_op(opr_ctx *ctx, int which)
     static const char *const names[ENGINE_OP_COUNT] = {
         [ENGINE_OP_ADD] = "add", [ENGINE_OP_RESHAPE] = "reshape", [ENGINE_OP_SEGMENT_EXPAND] = "segment_expand",
         [ENGINE_OP_JAGGED_TO_PADDED] = "jagged_to_padded", [ENGINE_OP_PADDED_TO_JAGGED] = "padded_to_jagged",
+        [ENGINE_OP_EXPAND] = "expand", [ENGINE_OP_UNSQUEEZE] = "unsqueeze", [ENGINE_OP_NARROW] = "narrow",
+        [ENGINE_OP_NARROW_SCATTER] = "narrow_scatter", [ENGINE_OP_NEW_ZEROS] = "new_zeros", [ENGINE_OP_MATMUL] = "matmul",
+        [ENGINE_OP_TRANSPOSE] = "transpose", [ENGINE_OP_PERMUTE] = "permute", [ENGINE_OP_CONTIGUOUS] = "contiguous",
     };
     opr_op *op = atomic_load_explicit(&ctx->reg->engine_ops[which], memory_order_acquire);
     if (op) return op;

@@ -222,11 +222,13 @@ typedef struct search {
     int forced;
     bool fast;                /* a fast-mode node: fast candidates are eligible */
     bool strict;              /* fast: normal candidates of inputs with a fast one are not */
+    bool formulas_only;       /* PLAN_FORMULAS_ONLY: no fused backward kernel */
     int status;
 } search;
 
 static bool eligible(const search *s, const deriv_cand *c)
 {
+    if (s->formulas_only && c->kernel) return false; /* a kernel reads the data of its views: batched tensors are not */
     if (s->forced >= 0 && c == &s->op->deriv->cands[s->forced]) return true; /* tests force any candidate */
     if (c->fast) return s->fast;
     return !(s->fast && s->strict && (c->covers & s->op->deriv->fast_covers));
@@ -287,9 +289,10 @@ static void enumerate(search *s, uint32_t covered)
     }
 }
 
-static int select_plan(const opr_op *op, uint32_t mask, opr_device dev, const mval *slots, bool fast,
+static int select_plan(const opr_op *op, uint32_t mask, opr_device dev, const mval *slots, unsigned flags,
                        deriv_plan *out, void (*visit)(void *, const choice *), void *ud)
 {
+    const bool fast = flags & PLAN_FAST;
     deriv_info *d = op->deriv;
     if (!d) return opr_fail(OPR_ERR_UNSUPPORTED, "%s is not differentiable", op->name);
     if (mask & ~d->differentiable) {
@@ -299,7 +302,7 @@ static int select_plan(const opr_op *op, uint32_t mask, opr_device dev, const mv
     search *s = calloc(1, sizeof *s);
     if (!s) return opr_fail(OPR_ERR_NOMEM, "out of memory planning %s", op->name);
     *s = (search){.op = op, .dev = dev, .slots = slots, .mask = mask, .visit = visit, .ud = ud, .forced = d->forced,
-                  .fast = fast && (mask & d->fast_covers), .strict = true};
+                  .fast = fast && (mask & d->fast_covers), .strict = true, .formulas_only = flags & PLAN_FORMULAS_ONLY};
     enumerate(s, 0);
     if (s->fast && !s->status && !s->have_best) { /* the fast ones leave an input uncovered: mix them */
         s->strict = false;
@@ -346,13 +349,13 @@ void plan_cache_free(plan_cache *c)
     free(c);
 }
 
-static int make_key(const opr_op *op, uint32_t mask, opr_device dev, const mval *slots, bool fast, int64_t *key)
+static int make_key(const opr_op *op, uint32_t mask, opr_device dev, const mval *slots, unsigned flags, int64_t *key)
 {
     int n = 0;
     key[n++] = mask;
     key[n++] = dev.type;
     key[n++] = op->deriv->forced;
-    key[n++] = fast;
+    key[n++] = flags;
     for (int s = 0; s < op->nargs + op->nout && n + OPR_MAX_DIMS + 2 < KEY_MAX; s++) {
         const mval *v = &slots[s];
         key[n++] = v->k;
@@ -382,13 +385,13 @@ static uint64_t hash_key(const int64_t *key, int n)
     return h;
 }
 
-const deriv_plan *plan_get(const opr_op *op, uint32_t mask, opr_device dev, const mval *slots, bool fast)
+const deriv_plan *plan_get(const opr_op *op, uint32_t mask, opr_device dev, const mval *slots, unsigned flags)
 {
     deriv_info *d = op->deriv;
     if (!d) { opr_fail(OPR_ERR_UNSUPPORTED, "%s is not differentiable", op->name); return NULL; }
     plan_cache *cache = d->cache;
     int64_t key[KEY_MAX];
-    int klen = make_key(op, mask, dev, slots, fast, key);
+    int klen = make_key(op, mask, dev, slots, flags, key);
     uint64_t h = hash_key(key, klen) % CACHE_SLOTS;
     plan_entry *e = atomic_load_explicit(&cache->slots[h], memory_order_acquire);
     if (e && e->klen == klen && !memcmp(e->key, key, (size_t)klen * sizeof *key)) return &e->plan;
@@ -401,7 +404,7 @@ const deriv_plan *plan_get(const opr_op *op, uint32_t mask, opr_device dev, cons
     pthread_mutex_lock(&op->ctx->lock);
     int rc = deriv_link(op->ctx, (opr_op *)op);
     pthread_mutex_unlock(&op->ctx->lock);
-    if (!rc) rc = select_plan(op, mask, dev, slots, fast, &fresh->plan, NULL, NULL);
+    if (!rc) rc = select_plan(op, mask, dev, slots, flags, &fresh->plan, NULL, NULL);
     if (rc) { free(fresh); return NULL; }
     pthread_mutex_lock(&cache->lock);
     plan_entry *old = atomic_exchange(&cache->slots[h], fresh);
@@ -500,9 +503,10 @@ static void explain_visit(void *ud, const choice *c)
     appendf(b, " = %s\n", bytes);
 }
 
-int plan_explain(const opr_op *op, uint32_t mask, opr_device dev, const mval *slots, bool fast, char *buf,
+int plan_explain(const opr_op *op, uint32_t mask, opr_device dev, const mval *slots, unsigned flags, char *buf,
                  size_t len)
 {
+    const bool fast = flags & PLAN_FAST;
     explain_buf b = {op, slots, buf, len, 0};
     if (len) buf[0] = '\0';
     if (op->composite) {
@@ -525,7 +529,7 @@ int plan_explain(const opr_op *op, uint32_t mask, opr_device dev, const mval *sl
         appendf(&b, "fast mode (special gradients off): the fast variants replace the normal formulas of their inputs\n");
     else if (fast)
         appendf(&b, "fast mode (special gradients off): no fast variant for these inputs, the normal formulas run\n");
-    rc = select_plan(op, mask, dev, slots, fast, &p, explain_visit, &b);
+    rc = select_plan(op, mask, dev, slots, flags, &p, explain_visit, &b);
     if (rc) return rc;
     char bytes[32];
     fmt_bytes(bytes, sizeof bytes, p.saved_bytes);

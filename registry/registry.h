@@ -53,6 +53,28 @@ typedef struct jagged_rule {
     _Atomic bool linked;    /* the expression's calls resolved (lazily, like a forward) */
 } jagged_rule;
 
+/* How an op runs on batched tensors of opr_vmap (its YAML `batch:` key, or its view
+ * kind; registry/vmap_call.c). Without one it loops over the samples. */
+typedef enum batch_kind {
+    BATCH_LOOP = 0,       /* no rule: one call per sample, results stacked */
+    BATCH_ELEMENTWISE,    /* batched operands padded to one rank, unbatched ones broadcast */
+    BATCH_DIMS,           /* dims named by arguments shifted past the batch dim */
+    BATCH_MATMUL,         /* matmul broadcasting, 1-d batched operands made 2-d */
+    BATCH_BATCH_DIMS,     /* leading batch dims that must match: unbatched operands expanded */
+    BATCH_ROWS,           /* only argument 0 may be batched; the op works on its leading dims */
+    BATCH_SIZE,           /* an int[] argument is a per-sample shape (sum_to) */
+    BATCH_UNBATCHED,      /* the result does not depend on the batched values (new_zeros) */
+    BATCH_DATA_DEPENDENT, /* argument 0 batched, the others unbatched; the flat result split */
+    BATCH_VIEW            /* a host view (op->view): its dims shifted */
+} batch_kind;
+
+typedef struct batch_rule {
+    batch_kind kind;
+    uint32_t dim_args;    /* BATCH_DIMS: int / int[] arguments naming dims of argument 0 */
+    uint32_t expand_args; /* BATCH_DIMS: tensor arguments expanded to the batch when unbatched */
+    int size_arg;         /* BATCH_SIZE: the int[] argument */
+} batch_rule;
+
 typedef enum view_kind {
     VIEW_NONE = 0, VIEW_T, VIEW_TRANSPOSE, VIEW_PERMUTE, VIEW_RESHAPE, VIEW_EXPAND,
     VIEW_UNSQUEEZE, VIEW_SQUEEZE, VIEW_NARROW, VIEW_DIAGONAL, VIEW_CONTIGUOUS
@@ -89,6 +111,7 @@ struct opr_op {
     struct opr_op *backward_of;/* set on fused backward kernel slots ("mm_backward") */
     struct composite_def *composite; /* `forward:` ops (composite.h), NULL for kernel ops */
     jagged_rule jagged;        /* `jagged:`: how it takes jagged tensors */
+    batch_rule batch;          /* `batch:`: how it runs on batched tensors (opr_vmap) */
 };
 
 /* Slots of an op's expressions: args, then outputs by name, then `result`. */
@@ -109,7 +132,9 @@ typedef int (*reg_record_fn)(const opr_op *op, opr_tensor *const *tensors, const
 /* The ops the library itself calls (the autograd engine, jagged tensors), cached
  * after the first lookup. */
 enum { ENGINE_OP_ADD, ENGINE_OP_RESHAPE, ENGINE_OP_SEGMENT_EXPAND, ENGINE_OP_JAGGED_TO_PADDED,
-       ENGINE_OP_PADDED_TO_JAGGED, ENGINE_OP_COUNT };
+       ENGINE_OP_PADDED_TO_JAGGED, ENGINE_OP_EXPAND, ENGINE_OP_UNSQUEEZE, ENGINE_OP_NARROW, ENGINE_OP_NARROW_SCATTER,
+       ENGINE_OP_NEW_ZEROS, ENGINE_OP_MATMUL, ENGINE_OP_TRANSPOSE, ENGINE_OP_PERMUTE, ENGINE_OP_CONTIGUOUS,
+       ENGINE_OP_COUNT };
 
 typedef struct opr_registry {
     _Atomic(opr_op *) *chunks[OPS_NCHUNKS];
@@ -154,16 +179,23 @@ void samples_free(opr_op *op);
 
 /* opr_call of an op some of whose arguments are jagged (jagged_call.c). */
 int jagged_call(const opr_op *op, const opr_value *args, int nargs, opr_tensor **results, int nres);
-/* Whether any tensor argument is jagged. */
-static inline bool jagged_in_args(const opr_value *args, int nargs)
+/* opr_call of an op some of whose arguments are batched (vmap_call.c). */
+int vmap_call(const opr_op *op, const opr_value *args, int nargs, opr_tensor **results, int nres);
+/* The layouts among the tensor arguments: LAYOUT_JAGGED | LAYOUT_BATCHED bits. */
+enum { LAYOUT_JAGGED = 1, LAYOUT_BATCHED = 2 };
+static inline unsigned tensor_layout(const opr_tensor *t)
 {
+    return !t ? 0u : (t->ragged ? (unsigned)LAYOUT_JAGGED : 0u) | (t->bt_phys ? (unsigned)LAYOUT_BATCHED : 0u);
+}
+static inline unsigned layouts_in_args(const opr_value *args, int nargs)
+{
+    unsigned l = 0;
     for (int i = 0; i < nargs; i++) {
-        if (args[i].kind == OPR_V_TENSOR && args[i].u.t && args[i].u.t->ragged) return true;
+        if (args[i].kind == OPR_V_TENSOR) l |= tensor_layout(args[i].u.t);
         if (args[i].kind == OPR_V_TENSOR_LIST)
-            for (int k = 0; k < args[i].u.tl.n && args[i].u.tl.items; k++)
-                if (args[i].u.tl.items[k] && args[i].u.tl.items[k]->ragged) return true;
+            for (int k = 0; k < args[i].u.tl.n && args[i].u.tl.items; k++) l |= tensor_layout(args[i].u.tl.items[k]);
     }
-    return false;
+    return l;
 }
 
 /* Installs the hook that copies strided tensors on accelerators (dispatch.c). */

@@ -138,6 +138,7 @@ static int parse_key(const loader *l, opr_op *op, const yaml_node_t *k, const ya
     if (!strcmp(key, "samples")) return samples_parse(l, op, v);
     if (!strcmp(key, "forward")) return yaml_forward_key(l, op, k, v);
     if (!strcmp(key, "jagged")) return yaml_jagged_key(l, op, v);
+    if (!strcmp(key, "batch")) return yaml_batch_key(l, op, v);
     if (!strcmp(key, "differentiable")) {
         const char *b = yaml_scalar(v);
         if (!b || (strcmp(b, "false") && strcmp(b, "true")))

@@ -32,6 +32,8 @@ int yaml_fast_key(const loader *l, opr_op *op, const yaml_node_t *v);
 int yaml_forward_key(const loader *l, opr_op *op, const yaml_node_t *k, const yaml_node_t *v);
 /* The `jagged:` key: how the op takes jagged tensors (yaml_jagged.c). */
 int yaml_jagged_key(const loader *l, opr_op *op, const yaml_node_t *v);
+/* The `batch:` key: how the op runs on batched tensors of opr_vmap (yaml_batch.c). */
+int yaml_batch_key(const loader *l, opr_op *op, const yaml_node_t *v);
 /* The `samples:` list of an entry (samples.c). */
 int samples_parse(const loader *l, opr_op *op, const yaml_node_t *n);
 

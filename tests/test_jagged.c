@@ -537,8 +537,12 @@ START_TEST(test_on_emulated_cuda)
     }
     expect_close(results[1], results[0], 50, 1e-13, "padded on cuda");
     expect_close(grads[1], grads[0], 39, 1e-12, "gradient on cuda");
+    /* offsets on another device than the values */
+    opr_tensor *v = opr_jagged_values(xd), *cpu_offsets = opr_jagged_offsets(x);
+    ck_assert_ptr_null(opr_jagged_from_values(v, cpu_offsets));
+    ck_assert_msg(strstr(opr_last_error(), "the values are on cuda:0 but the offsets on cpu"), "%s", opr_last_error());
+    opr_tensor_release(cpu_offsets);
     /* a bad offset reaches the device kernels only through the ops: refused there too */
-    opr_tensor *v = opr_jagged_values(xd);
     int64_t bad[6] = {0, 3, 2, 8, 9, 13};
     opr_tensor *o = opr_tensor_from_data(ctx, OPR_I64, 1, (int64_t[]){6}, bad, OPR_CPU), *od = opr_tensor_to(o, dev);
     tu_expect_fail(ctx, "segment_sum", (opr_value[]){opr_v_tensor(v), opr_v_tensor(od)}, 2, 1, OPR_ERR_INVALID,

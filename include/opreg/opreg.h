@@ -368,6 +368,52 @@ OPR_API int64_t opr_jagged_max_length(const opr_tensor *t);
 /* True when both are jagged with equal offsets (O(1) when they share the structure). */
 OPR_API bool opr_jagged_same_structure(const opr_tensor *a, const opr_tensor *b);
 
+/* ------------------------------------------------------------------ vmap */
+
+/* opr_vmap runs a function of one sample over a whole batch, functorch-style
+ * (docs/vmap.md). The callback gets per-sample tensors: for a batched input, a
+ * *batched tensor* whose batch dim is invisible (its shape is one sample's), for an
+ * unbatched input the tensor itself. It calls ordinary ops (opr_call) on them; each op
+ * runs once for the whole batch by its YAML `batch:` rule (`opreg ops --batching`), or,
+ * without one, by a loop over the samples (correct, slower). It fills out[0..nout-1]
+ * with new references and returns OPR_OK, or an error status that opr_vmap returns.
+ *
+ * Autograd: inside the callback, opr_autograd_grad of a per-sample loss with respect
+ * to tensors from outside (unbatched parameters) gives per-sample gradients (batched
+ * tensors: return them as outputs), functorch's vmap(grad(f)); the backward formulas
+ * run on batched tensors through the same rules. Gradients also flow through opr_vmap
+ * from outside: the outputs are ordinary tensors recorded from the inputs (vjp of vmap).
+ *
+ * Batched tensors live as long as the call: one kept and used after opr_vmap returned is
+ * refused (OPR_ERR_INVALID). Views (opr_tensor_transpose, ...), DLPack export and host
+ * copies refuse them: inside the callback use the ops (transpose, reshape, ...).
+ * No op of this version draws random numbers; docs/vmap.md states the rule for those
+ * that will. Ops with data-dependent output shapes (masked_select) work with an
+ * unbatched mask and refuse a batched one. */
+typedef opr_status (*opr_vmap_fn)(void *user, opr_tensor *const *in, int nin, opr_tensor **out, int nout);
+
+typedef struct opr_vmap_opts {
+    size_t struct_size;
+    int64_t chunk_size; /* run the callback on chunks of at most this many samples (bounds
+                           memory); 0: the whole batch at once */
+} opr_vmap_opts; /* all fields since 0.1 */
+#define OPR_VMAP_OPTS_STRUCT_SIZE_0_1 OPR_STRUCT_SIZE(opr_vmap_opts, chunk_size)
+
+/* Most opr_vmap calls nested inside each other on one thread. */
+#define OPR_VMAP_MAX_DEPTH 8
+
+/* Maps fn over dim in_dims[i] of each in[i] (-1: in[i] is unbatched, the same for every
+ * sample; in_dims NULL: dim 0 of every input). Every batched input must have the same
+ * size there, the batch size N (at least one input must be batched). Output k gets the
+ * batch at dim out_dims[k] (negative counts from the end of the output's dims; out_dims
+ * NULL: 0); an unbatched output of the callback (the same for every sample) is expanded
+ * to the batch. in, in_dims, out and out_dims have nin and nout entries; out receives
+ * new references, or NULLs on error. opts may be NULL. Nested calls (an opr_vmap inside
+ * the callback of another) map the inner batch inside the outer one. */
+OPR_API opr_status opr_vmap(opr_ctx *ctx, opr_vmap_fn fn, void *user, opr_tensor *const *in, const int *in_dims,
+                            int nin, opr_tensor **out, const int *out_dims, int nout, const opr_vmap_opts *opts);
+/* True for a batched tensor (inside an opr_vmap callback). */
+OPR_API bool opr_tensor_is_batched(const opr_tensor *t);
 /* ------------------------------------------------------------------ autograd state */
 
 /* Marks a leaf tensor as requiring grad (floating dtypes only). */
@@ -503,6 +549,12 @@ OPR_API const char *opr_op_forward(const opr_op *op);
  * "dim, ragged: EXPR" when it also runs over the ragged dim (EXPR is what it runs there);
  * NULL when the op refuses jagged tensors. Lives as long as the op. */
 OPR_API const char *opr_op_jagged_rule(const opr_op *op);
+/* How the op runs on batched tensors of opr_vmap (its YAML `batch:` rule; docs/vmap.md):
+ * "elementwise", "dims", "matmul", "batch_dims", "rows", "size", "unbatched",
+ * "data_dependent", "view" (a host view, by its kind), or "loop" when it has none and
+ * runs once per sample (correct, slower; a composite op without a rule runs its forward
+ * on the batch instead). NULL for a NULL op. */
+OPR_API const char *opr_op_batching_rule(const opr_op *op);
 
 /* Runs an op. args are in schema order; trailing arguments with defaults may be
  * omitted. results receives nres new references (nres must equal the op's number of
