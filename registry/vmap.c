@@ -191,6 +191,9 @@ static int run_chunk(const vmap_args *v, int64_t start, int64_t n, opr_tensor **
             if ((rc = vm_call(v->ctx, &tmp, ENGINE_OP_NARROW, a, 4, &part))) break;
         }
         if (!(ins[i] = opr_batched_wrap(part, level))) rc = opr_error_status();
+        /* a sample requires grad when its batch does: the callback may ask for
+         * per-sample gradients with respect to it (a leaf of the per-sample graph) */
+        else ins[i]->requires_grad = part->requires_grad;
     }
     if (!rc) {
         rc = v->fn(v->user, ins, v->nin, outs, v->nout);
