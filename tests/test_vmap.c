@@ -237,12 +237,253 @@ START_TEST(test_every_op_against_the_loop)
 }
 END_TEST
 
+/* ------------------------------------------------------------------ the API */
+
+static opr_tensor *call_op(const char *op, const opr_value *args, int n)
+{
+    opr_tensor *out = NULL;
+    int rc = opr_call_by_name(ctx, op, args, n, &out, 1);
+    ck_assert_msg(rc == OPR_OK, "%s: %s", op, opr_last_error());
+    return out;
+}
+
+/* f(x, w) = sum(tanh(x * w)) of one row x [D] and a shared w [D]; out: f and df/dw */
+static opr_status row_loss(void *ud, opr_tensor *const *in, int nin, opr_tensor **out, int nout)
+{
+    (void)ud; (void)nin; (void)nout;
+    opr_tensor *m = NULL, *t = NULL, *l = NULL, *g = NULL;
+    int rc = opr_call_by_name(ctx, "mul", (opr_value[]){opr_v_tensor(in[0]), opr_v_tensor(in[1])}, 2, &m, 1);
+    if (!rc) rc = opr_call_by_name(ctx, "tanh", (opr_value[]){opr_v_tensor(m)}, 1, &t, 1);
+    if (!rc) rc = opr_call_by_name(ctx, "sum", (opr_value[]){opr_v_tensor(t)}, 1, &l, 1);
+    opr_tensor *w = in[1];
+    if (!rc) rc = opr_autograd_grad(&l, NULL, 1, &w, 1, &g, NULL);
+    opr_tensor_release(m);
+    opr_tensor_release(t);
+    if (rc) { opr_tensor_release(l); return rc; }
+    out[0] = l;
+    out[1] = g;
+    return OPR_OK;
+}
+
+/* the rows of one matrix, mapped again: a nested vmap */
+static opr_status matrix_loss(void *ud, opr_tensor *const *in, int nin, opr_tensor **out, int nout)
+{
+    (void)nin;
+    return opr_vmap(ctx, row_loss, ud, in, (int[]){0, -1}, 2, out, NULL, nout, NULL);
+}
+
+START_TEST(test_nested_and_chunks)
+{
+    ctx = tu_ctx();
+    tu_seed(11);
+    opr_tensor *x = tu_rand(ctx, OPR_F64, 3, (int64_t[]){2, 3, 4}, -1, 1), *w = tu_rand(ctx, OPR_F64, 1, (int64_t[]){4}, -1, 1);
+    ck_assert_int_eq(opr_set_requires_grad(w, true), OPR_OK);
+    double *xd = tu_to_f64(x), *wd = tu_to_f64(w);
+    opr_tensor *out[2];
+    ck_assert_msg(opr_vmap(ctx, matrix_loss, NULL, (opr_tensor *[]){x, w}, (int[]){0, -1}, 2, out, NULL, 2, NULL) == OPR_OK,
+                  "%s", opr_last_error());
+    ck_assert_int_eq(opr_tensor_ndim(out[0]), 2);
+    ck_assert_int_eq(opr_tensor_ndim(out[1]), 3);
+    double *l = tu_to_f64(out[0]), *g = tu_to_f64(out[1]);
+    for (int r = 0; r < 6; r++) {
+        double want = 0;
+        for (int d = 0; d < 4; d++) {
+            double t = tanh(xd[r * 4 + d] * wd[d]);
+            want += t;
+            ck_assert(fabs(g[r * 4 + d] - (1 - t * t) * xd[r * 4 + d]) < 1e-13);
+        }
+        ck_assert(fabs(l[r] - want) < 1e-13);
+    }
+    /* chunks of 2 of 6 rows (out_dims 1: the batch in the middle): the same numbers */
+    opr_tensor *rows = call_op("reshape", (opr_value[]){opr_v_tensor(x), opr_v_ints((int64_t[]){6, 4}, 2)}, 2);
+    opr_vmap_opts o = {.struct_size = sizeof o, .chunk_size = 4};
+    opr_tensor *c[2];
+    ck_assert_msg(opr_vmap(ctx, row_loss, NULL, (opr_tensor *[]){rows, w}, (int[]){0, -1}, 2, c, (int[]){0, 1}, 2, &o) == OPR_OK,
+                  "%s", opr_last_error());
+    ck_assert_int_eq(opr_tensor_size(c[1], 0), 4);
+    ck_assert_int_eq(opr_tensor_size(c[1], 1), 6);
+    double *cl = tu_to_f64(c[0]), *cg = tu_to_f64(c[1]);
+    for (int r = 0; r < 6; r++) {
+        ck_assert(fabs(cl[r] - l[r]) < 1e-15);
+        for (int d = 0; d < 4; d++) ck_assert(fabs(cg[d * 6 + r] - g[r * 4 + d]) < 1e-15);
+    }
+    free(xd); free(wd); free(l); free(g); free(cl); free(cg);
+    opr_tensor *rel[] = {x, w, out[0], out[1], rows, c[0], c[1]};
+    for (size_t i = 0; i < sizeof rel / sizeof rel[0]; i++) opr_tensor_release(rel[i]);
+    tu_ctx_free(ctx);
+}
+END_TEST
+
+/* y = exp(x) * w per sample; gradients of sum(y) from outside, through opr_vmap */
+static opr_status scaled_exp(void *ud, opr_tensor *const *in, int nin, opr_tensor **out, int nout)
+{
+    (void)ud; (void)nin; (void)nout;
+    opr_tensor *e = NULL;
+    int rc = opr_call_by_name(ctx, "exp", (opr_value[]){opr_v_tensor(in[0])}, 1, &e, 1);
+    if (!rc) rc = opr_call_by_name(ctx, "mul", (opr_value[]){opr_v_tensor(e), opr_v_tensor(in[1])}, 2, &out[0], 1);
+    opr_tensor_release(e);
+    return rc;
+}
+
+START_TEST(test_gradients_from_outside)
+{
+    ctx = tu_ctx();
+    tu_seed(12);
+    opr_tensor *x = tu_rand(ctx, OPR_F64, 2, (int64_t[]){5, 3}, -1, 1), *w = tu_rand(ctx, OPR_F64, 1, (int64_t[]){3}, -1, 1);
+    opr_set_requires_grad(x, true);
+    opr_set_requires_grad(w, true);
+    for (int chunk = 0; chunk <= 2; chunk += 2) {
+        opr_vmap_opts o = {.struct_size = sizeof o, .chunk_size = chunk};
+        opr_tensor *y;
+        ck_assert_msg(opr_vmap(ctx, scaled_exp, NULL, (opr_tensor *[]){x, w}, (int[]){0, -1}, 2, &y, NULL, 1, &o) == OPR_OK,
+                      "%s", opr_last_error());
+        ck_assert(opr_requires_grad(y));
+        opr_tensor *l = call_op("sum", (opr_value[]){opr_v_tensor(y)}, 1), *g[2] = {NULL, NULL};
+        ck_assert_msg(opr_autograd_grad(&l, NULL, 1, (opr_tensor *[]){x, w}, 2, g, NULL) == OPR_OK, "%s", opr_last_error());
+        double *xd = tu_to_f64(x), *wd = tu_to_f64(w), *gx = tu_to_f64(g[0]), *gw = tu_to_f64(g[1]);
+        for (int d = 0; d < 3; d++) {
+            double sw = 0;
+            for (int r = 0; r < 5; r++) {
+                ck_assert(fabs(gx[r * 3 + d] - exp(xd[r * 3 + d]) * wd[d]) < 1e-14);
+                sw += exp(xd[r * 3 + d]);
+            }
+            ck_assert(fabs(gw[d] - sw) < 1e-13);
+        }
+        free(xd); free(wd); free(gx); free(gw);
+        opr_tensor_release(y); opr_tensor_release(l); opr_tensor_release(g[0]); opr_tensor_release(g[1]);
+    }
+    opr_tensor_release(x);
+    opr_tensor_release(w);
+    tu_ctx_free(ctx);
+}
+END_TEST
+
+/* What the callbacks of the bad-input test do. */
+typedef struct misuse {
+    int what;
+    opr_tensor *kept; /* a batched tensor kept past the call */
+    opr_tensor *outer;
+} misuse;
+
+static opr_status misbehave(void *ud, opr_tensor *const *in, int nin, opr_tensor **out, int nout)
+{
+    misuse *m = ud;
+    (void)nin; (void)nout;
+    switch (m->what) {
+    case 0: m->kept = opr_tensor_retain(in[0]); out[0] = opr_tensor_retain(in[0]); return OPR_OK;
+    case 1: /* an op that fails: its status and message come back from opr_vmap */
+        return opr_call_by_name(ctx, "mm", (opr_value[]){opr_v_tensor(in[0]), opr_v_tensor(in[0])}, 2, out, 1);
+    case 2: return OPR_OK; /* leaves out[0] NULL */
+    case 3: { /* backward into a tensor from outside, which would keep a batched .grad */
+        opr_tensor *p = NULL, *l = NULL;
+        int rc = opr_call_by_name(ctx, "mul", (opr_value[]){opr_v_tensor(in[0]), opr_v_tensor(m->outer)}, 2, &p, 1);
+        if (!rc) rc = opr_call_by_name(ctx, "sum", (opr_value[]){opr_v_tensor(p)}, 1, &l, 1);
+        if (!rc) rc = opr_backward(l, NULL, NULL);
+        opr_tensor_release(p);
+        if (!rc) out[0] = l; else opr_tensor_release(l);
+        return rc;
+    }
+    case 4: { /* in place, and views of the host, on a batched tensor */
+        opr_tensor *r = NULL;
+        int rc = opr_call_by_name(ctx, "fill_", (opr_value[]){opr_v_tensor(in[0]), opr_v_double(1)}, 2, &r, 1);
+        if (rc != OPR_ERR_UNSUPPORTED || !strstr(opr_last_error(), "in-place ops on batched tensors")) return OPR_ERR_BACKEND;
+        if (opr_tensor_transpose(in[0], 0, 0) || !strstr(opr_last_error(), "batched tensor")) return OPR_ERR_BACKEND;
+        double buf[8];
+        if (opr_tensor_copy_to_host(in[0], buf, sizeof buf) != OPR_ERR_UNSUPPORTED) return OPR_ERR_BACKEND;
+        out[0] = opr_tensor_retain(in[0]);
+        return OPR_OK;
+    }
+    default: out[0] = opr_tensor_retain(in[0]); return OPR_OK;
+    }
+}
+
+START_TEST(test_bad_input)
+{
+    ctx = tu_ctx();
+    opr_tensor *x = tu_rand(ctx, OPR_F64, 2, (int64_t[]){4, 2}, -1, 1), *y = tu_rand(ctx, OPR_F64, 2, (int64_t[]){3, 2}, -1, 1);
+    opr_tensor *out[2] = {NULL, NULL};
+    misuse m = {.what = 9};
+    struct { opr_tensor *in[2]; int in_dims[2]; int nin; int out_dims; const char *needle; } cases[] = {
+        {{x}, {2}, 1, 0, "in_dims[0] = 2 is out of range for a 2-d input"},
+        {{x, y}, {0, 0}, 2, 0, "batch sizes disagree: input 0 has 4 at dim 0, input 1 has 3 at dim 0"},
+        {{x}, {-1}, 1, 0, "no input is batched"},
+        {{x}, {0}, 1, -1, "output 0 differs by sample but out_dims[0] is -1"},
+        {{x}, {0}, 1, 2, "out_dims[0] = 2 is out of range for output 0, which has 1 dims per sample"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        ck_assert_int_eq(opr_vmap(ctx, misbehave, &m, cases[i].in, cases[i].in_dims, cases[i].nin, out,
+                                  &cases[i].out_dims, 1, NULL), OPR_ERR_INVALID);
+        ck_assert_msg(strstr(opr_last_error(), cases[i].needle), "case %zu: %s", i, opr_last_error());
+        ck_assert_ptr_null(out[0]);
+    }
+    /* a batched tensor kept past its call is refused */
+    m.what = 0;
+    ck_assert_int_eq(opr_vmap(ctx, misbehave, &m, &x, NULL, 1, out, NULL, 1, NULL), OPR_OK);
+    opr_tensor_release(out[0]);
+    ck_assert(opr_tensor_is_batched(m.kept));
+    tu_expect_fail(ctx, "exp", (opr_value[]){opr_v_tensor(m.kept)}, 1, 1, OPR_ERR_INVALID, "of an opr_vmap that has returned");
+    opr_tensor_release(m.kept);
+    /* the callback's own error and message come back; a NULL output is named */
+    m.what = 1;
+    ck_assert_int_eq(opr_vmap(ctx, misbehave, &m, &x, NULL, 1, out, NULL, 1, NULL), OPR_ERR_INVALID);
+    ck_assert_msg(strstr(opr_last_error(), "mm"), "%s", opr_last_error());
+    m.what = 2;
+    ck_assert_int_eq(opr_vmap(ctx, misbehave, &m, &x, NULL, 1, out, NULL, 1, NULL), OPR_ERR_INVALID);
+    ck_assert(strstr(opr_last_error(), "left output 0 NULL"));
+    m.what = 3;
+    m.outer = tu_rand(ctx, OPR_F64, 1, (int64_t[]){2}, -1, 1);
+    opr_set_requires_grad(m.outer, true);
+    ck_assert_int_eq(opr_vmap(ctx, misbehave, &m, &x, NULL, 1, out, NULL, 1, NULL), OPR_ERR_UNSUPPORTED);
+    ck_assert_msg(strstr(opr_last_error(), "use opr_autograd_grad for per-sample gradients"), "%s", opr_last_error());
+    ck_assert_ptr_null(opr_grad(m.outer));
+    m.what = 4;
+    ck_assert_msg(opr_vmap(ctx, misbehave, &m, &x, NULL, 1, out, NULL, 1, NULL) == OPR_OK, "%s", opr_last_error());
+    opr_tensor_release(out[0]);
+    opr_tensor_release(m.outer);
+    opr_tensor_release(x);
+    opr_tensor_release(y);
+    tu_ctx_free(ctx);
+}
+END_TEST
+
+/* cat of a batched and an unbatched tensor: the loop, with the Tensor[] sliced */
+static opr_status cat_rows(void *ud, opr_tensor *const *in, int nin, opr_tensor **out, int nout)
+{
+    (void)ud; (void)nin; (void)nout;
+    opr_tensor *items[2] = {in[0], in[1]};
+    return opr_call_by_name(ctx, "cat", (opr_value[]){opr_v_tensors(items, 2), opr_v_int(0)}, 2, out, 1);
+}
+
+START_TEST(test_tensor_list)
+{
+    ctx = tu_ctx();
+    tu_seed(13);
+    opr_tensor *x = tu_rand(ctx, OPR_F64, 2, (int64_t[]){3, 2}, -1, 1), *y = tu_rand(ctx, OPR_F64, 1, (int64_t[]){4}, -1, 1);
+    opr_tensor *out;
+    ck_assert_msg(opr_vmap(ctx, cat_rows, NULL, (opr_tensor *[]){x, y}, (int[]){0, -1}, 2, &out, NULL, 1, NULL) == OPR_OK,
+                  "%s", opr_last_error());
+    ck_assert_int_eq(opr_tensor_size(out, 1), 6);
+    double *o = tu_to_f64(out), *xd = tu_to_f64(x), *yd = tu_to_f64(y);
+    for (int s = 0; s < 3; s++)
+        for (int k = 0; k < 6; k++) ck_assert(o[s * 6 + k] == (k < 2 ? xd[s * 2 + k] : yd[k - 2]));
+    free(o); free(xd); free(yd);
+    opr_tensor_release(out);
+    opr_tensor_release(x);
+    opr_tensor_release(y);
+    tu_ctx_free(ctx);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("vmap");
     TCase *tc = tcase_create("vmap");
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, test_every_op_against_the_loop);
+    tcase_add_test(tc, test_nested_and_chunks);
+    tcase_add_test(tc, test_gradients_from_outside);
+    tcase_add_test(tc, test_bad_input);
+    tcase_add_test(tc, test_tensor_list);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }
