@@ -7,7 +7,7 @@
 int cmd_ops(int argc, char **argv)
 {
     if (cli_wants_help(argc, argv)) {
-        printf("usage: opreg ops [--kernels] [--jagged] [--plugin PATH]...\n\n"
+        printf("usage: opreg ops [--kernels] [--jagged] [--batching] [--plugin PATH]...\n\n"
                "Prints the schema of every registered op, one per line. Composite ops (defined in\n"
                "YAML by a `forward:` expression over other ops, no kernel) are marked '(composite)',\n"
                "or '(composite, own backward)' when autograd records them as one node with their own\n"
@@ -15,14 +15,19 @@ int cmd_ops(int argc, char **argv)
                "lists the device types the op runs on: those with a kernel for it, every type for a\n"
                "host-side view, and for a composite the types on which every op it calls runs.\n"
                "With --jagged, only the ops that take jagged tensors, each with its rule\n"
-               "(elementwise, rows, all, or the dims it reduces and what runs over the ragged dim).\n");
+               "(elementwise, rows, all, or the dims it reduces and what runs over the ragged dim).\n"
+               "With --batching, each line also says how the op runs on batched tensors of opr_vmap:\n"
+               "its batching rule, or 'loop' (no rule: one call per sample, correct but slower), and\n"
+               "a count of both at the end.\n");
         return 0;
     }
-    bool kernels = false, jagged = false;
+    bool kernels = false, jagged = false, batching = false;
     for (int i = 1; i < argc; i++) {
         kernels |= !strcmp(argv[i], "--kernels");
         jagged |= !strcmp(argv[i], "--jagged");
+        batching |= !strcmp(argv[i], "--batching");
     }
+    int with_rule = 0, looped = 0;
     opr_ctx *ctx = cli_ctx_new(argc, argv);
     if (!ctx) return 1;
     for (int i = 0; i < opr_op_count(ctx); i++) {
@@ -30,6 +35,12 @@ int cmd_ops(int argc, char **argv)
         if (jagged && !opr_op_jagged_rule(op)) continue;
         printf("%s", opr_op_schema(op));
         if (jagged) printf("    (jagged: %s)", opr_op_jagged_rule(op));
+        if (batching) {
+            const char *rule = opr_op_batching_rule(op);
+            printf("    (batching: %s)", rule);
+            if (!strcmp(rule, "loop")) looped++;
+            else with_rule++;
+        }
         if (opr_op_is_composite(op)) printf(opr_op_grad_candidate_count(op) ? "    (composite, own backward)" : "    (composite)");
         if (kernels) {
             printf("    [");
@@ -39,6 +50,7 @@ int cmd_ops(int argc, char **argv)
         }
         printf("\n");
     }
+    if (batching) printf("%d op(s) with a batching rule, %d run by the loop\n", with_rule, looped);
     opr_ctx_free(ctx);
     return 0;
 }

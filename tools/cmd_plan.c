@@ -19,7 +19,9 @@ static void usage(void)
            "formulas of the inputs they cover.\n"
            "For a composite op (a `forward:` expression over other ops) it first prints the\n"
            "forward; with derivative entries the op is one node and its plan follows as above,\n"
-           "without them autograd records the ops of the forward, each planned on its own.\n\n"
+           "without them autograd records the ops of the forward, each planned on its own.\n"
+           "The last line says how the op runs on batched tensors of opr_vmap (its batching rule,\n"
+           "or a loop over the samples).\n\n"
            "example: opreg plan mm --requires-grad self --shape self=64x512 --shape mat2=512x512\n");
 }
 
@@ -107,6 +109,9 @@ int cmd_plan(int argc, char **argv)
     char *buf = malloc(1 << 16);
     if (buf && !opr_plan_explain(op, args, nargs, (const char *const *)names, nnames, buf, 1 << 16)) {
         printf("%s", buf);
+        const char *rule = opr_op_batching_rule(op);
+        printf("under opr_vmap: %s\n", !strcmp(rule, "loop") ? "no batching rule: one call per sample (correct, slower)"
+                                                              : rule);
         status = 0;
     } else {
         fprintf(stderr, "opreg plan: %s\n", opr_last_error());
