@@ -2,6 +2,7 @@
  *   mlp         two-layer MLP, log_softmax and NLL loss through gather/mean
  *   attention   matmul -> softmax -> matmul attention block
  *   cdist_norm  cdist followed by norms
+ *   per_sample  per-sample gradients through opr_vmap against functorch's vmap(grad)
  *
  * Each test draws deterministic f64 inputs, writes them to a temporary file, runs the
  * matching script of tests/oracle (OPREG_ORACLE_DIR) with a python3 that has torch,
@@ -196,11 +197,11 @@ static opr_tensor *call(const char *program, const char *op, const opr_value *ar
 }
 #define CALL(op, ...) keep(call(program, op, ARGS(__VA_ARGS__)))
 
-static opr_tensor *kept[64];
+static opr_tensor *kept[160];
 static int nkept;
 static opr_tensor *keep(opr_tensor *t)
 {
-    ck_assert(nkept < 64);
+    ck_assert(nkept < 160);
     return kept[nkept++] = t;
 }
 
@@ -360,6 +361,198 @@ START_TEST(special_points)
 }
 END_TEST
 
+/* ------------------------------------------------------------------ per-sample gradients */
+
+/* One case of oracle/per_sample.py: f(x_i, w, y_i) of one sample, on the ops the name
+ * says; consts are the case's shared constants. */
+typedef struct ps_case {
+    const char *name;
+    int xnd, wnd;
+    int64_t xs[4], ws[3];   /* x's shape with the batch first; w's */
+    double lo, hi;
+    opr_tensor *x, *w, *y, *k; /* k: the case's one constant (mask, weights, index, bias, w2) */
+} ps_case;
+
+/* The callback's calls: failures are reported with the case, temporaries released. */
+typedef struct ps_run {
+    const ps_case *c;
+    opr_tensor *tmp[16];
+    int n;
+} ps_run;
+
+static opr_tensor *ps_call(ps_run *r, const char *op, const opr_value *args, int nargs)
+{
+    opr_tensor *out = NULL;
+    int rc = opr_call_by_name(ctx, op, args, nargs, &out, 1);
+    ck_assert_msg(rc == OPR_OK, "per-sample %s: %s: %s", r->c->name, op, opr_last_error());
+    ck_assert(r->n < 16);
+    return r->tmp[r->n++] = out;
+}
+#define PS(op, ...) ps_call(&run, op, ARGS(__VA_ARGS__))
+
+static opr_tensor *ps_loss(ps_run *r_, opr_tensor *x, opr_tensor *w, opr_tensor *y)
+{
+    ps_run run = *r_;
+    const char *n = run.c->name;
+    opr_tensor *k = run.c->k, *loss;
+    static const char *const elementwise_first[] = {"masked_select", "clamp", "index_select", "topk", "mode", "sort", "prod"};
+    opr_tensor *xw = NULL;
+    for (size_t i = 0; i < sizeof elementwise_first / sizeof *elementwise_first; i++)
+        if (!strcmp(n, elementwise_first[i])) xw = PS("mul", TV(x), TV(w));
+    if (!strcmp(n, "masked_select")) loss = PS("sum", TV(PS("masked_select", TV(xw), TV(k))));
+    else if (!strcmp(n, "clamp")) loss = PS("sum", TV(PS("mul", TV(PS("clamp", TV(xw), opr_v_double(-0.5), opr_v_double(0.5))), TV(k))));
+    else if (!strcmp(n, "diag")) loss = PS("sum", TV(PS("mul", TV(PS("diag", TV(x))), TV(w))));
+    else if (!strcmp(n, "index_select")) {
+        opr_tensor *s = PS("index_select", TV(xw), opr_v_int(0), TV(k));
+        loss = PS("sum", TV(PS("mul", TV(s), TV(s))));
+    } else if (!strcmp(n, "topk") || !strcmp(n, "mode") || !strcmp(n, "sort")) {
+        opr_tensor *v[2] = {NULL, NULL};
+        opr_value a[2] = {TV(xw), opr_v_int(2)};
+        int rc = opr_call_by_name(ctx, n, a, !strcmp(n, "topk") ? 2 : 1, v, 2);
+        ck_assert_msg(rc == OPR_OK, "per-sample %s: %s", n, opr_last_error());
+        run.tmp[run.n++] = v[0];
+        run.tmp[run.n++] = v[1];
+        loss = PS("sum", TV(PS("mul", TV(v[0]), TV(k))));
+    } else if (!strcmp(n, "prod")) loss = PS("prod", TV(xw));
+    else if (!strcmp(n, "linear")) loss = PS("sum", TV(PS("tanh", TV(PS("linear", TV(x), TV(w), TV(k))))));
+    else if (!strcmp(n, "nested")) loss = PS("sum", TV(PS("tanh", TV(PS("linear", TV(x), TV(w))))));
+    else if (!strcmp(n, "mm")) {
+        opr_tensor *m = PS("mm", TV(x), TV(w));
+        loss = PS("sum", TV(PS("mul", TV(m), TV(m))));
+    } else if (!strcmp(n, "cdist")) loss = PS("sum", TV(PS("cdist", TV(x), TV(w))));
+    else { /* cross_entropy, mlp */
+        opr_tensor *h = PS("linear", TV(x), TV(w));
+        if (!strcmp(n, "mlp")) h = PS("linear", TV(PS("relu", TV(h))), TV(k));
+        opr_tensor *lp = PS("log_softmax", TV(h), opr_v_int(0));
+        loss = PS("neg", TV(PS("sum", TV(PS("gather", TV(lp), opr_v_int(0), TV(y))))));
+    }
+    run.n--; /* the loss is the caller's */
+    for (int i = 0; i < run.n; i++) opr_tensor_release(run.tmp[i]);
+    return loss;
+}
+
+static opr_status ps_grad(void *ud, opr_tensor *const *in, int nin, opr_tensor **out, int nout)
+{
+    (void)nin; (void)nout;
+    ps_run run = {.c = ud};
+    opr_tensor *loss = ps_loss(&run, in[0], in[1], in[2]);
+    opr_tensor *wrt[2] = {in[0], in[1]};
+    int rc = opr_autograd_grad(&loss, NULL, 1, wrt, 2, out, NULL);
+    opr_tensor_release(loss);
+    return rc;
+}
+
+static opr_status ps_nested(void *ud, opr_tensor *const *in, int nin, opr_tensor **out, int nout)
+{
+    (void)nin;
+    return opr_vmap(ctx, ps_grad, ud, in, (int[]){0, -1, 0}, 3, out, NULL, nout, NULL);
+}
+
+/* Exact values on the clamp bounds, zeros in prod, ties for mode and sort. */
+static void ps_special_values(ps_case *c)
+{
+    double *v = tu_to_f64(c->x);
+    const int64_t n = opr_tensor_numel(c->x);
+    if (!strcmp(c->name, "clamp")) { v[0] = 0.5; v[3] = -0.5; v[7] = 0.5; }
+    if (!strcmp(c->name, "prod")) { v[1] = 0; v[4] = 0; v[5] = 0; } /* sample 0: one zero; sample 1: two */
+    if (!strcmp(c->name, "mode") || !strcmp(c->name, "sort"))
+        for (int64_t i = 0; i < n; i++) v[i] = (double)((int64_t)(v[i] * 3)); /* small integers: ties */
+    opr_tensor_copy_from_host(c->x, v, (size_t)n * sizeof *v);
+    free(v);
+}
+
+START_TEST(per_sample_grads)
+{
+    const int64_t N = 3;
+    ps_case cases[] = {
+        {"masked_select", 3, 2, {N, 3, 4}, {3, 4}, -1, 1, NULL, NULL, NULL, NULL},
+        {"clamp", 2, 1, {N, 5}, {5}, -1, 1, NULL, NULL, NULL, NULL},
+        {"diag", 2, 2, {N, 4}, {4, 4}, -1, 1, NULL, NULL, NULL, NULL},
+        {"index_select", 3, 2, {N, 5, 2}, {5, 2}, -1, 1, NULL, NULL, NULL, NULL},
+        {"topk", 2, 1, {N, 6}, {6}, -1, 1, NULL, NULL, NULL, NULL},
+        {"prod", 2, 1, {N, 4}, {4}, 0.5, 1.5, NULL, NULL, NULL, NULL},
+        {"mode", 3, 1, {N, 3, 5}, {5}, -1, 1, NULL, NULL, NULL, NULL},
+        {"sort", 2, 1, {N, 6}, {6}, -1, 1, NULL, NULL, NULL, NULL},
+        {"linear", 2, 2, {N, 4}, {3, 4}, -1, 1, NULL, NULL, NULL, NULL},
+        {"mm", 3, 2, {N, 2, 3}, {3, 4}, -1, 1, NULL, NULL, NULL, NULL},
+        {"cdist", 3, 2, {N, 2, 3}, {4, 3}, -1, 1, NULL, NULL, NULL, NULL},
+        {"cross_entropy", 2, 2, {N, 4}, {3, 4}, -1, 1, NULL, NULL, NULL, NULL},
+        {"mlp", 2, 2, {N, 4}, {8, 4}, -1, 1, NULL, NULL, NULL, NULL},
+        {"nested", 3, 2, {2, N, 4}, {3, 4}, -1, 1, NULL, NULL, NULL, NULL},
+    };
+    enum { NC = sizeof cases / sizeof cases[0] };
+    const char *names[4 * NC];
+    opr_tensor *ts[4 * NC];
+    char label[4 * NC][64];
+    int nrec = 0;
+    tu_seed(707);
+    for (int i = 0; i < NC; i++) {
+        ps_case *c = &cases[i];
+        const bool unit_w = !strcmp(c->name, "clamp") || !strcmp(c->name, "mode") || !strcmp(c->name, "sort");
+        c->x = param(c->xnd, c->xs, c->lo, c->hi);
+        c->w = unit_w ? keep(opr_tensor_from_data(ctx, OPR_F64, 1, c->ws, (double[]){1, 1, 1, 1, 1, 1}, OPR_CPU))
+                      : keep(tu_rand(ctx, OPR_F64, c->wnd, c->ws, 0.5, 1.5));
+        opr_set_requires_grad(c->w, true);
+        ps_special_values(c);
+        /* per-sample labels (the nested case: one per inner sample) */
+        const int64_t ny = !strcmp(c->name, "nested") ? 2 * N : N;
+        c->y = keep(tu_rand(ctx, OPR_I64, 2, (int64_t[]){ny, 1}, 0, 3));
+        if (!strcmp(c->name, "nested"))
+            c->y = keep(opr_tensor_reshape(c->y, (int64_t[]){2, N, 1}, 3));
+        const char *kn = NULL;
+        if (!strcmp(c->name, "masked_select")) { /* the shared mask: i64 for the oracle, bool here */
+            int64_t mi[12];
+            unsigned char mb[12];
+            for (int e = 0; e < 12; e++) mb[e] = (unsigned char)(mi[e] = (e * 7) % 3 != 0);
+            names[nrec] = "masked_select_mask";
+            ts[nrec++] = keep(opr_tensor_from_data(ctx, OPR_I64, 2, c->ws, mi, OPR_CPU));
+            c->k = keep(opr_tensor_from_data(ctx, OPR_BOOL, 2, c->ws, mb, OPR_CPU));
+        } else if (!strcmp(c->name, "index_select")) {
+            c->k = keep(opr_tensor_from_data(ctx, OPR_I64, 1, (int64_t[]){4}, (int64_t[]){0, 2, 2, 4}, OPR_CPU));
+            kn = "idx";
+        } else if (!strcmp(c->name, "clamp") || !strcmp(c->name, "sort")) {
+            c->k = keep(tu_rand(ctx, OPR_F64, 1, c->ws, -1, 1));
+            kn = "k";
+        } else if (!strcmp(c->name, "topk")) {
+            c->k = keep(tu_rand(ctx, OPR_F64, 1, (int64_t[]){2}, -1, 1));
+            kn = "k";
+        } else if (!strcmp(c->name, "mode")) {
+            c->k = keep(tu_rand(ctx, OPR_F64, 1, (int64_t[]){3}, -1, 1));
+            kn = "k";
+        } else if (!strcmp(c->name, "linear")) {
+            c->k = keep(tu_rand(ctx, OPR_F64, 1, (int64_t[]){3}, -1, 1));
+            kn = "b";
+        } else if (!strcmp(c->name, "mlp")) {
+            c->k = keep(tu_rand(ctx, OPR_F64, 2, (int64_t[]){3, 8}, -1, 1));
+            kn = "w2";
+        }
+        const char *parts[4] = {"x", "w", "y", kn};
+        opr_tensor *vals[4] = {c->x, c->w, c->y, c->k};
+        for (int p = 0; p < 4; p++) {
+            if (!parts[p]) continue;
+            snprintf(label[nrec], sizeof label[nrec], "%s_%s", c->name, parts[p]);
+            names[nrec] = label[nrec];
+            ts[nrec++] = vals[p];
+        }
+    }
+    recs rs;
+    run_oracle("per_sample", names, ts, nrec, &rs);
+    for (int i = 0; i < NC; i++) {
+        ps_case *c = &cases[i];
+        opr_tensor *out[2] = {NULL, NULL}, *in[3] = {c->x, c->w, c->y};
+        const bool nested = !strcmp(c->name, "nested");
+        int rc = opr_vmap(ctx, nested ? ps_nested : ps_grad, c, in, (int[]){0, -1, 0}, 3, out, NULL, 2, NULL);
+        ck_assert_msg(rc == OPR_OK, "per-sample %s: opr_vmap: %s", c->name, opr_last_error());
+        char gx[80], gw[80];
+        snprintf(gx, sizeof gx, "%s_gx", c->name);
+        snprintf(gw, sizeof gw, "%s_gw", c->name);
+        expect_close(&rs, gx, keep(out[0]), c->name);
+        expect_close(&rs, gw, keep(out[1]), c->name);
+    }
+    recs_free(&rs);
+}
+END_TEST
+
 int main(void)
 {
     char why[1024];
@@ -377,6 +570,7 @@ int main(void)
     tcase_add_test(tc, attention);
     tcase_add_test(tc, cdist_norm);
     tcase_add_test(tc, special_points);
+    tcase_add_test(tc, per_sample_grads);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }
