@@ -2,7 +2,8 @@
  * non-empty set of its tensor arguments batched, against a loop of unbatched calls:
  * the outputs, and the per-sample gradients (opr_autograd_grad inside the callback)
  * of sum(first floating output) with respect to every floating argument. Then the
- * API's rules: nesting, chunks, gradients from outside, and bad input. */
+ * API's rules: nesting, chunks, gradients from outside, bad input, and (with the
+ * emulated CUDA plugin, OPREG_TEST_EMU) the same on a device. */
 #include "tests/test_util.h"
 
 #include <math.h>
@@ -474,6 +475,44 @@ START_TEST(test_tensor_list)
 }
 END_TEST
 
+/* Per-sample gradients on the emulated CUDA device equal the CPU's. */
+START_TEST(test_on_emulated_cuda)
+{
+#ifndef OPREG_TEST_EMU
+    printf("test_on_emulated_cuda: skipped (no emulated CUDA plugin in this build)\n");
+    return;
+#endif
+    ctx = tu_ctx();
+    opr_device dev;
+    ck_assert_msg(opr_device_parse(ctx, "cuda:0", &dev) == OPR_OK, "%s", opr_last_error());
+    tu_seed(14);
+    opr_tensor *x = tu_rand(ctx, OPR_F64, 2, (int64_t[]){4, 3}, -1, 1), *w = tu_rand(ctx, OPR_F64, 1, (int64_t[]){3}, -1, 1);
+    opr_tensor *xd = opr_tensor_to(x, dev), *wd = opr_tensor_to(w, dev);
+    opr_set_requires_grad(w, true);
+    opr_set_requires_grad(wd, true);
+    double *res[2][2];
+    opr_tensor *xs[2] = {x, xd}, *ws[2] = {w, wd};
+    for (int k = 0; k < 2; k++) {
+        opr_tensor *out[2];
+        ck_assert_msg(opr_vmap(ctx, row_loss, NULL, (opr_tensor *[]){xs[k], ws[k]}, (int[]){0, -1}, 2, out, NULL, 2, NULL) == OPR_OK,
+                      "%s", opr_last_error());
+        ck_assert_int_eq(opr_tensor_device(out[1]).type, k ? dev.type : 0);
+        for (int o = 0; o < 2; o++) {
+            opr_tensor *h = opr_tensor_to(out[o], OPR_CPU);
+            res[k][o] = tu_to_f64(h);
+            opr_tensor_release(h);
+            opr_tensor_release(out[o]);
+        }
+    }
+    for (int i = 0; i < 4; i++) ck_assert(fabs(res[0][0][i] - res[1][0][i]) < 1e-13);
+    for (int i = 0; i < 12; i++) ck_assert(fabs(res[0][1][i] - res[1][1][i]) < 1e-13);
+    for (int k = 0; k < 2; k++) { free(res[k][0]); free(res[k][1]); }
+    opr_tensor *rel[] = {x, w, xd, wd};
+    for (size_t i = 0; i < 4; i++) opr_tensor_release(rel[i]);
+    tu_ctx_free(ctx);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("vmap");
@@ -484,6 +523,7 @@ int main(void)
     tcase_add_test(tc, test_gradients_from_outside);
     tcase_add_test(tc, test_bad_input);
     tcase_add_test(tc, test_tensor_list);
+    tcase_add_test(tc, test_on_emulated_cuda);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }
