@@ -8,7 +8,7 @@
  * cdist and norm; fast never slower than normal; fast faster than PyTorch everywhere.
  *
  *   opreg_bench_fast_mode [--rounds N] [--no-torch] */
-#include "bench_config.h"
+#include "bench_python.h"
 
 #include <opreg/opreg.h>
 
@@ -82,27 +82,6 @@ static double one_backward(const bcase *c, opr_tensor **x, bool fast)
     return rc ? -1 : t * 1e9;
 }
 
-static int torch_figures(int rounds, const char *names[], double *ns, int n)
-{
-    const char *pys[] = {getenv("OPREG_PYTHON"), "python3", "/usr/bin/python3"};
-    for (int p = 0; p < 3; p++) {
-        if (!pys[p]) continue;
-        char cmd[1024];
-        snprintf(cmd, sizeof cmd, "'%s' -c 'import torch' 2>/dev/null && '%s' '%s/fast_mode_torch.py' %d 2>/dev/null",
-                 pys[p], pys[p], OPREG_BENCH_SOURCE_DIR, rounds);
-        FILE *f = popen(cmd, "r");
-        if (!f) continue;
-        char name[128];
-        double v;
-        int got = 0;
-        while (fscanf(f, "%127s %lf", name, &v) == 2)
-            for (int i = 0; i < n; i++)
-                if (!strcmp(name, names[i])) { ns[i] = v; got++; }
-        if (pclose(f) == 0 && got == n) return 0;
-    }
-    return -1;
-}
-
 int main(int argc, char **argv)
 {
     int rounds = 5;
@@ -134,7 +113,9 @@ int main(int argc, char **argv)
     const char *names[N];
     double tns[N];
     for (int i = 0; i < N; i++) { names[i] = cases[i].name; tns[i] = -1; }
-    bool have_torch = torch && torch_figures(rounds, names, tns, N) == 0;
+    char args[32];
+    snprintf(args, sizeof args, "%d", rounds);
+    bool have_torch = torch && bench_python_figures("torch", "fast_mode_torch.py", args, NULL, names, tns, N) == 0;
     printf("backward only, f32, 1 thread, fastest of %d rounds%s\n\n", rounds,
            have_torch ? "" : " (PyTorch: no python3 with torch found, or --no-torch)");
     printf("%-20s %12s %12s %12s %12s %14s\n", "case", "normal us", "fast us", "torch us", "normal/fast",

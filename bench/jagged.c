@@ -17,7 +17,7 @@
  * Targets: jagged >= 2.5x faster than padded in opreg; faster than PyTorch padded.
  *
  *   opreg_bench_jagged [--rounds N] [--no-torch] */
-#include "bench_config.h"
+#include "bench_python.h"
 
 #include <opreg/opreg.h>
 
@@ -177,36 +177,11 @@ static double best_of(const speed_case *c, int rounds)
 
 /* ------------------------------------------------------------------ PyTorch */
 
+/* "l0,l1,..." appended to buf. */
 static void append_lengths(char *buf, size_t len, const int64_t *l, int n)
 {
     size_t used = strlen(buf);
-    for (int i = 0; i < n && used + 8 < len; i++) used += (size_t)snprintf(buf + used, len - used, i ? ",%lld" : "%lld", (long long)l[i]);
-}
-
-static int torch_figures(int rounds, const int64_t *mem_l, const int64_t *speed_l, const char *const *names,
-                         double *vals, int n)
-{
-    const char *pys[] = {getenv("OPREG_PYTHON"), "python3", "/usr/bin/python3"};
-    for (int p = 0; p < 3; p++) {
-        if (!pys[p]) continue;
-        char cmd[4096];
-        snprintf(cmd, sizeof cmd, "'%s' -c 'import torch' 2>/dev/null && LD_PRELOAD='%s' '%s' '%s/jagged_torch.py' %d %d ",
-                 pys[p], OPREG_BENCH_MEMHOOK, pys[p], OPREG_BENCH_SOURCE_DIR, rounds, D);
-        append_lengths(cmd, sizeof cmd, mem_l, MEM_B);
-        strcat(cmd, " ");
-        append_lengths(cmd, sizeof cmd, speed_l, SPEED_B);
-        strcat(cmd, " 2>/dev/null");
-        FILE *f = popen(cmd, "r");
-        if (!f) continue;
-        char name[128];
-        double v;
-        int got = 0;
-        while (fscanf(f, "%127s %lf", name, &v) == 2)
-            for (int i = 0; i < n; i++)
-                if (!strcmp(name, names[i])) { vals[i] = v; got++; }
-        if (pclose(f) == 0 && got == n) return 0;
-    }
-    return -1;
+    for (int i = 0; i < n && used + 24 < len; i++) used += (size_t)snprintf(buf + used, len - used, i ? ",%lld" : "%lld", (long long)l[i]);
 }
 
 int main(int argc, char **argv)
@@ -245,7 +220,12 @@ int main(int argc, char **argv)
 
     const char *names[] = {"mem_padded_peak", "linear_padded", "chain_padded"};
     double tv[3] = {-1, -1, -1};
-    bool have_torch = torch && torch_figures(rounds, mem_l, speed_l, names, tv, 3) == 0;
+    char args[4096];
+    snprintf(args, sizeof args, "%d %d ", rounds, D);
+    append_lengths(args, sizeof args, mem_l, MEM_B);
+    strcat(args, " ");
+    append_lengths(args, sizeof args, speed_l, SPEED_B);
+    bool have_torch = torch && bench_python_figures("torch", "jagged_torch.py", args, OPREG_BENCH_MEMHOOK, names, tv, 3) == 0;
 
     uint64_t jmin, dmin;
     uint64_t jpeak = memory_row(mem_l, true, &jmin), dpeak = memory_row(mem_l, false, &dmin);

@@ -10,7 +10,7 @@
  * Targets: vmap >= 5x faster than the loop, and no slower than functorch.
  *
  *   opreg_bench_vmap [--rounds N] [--no-torch] */
-#include "bench_config.h"
+#include "bench_python.h"
 
 #include <opreg/opreg.h>
 
@@ -120,28 +120,6 @@ static double run_loop(opr_tensor *x, opr_tensor *y, float **host)
     return now_s() - t0;
 }
 
-static int torch_figures(int rounds, double *ns, double *peak)
-{
-    const char *pys[] = {getenv("OPREG_PYTHON"), "python3", "/usr/bin/python3"};
-    for (int p = 0; p < 3; p++) {
-        if (!pys[p]) continue;
-        char cmd[2048];
-        snprintf(cmd, sizeof cmd, "'%s' -c 'import functorch' 2>/dev/null && LD_PRELOAD='%s' '%s' '%s/vmap_torch.py' %d %d 2>/dev/null",
-                 pys[p], OPREG_BENCH_MEMHOOK, pys[p], OPREG_BENCH_SOURCE_DIR, rounds, B);
-        FILE *f = popen(cmd, "r");
-        if (!f) continue;
-        char name[64];
-        double v;
-        int got = 0;
-        while (fscanf(f, "%63s %lf", name, &v) == 2) {
-            if (!strcmp(name, "functorch_ns")) { *ns = v; got++; }
-            if (!strcmp(name, "functorch_peak")) { *peak = v; got++; }
-        }
-        if (pclose(f) == 0 && got == 2) return 0;
-    }
-    return -1;
-}
-
 int main(int argc, char **argv)
 {
     int rounds = 5;
@@ -171,8 +149,12 @@ int main(int argc, char **argv)
     for (int s = 0; s < B; s++) ys[s] = (int64_t)(uniform() * OUT);
     opr_tensor *y = opr_tensor_from_data(ctx, OPR_I64, 2, (int64_t[]){B, 1}, ys, OPR_CPU);
 
-    double tt = -1, tpeak = -1;
-    bool have_torch = torch && torch_figures(rounds, &tt, &tpeak) == 0;
+    const char *names[2] = {"functorch_ns", "functorch_peak"};
+    double py[2] = {-1, -1};
+    char args[32];
+    snprintf(args, sizeof args, "%d %d", rounds, B);
+    bool have_torch = torch && bench_python_figures("functorch", "vmap_torch.py", args, OPREG_BENCH_MEMHOOK, names, py, 2) == 0;
+    const double tt = py[0], tpeak = py[1];
 
     /* correctness first: vmap against the loop */
     float *loop_g[NP];
