@@ -18,6 +18,7 @@
  *
  *   opreg_bench_jagged [--rounds N] [--no-torch] */
 #include "bench_python.h"
+#include "bench_timing.h"
 
 #include <opreg/opreg.h>
 
@@ -32,13 +33,6 @@
 enum { D = 512, MEM_B = 64, MEM_MAX = 100, SPEED_B = 128, SPEED_MAX = 100 };
 
 static opr_ctx *ctx;
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static uint64_t rng = 88172645463325252ull;
 static double uniform(void)
@@ -138,7 +132,7 @@ typedef struct speed_case {
 
 static double one_step(const speed_case *c)
 {
-    double t0 = now_s();
+    double t0 = bench_now_s();
     opr_tensor *y = call("linear", (opr_value[]){opr_v_tensor(c->x), opr_v_tensor(c->w), opr_v_tensor(c->b)}, 3);
     opr_tensor *loss;
     if (!c->chain) {
@@ -158,7 +152,7 @@ static double one_step(const speed_case *c)
     }
     opr_tensor *g[3] = {NULL, NULL, NULL}, *in[3] = {c->x, c->w, c->b};
     if (opr_autograd_grad(&loss, NULL, 1, in, 3, g, NULL)) { fprintf(stderr, "backward: %s\n", opr_last_error()); exit(1); }
-    double t = now_s() - t0;
+    double t = bench_now_s() - t0;
     for (int i = 0; i < 3; i++) opr_tensor_release(g[i]);
     opr_tensor_release(loss);
     opr_tensor_release(y);

@@ -11,6 +11,7 @@
  *
  *   opreg_bench_vmap [--rounds N] [--no-torch] */
 #include "bench_python.h"
+#include "bench_timing.h"
 
 #include <opreg/opreg.h>
 
@@ -26,13 +27,6 @@ enum { B = 64, IN = 784, HID = 512, OUT = 10, NP = 4 };
 
 static opr_ctx *ctx;
 static opr_tensor *params[NP];
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static uint64_t rng = 88172645463325252ull;
 static double uniform(void)
@@ -88,18 +82,18 @@ static opr_status per_sample(void *ud, opr_tensor *const *in, int nin, opr_tenso
 /* One batch of per-sample gradients (into g, [B, ...] per parameter); seconds. */
 static double run_vmap(opr_tensor *x, opr_tensor *y, opr_tensor **g)
 {
-    double t0 = now_s();
+    double t0 = bench_now_s();
     if (opr_vmap(ctx, per_sample, NULL, (opr_tensor *[]){x, y}, (int[]){0, 0}, 2, g, NULL, NP, NULL)) {
         fprintf(stderr, "opr_vmap: %s\n", opr_last_error());
         exit(1);
     }
-    return now_s() - t0;
+    return bench_now_s() - t0;
 }
 
 /* The same with one backward pass per sample; gradients into host arrays. */
 static double run_loop(opr_tensor *x, opr_tensor *y, float **host)
 {
-    double t0 = now_s();
+    double t0 = bench_now_s();
     for (int s = 0; s < B; s++) {
         opr_tensor *xs = call("narrow", (opr_value[]){opr_v_tensor(x), opr_v_int(0), opr_v_int(s), opr_v_int(1)}, 4);
         opr_tensor *xi = call("reshape", (opr_value[]){opr_v_tensor(xs), opr_v_ints((int64_t[]){IN}, 1)}, 2);
@@ -117,7 +111,7 @@ static double run_loop(opr_tensor *x, opr_tensor *y, float **host)
         opr_tensor *tmp[] = {xs, xi, yi, yv, l};
         for (size_t i = 0; i < sizeof tmp / sizeof tmp[0]; i++) opr_tensor_release(tmp[i]);
     }
-    return now_s() - t0;
+    return bench_now_s() - t0;
 }
 
 int main(int argc, char **argv)
