@@ -139,6 +139,7 @@ static int rule_dims(vcall *v)
 
 static int rule_matmul(vcall *v)
 {
+    if (v->op->nargs < 2 || !is_tensor(v, 0) || !is_tensor(v, 1)) return RULE_LOOP; /* a rule a YAML entry misapplied */
     for (int i = 0; i < 2; i++) /* a batched vector: a matrix of one row (self) or column (other) */
         if (v->batched[i] && per_sample_rank(v, i) == 1) {
             opr_value u[2] = {v->vals[i], opr_v_int(i == 0 ? 1 : 2)};

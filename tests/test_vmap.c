@@ -475,6 +475,61 @@ START_TEST(test_tensor_list)
 }
 END_TEST
 
+/* A rule is data: an op loaded at run time batches by its own `batch:` key; bad keys
+ * are load errors with their position; a misapplied rule falls back to the loop. */
+static opr_status call_custom(void *ud, opr_tensor *const *in, int nin, opr_tensor **out, int nout)
+{
+    (void)nin; (void)nout;
+    return opr_call_by_name(ctx, ud, (opr_value[]){opr_v_tensor(in[0]), opr_v_double(2)}, 2, out, 1);
+}
+
+START_TEST(test_rules_from_yaml)
+{
+    ctx = tu_ctx();
+    const char *yaml =
+        "- name: scaled_tanh(Tensor self, float k) -> Tensor\n"
+        "  shape: sizes(self)\n"
+        "  batch: elementwise\n"
+        "  forward: mul(tanh(self), k)\n"
+        "- name: odd_rule(Tensor self, float k) -> Tensor\n"
+        "  shape: sizes(self)\n"
+        "  batch: matmul\n"
+        "  forward: mul(self, k)\n";
+    ck_assert_msg(opr_registry_load_yaml_string(ctx, yaml, "batch_rules", NULL) == OPR_OK, "%s", opr_last_error());
+    ck_assert_str_eq(opr_op_batching_rule(opr_op_find(ctx, "scaled_tanh")), "elementwise");
+    tu_seed(15);
+    opr_tensor *x = tu_rand(ctx, OPR_F64, 2, (int64_t[]){3, 2}, -1, 1), *out;
+    double *xd = tu_to_f64(x);
+    const char *ops[2] = {"scaled_tanh", "odd_rule"};
+    for (int k = 0; k < 2; k++) {
+        ck_assert_msg(opr_vmap(ctx, call_custom, (void *)ops[k], &x, NULL, 1, &out, NULL, 1, NULL) == OPR_OK, "%s: %s",
+                      ops[k], opr_last_error());
+        double *o = tu_to_f64(out);
+        for (int i = 0; i < 6; i++) ck_assert(fabs(o[i] - (k ? 2 * xd[i] : 2 * tanh(xd[i]))) < 1e-15);
+        free(o);
+        opr_tensor_release(out);
+    }
+    static const struct { const char *yaml; const char *needle; } bad[] = {
+        {"- name: b1(Tensor self) -> Tensor\n  shape: sizes(self)\n  batch: sideways\n", "batch: expected elementwise"},
+        {"- name: b2(Tensor self, float p) -> Tensor\n  shape: sizes(self)\n  batch: {dims: [p]}\n",
+         "batch: dims: 'p' is not an int or int[] argument"},
+        {"- name: b3(Tensor self, int d) -> Tensor\n  shape: sizes(self)\n  batch: {dims: [d], expand: [d]}\n",
+         "batch: expand: 'd' is not a Tensor argument"},
+        {"- name: b4(Tensor self, int d) -> Tensor\n  shape: sizes(self)\n  batch: {size: d}\n",
+         "batch: size: 'd' is not an int[] argument"},
+        {"- name: b5(Tensor self, int d) -> Tensor\n  shape: sizes(self)\n  batch: {dimz: [d]}\n", "batch: unknown key 'dimz'"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ck_assert_int_eq(opr_registry_load_yaml_string(ctx, bad[i].yaml, "bad_rules", NULL), OPR_ERR_PARSE);
+        ck_assert_msg(strstr(opr_last_error(), bad[i].needle) && strstr(opr_last_error(), "bad_rules:"), "case %zu: %s", i,
+                      opr_last_error());
+    }
+    free(xd);
+    opr_tensor_release(x);
+    tu_ctx_free(ctx);
+}
+END_TEST
+
 /* Per-sample gradients on the emulated CUDA device equal the CPU's. */
 START_TEST(test_on_emulated_cuda)
 {
@@ -523,6 +578,7 @@ int main(void)
     tcase_add_test(tc, test_gradients_from_outside);
     tcase_add_test(tc, test_bad_input);
     tcase_add_test(tc, test_tensor_list);
+    tcase_add_test(tc, test_rules_from_yaml);
     tcase_add_test(tc, test_on_emulated_cuda);
     suite_add_tcase(s, tc);
     return tu_run(s);
