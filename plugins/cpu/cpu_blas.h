@@ -56,10 +56,31 @@ static inline void pack(size_t es, const char *src, int64_t rows, int64_t cols, 
     else PACK_LOOP(double);
 }
 
+/* C = alpha a b^T for k = 1 (an outer product), in one pass over C: OpenBLAS first
+ * zeroes C for beta = 0 and then adds the product, two passes over an output that, for
+ * the per-sample weight gradients of opr_vmap ([B, out, in] of k = 1 products), is the
+ * whole cost. A(i, 0) and B(0, j) are read through the layouts. */
+#define OUTER_LOOP(T)                                                                     \
+    do {                                                                                  \
+        const T *a_ = (const T *)a, *b_ = (const T *)b;                                   \
+        T *c_ = (T *)c;                                                                   \
+        const int64_t as = la.trans ? 1 : la.ld, bs = lb.trans ? lb.ld : 1;               \
+        _Pragma("omp parallel for if (m > 1 && m * n >= CPU_PAR_THRESHOLD)")              \
+        for (int64_t i = 0; i < m; i++) {                                                 \
+            const T ai = (T)alpha * a_[i * as];                                           \
+            for (int64_t j = 0; j < n; j++) c_[i * n + j] = ai * b_[j * bs];              \
+        }                                                                                 \
+    } while (0)
+
 static inline void blas_gemm(opr_dtype dt, opc_blas_layout la, opc_blas_layout lb, int64_t m, int64_t n,
                       int64_t k, double alpha, const void *a, const void *b, double beta,
                       void *c)
 {
+    if (k == 1 && beta == 0) {
+        if (dt == OPR_F32) OUTER_LOOP(float);
+        else OUTER_LOOP(double);
+        return;
+    }
     const enum CBLAS_TRANSPOSE ta = la.trans ? CblasTrans : CblasNoTrans;
     const enum CBLAS_TRANSPOSE tb = lb.trans ? CblasTrans : CblasNoTrans;
     if (dt == OPR_F32)
