@@ -142,6 +142,23 @@ START_TEST(test_bad_offsets)
     ck_assert(strstr(opr_last_error(), "length 4 of sequence 1 is outside 0..3"));
     ck_assert_ptr_null(opr_jagged_from_padded(padded, (int64_t[]){1}, 1));
     opr_tensor_release(padded);
+    /* NULLs and dense tensors where a jagged one is wanted: errors, no crash */
+    ck_assert_ptr_null(opr_jagged_from_values(NULL, values));
+    ck_assert_ptr_null(opr_jagged_from_values(values, NULL));
+    ck_assert_ptr_null(opr_jagged_like(values, values));
+    ck_assert_ptr_null(opr_jagged_like(NULL, NULL));
+    ck_assert_ptr_null(opr_jagged_from_list(ctx, NULL, 1));
+    ck_assert_ptr_null(opr_jagged_from_list(ctx, (opr_tensor *[]){NULL}, 1));
+    ck_assert_ptr_null(opr_jagged_from_list(NULL, &values, 1));
+    ck_assert_ptr_null(opr_jagged_from_padded(NULL, NULL, 0));
+    ck_assert_ptr_null(opr_jagged_to_padded(values, 0));
+    ck_assert_ptr_null(opr_jagged_to_padded(NULL, 0));
+    ck_assert_ptr_null(opr_jagged_values(values));
+    ck_assert_ptr_null(opr_jagged_offsets(NULL));
+    ck_assert_ptr_null(opr_jagged_offsets_host(values));
+    ck_assert_int_eq(opr_jagged_max_length(NULL), -1);
+    ck_assert(!opr_jagged_same_structure(NULL, values));
+    ck_assert(!opr_tensor_is_jagged(values));
     opr_tensor_release(values);
     tu_ctx_free(ctx);
 }

@@ -417,6 +417,18 @@ START_TEST(test_bad_input)
         ck_assert_msg(strstr(opr_last_error(), cases[i].needle), "case %zu: %s", i, opr_last_error());
         ck_assert_ptr_null(out[0]);
     }
+    /* NULLs and counts out of range */
+    ck_assert_int_eq(opr_vmap(NULL, misbehave, &m, &x, NULL, 1, out, NULL, 1, NULL), OPR_ERR_INVALID);
+    ck_assert_int_eq(opr_vmap(ctx, NULL, &m, &x, NULL, 1, out, NULL, 1, NULL), OPR_ERR_INVALID);
+    ck_assert_int_eq(opr_vmap(ctx, misbehave, &m, NULL, NULL, 1, out, NULL, 1, NULL), OPR_ERR_INVALID);
+    ck_assert_int_eq(opr_vmap(ctx, misbehave, &m, &x, NULL, 1, NULL, NULL, 1, NULL), OPR_ERR_INVALID);
+    ck_assert_int_eq(opr_vmap(ctx, misbehave, &m, &x, NULL, 0, out, NULL, 1, NULL), OPR_ERR_INVALID);
+    ck_assert_int_eq(opr_vmap(ctx, misbehave, &m, &x, NULL, 1, out, NULL, 0, NULL), OPR_ERR_INVALID);
+    ck_assert_int_eq(opr_vmap(ctx, misbehave, &m, (opr_tensor *[]){NULL}, NULL, 1, out, NULL, 1, NULL), OPR_ERR_INVALID);
+    opr_vmap_opts neg = {.struct_size = sizeof neg, .chunk_size = -1};
+    ck_assert_int_eq(opr_vmap(ctx, misbehave, &m, &x, NULL, 1, out, NULL, 1, &neg), OPR_ERR_INVALID);
+    ck_assert(!opr_tensor_is_batched(x) && !opr_tensor_is_batched(NULL));
+    ck_assert_ptr_null(opr_op_batching_rule(NULL));
     /* a batched tensor kept past its call is refused */
     m.what = 0;
     ck_assert_int_eq(opr_vmap(ctx, misbehave, &m, &x, NULL, 1, out, NULL, 1, NULL), OPR_OK);
