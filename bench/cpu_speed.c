@@ -8,7 +8,7 @@
  *
  * Targets (issue "CPU backend at the hardware limit"): opreg/torch <= 1.0 on every row;
  * cdist forward within 1.5x of the sgemm; elementwise and reductions near the copy or
- * read limit at 16M.
+ * read limit at 16M; the per-op cost of a graph of 10^4 ops within 1.2x of that of 100.
  *
  *   opreg_bench_cpu_speed [--threads N] [--reps N] [--no-torch] [--only a,b] */
 #include "bench_config.h"
@@ -39,8 +39,8 @@ static opr_tensor *rand_tensor(int ndim, const int64_t *shape, double lo, double
 
 /* What bounds a row from below: the raw GEMM of its products, a copy of its bytes
  * (elementwise: read n, write n), or one read of its input (reductions). */
-typedef enum { LIM_SGEMM, LIM_COPY, LIM_READ } limit_kind;
-static const char *const limit_names[] = {"sgemm", "copy", "read"};
+typedef enum { LIM_SGEMM, LIM_COPY, LIM_READ, LIM_NONE } limit_kind;
+static const char *const limit_names[] = {"sgemm", "copy", "read", "-"};
 
 typedef struct bcase {
     const char *name;  /* also the PyTorch side's name */
@@ -53,6 +53,8 @@ typedef struct bcase {
     opr_value extra[2];
     bool backward; /* time the backward of op (forward untimed, graph retained) */
     limit_kind limit;
+    int chain;     /* > 0: a graph of `chain` ops (op on 8 elements) recorded and run
+                      backward, figures per op */
 } bcase;
 
 typedef struct run_state {
@@ -83,6 +85,33 @@ static int body_backward(void *sv, long iters)
         opr_tensor *g = NULL;
         if (opr_autograd_grad(&s->y, NULL, 1, s->x, s->c->nin, &g, &o)) return 1;
         opr_tensor_release(g);
+    }
+    return 0;
+}
+
+/* A chain x = op(x, c) of c->chain ops from a leaf, summed, then its backward: the
+ * per-node cost of recording and running a graph, which should not grow with its size. */
+static int body_chain(void *sv, long iters)
+{
+    run_state *s = sv;
+    const opr_op *sum = opr_op_find(ctx, "sum");
+    for (long it = 0; it < iters; it++) {
+        opr_tensor *x = opr_tensor_retain(s->x[0]);
+        for (int i = 0; i < s->c->chain && x; i++) {
+            opr_value a[2] = {opr_v_tensor(x), opr_v_tensor(s->x[1])};
+            opr_tensor *y = NULL;
+            if (opr_call(s->op, a, 2, &y, 1)) y = NULL;
+            opr_tensor_release(x);
+            x = y;
+        }
+        opr_tensor *loss = NULL, *g = NULL;
+        opr_value a = opr_v_tensor(x);
+        const int rc = !x || opr_call(sum, &a, 1, &loss, 1) ||
+                       opr_autograd_grad(&loss, NULL, 1, s->x, 1, &g, NULL);
+        opr_tensor_release(x);
+        opr_tensor_release(loss);
+        opr_tensor_release(g);
+        if (rc) return 1;
     }
     return 0;
 }
@@ -119,6 +148,7 @@ static int body_limit(void *sv, long iters)
 
 static double limit_ns(const bcase *c, const bench_opts *bo)
 {
+    if (c->limit == LIM_NONE) return -1;
     limit_state s = {.kind = c->limit, .n = 1};
     for (int d = 0; d < c->ndim; d++) s.n *= c->shape[d];
     s.rows = c->shape[0];
@@ -141,12 +171,14 @@ static double opreg_ns(const bcase *c, const bench_opts *bo)
     if (!s.op) { fprintf(stderr, "%s: no op %s\n", c->name, c->op); return -1; }
     for (int k = 0; k < c->nin; k++) {
         if (!(s.x[k] = rand_tensor(c->ndim, c->shape, c->lo, c->hi, 11 + (unsigned)k))) return -1;
-        if (c->backward) opr_set_requires_grad(s.x[k], true);
+        if (c->backward || (c->chain && k == 0)) opr_set_requires_grad(s.x[k], true);
         s.args[s.nargs++] = opr_v_tensor(s.x[k]);
     }
     for (int k = 0; k < c->nextra; k++) s.args[s.nargs++] = c->extra[k];
     double ns = -1;
-    if (c->backward) {
+    if (c->chain) {
+        ns = bench_measure(body_chain, &s, bo).ns / c->chain;
+    } else if (c->backward) {
         if (!opr_call(s.op, s.args, s.nargs, &s.y, 1)) ns = bench_measure(body_backward, &s, bo).ns;
     } else {
         ns = bench_measure(body_forward, &s, bo).ns;
@@ -226,21 +258,23 @@ int main(int argc, char **argv)
 
     static const int64_t dim0[] = {0}, dim1[] = {1};
     const bcase cases[] = {
-        {"cdist_fwd", "cdist 2048x64 vs 2048x64 fwd", "cdist", 2, 2, {2048, 64}, -1, 1, 0, {{0}}, false, LIM_SGEMM},
-        {"norm_bwd_1M", "norm backward 1M", "norm", 1, 1, {1 << 20}, -1, 1, 0, {{0}}, true, LIM_COPY},
-        {"exp_1M", "exp 1M", "exp", 1, 1, {1 << 20}, -1, 1, 0, {{0}}, false, LIM_COPY},
-        {"sigmoid_1M", "sigmoid 1M", "sigmoid", 1, 1, {1 << 20}, -8, 8, 0, {{0}}, false, LIM_COPY},
+        {"cdist_fwd", "cdist 2048x64 vs 2048x64 fwd", "cdist", 2, 2, {2048, 64}, -1, 1, 0, {{0}}, false, LIM_SGEMM, 0},
+        {"norm_bwd_1M", "norm backward 1M", "norm", 1, 1, {1 << 20}, -1, 1, 0, {{0}}, true, LIM_COPY, 0},
+        {"exp_1M", "exp 1M", "exp", 1, 1, {1 << 20}, -1, 1, 0, {{0}}, false, LIM_COPY, 0},
+        {"sigmoid_1M", "sigmoid 1M", "sigmoid", 1, 1, {1 << 20}, -8, 8, 0, {{0}}, false, LIM_COPY, 0},
         {"softmax_4096sq", "softmax 4096^2 (dim 1)", "softmax", 1, 2, {4096, 4096}, -4, 4, 1, {opr_v_int(1)},
-         false, LIM_COPY},
+         false, LIM_COPY, 0},
         {"log_softmax_4096sq", "log_softmax 4096^2 (dim 1)", "log_softmax", 1, 2, {4096, 4096}, -4, 4, 1,
-         {opr_v_int(1)}, false, LIM_COPY},
+         {opr_v_int(1)}, false, LIM_COPY, 0},
         {"sum_dim0_4096sq", "sum dim 0 of 4096^2", "sum", 1, 2, {4096, 4096}, -1, 1, 1, {opr_v_ints(dim0, 1)},
-         false, LIM_READ},
+         false, LIM_READ, 0},
         {"sum_dim1_4096sq", "sum dim 1 of 4096^2", "sum", 1, 2, {4096, 4096}, -1, 1, 1, {opr_v_ints(dim1, 1)},
-         false, LIM_READ},
-        {"sum_all_4096sq", "sum all of 4096^2", "sum", 1, 2, {4096, 4096}, -1, 1, 0, {{0}}, false, LIM_READ},
-        {"norm_fwd_16M", "norm forward 16M", "norm", 1, 1, {1 << 24}, -1, 1, 0, {{0}}, false, LIM_READ},
-        {"relu_1M", "relu 1M", "relu", 1, 1, {1 << 20}, -1, 1, 0, {{0}}, false, LIM_COPY},
+         false, LIM_READ, 0},
+        {"sum_all_4096sq", "sum all of 4096^2", "sum", 1, 2, {4096, 4096}, -1, 1, 0, {{0}}, false, LIM_READ, 0},
+        {"norm_fwd_16M", "norm forward 16M", "norm", 1, 1, {1 << 24}, -1, 1, 0, {{0}}, false, LIM_READ, 0},
+        {"relu_1M", "relu 1M", "relu", 1, 1, {1 << 20}, -1, 1, 0, {{0}}, false, LIM_COPY, 0},
+        {"chain_100", "graph of 100 adds, per op", "add", 2, 1, {8}, -1, 1, 0, {{0}}, false, LIM_NONE, 100},
+        {"chain_10k", "graph of 10^4 adds, per op", "add", 2, 1, {8}, -1, 1, 0, {{0}}, false, LIM_NONE, 10000},
     };
     enum { N = sizeof cases / sizeof cases[0] };
     const char *names[N];
@@ -269,7 +303,8 @@ int main(int argc, char **argv)
         fflush(stdout);
     }
     printf("\nopreg/torch > 1: opreg is slower. limit: sgemm = one raw x1 x2^T; copy = memcpy of the\n"
-           "input; read = one plain pass over the input (16 float partial sums).\n");
+           "input; read = one plain pass over the input (16 float partial sums). graph: forward\n"
+           "(recording) and backward of a chain of adds on 8 floats, divided by its length.\n");
     opr_ctx_free(ctx);
     return status;
 }

@@ -21,6 +21,18 @@ def norm_backward(x):
     return lambda: torch.autograd.grad(y, x, retain_graph=True)
 
 
+def chain(n):
+    w = rand(8).requires_grad_(True)
+    c = rand(8)
+
+    def run():
+        x = w
+        for _ in range(n):
+            x = torch.add(x, c)
+        torch.autograd.grad(x.sum(), w)
+    return run
+
+
 def time_ns(fn):
     n = 1
     while True:  # calibrate; the first loops warm up
@@ -54,10 +66,12 @@ CASES = [
     ("sum_all_4096sq", lambda: (lambda a: lambda: torch.sum(a))(rand(SQ, SQ))),
     ("norm_fwd_16M", lambda: (lambda a: lambda: torch.norm(a))(rand(M16))),
     ("relu_1M", lambda: (lambda a: lambda: torch.relu(a))(rand(M1))),
+    ("chain_100", lambda: chain(100), 100),
+    ("chain_10k", lambda: chain(10000), 10000),
 ]
 
 only = set(sys.argv[3].split(",")) if len(sys.argv) > 3 else None
-for name, make in CASES:
+for name, make, *per in CASES:
     if only and name not in only:
         continue
-    print(name, time_ns(make()), flush=True)
+    print(name, time_ns(make()) / (per[0] if per else 1), flush=True)
