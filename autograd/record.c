@@ -157,7 +157,11 @@ int ag_record(const opr_op *op, opr_tensor *const *tensors, const mval *slots, o
         n->slots[op->nargs + k].u.t = &n->metas[op->nargs + k];
     }
     n->fast = !opr_special_grads_enabled(); /* fixed now, whenever backward runs */
-    n->plan = plan_get(op, mask, dev, n->slots, n->fast);
+    /* The planner reads a full DERIV_MAX_SLOTS array of slots (it fills the ones after
+     * the arguments and outputs for costing), more than the node keeps. */
+    mval plan_slots[DERIV_MAX_SLOTS] = {0};
+    memcpy(plan_slots, n->slots, sizeof n->slots);
+    n->plan = plan_get(op, mask, dev, plan_slots, n->fast);
     if (!n->plan) { ag_node_release(n); return opr_fail_wrap(opr_error_status(), "%s: planning the backward", op->name); }
     for (int s = 0; s < op->nargs + op->nout; s++) {
         if (!((n->plan->save >> s) & 1)) continue;
