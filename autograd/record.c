@@ -3,8 +3,62 @@
  * read is saved. */
 #include "autograd.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* Freed nodes are kept for the next graph instead of going back to malloc: a training
+ * step frees a whole graph at once (10^4 nodes of about 2 KiB make 20 MiB), which
+ * glibc hands back to the kernel (heap trimming) only to fault it in again on the next
+ * step, and the per-op cost then grows with the graph. One list per metadata count, as
+ * nodes of one count are interchangeable; at most AG_NODE_CACHE_BYTES are kept (they
+ * stay reachable, so leak checkers do not report them). */
+#define AG_NODE_CACHE_BYTES ((size_t)32 << 20)
+/* Under AddressSanitizer nothing is kept: a node reused at once would hide a use after
+ * free from it. */
+#if defined(__SANITIZE_ADDRESS__)
+#undef AG_NODE_CACHE_BYTES
+#define AG_NODE_CACHE_BYTES ((size_t)0)
+#endif
+
+static struct {
+    pthread_mutex_t lock;
+    opr_node *free[AG_TENSOR_SLOTS + 1];
+    size_t bytes;
+} node_cache = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static size_t node_bytes(int32_t nmetas)
+{
+    return sizeof(opr_node) + (size_t)nmetas * sizeof(opr_meta);
+}
+
+static opr_node *node_alloc(int32_t nmetas)
+{
+    pthread_mutex_lock(&node_cache.lock);
+    opr_node *n = node_cache.free[nmetas];
+    if (n) {
+        node_cache.free[nmetas] = n->free_next;
+        node_cache.bytes -= node_bytes(nmetas);
+    }
+    pthread_mutex_unlock(&node_cache.lock);
+    if (!n) n = malloc(node_bytes(nmetas));
+    if (n) n->nmetas = nmetas;
+    return n;
+}
+
+static void node_free(opr_node *n)
+{
+    const size_t size = node_bytes(n->nmetas);
+    pthread_mutex_lock(&node_cache.lock);
+    const bool keep = node_cache.bytes + size <= AG_NODE_CACHE_BYTES;
+    if (keep) {
+        n->free_next = node_cache.free[n->nmetas];
+        node_cache.free[n->nmetas] = n;
+        node_cache.bytes += size;
+    }
+    pthread_mutex_unlock(&node_cache.lock);
+    if (!keep) free(n);
+}
 
 
 /* Outputs are saved as views without grad_fn, so that output -> node -> output does
@@ -34,7 +88,7 @@ void ag_node_release(struct opr_node *first)
             if (top < 64) stack[top++] = next;
             else ag_node_release(next); /* rare: very wide fan-in */
         }
-        free(n);
+        node_free(n);
     }
 }
 
@@ -66,7 +120,7 @@ int ag_record(const opr_op *op, opr_tensor *const *tensors, const mval *slots, o
                         op->name, op->args[bad].name);
     }
     /* Not calloc: the node is large and only its first nargs + nout slots are used. */
-    opr_node *n = malloc(sizeof *n);
+    opr_node *n = node_alloc(op->nargs + op->nout);
     if (!n) return opr_fail(OPR_ERR_NOMEM, "out of memory recording %s", op->name);
     memset(n->next, 0, sizeof n->next);
     memset(n->saved, 0, sizeof n->saved);
@@ -106,7 +160,11 @@ int ag_record(const opr_op *op, opr_tensor *const *tensors, const mval *slots, o
     bool batched = false; /* a node of opr_vmap's per-sample graph runs formulas only */
     for (int i = 0; i < op->nargs && !batched; i++) batched = tensors[i] && tensors[i]->bt_phys;
     for (int k = 0; k < op->nout && !batched; k++) batched = outs[k]->bt_phys;
-    n->plan = plan_get(op, mask, dev, n->slots, (n->fast ? PLAN_FAST : 0) | (batched ? PLAN_FORMULAS_ONLY : 0));
+    /* The planner reads a full DERIV_MAX_SLOTS array of slots (it fills the ones after
+     * the arguments and outputs for costing), more than the node keeps. */
+    mval plan_slots[DERIV_MAX_SLOTS] = {0};
+    memcpy(plan_slots, n->slots, sizeof n->slots);
+    n->plan = plan_get(op, mask, dev, plan_slots, (n->fast ? PLAN_FAST : 0) | (batched ? PLAN_FORMULAS_ONLY : 0));
     if (!n->plan) { ag_node_release(n); return opr_fail_wrap(opr_error_status(), "%s: planning the backward", op->name); }
     for (int s = 0; s < op->nargs + op->nout; s++) {
         if (!((n->plan->save >> s) & 1)) continue;

@@ -1144,15 +1144,22 @@ END_TEST
 
 START_TEST(t_cdist)
 {
+    /* Values in [lo, hi). Both sides above 25 rows with 8 columns or more take the GEMM
+     * path (plugins/cpu/cpu_cdist_gemm.c); points far from the origin relative to their
+     * distances (values in [100, 101)) make its |x1|^2 + |x2|^2 - 2 x1 x2^T cancel, which
+     * the kernel must repair. */
     static const struct {
         spec a, b;
+        double lo, hi;
     } cases[] = {
-        {{2, {3, 4}, L_C}, {2, {5, 4}, L_C}},          {{2, {3, 4}, L_T}, {2, {5, 4}, L_N}},
-        {{2, {3, 4}, L_S}, {2, {5, 4}, L_E}},          {{3, {2, 3, 4}, L_C}, {3, {2, 5, 4}, L_T}},
-        {{3, {2, 3, 4}, L_N}, {3, {1, 5, 4}, L_C}},    {{3, {2, 3, 4}, L_E}, {3, {2, 5, 4}, L_S}},
-        {{2, {0, 4}, L_C}, {2, {5, 4}, L_C}},          {{2, {3, 4}, L_C}, {2, {0, 4}, L_C}},
-        {{2, {3, 0}, L_C}, {2, {5, 0}, L_C}},          {{2, {1, 1}, L_C}, {2, {1, 1}, L_C}},
-        {{4, {2, 2, 3, 6}, L_T}, {4, {2, 2, 4, 6}, L_C}},
+        {{2, {3, 4}, L_C}, {2, {5, 4}, L_C}, -2, 2},          {{2, {3, 4}, L_T}, {2, {5, 4}, L_N}, -2, 2},
+        {{2, {3, 4}, L_S}, {2, {5, 4}, L_E}, -2, 2},          {{3, {2, 3, 4}, L_C}, {3, {2, 5, 4}, L_T}, -2, 2},
+        {{3, {2, 3, 4}, L_N}, {3, {1, 5, 4}, L_C}, -2, 2},    {{3, {2, 3, 4}, L_E}, {3, {2, 5, 4}, L_S}, -2, 2},
+        {{2, {0, 4}, L_C}, {2, {5, 4}, L_C}, -2, 2},          {{2, {3, 4}, L_C}, {2, {0, 4}, L_C}, -2, 2},
+        {{2, {3, 0}, L_C}, {2, {5, 0}, L_C}, -2, 2},          {{2, {1, 1}, L_C}, {2, {1, 1}, L_C}, -2, 2},
+        {{4, {2, 2, 3, 6}, L_T}, {4, {2, 2, 4, 6}, L_C}, -2, 2},
+        {{2, {30, 9}, L_C}, {2, {27, 9}, L_C}, -2, 2},        {{2, {3, 16}, L_T}, {2, {40, 16}, L_C}, -2, 2},
+        {{3, {2, 26, 8}, L_C}, {3, {1, 33, 8}, L_T}, -2, 2},  {{2, {30, 16}, L_C}, {2, {28, 16}, L_C}, 100, 101},
     };
     for (int di = 0; di < NELEM(FLOATS); di++)
         for (int k = 0; k < NELEM(cases); k++) {
@@ -1160,7 +1167,8 @@ START_TEST(t_cdist)
             const spec *sa = &cases[k].a, *sb = &cases[k].b;
             WHAT("cdist %s case %d (%d-d %s, %d-d %s)", opr_dtype_name(dt), k, sa->nd, lay_name[sa->lay], sb->nd,
                  lay_name[sb->lay]);
-            opr_tensor *a = T_any(sa, dt), *b = T_any(sb, dt);
+            opr_tensor *a = T_lay(sa->lay, G_REAL, dt, sa->nd, sa->sh, cases[k].lo, cases[k].hi);
+            opr_tensor *b = T_lay(sb->lay, G_REAL, dt, sb->nd, sb->sh, cases[k].lo, cases[k].hi);
             opr_tensor *y = k % 2 ? CALL("cdist", TV(a), TV(b)) : CALL("cdist", TV(a), TV(b), opr_v_double(2));
             H ha = H_of(a), hb = H_of(b);
             const int nd = ha.nd, nbd = nd - 2;
@@ -1182,6 +1190,12 @@ START_TEST(t_cdist)
             }
             EXPECT(y, dt, r);
         }
+    for (int di = 0; di < NELEM(FLOATS); di++) {
+        WHAT("cdist %s of 40 rows with themselves: exactly 0 on the diagonal", opr_dtype_name(FLOATS[di]));
+        opr_tensor *x = T_lay(L_C, G_REAL, FLOATS[di], 2, (const int64_t[]){40, 16}, -2, 2);
+        H d = H_of(CALL("cdist", TV(x), TV(x)));
+        for (int i = 0; i < 40; i++) REQUIRE(d.v[i * 41] == 0, "%s: distance %d to itself is %g", what, i, d.v[i * 41]);
+    }
     WHAT("cdist p != 2");
     opr_tensor *a = T_any(&(spec){2, {3, 4}, L_C}, OPR_F32), *b = T_any(&(spec){2, {5, 4}, L_C}, OPR_F32);
     tu_expect_fail(ctx, "cdist", ARGS(TV(a), TV(b), opr_v_double(1)), 1, OPR_ERR_INVALID, "p == 2");

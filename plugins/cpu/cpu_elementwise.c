@@ -14,6 +14,7 @@
  * set-up, because dispatch-overhead benchmarks run these ops on tiny tensors. */
 #include "cpu_common.h"
 #include "cpu_kernels.h"
+#include "cpu_vmath.h"
 
 #include <tgmath.h> /* exp(x) etc. pick the float or double version from x's type */
 
@@ -138,6 +139,51 @@ static inline int64_t ew_sat_i64(double v)
 #define EW_UNARY_FLOAT(op, EXPR)                     \
     EW_UNARY_LOOP(op##_f32, float, float, f32, EXPR) \
     EW_UNARY_LOOP(op##_f64, double, double, f64, EXPR)
+/* Unary loops over the vector functions of cpu_vmath.h (SLEEF; the accuracy is stated
+ * there). CALL computes Y[0..N) from X[0..N) (A: the scalar argument). A strided or
+ * broadcast operand is gathered into a buffer and scattered back, so every element goes
+ * through the same vector code whatever the layout. */
+#define EW_VMATH_CHUNK 256
+#define EW_VMATH_LOOP(name, T, SUF, CALL)                                                  \
+    static void name(int64_t n, char *const *ptr, const int64_t *st, const ew_params *p)   \
+    {                                                                                      \
+        T *o = (T *)ptr[0];                                                                \
+        const T *a = (const T *)ptr[1];                                                    \
+        const T A = EW_CONV_##SUF(p->a);                                                   \
+        (void)A;                                                                           \
+        if (st[0] == 1 && st[1] == 1) {                                                    \
+            const int64_t N = n;                                                           \
+            const T *X = a;                                                                \
+            T *Y = o;                                                                      \
+            CALL;                                                                          \
+            return;                                                                        \
+        }                                                                                  \
+        T buf[EW_VMATH_CHUNK];                                                             \
+        for (int64_t i0 = 0; i0 < n; i0 += EW_VMATH_CHUNK) {                               \
+            const int64_t N = n - i0 < EW_VMATH_CHUNK ? n - i0 : EW_VMATH_CHUNK;           \
+            for (int64_t k = 0; k < N; k++) buf[k] = a[(i0 + k) * st[1]];                  \
+            const T *X = buf;                                                              \
+            T *Y = buf;                                                                    \
+            CALL;                                                                          \
+            for (int64_t k = 0; k < N; k++) o[(i0 + k) * st[0]] = buf[k];                  \
+        }                                                                                  \
+    }
+#define EW_VMATH_FLOAT(op, CALL_F32, CALL_F64)         \
+    EW_VMATH_LOOP(op##_f32, float, f32, CALL_F32)      \
+    EW_VMATH_LOOP(op##_f64, double, f64, CALL_F64)
+
+/* pow with the exponents whose result needs no pow at all: x^0 = 1 (NaN included, as
+ * in C and PyTorch) and x^1 = x. Norm gradients hit x^0 (p = 2). */
+#define EW_VPOW(name, T, VPOW)                                                             \
+    static inline void name(int64_t n, const T *x, T e, T *y)                              \
+    {                                                                                      \
+        if (e == 0) for (int64_t i = 0; i < n; i++) y[i] = 1;                              \
+        else if (e == 1) for (int64_t i = 0; i < n; i++) y[i] = x[i];                      \
+        else VPOW(n, x, e, y);                                                             \
+    }
+EW_VPOW(ew_vpow_f32, float, cpu_vm.pow_f32)
+EW_VPOW(ew_vpow_f64, double, cpu_vm.pow_f64)
+
 #define EW_BINARY_FLOAT(op, EXPR)                     \
     EW_BINARY_LOOP(op##_f32, float, float, f32, EXPR) \
     EW_BINARY_LOOP(op##_f64, double, double, f64, EXPR)
@@ -183,19 +229,19 @@ EW_UNARY_LOOP(neg_i64, int64_t, int64_t, i64, WNEG(x))
 /* fabs, not x < 0 ? -x : x, so that abs(-0.0) is +0.0. */
 EW_UNARY_FLOAT(abs, fabs(x))
 EW_UNARY_LOOP(abs_i64, int64_t, int64_t, i64, x < 0 ? WNEG(x) : x)
-EW_UNARY_FLOAT(exp, exp(x))
-EW_UNARY_FLOAT(log, log(x))
-EW_UNARY_FLOAT(sqrt, sqrt(x))
+EW_VMATH_FLOAT(exp, cpu_vm.exp_f32(N, X, Y), cpu_vm.exp_f64(N, X, Y))
+EW_VMATH_FLOAT(log, cpu_vm.log_f32(N, X, Y), cpu_vm.log_f64(N, X, Y))
+EW_VMATH_FLOAT(sqrt, cpu_vm.sqrt_f32(N, X, Y), cpu_vm.sqrt_f64(N, X, Y))
 /* pow: A is the exponent. Squares are common enough (norms, losses) for their own loop;
  * exponent 0.5 reuses sqrt, like PyTorch. */
-EW_UNARY_FLOAT(pow, pow(x, A))
+EW_VMATH_FLOAT(pow, ew_vpow_f32(N, X, A, Y), ew_vpow_f64(N, X, A, Y))
 EW_UNARY_FLOAT(square, x * x)
 /* Written so that NaN propagates: NaN < 0 is false, so NaN comes out unchanged. */
-EW_UNARY_FLOAT(relu, x < 0 ? 0 : x)
+EW_VMATH_FLOAT(relu, cpu_vm.relu_f32(N, X, Y), cpu_vm.relu_f64(N, X, Y))
 EW_UNARY_LOOP(relu_i64, int64_t, int64_t, i64, x < 0 ? 0 : x)
 /* 1 / (1 + e^-x): for very negative x, e^-x is inf and the result a correct 0. */
-EW_UNARY_FLOAT(sigmoid, 1 / (1 + exp(-x)))
-EW_UNARY_FLOAT(tanh, tanh(x))
+EW_VMATH_FLOAT(sigmoid, cpu_vm.sigmoid_f32(N, X, Y), cpu_vm.sigmoid_f64(N, X, Y))
+EW_VMATH_FLOAT(tanh, cpu_vm.tanh_f32(N, X, Y), cpu_vm.tanh_f64(N, X, Y))
 /* clamp: A = min, B = max; a missing bound is -inf/+inf (i64: INT64_MIN/MAX). As in
  * PyTorch, NaN propagates and min > max gives max everywhere. */
 EW_UNARY_FLOAT(clamp, (x < A ? A : x) > B ? B : (x < A ? A : x))

@@ -12,6 +12,13 @@ int cpu_register(opr_plugin *self, const char *op, uint32_t dtypes, opr_kernel_f
  * (broadcast strides ostr) does and x is contiguous; false otherwise (cpu_grad.c). */
 bool cpu_sum_rows(const opr_tensor_view *x, opr_tensor_view *out, const int64_t *ostr, double scale);
 
+/* cdist (p = 2) of one batch, P x M against R x M rows (unit column stride, row strides
+ * rs1, rs2) into the contiguous P x R out, through a GEMM (cpu_cdist_gemm.c), and when
+ * that path is the one to take. OPR_OK or OPR_ERR_NOMEM. */
+bool cpu_cdist_use_gemm(int64_t P, int64_t R, int64_t M, int64_t rs1, int64_t rs2);
+int cpu_cdist_gemm(opr_dtype dt, int64_t P, int64_t R, int64_t M, const void *x1, int64_t rs1,
+                   const void *x2, int64_t rs2, void *out);
+
 int cpu_register_elementwise(opr_plugin *self); /* cpu_elementwise.c */
 int cpu_register_reduce(opr_plugin *self);      /* cpu_reduce.c */
 int cpu_register_linalg(opr_plugin *self);      /* cpu_linalg.c */

@@ -1,4 +1,5 @@
-/* Linear algebra kernels: mm, bmm, matmul, linear, addmm (OpenBLAS GEMM) and cdist.
+/* Linear algebra kernels: mm, bmm, matmul, linear, addmm (OpenBLAS GEMM) and cdist
+ * (direct here; through a GEMM for large inputs, cpu_cdist_gemm.c).
  *
  * Every product goes through one batched-GEMM driver. Operands are described by their
  * matrix strides, so a transposed view (t(x)) reaches BLAS as-is with the transpose
@@ -333,9 +334,10 @@ static int k_addmm(const opr_kernel_call *c)
 
 /* ------------------------------------------------------------------ cdist */
 
-/* Distances come from direct differences rather than the |x|^2 + |y|^2 - 2xy GEMM
- * identity: the identity cancels catastrophically for nearby points (a distance of
- * 1e-4 between points of norm 1 comes out as 0 or noise in f32). Sums run in double. */
+/* Small inputs: distances from direct differences, summed in double. Large ones
+ * (cpu_cdist_use_gemm) take the |x|^2 + |y|^2 - 2xy GEMM identity, which alone would
+ * cancel catastrophically for nearby points (a distance of 1e-4 between points of norm 1
+ * comes out as 0 or noise in f32): cpu_cdist_gemm.c recomputes those pairs the direct way. */
 typedef struct {
     int32_t nb;
     const int64_t *bshape;
@@ -460,11 +462,27 @@ static int k_cdist(const opr_kernel_call *c)
     j.rs2 = st2[nd - 2];
     j.x1 = d1;
     j.x2 = d2;
-    if (out->dtype == OPR_F32) cdist_f32(&j);
-    else cdist_f64(&j);
+    int rc = OPR_OK;
+    if (cpu_cdist_use_gemm(j.P, j.R, j.M, j.rs1, j.rs2)) {
+        const int64_t es = (int64_t)cpu_dtype_size(out->dtype);
+        for (int64_t b = 0; b < j.nbatch && rc == OPR_OK; b++) {
+            int64_t rem = b, o1 = 0, o2 = 0;
+            for (int32_t d = j.nb - 1; d >= 0; d--) {
+                o1 += rem % j.bshape[d] * bst1[d];
+                o2 += rem % j.bshape[d] * bst2[d];
+                rem /= j.bshape[d];
+            }
+            rc = cpu_cdist_gemm(out->dtype, j.P, j.R, j.M, d1 + o1 * es, j.rs1, d2 + o2 * es, j.rs2,
+                                (char *)out->data + b * j.P * j.R * es);
+        }
+    } else if (out->dtype == OPR_F32) {
+        cdist_f32(&j);
+    } else {
+        cdist_f64(&j);
+    }
     free(buf1);
     free(buf2);
-    return OPR_OK;
+    return rc == OPR_OK ? OPR_OK : CPU_FAIL(c, rc, "cdist: out of memory");
 }
 
 int cpu_register_linalg(opr_plugin *self)

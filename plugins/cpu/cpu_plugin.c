@@ -2,6 +2,7 @@
  * reference backend every machine has. */
 #include "cpu_common.h"
 #include "cpu_kernels.h"
+#include "cpu_vmath.h"
 
 #include <stdio.h>
 
@@ -29,6 +30,7 @@ OPR_PLUGIN_EXPORT int opr_plugin_init(const opr_host_api *host, opr_plugin *self
     self->version = "0.1.0";
     if (host->abi_major != OPR_ABI_MAJOR) return OPR_ERR_ABI;
     cpu_host = host;
+    cpu_vmath_init();
 
     /* Rough figures for a current x86 core pair with OpenBLAS; the cost model only
      * compares candidates, so the ratios matter more than the absolute values. */

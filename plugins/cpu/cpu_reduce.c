@@ -13,12 +13,14 @@
  *    depend on the number of threads.
  * sum/mean have a third, "column" path for the case where the reduced elements are far
  * apart but neighbouring outputs are adjacent in memory (sum over dim 0 of a row-major
- * matrix, i.e. every bias gradient): it accumulates RED_COLS outputs side by side.
+ * matrix, i.e. every bias gradient): it adds whole input rows into a row of up to
+ * RED_COLS accumulators, so the input is read in memory order.
  *
  * f32 is accumulated in double. Floating max/min propagate NaN and report the first
  * index of the extreme (the first NaN if any), like PyTorch. */
 #include "cpu_common.h"
 #include "cpu_kernels.h"
+#include "cpu_vmath.h"
 #include "../common/opc_reduce.h"
 
 #include <tgmath.h> /* exp(x) etc. pick the float or double version from x's type */
@@ -27,8 +29,10 @@
 #define RED_NPART 64
 /* ... and the shortest part worth a thread. */
 #define RED_PART_MIN 4096
-/* Outputs accumulated side by side by the column path. */
-#define RED_COLS 64
+/* Outputs accumulated side by side by the column path: at most a row of 4096 (32 KiB of
+ * double accumulators, in L1 or L2), at least 256 when the row is cut between threads. */
+#define RED_COLS 4096
+#define RED_COLS_MIN 256
 /* max_dim/min_dim write values and indices. */
 #define RED_MAX_OUT 2
 
@@ -233,10 +237,10 @@ typedef struct red_kind {
         FINISH;                                                                           \
     }
 
-/* Floating sums get their own fold: a contiguous slice is summed with four partial
- * sums, which breaks the chain of dependent adds (several times the throughput) and
- * slows the growth of rounding error. */
-#define RED_SUM_FOLD(name, T)                                                             \
+/* Floating sums and sums of squares get their own folds: a contiguous slice goes to the
+ * vector loops of cpu_vmath.h (16 partial sums, which break the chain of dependent adds
+ * and slow the growth of rounding error). */
+#define RED_SUM_FOLD(name, T, VSUM, TERM)                                                 \
     static void name(const void *xv, const red_space *rs, int64_t start, int64_t end,     \
                      double p, red_acc *acc)                                              \
     {                                                                                     \
@@ -244,18 +248,9 @@ typedef struct red_kind {
         double s = 0;                                                                     \
         (void)p;                                                                          \
         if (rs->ndim == 1 && rs->st[0] == 1) {                                            \
-            double s0 = 0, s1 = 0, s2 = 0, s3 = 0;                                        \
-            int64_t i = start;                                                            \
-            for (; i + 4 <= end; i += 4) {                                                \
-                s0 += x[i];                                                               \
-                s1 += x[i + 1];                                                           \
-                s2 += x[i + 2];                                                           \
-                s3 += x[i + 3];                                                           \
-            }                                                                             \
-            for (; i < end; i++) s0 += x[i];                                              \
-            s = (s0 + s1) + (s2 + s3);                                                    \
+            s = VSUM(end - start, x + start);                                             \
         } else {                                                                          \
-            RED_FOREACH(T, x, rs, start, end, s += v;);                                   \
+            RED_FOREACH(T, x, rs, start, end, s += TERM;);                                \
         }                                                                                 \
         acc->d += s;                                                                      \
     }
@@ -289,8 +284,8 @@ typedef struct red_kind {
 
 /* i64 sums and products wrap around like PyTorch's instead of overflowing (undefined
  * in C): compute in uint64_t. */
-RED_SUM_FOLD(fold_sum_f32, float)
-RED_SUM_FOLD(fold_sum_f64, double)
+RED_SUM_FOLD(fold_sum_f32, float, cpu_vm.sum_f32, v)
+RED_SUM_FOLD(fold_sum_f64, double, cpu_vm.sum_f64, v)
 RED_FOLD(fold_sum_i64, int64_t, uint64_t s = (uint64_t)acc->i, s += (uint64_t)v;,
          acc->i = (int64_t)s)
 RED_FOLD(fold_prod_f32, float, double q = acc->d, q *= v;, acc->d = q)
@@ -305,7 +300,7 @@ RED_ARG_FOLD(fold_min_f64, double, d, double, RED_LT)
 RED_ARG_FOLD(fold_min_i64, int64_t, i, int64_t, RED_LT_I)
 /* Norms, accumulated in double: sum x^2, sum |x|, sum |x|^p, max |x|. */
 #define RED_NORM_FOLDS(SUF, T)                                                            \
-    RED_FOLD(fold_norm2_##SUF, T, double s = acc->d, s += (double)v * v;, acc->d = s)     \
+    RED_SUM_FOLD(fold_norm2_##SUF, T, cpu_vm.sumsq_##SUF, (double)v * v)                  \
     RED_FOLD(fold_norm1_##SUF, T, double s = acc->d, s += fabs((double)v);, acc->d = s)   \
     RED_FOLD(fold_normp_##SUF, T, double s = acc->d, s += pow(fabs((double)v), p);,       \
              acc->d = s)                                                                  \
@@ -478,34 +473,24 @@ static bool red_use_cols(const red_plan *pl)
            pl->rs.st[pl->rs.ndim - 1] != 1;
 }
 
-/* One task: up to RED_COLS adjacent outputs of the innermost kept dim, whose slices are
- * folded together by reading RED_COLS contiguous input elements per reduced index.
- * mean divides by the slice length. */
-typedef void (*red_cols_fn)(const red_job *jb, int64_t task, bool mean);
+/* One task: `width` adjacent outputs of the innermost kept dim (from column c0 of row
+ * group g), whose slices are folded together by adding whole input rows of `width`
+ * contiguous elements into a row of accumulators: the input streams through in memory
+ * order. mean divides by the slice length. */
+typedef void (*red_cols_fn)(const red_job *jb, int64_t g, int64_t c0, int64_t width, bool mean);
 
-#define RED_COLSUM(name, T, ACC, FINISH)                                                  \
-    static void name(const red_job *jb, int64_t task, bool mean)                          \
+#define RED_COLSUM(name, T, ACC, ADDROW, FINISH)                                          \
+    static void name(const red_job *jb, int64_t g, int64_t c0, int64_t width, bool mean)  \
     {                                                                                     \
         const red_plan *pl = jb->pl;                                                      \
         const int32_t kin = pl->kndim - 1;                                                \
-        const int64_t cols = pl->kshape[kin];                                             \
-        const int64_t nchunk = (cols + RED_COLS - 1) / RED_COLS;                          \
-        const int64_t c0 = task % nchunk * RED_COLS;                                      \
-        const int64_t width = cols - c0 < RED_COLS ? cols - c0 : RED_COLS;                \
         cpu_walk w; /* over the kept dims outside the innermost */                        \
         red_walk_kept(pl, kin, &w);                                                       \
-        cpu_walk_seek(&w, task / nchunk);                                                 \
+        cpu_walk_seek(&w, g);                                                             \
         const T *x = (const T *)jb->x + w.off[0] + c0;                                    \
         ACC acc[RED_COLS];                                                                \
         for (int64_t c = 0; c < width; c++) acc[c] = 0;                                   \
-        /* A constant trip count for full chunks lets -O2 (GCC's cheap cost model)      \
-         * vectorize the inner loop too. */                                             \
-        if (width == RED_COLS)                                                            \
-            RED_FOREACH_PTR(T, x, &pl->rs, 0, pl->rs.n,                                   \
-                            for (int c = 0; c < RED_COLS; c++) acc[c] += (ACC)px_[c];);   \
-        else                                                                              \
-            RED_FOREACH_PTR(T, x, &pl->rs, 0, pl->rs.n,                                   \
-                            for (int64_t c = 0; c < width; c++) acc[c] += (ACC)px_[c];);  \
+        RED_FOREACH_PTR(T, x, &pl->rs, 0, pl->rs.n, ADDROW;);                             \
         T *o = (T *)jb->out[0] + w.off[1];                                                \
         const int64_t os = pl->kst[1][kin];                                               \
         const double n = (double)pl->rs.n;                                                \
@@ -513,25 +498,37 @@ typedef void (*red_cols_fn)(const red_job *jb, int64_t task, bool mean);
         for (int64_t c = 0; c < width; c++) o[(c0 + c) * os] = (T)(FINISH);               \
     }
 
-RED_COLSUM(cols_f32, float, double, mean ? acc[c] / n : acc[c])
-RED_COLSUM(cols_f64, double, double, mean ? acc[c] / n : acc[c])
-RED_COLSUM(cols_i64, int64_t, uint64_t, acc[c]) /* wraps, like the i64 fold */
+RED_COLSUM(cols_f32, float, double, cpu_vm.addrow_f32(width, px_, acc), mean ? acc[c] / n : acc[c])
+RED_COLSUM(cols_f64, double, double, cpu_vm.addrow_f64(width, px_, acc), mean ? acc[c] / n : acc[c])
+/* wraps, like the i64 fold */
+RED_COLSUM(cols_i64, int64_t, uint64_t, for (int64_t c = 0; c < width; c++) acc[c] += (uint64_t)px_[c],
+           acc[c])
 
 static const red_cols_fn cols_fns[OPR_DTYPE_COUNT] = {
     [OPR_F32] = cols_f32, [OPR_F64] = cols_f64, [OPR_I64] = cols_i64,
 };
 
+/* Cuts each row of outputs into as many column blocks as there are threads (each as
+ * wide as RED_COLS at most and RED_COLS_MIN at least, so a block still streams long
+ * rows). Every output is summed in the same order whatever the cut. */
 static void red_run_cols(const red_job *jb, red_cols_fn fn, bool mean)
 {
     const red_plan *pl = jb->pl;
-    const int64_t cols = pl->kshape[pl->kndim - 1];
-    const int64_t ntask = pl->n_out / cols * ((cols + RED_COLS - 1) / RED_COLS);
-    if (pl->n_out * pl->rs.n < CPU_PAR_THRESHOLD) {
-        for (int64_t t = 0; t < ntask; t++) fn(jb, t, mean);
-        return;
+    const int64_t cols = pl->kshape[pl->kndim - 1], groups = pl->n_out / cols;
+    const bool par = pl->n_out * pl->rs.n >= CPU_PAR_THRESHOLD;
+#ifdef _OPENMP
+    const int64_t nthr = par ? omp_get_max_threads() : 1;
+#else
+    const int64_t nthr = 1;
+#endif
+    int64_t width = (cols + nthr - 1) / nthr;
+    width = width < RED_COLS_MIN ? RED_COLS_MIN : width > RED_COLS ? RED_COLS : width;
+    const int64_t nblk = (cols + width - 1) / width, ntask = groups * nblk;
+#pragma omp parallel for if (par) schedule(static)
+    for (int64_t t = 0; t < ntask; t++) {
+        const int64_t c0 = t % nblk * width;
+        fn(jb, t / nblk, c0, cols - c0 < width ? cols - c0 : width, mean);
     }
-#pragma omp parallel for schedule(static)
-    for (int64_t t = 0; t < ntask; t++) fn(jb, t, mean);
 }
 
 /* ------------------------------------------------------------------ kernels */
@@ -661,42 +658,79 @@ static int k_norm(const opr_kernel_call *c)
  * PyTorch; so does an all -inf slice. */
 typedef void (*red_softmax_fn)(const void *x, void *o, int64_t len, int64_t sx, int64_t so);
 
-/* The three passes, written once over strides SX/SO so that the contiguous case can be
- * stamped out with constant strides (vectorizable) next to the general one. */
-#define RED_SOFTMAX_BODY(T, LOG, SX, SO)                                                  \
-    do {                                                                                  \
+/* The slice's maximum, or NaN if it holds one. The simd reduction lets the compiler
+ * keep several running maxima (the order does not matter for a maximum). */
+#define RED_SLICE_MAX(name, T)                                                            \
+    static T name(const T *x, int64_t len, int64_t sx)                                    \
+    {                                                                                     \
         T m = -INFINITY;                                                                  \
-        for (int64_t i = 0; i < len; i++)                                                 \
-            if (RED_GT(x[i * (SX)], m)) m = x[i * (SX)];                                  \
-        double s = 0;                                                                     \
-        if (LOG) {                                                                        \
-            for (int64_t i = 0; i < len; i++) s += exp(x[i * (SX)] - m);                  \
-            const T lse = (T)log(s);                                                      \
-            for (int64_t i = 0; i < len; i++) o[i * (SO)] = x[i * (SX)] - m - lse;        \
+        int nan = 0;                                                                      \
+        if (sx == 1) {                                                                    \
+            _Pragma("omp simd reduction(max : m) reduction(| : nan)")                     \
+            for (int64_t i = 0; i < len; i++) {                                           \
+                m = x[i] > m ? x[i] : m;                                                  \
+                nan |= x[i] != x[i];                                                      \
+            }                                                                             \
         } else {                                                                          \
             for (int64_t i = 0; i < len; i++) {                                           \
-                const T e = exp(x[i * (SX)] - m);                                         \
-                o[i * (SO)] = e;                                                          \
-                s += e;                                                                   \
+                m = x[i * sx] > m ? x[i * sx] : m;                                        \
+                nan |= x[i * sx] != x[i * sx];                                            \
             }                                                                             \
-            const T inv = (T)(1 / s);                                                     \
-            for (int64_t i = 0; i < len; i++) o[i * (SO)] *= inv;                         \
         }                                                                                 \
-    } while (0)
+        return nan ? (T)NAN : m;                                                          \
+    }
+RED_SLICE_MAX(red_max_f32, float)
+RED_SLICE_MAX(red_max_f64, double)
 
-#define RED_SOFTMAX(name, T, LOG)                                                         \
+/* exp(x - m) through the vector exp of cpu_vmath.h, in chunks of a fixed size so that
+ * the contiguous and the strided case do the same arithmetic (the sum of each chunk is
+ * added in order). Stores the values at o (stride so) unless o is NULL; returns their
+ * sum, in double. */
+#define RED_SOFTMAX_CHUNK 256
+#define RED_EXP_SUM(name, T, VEXP, VSUM)                                                  \
+    static double name(const T *x, int64_t sx, T m, int64_t len, T *o, int64_t so)        \
+    {                                                                                     \
+        T buf[RED_SOFTMAX_CHUNK];                                                         \
+        double s = 0;                                                                     \
+        for (int64_t i0 = 0; i0 < len; i0 += RED_SOFTMAX_CHUNK) {                         \
+            const int64_t n = len - i0 < RED_SOFTMAX_CHUNK ? len - i0 : RED_SOFTMAX_CHUNK; \
+            /* contiguous output: work in place there, no copy back */                    \
+            T *e = o && so == 1 ? o + i0 : buf;                                           \
+            if (sx == 1)                                                                  \
+                for (int64_t k = 0; k < n; k++) e[k] = x[i0 + k] - m;                     \
+            else                                                                          \
+                for (int64_t k = 0; k < n; k++) e[k] = x[(i0 + k) * sx] - m;              \
+            VEXP(n, e, e);                                                                \
+            s += VSUM(n, e);                                                              \
+            if (o && e == buf)                                                            \
+                for (int64_t k = 0; k < n; k++) o[(i0 + k) * so] = buf[k];                \
+        }                                                                                 \
+        return s;                                                                         \
+    }
+RED_EXP_SUM(red_exp_sum_f32, float, cpu_vm.exp_f32, cpu_vm.sum_f32)
+RED_EXP_SUM(red_exp_sum_f64, double, cpu_vm.exp_f64, cpu_vm.sum_f64)
+
+/* Max, exp and sum, then one scaling pass (softmax: times the reciprocal of the sum,
+ * like PyTorch; log_softmax: minus m + log(sum)). */
+#define RED_SOFTMAX(name, T, SUF, LOG)                                                    \
     static void name(const void *xv, void *ov, int64_t len, int64_t sx, int64_t so)       \
     {                                                                                     \
         const T *x = (const T *)xv;                                                       \
         T *o = (T *)ov;                                                                   \
-        if (sx == 1 && so == 1) RED_SOFTMAX_BODY(T, LOG, 1, 1);                           \
-        else RED_SOFTMAX_BODY(T, LOG, sx, so);                                            \
+        const T m = red_max_##SUF(x, len, sx);                                            \
+        if (LOG) {                                                                        \
+            const T lse = (T)log(red_exp_sum_##SUF(x, sx, m, len, NULL, 0));              \
+            for (int64_t i = 0; i < len; i++) o[i * so] = x[i * sx] - m - lse;            \
+        } else {                                                                          \
+            const T inv = (T)(1 / red_exp_sum_##SUF(x, sx, m, len, o, so));               \
+            for (int64_t i = 0; i < len; i++) o[i * so] *= inv;                           \
+        }                                                                                 \
     }
 
-RED_SOFTMAX(softmax_f32, float, 0)
-RED_SOFTMAX(softmax_f64, double, 0)
-RED_SOFTMAX(log_softmax_f32, float, 1)
-RED_SOFTMAX(log_softmax_f64, double, 1)
+RED_SOFTMAX(softmax_f32, float, f32, 0)
+RED_SOFTMAX(softmax_f64, double, f64, 0)
+RED_SOFTMAX(log_softmax_f32, float, f32, 1)
+RED_SOFTMAX(log_softmax_f64, double, f64, 1)
 
 static const red_softmax_fn softmax_fns[OPR_DTYPE_COUNT] = {
     [OPR_F32] = softmax_f32, [OPR_F64] = softmax_f64,

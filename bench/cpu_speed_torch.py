@@ -1,0 +1,77 @@
+"""PyTorch side of opreg_bench_cpu_speed: the same operations on the same shapes, f32,
+timed the same way (median over REPS repetitions of a loop calibrated to >= 20 ms).
+Usage: cpu_speed_torch.py THREADS REPS. Prints one line per case: NAME NS."""
+import sys
+import time
+
+import torch
+
+threads = int(sys.argv[1]) if len(sys.argv) > 1 else 1
+reps = int(sys.argv[2]) if len(sys.argv) > 2 else 7
+torch.set_num_threads(threads)
+gen = torch.Generator().manual_seed(7)
+
+
+def rand(*shape, lo=-1.0, hi=1.0):
+    return torch.rand(*shape, generator=gen) * (hi - lo) + lo
+
+
+def norm_backward(x):
+    y = torch.norm(x)
+    return lambda: torch.autograd.grad(y, x, retain_graph=True)
+
+
+def chain(n):
+    w = rand(8).requires_grad_(True)
+    c = rand(8)
+
+    def run():
+        x = w
+        for _ in range(n):
+            x = torch.add(x, c)
+        torch.autograd.grad(x.sum(), w)
+    return run
+
+
+def time_ns(fn):
+    n = 1
+    while True:  # calibrate; the first loops warm up
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        t = time.perf_counter() - t0
+        if t >= 0.02:
+            break
+        n *= 2
+    v = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        v.append((time.perf_counter() - t0) / n)
+    v.sort()
+    return v[len(v) // 2] * 1e9
+
+
+M1, M16, SQ = 1 << 20, 1 << 24, 4096
+CASES = [
+    ("cdist_fwd", lambda: (lambda a, b: lambda: torch.cdist(a, b))(rand(2048, 64), rand(2048, 64))),
+    ("norm_bwd_1M", lambda: norm_backward(rand(M1).requires_grad_(True))),
+    ("exp_1M", lambda: (lambda a: lambda: torch.exp(a))(rand(M1))),
+    ("sigmoid_1M", lambda: (lambda a: lambda: torch.sigmoid(a))(rand(M1, lo=-8, hi=8))),
+    ("softmax_4096sq", lambda: (lambda a: lambda: torch.softmax(a, 1))(rand(SQ, SQ, lo=-4, hi=4))),
+    ("log_softmax_4096sq", lambda: (lambda a: lambda: torch.log_softmax(a, 1))(rand(SQ, SQ, lo=-4, hi=4))),
+    ("sum_dim0_4096sq", lambda: (lambda a: lambda: torch.sum(a, 0))(rand(SQ, SQ))),
+    ("sum_dim1_4096sq", lambda: (lambda a: lambda: torch.sum(a, 1))(rand(SQ, SQ))),
+    ("sum_all_4096sq", lambda: (lambda a: lambda: torch.sum(a))(rand(SQ, SQ))),
+    ("norm_fwd_16M", lambda: (lambda a: lambda: torch.norm(a))(rand(M16))),
+    ("relu_1M", lambda: (lambda a: lambda: torch.relu(a))(rand(M1))),
+    ("chain_100", lambda: chain(100), 100),
+    ("chain_10k", lambda: chain(10000), 10000),
+]
+
+only = set(sys.argv[3].split(",")) if len(sys.argv) > 3 else None
+for name, make, *per in CASES:
+    if only and name not in only:
+        continue
+    print(name, time_ns(make()) / (per[0] if per else 1), flush=True)

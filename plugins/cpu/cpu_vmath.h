@@ -1,0 +1,57 @@
+/* Vector loops of the CPU kernels, chosen once for the CPU the plugin runs on.
+ *
+ * The transcendental functions come from SLEEF (the vector libm PyTorch uses), not from
+ * polynomials of our own. The plugin is built for baseline x86-64 (SSE2) so that one
+ * binary runs everywhere; cpu_vmath_avx2.c alone is compiled with -mavx2 -mfma, and its
+ * loops are installed only when the CPU reports AVX2 and FMA (cpu_vmath_init).
+ *
+ * Accuracy, f32 and f64 alike: exp, log, tanh and pow are SLEEF's *_u10 functions, at
+ * most 1.0 ULP from the correctly rounded result; sqrt is the hardware instruction
+ * (correctly rounded, 0.5 ULP); sigmoid is 1 / (1 + exp(-x)) on top of that exp, at most
+ * 3 ULP where the result is normal (0 instead of a subnormal once exp(-x) overflows,
+ * like the scalar formula). The SSE2 and AVX2 versions agree to those bounds, not bit for bit (AVX2 uses
+ * FMA).
+ *
+ * The sums use a fixed number of partial sums in a fixed order, written as plain loops
+ * that both ISAs vectorise: the result does not depend on the CPU or the thread count. */
+#ifndef OPREG_CPU_VMATH_H
+#define OPREG_CPU_VMATH_H
+
+#include <stdint.h>
+
+/* y[i] = f(x[i]) for i < n; x and y may be the same array. */
+typedef void (*cpu_vfn_f32)(int64_t n, const float *x, float *y);
+typedef void (*cpu_vfn_f64)(int64_t n, const double *x, double *y);
+/* y[i] = pow(x[i], e) */
+typedef void (*cpu_vpow_f32)(int64_t n, const float *x, float e, float *y);
+typedef void (*cpu_vpow_f64)(int64_t n, const double *x, double e, double *y);
+/* Sum of x[i] (or of x[i]^2), accumulated in double. */
+typedef double (*cpu_vsum_f32)(int64_t n, const float *x);
+typedef double (*cpu_vsum_f64)(int64_t n, const double *x);
+/* acc[i] += x[i]: one row of a sum over the leading dim. */
+typedef void (*cpu_vaddrow_f32)(int64_t n, const float *x, double *acc);
+typedef void (*cpu_vaddrow_f64)(int64_t n, const double *x, double *acc);
+
+typedef struct cpu_vmath {
+    const char *isa; /* "avx2" or "sse2" */
+    cpu_vfn_f32 exp_f32, log_f32, tanh_f32, sigmoid_f32, sqrt_f32, relu_f32;
+    cpu_vfn_f64 exp_f64, log_f64, tanh_f64, sigmoid_f64, sqrt_f64, relu_f64;
+    cpu_vpow_f32 pow_f32;
+    cpu_vpow_f64 pow_f64;
+    cpu_vsum_f32 sum_f32, sumsq_f32;
+    cpu_vsum_f64 sum_f64, sumsq_f64;
+    cpu_vaddrow_f32 addrow_f32;
+    cpu_vaddrow_f64 addrow_f64;
+} cpu_vmath;
+
+/* The loops for this CPU. Valid after cpu_vmath_init; never changes afterwards. */
+extern cpu_vmath cpu_vm;
+
+/* Picks the loops (once, from opr_plugin_init, before any kernel can run). */
+void cpu_vmath_init(void);
+
+/* The two sets cpu_vmath_init chooses from (cpu_vmath_sse2.c, cpu_vmath_avx2.c). */
+extern const cpu_vmath cpu_vmath_sse2;
+extern const cpu_vmath cpu_vmath_avx2;
+
+#endif /* OPREG_CPU_VMATH_H */
