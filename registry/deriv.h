@@ -110,8 +110,10 @@ void plan_cache_clear(deriv_info *d);
 #define PLAN_FAST 1u
 #define PLAN_FORMULAS_ONLY 2u
 
-/* The plan for a call; cached. metas: the op's slots (args and outputs) as metadata.
- * Returns NULL with a message on failure. */
+/* The plan for a call; cached. slots: an array of DERIV_MAX_SLOTS whose first
+ * op_nslots(op) hold the op's arguments and outputs as metadata; the planner writes the
+ * ones after them (the lets of the candidates it costs). Returns NULL with a message on
+ * failure. */
 const deriv_plan *plan_get(const opr_op *op, uint32_t mask, opr_device dev, const mval *slots, unsigned flags);
 
 /* Writes a human-readable account of every candidate set for the given shapes. */
