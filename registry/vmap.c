@@ -9,6 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Most chunks one call runs (see opr_vmap_opts.chunk_size). */
+#define VMAP_MAX_CHUNKS 16384
+
 /* ------------------------------------------------------------------ shared steps */
 
 int vtemps_keep(vtemps *tmp, opr_tensor *t)
@@ -99,14 +102,26 @@ int vm_concat(opr_ctx *ctx, opr_tensor *const *items, int64_t n, int dim, opr_te
             opr_tensor_release(slot);
         }
         if (!acc) rc = opr_error_status();
-    } else { /* recorded: zeros, then each part written in (narrow_scatter is differentiable in both) */
+    } else if (n == 1) {
+        acc = opr_tensor_retain(items[0]);
+    } else { /* recorded: the two halves, then zeros with each half written in
+              * (narrow_scatter is differentiable in both); by halves, the copies of a
+              * long list cost O(n log n) elements, not O(n^2) */
+        opr_tensor *half[2] = {NULL, NULL};
+        const int64_t mid = n / 2;
+        rc = vm_concat(ctx, items, mid, dim, &half[0]);
+        if (!rc) rc = vm_concat(ctx, items + mid, n - mid, dim, &half[1]);
         opr_value z[2] = {opr_v_tensor((opr_tensor *)first), opr_v_ints(shape, first->m.ndim)};
-        rc = vm_call(ctx, &tmp, ENGINE_OP_NEW_ZEROS, z, 2, &acc);
-        for (int64_t i = 0, at = 0; !rc && i < n; at += items[i]->m.shape[dim], i++) {
+        if (!rc) rc = vm_call(ctx, &tmp, ENGINE_OP_NEW_ZEROS, z, 2, &acc);
+        for (int h = 0; h < 2 && !rc; h++) {
             opr_tensor *next;
-            opr_value s[4] = {opr_v_tensor(acc), opr_v_tensor(items[i]), opr_v_int(dim), opr_v_int(at)};
+            opr_value s[4] = {opr_v_tensor(acc), opr_v_tensor(half[h]), opr_v_int(dim),
+                              opr_v_int(h ? half[0]->m.shape[dim] : 0)};
             if (!(rc = vm_call(ctx, &tmp, ENGINE_OP_NARROW_SCATTER, s, 4, &next))) acc = next;
         }
+        opr_tensor_release(half[0]);
+        opr_tensor_release(half[1]);
+        if (rc) acc = NULL;
         opr_tensor_retain(acc);
     }
     vtemps_release(&tmp);
@@ -250,8 +265,12 @@ opr_status opr_vmap(opr_ctx *ctx, opr_vmap_fn fn, void *user, opr_tensor *const 
     const int64_t chunk = o.chunk_size && o.chunk_size < v.n ? o.chunk_size : v.n;
     if (chunk == v.n) return run_chunk(&v, 0, v.n, out);
 
-    /* chunks: each output's parts, then stacked along its batch dim */
+    /* chunks: each output's parts, then stacked along its batch dim; every part (and its
+     * graph) lives until then, so a chunk size that makes very many is refused */
     const int64_t nchunks = (v.n + chunk - 1) / chunk;
+    if (nchunks > VMAP_MAX_CHUNKS)
+        return opr_fail(OPR_ERR_UNSUPPORTED, "opr_vmap: chunk_size %lld makes %lld chunks of a batch of %lld; at most %d "
+                        "are run", (long long)chunk, (long long)nchunks, (long long)v.n, VMAP_MAX_CHUNKS);
     opr_tensor **parts = calloc((size_t)(nchunks * nout), sizeof *parts);
     if (!parts) return opr_fail(OPR_ERR_NOMEM, "opr_vmap: out of memory");
     for (int64_t c = 0; c < nchunks && !rc; c++) {

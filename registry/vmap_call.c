@@ -291,15 +291,24 @@ static int rule_view(vcall *v, int *op_which)
 
 /* ------------------------------------------------------------------ running */
 
+/* The loop's limit: past it a batch costs too much time and memory (every sample's
+ * results, and their graphs, live until they are stacked), so it is refused, not run. */
+#define VMAP_LOOP_MAX_SAMPLES 16384
+
 /* The loop: one call per sample on slices of the batched arguments, results stacked. */
 static int run_loop(vcall *v, opr_tensor **res, int nres)
 {
     const opr_op *op = v->op;
+    if (v->n > VMAP_LOOP_MAX_SAMPLES)
+        return opr_fail(OPR_ERR_UNSUPPORTED, "%s has no batching rule, and looping over %lld samples is refused above "
+                        "%d: give it a `batch:` rule, or bound the batch with opr_vmap_opts.chunk_size", op->name,
+                        (long long)v->n, VMAP_LOOP_MAX_SAMPLES);
     opr_tensor **per = calloc((size_t)(v->n * nres), sizeof *per);
     if (!per) return opr_fail(OPR_ERR_NOMEM, "%s: out of memory under opr_vmap", op->name);
     int rc = OPR_OK;
     opr_tensor *lists[OPR_SAMPLE_MAX_TENSORS];
     for (int64_t s = 0; s < v->n && !rc; s++) {
+        vtemps slices = {0}; /* this sample's: released before the next, so memory stays O(results) */
         opr_value a[OPR_MAX_ARGS];
         memcpy(a, v->vals, sizeof a);
         for (int i = 0; i < op->nargs && !rc; i++) {
@@ -315,9 +324,9 @@ static int run_loop(vcall *v, opr_tensor **res, int nres)
                     if (!t || !t->bt_phys || t->bt_level != v->level) continue;
                     opr_value na[4] = {opr_v_tensor(t->bt_phys), opr_v_int(0), opr_v_int(s), opr_v_int(1)};
                     opr_tensor *row, *one;
-                    if (!(rc = vm_call(v->ctx, &v->tmp, ENGINE_OP_NARROW, na, 4, &row))) {
+                    if (!(rc = vm_call(v->ctx, &slices, ENGINE_OP_NARROW, na, 4, &row))) {
                         opr_value ra[2] = {opr_v_tensor(row), opr_v_ints(t->m.shape, t->m.ndim)};
-                        if (!(rc = vm_call(v->ctx, &v->tmp, ENGINE_OP_RESHAPE, ra, 2, &one))) items[k] = one;
+                        if (!(rc = vm_call(v->ctx, &slices, ENGINE_OP_RESHAPE, ra, 2, &one))) items[k] = one;
                     }
                 }
                 a[i] = opr_v_tensors(items, lv->u.tl.n);
@@ -326,12 +335,13 @@ static int run_loop(vcall *v, opr_tensor **res, int nres)
             if (!is_tensor(v, i) || !v->batched[i]) continue;
             opr_tensor *p = v->vals[i].u.t, *row, *one;
             opr_value na[4] = {opr_v_tensor(p), opr_v_int(0), opr_v_int(s), opr_v_int(1)};
-            if ((rc = vm_call(v->ctx, &v->tmp, ENGINE_OP_NARROW, na, 4, &row))) break;
+            if ((rc = vm_call(v->ctx, &slices, ENGINE_OP_NARROW, na, 4, &row))) break;
             opr_value ra[2] = {opr_v_tensor(row), opr_v_ints(p->m.shape + 1, p->m.ndim - 1)};
-            if ((rc = vm_call(v->ctx, &v->tmp, ENGINE_OP_RESHAPE, ra, 2, &one))) break;
+            if ((rc = vm_call(v->ctx, &slices, ENGINE_OP_RESHAPE, ra, 2, &one))) break;
             a[i] = opr_v_tensor(one);
         }
         if (!rc) rc = opr_call(op, a, op->nargs, per + s * nres, nres);
+        vtemps_release(&slices);
     }
     for (int k = 0; k < nres && !rc; k++) {
         opr_tensor **col = malloc((size_t)v->n * sizeof *col);

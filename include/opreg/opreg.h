@@ -395,7 +395,8 @@ typedef opr_status (*opr_vmap_fn)(void *user, opr_tensor *const *in, int nin, op
 typedef struct opr_vmap_opts {
     size_t struct_size;
     int64_t chunk_size; /* run the callback on chunks of at most this many samples (bounds
-                           memory); 0: the whole batch at once */
+                           memory); 0: the whole batch at once. At most 16384 chunks (a
+                           smaller chunk is OPR_ERR_UNSUPPORTED) */
 } opr_vmap_opts; /* all fields since 0.1 */
 #define OPR_VMAP_OPTS_STRUCT_SIZE_0_1 OPR_STRUCT_SIZE(opr_vmap_opts, chunk_size)
 

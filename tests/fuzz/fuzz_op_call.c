@@ -2,9 +2,11 @@
  * decoded from the input: which op, how many arguments, of which kinds (mostly the
  * schema's, sometimes any other), tensors of any dtype, rank and size (huge, zero and
  * negative sizes included; strided and offset views; bool bytes other than 0 and 1),
- * ints and floats including the extremes, int lists, strings. Then the gradient plan
- * (opr_plan_explain, opr_plan_saved_bytes) and, when the result requires grad,
- * backward. The context is made once: calls do not change the registry. */
+ * ints and floats including the extremes, int lists, strings; jagged tensors with
+ * offsets from the input). Then the gradient plan (opr_plan_explain,
+ * opr_plan_saved_bytes) and, when the result requires grad, backward; sometimes the
+ * call first runs under opr_vmap, its tensors batched along dims from the input. The
+ * context is made once: calls do not change the registry. */
 #include "fuzz_common.h"
 
 #include <math.h>
@@ -149,6 +151,18 @@ static opr_tensor *any_tensor(call_state *st, input *in)
     case 3: if (ndim >= 2) v = opr_tensor_diagonal(t, 0, 0, 1); break;
     }
     if (v) t = keep(st, v);
+    if ((flags & 8) && ndim >= 1) { /* jagged over dim 0, with offsets from the input (often invalid) */
+        int64_t offs[5];
+        const int nb = byte(in) % 4;
+        offs[0] = byte(in) < 0xf0 ? 0 : any_int(in);
+        for (int b = 1; b <= nb; b++) /* wrapping: past INT64_MAX is just another bad offset */
+            offs[b] = byte(in) < 0xf0 ? (int64_t)((uint64_t)offs[b - 1] + byte(in) % 3) : any_int(in);
+        if (byte(in) < 0xc0) offs[nb] = shape[0];
+        int64_t n = nb + 1;
+        opr_tensor *o = keep(st, opr_tensor_from_data(st->ctx, OPR_I64, 1, &n, offs, OPR_CPU));
+        opr_tensor *j = o ? opr_jagged_from_values(t, o) : NULL;
+        if (j) t = keep(st, j);
+    }
     if ((flags & 4) && opr_dtype_is_floating(dt) && opr_set_requires_grad(t, true) == OPR_OK && st->nleaves < 64)
         st->leaves[st->nleaves++] = t;
     return t;
@@ -186,6 +200,45 @@ static opr_value any_value(call_state *st, input *in, int kind, int slot)
 }
 
 static opr_ctx *ctx;
+
+/* The call under opr_vmap: the tensor arguments become the vmap's inputs, batched or
+ * not as the input says, and the callback makes the same call on what it gets. */
+typedef struct mapped_call {
+    const opr_op *op;
+    opr_value *args;
+    int nargs, nres;
+    int pos[16];          /* the argument of each vmap input */
+} mapped_call;
+
+static opr_status call_mapped(void *ud, opr_tensor *const *in, int nin, opr_tensor **out, int nout)
+{
+    mapped_call *m = ud;
+    opr_value a[16];
+    memcpy(a, m->args, (size_t)m->nargs * sizeof *a);
+    for (int i = 0; i < nin; i++) a[m->pos[i]] = opr_v_tensor(in[i]);
+    (void)nout;
+    return opr_call(m->op, a, m->nargs, out, m->nres);
+}
+
+static void run_mapped(input *in, const opr_op *op, opr_value *args, int nargs, int nres)
+{
+    mapped_call m = {op, args, nargs < 16 ? nargs : 16, nres, {0}};
+    opr_tensor *ins[16];
+    int dims[16], n = 0;
+    for (int a = 0; a < m.nargs; a++) {
+        if (args[a].kind != OPR_V_TENSOR || !args[a].u.t) continue;
+        m.pos[n] = a;
+        ins[n] = args[a].u.t;
+        uint8_t d = byte(in);
+        dims[n++] = d < 0x80 ? 0 : d < 0xc0 ? -1 : d < 0xf0 ? opr_tensor_ndim(args[a].u.t) - 1 : (int)(int8_t)d;
+    }
+    if (!n || nres < 1 || nres > 8) return;
+    opr_tensor *out[8] = {0};
+    opr_vmap_opts o = {.struct_size = sizeof o, .chunk_size = byte(in) % 3};
+    int out_dims[8] = {0};
+    if (opr_vmap(ctx, call_mapped, &m, ins, dims, n, out, out_dims, nres, &o) == OPR_OK)
+        for (int k = 0; k < nres; k++) opr_tensor_release(out[k]);
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -225,6 +278,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         uint64_t bytes;
         opr_plan_explain(op, args, nargs, names, n, buf, sizeof buf);
         opr_plan_saved_bytes(op, args, nargs, names, n, &bytes);
+    }
+    if (mode & 128) { /* the same call mapped over a batch, then plainly below */
+        run_mapped(&in, op, args, nargs, nres);
+        if (byte(&in) & 1) {
+            opr_grad_mode_set(prev_mode);
+            for (int i = 0; i < st->nowned; i++) opr_tensor_release(st->owned[i]);
+            free(st);
+            return 0;
+        }
     }
     opr_tensor *res[8] = {0};
     int rc = opr_call(op, args, nargs, res, nres);
