@@ -21,6 +21,12 @@ const char *__ubsan_default_options(void) { return "print_stacktrace=1:halt_on_e
 
 opr_ctx *fz_ctx_new(bool with_cpu)
 {
+    /* Kernels on one thread, as run.sh runs them, also when an input is replayed
+     * without its environment: reproducible, and LeakSanitizer's check at exit has
+     * crashed ("Tracer caught signal 11") with OpenMP's workers alive. Read by OpenMP
+     * and OpenBLAS when the CPU plugin loads them, below. */
+    setenv("OMP_NUM_THREADS", "1", 0);
+    setenv("OPENBLAS_NUM_THREADS", "1", 0);
     const char *plugin = OPREG_FUZZ_PLUGIN_DIR "/libopreg_cpu.so";
     opr_ctx_opts o = {.struct_size = sizeof o, .skip_plugin_discovery = true, .yaml_dir = OPREG_FUZZ_YAML_DIR,
                       .plugin_paths = with_cpu ? &plugin : NULL, .n_plugin_paths = with_cpu ? 1 : 0};
