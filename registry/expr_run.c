@@ -60,17 +60,9 @@ static int run_call(void *ud, const expr *call, const mval *args, int nargs, mva
     for (int p = 0; p < n; p++) {
         const op_arg *a = &op->args[p];
         if (pos[p] < 0) {
-            const opr_kernel_arg *d = &a->def;
             if (!a->has_default) return opr_fail(OPR_ERR_INVALID, "%s:%d:%d: %s() needs argument '%s'", op->file,
                                                  call->line, call->col, op->name, a->name);
-            switch (d->kind) {
-            case OPR_ARG_INT: vals[p] = opr_v_int(d->u.i); break;
-            case OPR_ARG_DOUBLE: vals[p] = opr_v_double(d->u.d); break;
-            case OPR_ARG_BOOL: vals[p] = opr_v_bool(d->u.b); break;
-            case OPR_ARG_INT_LIST: vals[p] = opr_v_ints(d->u.il.items, d->u.il.n); break;
-            case OPR_ARG_STRING: vals[p] = opr_v_string(d->u.s); break;
-            default: vals[p] = opr_v_none(); break;
-            }
+            vals[p] = op_arg_default(a);
             continue;
         }
         const mval *v = &args[pos[p]];

@@ -1,8 +1,9 @@
 /* opr_call with jagged arguments: the op's `jagged:` rule (yaml_jagged.c) turns the
  * call into calls on the values, through opr_call (so autograd records them as usual),
  * and wraps the results that keep the values' rows with the input's structure. */
-#include "expr_run.h"
 #include "deriv.h"
+#include "expr_run.h"
+#include "vmap.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -15,26 +16,9 @@ typedef struct jcall {
     const opr_ragged *r;           /* the structure every jagged argument shares */
     int first;                     /* index of the first jagged argument */
     int ndim;                      /* logical ndim of the jagged arguments */
-    opr_tensor *temps[OPR_MAX_ARGS + 2]; /* tensors made here (converted operands), owned */
-    int ntemps;
+    vtemps tmp;                    /* tensors made here (converted operands), owned */
     int64_t dims[OPR_MAX_DIMS];    /* a shifted int[] dim argument */
 } jcall;
-
-static int keep(jcall *j, opr_tensor *t)
-{
-    if (!t) return opr_error_status();
-    j->temps[j->ntemps++] = t;
-    return OPR_OK;
-}
-
-/* Calls a registry op the library itself uses, keeping the result. */
-static int call_kept(jcall *j, int which, const opr_value *args, int nargs, opr_tensor **out)
-{
-    const opr_op *op = registry_engine_op(j->op->ctx, which);
-    if (!op) return opr_error_status();
-    int rc = opr_call(op, args, nargs, out, 1);
-    return rc ? rc : keep(j, *out);
-}
 
 /* A dense operand of an elementwise op, made to broadcast against the values
  * [total, D...]: [D...] (fewer dims than the jagged tensor's non-ragged ones) as it
@@ -61,10 +45,10 @@ static int dense_operand(jcall *j, int i)
     for (int k = lead; k < d->m.ndim; k++) shape[n++] = d->m.shape[k];
     opr_value rargs[2] = {opr_v_tensor(d), opr_v_ints(shape, n)};
     opr_tensor *t;
-    int rc = call_kept(j, ENGINE_OP_RESHAPE, rargs, 2, &t);
+    int rc = vm_call(j->op->ctx, &j->tmp, ENGINE_OP_RESHAPE, rargs, 2, &t);
     if (rc || !per_sequence) { j->vals[i] = opr_v_tensor(t); return rc; }
     opr_value eargs[3] = {opr_v_tensor(t), opr_v_tensor(j->r->offsets), opr_v_int(j->r->total)};
-    if ((rc = call_kept(j, ENGINE_OP_SEGMENT_EXPAND, eargs, 3, &t))) return rc;
+    if ((rc = vm_call(j->op->ctx, &j->tmp, ENGINE_OP_SEGMENT_EXPAND, eargs, 3, &t))) return rc;
     j->vals[i] = opr_v_tensor(t);
     return OPR_OK;
 }
@@ -276,7 +260,7 @@ int jagged_call(const opr_op *op, const opr_value *args, int nargs, opr_tensor *
         }
     }
     if (!rc) rc = wrap_results(&j, results, nres, wrap);
-    for (int i = 0; i < j.ntemps; i++) opr_tensor_release(j.temps[i]);
+    vtemps_release(&j.tmp);
     if (rc)
         for (int i = 0; i < nres; i++) { opr_tensor_release(results[i]); results[i] = NULL; }
     return rc;

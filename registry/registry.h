@@ -114,6 +114,20 @@ struct opr_op {
     batch_rule batch;          /* `batch:`: how it runs on batched tensors (opr_vmap) */
 };
 
+/* The value an omitted argument takes (its default; None when it has none). */
+static inline opr_value op_arg_default(const op_arg *a)
+{
+    const opr_kernel_arg *d = &a->def;
+    switch (d->kind) {
+    case OPR_ARG_INT: return opr_v_int(d->u.i);
+    case OPR_ARG_DOUBLE: return opr_v_double(d->u.d);
+    case OPR_ARG_BOOL: return opr_v_bool(d->u.b);
+    case OPR_ARG_INT_LIST: return opr_v_ints(d->u.il.items, d->u.il.n);
+    case OPR_ARG_STRING: return opr_v_string(d->u.s);
+    default: return opr_v_none();
+    }
+}
+
 /* Slots of an op's expressions: args, then outputs by name, then `result`. */
 static inline int op_nslots(const opr_op *op) { return op->nargs + op->nout + 1; }
 

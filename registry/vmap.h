@@ -1,6 +1,7 @@
-/* Shared by opr_vmap (vmap.c) and the batching of op calls (vmap_call.c): the tensors
- * made along the way, and the few reshaping steps both need, each an op call through
- * opr_call so that autograd records it for gradients from outside the vmap. */
+/* Shared by opr_vmap (vmap.c), the batching of op calls (vmap_call.c) and the calls
+ * with jagged arguments (jagged_call.c): the tensors made along the way, and the few
+ * reshaping steps they need, each an op call through opr_call so that autograd
+ * records it. */
 #ifndef OPREG_VMAP_H
 #define OPREG_VMAP_H
 

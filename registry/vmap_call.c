@@ -441,17 +441,7 @@ static int wrap_result(vcall *v, opr_tensor **res, int k, const mval *want)
 /* The argument values with every default filled in, so rules can rewrite any of them. */
 static void fill_defaults(vcall *v)
 {
-    for (int i = v->nargs; i < v->op->nargs; i++) {
-        const opr_kernel_arg *d = &v->op->args[i].def;
-        switch (d->kind) {
-        case OPR_ARG_INT: v->vals[i] = opr_v_int(d->u.i); break;
-        case OPR_ARG_DOUBLE: v->vals[i] = opr_v_double(d->u.d); break;
-        case OPR_ARG_BOOL: v->vals[i] = opr_v_bool(d->u.b); break;
-        case OPR_ARG_INT_LIST: v->vals[i] = opr_v_ints(d->u.il.items, d->u.il.n); break;
-        case OPR_ARG_STRING: v->vals[i] = opr_v_string(d->u.s); break;
-        default: v->vals[i] = opr_v_none(); break;
-        }
-    }
+    for (int i = v->nargs; i < v->op->nargs; i++) v->vals[i] = op_arg_default(&v->op->args[i]);
 }
 
 int vmap_call(const opr_op *op, const opr_value *args, int nargs, opr_tensor **results, int nres)

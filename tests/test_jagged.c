@@ -50,14 +50,6 @@ static void expect_close(const double *a, const double *b, int64_t n, double tol
                       (long long)i, a[i], b[i]);
 }
 
-static opr_tensor *call1(opr_ctx *ctx, const char *op, const opr_value *args, int nargs)
-{
-    opr_tensor *out = NULL;
-    int rc = opr_call_by_name(ctx, op, args, nargs, &out, 1);
-    ck_assert_msg(rc == OPR_OK, "%s: %s", op, opr_last_error());
-    return out;
-}
-
 static const int64_t lens5[5] = {3, 0, 5, 1, 4}; /* one empty sequence */
 
 /* ------------------------------------------------------------------ layout */
@@ -85,7 +77,7 @@ START_TEST(test_layout_and_accessors)
     ck_assert(opr_tensor_shares_storage(v, j));
     ck_assert_ptr_eq(opr_tensor_data(v), opr_tensor_data(j));
     /* the structure is shared by results, O(1) */
-    opr_tensor *e = call1(ctx, "exp", (opr_value[]){opr_v_tensor(j)}, 1);
+    opr_tensor *e = tu_call1(ctx, "exp", (opr_value[]){opr_v_tensor(j)}, 1);
     ck_assert(opr_tensor_is_jagged(e));
     ck_assert_ptr_eq(opr_jagged_offsets_host(e), opr_jagged_offsets_host(j));
     ck_assert(opr_jagged_same_structure(e, j));
@@ -215,7 +207,7 @@ START_TEST(test_elementwise)
     double *av = values_of(a), *bv = values_of(b);
     const int64_t T = 13;
     /* jagged + jagged: the same lengths in a different structure object (O(B) check) */
-    opr_tensor *s = call1(ctx, "add", (opr_value[]){opr_v_tensor(a), opr_v_tensor(b)}, 2);
+    opr_tensor *s = tu_call1(ctx, "add", (opr_value[]){opr_v_tensor(a), opr_v_tensor(b)}, 2);
     ck_assert(opr_tensor_is_jagged(s) && opr_jagged_same_structure(s, a));
     double *sv = values_of(s), ref[13 * 3];
     for (int i = 0; i < T * 3; i++) ref[i] = av[i] + bv[i];
@@ -227,9 +219,9 @@ START_TEST(test_elementwise)
     opr_tensor *wb = tu_rand(ctx, OPR_F64, 3, (int64_t[]){5, 1, 3}, -1, 1);
     double *wd = tu_to_f64(w), *w11d = tu_to_f64(w11), *wbd = tu_to_f64(wb);
     const int64_t *o = opr_jagged_offsets_host(a);
-    opr_tensor *m1 = call1(ctx, "mul", (opr_value[]){opr_v_tensor(a), opr_v_tensor(w)}, 2);
-    opr_tensor *m2 = call1(ctx, "mul", (opr_value[]){opr_v_tensor(a), opr_v_tensor(w11)}, 2);
-    opr_tensor *m3 = call1(ctx, "sub", (opr_value[]){opr_v_tensor(a), opr_v_tensor(wb)}, 2);
+    opr_tensor *m1 = tu_call1(ctx, "mul", (opr_value[]){opr_v_tensor(a), opr_v_tensor(w)}, 2);
+    opr_tensor *m2 = tu_call1(ctx, "mul", (opr_value[]){opr_v_tensor(a), opr_v_tensor(w11)}, 2);
+    opr_tensor *m3 = tu_call1(ctx, "sub", (opr_value[]){opr_v_tensor(a), opr_v_tensor(wb)}, 2);
     double *m1v = values_of(m1), *m2v = values_of(m2), *m3v = values_of(m3);
     for (int bi = 0; bi < 5; bi++)
         for (int64_t r = o[bi]; r < o[bi + 1]; r++)
@@ -247,10 +239,10 @@ START_TEST(test_elementwise)
     tu_expect_fail(ctx, "add", (opr_value[]){opr_v_tensor(a), opr_v_tensor(c)}, 2, 1, OPR_ERR_INVALID,
                    "'self' and 'other' are jagged with different structures: sequence 2 has length 5 in 'self' and 4 in 'other'");
     /* unary, comparisons (bool results stay jagged) */
-    opr_tensor *e = call1(ctx, "tanh", (opr_value[]){opr_v_tensor(a)}, 1);
+    opr_tensor *e = tu_call1(ctx, "tanh", (opr_value[]){opr_v_tensor(a)}, 1);
     double *ev = values_of(e);
     for (int i = 0; i < T * 3; i++) ck_assert(fabs(ev[i] - tanh(av[i])) < 1e-15);
-    opr_tensor *gt = call1(ctx, "gt", (opr_value[]){opr_v_tensor(a), opr_v_tensor(b)}, 2);
+    opr_tensor *gt = tu_call1(ctx, "gt", (opr_value[]){opr_v_tensor(a), opr_v_tensor(b)}, 2);
     ck_assert(opr_tensor_is_jagged(gt) && opr_tensor_dtype(gt) == OPR_BOOL);
     free(av); free(bv); free(wd); free(w11d); free(wbd); free(m1v); free(m2v); free(m3v); free(ev);
     opr_tensor *rel[] = {a, b, s, w, w11, wb, m1, m2, m3, w2, c, e, gt};
@@ -265,7 +257,7 @@ static opr_tensor *sequence(opr_ctx *ctx, const opr_tensor *j, int b)
     opr_tensor *v = opr_jagged_values(j);
     const int64_t *o = opr_jagged_offsets_host(j);
     opr_value args[4] = {opr_v_tensor(v), opr_v_int(0), opr_v_int(o[b]), opr_v_int(o[b + 1] - o[b])};
-    opr_tensor *s = call1(ctx, "narrow", args, 4);
+    opr_tensor *s = tu_call1(ctx, "narrow", args, 4);
     opr_tensor_release(v);
     return s;
 }
@@ -278,15 +270,15 @@ START_TEST(test_reductions_and_softmax)
     const int64_t *o = opr_jagged_offsets_host(j);
     int64_t one = 1, last = -1, zero = 0;
     /* sum and mean over the ragged dim: dense [B, D]; with keepdim [B, 1, D] */
-    opr_tensor *s = call1(ctx, "sum", (opr_value[]){opr_v_tensor(j), opr_v_ints(&one, 1)}, 2);
-    opr_tensor *m = call1(ctx, "mean", (opr_value[]){opr_v_tensor(j), opr_v_ints(&one, 1)}, 2);
-    opr_tensor *sk = call1(ctx, "sum", (opr_value[]){opr_v_tensor(j), opr_v_ints(&one, 1), opr_v_bool(true)}, 3);
+    opr_tensor *s = tu_call1(ctx, "sum", (opr_value[]){opr_v_tensor(j), opr_v_ints(&one, 1)}, 2);
+    opr_tensor *m = tu_call1(ctx, "mean", (opr_value[]){opr_v_tensor(j), opr_v_ints(&one, 1)}, 2);
+    opr_tensor *sk = tu_call1(ctx, "sum", (opr_value[]){opr_v_tensor(j), opr_v_ints(&one, 1), opr_v_bool(true)}, 3);
     ck_assert(!opr_tensor_is_jagged(s) && opr_tensor_ndim(s) == 2 && opr_tensor_size(s, 0) == 5);
     ck_assert(opr_tensor_ndim(sk) == 3 && opr_tensor_size(sk, 1) == 1);
     double *sd = tu_to_f64(s), *md = tu_to_f64(m);
     for (int b = 0; b < 5; b++) {
         opr_tensor *seq = sequence(ctx, j, b);
-        opr_tensor *rs = call1(ctx, "sum", (opr_value[]){opr_v_tensor(seq), opr_v_ints(&zero, 1)}, 2);
+        opr_tensor *rs = tu_call1(ctx, "sum", (opr_value[]){opr_v_tensor(seq), opr_v_ints(&zero, 1)}, 2);
         double *r = tu_to_f64(rs);
         for (int d = 0; d < 3; d++) {
             ck_assert(fabs(sd[b * 3 + d] - r[d]) < 1e-14);
@@ -299,10 +291,10 @@ START_TEST(test_reductions_and_softmax)
         opr_tensor_release(seq);
     }
     /* over the last dim: jagged [B, ragged] */
-    opr_tensor *sl = call1(ctx, "sum", (opr_value[]){opr_v_tensor(j), opr_v_ints(&last, 1)}, 2);
+    opr_tensor *sl = tu_call1(ctx, "sum", (opr_value[]){opr_v_tensor(j), opr_v_ints(&last, 1)}, 2);
     ck_assert(opr_tensor_is_jagged(sl) && opr_tensor_ndim(sl) == 2);
     /* every element: dense 0-d */
-    opr_tensor *all = call1(ctx, "sum", (opr_value[]){opr_v_tensor(j)}, 1);
+    opr_tensor *all = tu_call1(ctx, "sum", (opr_value[]){opr_v_tensor(j)}, 1);
     ck_assert(!opr_tensor_is_jagged(all) && opr_tensor_ndim(all) == 0);
     double *sld = values_of(sl), *alld = tu_to_f64(all), *v = values_of(j), tot = 0;
     for (int64_t r = 0; r < 13; r++) {
@@ -317,14 +309,14 @@ START_TEST(test_reductions_and_softmax)
     tu_expect_fail(ctx, "sum", (opr_value[]){opr_v_tensor(j), opr_v_ints(two, 2)}, 2, 1, OPR_ERR_UNSUPPORTED,
                    "together with other dims");
     /* softmax and log_softmax over the ragged dim: jagged, each sequence's column sums to 1 */
-    opr_tensor *sm = call1(ctx, "softmax", (opr_value[]){opr_v_tensor(j), opr_v_int(1)}, 2);
-    opr_tensor *lsm = call1(ctx, "log_softmax", (opr_value[]){opr_v_tensor(j), opr_v_int(-2)}, 2);
+    opr_tensor *sm = tu_call1(ctx, "softmax", (opr_value[]){opr_v_tensor(j), opr_v_int(1)}, 2);
+    opr_tensor *lsm = tu_call1(ctx, "log_softmax", (opr_value[]){opr_v_tensor(j), opr_v_int(-2)}, 2);
     ck_assert(opr_jagged_same_structure(sm, j) && opr_jagged_same_structure(lsm, j));
     double *smd = values_of(sm), *lsmd = values_of(lsm);
     for (int b = 0; b < 5; b++) {
         if (o[b + 1] == o[b]) continue;
         opr_tensor *seq = sequence(ctx, j, b);
-        opr_tensor *rs = call1(ctx, "softmax", (opr_value[]){opr_v_tensor(seq), opr_v_int(0)}, 2);
+        opr_tensor *rs = tu_call1(ctx, "softmax", (opr_value[]){opr_v_tensor(seq), opr_v_int(0)}, 2);
         double *r = tu_to_f64(rs);
         expect_close(smd + o[b] * 3, r, (o[b + 1] - o[b]) * 3, 1e-14, "softmax");
         for (int64_t i = 0; i < (o[b + 1] - o[b]) * 3; i++) ck_assert(fabs(lsmd[o[b] * 3 + i] - log(r[i])) < 1e-13);
@@ -333,7 +325,7 @@ START_TEST(test_reductions_and_softmax)
         opr_tensor_release(seq);
     }
     /* softmax over the last dim: on the values */
-    opr_tensor *sml = call1(ctx, "softmax", (opr_value[]){opr_v_tensor(j), opr_v_int(2)}, 2);
+    opr_tensor *sml = tu_call1(ctx, "softmax", (opr_value[]){opr_v_tensor(j), opr_v_int(2)}, 2);
     ck_assert(opr_tensor_is_jagged(sml));
     free(sd); free(md); free(sld); free(alld); free(v); free(smd); free(lsmd);
     opr_tensor *rel[] = {j, s, m, sk, sl, all, sm, lsm, sml};
@@ -348,14 +340,14 @@ START_TEST(test_linear_and_unsupported)
     tu_seed(5);
     opr_tensor *j = make_jagged(ctx, lens5, 5, 3);
     opr_tensor *w = tu_rand(ctx, OPR_F64, 2, (int64_t[]){4, 3}, -1, 1), *bias = tu_rand(ctx, OPR_F64, 1, (int64_t[]){4}, -1, 1);
-    opr_tensor *y = call1(ctx, "linear", (opr_value[]){opr_v_tensor(j), opr_v_tensor(w), opr_v_tensor(bias)}, 3);
+    opr_tensor *y = tu_call1(ctx, "linear", (opr_value[]){opr_v_tensor(j), opr_v_tensor(w), opr_v_tensor(bias)}, 3);
     ck_assert(opr_jagged_same_structure(y, j) && opr_tensor_size(y, 2) == 4);
     opr_tensor *v = opr_jagged_values(j);
-    opr_tensor *ref = call1(ctx, "linear", (opr_value[]){opr_v_tensor(v), opr_v_tensor(w), opr_v_tensor(bias)}, 3);
+    opr_tensor *ref = tu_call1(ctx, "linear", (opr_value[]){opr_v_tensor(v), opr_v_tensor(w), opr_v_tensor(bias)}, 3);
     double *yd = values_of(y), *rd = tu_to_f64(ref);
     expect_close(yd, rd, 13 * 4, 0, "linear");
     opr_tensor *wt = opr_tensor_transpose(w, 0, 1);
-    opr_tensor *mm = call1(ctx, "matmul", (opr_value[]){opr_v_tensor(j), opr_v_tensor(wt)}, 2);
+    opr_tensor *mm = tu_call1(ctx, "matmul", (opr_value[]){opr_v_tensor(j), opr_v_tensor(wt)}, 2);
     ck_assert(opr_tensor_is_jagged(mm) && opr_tensor_size(mm, 2) == 4);
     /* the jagged tensor only as the rows operand */
     tu_expect_fail(ctx, "matmul", (opr_value[]){opr_v_tensor(w), opr_v_tensor(j)}, 2, 1, OPR_ERR_UNSUPPORTED,
@@ -402,11 +394,11 @@ START_TEST(test_rules_from_yaml)
     ck_assert_int_eq(n, 2);
     tu_seed(8);
     opr_tensor *j = make_jagged(ctx, lens5, 5, 2);
-    opr_tensor *sp = call1(ctx, "softplus_j", (opr_value[]){opr_v_tensor(j)}, 1);
+    opr_tensor *sp = tu_call1(ctx, "softplus_j", (opr_value[]){opr_v_tensor(j)}, 1);
     ck_assert(opr_jagged_same_structure(sp, j));
     double *v = values_of(j), *spv = values_of(sp);
     for (int i = 0; i < 26; i++) ck_assert(fabs(spv[i] - log1p(exp(v[i]))) < 1e-14);
-    opr_tensor *rs = call1(ctx, "rowsum_j", (opr_value[]){opr_v_tensor(j), opr_v_int(1)}, 2);
+    opr_tensor *rs = tu_call1(ctx, "rowsum_j", (opr_value[]){opr_v_tensor(j), opr_v_int(1)}, 2);
     ck_assert(!opr_tensor_is_jagged(rs) && opr_tensor_size(rs, 0) == 5);
     static const struct { const char *yaml; const char *needle; } bad[] = {
         {"- name: b1(Tensor self) -> Tensor\n  shape: sizes(self)\n  jagged: sometimes\n",
@@ -445,12 +437,12 @@ START_TEST(test_autograd_matches_per_sequence)
     ck_assert(opr_requires_grad(x));
     ck_assert_int_eq(opr_set_requires_grad(w, true), OPR_OK);
     ck_assert_int_eq(opr_set_requires_grad(bias, true), OPR_OK);
-    opr_tensor *y = call1(ctx, "linear", (opr_value[]){opr_v_tensor(x), opr_v_tensor(w), opr_v_tensor(bias)}, 3);
-    opr_tensor *sm = call1(ctx, "softmax", (opr_value[]){opr_v_tensor(y), opr_v_int(1)}, 2);
-    opr_tensor *p = call1(ctx, "mul", (opr_value[]){opr_v_tensor(sm), opr_v_tensor(y)}, 2);
+    opr_tensor *y = tu_call1(ctx, "linear", (opr_value[]){opr_v_tensor(x), opr_v_tensor(w), opr_v_tensor(bias)}, 3);
+    opr_tensor *sm = tu_call1(ctx, "softmax", (opr_value[]){opr_v_tensor(y), opr_v_int(1)}, 2);
+    opr_tensor *p = tu_call1(ctx, "mul", (opr_value[]){opr_v_tensor(sm), opr_v_tensor(y)}, 2);
     int64_t one = 1;
-    opr_tensor *seg = call1(ctx, "sum", (opr_value[]){opr_v_tensor(p), opr_v_ints(&one, 1)}, 2);
-    opr_tensor *loss = call1(ctx, "sum", (opr_value[]){opr_v_tensor(seg)}, 1);
+    opr_tensor *seg = tu_call1(ctx, "sum", (opr_value[]){opr_v_tensor(p), opr_v_ints(&one, 1)}, 2);
+    opr_tensor *loss = tu_call1(ctx, "sum", (opr_value[]){opr_v_tensor(seg)}, 1);
     ck_assert_int_eq(opr_backward(loss, NULL, NULL), OPR_OK);
     opr_tensor *gx = opr_grad(x);
     ck_assert_msg(gx && opr_tensor_is_jagged(gx) && opr_jagged_same_structure(gx, x), "grad of a jagged leaf is jagged");
@@ -468,10 +460,10 @@ START_TEST(test_autograd_matches_per_sequence)
         if (!L) continue;
         opr_tensor *xb = opr_tensor_from_data(ctx, OPR_F64, 2, (int64_t[]){L, 3}, xv + o[b] * 3, OPR_CPU);
         opr_set_requires_grad(xb, true);
-        opr_tensor *yb = call1(ctx, "linear", (opr_value[]){opr_v_tensor(xb), opr_v_tensor(w2), opr_v_tensor(b2)}, 3);
-        opr_tensor *sb = call1(ctx, "softmax", (opr_value[]){opr_v_tensor(yb), opr_v_int(0)}, 2);
-        opr_tensor *pb = call1(ctx, "mul", (opr_value[]){opr_v_tensor(sb), opr_v_tensor(yb)}, 2);
-        opr_tensor *lb = call1(ctx, "sum", (opr_value[]){opr_v_tensor(pb)}, 1);
+        opr_tensor *yb = tu_call1(ctx, "linear", (opr_value[]){opr_v_tensor(xb), opr_v_tensor(w2), opr_v_tensor(b2)}, 3);
+        opr_tensor *sb = tu_call1(ctx, "softmax", (opr_value[]){opr_v_tensor(yb), opr_v_int(0)}, 2);
+        opr_tensor *pb = tu_call1(ctx, "mul", (opr_value[]){opr_v_tensor(sb), opr_v_tensor(yb)}, 2);
+        opr_tensor *lb = tu_call1(ctx, "sum", (opr_value[]){opr_v_tensor(pb)}, 1);
         ck_assert_int_eq(opr_backward(lb, NULL, NULL), OPR_OK);
         double *g = tu_to_f64(opr_grad(xb));
         expect_close(gxd + o[b] * 3, g, L * 3, 1e-12, "grad x");
@@ -486,7 +478,7 @@ START_TEST(test_autograd_matches_per_sequence)
     /* opr_autograd_grad with a jagged input and a jagged gradient of a jagged output */
     opr_tensor *x2 = opr_tensor_detach(x);
     opr_set_requires_grad(x2, true);
-    opr_tensor *e = call1(ctx, "exp", (opr_value[]){opr_v_tensor(x2)}, 1);
+    opr_tensor *e = tu_call1(ctx, "exp", (opr_value[]){opr_v_tensor(x2)}, 1);
     opr_tensor *ge = opr_tensor_detach(e), *g = NULL;
     ck_assert_int_eq(opr_autograd_grad(&e, &ge, 1, &x2, 1, &g, NULL), OPR_OK);
     ck_assert(g && opr_jagged_same_structure(g, x2));
@@ -533,15 +525,15 @@ START_TEST(test_on_emulated_cuda)
     for (int k = 0; k < 2; k++) {
         opr_tensor *leaf = opr_tensor_detach(xs[k]);
         opr_set_requires_grad(leaf, true);
-        opr_tensor *y = call1(ctx, "linear", (opr_value[]){opr_v_tensor(leaf), opr_v_tensor(ws[k])}, 2);
-        opr_tensor *ls = call1(ctx, "log_softmax", (opr_value[]){opr_v_tensor(y), opr_v_int(1)}, 2);
-        opr_tensor *sm = call1(ctx, "softmax", (opr_value[]){opr_v_tensor(y), opr_v_int(1)}, 2);
-        opr_tensor *p = call1(ctx, "mul", (opr_value[]){opr_v_tensor(ls), opr_v_tensor(sm)}, 2);
-        opr_tensor *m = call1(ctx, "mean", (opr_value[]){opr_v_tensor(p), opr_v_ints(&one, 1)}, 2);
+        opr_tensor *y = tu_call1(ctx, "linear", (opr_value[]){opr_v_tensor(leaf), opr_v_tensor(ws[k])}, 2);
+        opr_tensor *ls = tu_call1(ctx, "log_softmax", (opr_value[]){opr_v_tensor(y), opr_v_int(1)}, 2);
+        opr_tensor *sm = tu_call1(ctx, "softmax", (opr_value[]){opr_v_tensor(y), opr_v_int(1)}, 2);
+        opr_tensor *p = tu_call1(ctx, "mul", (opr_value[]){opr_v_tensor(ls), opr_v_tensor(sm)}, 2);
+        opr_tensor *m = tu_call1(ctx, "mean", (opr_value[]){opr_v_tensor(p), opr_v_ints(&one, 1)}, 2);
         opr_tensor *pad = opr_jagged_to_padded(y, 0.5);
-        opr_tensor *l1 = call1(ctx, "sum", (opr_value[]){opr_v_tensor(m)}, 1);
-        opr_tensor *l2 = call1(ctx, "sum", (opr_value[]){opr_v_tensor(pad)}, 1);
-        opr_tensor *loss = call1(ctx, "add", (opr_value[]){opr_v_tensor(l1), opr_v_tensor(l2)}, 2);
+        opr_tensor *l1 = tu_call1(ctx, "sum", (opr_value[]){opr_v_tensor(m)}, 1);
+        opr_tensor *l2 = tu_call1(ctx, "sum", (opr_value[]){opr_v_tensor(pad)}, 1);
+        opr_tensor *loss = tu_call1(ctx, "add", (opr_value[]){opr_v_tensor(l1), opr_v_tensor(l2)}, 2);
         ck_assert_int_eq(opr_backward(loss, NULL, NULL), OPR_OK);
         opr_tensor *pc = opr_tensor_to(pad, OPR_CPU), *gv = opr_jagged_values(opr_grad(leaf));
         opr_tensor *gc = opr_tensor_to(gv, OPR_CPU);
@@ -595,8 +587,8 @@ static void linear_memory(bool jagged, uint64_t *peak_out, uint64_t *min_out)
     ck_assert_int_eq(opr_set_requires_grad(x, true), OPR_OK);
     ck_assert_int_eq(opr_set_requires_grad(w, true), OPR_OK);
     ck_assert_int_eq(opr_set_requires_grad(bias, true), OPR_OK);
-    opr_tensor *y = call1(ctx, "linear", (opr_value[]){opr_v_tensor(x), opr_v_tensor(w), opr_v_tensor(bias)}, 3);
-    opr_tensor *loss = call1(ctx, "sum", (opr_value[]){opr_v_tensor(y)}, 1);
+    opr_tensor *y = tu_call1(ctx, "linear", (opr_value[]){opr_v_tensor(x), opr_v_tensor(w), opr_v_tensor(bias)}, 3);
+    opr_tensor *loss = tu_call1(ctx, "sum", (opr_value[]){opr_v_tensor(y)}, 1);
     ck_assert_int_eq(opr_backward(loss, NULL, NULL), OPR_OK);
     ck_assert_int_eq(opr_memory_stats(ctx, OPR_CPU, &st), OPR_OK);
     const uint64_t act = (uint64_t)rows * D * 4, params = (uint64_t)(D * D + D) * 4;

@@ -240,14 +240,6 @@ END_TEST
 
 /* ------------------------------------------------------------------ the API */
 
-static opr_tensor *call_op(const char *op, const opr_value *args, int n)
-{
-    opr_tensor *out = NULL;
-    int rc = opr_call_by_name(ctx, op, args, n, &out, 1);
-    ck_assert_msg(rc == OPR_OK, "%s: %s", op, opr_last_error());
-    return out;
-}
-
 /* f(x, w) = sum(tanh(x * w)) of one row x [D] and a shared w [D]; out: f and df/dw */
 static opr_status row_loss(void *ud, opr_tensor *const *in, int nin, opr_tensor **out, int nout)
 {
@@ -296,7 +288,7 @@ START_TEST(test_nested_and_chunks)
         ck_assert(fabs(l[r] - want) < 1e-13);
     }
     /* chunks of 2 of 6 rows (out_dims 1: the batch in the middle): the same numbers */
-    opr_tensor *rows = call_op("reshape", (opr_value[]){opr_v_tensor(x), opr_v_ints((int64_t[]){6, 4}, 2)}, 2);
+    opr_tensor *rows = tu_call1(ctx, "reshape", (opr_value[]){opr_v_tensor(x), opr_v_ints((int64_t[]){6, 4}, 2)}, 2);
     opr_vmap_opts o = {.struct_size = sizeof o, .chunk_size = 4};
     opr_tensor *c[2];
     ck_assert_msg(opr_vmap(ctx, row_loss, NULL, (opr_tensor *[]){rows, w}, (int[]){0, -1}, 2, c, (int[]){0, 1}, 2, &o) == OPR_OK,
@@ -339,7 +331,7 @@ START_TEST(test_gradients_from_outside)
         ck_assert_msg(opr_vmap(ctx, scaled_exp, NULL, (opr_tensor *[]){x, w}, (int[]){0, -1}, 2, &y, NULL, 1, &o) == OPR_OK,
                       "%s", opr_last_error());
         ck_assert(opr_requires_grad(y));
-        opr_tensor *l = call_op("sum", (opr_value[]){opr_v_tensor(y)}, 1), *g[2] = {NULL, NULL};
+        opr_tensor *l = tu_call1(ctx, "sum", (opr_value[]){opr_v_tensor(y)}, 1), *g[2] = {NULL, NULL};
         ck_assert_msg(opr_autograd_grad(&l, NULL, 1, (opr_tensor *[]){x, w}, 2, g, NULL) == OPR_OK, "%s", opr_last_error());
         double *xd = tu_to_f64(x), *wd = tu_to_f64(w), *gx = tu_to_f64(g[0]), *gw = tu_to_f64(g[1]);
         for (int d = 0; d < 3; d++) {
