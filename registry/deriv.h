@@ -116,6 +116,11 @@ void plan_cache_clear(deriv_info *d);
  * failure. */
 const deriv_plan *plan_get(const opr_op *op, uint32_t mask, opr_device dev, const mval *slots, unsigned flags);
 
+/* Estimated time in ns of one forward call of op on device dev, on the arguments'
+ * metadata (args: op->nargs values): its kernel, with the flops counted at kernel_rate
+ * times the device's GEMM rate, or, for a composite op, the ops of its forward. */
+int plan_forward_cost(const opr_op *op, const mval *args, opr_device dev, double kernel_rate, double *ns);
+
 /* Writes a human-readable account of every candidate set for the given shapes. */
 int plan_explain(const opr_op *op, uint32_t mask, opr_device dev, const mval *slots, unsigned flags, char *buf,
                  size_t len);

@@ -345,6 +345,16 @@ opr_status opr_call(const opr_op *op, const opr_value *args, int nargs, opr_tens
                         "autograd; use the out-of-place op or no_grad", op->name);
     }
 
+    if (op->alt.name) { /* the cheaper of its kernel and its alternative */
+        const opr_op *run;
+        double kernel_ns, alt_ns;
+        rc = alt_choose(op, args, nargs, c.slots, c.dev, (opr_dtype)c.common, &run, &kernel_ns, &alt_ns);
+        if (rc || run != op) {
+            free(c.list_views);
+            return rc ? rc : opr_call(run, args, nargs, results, nres);
+        }
+    }
+
     if (op->composite) { /* its parts run through opr_call, each on this device */
         rc = composite_call(op, c.tensors, c.slots, c.dev, (opr_dtype)c.common, record, &results[0]);
         free(c.list_views);

@@ -156,5 +156,7 @@ bool opr_op_has_kernel(const opr_op *op, int device_type)
 {
     if (!op || device_type < 0 || device_type >= OPR_MAX_DEVICE_TYPES) return false;
     if (op->composite) return composite_runs_on(op, device_type);
-    return op->view != VIEW_NONE || atomic_load(&((opr_op *)op)->kernels[device_type]) != NULL;
+    if (op->view != VIEW_NONE || atomic_load(&((opr_op *)op)->kernels[device_type]) != NULL) return true;
+    const opr_op *alt = op->alt.name ? registry_find(op->ctx, op->alt.name) : NULL;
+    return alt && alt->composite && !alt->alt.name && composite_runs_on(alt, device_type);
 }

@@ -60,21 +60,15 @@ static opr_tensor *fake_new(cost_ctx *cc, opr_dtype dt, int ndim, const int64_t 
     return t;
 }
 
-static int cost_call(void *ud, const expr *call, const mval *args, int n, mval *out)
+/* Adds one call of op (arguments bound into slots[0..nargs), the rest free for its
+ * outputs) to cc; out gets its result's metadata. */
+static int cost_op(cost_ctx *cc, const opr_op *op, mval *slots, mval *out)
 {
-    (void)n;
-    cost_ctx *cc = ud;
-    const opr_op *op = call->callee;
-    int pos[OPR_MAX_ARGS];
-    int rc = deriv_bind(op, call, pos);
-    if (rc) return rc;
-    mval slots[OPR_MAX_ARGS + OPR_MAX_OUTS + 1];
+    int rc;
     opr_dtype dt = OPR_F32;
     bool have_dt = false;
     double bytes = 0;
     for (int i = 0; i < op->nargs; i++) {
-        if (pos[i] < 0) { mval_of_kernel_arg(&op->args[i].def, &slots[i]); continue; }
-        slots[i] = args[pos[i]];
         if (op->args[i].type == ARG_TENSOR && (slots[i].k == MV_INT || slots[i].k == MV_FLOAT)) {
             opr_tensor *s = fake_new(cc, OPR_F32, 0, NULL); /* a number where a tensor goes: 0-d */
             if (!s) return opr_fail(OPR_ERR_NOMEM, "formula too large to cost");
@@ -117,10 +111,49 @@ static int cost_call(void *ud, const expr *call, const mval *args, int n, mval *
     return OPR_OK;
 }
 
+static int cost_call(void *ud, const expr *call, const mval *args, int n, mval *out)
+{
+    (void)n;
+    const opr_op *op = call->callee;
+    int pos[OPR_MAX_ARGS];
+    int rc = deriv_bind(op, call, pos);
+    if (rc) return rc;
+    mval slots[OPR_MAX_ARGS + OPR_MAX_OUTS + 1];
+    for (int i = 0; i < op->nargs; i++) {
+        if (pos[i] < 0) mval_of_kernel_arg(&op->args[i].def, &slots[i]);
+        else slots[i] = args[pos[i]];
+    }
+    return cost_op(ud, op, slots, out);
+}
+
 static double cost_ns(const cost_ctx *cc)
 {
     const opr_device_desc *d = cc->dev;
     return cc->flops / d->flops_per_s * 1e9 + cc->bytes / d->bytes_per_s * 1e9 + cc->launches * d->launch_ns;
+}
+
+int plan_forward_cost(const opr_op *op, const mval *args, opr_device dev, double kernel_rate, double *ns)
+{
+    cost_ctx *cc = calloc(1, sizeof *cc);
+    if (!cc) return opr_fail(OPR_ERR_NOMEM, "out of memory costing %s", op->name);
+    cc->dev = &op->ctx->devices[dev.type].desc;
+    mval vals[OPR_MAX_ARGS + OPR_MAX_OUTS + 1 + COMPOSITE_MAX_LETS], out;
+    memcpy(vals, args, (size_t)op->nargs * sizeof *vals);
+    int rc = OPR_OK;
+    if (op->composite) {
+        const composite_def *cd = op->composite;
+        expr_hooks h = {cc, cost_call};
+        if (!(rc = composite_link(op))) {
+            for (int k = 0; k < cd->nlets && !rc; k++) rc = expr_eval_with(cd->lets[k], vals, &h, &vals[op->nargs + k]);
+            if (!rc) rc = expr_eval_with(cd->result, vals, &h, &out);
+        }
+    } else {
+        rc = cost_op(cc, op, vals, &out);
+        cc->flops /= kernel_rate;
+    }
+    if (!rc) *ns = cost_ns(cc);
+    free(cc);
+    return rc;
 }
 
 static bool kernel_available(const deriv_cand *c, opr_device dev, opr_dtype dt)

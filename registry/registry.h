@@ -68,6 +68,21 @@ typedef enum batch_kind {
     BATCH_VIEW            /* a host view (op->view): its dims shifted */
 } batch_kind;
 
+/* `alternative:`: an op computing the same function another way (a composite op),
+ * run instead of the op's kernel where the cost model finds it cheaper
+ * (registry/alternative.c). `kernel_rate:` says how fast the op's own kernel runs, as a
+ * fraction of the device's GEMM rate (opr_device_desc.flops_per_s), per device type. */
+#define ALT_MAX_RATES 8
+typedef struct alt_rule {
+    char *name;                    /* NULL: the op has no alternative */
+    int line, col;                 /* of the name, for errors found at the first call */
+    _Atomic(struct opr_op *) op;   /* resolved and checked at the first call */
+    char *rate_device[ALT_MAX_RATES];
+    double rate[ALT_MAX_RATES];
+    int nrates;
+    double default_rate;           /* devices not listed; 1 unless `default:` says */
+} alt_rule;
+
 typedef struct batch_rule {
     batch_kind kind;
     uint32_t dim_args;    /* BATCH_DIMS: int / int[] arguments naming dims of argument 0 */
@@ -112,6 +127,7 @@ struct opr_op {
     struct composite_def *composite; /* `forward:` ops (composite.h), NULL for kernel ops */
     jagged_rule jagged;        /* `jagged:`: how it takes jagged tensors */
     batch_rule batch;          /* `batch:`: how it runs on batched tensors (opr_vmap) */
+    alt_rule alt;              /* `alternative:`, `kernel_rate:` */
 };
 
 /* The value an omitted argument takes (its default; None when it has none). */
@@ -263,6 +279,11 @@ int dispatch_alloc_output(const opr_kernel_call *call, int32_t index, int32_t nd
 int dispatch_validate(const opr_op *op, const opr_value *args, int nargs, mval *slots, opr_device *dev,
                       opr_dtype *common);
 void plugins_free(opr_ctx *ctx);
+/* Which of op and its `alternative:` a call runs (alternative.c): *chosen is the
+ * cheaper on the device (op on a tie), with both estimates in ns (INFINITY for one
+ * that cannot run there). slots, dev, common: what dispatch_validate gave for op. */
+int alt_choose(const opr_op *op, const opr_value *args, int nargs, const mval *slots, opr_device dev,
+               opr_dtype common, const opr_op **chosen, double *kernel_ns, double *alt_ns);
 
 /* Where the library's own op YAML and plugins lie (install_paths.c), in search order:
  * the install layout relative to libopreg.so, then, only when this library is the

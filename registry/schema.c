@@ -198,6 +198,8 @@ void op_free(opr_op *op)
     deriv_free(op);
     samples_free(op);
     composite_free(op);
+    free(op->alt.name);
+    for (int i = 0; i < op->alt.nrates; i++) free(op->alt.rate_device[i]);
     expr_free(op->jagged.ragged);
     free(op->jagged.ragged_text);
     free(op->name);

@@ -139,6 +139,8 @@ static int parse_key(const loader *l, opr_op *op, const yaml_node_t *k, const ya
     if (!strcmp(key, "forward")) return yaml_forward_key(l, op, k, v);
     if (!strcmp(key, "jagged")) return yaml_jagged_key(l, op, v);
     if (!strcmp(key, "batch")) return yaml_batch_key(l, op, v);
+    if (!strcmp(key, "alternative")) return yaml_alternative_key(l, op, v);
+    if (!strcmp(key, "kernel_rate")) return yaml_kernel_rate_key(l, op, v);
     if (!strcmp(key, "differentiable")) {
         const char *b = yaml_scalar(v);
         if (!b || (strcmp(b, "false") && strcmp(b, "true")))
@@ -260,6 +262,12 @@ static int finish_op(const loader *l, opr_op *op, const yaml_node_t *entry)
         return yaml_fail_at(l, entry, OPR_ERR_PARSE, "fast variant for '%s' without a normal derivative formula",
                             op->args[a].name);
     }
+    /* an alternative stands in for the op's kernel: views and composites have none */
+    if ((op->alt.nrates || op->alt.default_rate != 1) && !op->alt.name)
+        return yaml_fail_at(l, entry, OPR_ERR_PARSE, "op '%s': 'kernel_rate' without an 'alternative' to compare with", op->name);
+    if (op->alt.name && (op->view || op->composite || op->inplace || op->dynamic_shape))
+        return yaml_fail_at(l, entry, OPR_ERR_PARSE, "op '%s': only an out-of-place op with a kernel and a 'shape' "
+                            "can have an 'alternative'", op->name);
     if (op->view && (op->nargs == 0 || op->args[0].type != ARG_TENSOR || op->nout != 1))
         return yaml_fail_at(l, entry, OPR_ERR_PARSE, "view op '%s' must take a Tensor first and return one Tensor", op->name);
     for (int i = 0; i < op->nargs; i++)
@@ -297,6 +305,7 @@ static opr_op *load_entry(const loader *l, yaml_node_t *entry)
     if (!op) { opr_fail(OPR_ERR_NOMEM, "out of memory"); return NULL; }
     op->dtypes = OPR_DTYPE_BIT(OPR_F32) | OPR_DTYPE_BIT(OPR_F64);
     op->dtype_arg = op->device_arg = -1;
+    op->alt.default_rate = 1;
     for (int i = 0; i < OPR_MAX_OUTS; i++) op->out_dtype[i] = OUT_DTYPE_T;
     op->schema = strdup(yaml_scalar(name));
     op->file = strdup(l->file);

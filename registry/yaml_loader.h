@@ -34,6 +34,9 @@ int yaml_forward_key(const loader *l, opr_op *op, const yaml_node_t *k, const ya
 int yaml_jagged_key(const loader *l, opr_op *op, const yaml_node_t *v);
 /* The `batch:` key: how the op runs on batched tensors of opr_vmap (yaml_batch.c). */
 int yaml_batch_key(const loader *l, opr_op *op, const yaml_node_t *v);
+/* The `alternative:` and `kernel_rate:` keys (yaml_alternative.c). */
+int yaml_alternative_key(const loader *l, opr_op *op, const yaml_node_t *v);
+int yaml_kernel_rate_key(const loader *l, opr_op *op, const yaml_node_t *v);
 /* The `samples:` list of an entry (samples.c). */
 int samples_parse(const loader *l, opr_op *op, const yaml_node_t *n);
 

@@ -370,6 +370,96 @@ START_TEST(test_cdist_mm_matches_cdist)
 }
 END_TEST
 
+/* Alternatives (`alternative:`): cdist runs its own kernel on the CPU at every size
+ * (kernel_rate cpu: 1, the CPU kernel takes the GEMM identity itself), and cdist_mm on
+ * the emulated CUDA device for large inputs, as one node with cdist_mm's formulas; an
+ * op without a kernel runs its alternative; the errors, at load and at the first call. */
+START_TEST(test_alternative_choice)
+{
+    opr_ctx *ctx = tu_ctx();
+    const opr_op *cdist = opr_op_find(ctx, "cdist"), *cdist_mm = opr_op_find(ctx, "cdist_mm");
+    ck_assert_str_eq(opr_op_alternative(cdist), "cdist_mm");
+    ck_assert_ptr_null(opr_op_alternative(opr_op_find(ctx, "mm")));
+    tu_seed(11);
+    const int64_t rows[] = {4, 2048};
+    for (int s = 0; s < 2; s++) {
+        opr_tensor *x1 = opr_tensor_new(ctx, OPR_F32, 2, (int64_t[]){rows[s], 64}, OPR_CPU);
+        opr_tensor *x2 = opr_tensor_new(ctx, OPR_F32, 2, (int64_t[]){rows[s], 64}, OPR_CPU);
+        opr_value a[2] = {opr_v_tensor(x1), opr_v_tensor(x2)};
+        double kernel_ns = 0, alt_ns = 0;
+        ck_assert_ptr_eq(opr_op_choose(cdist, a, 2, &kernel_ns, &alt_ns), cdist);
+        ck_assert_msg(isfinite(kernel_ns) && isfinite(alt_ns) && kernel_ns < alt_ns, "%g vs %g", kernel_ns, alt_ns);
+        opr_tensor_release(x1);
+        opr_tensor_release(x2);
+    }
+#ifdef OPREG_TEST_EMU
+    opr_device dev;
+    ck_assert_msg(opr_device_parse(ctx, "cuda:0", &dev) == OPR_OK, "%s", opr_last_error());
+    for (int s = 0; s < 2; s++) {
+        const int64_t n = s ? 1024 : 8;
+        opr_tensor *x1 = tu_rand(ctx, OPR_F64, 2, (int64_t[]){n, 64}, -1, 1);
+        opr_tensor *x2 = tu_rand(ctx, OPR_F64, 2, (int64_t[]){n, 64}, -1, 1);
+        opr_tensor *d1 = opr_tensor_to(x1, dev), *d2 = opr_tensor_to(x2, dev);
+        ck_assert_int_eq(opr_set_requires_grad(d1, true), OPR_OK);
+        opr_value a[2] = {opr_v_tensor(d1), opr_v_tensor(d2)}, c[2] = {opr_v_tensor(x1), opr_v_tensor(x2)};
+        double kernel_ns = 0, alt_ns = 0;
+        const opr_op *chosen = opr_op_choose(cdist, a, 2, &kernel_ns, &alt_ns);
+        ck_assert_msg(chosen == (s ? cdist_mm : cdist), "%d rows: %s (kernel %g ns, cdist_mm %g ns)", (int)n,
+                      chosen ? opr_op_name(chosen) : opr_last_error(), kernel_ns, alt_ns);
+        opr_tensor *y = tu_call1(ctx, "cdist", a, 2), *ref = tu_call1(ctx, "cdist", c, 2);
+        opr_tensor *back = opr_tensor_to(y, OPR_CPU);
+        assert_close(back, ref, 1e-9, s ? "cdist on cuda through cdist_mm" : "cdist on cuda");
+        walk w = {0};
+        ck_assert_int_eq(opr_autograd_walk(y, on_node, &w), 1);
+        ck_assert_str_eq(w.ops[0], s ? "cdist_mm" : "cdist");
+        opr_tensor *r[] = {x1, x2, d1, d2, y, ref, back};
+        for (size_t i = 0; i < sizeof r / sizeof r[0]; i++) opr_tensor_release(r[i]);
+    }
+#else
+    (void)cdist_mm;
+    printf("test_alternative_choice: the emulated CUDA part skipped (no emulated CUDA plugin in this build)\n");
+#endif
+    /* an op with no kernel anywhere runs its alternative */
+    int n = 0;
+    ck_assert_msg(opr_registry_load_yaml_string(ctx,
+                      "- name: twice(Tensor self) -> Tensor\n  shape: sizes(self)\n  alternative: twice_c\n"
+                      "- name: twice_c(Tensor self) -> Tensor\n  shape: sizes(self)\n  forward: mul(self, 2)\n"
+                      "- name: no_alt(Tensor self) -> Tensor\n  shape: sizes(self)\n  alternative: nowhere\n"
+                      "- name: not_composite(Tensor self) -> Tensor\n  shape: sizes(self)\n  alternative: neg\n"
+                      "- name: other_args(Tensor self, int k) -> Tensor\n  shape: sizes(self)\n  alternative: twice_c\n",
+                      "alt.yaml", &n) == OPR_OK, "%s", opr_last_error());
+    const opr_op *twice = opr_op_find(ctx, "twice");
+    ck_assert(opr_op_has_kernel(twice, OPR_CPU.type));
+    opr_tensor *x = tu_rand(ctx, OPR_F64, 1, (int64_t[]){5}, -1, 1);
+    opr_value a = opr_v_tensor(x);
+    double kernel_ns = 0, alt_ns = 0;
+    ck_assert_ptr_eq(opr_op_choose(twice, &a, 1, &kernel_ns, &alt_ns), opr_op_find(ctx, "twice_c"));
+    ck_assert(isinf(kernel_ns) && isfinite(alt_ns));
+    opr_tensor *y = tu_call1(ctx, "twice", &a, 1);
+    double *xv = tu_to_f64(x), *yv = tu_to_f64(y);
+    for (int i = 0; i < 5; i++) ck_assert(yv[i] == 2 * xv[i]);
+    free(xv);
+    free(yv);
+    tu_expect_fail(ctx, "no_alt", &a, 1, 1, OPR_ERR_INVALID, "alt.yaml:9:16: alternative of no_alt: 'nowhere' is not defined");
+    tu_expect_fail(ctx, "not_composite", &a, 1, 1, OPR_ERR_INVALID,
+                   "alternative of not_composite: 'neg' is not a composite op");
+    opr_value ak[2] = {opr_v_tensor(x), opr_v_int(1)};
+    tu_expect_fail(ctx, "other_args", ak, 2, 1, OPR_ERR_INVALID,
+                   "alternative of other_args: 'twice_c' does not take the same arguments");
+    expect_refused(ctx, "- name: kr(Tensor self) -> Tensor\n  shape: sizes(self)\n  kernel_rate: {cpu: 2}\n",
+                   "op 'kr': 'kernel_rate' without an 'alternative' to compare with", NULL);
+    expect_refused(ctx, "- name: as(Tensor self) -> Tensor\n  shape: sizes(self)\n  alternative: as\n",
+                   "bad.yaml:3:16: alternative: 'as' is the op itself", NULL);
+    expect_refused(ctx, "- name: kr2(Tensor self) -> Tensor\n  shape: sizes(self)\n  alternative: twice_c\n"
+                   "  kernel_rate: {cpu: -1}\n", "kernel_rate: '-1' is not a positive number", NULL);
+    expect_refused(ctx, "- name: av(Tensor self) -> Tensor\n  shape: sizes(self)\n  forward: neg(self)\n"
+                   "  alternative: twice_c\n", "op 'av': only an out-of-place op with a kernel", NULL);
+    opr_tensor_release(x);
+    opr_tensor_release(y);
+    tu_ctx_free(ctx);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("composite");
@@ -381,6 +471,7 @@ int main(void)
     tcase_add_test(tc, test_load_errors);
     tcase_add_test(tc, test_result_mismatch);
     tcase_add_test(tc, test_cdist_mm_matches_cdist);
+    tcase_add_test(tc, test_alternative_choice);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }

@@ -20,6 +20,8 @@ static void usage(void)
            "For a composite op (a `forward:` expression over other ops) it first prints the\n"
            "forward; with derivative entries the op is one node and its plan follows as above,\n"
            "without them autograd records the ops of the forward, each planned on its own.\n"
+           "For an op with an alternative (`alternative:`, e.g. cdist and cdist_mm) it first says\n"
+           "which of the two the call runs, with both estimates, and plans that one.\n"
            "The last line says how the op runs on batched tensors of opr_vmap (its batching rule,\n"
            "or a loop over the samples).\n\n"
            "example: opreg plan mm --requires-grad self --shape self=64x512 --shape mat2=512x512\n");
@@ -103,6 +105,15 @@ int cmd_plan(int argc, char **argv)
         else if (kind == OPR_V_INT_LIST) args[i] = opr_v_ints(lists[i], parse_dims(val, lists[i]) < 0 ? 0 : parse_dims(val, lists[i]));
         else args[i] = opr_v_string(val);
     }
+    if (opr_op_alternative(op)) {
+        double kernel_ns, alt_ns;
+        const opr_op *chosen = opr_op_choose(op, args, nargs, &kernel_ns, &alt_ns);
+        if (!chosen) { fprintf(stderr, "opreg plan: %s\n", opr_last_error()); goto out; }
+        printf("alternative %s: estimated %.1f us, against %.1f us for the kernel of %s: this call runs %s%s\n",
+               opr_op_alternative(op), alt_ns / 1e3, kernel_ns / 1e3, op_name, opr_op_name(chosen),
+               chosen == op ? "" : " (its plan follows)");
+        op = chosen;
+    }
     bool fast = false;
     for (int i = 2; i < argc; i++) fast |= !strcmp(argv[i], "--fast");
     if (fast) opr_special_grads_set(false);
@@ -110,8 +121,9 @@ int cmd_plan(int argc, char **argv)
     if (buf && !opr_plan_explain(op, args, nargs, (const char *const *)names, nnames, buf, 1 << 16)) {
         printf("%s", buf);
         const char *rule = opr_op_batching_rule(op);
-        printf("under opr_vmap: %s\n", !strcmp(rule, "loop") ? "no batching rule: one call per sample (correct, slower)"
-                                                              : rule);
+        printf("under opr_vmap: %s\n", strcmp(rule, "loop")        ? rule
+                                        : opr_op_is_composite(op) ? "no batching rule: its forward runs on the batch"
+                                                                  : "no batching rule: one call per sample (correct, slower)");
         status = 0;
     } else {
         fprintf(stderr, "opreg plan: %s\n", opr_last_error());

@@ -531,7 +531,8 @@ OPR_API int opr_op_arg_kind(const opr_op *op, int i);
 /* True if the op accepts dtype as its common dtype (its YAML `dtypes:`). */
 OPR_API bool opr_op_supports_dtype(const opr_op *op, opr_dtype dtype);
 /* True if the op can run on this device type: some loaded plugin has a kernel for it
- * there, or it is a view the host implements, or it is a composite op (below) every op
+ * there, or it is a view the host implements, or its alternative (below) can run
+ * there, or it is a composite op (below) every op
  * of whose forward can run there (looked up by name, through nested composites; an
  * op the forward calls that is not defined yet makes it false). Dtypes are not
  * considered. */
@@ -544,6 +545,20 @@ OPR_API bool opr_op_is_composite(const opr_op *op);
 /* The forward expression of a composite op as written ("a = EXPR; EXPR" when it has
  * lets), or NULL for other ops. Lives as long as the op. */
 OPR_API const char *opr_op_forward(const opr_op *op);
+
+/* The name of the op's alternative (its YAML `alternative:`; docs/formulas.md,
+ * "Alternatives"): a composite op with the same arguments computing the same function
+ * another way, run instead of this op's kernel where it is estimated cheaper. NULL when
+ * the op has none. Lives as long as the op. */
+OPR_API const char *opr_op_alternative(const opr_op *op);
+/* The op that opr_call(op, args, nargs, ...) would run: op itself, or its alternative
+ * when the cost model estimates that cheaper on the arguments' device and shapes (or
+ * op has no kernel for that device or dtype). kernel_ns and alternative_ns (each may be
+ * NULL) get the two estimates in nanoseconds, INFINITY for one that cannot run there
+ * (and both INFINITY for an op without an alternative). NULL on invalid arguments, with
+ * opr_last_error. Plain (not batched or jagged) arguments. */
+OPR_API const opr_op *opr_op_choose(const opr_op *op, const opr_value *args, int nargs, double *kernel_ns,
+                                    double *alternative_ns);
 
 /* How the op takes jagged tensors (its YAML `jagged:` rule; docs/jagged.md):
  * "elementwise", "rows", "all", "dim" (a reduction or softmax over a dim argument), or
