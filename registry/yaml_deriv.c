@@ -1,4 +1,5 @@
-/* The derivative keys of an op entry: `self: FORMULA`, or for several inputs at once
+/* The derivative keys of an op entry: `self: FORMULA`, or a list of candidates for the
+ * same inputs (`self: [FORMULA, {kernel: ...}]`), or for several inputs at once
  * `self, mat2: {kernel: NAME, needs: {...}, flops: EXPR}` (a native fused backward a
  * backend may implement) or `x1, x2: {let: {r: EXPR}, x1: FORMULA, x2: FORMULA}` (a
  * composite fused entry whose `let` intermediates are computed once). */
@@ -223,6 +224,18 @@ int yaml_deriv_key(const loader *l, opr_op *op, const yaml_node_t *k, const yaml
 {
     deriv_info *d = info_of(op);
     if (!d) return opr_fail(OPR_ERR_NOMEM, "out of memory");
+    if (v->type == YAML_SEQUENCE_NODE) { /* several candidates for the same inputs */
+        if (v->data.sequence.items.start == v->data.sequence.items.top)
+            return yaml_fail_at(l, v, OPR_ERR_PARSE, "derivative of '%s': an empty list of candidates", yaml_scalar(k));
+        for (yaml_node_item_t *it = v->data.sequence.items.start; it < v->data.sequence.items.top; it++) {
+            const yaml_node_t *item = yaml_document_get_node(l->doc, *it);
+            if (item->type == YAML_SEQUENCE_NODE)
+                return yaml_fail_at(l, item, OPR_ERR_PARSE, "derivative of '%s': a list inside a list of candidates", yaml_scalar(k));
+            int rc = yaml_deriv_key(l, op, k, item, fast);
+            if (rc) return rc;
+        }
+        return OPR_OK;
+    }
     deriv_cand c = {.fast = fast};
     int rc = parse_cover(l, k, op, &c);
     if (rc) return rc;

@@ -566,6 +566,21 @@ static bool read_deriv(const yreader *r, const schema *sc, const char *key, cons
     return true;
 }
 
+/* The candidates of one derivative key: one, or a list of them (`self: [FORMULA,
+ * {kernel: ...}]`); fast ones are labelled like the registry labels them. */
+static bool read_derivs(const yreader *r, yop *y, const char *key, const yaml_node_t *v, bool fast)
+{
+    const bool list = v->type == YAML_SEQUENCE_NODE;
+    const yaml_node_item_t *it = list ? v->data.sequence.items.start : NULL;
+    for (int k = 0; list ? it < v->data.sequence.items.top : k < 1; k++) {
+        if (y->nc == MAXC) return rfail(r, v, "too many derivative candidates", NULL);
+        dcand *c = &y->c[y->nc++];
+        if (!read_deriv(r, &y->sc, key, list ? ynode(r, *it++) : v, c)) return false;
+        if (fast) snprintf(c->label, sizeof c->label, "fast %s", key);
+    }
+    return true;
+}
+
 static bool read_op(const yreader *r, const yaml_node_t *n, yop *y)
 {
     memset(y, 0, sizeof *y);
@@ -589,20 +604,14 @@ static bool read_op(const yreader *r, const yaml_node_t *n, yop *y)
                 if (!read_sample(r, &y->sc, ynode(r, *it), &y->s[y->ns++])) return false;
             }
         } else if (is_deriv_key(&y->sc, key)) {
-            if (y->nc == MAXC) return rfail(r, v, "too many derivative candidates", NULL);
-            if (!read_deriv(r, &y->sc, key, v, &y->c[y->nc++])) return false;
+            if (!read_derivs(r, y, key, v, false)) return false;
         } else if (!strcmp(key, "fast") && v->type == YAML_MAPPING_NODE) {
             /* fast-mode variants: checked like the others (forced one at a time), away
              * from the special points the samples avoid */
             for (yaml_node_pair_t *q = v->data.mapping.pairs.start; q < v->data.mapping.pairs.top; q++) {
                 const char *fkey = yscalar(ynode(r, q->key));
                 if (!fkey || !is_deriv_key(&y->sc, fkey)) return rfail(r, v, "fast: not a derivative key", fkey);
-                if (y->nc == MAXC) return rfail(r, v, "too many derivative candidates", NULL);
-                dcand *c = &y->c[y->nc++];
-                if (!read_deriv(r, &y->sc, fkey, ynode(r, q->value), c)) return false;
-                char label[sizeof c->label];
-                snprintf(label, sizeof label, "fast %s", fkey);
-                memcpy(c->label, label, sizeof label);
+                if (!read_derivs(r, y, fkey, ynode(r, q->value), true)) return false;
             }
         }
     }

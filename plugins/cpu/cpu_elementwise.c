@@ -575,6 +575,78 @@ static int k_clamp_min(const opr_kernel_call *c)
     return ew_run(c, "clamp_min", 2, 1, clamp_tab, false, &p);
 }
 
+/* ------------------------------------------------------------------ fused backward entries */
+
+/* sqrt's backward, grad / (2 result), in one pass where the formula makes two; bit for
+ * bit the formula's result (y + y is y * 2 exactly). args: grad, self (not saved),
+ * result. */
+EW_BINARY_FLOAT(sqrt_backward, x / (y + y))
+static const ew_table sqrt_backward_tab = EW_TABLE_F(sqrt_backward);
+
+static int k_sqrt_backward(const opr_kernel_call *c)
+{
+    if (c->nargs < 3 || c->nout < 1) return CPU_FAIL(c, OPR_ERR_INVALID, "sqrt_backward: expected 3 arguments and 1 output");
+    const opr_tensor_view *in[2] = {cpu_arg_t(c, 0), cpu_arg_t(c, 2)};
+    if (!in[0] || !in[1]) return CPU_FAIL(c, OPR_ERR_INVALID, "sqrt_backward: the gradient and the result must be given");
+    const opr_dtype t = c->outputs[0]->dtype;
+    ew_loop_fn fn = (unsigned)t < OPR_DTYPE_COUNT ? sqrt_backward_tab[t] : NULL;
+    if (in[0]->dtype != t || in[1]->dtype != t)
+        return CPU_FAIL(c, OPR_ERR_INVALID, "sqrt_backward: the gradient, the result and the output differ in dtype");
+    if (!fn) return CPU_FAIL(c, OPR_ERR_UNSUPPORTED, "sqrt_backward: no CPU kernel for dtype %s", cpu_dtype_name(t));
+    return ew_apply(c, "sqrt_backward", c->outputs[0], 2, in, fn, &ew_none);
+}
+
+/* norm's fast-mode backward, self |self|^(p-2) grad / norm^(p-1), in one pass over self
+ * (the formula makes four). Fast mode: no test for zeros, so NaN or inf where the norm
+ * is 0, or at the zeros of self for p < 2. The scalar factor is computed in double. */
+#define NORM_BWD_LOOP(SUF, T, VPOW)                                                         \
+    static void norm_bwd_##SUF(const opr_tensor_view *x, double p, double s, T *y, int64_t lo, \
+                               int64_t hi)                                                  \
+    {                                                                                       \
+        const T *xd = (const T *)x->data;                                                   \
+        const bool contig = cpu_is_contiguous(x);                                           \
+        T xb[EW_VMATH_CHUNK], pb[EW_VMATH_CHUNK];                                           \
+        for (int64_t i0 = lo; i0 < hi; i0 += EW_VMATH_CHUNK) {                              \
+            const int64_t n = hi - i0 < EW_VMATH_CHUNK ? hi - i0 : EW_VMATH_CHUNK;          \
+            for (int64_t k = 0; k < n; k++) {                                               \
+                xb[k] = contig ? xd[i0 + k] : xd[cpu_offset_of(x, i0 + k)];                 \
+                pb[k] = (T)fabs((double)xb[k]);                                             \
+            }                                                                               \
+            VPOW(n, pb, (T)(p - 2), pb);                                                    \
+            for (int64_t k = 0; k < n; k++) y[i0 + k] = xb[k] * pb[k] * (T)s;               \
+        }                                                                                   \
+    }
+NORM_BWD_LOOP(f32, float, ew_vpow_f32)
+NORM_BWD_LOOP(f64, double, ew_vpow_f64)
+
+static double scalar_at(const opr_tensor_view *v)
+{
+    return v->dtype == OPR_F32 ? (double)*(const float *)v->data : *(const double *)v->data;
+}
+
+static int k_norm_backward_fast(const opr_kernel_call *c)
+{
+    if (c->nargs < 4 || c->nout < 1)
+        return CPU_FAIL(c, OPR_ERR_INVALID, "norm_backward_fast: expected 4 arguments and 1 output");
+    const opr_tensor_view *g = cpu_arg_t(c, 0), *x = cpu_arg_t(c, 1), *r = cpu_arg_t(c, 3);
+    opr_tensor_view *out = c->outputs[0];
+    if (!g || !x || !r) return CPU_FAIL(c, OPR_ERR_INVALID, "norm_backward_fast: the gradient, self and the result must be given");
+    const opr_dtype t = x->dtype;
+    if ((t != OPR_F32 && t != OPR_F64) || g->dtype != t || r->dtype != t || out->dtype != t)
+        return CPU_FAIL(c, OPR_ERR_UNSUPPORTED, "norm_backward_fast: f32 or f64 throughout, got self %s", cpu_dtype_name(t));
+    if (g->numel != 1 || r->numel != 1 || out->numel != x->numel)
+        return CPU_FAIL(c, OPR_ERR_INVALID, "norm_backward_fast: expected a 0-d gradient and result");
+    const double p = cpu_arg_d(c, 2), s = scalar_at(g) / pow(scalar_at(r), p - 1);
+    const int64_t n = x->numel;
+#pragma omp parallel for schedule(static) if (n >= CPU_PAR_THRESHOLD)
+    for (int64_t b = 0; b < (n + EW_BLOCK - 1) / EW_BLOCK; b++) {
+        const int64_t lo = b * EW_BLOCK, hi = lo + EW_BLOCK < n ? lo + EW_BLOCK : n;
+        if (t == OPR_F32) norm_bwd_f32(x, p, s, (float *)out->data, lo, hi);
+        else norm_bwd_f64(x, p, s, (double *)out->data, lo, hi);
+    }
+    return OPR_OK;
+}
+
 /* ------------------------------------------------------------------ registration */
 
 int cpu_register_elementwise(opr_plugin *self)
@@ -597,6 +669,8 @@ int cpu_register_elementwise(opr_plugin *self)
         {"relu", relu_tab, k_relu},    {"sigmoid", sigmoid_tab, k_sigmoid},
         {"tanh", tanh_tab, k_tanh},    {"clamp", clamp_tab, k_clamp},
         {"clamp_min", clamp_tab, k_clamp_min},
+        {"sqrt_backward", sqrt_backward_tab, k_sqrt_backward},
+        {"norm_backward_fast", sqrt_backward_tab, k_norm_backward_fast}, /* f32, f64 as well */
     };
     for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
         int rc = cpu_register(self, ops[i].op, ew_mask(ops[i].table), ops[i].fn);
