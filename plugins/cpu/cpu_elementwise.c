@@ -97,6 +97,9 @@ static inline int64_t ew_sat_i64(double v)
         } else if (so == 1 && sa == 1 && sb == 0) {                                        \
             const TI y = b[0];                                                             \
             for (int64_t i = 0; i < n; i++) { const TI x = a[i]; o[i] = (TO)(EXPR); }      \
+        } else if (so == 1 && sa == 0 && sb == 1) { /* e.g. an expanded gradient */       \
+            const TI x = a[0];                                                             \
+            for (int64_t i = 0; i < n; i++) { const TI y = b[i]; o[i] = (TO)(EXPR); }      \
         } else {                                                                           \
             for (int64_t i = 0; i < n; i++) {                                              \
                 const TI x = a[i * sa], y = b[i * sb];                                     \
@@ -599,25 +602,32 @@ static int k_sqrt_backward(const opr_kernel_call *c)
 /* norm's fast-mode backward, self |self|^(p-2) grad / norm^(p-1), in one pass over self
  * (the formula makes four). Fast mode: no test for zeros, so NaN or inf where the norm
  * is 0, or at the zeros of self for p < 2. The scalar factor is computed in double. */
-#define NORM_BWD_LOOP(SUF, T, VPOW)                                                         \
+#define NORM_BWD_LOOP(SUF, T, FABS, VPOW)                                                   \
     static void norm_bwd_##SUF(const opr_tensor_view *x, double p, double s, T *y, int64_t lo, \
                                int64_t hi)                                                  \
     {                                                                                       \
-        const T *xd = (const T *)x->data;                                                   \
+        const T *xd = (const T *)x->data, S = (T)s, E = (T)(p - 2);                         \
         const bool contig = cpu_is_contiguous(x);                                           \
         T xb[EW_VMATH_CHUNK], pb[EW_VMATH_CHUNK];                                           \
         for (int64_t i0 = lo; i0 < hi; i0 += EW_VMATH_CHUNK) {                              \
             const int64_t n = hi - i0 < EW_VMATH_CHUNK ? hi - i0 : EW_VMATH_CHUNK;          \
-            for (int64_t k = 0; k < n; k++) {                                               \
-                xb[k] = contig ? xd[i0 + k] : xd[cpu_offset_of(x, i0 + k)];                 \
-                pb[k] = (T)fabs((double)xb[k]);                                             \
+            const T *xs = xd + i0;                                                          \
+            if (!contig) {                                                                  \
+                for (int64_t k = 0; k < n; k++) xb[k] = xd[cpu_offset_of(x, i0 + k)];       \
+                xs = xb;                                                                    \
             }                                                                               \
-            VPOW(n, pb, (T)(p - 2), pb);                                                    \
-            for (int64_t k = 0; k < n; k++) y[i0 + k] = xb[k] * pb[k] * (T)s;               \
+            T *yo = y + i0;                                                                 \
+            if (E == 0) { /* p = 2: |x|^0 is 1 */                                           \
+                for (int64_t k = 0; k < n; k++) yo[k] = xs[k] * S;                          \
+                continue;                                                                   \
+            }                                                                               \
+            for (int64_t k = 0; k < n; k++) pb[k] = FABS(xs[k]);                            \
+            VPOW(n, pb, E, pb);                                                             \
+            for (int64_t k = 0; k < n; k++) yo[k] = xs[k] * pb[k] * S;                      \
         }                                                                                   \
     }
-NORM_BWD_LOOP(f32, float, ew_vpow_f32)
-NORM_BWD_LOOP(f64, double, ew_vpow_f64)
+NORM_BWD_LOOP(f32, float, fabsf, ew_vpow_f32)
+NORM_BWD_LOOP(f64, double, fabs, ew_vpow_f64)
 
 static double scalar_at(const opr_tensor_view *v)
 {
