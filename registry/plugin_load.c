@@ -181,9 +181,12 @@ static int host_register_kernel(opr_plugin *self, const opr_kernel_desc *desc)
         log_line(OPR_LOG_INFO, log_source(st), "plugin %s: kernel '%s' on %s skipped: the registry defines no op '%s'",
                  st->cand->path, op, d->device, op);
         size_t at = strlen(st->skipped);
-        if (at + strlen(op) + 3 < sizeof st->skipped)
+        bool listed = false; /* one name per op, however many devices */
+        for (const char *p = st->skipped; *p && !listed; p += strcspn(p, ",") + (p[strcspn(p, ",")] ? 2 : 0))
+            listed = strcspn(p, ",") == strlen(op) && !strncmp(p, op, strlen(op));
+        if (!listed && at + strlen(op) + 3 < sizeof st->skipped)
             snprintf(st->skipped + at, sizeof st->skipped - at, "%s%s", at ? ", " : "", op);
-        else
+        else if (!listed)
             st->skipped_more = true;
         st->nskipped++;
         return OPR_OK;
