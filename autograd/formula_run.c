@@ -57,7 +57,8 @@ static int run_kernel(expr_run *r, opr_node *n, const deriv_cand *c, uint32_t wa
                       opr_tensor **grads_out)
 {
     const opr_op *op = n->op;
-    kernel_entry *k = atomic_load(&c->kernel->kernels[n->dev.type]);
+    /* the planner chose it for the dtype of output 0 (plan.c) */
+    const dtype_kernel *k = kernel_for(atomic_load(&c->kernel->kernels[n->dev.type]), n->metas[op->nargs].dtype);
     if (!k) return opr_fail(OPR_ERR_NOT_FOUND, "%s: backend lost kernel %s", op->name, c->kernel->name);
     /* args: the output gradients, then the forward arguments (unsaved tensors as
      * NONE), then the forward outputs (unsaved as NONE) */

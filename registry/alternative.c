@@ -51,8 +51,8 @@ int alt_choose(const opr_op *op, const opr_value *args, int nargs, const mval *s
     const opr_op *alt = NULL;
     int rc = alt_resolve(op, &alt);
     if (rc) return rc;
-    kernel_entry *k = atomic_load_explicit(&((opr_op *)op)->kernels[dev.type], memory_order_acquire);
-    if (k && (k->dtypes & OPR_DTYPE_BIT(common)) && (rc = plan_forward_cost(op, slots, dev, kernel_rate(op, dev), kernel_ns)))
+    const kernel_entry *k = atomic_load_explicit(&((opr_op *)op)->kernels[dev.type], memory_order_acquire);
+    if (kernel_for(k, common) && (rc = plan_forward_cost(op, slots, dev, kernel_rate(op, dev), kernel_ns)))
         return rc;
     /* the alternative's own checks (dtypes, shapes) may refuse what the op accepts:
      * then the kernel runs, and reports what it refuses itself */

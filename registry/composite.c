@@ -254,7 +254,8 @@ static bool calls_run_on(const opr_ctx *ctx, const expr *e, int device_type, int
             int n = forward_exprs(callee->composite, es);
             for (int i = 0; i < n; i++)
                 if (!calls_run_on(ctx, es[i], device_type, depth + 1)) return false;
-        } else if (callee->view == VIEW_NONE && !atomic_load(&((opr_op *)callee)->kernels[device_type])) {
+        } else if (callee->view != VIEW_NONE ? !views_run_on(ctx, device_type)
+                                             : !atomic_load(&((opr_op *)callee)->kernels[device_type])) {
             return false;
         }
     }

@@ -380,16 +380,19 @@ opr_status opr_call(const opr_op *op, const opr_value *args, int nargs, opr_tens
         return v ? OPR_OK : rc ? rc : opr_error_status();
     }
 
-    kernel_entry *kern = atomic_load_explicit(&((opr_op *)op)->kernels[c.dev.type], memory_order_acquire);
-    if (!kern) {
+    const kernel_entry *kerns = atomic_load_explicit(&((opr_op *)op)->kernels[c.dev.type], memory_order_acquire);
+    if (!kerns) {
         free(c.list_views);
         return opr_fail(OPR_ERR_NOT_FOUND, "%s: no kernel for device %s (is its plugin loaded?)", op->name,
                         op->ctx->devices[c.dev.type].name);
     }
-    if (!(kern->dtypes & OPR_DTYPE_BIT(c.common))) {
+    const dtype_kernel *kern = kernel_for(kerns, c.common);
+    if (!kern) {
         free(c.list_views);
+        char plugins[160];
+        kernel_plugins(kerns, plugins, sizeof plugins);
         return opr_fail(OPR_ERR_UNSUPPORTED, "%s: the %s kernel (plugin %s) does not implement dtype %s", op->name,
-                        op->ctx->devices[c.dev.type].name, kern->plugin, opr_dtype_name((opr_dtype)c.common));
+                        op->ctx->devices[c.dev.type].name, plugins, opr_dtype_name((opr_dtype)c.common));
     }
 
     kcall_frame f;

@@ -7,6 +7,7 @@
  * whose init failed are retired, not freed, since a reader may hold one. */
 #include "composite.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -152,11 +153,51 @@ bool opr_op_supports_dtype(const opr_op *op, opr_dtype dtype)
     return op && (unsigned)dtype < OPR_DTYPE_COUNT && (op->dtypes & OPR_DTYPE_BIT(dtype));
 }
 
+bool views_run_on(const opr_ctx *ctx, int device_type)
+{
+    /* the host copies strided tensors on the cpu itself; elsewhere through copy_ */
+    if (device_type == 0) return true;
+    opr_op *copy = registry_find(ctx, "copy_");
+    return copy && atomic_load(&copy->kernels[device_type]) != NULL;
+}
+
 bool opr_op_has_kernel(const opr_op *op, int device_type)
 {
     if (!op || device_type < 0 || device_type >= OPR_MAX_DEVICE_TYPES) return false;
     if (op->composite) return composite_runs_on(op, device_type);
-    if (op->view != VIEW_NONE || atomic_load(&((opr_op *)op)->kernels[device_type]) != NULL) return true;
+    if (op->view != VIEW_NONE ? views_run_on(op->ctx, device_type)
+                              : atomic_load(&((opr_op *)op)->kernels[device_type]) != NULL)
+        return true;
     const opr_op *alt = op->alt.name ? registry_find(op->ctx, op->alt.name) : NULL;
     return alt && alt->composite && !alt->alt.name && composite_runs_on(alt, device_type);
+}
+
+void kernel_plugins(const kernel_entry *k, char *buf, size_t len)
+{
+    size_t at = 0;
+    buf[0] = '\0';
+    for (int dt = 0; k && dt < OPR_DTYPE_COUNT; dt++) {
+        const dtype_kernel *s = kernel_for(k, dt);
+        bool seen = false;
+        for (int e = 0; s && e < dt && !seen; e++) seen = kernel_for(k, e) && !strcmp(k->by_dtype[e].plugin, s->plugin);
+        if (!s || seen || at >= len) continue;
+        int n = snprintf(buf + at, len - at, "%s%s", at ? ", " : "", s->plugin);
+        at += n > 0 ? (size_t)n : 0;
+    }
+}
+
+opr_status opr_op_kernel_info(const opr_op *op, int device_type, opr_dtype dtype, opr_kernel_info *out)
+{
+    if (!op || !out || device_type < 0 || device_type >= OPR_MAX_DEVICE_TYPES)
+        return opr_fail(OPR_ERR_INVALID, "opr_op_kernel_info: NULL op or out, or device type %d out of range",
+                        device_type);
+    const dtype_kernel *s = kernel_for(atomic_load(&((opr_op *)op)->kernels[device_type]), dtype);
+    if (!s)
+        return opr_fail(OPR_ERR_NOT_FOUND, "%s: no plugin provides a kernel for dtype %s on device type %d", op->name,
+                        opr_dtype_name(dtype), device_type);
+    const opr_kernel_info mine = {
+        .struct_size = sizeof mine, .plugin = s->plugin, .shadowed = s->shadowed, .overrides = s->overrides,
+    };
+    return opr_struct_out(out, &mine, sizeof mine, OPR_KERNEL_INFO_STRUCT_SIZE_0_1, "opr_op_kernel_info",
+                          "opr_kernel_info");
 }

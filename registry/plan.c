@@ -158,8 +158,7 @@ int plan_forward_cost(const opr_op *op, const mval *args, opr_device dev, double
 
 static bool kernel_available(const deriv_cand *c, opr_device dev, opr_dtype dt)
 {
-    kernel_entry *k = atomic_load(&c->kernel->kernels[dev.type]);
-    return k && (k->dtypes & OPR_DTYPE_BIT(dt));
+    return kernel_for(atomic_load(&c->kernel->kernels[dev.type]), dt) != NULL;
 }
 
 static uint64_t slot_bytes(const opr_op *op, const mval *slots, uint64_t save)

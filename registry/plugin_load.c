@@ -1,10 +1,12 @@
 /* Plugin discovery and loading (docs/plugin-abi.md: the ABI rules 1-8, discovery,
- * refusals).
+ * refusals, kernel precedence, the device contract).
  *
  * A plugin's registrations are staged while its init runs and committed only when
  * init succeeded, its ABI major matches and every registration was valid; a broken
- * plugin therefore leaves nothing behind and never stops the others. Loaded plugins
- * are dlclose'd only when their context is freed. */
+ * plugin therefore leaves nothing behind and never stops the others. A plugin that is
+ * part of the application (opr_plugin_register) goes through the same staging and
+ * checks, only without dlopen. Loaded plugins are dlclose'd only when their context
+ * is freed. */
 #include "registry.h"
 
 #include <dlfcn.h>
@@ -17,9 +19,11 @@
 
 typedef struct staged_kernel {
     char op[64];
-    int device;              /* device type index, or -1 for a device staged by this plugin */
     char device_name[32];
-    kernel_entry entry;
+    opr_kernel_fn fn;
+    void *data;
+    uint32_t dtypes;
+    uint32_t override_dtypes; /* within dtypes */
 } staged_kernel;
 
 typedef struct candidate {
@@ -29,6 +33,7 @@ typedef struct candidate {
     int score;
     int status;              /* refusal status (0 when loaded or not yet decided) */
     bool loaded;
+    bool in_process;         /* opr_plugin_register: no file */
     dev_t st_dev;
     ino_t st_ino;
     void *handle;            /* kept open while loaded */
@@ -45,6 +50,10 @@ typedef struct staging {
     int ndevices;
     char error[512];         /* first invalid registration */
     bool nomem;              /* a registration ran out of memory */
+    const char *dir;         /* relative host->load_yaml paths are resolved against it */
+    int nskipped;            /* kernels for ops the registry does not define */
+    char skipped[256];       /* their op names, comma-separated (as many as fit) */
+    bool skipped_more;       /* some did not fit */
 } staging;
 
 struct opr_plugin_set {
@@ -92,6 +101,51 @@ static staging *staging_of(opr_plugin *self)
     return self ? (staging *)self->host_private : NULL;
 }
 
+/* What to call a plugin in a log line while its init runs (it may set no name). */
+static const char *log_source(const staging *st)
+{
+    return st->cand->self.name ? st->cand->self.name : "opreg";
+}
+
+static void log_line(opr_log_level level, const char *source, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void log_line(opr_log_level level, const char *source, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    opr_log_vemit(level, source, fmt, ap);
+    va_end(ap);
+}
+
+/* Appends a remark to a loaded plugin's `why` ("; " between remarks). Without memory
+ * for it the remark is lost, not the plugin. */
+static void remark(candidate *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void remark(candidate *c, const char *fmt, ...)
+{
+    char text[768];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    size_t old = c->why ? strlen(c->why) : 0;
+    char *why = realloc(c->why, old + 2 + strlen(text) + 1);
+    if (!why) return;
+    snprintf(why + old, 2 + strlen(text) + 1, "%s%s", old ? "; " : "", text);
+    c->why = why;
+}
+
+/* "f32, f64" for an OPR_DTYPE_BIT mask. */
+static const char *dtype_list(uint32_t mask, char *buf, size_t len)
+{
+    size_t at = 0;
+    buf[0] = '\0';
+    for (int dt = 0; dt < OPR_DTYPE_COUNT && at < len; dt++)
+        if (mask & OPR_DTYPE_BIT(dt)) {
+            int n = snprintf(buf + at, len - at, "%s%s", at ? ", " : "", opr_dtype_name((opr_dtype)dt));
+            at += n > 0 ? (size_t)n : 0;
+        }
+    return buf;
+}
+
 static int host_register_kernel(opr_plugin *self, const opr_kernel_desc *desc)
 {
     staging *st = staging_of(self);
@@ -106,13 +160,36 @@ static int host_register_kernel(opr_plugin *self, const opr_kernel_desc *desc)
     const char *op = d->op ? d->op : "(null)";
     if (!d->op || !d->device) { stage_error(st, "register_kernel: NULL op or device name"); return OPR_ERR_INVALID; }
     if (!d->fn) { stage_error(st, "register_kernel: kernel for '%s' has a NULL function pointer", op); return OPR_ERR_INVALID; }
-    if (!registry_find(st->ctx, d->op)) { stage_error(st, "register_kernel: unknown op '%s'", op); return OPR_ERR_NOT_FOUND; }
     int dev = opr_device_type_find(st->ctx, d->device);
     bool staged_dev = false;
     for (int i = 0; i < st->ndevices && dev < 0 && !staged_dev; i++) staged_dev = !strcmp(st->device_names[i], d->device);
     if (dev < 0 && !staged_dev) {
         stage_error(st, "register_kernel: '%s' names unknown device '%s' (register_device it first)", op, d->device);
         return OPR_ERR_NOT_FOUND;
+    }
+    if (d->override_dtypes & ~d->dtypes) {
+        char over[64], has[64];
+        stage_error(st, "register_kernel: '%s' on %s overrides dtypes it does not handle (override_dtypes: %s; dtypes: %s)",
+                    op, d->device, dtype_list(d->override_dtypes & ~d->dtypes, over, sizeof over),
+                    dtype_list(d->dtypes, has, sizeof has));
+        return OPR_ERR_INVALID;
+    }
+    /* Registrations are optional: a kernel for an op this registry does not define (a
+     * plugin built for a newer op set, or one whose YAML was not loaded) is skipped,
+     * said in the log and in the plugin's remark, and the rest of the plugin loads. */
+    if (!registry_find(st->ctx, d->op)) {
+        log_line(OPR_LOG_INFO, log_source(st), "plugin %s: kernel '%s' on %s skipped: the registry defines no op '%s'",
+                 st->cand->path, op, d->device, op);
+        size_t at = strlen(st->skipped);
+        bool listed = false; /* one name per op, however many devices */
+        for (const char *p = st->skipped; *p && !listed; p += strcspn(p, ",") + (p[strcspn(p, ",")] ? 2 : 0))
+            listed = strcspn(p, ",") == strlen(op) && !strncmp(p, op, strlen(op));
+        if (!listed && at + strlen(op) + 3 < sizeof st->skipped)
+            snprintf(st->skipped + at, sizeof st->skipped - at, "%s%s", at ? ", " : "", op);
+        else if (!listed)
+            st->skipped_more = true;
+        st->nskipped++;
+        return OPR_OK;
     }
     for (int i = 0; i < st->nkernels; i++)
         if (!strcmp(st->kernels[i].op, d->op) && !strcmp(st->kernels[i].device_name, d->device)) {
@@ -130,7 +207,10 @@ static int host_register_kernel(opr_plugin *self, const opr_kernel_desc *desc)
     staged_kernel *k = &st->kernels[st->nkernels++];
     snprintf(k->op, sizeof k->op, "%s", d->op);
     snprintf(k->device_name, sizeof k->device_name, "%s", d->device);
-    k->entry = (kernel_entry){d->fn, d->data, d->dtypes, NULL};
+    k->fn = d->fn;
+    k->data = d->data;
+    k->dtypes = d->dtypes;
+    k->override_dtypes = d->override_dtypes;
     return OPR_OK;
 }
 
@@ -154,8 +234,10 @@ static int host_register_device(opr_plugin *self, const opr_device_desc *desc)
         stage_error(st, "register_device: device '%s' lacks an allocator or copy function", d->name);
         return OPR_ERR_INVALID;
     }
-    if (!is_cpu && opr_device_type_find(st->ctx, d->name) >= 0) {
-        stage_error(st, "register_device: device '%s' is already provided by another plugin", d->name);
+    int other = is_cpu ? -1 : opr_device_type_find(st->ctx, d->name);
+    if (other >= 0) {
+        const char *by = st->ctx->devices[other].plugin_name;
+        stage_error(st, "register_device: device '%s' is already provided by plugin %s", d->name, by ? by : "(host)");
         return OPR_ERR_INVALID;
     }
     for (int i = 0; i < st->ndevices; i++)
@@ -183,8 +265,21 @@ static int host_register_device(opr_plugin *self, const opr_device_desc *desc)
 static int host_load_yaml(opr_plugin *self, const char *path)
 {
     staging *st = staging_of(self);
-    if (!st || !path) return OPR_ERR_INVALID;
-    return yaml_load_file(st->ctx, path, NULL);
+    if (!st || !path || !path[0]) return OPR_ERR_INVALID;
+    if (path[0] == '/' || !st->dir) return yaml_load_file(st->ctx, path, NULL);
+    char full[PATH_MAX];
+    if ((size_t)snprintf(full, sizeof full, "%s/%s", st->dir, path) >= sizeof full)
+        return opr_fail(OPR_ERR_INVALID, "load_yaml: path %s/%s is too long", st->dir, path);
+    return yaml_load_file(st->ctx, full, NULL);
+}
+
+static int host_load_yaml_string(opr_plugin *self, const char *text, const char *name)
+{
+    staging *st = staging_of(self);
+    if (!st || !text) return OPR_ERR_INVALID;
+    char fallback[96];
+    snprintf(fallback, sizeof fallback, "<yaml string of plugin %s>", self->name ? self->name : "?");
+    return yaml_load_text(st->ctx, text, strlen(text), name ? name : fallback, NULL);
 }
 
 static void host_set_error(const opr_kernel_call *call, const char *fmt, ...)
@@ -215,6 +310,7 @@ static const opr_host_api host_api = {
     .set_error = host_set_error,
     .log = host_log,
     .alloc_output = dispatch_alloc_output,
+    .load_yaml_string = host_load_yaml_string,
 };
 
 const opr_host_api *plugin_host_api(void) { return &host_api; }
@@ -252,8 +348,62 @@ static int refuse(candidate *c, int status, const char *fmt, ...)
     return opr_fail(status, "plugin %s: %s", c->path, why);
 }
 
-/* Commits a staged plugin: devices first, then kernels (already-provided kernels stay
- * with the plugin that came first, with a remark). */
+/* A list of "(op, device, dtype) of plugin P" items for a remark: the first few, then
+ * a count of the rest. */
+typedef struct item_list {
+    int n;
+    char text[384];
+} item_list;
+
+static void item_add(item_list *l, const char *op, const char *device, int dt, const char *plugin)
+{
+    if (l->n++ >= 4) return;
+    size_t at = strlen(l->text);
+    snprintf(l->text + at, sizeof l->text - at, "%s%s (%s, %s) of plugin %s", at ? ", " : "", op, device,
+             opr_dtype_name((opr_dtype)dt), plugin);
+}
+
+static const char *item_more(const item_list *l, char *buf, size_t len)
+{
+    if (l->n > 4) snprintf(buf, len, " and %d more", l->n - 4);
+    else buf[0] = '\0';
+    return buf;
+}
+
+/* The device contract (plugin.h): every device type needs a copy_ kernel for the
+ * dtypes its kernels handle, or strided tensors on it cannot be copied or read back.
+ * Checked for the devices a plugin just registered; a warning, not a refusal. */
+static void check_device_contract(opr_ctx *ctx, staging *st, candidate *c)
+{
+    opr_op *copy = registry_find(ctx, "copy_");
+    for (int i = 0; i < st->ndevices; i++) {
+        const char *name = st->device_names[i];
+        int t = opr_device_type_find(ctx, name);
+        if (t <= 0) continue; /* cpu: the host copies itself */
+        uint32_t used = 0;
+        for (int k = 0; k < st->nkernels; k++)
+            if (!strcmp(st->kernels[k].device_name, name)) used |= st->kernels[k].dtypes;
+        const kernel_entry *ck = copy ? atomic_load(&copy->kernels[t]) : NULL;
+        char msg[384], list[64];
+        if (!ck)
+            snprintf(msg, sizeof msg, "device '%s' has no copy_ kernel: strided tensors on it cannot be copied, made "
+                     "contiguous or read back, and view ops do not count as runnable there", name);
+        else if (used & ~ck->dtypes)
+            snprintf(msg, sizeof msg, "device '%s': its copy_ kernel lacks %s, which its other kernels handle: "
+                     "strided tensors of those dtypes cannot be copied there", name,
+                     dtype_list(used & ~ck->dtypes, list, sizeof list));
+        else
+            continue;
+        log_line(OPR_LOG_WARN, c->name, "plugin %s: %s", c->path, msg);
+        remark(c, "%s", msg);
+    }
+}
+
+/* Commits a staged plugin: devices first, then kernels. Precedence is per (op,
+ * device, dtype): a kernel fills the dtypes no earlier plugin provides; a dtype
+ * already provided keeps its kernel unless this one overrides it explicitly. Either
+ * way the slot names both plugins, and the plugin gets a remark; nothing is shadowed
+ * silently. */
 static int commit(opr_ctx *ctx, staging *st, candidate *c)
 {
     /* Every kernel entry is allocated before anything is published: running out of
@@ -285,24 +435,57 @@ static int commit(opr_ctx *ctx, staging *st, candidate *c)
         e->plugin_name = c->name;
         atomic_store(&ctx->n_devices, t + 1);
     }
-    int skipped = 0;
+    item_list kept = {0}, overridden = {0};
     for (int i = 0; i < st->nkernels; i++) {
-        staged_kernel *k = &st->kernels[i];
+        const staged_kernel *k = &st->kernels[i];
         opr_op *op = registry_find(ctx, k->op);
         int dev = opr_device_type_find(ctx, k->device_name);
         kernel_entry *e = entries[i];
         if (!op || dev < 0) { free(e); continue; }
-        *e = k->entry;
-        e->plugin = c->name;
-        kernel_entry *expected = NULL;
-        if (!atomic_compare_exchange_strong(&op->kernels[dev], &expected, e)) { free(e); skipped++; }
+        /* published entries never change: the new one is a copy with this plugin's slots */
+        kernel_entry *old = atomic_load(&op->kernels[dev]);
+        if (old) *e = *old;
+        else memset(e, 0, sizeof *e);
+        e->replaced = old;
+        const dtype_kernel mine = {.fn = k->fn, .data = k->data, .plugin = c->name};
+        for (int dt = 0; dt < OPR_DTYPE_COUNT; dt++) {
+            uint32_t bit = OPR_DTYPE_BIT(dt);
+            dtype_kernel *slot = &e->by_dtype[dt];
+            if (!(k->dtypes & bit)) continue;
+            if (!(e->dtypes & bit)) { /* missing: filled */
+                *slot = mine;
+                e->dtypes |= bit;
+            } else if (k->override_dtypes & bit) { /* explicit: replaced, both named */
+                item_add(&overridden, k->op, k->device_name, dt, slot->plugin);
+                const char *was = slot->plugin;
+                *slot = mine;
+                slot->shadowed = was;
+                slot->overrides = true;
+            } else { /* provided already: the earlier one stays, both named */
+                item_add(&kept, k->op, k->device_name, dt, slot->plugin);
+                if (!slot->overrides) slot->shadowed = c->name;
+            }
+        }
+        atomic_store_explicit(&op->kernels[dev], e, memory_order_release);
     }
     free(entries);
-    if (skipped) {
-        char why[128];
-        snprintf(why, sizeof why, "%d kernel(s) already provided by an earlier plugin were not replaced", skipped);
-        c->why = strdup(why); /* a remark: without memory for it, none */
+    char more[32];
+    if (overridden.n) {
+        remark(c, "overrides %d kernel(s) of earlier plugins: %s%s", overridden.n, overridden.text,
+               item_more(&overridden, more, sizeof more));
+        log_line(OPR_LOG_INFO, c->name, "plugin %s overrides %d kernel(s) of earlier plugins: %s%s", c->path,
+                 overridden.n, overridden.text, more);
     }
+    if (kept.n) {
+        remark(c, "%d kernel(s) already provided by an earlier plugin were not replaced: %s%s (only missing "
+               "dtypes are filled; override_dtypes replaces)", kept.n, kept.text, item_more(&kept, more, sizeof more));
+        log_line(OPR_LOG_INFO, c->name, "plugin %s: %d kernel(s) already provided by an earlier plugin were not "
+                 "replaced: %s%s", c->path, kept.n, kept.text, more);
+    }
+    if (st->nskipped)
+        remark(c, "skipped %d kernel(s) for ops the registry does not define: %s%s", st->nskipped, st->skipped,
+               st->skipped_more ? ", ..." : "");
+    check_device_contract(ctx, st, c);
     return OPR_OK;
 }
 
@@ -330,6 +513,19 @@ static bool name_loaded(opr_ctx *ctx, const char *name, const candidate *self)
     return false;
 }
 
+static int run_init(opr_ctx *ctx, candidate *c, opr_plugin_init_fn init, const char *dir);
+
+/* The directory part of an absolute path, into buf ("/" for a file in the root). */
+static const char *dirname_of(const char *path, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s", path);
+    char *slash = strrchr(buf, '/');
+    if (!slash) return NULL;
+    if (slash == buf) slash[1] = '\0';
+    else *slash = '\0';
+    return buf;
+}
+
 static int load_file(opr_ctx *ctx, const char *path)
 {
     struct stat sb;
@@ -338,7 +534,7 @@ static int load_file(opr_ctx *ctx, const char *path)
     if (stat(real, &sb)) return opr_fail(OPR_ERR_NOT_FOUND, "plugin %s: cannot stat", path);
     for (int i = 0; i < ctx->plugins->n; i++) { /* same file: idempotent */
         candidate *o = ctx->plugins->items[i];
-        if (o->st_dev != sb.st_dev || o->st_ino != sb.st_ino) continue;
+        if (o->in_process || o->st_dev != sb.st_dev || o->st_ino != sb.st_ino) continue;
         if (o->loaded || !o->status) return OPR_OK;
         /* considered once: a refused file stays refused, with the same reason */
         return opr_fail(o->status, "plugin %s: %s", o->path, o->why ? o->why : "refused earlier");
@@ -389,9 +585,16 @@ static int load_file(opr_ctx *ctx, const char *path)
         }
     }
 
-    staging st = {.ctx = ctx, .cand = c};
-    c->self = (opr_plugin){.struct_size = sizeof(opr_plugin), .host_private = &st};
-    c->handle = h; /* init ran: never closed before the context */
+    c->handle = h; /* init runs: never closed before the context */
+    return run_init(ctx, c, init, dirname_of(real, dir, sizeof dir));
+}
+
+/* Runs init of candidate c with staging, decides, and commits or rolls back: the same
+ * for a file and for an in-process registration. */
+static int run_init(opr_ctx *ctx, candidate *c, opr_plugin_init_fn init, const char *dir)
+{
+    staging st = {.ctx = ctx, .cand = c, .dir = dir};
+    c->self = (opr_plugin){.struct_size = sizeof(opr_plugin), .host_private = &st, .dir = dir};
     opr_error_clear();
     pthread_mutex_lock(&ctx->lock);
     int nops_before = registry_count(ctx); /* host->load_yaml during init adds after these */
@@ -430,18 +633,16 @@ static int load_file(opr_ctx *ctx, const char *path)
         /* out of memory: nothing was published */
     } else {
         c->loaded = true;
-        if (c->abi_minor > OPR_ABI_MINOR && !c->why) {
-            char why[128];
-            snprintf(why, sizeof why, "plugin ABI %u.%u is newer than host %d.%d (accepted)", c->abi_major,
-                     c->abi_minor, OPR_ABI_MAJOR, OPR_ABI_MINOR);
-            c->why = strdup(why);
-        }
+        if (c->abi_minor > OPR_ABI_MINOR)
+            remark(c, "plugin ABI %u.%u is newer than host %d.%d (accepted)", c->abi_major, c->abi_minor,
+                   OPR_ABI_MAJOR, OPR_ABI_MINOR);
     }
     if (!c->loaded) { /* staged registrations are dropped; so are the ops it defined */
         registry_truncate(ctx, nops_before);
     }
     pthread_mutex_unlock(&ctx->lock);
     c->self.host_private = NULL;
+    c->self.dir = NULL; /* it pointed into the caller's buffer */
     free(st.kernels);
     if (!c->loaded && (rc == OPR_ERR_NOMEM || st.nomem)) return forget_candidate(ctx, c);
     return rc;
@@ -476,6 +677,19 @@ opr_status opr_plugin_load(opr_ctx *ctx, const char *path)
     dir_list_free(names, n);
     if (first) opr_fail(first, "%s", first_msg);
     return first;
+}
+
+opr_status opr_plugin_register(opr_ctx *ctx, opr_plugin_init_fn init, const char *dir)
+{
+    if (!ctx || !init) return opr_fail(OPR_ERR_INVALID, "opr_plugin_register: NULL context or init function");
+    candidate *c = candidate_add(ctx, "(in-process)");
+    if (!c) return opr_fail(OPR_ERR_NOMEM, "out of memory");
+    c->in_process = true;
+    /* dir is the caller's: the staging and self->dir point at a copy for init's time */
+    char own[PATH_MAX];
+    if (dir && (size_t)snprintf(own, sizeof own, "%s", dir) >= sizeof own)
+        return refuse(c, OPR_ERR_INVALID, "refused: directory %s is too long", dir);
+    return run_init(ctx, c, init, dir ? own : NULL);
 }
 
 opr_status opr_plugin_discover(opr_ctx *ctx)

@@ -23,12 +23,30 @@ typedef struct op_arg {
     int fixed_dtype;        /* tensor args: -1 = takes part in the common dtype T */
 } op_arg;
 
-typedef struct kernel_entry {
+/* The kernel of one (op, device type) for one dtype. */
+typedef struct dtype_kernel {
     opr_kernel_fn fn;
     void *data;
-    uint32_t dtypes;
     const char *plugin;     /* name of the plugin providing it (owned by the plugin set) */
+    const char *shadowed;   /* a plugin whose kernel for this dtype is not used, or NULL */
+    bool overrides;         /* plugin took the dtype from shadowed by an explicit override */
+} dtype_kernel;
+
+/* The kernels of one (op, device type), one slot per dtype: precedence is per dtype
+ * (plugin_load.c). A published entry never changes: a commit that changes one
+ * publishes a changed copy, and the old one stays reachable through `replaced` until
+ * the op is freed, since a reader may still hold it. */
+typedef struct kernel_entry {
+    uint32_t dtypes;        /* OPR_DTYPE_BIT mask of the slots that have a kernel */
+    dtype_kernel by_dtype[OPR_DTYPE_COUNT];
+    struct kernel_entry *replaced;
 } kernel_entry;
+
+/* The slot of dtype dt, NULL when the entry (may be NULL) has no kernel for it. */
+static inline const dtype_kernel *kernel_for(const kernel_entry *k, int dt)
+{
+    return k && dt >= 0 && dt < OPR_DTYPE_COUNT && (k->dtypes & OPR_DTYPE_BIT(dt)) ? &k->by_dtype[dt] : NULL;
+}
 
 /* Output dtype rules. */
 #define OUT_DTYPE_T (-1)    /* the common dtype of the plain tensor arguments */
@@ -227,6 +245,14 @@ static inline unsigned layouts_in_args(const opr_value *args, int nargs)
     }
     return l;
 }
+
+/* The names of the plugins providing k's dtypes, comma-separated, into buf
+ * (op_table.c). */
+void kernel_plugins(const kernel_entry *k, char *buf, size_t len);
+
+/* Whether the host's view ops count as runnable on device_type: always on cpu, else
+ * only when the device has a copy_ kernel (op_table.c). */
+bool views_run_on(const opr_ctx *ctx, int device_type);
 
 /* Installs the hook that copies strided tensors on accelerators (dispatch.c). */
 void dispatch_init(opr_ctx *ctx);

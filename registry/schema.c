@@ -212,6 +212,10 @@ void op_free(opr_op *op)
     for (int i = 0; i < op->nchecks; i++) expr_free(op->checks[i]);
     expr_free(op->flops);
     expr_free(op->identity_if);
-    for (int i = 0; i < OPR_MAX_DEVICE_TYPES; i++) free(atomic_load(&op->kernels[i]));
+    for (int i = 0; i < OPR_MAX_DEVICE_TYPES; i++)
+        for (kernel_entry *k = atomic_load(&op->kernels[i]), *next; k; k = next) {
+            next = k->replaced;
+            free(k);
+        }
     free(op);
 }

@@ -11,8 +11,11 @@ int cmd_info(int argc, char **argv)
         printf("usage: opreg info [--plugin PATH]...\n\n"
                "Lists every plugin file considered (explicit paths, OPREG_PLUGIN_PATH, the plugin\n"
                "directory of libopreg.so's installation, or the build tree's), with its name,\n"
-               "version, ABI, probe score and whether it was loaded or why not; then the devices\n"
-               "and the number of ops with kernels.\n");
+               "version, ABI, probe score and whether it was loaded or why not (or its remarks:\n"
+               "kernels skipped or not replaced, device warnings); then the devices and the number\n"
+               "of ops that can run on each; then every (op, device, dtype) whose kernel shadows\n"
+               "another plugin's, naming both (explicit overrides and kernels kept from the\n"
+               "plugin loaded first).\n");
         return 0;
     }
     opr_ctx *ctx = cli_ctx_new(argc, argv);
@@ -39,12 +42,33 @@ int cmd_info(int argc, char **argv)
     }
     printf("\ndevices:\n");
     int nops = opr_op_count(ctx);
+    const opr_op *copy = opr_op_find(ctx, "copy_");
     for (int t = 0; t < opr_device_type_count(ctx); t++) {
         int with_kernel = 0;
         for (int i = 0; i < nops; i++) with_kernel += opr_op_has_kernel(opr_op_at(ctx, i), t);
-        printf("  %-6s %d ordinal(s), %d of %d ops runnable\n", opr_device_type_name(ctx, t),
-               opr_device_type_ordinals(ctx, t), with_kernel, nops);
+        /* the device contract (plugin.h): without copy_, views cannot be read back and
+         * are not counted */
+        bool no_copy = t > 0 && !opr_op_has_kernel(copy, t);
+        printf("  %-6s %d ordinal(s), %d of %d ops runnable%s\n", opr_device_type_name(ctx, t),
+               opr_device_type_ordinals(ctx, t), with_kernel, nops,
+               no_copy ? " (no copy_ kernel: views cannot be read back, not counted)" : "");
     }
+    bool header = false;
+    for (int i = 0; i < nops; i++)
+        for (int t = 0; t < opr_device_type_count(ctx); t++)
+            for (int dt = 0; dt < OPR_DTYPE_COUNT; dt++) {
+                opr_kernel_info k = {.struct_size = sizeof k};
+                if (opr_op_kernel_info(opr_op_at(ctx, i), t, (opr_dtype)dt, &k) || !k.shadowed) continue;
+                if (!header) printf("\nkernel precedence (op (device, dtype): the plugin whose kernel runs):\n");
+                header = true;
+                if (k.overrides)
+                    printf("  %s (%s, %s): plugin %s overrides plugin %s\n", opr_op_name(opr_op_at(ctx, i)),
+                           opr_device_type_name(ctx, t), opr_dtype_name((opr_dtype)dt), k.plugin, k.shadowed);
+                else
+                    printf("  %s (%s, %s): plugin %s, loaded first; plugin %s's is not used\n",
+                           opr_op_name(opr_op_at(ctx, i)), opr_device_type_name(ctx, t),
+                           opr_dtype_name((opr_dtype)dt), k.plugin, k.shadowed);
+            }
     const char *errs = opr_registry_errors(ctx);
     if (errs[0]) printf("\nop definitions refused:\n%s", errs);
     opr_ctx_free(ctx);

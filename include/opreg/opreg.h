@@ -179,6 +179,26 @@ typedef struct opr_plugin_candidate {
 } opr_plugin_candidate; /* all fields since 0.1 */
 #define OPR_PLUGIN_CANDIDATE_STRUCT_SIZE_0_1 OPR_STRUCT_SIZE(opr_plugin_candidate, why)
 
+/* Registers a plugin that is part of the application (or of a test) instead of a
+ * shared object: init is called exactly as the loader calls a plugin's
+ * opr_plugin_init (typed opr_plugin_init_fn in plugin.h), with the same host table, the
+ * same staging and the same validation, refusals and messages, so that what passes here
+ * passes in a .so and the other way round. dir (may be NULL) becomes self->dir, against
+ * which host->load_yaml resolves relative paths (NULL: they are used as given, relative
+ * to the working directory).
+ * The registration is listed by opr_plugin_candidate_get like a file, with the path
+ * "(in-process)"; its `why` says why it was refused. Registering an init whose plugin
+ * name is already loaded is skipped like a second copy of a file (OPR_ERR_REFUSED).
+ * Returns OPR_OK, or the status of the refusal: OPR_ERR_ABI, OPR_ERR_INVALID (an
+ * invalid registration, no name), the status init returned, OPR_ERR_REFUSED, or
+ * OPR_ERR_NOMEM (nothing recorded). OPR_ERR_INVALID without a record for a NULL ctx or
+ * init. The code init points at must stay valid as long as the context. */
+struct opr_host_api;
+struct opr_plugin;
+OPR_API opr_status opr_plugin_register(opr_ctx *ctx,
+                                       int (*init)(const struct opr_host_api *host, struct opr_plugin *self),
+                                       const char *dir);
+
 /* Number of plugin files considered so far (loaded, refused or skipped). */
 OPR_API int opr_plugin_candidate_count(const opr_ctx *ctx);
 /* Fills *out with candidate i. Strings are borrowed from the context. */
@@ -531,12 +551,33 @@ OPR_API int opr_op_arg_kind(const opr_op *op, int i);
 /* True if the op accepts dtype as its common dtype (its YAML `dtypes:`). */
 OPR_API bool opr_op_supports_dtype(const opr_op *op, opr_dtype dtype);
 /* True if the op can run on this device type: some loaded plugin has a kernel for it
- * there, or it is a view the host implements, or its alternative (below) can run
- * there, or it is a composite op (below) every op
- * of whose forward can run there (looked up by name, through nested composites; an
- * op the forward calls that is not defined yet makes it false). Dtypes are not
- * considered. */
+ * there, or it is a view the host implements (on a device other than cpu only when
+ * the device has a copy_ kernel, without which a view cannot be read back: plugin.h,
+ * the device contract), or its alternative (below) can run there, or it is a composite
+ * op (below) every op of whose forward can run there (looked up by name, through nested
+ * composites; an op the forward calls that is not defined yet makes it false). Dtypes
+ * are not considered. */
 OPR_API bool opr_op_has_kernel(const opr_op *op, int device_type);
+/* Which plugin provides an op's kernel on a device type for one dtype
+ * (opr_op_kernel_info). Precedence is per (op, device, dtype): the first plugin loaded
+ * that provides it, unless a later one overrode that dtype explicitly (plugin.h,
+ * opr_kernel_desc.override_dtypes). */
+typedef struct opr_kernel_info {
+    size_t struct_size;
+    const char *plugin;   /* the plugin whose kernel runs */
+    const char *shadowed; /* a plugin whose kernel for the same (op, device, dtype) is
+                             not used (the one overridden, or a later one that did not
+                             ask to override), NULL when none */
+    bool overrides;       /* plugin replaced shadowed's kernel by an explicit override */
+} opr_kernel_info; /* all fields since 0.1 */
+#define OPR_KERNEL_INFO_STRUCT_SIZE_0_1 OPR_STRUCT_SIZE(opr_kernel_info, overrides)
+/* Fills *out (struct_size set by the caller) for the kernel that runs op on
+ * device_type for common dtype `dtype`. Strings live as long as the context.
+ * OPR_ERR_NOT_FOUND when no plugin provides one (views and composite ops never have
+ * one: see opr_op_has_kernel), OPR_ERR_INVALID for a NULL op or out, a device type out
+ * of range or a struct_size too small. */
+OPR_API opr_status opr_op_kernel_info(const opr_op *op, int device_type, opr_dtype dtype, opr_kernel_info *out);
+
 /* True if the op is a composite op: defined in YAML by a `forward:` expression over
  * other ops instead of a kernel (docs/formulas.md, "Composite ops"). A composite with
  * derivative entries is recorded by autograd as one node with its own formulas;

@@ -39,13 +39,15 @@ extern "C" {
 #endif
 
 #define OPR_ABI_MAJOR 2
-#define OPR_ABI_MINOR 0
+#define OPR_ABI_MINOR 1
 
 /* OPR_STRUCT_SIZE(type, last) (opreg.h) is the size of a struct up to and including
  * its field `last`: what struct_size must at least be for a reader to use `last`. The
- * OPR_*_STRUCT_SIZE_2_0 constants below pin each struct's size at ABI 2.0; a side that
- * fills struct_size with sizeof may give more (a newer minor), never less. Fields
- * carry the ABI minor that added them. */
+ * OPR_*_STRUCT_SIZE_2_0 constants below pin each struct's size at ABI 2.0, the
+ * OPR_*_STRUCT_SIZE_2_1 ones at 2.1; a side that fills struct_size with sizeof may give
+ * more (a newer minor), never less than 2.0. Fields carry the ABI minor that added
+ * them; a plugin reads a 2.1 field of a host struct (or calls a 2.1 host function) only
+ * when that struct's struct_size covers it. */
 
 #define OPR_PLUGIN_INIT_SYMBOL "opr_plugin_init"
 #define OPR_PLUGIN_PROBE_SYMBOL "opr_plugin_probe"
@@ -136,6 +138,12 @@ typedef int (*opr_kernel_fn)(const opr_kernel_call *call);
 /* Dtype bit for opr_kernel_desc.dtypes. */
 #define OPR_DTYPE_BIT(dt) (1u << (unsigned)(dt))
 
+/* Precedence is per (op, device, dtype): a kernel fills only the dtypes that no plugin
+ * loaded before it provides for its (op, device); for a dtype already provided, the
+ * earlier kernel stays (the later plugin gets a remark naming both) unless the later
+ * one lists that dtype in override_dtypes, which replaces it (shown by `opreg info`,
+ * naming both plugins). A kernel for an op the registry does not define is skipped
+ * with a log line and a remark, not refused: registrations are optional. */
 typedef struct opr_kernel_desc {
     size_t struct_size;  /* 2.0 */
     const char *op;      /* 2.0: op name as in the YAML ("add") or a backward kernel name */
@@ -143,12 +151,31 @@ typedef struct opr_kernel_desc {
     uint32_t dtypes;     /* 2.0: OPR_DTYPE_BIT mask of the common dtype it handles */
     opr_kernel_fn fn;    /* 2.0 */
     void *data;          /* 2.0: handed back as call->kernel_data */
+    uint32_t override_dtypes; /* 2.1: the dtypes of `dtypes` for which this kernel
+                                 replaces the one an earlier plugin provides (0: fill
+                                 only the missing dtypes); a bit outside `dtypes` is
+                                 refused */
 } opr_kernel_desc;
 #define OPR_KERNEL_DESC_STRUCT_SIZE_2_0 OPR_STRUCT_SIZE(opr_kernel_desc, data)
+#define OPR_KERNEL_DESC_STRUCT_SIZE_2_1 OPR_STRUCT_SIZE(opr_kernel_desc, override_dtypes)
 
 /* A device type a plugin provides, with its allocator, copies and its speed (the
  * autograd cost model compares candidates with these). For "cpu", which the host
- * provides itself, only the speed fields are read. */
+ * provides itself, only the speed fields are read.
+ *
+ * The device contract. Besides the five memory functions (alloc, free, copy_to_host,
+ * copy_from_host, copy_device: required, else the plugin is refused), a device type
+ * must have kernels for:
+ *   copy_   (Tensor self, Tensor src), for every dtype its other kernels handle: the
+ *           host runs it for every strided copy on the device (contiguous(), reshape
+ *           of a non-contiguous view, reading a view back, moving a view to another
+ *           device). Without it the plugin still loads, with a warning in the log and
+ *           in its remark ("device 'D' has no copy_ kernel: ..."), and the host's view
+ *           ops do not count as runnable there (opr_op_has_kernel, `opreg info`).
+ * and, for autograd on the device, should have `add` (gradient accumulation) and
+ * `new_zeros` (gradients of unused outputs); missing ones fail only the calls that
+ * need them. Every other op is optional: calls of an op without a kernel on the
+ * device fail with "no kernel for device D". */
 typedef struct opr_device_desc {
     size_t struct_size;    /* 2.0 */
     const char *name;      /* 2.0: "cuda" */
@@ -179,8 +206,13 @@ typedef struct opr_plugin {
     void *data;            /* 2.0: plugin private */
     void (*shutdown)(struct opr_plugin *self); /* 2.0: optional; called at context free */
     void *host_private;    /* 2.0: host private: do not touch */
+    const char *dir;       /* 2.1: set by the host before init: the directory of the plugin
+                              file (absolute, symbolic links resolved), or the directory an
+                              in-process registration gave (may be NULL); valid during
+                              init only: copy it to keep it */
 } opr_plugin;
 #define OPR_PLUGIN_STRUCT_SIZE_2_0 OPR_STRUCT_SIZE(opr_plugin, host_private)
+#define OPR_PLUGIN_STRUCT_SIZE_2_1 OPR_STRUCT_SIZE(opr_plugin, dir)
 
 /* Services the host gives a plugin. Registration calls are staged during init and
  * committed only when init returns OPR_OK and every registration was valid. */
@@ -190,7 +222,10 @@ typedef struct opr_host_api {
     uint32_t abi_minor;    /* 2.0 */
     int (*register_kernel)(opr_plugin *self, const opr_kernel_desc *desc);  /* 2.0 */
     int (*register_device)(opr_plugin *self, const opr_device_desc *desc);  /* 2.0 */
-    /* 2.0: loads op definitions shipped with the plugin (absolute path). */
+    /* 2.0: loads op definitions shipped with the plugin. Since 2.1 a relative path is
+     * resolved against self->dir (the plugin file's directory); an absolute one is
+     * used as it is. Same return codes as opr_registry_load_yaml; the ops are removed
+     * again if the plugin is refused. Init only. */
     int (*load_yaml)(opr_plugin *self, const char *path);
     /* 2.0: records the error detail (printf-style) of the kernel call it is given,
      * whichever thread the plugin calls it from (a worker of its own pool, a stream
@@ -205,8 +240,12 @@ typedef struct opr_host_api {
      * fills *call->outputs[index]. */
     int (*alloc_output)(const opr_kernel_call *call, int32_t index, int32_t ndim,
                         const int64_t *shape);
+    /* 2.1: loads op definitions from YAML text the plugin carries (name stands for the
+     * file in error messages, may be NULL); otherwise as load_yaml. Init only. */
+    int (*load_yaml_string)(opr_plugin *self, const char *text, const char *name);
 } opr_host_api;
 #define OPR_HOST_API_STRUCT_SIZE_2_0 OPR_STRUCT_SIZE(opr_host_api, alloc_output)
+#define OPR_HOST_API_STRUCT_SIZE_2_1 OPR_STRUCT_SIZE(opr_host_api, load_yaml_string)
 
 typedef int (*opr_plugin_init_fn)(const opr_host_api *host, opr_plugin *self);
 typedef int (*opr_plugin_probe_fn)(char *why, size_t why_len);

@@ -354,7 +354,6 @@ int k_diagonal_scatter(const opr_kernel_call *c)
     return gk_copy_strided(&k, es, v.ndim, v.shape, base, v.strides, src->data, src->strides);
 }
 
-#ifdef OPR_GK_HAVE_NARROW_SCATTER
 /* narrow_scatter(self, src, dim, start): self with narrow(dim, start, size(src, dim))
  * replaced by src; a negative start counts from the end. */
 int k_narrow_scatter(const opr_kernel_call *c)
@@ -389,9 +388,7 @@ int k_narrow_scatter(const opr_kernel_call *c)
     return gk_copy_strided(&k, es, src->ndim, src->shape, base, out->strides, src->data, src->strides);
 }
 
-#endif
 
-#ifdef OPR_GK_HAVE_DIAG_BACKWARD
 /* diag_backward(self, size, diagonal): the adjoint of diag (see cpu_grad.c). */
 int k_diag_backward(const opr_kernel_call *c)
 {
@@ -418,7 +415,6 @@ int k_diag_backward(const opr_kernel_call *c)
     char *dst = (char *)out->data + (row0 * out->strides[0] + col0 * out->strides[1]) * (int64_t)es;
     return gk_copy_strided(&k, es, 1, &len, dst, &ost, g->data, g->strides);
 }
-#endif
 
 } // namespace
 
@@ -441,15 +437,9 @@ int gk_register_copy(opr_plugin *self)
         {"cat", GK_ALL, k_cat},
         {"diag", GK_ALL, k_diag},
         {"diagonal_scatter", GK_ALL, k_diagonal_scatter},
-#ifdef OPR_GK_HAVE_NEW_ZEROS
         {"new_zeros", GK_ALL, k_zeros},
-#endif
-#ifdef OPR_GK_HAVE_NARROW_SCATTER
         {"narrow_scatter", GK_ALL, k_narrow_scatter},
-#endif
-#ifdef OPR_GK_HAVE_DIAG_BACKWARD
         {"diag_backward", GK_ALL, k_diag_backward},
-#endif
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
         int rc = gk_register(self, table[i].op, table[i].dtypes, table[i].fn);

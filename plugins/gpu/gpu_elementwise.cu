@@ -68,15 +68,9 @@ int k_sqrt(const opr_kernel_call *c) { return run_float<f_sqrt, 1>(c, "sqrt", 1,
 int k_relu(const opr_kernel_call *c) { return run_num<f_relu, 1>(c, "relu", 1, 0, 0); }
 int k_sigmoid(const opr_kernel_call *c) { return run_float<f_sigmoid, 1>(c, "sigmoid", 1, 0, 0); }
 int k_tanh(const opr_kernel_call *c) { return run_float<f_tanh, 1>(c, "tanh", 1, 0, 0); }
-#ifdef OPR_GK_HAVE_LERP
 int k_lerp(const opr_kernel_call *c) { return run_float<f_lerp, 3>(c, "lerp", 3, 0, 0); }
-#endif
-#ifdef OPR_GK_HAVE_ADDCMUL
 int k_addcmul(const opr_kernel_call *c) { return run_float<f_addcmul, 3>(c, "addcmul", 4, gk_arg_d(c, 3), 0); }
-#endif
-#ifdef OPR_GK_HAVE_SIGN
 int k_sign(const opr_kernel_call *c) { return run_num<f_sign, 1>(c, "sign", 1, 0, 0); }
-#endif
 
 /* add/sub(self, other, alpha): self (+/-) alpha * other; alpha must be integral for i64. */
 template <template <class> class F>
@@ -203,15 +197,9 @@ int gk_register_elementwise(opr_plugin *self)
         {"pow", FLOATS, k_pow},        {"relu", NUMS, k_relu},
         {"sigmoid", FLOATS, k_sigmoid}, {"tanh", FLOATS, k_tanh},
         {"clamp", NUMS, k_clamp},      {"clamp_min", NUMS, k_clamp_min},
-#ifdef OPR_GK_HAVE_LERP
         {"lerp", FLOATS, k_lerp},
-#endif
-#ifdef OPR_GK_HAVE_ADDCMUL
         {"addcmul", FLOATS, k_addcmul},
-#endif
-#ifdef OPR_GK_HAVE_SIGN
         {"sign", NUMS, k_sign},
-#endif
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
         int rc = gk_register(self, table[i].op, table[i].dtypes, table[i].fn);

@@ -249,14 +249,10 @@ static int pad_like(const opr_kernel_call *c, const char *op, bool to_padded)
 static int k_jagged_to_padded(const opr_kernel_call *c) { return pad_like(c, "jagged_to_padded", true); }
 static int k_padded_to_jagged(const opr_kernel_call *c) { return pad_like(c, "padded_to_jagged", false); }
 
-/* Registered only where the YAML defines the segment ops (opreg_gpu_yaml.cmake): a
- * kernel for an op the registry does not know would make the host refuse the plugin. */
+/* Where the YAML does not define the segment ops, the host skips these kernels with a
+ * log line (registrations are optional). */
 int gk_register_segment(opr_plugin *self)
 {
-#ifndef OPR_GK_HAVE_SEGMENT_SUM
-    (void)self;
-    return OPR_OK;
-#else
     const struct {
         const char *op;
         uint32_t mask;
@@ -274,5 +270,4 @@ int gk_register_segment(opr_plugin *self)
         if (rc != OPR_OK) return rc;
     }
     return OPR_OK;
-#endif
 }

@@ -1,10 +1,12 @@
-# Shared by plugins/cuda and plugins/rocm: compile definitions that say which optional
-# registry entries exist, read from registry/ops/core.yaml at configure time.
+# Shared by plugins/cuda, plugins/rocm and tests/gpu_emu: checks, at configure time,
+# that each fused backward kernel the plugins implement produces its gradients in the
+# order of the key that registry/ops/core.yaml gives its `kernel:` entry.
 #
-# Registering a kernel for an op name the registry does not know makes the host refuse
-# the whole plugin, so fused backward kernels (OPR_GK_<NAME>_BACKWARD=<outputs>) and
-# the helper ops of derivative formulas (OPR_GK_HAVE_<OP>) are compiled in only when
-# the YAML declares them. The YAML is a configure dependency.
+# Kernels are not filtered by what the YAML defines: a kernel for an op the registry
+# does not know is skipped by the host at load time with a log line (registrations are
+# optional). A fused kernel is compiled in (OPR_GK_<NAME>_BACKWARD=<outputs>) unless
+# core.yaml declares it with a key in another order, which would make it write the
+# gradients into the wrong inputs: then it is left out, with a warning.
 function(opreg_gpu_yaml_definitions target)
   # A fused entry's key (`self, mat2: {kernel: mm_backward, ...}`) must list the inputs
   # in the order the kernel produces their gradients (schema order).
@@ -24,6 +26,13 @@ function(opreg_gpu_yaml_definitions target)
     string(REPLACE "/" ";" accepted "${accepted}")
     string(FIND "${yaml}" "kernel: ${kname}" at)
     if(at EQUAL -1)
+      # not declared here: registered anyway (skipped at run time unless some YAML
+      # loaded by then declares it); the first accepted key gives its outputs
+      list(GET accepted 0 key)
+      string(REPLACE "," ";" key_items "${key}")
+      list(LENGTH key_items nout)
+      target_compile_definitions(${target} PRIVATE OPR_GK_${macro}_BACKWARD=${nout})
+      message(STATUS "${target}: native ${kname} (not in core.yaml: optional)")
       continue()
     endif()
     # The entry's key: on the line above `kernel: NAME`, or before `{kernel: NAME`.
@@ -41,17 +50,6 @@ function(opreg_gpu_yaml_definitions target)
     else()
       message(WARNING "${target}: core.yaml declares ${kname} for '${key}', which this plugin does not "
                       "implement in that order; the kernel is not registered")
-    endif()
-  endforeach()
-
-  # Helper ops that derivative formulas call, and ops newer than the plugin's first
-  # release.
-  # segment_sum stands for the six segment ops of jagged tensors, defined together.
-  foreach(op new_zeros sign narrow_scatter diag_backward lerp addcmul segment_sum)
-    string(FIND "${yaml}" "- name: ${op}(" at)
-    if(NOT at EQUAL -1)
-      string(TOUPPER "${op}" OP)
-      target_compile_definitions(${target} PRIVATE OPR_GK_HAVE_${OP})
     endif()
   endforeach()
 endfunction()
