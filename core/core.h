@@ -31,6 +31,7 @@ int opr_error_status(void);
 
 /* Formats and delivers one log message (core/log.c). */
 void opr_log_vemit(opr_log_level level, const char *source, const char *fmt, va_list ap);
+void opr_log_emit(opr_log_level level, const char *source, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* Structs of the public API that start with struct_size (core/struct_size.c).
  * opr_struct_in copies the caller's struct at src (NULL: all defaults) into the
@@ -149,6 +150,7 @@ struct opr_ctx {
      * set by the registry, which runs the device's copy_ kernel. */
     int (*device_strided_copy)(opr_ctx *ctx, opr_tensor *dst, const opr_tensor *src);
     const opr_autograd_iface *autograd; /* set with the context; never NULL after */
+    _Atomic bool cpu_fallback_off; /* opr_cpu_fallback_set(ctx, false) (registry/fallback.c) */
 };
 
 /* Device entry for a tensor's device, or NULL. */

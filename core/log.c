@@ -29,3 +29,11 @@ void opr_log_vemit(opr_log_level level, const char *source, const char *fmt, va_
     if (fn) fn(level, source ? source : "opreg", msg, ud);
     else if (level >= OPR_LOG_WARN) fprintf(stderr, "opreg[%s]: %s\n", source ? source : "opreg", msg);
 }
+
+void opr_log_emit(opr_log_level level, const char *source, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    opr_log_vemit(level, source, fmt, ap);
+    va_end(ap);
+}

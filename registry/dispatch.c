@@ -381,6 +381,12 @@ opr_status opr_call(const opr_op *op, const opr_value *args, int nargs, opr_tens
     }
 
     const kernel_entry *kerns = atomic_load_explicit(&((opr_op *)op)->kernels[c.dev.type], memory_order_acquire);
+    if (!kernel_for(kerns, c.common) && fallback_applies(op, c.dev.type, (opr_dtype)c.common)) {
+        rc = fallback_call(op, args, nargs, results, nres, c.tensors, c.slots, c.dev, (opr_dtype)c.common, record,
+                           c.list_requires_grad);
+        free(c.list_views);
+        return rc;
+    }
     if (!kerns) {
         free(c.list_views);
         return opr_fail(OPR_ERR_NOT_FOUND, "%s: no kernel for device %s (is its plugin loaded?)", op->name,

@@ -470,6 +470,7 @@ typedef struct explain_buf {
     const mval *slots;
     char *buf;
     size_t len, used;
+    opr_device dev;
 } explain_buf;
 
 static void appendf(explain_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -523,6 +524,24 @@ static void fmt_bytes(char *buf, size_t len, uint64_t n)
     else snprintf(buf, len, "%llu B", (unsigned long long)n);
 }
 
+/* Appends, once each, the ops e calls that would run on the CPU fallback on b's device
+ * (registry/fallback.c); *n counts them. */
+static void list_fallbacks(explain_buf *b, const expr *e, opr_dtype dt, const opr_op **seen, int *n)
+{
+    if (!e) return;
+    const opr_op *callee = e->kind == EXPR_CALL && e->builtin < 0 ? e->callee : NULL;
+    if (callee && !kernel_for(atomic_load(&((opr_op *)callee)->kernels[b->dev.type]), dt) &&
+        fallback_applies(callee, b->dev.type, dt)) {
+        bool dup = false;
+        for (int i = 0; i < *n && !dup; i++) dup = seen[i] == callee;
+        if (!dup && *n < 16) {
+            appendf(b, "%s%s", *n ? ", " : "\n      falls back to the cpu (no kernel on this device): ", callee->name);
+            seen[(*n)++] = callee;
+        }
+    }
+    for (int i = 0; i < e->nargs; i++) list_fallbacks(b, e->args[i], dt, seen, n);
+}
+
 static void explain_visit(void *ud, const choice *c)
 {
     explain_buf *b = ud;
@@ -532,14 +551,23 @@ static void explain_visit(void *ud, const choice *c)
     describe_set(b, c);
     appendf(b, "\n      cost %.1f us, %d launch(es), ", c->ns / 1000, c->launches);
     describe_saves(b, c->save, c->meta);
-    appendf(b, " = %s\n", bytes);
+    appendf(b, " = %s", bytes);
+    const opr_op *seen[16];
+    int nseen = 0;
+    const opr_dtype dt = b->slots[b->op->nargs].u.t->dtype;
+    for (int i = 0; i < c->n; i++) {
+        const deriv_cand *k = &b->op->deriv->cands[c->cand[i]];
+        for (int l = 0; l < k->nlets; l++) list_fallbacks(b, k->lets[l], dt, seen, &nseen);
+        for (int f = 0; f < k->ncover; f++) list_fallbacks(b, k->formula[f], dt, seen, &nseen);
+    }
+    appendf(b, "\n");
 }
 
 int plan_explain(const opr_op *op, uint32_t mask, opr_device dev, const mval *slots, unsigned flags, char *buf,
                  size_t len)
 {
     const bool fast = flags & PLAN_FAST;
-    explain_buf b = {op, slots, buf, len, 0};
+    explain_buf b = {op, slots, buf, len, 0, dev};
     if (len) buf[0] = '\0';
     if (op->composite) {
         appendf(&b, "composite op: forward = %s\n", op->composite->text);

@@ -146,6 +146,7 @@ struct opr_op {
     jagged_rule jagged;        /* `jagged:`: how it takes jagged tensors */
     batch_rule batch;          /* `batch:`: how it runs on batched tensors (opr_vmap) */
     alt_rule alt;              /* `alternative:`, `kernel_rate:` */
+    _Atomic uint32_t fallback_warned; /* device types its CPU fallback was reported for */
 };
 
 /* The value an omitted argument takes (its default; None when it has none). */
@@ -305,6 +306,17 @@ int dispatch_alloc_output(const opr_kernel_call *call, int32_t index, int32_t nd
 int dispatch_validate(const opr_op *op, const opr_value *args, int nargs, mval *slots, opr_device *dev,
                       opr_dtype *common);
 void plugins_free(opr_ctx *ctx);
+/* Runs a call of op, validated for device dev where op has no kernel for the common
+ * dtype, on the CPU with copies in and out (fallback.c): OPR_ERR_NOT_FOUND without a
+ * message when the fallback does not apply (turned off, in place, no CPU kernel), so
+ * that the caller reports the missing kernel. Records the node on the device tensors
+ * when `record`. */
+int fallback_call(const opr_op *op, const opr_value *args, int nargs, opr_tensor **results, int nres,
+                  opr_tensor *const *tensors, const mval *slots, opr_device dev, opr_dtype common, bool record,
+                  bool list_requires_grad);
+/* Whether a call of op on device_type would run on the CPU through the fallback. */
+bool fallback_applies(const opr_op *op, int device_type, opr_dtype common);
+
 /* Which of op and its `alternative:` a call runs (alternative.c): *chosen is the
  * cheaper on the device (op on a tie), with both estimates in ns (INFINITY for one
  * that cannot run there). slots, dev, common: what dispatch_validate gave for op. */

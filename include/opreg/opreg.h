@@ -135,6 +135,16 @@ typedef struct opr_ctx_opts {
 } opr_ctx_opts; /* all fields since 0.1 */
 #define OPR_CTX_OPTS_STRUCT_SIZE_0_1 OPR_STRUCT_SIZE(opr_ctx_opts, n_plugin_paths)
 
+/* The CPU fallback: a call on a device that has no kernel for the op (or not for its
+ * dtype) runs the CPU kernel on copies of the tensors, and the results are copied
+ * back to the device; autograd records the call on the device tensors as usual, so
+ * backward formulas fall back the same way. In-place ops, and ops the CPU has no kernel
+ * for either, never fall back. The first fallback of each (op, device type) is
+ * reported in the log (opr_log_set) as a warning naming both. On by default; off, such
+ * a call fails with "OP: no kernel for device D". `opreg plan --backend D` marks the
+ * formulas that would fall back. Returns the previous setting; thread-safe. */
+OPR_API bool opr_cpu_fallback_set(opr_ctx *ctx, bool on);
+
 /* Creates a context: loads the op definitions, then discovers and loads plugins (see
  * opr_plugin_discover). opts may be NULL for the defaults. A plugin that is refused
  * does not make this fail: see opr_plugin_candidate_get. Returns NULL on failure (for
