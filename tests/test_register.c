@@ -9,6 +9,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -625,6 +626,60 @@ START_TEST(test_device_without_copy_warned)
 }
 END_TEST
 
+/* The CPU fallback: exp and mul have no kernel on ipdev, so they run on the CPU with
+ * copies, forward and backward, reported once each; in-place ops do not fall back;
+ * the plan marks it; opr_cpu_fallback_set turns it off. */
+START_TEST(test_cpu_fallback)
+{
+    opr_ctx *ctx = tu_ctx();
+    log_capture logs = {0};
+    opr_log_set(capture_log, &logs);
+    ck_assert_int_eq(opr_plugin_register(ctx, init_ipdev, NULL), OPR_OK);
+    opr_device dev;
+    ck_assert_int_eq(opr_device_parse(ctx, "ipdev", &dev), OPR_OK);
+    const double v[3] = {0.5, -1, 2};
+    opr_tensor *h = vec(ctx, OPR_F64, v, 3), *x = opr_tensor_to(h, dev);
+    ck_assert_int_eq(opr_set_requires_grad(x, true), OPR_OK);
+    opr_value a = opr_v_tensor(x);
+    opr_tensor *y = tu_call1(ctx, "exp", &a, 1);
+    ck_assert_int_eq(opr_tensor_device(y).type, dev.type);
+    expect_values(y, (double[]){exp(0.5), exp(-1), exp(2)}, 3);
+    ck_assert_int_eq(logs.n, 1);
+    ck_assert_str_eq(logs.message, "exp: no kernel on device ipdev for f64: running on the cpu with copies in and out "
+                                   "(reported once; opr_cpu_fallback_set(ctx, false) makes it an error)");
+    opr_tensor *y2 = tu_call1(ctx, "exp", &a, 1);
+    ck_assert_int_eq(logs.n, 1); /* once per (op, device type) */
+    /* backward: exp's formula mul(grad, result) falls back too, on the device tensors */
+    opr_tensor *gx = NULL, *ones_h = vec(ctx, OPR_F64, (double[]){1, 1, 1}, 3), *ones = opr_tensor_to(ones_h, dev);
+    opr_tensor_release(ones_h);
+    ck_assert_msg(opr_autograd_grad(&y, &ones, 1, &x, 1, &gx, NULL) == OPR_OK, "%s", opr_last_error());
+    ck_assert_int_eq(opr_tensor_device(gx).type, dev.type);
+    expect_values(gx, (double[]){exp(0.5), exp(-1), exp(2)}, 3);
+    ck_assert_int_eq(logs.n, 2);
+    ck_assert(strstr(logs.message, "mul: no kernel on device ipdev for f64"));
+    /* the plan says which formulas fall back */
+    char buf[4096];
+    const char *rg[1] = {"self"};
+    ck_assert_int_eq(opr_plan_explain(opr_op_find(ctx, "exp"), &a, 1, rg, 1, buf, sizeof buf), OPR_OK);
+    ck_assert_msg(strstr(buf, "falls back to the cpu (no kernel on this device): mul"), "%s", buf);
+    /* the device's own kernel still runs (neg is scaled by 10 on ipdev) */
+    opr_tensor *n = tu_call1(ctx, "neg", &a, 1);
+    expect_values(n, (double[]){-5, 10, -20}, 3);
+    /* in place: never (the result must be the device tensor itself) */
+    opr_tensor *d = opr_tensor_to(h, dev);
+    opr_value fa[2] = {opr_v_tensor(d), opr_v_double(1)};
+    tu_expect_fail(ctx, "fill_", fa, 2, 1, OPR_ERR_NOT_FOUND, "fill_: no kernel for device ipdev");
+    /* off */
+    ck_assert(opr_cpu_fallback_set(ctx, false));
+    tu_expect_fail(ctx, "exp", &a, 1, 1, OPR_ERR_NOT_FOUND, "exp: no kernel for device ipdev");
+    ck_assert(!opr_cpu_fallback_set(ctx, true));
+    opr_log_set(NULL, NULL);
+    opr_tensor *r[] = {h, x, y, y2, gx, ones, n, d};
+    for (size_t i = 0; i < sizeof r / sizeof r[0]; i++) opr_tensor_release(r[i]);
+    tu_ctx_free(ctx);
+}
+END_TEST
+
 static Suite *register_suite(void)
 {
     Suite *s = suite_create("register");
@@ -636,11 +691,13 @@ static Suite *register_suite(void)
     suite_add_tcase(s, t);
     t = tcase_create("in_process");
     tcase_add_test(t, test_in_process_plugin);
+    tcase_add_test(t, test_cpu_fallback);
     tcase_add_test(t, test_in_process_same_validation_as_files);
     tcase_add_test(t, test_plugin_yaml_relative_and_string);
     tcase_add_test(t, test_device_without_copy_warned);
     suite_add_tcase(s, t);
     return s;
 }
+
 
 int main(void) { return tu_run(register_suite()); }
