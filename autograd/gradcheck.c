@@ -220,9 +220,14 @@ static void describe_mask(const gc *g, uint32_t rg, char *buf, size_t len)
     }
 }
 
-static const char *cand_label(const opr_op *op, int cand)
+/* "self, mat2 kernel mm_backward", "fast self", "plan chosen by cost" */
+static const char *cand_label(const opr_op *op, int cand, char *buf, size_t len)
 {
-    return cand < 0 ? "plan chosen by cost" : op->deriv->cands[cand].label;
+    if (cand < 0) return "plan chosen by cost";
+    const deriv_cand *c = &op->deriv->cands[cand];
+    snprintf(buf, len, "%s%s%s", c->label, c->kernel ? " kernel " : "",
+             c->kernel ? c->kernel->name : "");
+    return buf;
 }
 
 typedef enum { GC_PASS, GC_FAIL, GC_NA, GC_ERROR } gc_outcome;
@@ -324,8 +329,8 @@ static void na_add(gc *g, int cand)
 {
     char *list = g->res->not_available_list;
     size_t size = sizeof g->res->not_available_list;
-    char item[160];
-    snprintf(item, sizeof item, "[%s]", cand_label(g->op, cand));
+    char item[160], lb[128];
+    snprintf(item, sizeof item, "[%s]", cand_label(g->op, cand, lb, sizeof lb));
     if (strstr(list, item)) return;
     size_t used = strlen(list);
     if (used + strlen(item) + 3 < size) snprintf(list + used, size - used, "%s%s", used ? ", " : "", item);
@@ -370,7 +375,8 @@ static void check_one(gc *g, uint32_t rg, int cand)
     g->res->checked++;
     if (r == GC_PASS) { g->res->passed++; goto out; }
     if (r == GC_NA) { g->res->not_available++; g->res->checked--; na_add(g, cand); goto out; }
-    const char *label = cand_label(op, cand);
+    char lb[128];
+    const char *label = cand_label(op, cand, lb, sizeof lb);
     const char *dtn = opr_dtype_name(g->dt);
     if (r == GC_ERROR) {
         blame(g, OPR_GC_ERROR, cand, op->name, "%s: candidate [%s], mask {%s}, on %s %s: %s", op->name, label, mask,
