@@ -421,8 +421,7 @@ static bool forward_agrees(gc *g)
     if (rc == OPR_ERR_NOT_FOUND || rc == OPR_ERR_UNSUPPORTED) {
         g->res->not_available++;
         ok = false;
-        snprintf(g->res->detail, sizeof g->res->detail, "%s: forward not available on %s %s: %s", g->op->name, devname,
-                 opr_dtype_name(g->dt), opr_last_error());
+        snprintf(g->res->not_available_list, sizeof g->res->not_available_list, "[forward in %s]", opr_dtype_name(g->dt));
     } else if (rc) {
         blame(g, OPR_GC_ERROR, -1, g->op->name, "%s: forward on %s %s failed: %s", g->op->name, devname,
               opr_dtype_name(g->dt), opr_last_error());

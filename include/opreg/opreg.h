@@ -730,7 +730,8 @@ typedef struct opr_gradcheck_result {
     char helpers[256];   /* OPR_GC_HELPER: the ops the formula calls, ", "-separated */
     char detail[1024];   /* the failure in words: candidate, requires-grad mask, input and
                             element, analytic vs numeric value */
-    /* Every candidate counted in not_available, as "[label]" items joined by ", ". */
+    /* What not_available counts, as "[label]" items joined by ", " ("[self, mat2 kernel
+     * mm_backward]", "[plan chosen by cost]", "[forward in f16]"). */
     char not_available_list[512];
 } opr_gradcheck_result; /* all fields since 0.1 */
 #define OPR_GRADCHECK_RESULT_STRUCT_SIZE_0_1 OPR_STRUCT_SIZE(opr_gradcheck_result, not_available_list)
@@ -758,6 +759,10 @@ typedef struct opr_gradcheck_result {
  * CPU f64 is run again on the CPU in f64, where its helper ops are the reference ones:
  * wrong there too, the formula is wrong (OPR_GC_FORMULA), right there, an op it calls
  * is wrong on the device (OPR_GC_HELPER, the ops in `helpers`).
+ *
+ * Cost: two forward calls per element of every input checked (computed once, shared by
+ * all masks and candidates), one backward per candidate and mask: meant for small
+ * inputs such as the ops' samples.
  *
  * opts may be NULL (the defaults); res may be NULL, else its struct_size must be set.
  * Candidates are forced with opr_op_force_grad_candidate and the previous setting is
