@@ -12,7 +12,7 @@ static const struct command {
     {"info", cmd_info, "plugins found, their versions, devices and scores, and why any was refused"},
     {"ops", cmd_ops, "every registered op, one schema per line"},
     {"plan", cmd_plan, "how an op's gradients would be computed: candidates, costs, saved bytes"},
-    {"check", cmd_check, "conformance: every op and backward on each backend against the CPU in f64"},
+    {"check", cmd_check, "conformance: ops on each backend vs the CPU, every backward vs finite differences"},
     {"gradcheck", cmd_gradcheck, "an op's gradients on its samples against finite differences in f64"},
     {"demo", cmd_demo, "trains an MLP on a generated three-spirals data set, on the best backend"},
 };
