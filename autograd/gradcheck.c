@@ -242,8 +242,10 @@ static gc_outcome analytic(gc *g, opr_device dev, opr_dtype dt, uint32_t rg, uin
     opr_tensor *inputs[GC_MAX_T], *grads[GC_MAX_T] = {NULL};
     int tin[GC_MAX_T], nin = 0, nf = 0;
     gc_outcome res = GC_ERROR;
-    double atol = g->atol, rtol = g->rtol;
-    if (atol <= 0 && rtol <= 0) tolerance(dt, false, &atol, &rtol);
+    double atol, rtol;
+    tolerance(dt, false, &atol, &rtol);
+    if (g->atol > 0) atol = g->atol;
+    if (g->rtol > 0) rtol = g->rtol;
     bool prev = opr_grad_mode_set(true);
     int rc = build_call(g, dev, dt, rg, -1, 0, 0, &c);
     if (!rc) rc = opr_call(g->op, c.v, c.n, outs, g->nout);
@@ -401,10 +403,14 @@ static void check_one(gc *g, uint32_t rg, int cand)
         blame(g, OPR_GC_HELPER, cand, helpers,
               "%s: the derivative formula [%s] is right on the CPU in f64 but wrong on %s %s (mask {%s}): an op it "
               "calls is wrong there (%s): %s", op->name, label, devname, dtn, mask, helpers, why);
-    } else {
+    } else if (on_ref == GC_FAIL) {
         blame(g, OPR_GC_FORMULA, cand, op->name,
               "%s: the derivative formula [%s] is wrong (mask {%s}, on %s %s%s): %s", op->name, label, mask, devname,
               dtn, g->dev.type != g->ref_dev.type || g->dt != OPR_F64 ? ", and on the CPU in f64 too" : "", why);
+    } else { /* the CPU cannot run it: the formula is all there is to blame */
+        blame(g, OPR_GC_FORMULA, cand, op->name,
+              "%s: the derivative formula [%s] is wrong on %s %s (mask {%s}; not run on the CPU in f64 to tell it "
+              "from the ops it calls: %s): %s", op->name, label, devname, dtn, mask, why_ref, why);
     }
 out:
     opr_op_force_grad_candidate(op, prev);

@@ -700,7 +700,7 @@ typedef struct opr_gradcheck_opts {
     size_t struct_size;  /* sizeof(opr_gradcheck_opts) */
     double eps;          /* finite-difference step, in f64; 0: 1e-6 */
     double atol, rtol;   /* gradient tolerance, |analytic - numeric| <= atol + rtol *
-                            max(|analytic|, |numeric|); 0: by the dtype of the inputs
+                            max(|analytic|, |numeric|); each 0: by the dtype of the inputs
                             (f64 1e-7 / 1e-5, f32 1e-5 / 1e-4, f16 and bf16 1e-2 / 2e-2).
                             The forward output is held to the same dtype table, f64 at
                             1e-12 / 1e-9. */
