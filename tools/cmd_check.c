@@ -232,7 +232,8 @@ static void check_backward(opr_ctx *ctx, const opr_op *op, int s, opr_dtype dt, 
         char copy[sizeof res.not_available_list];
         snprintf(copy, sizeof copy, "%s", res.not_available_list);
         for (char *save = NULL, *item = strtok_r(copy, ",", &save); item; item = strtok_r(NULL, ",", &save))
-            list_add(b->nimpl_cands, sizeof b->nimpl_cands, item + (*item == ' '));
+            if (strncmp(item + (*item == ' '), "[forward in ", 12)) /* those are the n/i dtypes */
+                list_add(b->nimpl_cands, sizeof b->nimpl_cands, item + (*item == ' '));
     }
     if (!res.failed) return;
     if (res.culprit == OPR_GC_HELPER) {
