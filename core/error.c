@@ -62,6 +62,7 @@ const char *opr_status_name(int status)
     case OPR_ERR_UNSUPPORTED: return "OPR_ERR_UNSUPPORTED";
     case OPR_ERR_IO: return "OPR_ERR_IO";
     case OPR_ERR_REFUSED: return "OPR_ERR_REFUSED";
+    case OPR_ERR_MISMATCH: return "OPR_ERR_MISMATCH";
     default: return "OPR_ERR_UNKNOWN";
     }
 }

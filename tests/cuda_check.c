@@ -1,8 +1,9 @@
 /* opreg_cuda_check: what `opreg check --backend cuda` does not cover, through the
- * public API. `opreg check` compares every op and backward candidate with the CPU on
- * the registry's samples, whose tensors are all contiguous; the GPU kernels have
- * separate paths for strided operands (transposed GEMM operands, strided elementwise
- * and reduction geometry, strided index/scatter views, in-place writes through views),
+ * public API. `opreg check` compares every op with the CPU, and every backward
+ * candidate with finite differences, on the registry's samples, whose tensors are all
+ * contiguous; the GPU kernels have separate paths for strided operands (transposed
+ * GEMM operands, strided elementwise and reduction geometry, strided index/scatter
+ * views, in-place writes through views),
  * which this program exercises:
  *
  *   opreg_cuda_check [--device cuda:N] [--op NAME] [--no-grad] [--verbose]

@@ -12,6 +12,7 @@ int cmd_ops(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
 int cmd_check(int argc, char **argv);
+int cmd_gradcheck(int argc, char **argv);
 
 /* True if argv holds -h or --help. */
 bool cli_wants_help(int argc, char **argv);

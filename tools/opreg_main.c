@@ -12,7 +12,8 @@ static const struct command {
     {"info", cmd_info, "plugins found, their versions, devices and scores, and why any was refused"},
     {"ops", cmd_ops, "every registered op, one schema per line"},
     {"plan", cmd_plan, "how an op's gradients would be computed: candidates, costs, saved bytes"},
-    {"check", cmd_check, "conformance: every op and backward on each backend against the CPU in f64"},
+    {"check", cmd_check, "conformance: ops on each backend vs the CPU, every backward vs finite differences"},
+    {"gradcheck", cmd_gradcheck, "an op's gradients on its samples against finite differences in f64"},
     {"demo", cmd_demo, "trains an MLP on a generated three-spirals data set, on the best backend"},
 };
 
@@ -22,7 +23,7 @@ static void usage(FILE *out)
             "usage: opreg COMMAND [OPTIONS]\n\n"
             "Tensor operators on backends loaded at run time.\n\ncommands:\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        fprintf(out, "  %-6s %s\n", commands[i].name, commands[i].summary);
+        fprintf(out, "  %-9s %s\n", commands[i].name, commands[i].summary);
     fprintf(out,
             "\nEvery command accepts --help, and --plugin PATH (repeatable) to load a plugin file\n"
             "or directory before discovery. Environment: OPREG_PLUGIN_PATH (colon-separated\n"

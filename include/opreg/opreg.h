@@ -56,7 +56,9 @@ typedef enum opr_status {
     OPR_ERR_ABI = -6,         /* plugin ABI major version mismatch */
     OPR_ERR_UNSUPPORTED = -7, /* valid request that this build or backend can't do */
     OPR_ERR_IO = -8,          /* file could not be opened or read */
-    OPR_ERR_REFUSED = -9      /* refused on purpose (e.g. world-writable plugin) */
+    OPR_ERR_REFUSED = -9,     /* refused on purpose (e.g. world-writable plugin) */
+    OPR_ERR_MISMATCH = -10    /* a check ran and its results disagree with the reference
+                                 (opr_gradcheck) */
 } opr_status;
 
 /* Short constant name of a status code ("OPR_ERR_INVALID"); never NULL. */
@@ -684,6 +686,103 @@ OPR_API int opr_op_sample_count(const opr_op *op);
  * OPR_SAMPLE_MAX_TENSORS), *nowned of them, for the caller to release. */
 OPR_API opr_status opr_op_sample_args(const opr_op *op, int i, opr_dtype dtype, opr_device dev, uint64_t seed,
                                opr_value *args, int *nargs, opr_tensor **owned, int *nowned);
+
+/* ------------------------------------------------------------------ gradcheck */
+
+/* What a failed gradcheck holds responsible (opr_gradcheck_result.culprit). */
+typedef enum opr_gradcheck_culprit {
+    OPR_GC_NONE = 0,   /* nothing failed */
+    OPR_GC_FORWARD,    /* the op's forward kernel on the device under test disagrees with
+                          the reference forward (culprit_name: the op) */
+    OPR_GC_FORMULA,    /* a derivative formula (or fast variant) of the op is wrong: it
+                          disagrees with finite differences on the reference backend too
+                          (culprit_name: the op, candidate: which formula) */
+    OPR_GC_KERNEL,     /* a fused backward kernel is wrong on the device under test
+                          (culprit_name: the kernel, "mm_backward") */
+    OPR_GC_HELPER,     /* the formula is right on the reference backend but wrong on the
+                          device under test: an op it calls has a wrong kernel there
+                          (helpers: the ops the formula calls) */
+    OPR_GC_ERROR       /* the gradient could not be computed (a kernel or formula failed
+                          with an error other than "not implemented"; detail says which) */
+} opr_gradcheck_culprit;
+
+typedef struct opr_gradcheck_opts {
+    size_t struct_size;  /* sizeof(opr_gradcheck_opts) */
+    double eps;          /* finite-difference step, in f64; 0: 1e-6 */
+    double atol, rtol;   /* gradient tolerance, |analytic - numeric| <= atol + rtol *
+                            max(|analytic|, |numeric|); each 0: by the dtype of the inputs
+                            (f64 1e-7 / 1e-5, f32 1e-5 / 1e-4, f16 and bf16 1e-2 / 2e-2).
+                            The forward output is held to the same dtype table, f64 at
+                            1e-12 / 1e-9. */
+    bool one_candidate;  /* false (default): every derivative candidate of the op forced
+                            in turn (formulas, fused kernels, `fast:` variants), then the
+                            plan chosen by cost. true: only `candidate` (-1: the plan
+                            chosen by cost) */
+    int candidate;       /* with one_candidate: the index opr_op_grad_candidate_label takes */
+    bool full_mask_only; /* false (default): every non-empty subset of the checked inputs
+                            as requires-grad mask; true: all of them at once */
+    uint64_t seed;       /* seed of the grad_output weights; 0 is a fixed default */
+} opr_gradcheck_opts; /* all fields since 0.1 */
+#define OPR_GRADCHECK_OPTS_STRUCT_SIZE_0_1 OPR_STRUCT_SIZE(opr_gradcheck_opts, seed)
+
+typedef struct opr_gradcheck_result {
+    size_t struct_size;  /* set by the caller: sizeof(opr_gradcheck_result) */
+    int checked;         /* (candidate, mask) combinations compared with the reference */
+    int passed, failed;
+    int not_available;   /* combinations the device cannot run: a forced fused kernel it
+                            lacks, a dtype or an op a formula calls that it does not
+                            implement */
+    /* The first failure: */
+    opr_gradcheck_culprit culprit;
+    int candidate;       /* derivative candidate that failed; -1: the plan chosen by cost,
+                            or not a backward failure */
+    char culprit_name[64];  /* the op or kernel held responsible */
+    char helpers[256];   /* OPR_GC_HELPER: the ops the formula calls, ", "-separated */
+    char detail[1024];   /* the failure in words: candidate, requires-grad mask, input and
+                            element, analytic vs numeric value */
+    /* What not_available counts, as "[label]" items joined by ", " ("[self, mat2 kernel
+     * mm_backward]", "[plan chosen by cost]", "[forward in f16]"). */
+    char not_available_list[512];
+} opr_gradcheck_result; /* all fields since 0.1 */
+#define OPR_GRADCHECK_RESULT_STRUCT_SIZE_0_1 OPR_STRUCT_SIZE(opr_gradcheck_result, not_available_list)
+
+/* Checks the gradients of op at the point `args` against central finite differences in
+ * f64 (torch.autograd.gradcheck's reference, in its vector-Jacobian form): for a fixed
+ * pseudo-random grad_output v of every floating output, sum(v * (f(x + eps e_i) -
+ * f(x - eps e_i))) / (2 eps) for every element i of every input checked. The finite
+ * differences run the op's forward on the CPU in f64 (on the inputs' own device in f64
+ * only when the CPU has no kernel for the op), never another derivative candidate.
+ *
+ * args: the op's arguments in schema order, as for opr_call; tensors may be on any
+ * device and of any dtype, and are left untouched (every call runs on fresh contiguous
+ * copies, so in-place ops are fine). The device and the floating dtype of the first
+ * tensor argument are the ones under test. inputs: names of the tensor arguments to
+ * differentiate (n_inputs of them; NULL: every floating tensor argument); every
+ * floating tensor of a Tensor[] argument counts as one input of its own.
+ *
+ * First the forward on the device is compared with the reference forward; when it
+ * disagrees, that is the failure (OPR_GC_FORWARD) and the gradients are not checked.
+ * Then, per requires-grad mask and per candidate (see opr_gradcheck_opts), the
+ * gradients from opr_autograd_grad are compared with the finite differences; a forced
+ * candidate is judged on the inputs it covers. A failure is attributed: a fused kernel
+ * candidate blames the kernel; a formula that fails on a device or dtype other than
+ * CPU f64 is run again on the CPU in f64, where its helper ops are the reference ones:
+ * wrong there too, the formula is wrong (OPR_GC_FORMULA), right there, an op it calls
+ * is wrong on the device (OPR_GC_HELPER, the ops in `helpers`).
+ *
+ * Cost: two forward calls per element of every input checked (computed once, shared by
+ * all masks and candidates), one backward per candidate and mask: meant for small
+ * inputs such as the ops' samples.
+ *
+ * opts may be NULL (the defaults); res may be NULL, else its struct_size must be set.
+ * Candidates are forced with opr_op_force_grad_candidate and the previous setting is
+ * restored: do not use op from other threads meanwhile. Returns OPR_OK when every
+ * combination passed (or was not available), OPR_ERR_MISMATCH when one failed (the
+ * first failure, with its culprit, in res and in opr_last_error), or another error
+ * when the check could not run (bad arguments, no floating input or output, the
+ * reference forward failing). */
+OPR_API opr_status opr_gradcheck(const opr_op *op, const opr_value *args, int nargs, const char *const *inputs,
+                                 int n_inputs, const opr_gradcheck_opts *opts, opr_gradcheck_result *res);
 
 /* ------------------------------------------------------------------ registry */
 

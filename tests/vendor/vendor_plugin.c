@@ -1,0 +1,150 @@
+/* A vendor's backend, built out of tree against the installed headers only
+ * (tests/vendor_check.sh): its own device "vdev" (host memory), a few kernels there,
+ * and its own op vfma(self, other) = self * other + self with YAML derivatives and a
+ * fused backward kernel. vfma also gets a CPU kernel, so that the reference forward
+ * (the CPU in f64) can run it.
+ *
+ * Compile definitions select deliberately broken variants (CMakeLists.txt: variant v
+ * defines VENDOR_<V>), each of which `opreg check` must catch and blame on the right
+ * culprit (tests/vendor_check.sh):
+ *   VENDOR_WRONG_FORWARD  the mul kernel on vdev is wrong (ops whose formulas call mul
+ *                         must say they depend on it, not fail themselves)
+ *   VENDOR_WRONG_FUSED    the fused backward kernel vfma_backward is wrong
+ *   VENDOR_WRONG_FORMULA  no code change: the variant ships vendor_ops_wrong_formula.yaml
+ *   VENDOR_YAML           the absolute path of the op definitions to load */
+#include <opreg/plugin.h>
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifndef VENDOR_YAML
+#error "VENDOR_YAML: the absolute path of the op definitions this plugin ships"
+#endif
+
+static void *dev_alloc(void *data, int32_t ordinal, size_t n) { (void)data; (void)ordinal; return malloc(n ? n : 1); }
+static void dev_free(void *data, int32_t ordinal, void *p, size_t n) { (void)data; (void)ordinal; (void)n; free(p); }
+static int dev_copy(void *data, int32_t ordinal, void *dst, const void *src, size_t n)
+{
+    (void)data; (void)ordinal;
+    if (n) memcpy(dst, src, n);
+    return OPR_OK;
+}
+static int dev_sync(void *data, int32_t ordinal) { (void)data; (void)ordinal; return OPR_OK; }
+
+/* Element idx (an index of the output's shape, ndim dims) of v, broadcast
+ * right-aligned as the ops' `shape: broadcast(...)` says. */
+static double load(const opr_tensor_view *v, const int64_t *idx, int ndim)
+{
+    int64_t off = 0;
+    for (int d = 0; d < v->ndim; d++) {
+        int od = ndim - v->ndim + d;
+        if (v->shape[d] != 1) off += idx[od] * v->strides[d];
+    }
+    return v->dtype == OPR_F32 ? ((const float *)v->data)[off] : ((const double *)v->data)[off];
+}
+
+static void store(opr_tensor_view *o, const int64_t *idx, double x)
+{
+    int64_t off = 0;
+    for (int d = 0; d < o->ndim; d++) off += idx[d] * o->strides[d];
+    if (o->dtype == OPR_F32) ((float *)o->data)[off] = (float)x;
+    else ((double *)o->data)[off] = x;
+}
+
+typedef double (*elem_fn)(double a, double b, double s);
+
+/* out = fn(a, b, s) over the output's shape; b may be NULL. */
+static int elementwise(const opr_kernel_call *call, const opr_tensor_view *a, const opr_tensor_view *b, double s,
+                       opr_tensor_view *o, elem_fn fn)
+{
+    if (!a || !o || (a->dtype != OPR_F32 && a->dtype != OPR_F64)) {
+        call->host->set_error(call, "vdev: %s: f32 or f64 tensors only", call->op);
+        return OPR_ERR_UNSUPPORTED;
+    }
+    int64_t idx[OPR_MAX_DIMS] = {0};
+    for (int64_t k = 0; k < o->numel; k++) {
+        store(o, idx, fn(load(a, idx, o->ndim), b ? load(b, idx, o->ndim) : 0, s));
+        for (int d = o->ndim - 1; d >= 0 && ++idx[d] == o->shape[d]; d--) idx[d] = 0;
+    }
+    return OPR_OK;
+}
+
+static const opr_tensor_view *tensor_arg(const opr_kernel_call *call, int i)
+{
+    return i < call->nargs && call->args[i]->kind == OPR_ARG_TENSOR ? call->args[i]->u.t : NULL;
+}
+
+static double f_add(double a, double b, double s) { return a + s * b; }
+#ifdef VENDOR_WRONG_FORWARD
+static double f_mul(double a, double b, double s) { (void)s; return a * b + 0.25; } /* wrong on purpose */
+#else
+static double f_mul(double a, double b, double s) { (void)s; return a * b; }
+#endif
+static double f_exp(double a, double b, double s) { (void)b; (void)s; return exp(a); }
+static double f_vfma(double a, double b, double s) { (void)s; return a * b + a; }
+static double f_grad_self(double g, double other, double s) { (void)s; return g * other + g; }
+#ifdef VENDOR_WRONG_FUSED
+static double f_grad_other(double g, double self, double s) { (void)s; return 2 * g * self; } /* wrong on purpose */
+#else
+static double f_grad_other(double g, double self, double s) { (void)s; return g * self; }
+#endif
+
+static int k_add(const opr_kernel_call *call)
+{
+    double alpha = call->nargs > 2 && call->args[2]->kind == OPR_ARG_DOUBLE ? call->args[2]->u.d : 1;
+    return elementwise(call, tensor_arg(call, 0), tensor_arg(call, 1), alpha, call->outputs[0], f_add);
+}
+static int k_mul(const opr_kernel_call *call)
+{
+    return elementwise(call, tensor_arg(call, 0), tensor_arg(call, 1), 0, call->outputs[0], f_mul);
+}
+static int k_exp(const opr_kernel_call *call) { return elementwise(call, tensor_arg(call, 0), NULL, 0, call->outputs[0], f_exp); }
+static int k_vfma(const opr_kernel_call *call)
+{
+    return elementwise(call, tensor_arg(call, 0), tensor_arg(call, 1), 0, call->outputs[0], f_vfma);
+}
+
+/* args: grad, self, other, result (plugin.h: fused backward kernels); outputs: the
+ * gradients of self and other, those whose grad_input_mask bit is set. */
+static int k_vfma_backward(const opr_kernel_call *call)
+{
+    const opr_tensor_view *g = tensor_arg(call, 0), *self = tensor_arg(call, 1), *other = tensor_arg(call, 2);
+    int rc = OPR_OK;
+    if (call->grad_input_mask & 1) {
+        if (!other) { call->host->set_error(call, "vfma_backward: other was not saved"); return OPR_ERR_INVALID; }
+        rc = elementwise(call, g, other, 0, call->outputs[0], f_grad_self);
+    }
+    if (!rc && (call->grad_input_mask & 2)) {
+        if (!self) { call->host->set_error(call, "vfma_backward: self was not saved"); return OPR_ERR_INVALID; }
+        rc = elementwise(call, g, self, 0, call->outputs[1], f_grad_other);
+    }
+    return rc;
+}
+
+OPR_PLUGIN_EXPORT int opr_plugin_init(const opr_host_api *host, opr_plugin *self)
+{
+    self->abi_major = OPR_ABI_MAJOR;
+    self->abi_minor = OPR_ABI_MINOR;
+    self->name = "vendor";
+    self->version = "1.0.0";
+    opr_device_desc dev = {
+        .struct_size = sizeof dev, .name = "vdev", .count = 1,
+        .flops_per_s = 1e9, .bytes_per_s = 1e9, .launch_ns = 1000,
+        .alloc = dev_alloc, .free = dev_free, .copy_to_host = dev_copy,
+        .copy_from_host = dev_copy, .copy_device = dev_copy, .sync = dev_sync,
+    };
+    int rc = host->register_device(self, &dev);
+    if (!rc) rc = host->load_yaml(self, VENDOR_YAML);
+    static const struct { const char *op, *device; opr_kernel_fn fn; } kernels[] = {
+        {"add", "vdev", k_add}, {"mul", "vdev", k_mul}, {"exp", "vdev", k_exp},
+        {"vfma", "vdev", k_vfma}, {"vfma_backward", "vdev", k_vfma_backward},
+        {"vfma", "cpu", k_vfma},
+    };
+    for (size_t i = 0; !rc && i < sizeof kernels / sizeof kernels[0]; i++) {
+        opr_kernel_desc k = {.struct_size = sizeof k, .op = kernels[i].op, .device = kernels[i].device,
+                             .dtypes = OPR_DTYPE_BIT(OPR_F32) | OPR_DTYPE_BIT(OPR_F64), .fn = kernels[i].fn};
+        rc = host->register_kernel(self, &k);
+    }
+    return rc;
+}
