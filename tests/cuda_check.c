@@ -656,6 +656,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "opr_ctx_new: %s\n", opr_last_error());
         return 1;
     }
+    opr_cpu_fallback_set(ctx, false); /* the device's own kernels are under test */
     if (opr_device_parse(ctx, dev_name, &dev) != OPR_OK) {
         printf("no usable %s: %s\n", dev_name, opr_last_error());
         for (int i = 0; i < opr_plugin_candidate_count(ctx); i++) {

@@ -275,7 +275,9 @@ static void usage(void)
            "(forward kernel, derivative formula, fused backward kernel), and an op whose\n"
            "formula is right on the CPU but calls an op failing on the backend says 'depends\n"
            "on failing OP'. -v lists every failure, and per op the dtypes and derivative\n"
-           "candidates the backend does not implement. Exits 1 if anything failed.\n");
+           "candidates the backend does not implement. The CPU fallback (opr_cpu_fallback_set)\n"
+           "is off here: an op without a kernel on the backend is n/i, not the CPU's result.\n"
+           "Exits 1 if anything failed.\n");
 }
 
 int cmd_check(int argc, char **argv)
@@ -293,6 +295,7 @@ int cmd_check(int argc, char **argv)
     }
     opr_ctx *ctx = cli_ctx_new(argc, argv);
     if (!ctx) return 1;
+    opr_cpu_fallback_set(ctx, false); /* a backend's own kernels are checked, not the cpu's */
     int types[MAX_TYPES], ntypes = 0;
     if (backend) {
         opr_device d;

@@ -59,6 +59,7 @@ int cmd_gradcheck(int argc, char **argv)
     }
     opr_ctx *ctx = cli_ctx_new(argc, argv);
     if (!ctx) return 1;
+    opr_cpu_fallback_set(ctx, false); /* the backend's own kernels, not the cpu's */
     int status = 2;
     opr_device dev;
     const opr_op *op = opr_op_find(ctx, op_name);
