@@ -399,11 +399,22 @@ static void check_device_contract(opr_ctx *ctx, staging *st, candidate *c)
     }
 }
 
+/* Whether the staged plugin provides device `name` itself (the CPU plugin describes
+ * "cpu"): its kernels for that device come before those other plugins added to it. */
+static bool owns_device(const staging *st, const char *name)
+{
+    for (int i = 0; i < st->ndevices; i++)
+        if (!strcmp(st->devices[i].name, name)) return true;
+    return false;
+}
+
 /* Commits a staged plugin: devices first, then kernels. Precedence is per (op,
  * device, dtype): a kernel fills the dtypes no earlier plugin provides; a dtype
- * already provided keeps its kernel unless this one overrides it explicitly. Either
- * way the slot names both plugins, and the plugin gets a remark; nothing is shadowed
- * silently. */
+ * already provided keeps its kernel unless this one overrides it explicitly, or this
+ * plugin provides the device and the earlier kernel was not an explicit override (so
+ * a plugin found first on the path cannot take over, say, cpu add by accident).
+ * Either way the slot names both plugins, and the plugin gets a remark; nothing is
+ * shadowed silently. */
 static int commit(opr_ctx *ctx, staging *st, candidate *c)
 {
     /* Every kernel entry is allocated before anything is published: running out of
@@ -435,7 +446,7 @@ static int commit(opr_ctx *ctx, staging *st, candidate *c)
         e->plugin_name = c->name;
         atomic_store(&ctx->n_devices, t + 1);
     }
-    item_list kept = {0}, overridden = {0};
+    item_list kept = {0}, overridden = {0}, reclaimed = {0};
     for (int i = 0; i < st->nkernels; i++) {
         const staged_kernel *k = &st->kernels[i];
         opr_op *op = registry_find(ctx, k->op);
@@ -461,6 +472,11 @@ static int commit(opr_ctx *ctx, staging *st, candidate *c)
                 *slot = mine;
                 slot->shadowed = was;
                 slot->overrides = true;
+            } else if (!slot->overrides && owns_device(st, k->device_name)) { /* the device's own plugin */
+                item_add(&reclaimed, k->op, k->device_name, dt, slot->plugin);
+                const char *was = slot->plugin;
+                *slot = mine;
+                slot->shadowed = was;
             } else { /* provided already: the earlier one stays, both named */
                 item_add(&kept, k->op, k->device_name, dt, slot->plugin);
                 if (!slot->overrides) slot->shadowed = c->name;
@@ -481,6 +497,12 @@ static int commit(opr_ctx *ctx, staging *st, candidate *c)
                "dtypes are filled; override_dtypes replaces)", kept.n, kept.text, item_more(&kept, more, sizeof more));
         log_line(OPR_LOG_INFO, c->name, "plugin %s: %d kernel(s) already provided by an earlier plugin were not "
                  "replaced: %s%s", c->path, kept.n, kept.text, more);
+    }
+    if (reclaimed.n) {
+        remark(c, "provides the kernels of its own device in place of %d kernel(s) earlier plugins added without "
+               "override_dtypes: %s%s", reclaimed.n, reclaimed.text, item_more(&reclaimed, more, sizeof more));
+        log_line(OPR_LOG_WARN, c->name, "plugin %s provides the kernels of its own device in place of %d kernel(s) "
+                 "earlier plugins added without override_dtypes: %s%s", c->path, reclaimed.n, reclaimed.text, more);
     }
     if (st->nskipped)
         remark(c, "skipped %d kernel(s) for ops the registry does not define: %s%s", st->nskipped, st->skipped,

@@ -281,19 +281,20 @@ static int init_relative_yaml(const opr_host_api *host, opr_plugin *self)
 START_TEST(test_fill_only_missing_dtypes)
 {
     /* a plugin that provides add on cpu for f64 only, loaded before the CPU plugin (as
-     * from OPREG_PLUGIN_PATH): f32 add still runs the CPU plugin's kernel */
+     * from OPREG_PLUGIN_PATH), without override_dtypes: the CPU plugin, which provides
+     * the device, takes its kernel back, naming both; f32 add was never affected */
     opr_ctx *ctx = bare_ctx();
     load_ok(ctx, fx_in("cpu_add", "fx_cpu_add"));
     load_ok(ctx, OPREG_CPU_PLUGIN_FILE);
     expect_add(ctx, OPR_F32, 0);
-    expect_add(ctx, OPR_F64, 1000); /* the first plugin's f64 kernel */
+    expect_add(ctx, OPR_F64, 0);
     ck_assert_ptr_null(candidate_named(ctx, "fx_cpu_add").why);
     ck_assert_str_eq(candidate_named(ctx, "cpu").why,
-                     "1 kernel(s) already provided by an earlier plugin were not replaced: add (cpu, f64) of plugin "
-                     "fx_cpu_add (only missing dtypes are filled; override_dtypes replaces)");
+                     "provides the kernels of its own device in place of 1 kernel(s) earlier plugins added without "
+                     "override_dtypes: add (cpu, f64) of plugin fx_cpu_add");
     opr_kernel_info k = kernel_info(ctx, "add", 0, OPR_F64);
-    ck_assert_str_eq(k.plugin, "fx_cpu_add");
-    ck_assert_str_eq(k.shadowed, "cpu");
+    ck_assert_str_eq(k.plugin, "cpu");
+    ck_assert_str_eq(k.shadowed, "fx_cpu_add");
     ck_assert(!k.overrides);
     k = kernel_info(ctx, "add", 0, OPR_F32);
     ck_assert_str_eq(k.plugin, "cpu");

@@ -280,6 +280,29 @@ static void usage(void)
            "Exits 1 if anything failed.\n");
 }
 
+/* Kernels of the checked devices and of the CPU reference that shadow another
+ * plugin's (opreg info lists them all): what runs here, and whether the reference
+ * itself was replaced. */
+static void print_precedence(opr_ctx *ctx, const int *types, int ntypes)
+{
+    for (int i = 0; i < opr_op_count(ctx); i++)
+        for (int k = -1; k < ntypes; k++) {
+            const int t = k < 0 ? 0 : types[k];
+            if (k >= 0 && t == 0) continue; /* the cpu once */
+            for (int dt = 0; dt < OPR_DTYPE_COUNT; dt++) {
+                opr_kernel_info info = {.struct_size = sizeof info};
+                if (opr_op_kernel_info(opr_op_at(ctx, i), t, (opr_dtype)dt, &info) || !info.shadowed) continue;
+                const char *op = opr_op_name(opr_op_at(ctx, i)), *dev = opr_device_type_name(ctx, t);
+                if (info.overrides)
+                    printf("note  %s (%s, %s): plugin %s overrides plugin %s%s\n", op, dev, opr_dtype_name((opr_dtype)dt),
+                           info.plugin, info.shadowed, t == 0 ? ": the CPU reference itself is replaced" : "");
+                else
+                    printf("note  %s (%s, %s): plugin %s runs it; plugin %s's is not used\n", op, dev,
+                           opr_dtype_name((opr_dtype)dt), info.plugin, info.shadowed);
+            }
+        }
+}
+
 int cmd_check(int argc, char **argv)
 {
     if (cli_wants_help(argc, argv)) { usage(); return 0; }
@@ -313,6 +336,7 @@ int cmd_check(int argc, char **argv)
     if (!fwd_memo) { fprintf(stderr, "opreg check: out of memory\n"); opr_ctx_free(ctx); return 1; }
     printf("opreg check: %s against the CPU plugin in f64%s\n", ntypes == 1 && types[0] == 0 ? "cpu f32" : "each backend",
            backward ? ", backward against finite differences in f64" : ", forward only");
+    print_precedence(ctx, types, ntypes);
     printf("%-18s", "op");
     for (int k = 0; k < ntypes; k++) printf(" %-22s", opr_device_type_name(ctx, types[k]));
     printf("\n");

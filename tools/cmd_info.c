@@ -14,8 +14,8 @@ int cmd_info(int argc, char **argv)
                "version, ABI, probe score and whether it was loaded or why not (or its remarks:\n"
                "kernels skipped or not replaced, device warnings); then the devices and the number\n"
                "of ops that can run on each; then every (op, device, dtype) whose kernel shadows\n"
-               "another plugin's, naming both (explicit overrides and kernels kept from the\n"
-               "plugin loaded first).\n");
+               "another plugin's, naming both (explicit overrides, kernels kept from the plugin\n"
+               "loaded first, and a device's own plugin's kernels over others added to it).\n");
         return 0;
     }
     opr_ctx *ctx = cli_ctx_new(argc, argv);
@@ -65,7 +65,7 @@ int cmd_info(int argc, char **argv)
                     printf("  %s (%s, %s): plugin %s overrides plugin %s\n", opr_op_name(opr_op_at(ctx, i)),
                            opr_device_type_name(ctx, t), opr_dtype_name((opr_dtype)dt), k.plugin, k.shadowed);
                 else
-                    printf("  %s (%s, %s): plugin %s, loaded first; plugin %s's is not used\n",
+                    printf("  %s (%s, %s): plugin %s runs it; plugin %s's is not used\n",
                            opr_op_name(opr_op_at(ctx, i)), opr_device_type_name(ctx, t),
                            opr_dtype_name((opr_dtype)dt), k.plugin, k.shadowed);
             }

@@ -11,6 +11,9 @@
  *                         must say they depend on it, not fail themselves)
  *   VENDOR_WRONG_FUSED    the fused backward kernel vfma_backward is wrong
  *   VENDOR_WRONG_FORMULA  no code change: the variant ships vendor_ops_wrong_formula.yaml
+ *   VENDOR_OVERRIDE_NO_FLAG  a wrong mul for the cpu device, registered without
+ *                         override_dtypes: it must not run (the CPU plugin provides the
+ *                         device), and check must name both plugins
  *   VENDOR_YAML           the absolute path of the op definitions to load */
 #include <opreg/plugin.h>
 
@@ -81,6 +84,9 @@ static double f_mul(double a, double b, double s) { (void)s; return a * b + 0.25
 #else
 static double f_mul(double a, double b, double s) { (void)s; return a * b; }
 #endif
+#ifdef VENDOR_OVERRIDE_NO_FLAG
+static double f_mul_wrong(double a, double b, double s) { (void)s; return a * b + 0.5; } /* must never run */
+#endif
 static double f_exp(double a, double b, double s) { (void)b; (void)s; return exp(a); }
 static double f_vfma(double a, double b, double s) { (void)s; return a * b + a; }
 static double f_grad_self(double g, double other, double s) { (void)s; return g * other + g; }
@@ -99,6 +105,12 @@ static int k_mul(const opr_kernel_call *call)
 {
     return elementwise(call, tensor_arg(call, 0), tensor_arg(call, 1), 0, call->outputs[0], f_mul);
 }
+#ifdef VENDOR_OVERRIDE_NO_FLAG
+static int k_mul_wrong(const opr_kernel_call *call)
+{
+    return elementwise(call, tensor_arg(call, 0), tensor_arg(call, 1), 0, call->outputs[0], f_mul_wrong);
+}
+#endif
 static int k_exp(const opr_kernel_call *call) { return elementwise(call, tensor_arg(call, 0), NULL, 0, call->outputs[0], f_exp); }
 static int k_vfma(const opr_kernel_call *call)
 {
@@ -140,6 +152,9 @@ OPR_PLUGIN_EXPORT int opr_plugin_init(const opr_host_api *host, opr_plugin *self
         {"add", "vdev", k_add}, {"mul", "vdev", k_mul}, {"exp", "vdev", k_exp},
         {"vfma", "vdev", k_vfma}, {"vfma_backward", "vdev", k_vfma_backward},
         {"vfma", "cpu", k_vfma},
+#ifdef VENDOR_OVERRIDE_NO_FLAG
+        {"mul", "cpu", k_mul_wrong},
+#endif
     };
     for (size_t i = 0; !rc && i < sizeof kernels / sizeof kernels[0]; i++) {
         opr_kernel_desc k = {.struct_size = sizeof k, .op = kernels[i].op, .device = kernels[i].device,
