@@ -69,28 +69,9 @@ static void call_free(gc_call *c)
 static double *host_f64(const opr_tensor *t)
 {
     int64_t n = opr_tensor_numel(t);
-    opr_dtype dt = opr_tensor_dtype(t);
-    size_t es = opr_dtype_size(dt);
-    unsigned char *raw = malloc((size_t)(n ? n : 1) * es);
     double *out = malloc((size_t)(n ? n : 1) * sizeof *out);
-    if (!raw || !out || opr_tensor_copy_to_host(t, raw, (size_t)n * es)) {
-        free(raw);
-        free(out);
-        if (!raw || !out) opr_fail(OPR_ERR_NOMEM, "gradcheck: out of memory");
-        return NULL;
-    }
-    for (int64_t i = 0; i < n; i++) {
-        switch (dt) {
-        case OPR_F32: out[i] = ((float *)raw)[i]; break;
-        case OPR_F64: out[i] = ((double *)raw)[i]; break;
-        case OPR_I64: out[i] = (double)((int64_t *)raw)[i]; break;
-        case OPR_BOOL: out[i] = raw[i]; break;
-        case OPR_F16: out[i] = opr_f16_to_float(((uint16_t *)raw)[i]); break;
-        case OPR_BF16: out[i] = opr_bf16_to_float(((uint16_t *)raw)[i]); break;
-        default: out[i] = NAN; break;
-        }
-    }
-    free(raw);
+    if (!out) { opr_fail(OPR_ERR_NOMEM, "gradcheck: out of memory"); return NULL; }
+    if (opr_tensor_copy_to_host_f64(t, out, n)) { free(out); return NULL; }
     return out;
 }
 

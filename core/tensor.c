@@ -329,6 +329,32 @@ opr_status opr_tensor_copy_to_host(const opr_tensor *t, void *dst, size_t nbytes
     return rc;
 }
 
+opr_status opr_tensor_copy_to_host_f64(const opr_tensor *t, double *dst, int64_t n)
+{
+    if (!t || (!dst && t->m.numel)) return opr_fail(OPR_ERR_INVALID, "opr_tensor_copy_to_host_f64: NULL argument");
+    if (n < t->m.numel)
+        return opr_fail(OPR_ERR_INVALID, "opr_tensor_copy_to_host_f64: room for %lld values, need %lld", (long long)n,
+                        (long long)t->m.numel);
+    const opr_dtype dt = t->m.dtype;
+    const size_t es = opr_dtype_size(dt);
+    unsigned char *raw = malloc((size_t)(t->m.numel ? t->m.numel : 1) * es);
+    if (!raw) return opr_fail(OPR_ERR_NOMEM, "opr_tensor_copy_to_host_f64: out of memory");
+    int rc = opr_tensor_copy_to_host(t, raw, (size_t)t->m.numel * es);
+    for (int64_t i = 0; !rc && i < t->m.numel; i++) {
+        switch (dt) {
+        case OPR_F32: dst[i] = ((const float *)raw)[i]; break;
+        case OPR_F64: dst[i] = ((const double *)raw)[i]; break;
+        case OPR_I64: dst[i] = (double)((const int64_t *)raw)[i]; break;
+        case OPR_BOOL: dst[i] = raw[i]; break;
+        case OPR_F16: dst[i] = opr_f16_to_float(((const uint16_t *)raw)[i]); break;
+        case OPR_BF16: dst[i] = opr_bf16_to_float(((const uint16_t *)raw)[i]); break;
+        default: rc = opr_fail(OPR_ERR_UNSUPPORTED, "opr_tensor_copy_to_host_f64: dtype %s", opr_dtype_name(dt));
+        }
+    }
+    free(raw);
+    return rc;
+}
+
 opr_status opr_tensor_copy_from_host(opr_tensor *t, const void *src, size_t nbytes)
 {
     if (!t || (!src && t->m.numel)) return opr_fail(OPR_ERR_INVALID, "opr_tensor_copy_from_host: NULL argument");

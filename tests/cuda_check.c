@@ -65,22 +65,7 @@ static double *values_of(opr_tensor *t, int64_t *n)
     opr_tensor *h = opr_tensor_to(t, OPR_CPU);
     opr_tensor *c = h ? opr_tensor_contiguous(h) : NULL;
     double *out = malloc((size_t)(*n ? *n : 1) * sizeof *out);
-    const opr_dtype dt = opr_tensor_dtype(t);
-    const size_t es = opr_dtype_size(dt);
-    void *raw = malloc((size_t)(*n ? *n : 1) * es);
-    bool ok = c && out && raw && opr_tensor_copy_to_host(c, raw, (size_t)*n * es) == OPR_OK;
-    for (int64_t i = 0; ok && i < *n; i++) {
-        switch (dt) {
-        case OPR_F32: out[i] = ((const float *)raw)[i]; break;
-        case OPR_F64: out[i] = ((const double *)raw)[i]; break;
-        case OPR_I64: out[i] = (double)((const int64_t *)raw)[i]; break;
-        case OPR_BOOL: out[i] = ((const uint8_t *)raw)[i]; break;
-        case OPR_F16: out[i] = opr_f16_to_float(((const uint16_t *)raw)[i]); break;
-        case OPR_BF16: out[i] = opr_bf16_to_float(((const uint16_t *)raw)[i]); break;
-        default: ok = false;
-        }
-    }
-    free(raw);
+    const bool ok = c && out && opr_tensor_copy_to_host_f64(c, out, *n) == OPR_OK;
     opr_tensor_release(c);
     opr_tensor_release(h);
     if (!ok) {

@@ -37,6 +37,19 @@ START_TEST(tensor_from_data_round_trip)
     int64_t zeros[6] = {1, 1, 1, 1, 1, 1};
     ck_assert_int_eq(opr_tensor_copy_to_host(z, zeros, sizeof zeros), OPR_OK);
     for (int i = 0; i < 6; i++) ck_assert_int_eq(zeros[i], 0);
+    /* as doubles: from any dtype, of a transposed view too, and a short buffer refused */
+    const float fsrc[6] = {1.5f, -2, 3, 4, 5, 6.25f};
+    opr_tensor *f = opr_tensor_from_data(ctx, OPR_F32, 2, shape, fsrc, OPR_CPU), *ft = opr_tensor_transpose(f, 0, 1);
+    double d[6];
+    ck_assert_int_eq(opr_tensor_copy_to_host_f64(ft, d, 6), OPR_OK);
+    const double want[6] = {1.5, 4, -2, 5, 3, 6.25};
+    for (int i = 0; i < 6; i++) ck_assert_double_eq(d[i], want[i]);
+    ck_assert_int_eq(opr_tensor_copy_to_host_f64(z, d, 6), OPR_OK);
+    ck_assert_double_eq(d[5], 0);
+    ck_assert_int_eq(opr_tensor_copy_to_host_f64(f, d, 5), OPR_ERR_INVALID);
+    ck_assert_str_eq(opr_last_error(), "opr_tensor_copy_to_host_f64: room for 5 values, need 6");
+    opr_tensor_release(ft);
+    opr_tensor_release(f);
     opr_tensor_release(z);
     opr_tensor_release(t);
     tu_ctx_free(ctx);

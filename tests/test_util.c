@@ -56,24 +56,9 @@ opr_tensor *tu_rand(opr_ctx *ctx, opr_dtype dt, int ndim, const int64_t *shape, 
 double *tu_to_f64(const opr_tensor *t)
 {
     int64_t n = opr_tensor_numel(t);
-    opr_dtype dt = opr_tensor_dtype(t);
-    size_t es = opr_dtype_size(dt);
-    void *raw = malloc((size_t)(n ? n : 1) * es);
     double *out = malloc((size_t)(n ? n : 1) * sizeof *out);
-    ck_assert(raw && out);
-    ck_assert_int_eq(opr_tensor_copy_to_host(t, raw, (size_t)n * es), OPR_OK);
-    for (int64_t i = 0; i < n; i++) {
-        switch (dt) {
-        case OPR_F32: out[i] = ((float *)raw)[i]; break;
-        case OPR_F64: out[i] = ((double *)raw)[i]; break;
-        case OPR_I64: out[i] = (double)((int64_t *)raw)[i]; break;
-        case OPR_BOOL: out[i] = ((uint8_t *)raw)[i]; break;
-        case OPR_F16: out[i] = opr_f16_to_float(((uint16_t *)raw)[i]); break;
-        case OPR_BF16: out[i] = opr_bf16_to_float(((uint16_t *)raw)[i]); break;
-        default: ck_abort_msg("tu_to_f64: unsupported dtype");
-        }
-    }
-    free(raw);
+    ck_assert(out);
+    ck_assert_msg(opr_tensor_copy_to_host_f64(t, out, n) == OPR_OK, "tu_to_f64: %s", opr_last_error());
     return out;
 }
 

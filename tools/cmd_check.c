@@ -23,23 +23,9 @@ static bool verbose;
 static double *to_f64(const opr_tensor *t, int *read_rc)
 {
     int64_t n = opr_tensor_numel(t);
-    size_t es = opr_dtype_size(opr_tensor_dtype(t));
-    unsigned char *raw = malloc((size_t)(n ? n : 1) * es);
     double *out = malloc((size_t)(n ? n : 1) * sizeof *out);
-    int rc = raw && out ? opr_tensor_copy_to_host(t, raw, (size_t)n * es) : OPR_ERR_NOMEM;
-    if (rc) { free(raw); free(out); if (!*read_rc) *read_rc = rc; return NULL; }
-    for (int64_t i = 0; i < n; i++) {
-        switch (opr_tensor_dtype(t)) {
-        case OPR_F32: out[i] = ((float *)raw)[i]; break;
-        case OPR_F64: out[i] = ((double *)raw)[i]; break;
-        case OPR_I64: out[i] = (double)((int64_t *)raw)[i]; break;
-        case OPR_BOOL: out[i] = raw[i]; break;
-        case OPR_F16: out[i] = opr_f16_to_float(((uint16_t *)raw)[i]); break;
-        case OPR_BF16: out[i] = opr_bf16_to_float(((uint16_t *)raw)[i]); break;
-        default: out[i] = NAN; break;
-        }
-    }
-    free(raw);
+    int rc = out ? opr_tensor_copy_to_host_f64(t, out, n) : OPR_ERR_NOMEM;
+    if (rc) { free(out); if (!*read_rc) *read_rc = rc; return NULL; }
     return out;
 }
 

@@ -269,6 +269,9 @@ OPR_API opr_tensor *opr_tensor_from_data(opr_ctx *ctx, opr_dtype dtype, int ndim
 /* Copies the tensor's elements, in row-major logical order, to host memory.
  * nbytes must be at least numel * element size. Works for any layout and device. */
 OPR_API opr_status opr_tensor_copy_to_host(const opr_tensor *t, void *dst, size_t nbytes);
+/* The same, converted to double (bool as 0/1, f16/bf16 widened): n, the room in dst,
+ * must be at least numel. For tests, checks and printing. */
+OPR_API opr_status opr_tensor_copy_to_host_f64(const opr_tensor *t, double *dst, int64_t n);
 /* Copies from host memory into the tensor (any layout), in row-major logical order. */
 OPR_API opr_status opr_tensor_copy_from_host(opr_tensor *t, const void *src, size_t nbytes);
 
