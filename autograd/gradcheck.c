@@ -201,13 +201,11 @@ static void describe_mask(const gc *g, uint32_t rg, char *buf, size_t len)
     }
 }
 
-/* "self, mat2 kernel mm_backward", "fast self", "plan chosen by cost" */
+/* "self, mat2 (kernel mm_backward)", "fast self", "plan chosen by cost" */
 static const char *cand_label(const opr_op *op, int cand, char *buf, size_t len)
 {
     if (cand < 0) return "plan chosen by cost";
-    const deriv_cand *c = &op->deriv->cands[cand];
-    snprintf(buf, len, "%s%s%s", c->label, c->kernel ? " kernel " : "",
-             c->kernel ? c->kernel->name : "");
+    snprintf(buf, len, "%s", op->deriv->cands[cand].label);
     return buf;
 }
 

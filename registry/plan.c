@@ -489,8 +489,7 @@ static void describe_set(explain_buf *b, const choice *c)
     const deriv_info *d = b->op->deriv;
     for (int i = 0; i < c->n; i++) {
         const deriv_cand *k = &d->cands[c->cand[i]];
-        appendf(b, "%s[%s%s", i ? " + " : "", k->label, k->kernel ? " kernel " : "");
-        if (k->kernel) appendf(b, "%s", k->kernel->name);
+        appendf(b, "%s[%s", i ? " + " : "", k->label);
         if (c->part[i] != k->covers) {
             appendf(b, " for");
             for (int a = 0; a < b->op->nargs; a++) if ((c->part[i] >> a) & 1) appendf(b, " %s", b->op->args[a].name);

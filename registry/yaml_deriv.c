@@ -250,6 +250,15 @@ int yaml_deriv_key(const loader *l, opr_op *op, const yaml_node_t *k, const yaml
     } else {
         rc = yaml_fail_at(l, v, OPR_ERR_PARSE, "derivative of '%s' must be a formula or a mapping", c.label);
     }
+    if (!rc && c.kernel) { /* "self, mat2 (kernel mm_backward)": told apart from a formula for the same key */
+        char *named = malloc(strlen(c.label) + strlen(c.kernel->name) + 11);
+        if (!named) rc = opr_fail(OPR_ERR_NOMEM, "out of memory");
+        else {
+            sprintf(named, "%s (kernel %s)", c.label, c.kernel->name);
+            free(c.label);
+            c.label = named;
+        }
+    }
     deriv_cand *grown = rc ? NULL : realloc(d->cands, (size_t)(d->ncands + 1) * sizeof *grown);
     if (!grown) {
         free(c.label);

@@ -515,7 +515,10 @@ static bool read_deriv(const yreader *r, const schema *sc, const char *key, cons
         const char *k = yscalar(ynode(r, p->key));
         yaml_node_t *val = ynode(r, p->value);
         if (!k) return rfail(r, val, "bad key", NULL);
-        if (!strcmp(k, "kernel")) c->kernel = true;
+        if (!strcmp(k, "kernel")) {
+            c->kernel = true; /* labelled as the registry labels it */
+            snprintf(c->label, sizeof c->label, "%s (kernel %s)", key, yscalar(val) ? yscalar(val) : "?");
+        }
         else if (!strcmp(k, "needs")) needs = val;
         else if (!strcmp(k, "flops")) continue;
         else if (!strcmp(k, "let")) {
@@ -573,7 +576,11 @@ static bool read_derivs(const yreader *r, yop *y, const char *key, const yaml_no
         if (y->nc == MAXC) return rfail(r, v, "too many derivative candidates", NULL);
         dcand *c = &y->c[y->nc++];
         if (!read_deriv(r, &y->sc, key, list ? ynode(r, *it++) : v, c)) return false;
-        if (fast) snprintf(c->label, sizeof c->label, "fast %s", key);
+        if (fast) {
+            char label[sizeof c->label];
+            snprintf(label, sizeof label, "fast %s", c->label);
+            memcpy(c->label, label, sizeof label);
+        }
     }
     return true;
 }
@@ -951,12 +958,9 @@ static bool parse_explain(const opstate *st, const char *text, int *chosen, uint
                 want |= 1u << a;
             }
         }
-        char *k = strstr(content, " kernel ");
-        bool kernel = k != NULL;
-        if (k) *k = '\0';
-        int found = -1;
+        int found = -1; /* labels name a kernel entry's kernel: "self, mat2 (kernel mm_backward)" */
         for (int i = 0; i < st->y->nc; i++)
-            if (!strcmp(st->y->c[i].label, content) && st->y->c[i].kernel == kernel) found = i;
+            if (!strcmp(st->y->c[i].label, content)) found = i;
         if (found < 0) { snprintf(err, errlen, "chosen candidate [%s] is not in the YAML", content); return false; }
         if (!want)
             for (int i = 0; i < st->y->c[found].ncover; i++) want |= 1u << st->y->c[found].cover[i];

@@ -178,7 +178,7 @@ START_TEST(wrong_fused_kernel)
     ck_assert_int_eq(check_sample(vfma, 0, OPR_F64, vdev, NULL, &res), OPR_ERR_MISMATCH);
     ck_assert_int_eq(res.culprit, OPR_GC_KERNEL);
     ck_assert_str_eq(res.culprit_name, "vfma_backward");
-    ck_assert_str_eq(opr_op_grad_candidate_label(vfma, res.candidate), "self, other");
+    ck_assert_str_eq(opr_op_grad_candidate_label(vfma, res.candidate), "self, other (kernel vfma_backward)");
     ck_assert_msg(strstr(res.detail, "fused backward kernel vfma_backward is wrong on vdev"), "%s", res.detail);
     /* the formulas are not blamed: forced one by one, they pass */
     for (int c = 0; c < 2; c++) {
