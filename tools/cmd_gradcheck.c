@@ -40,7 +40,7 @@ int cmd_gradcheck(int argc, char **argv)
     if (argc < 2 || argv[1][0] == '-') { usage(); return 2; }
     const char *op_name = argv[1], *backend = "cpu", *dtype_name = "f64", *inputs = NULL;
     opr_gradcheck_opts opts = {.struct_size = sizeof opts};
-    for (int i = 2; i < argc; i++) {
+    for (int i = 2; i < argc; i += 2) { /* every option takes a value */
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v) { fprintf(stderr, "opreg gradcheck: unknown option '%s' (see --help)\n", a); return 2; }
         if (!strcmp(a, "--backend")) backend = v;
@@ -50,7 +50,6 @@ int cmd_gradcheck(int argc, char **argv)
         else if (!strcmp(a, "--atol")) opts.atol = atof(v);
         else if (!strcmp(a, "--rtol")) opts.rtol = atof(v);
         else if (strcmp(a, "--plugin")) { fprintf(stderr, "opreg gradcheck: unknown option '%s' (see --help)\n", a); return 2; }
-        i++;
     }
     opr_dtype dt;
     if (opr_dtype_parse(dtype_name, &dt) || !opr_dtype_is_floating(dt)) {
