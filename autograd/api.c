@@ -154,8 +154,7 @@ static void plan_text(const opr_node *n, char *buf, size_t len)
     buf[0] = '\0';
     for (int i = 0; i < n->plan->nchosen && used + 1 < len; i++) {
         const deriv_cand *c = &n->op->deriv->cands[n->plan->chosen[i]];
-        int k = snprintf(buf + used, len - used, "%s[%s%s%s]", i ? " + " : "", c->label, c->kernel ? " kernel " : "",
-                         c->kernel ? c->kernel->name : "");
+        int k = snprintf(buf + used, len - used, "%s[%s]", i ? " + " : "", c->label); /* names its kernel */
         if (k > 0) used += (size_t)k;
     }
 }

@@ -164,16 +164,16 @@ static void collect_row(void *ud, const opr_node_info *info)
 static void print_table(const op_table *t)
 {
     printf("\nper op, one training step (the registry's choice vs saving every input):\n");
-    printf("  %-12s %-5s %-44s %12s %14s\n", "op", "nodes", "chosen formulas", "saved bytes", "save-all bytes");
+    printf("  %-12s %-5s %-47s %12s %14s\n", "op", "nodes", "chosen formulas", "saved bytes", "save-all bytes");
     uint64_t saved = 0, all = 0;
     for (int i = 0; i < t->n; i++) {
         const op_row *r = &t->rows[i];
-        printf("  %-12s %-5d %-44s %12llu %14llu\n", r->op, r->nodes, r->plan, (unsigned long long)r->saved,
+        printf("  %-12s %-5d %-47s %12llu %14llu\n", r->op, r->nodes, r->plan, (unsigned long long)r->saved,
                (unsigned long long)r->all_inputs);
         saved += r->saved;
         all += r->all_inputs;
     }
-    printf("  %-12s %-5s %-44s %12llu %14llu  (%.0f%% of save-all)\n", "total", "", "", (unsigned long long)saved,
+    printf("  %-12s %-5s %-47s %12llu %14llu  (%.0f%% of save-all)\n", "total", "", "", (unsigned long long)saved,
            (unsigned long long)all, all ? 100.0 * (double)saved / (double)all : 0.0);
 }
 
