@@ -10,7 +10,8 @@
  *     sum(output). Bytes saved for backward (opreg: opr_autograd_walk of the loss before
  *     backward, and the distinct tensors behind it; PyTorch: saved_tensors_hooks),
  *     against the analytic minimum computed here from the shapes (analytic_min), and
- *     time per step (forward + backward + grads dropped).
+ *     time per step (forward + backward + grads dropped), beside the step's GEMMs alone
+ *     through CBLAS on the same shapes ("raw GEMMs", what a step cannot go below).
  *  c  selection accuracy: for mm, matmul, linear and addmm, every non-empty set of their
  *     float tensor inputs requiring grad, six shapes from skinny to square: every
  *     distinct candidate set (each candidate forced in turn with
@@ -745,6 +746,65 @@ static int mlp_body(void *p, long iters)
     return 0;
 }
 
+/* The step's GEMMs alone, on the same shapes through CBLAS: the forward products and,
+ * for loss = sum(output) with layers 1 and 4 trainable, dW4, the gradient through
+ * layers 4, 3, 2 and dW1. What a step cannot go below (bias, ReLU and the sum are
+ * memory-bound extras); the "raw GEMMs" row of part b. */
+typedef struct raw_gemms {
+    const mlp *m;
+    float *h[B_LAYERS + 1]; /* h[0] = x, h[l + 1] = layer l's output (pre-activation) */
+    float *g, *dh, *dh2, *dw_first, *dw_last;
+} raw_gemms;
+
+static int raw_gemms_body(void *p, long iters)
+{
+    raw_gemms *r = p;
+    const mlp *m = r->m;
+    const int n = (int)m->batch;
+    const int *w = (const int[]){(int)m->widths[0], (int)m->widths[1], (int)m->widths[2], (int)m->widths[3],
+                                 (int)m->widths[4]};
+    for (long it = 0; it < iters; it++) {
+        for (int l = 0; l < B_LAYERS; l++) /* h[l+1] = h[l] W_l^T */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, w[l + 1], w[l], 1, r->h[l], w[l], m->hw[l], w[l], 0,
+                        r->h[l + 1], w[l + 1]);
+        /* dW4 = g^T h3, dh3 = g W4, dh2 = dh3 W3, dh1 = dh2 W2, dW1 = dh1^T x */
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, w[4], w[3], n, 1, r->g, w[4], r->h[3], w[3], 0, r->dw_last, w[3]);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, w[3], w[4], 1, r->g, w[4], m->hw[3], w[3], 0, r->dh, w[3]);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, w[2], w[3], 1, r->dh, w[3], m->hw[2], w[2], 0, r->dh2, w[2]);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, w[1], w[2], 1, r->dh2, w[2], m->hw[1], w[1], 0, r->dh, w[1]);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, w[1], w[0], n, 1, r->dh, w[1], r->h[0], w[0], 0, r->dw_first, w[0]);
+    }
+    return 0;
+}
+
+static const char *raw_gemms_error(void) { return "out of memory"; }
+
+static bool raw_gemms_init(raw_gemms *r, const mlp *m)
+{
+    memset(r, 0, sizeof *r);
+    r->m = m;
+    const size_t n = (size_t)m->batch, widest = 4096;
+    r->h[0] = m->hx;
+    bool ok = true;
+    for (int l = 1; l <= B_LAYERS; l++) ok &= (r->h[l] = calloc(n * (size_t)m->widths[l], sizeof(float))) != NULL;
+    ok &= (r->g = malloc(n * (size_t)m->widths[B_LAYERS] * sizeof(float))) != NULL;
+    ok &= (r->dh = calloc(n * widest, sizeof(float))) && (r->dh2 = calloc(n * widest, sizeof(float)));
+    ok &= (r->dw_first = calloc((size_t)(m->widths[1] * m->widths[0]), sizeof(float))) != NULL;
+    ok &= (r->dw_last = calloc((size_t)(m->widths[B_LAYERS] * m->widths[B_LAYERS - 1]), sizeof(float))) != NULL;
+    for (size_t i = 0; r->g && i < n * (size_t)m->widths[B_LAYERS]; i++) r->g[i] = 1;
+    return ok;
+}
+
+static void raw_gemms_free(raw_gemms *r)
+{
+    for (int l = 1; l <= B_LAYERS; l++) free(r->h[l]);
+    free(r->g);
+    free(r->dh);
+    free(r->dh2);
+    free(r->dw_first);
+    free(r->dw_last);
+}
+
 /* The analytic minimum of the bytes saved for backward, for loss = sum(output), on
  * formula level (tensors the forward produced, kept whole), counting each tensor once:
  *
@@ -813,7 +873,7 @@ typedef struct part_b {
     uint64_t graph_new_bytes; /* storage allocated by the forward and held by the graph */
     bool checked_torch;
     double loss_diff, grad_diff[2];
-    side sides[3];
+    side sides[4]; /* opreg, raw GEMMs, libtorch, PyTorch */
     int nsides;
     const char *absent[4];
     int nabsent;
@@ -947,6 +1007,9 @@ static int run_part_b(opr_ctx *ctx, const bench_opts *o, bool have_torch, py_ser
 
     body_side ob = {mlp_body, &m, opreg_error};
     pb->sides[pb->nsides++] = (side){.name = "opreg", .run = body_side_run, .state = &ob};
+    raw_gemms rg;
+    body_side rb = {raw_gemms_body, &rg, raw_gemms_error};
+    if (raw_gemms_init(&rg, &m)) pb->sides[pb->nsides++] = (side){.name = "raw GEMMs", .run = body_side_run, .state = &rb};
 #if OPREG_BENCH_HAVE_TORCH
     if (tm) pb->sides[pb->nsides++] = (side){.name = "libtorch C++", .run = torch_b_run, .state = tm};
     else {
@@ -971,6 +1034,7 @@ static int run_part_b(opr_ctx *ctx, const bench_opts *o, bool have_torch, py_ser
         if (pb->sides[i].res.ns < 0) { fprintf(stderr, "part b: %s: %s\n", pb->sides[i].name, pb->sides[i].err); status = 1; }
     }
     pb->ran = pb->sides[0].res.ns > 0;
+    raw_gemms_free(&rg);
 out:
 #if OPREG_BENCH_HAVE_TORCH
     bat_mlp_free(tm);

@@ -7,7 +7,7 @@
 set -eu
 
 # python3-torch is the outside oracle of the autograd tests (tests/oracle).
-packages="gcc g++ make cmake ninja-build pkg-config libyaml-dev libopenblas-dev libsleef-dev check libsubunit-dev libdlpack-dev binutils valgrind python3 python3-torch"
+packages="gcc g++ make cmake ninja-build pkg-config libyaml-dev libopenblas-dev libopenblas0-openmp libsleef-dev check libsubunit-dev libdlpack-dev binutils valgrind python3 python3-torch"
 case "${1:-}" in
 bench) packages="$packages libtorch-dev" ;;
 rocm) packages="$packages hipcc" ;;
