@@ -12,6 +12,7 @@
  *
  *   opreg_bench_cpu_speed [--threads N] [--reps N] [--no-torch] [--only a,b] */
 #include "bench_config.h"
+#include "bench_tensor.h"
 #include "bench_timing.h"
 
 #include <opreg/opreg.h>
@@ -23,19 +24,6 @@
 #include <string.h>
 
 static opr_ctx *ctx;
-
-static opr_tensor *rand_tensor(int ndim, const int64_t *shape, double lo, double hi, unsigned seed)
-{
-    int64_t n = 1;
-    for (int d = 0; d < ndim; d++) n *= shape[d];
-    float *v = malloc((size_t)n * sizeof *v);
-    if (!v) return NULL;
-    srand(seed);
-    for (int64_t i = 0; i < n; i++) v[i] = (float)(lo + (hi - lo) * rand() / (double)RAND_MAX);
-    opr_tensor *t = opr_tensor_from_data(ctx, OPR_F32, ndim, shape, v, OPR_CPU);
-    free(v);
-    return t;
-}
 
 /* What bounds a row from below: the raw GEMM of its products, a copy of its bytes
  * (elementwise: read n, write n), or one read of its input (reductions). */
@@ -170,7 +158,7 @@ static double opreg_ns(const bcase *c, const bench_opts *bo)
     run_state s = {.c = c, .op = opr_op_find(ctx, c->op)};
     if (!s.op) { fprintf(stderr, "%s: no op %s\n", c->name, c->op); return -1; }
     for (int k = 0; k < c->nin; k++) {
-        if (!(s.x[k] = rand_tensor(c->ndim, c->shape, c->lo, c->hi, 11 + (unsigned)k))) return -1;
+        if (!(s.x[k] = bench_rand_f32(ctx, c->ndim, c->shape, c->lo, c->hi, 11 + (unsigned)k))) return -1;
         if (c->backward || (c->chain && k == 0)) opr_set_requires_grad(s.x[k], true);
         s.args[s.nargs++] = opr_v_tensor(s.x[k]);
     }

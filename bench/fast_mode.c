@@ -9,6 +9,8 @@
  *
  *   opreg_bench_fast_mode [--rounds N] [--no-torch] */
 #include "bench_python.h"
+#include "bench_tensor.h"
+#include "bench_timing.h"
 
 #include <opreg/opreg.h>
 
@@ -17,27 +19,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 static opr_ctx *ctx;
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
+/* A leaf input that requires grad. */
 static opr_tensor *rand_leaf(int ndim, const int64_t *shape, double lo, double hi, unsigned seed)
 {
-    int64_t n = 1;
-    for (int d = 0; d < ndim; d++) n *= shape[d];
-    float *v = malloc((size_t)n * sizeof *v);
-    if (!v) return NULL;
-    srand(seed);
-    for (int64_t i = 0; i < n; i++) v[i] = (float)(lo + (hi - lo) * rand() / (double)RAND_MAX);
-    opr_tensor *t = opr_tensor_from_data(ctx, OPR_F32, ndim, shape, v, OPR_CPU);
-    free(v);
+    opr_tensor *t = bench_rand_f32(ctx, ndim, shape, lo, hi, seed);
     if (t) opr_set_requires_grad(t, true);
     return t;
 }
@@ -72,9 +60,9 @@ static double one_backward(const bcase *c, opr_tensor **x, bool fast)
     opr_special_grads_set(prev);
     if (rc) { fprintf(stderr, "%s: %s\n", c->name, opr_last_error()); opr_tensor_release(y); return -1; }
     opr_tensor *g[2] = {NULL, NULL};
-    double t0 = now_s();
+    double t0 = bench_now_s();
     rc = opr_autograd_grad(&s, NULL, 1, x, c->nin, g, NULL);
-    double t = now_s() - t0;
+    double t = bench_now_s() - t0;
     if (rc) fprintf(stderr, "%s: backward: %s\n", c->name, opr_last_error());
     for (int i = 0; i < c->nin; i++) opr_tensor_release(g[i]);
     opr_tensor_release(s);

@@ -35,7 +35,6 @@ int fallback_call(const opr_op *op, const opr_value *args, int nargs, opr_tensor
                   opr_tensor *const *tensors, const mval *slots, opr_device dev, opr_dtype common, bool record,
                   bool list_requires_grad)
 {
-    if (!fallback_applies(op, dev.type, common)) return OPR_ERR_NOT_FOUND;
     warn_once(op, dev, common);
     opr_value cpu_args[OPR_MAX_ARGS];
     opr_tensor *owned[OPR_MAX_ARGS] = {NULL}, **list = NULL, *cpu_res[OPR_MAX_OUTS] = {NULL};

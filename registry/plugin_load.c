@@ -107,14 +107,6 @@ static const char *log_source(const staging *st)
     return st->cand->self.name ? st->cand->self.name : "opreg";
 }
 
-static void log_line(opr_log_level level, const char *source, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void log_line(opr_log_level level, const char *source, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    opr_log_vemit(level, source, fmt, ap);
-    va_end(ap);
-}
 
 /* Appends a remark to a loaded plugin's `why` ("; " between remarks). Without memory
  * for it the remark is lost, not the plugin. */
@@ -178,7 +170,7 @@ static int host_register_kernel(opr_plugin *self, const opr_kernel_desc *desc)
      * plugin built for a newer op set, or one whose YAML was not loaded) is skipped,
      * said in the log and in the plugin's remark, and the rest of the plugin loads. */
     if (!registry_find(st->ctx, d->op)) {
-        log_line(OPR_LOG_INFO, log_source(st), "plugin %s: kernel '%s' on %s skipped: the registry defines no op '%s'",
+        opr_log_emit(OPR_LOG_INFO, log_source(st), "plugin %s: kernel '%s' on %s skipped: the registry defines no op '%s'",
                  st->cand->path, op, d->device, op);
         size_t at = strlen(st->skipped);
         bool listed = false; /* one name per op, however many devices */
@@ -394,7 +386,7 @@ static void check_device_contract(opr_ctx *ctx, staging *st, candidate *c)
                      dtype_list(used & ~ck->dtypes, list, sizeof list));
         else
             continue;
-        log_line(OPR_LOG_WARN, c->name, "plugin %s: %s", c->path, msg);
+        opr_log_emit(OPR_LOG_WARN, c->name, "plugin %s: %s", c->path, msg);
         remark(c, "%s", msg);
     }
 }
@@ -489,19 +481,19 @@ static int commit(opr_ctx *ctx, staging *st, candidate *c)
     if (overridden.n) {
         remark(c, "overrides %d kernel(s) of earlier plugins: %s%s", overridden.n, overridden.text,
                item_more(&overridden, more, sizeof more));
-        log_line(OPR_LOG_INFO, c->name, "plugin %s overrides %d kernel(s) of earlier plugins: %s%s", c->path,
+        opr_log_emit(OPR_LOG_INFO, c->name, "plugin %s overrides %d kernel(s) of earlier plugins: %s%s", c->path,
                  overridden.n, overridden.text, more);
     }
     if (kept.n) {
         remark(c, "%d kernel(s) already provided by an earlier plugin were not replaced: %s%s (only missing "
                "dtypes are filled; override_dtypes replaces)", kept.n, kept.text, item_more(&kept, more, sizeof more));
-        log_line(OPR_LOG_INFO, c->name, "plugin %s: %d kernel(s) already provided by an earlier plugin were not "
+        opr_log_emit(OPR_LOG_INFO, c->name, "plugin %s: %d kernel(s) already provided by an earlier plugin were not "
                  "replaced: %s%s", c->path, kept.n, kept.text, more);
     }
     if (reclaimed.n) {
         remark(c, "provides the kernels of its own device in place of %d kernel(s) earlier plugins added without "
                "override_dtypes: %s%s", reclaimed.n, reclaimed.text, item_more(&reclaimed, more, sizeof more));
-        log_line(OPR_LOG_WARN, c->name, "plugin %s provides the kernels of its own device in place of %d kernel(s) "
+        opr_log_emit(OPR_LOG_WARN, c->name, "plugin %s provides the kernels of its own device in place of %d kernel(s) "
                  "earlier plugins added without override_dtypes: %s%s", c->path, reclaimed.n, reclaimed.text, more);
     }
     if (st->nskipped)

@@ -307,10 +307,8 @@ int dispatch_validate(const opr_op *op, const opr_value *args, int nargs, mval *
                       opr_dtype *common);
 void plugins_free(opr_ctx *ctx);
 /* Runs a call of op, validated for device dev where op has no kernel for the common
- * dtype, on the CPU with copies in and out (fallback.c): OPR_ERR_NOT_FOUND without a
- * message when the fallback does not apply (turned off, in place, no CPU kernel), so
- * that the caller reports the missing kernel. Records the node on the device tensors
- * when `record`. */
+ * dtype and fallback_applies, on the CPU with copies in and out (fallback.c). Records
+ * the node on the device tensors when `record`. */
 int fallback_call(const opr_op *op, const opr_value *args, int nargs, opr_tensor **results, int nres,
                   opr_tensor *const *tensors, const mval *slots, opr_device dev, opr_dtype common, bool record,
                   bool list_requires_grad);
