@@ -9,7 +9,7 @@
 
 static const char *type_name(arg_type t)
 {
-    static const char *names[] = {"Tensor", "Tensor[]", "int", "float", "bool", "int[]", "str"};
+    static const char *names[] = {"Tensor", "Tensor[]", "int", "float", "bool", "int[]", "str", "Scalar"};
     return names[t];
 }
 
@@ -154,6 +154,11 @@ static int check_args(const opr_op *op, const opr_value *args, int nargs, checke
             break;
         case ARG_STR:
             if ((ok = v->kind == OPR_V_STRING && v->u.s)) { k->kind = OPR_ARG_STRING; k->u.s = v->u.s; }
+            break;
+        case ARG_SCALAR: /* the number keeps its kind: an int stays exact */
+            if (v->kind == OPR_V_INT) { k->kind = OPR_ARG_INT; k->u.i = v->u.i; }
+            else if (v->kind == OPR_V_DOUBLE) { k->kind = OPR_ARG_DOUBLE; k->u.d = v->u.d; }
+            else if ((ok = v->kind == OPR_V_BOOL)) { k->kind = OPR_ARG_BOOL; k->u.b = v->u.b; }
             break;
         }
         if (!ok)
@@ -307,7 +312,8 @@ static int prepare(const opr_op *op, const opr_value *args, int nargs, opr_tenso
     if (op && nres && !results) return opr_fail(OPR_ERR_INVALID, "%s: NULL results array", op->name);
     for (int i = 0; i < nres && results; i++) results[i] = NULL;
     if (op && nres != op->nout)
-        return opr_fail(OPR_ERR_INVALID, "%s: returns %d tensor(s), %d result slot(s) given", op->name, op->nout, nres);
+        return opr_fail(OPR_ERR_INVALID, "%s: returns %d tensor(s), %d result slot(s) given (1 to %d)", op->name,
+                        op->nout, nres, op->nout);
     return validate(op, args, nargs, c);
 }
 
@@ -327,8 +333,24 @@ int dispatch_validate(const opr_op *op, const opr_value *args, int nargs, mval *
     return OPR_OK;
 }
 
+/* A multi-output op asked for its first nres outputs: the others are released. */
+static int call_prefix(const opr_op *op, const opr_value *args, int nargs, opr_tensor **results, int nres)
+{
+    opr_tensor *all[OPR_MAX_OUTS] = {NULL};
+    int rc = opr_call(op, args, nargs, all, op->nout);
+    for (int i = 0; i < op->nout; i++) {
+        if (i < nres) results[i] = all[i];
+        else opr_tensor_release(all[i]);
+    }
+    return rc;
+}
+
 opr_status opr_call(const opr_op *op, const opr_value *args, int nargs, opr_tensor **results, int nres)
 {
+    if (op && results && nres >= 1 && nres < op->nout) return call_prefix(op, args, nargs, results, nres);
+    opr_dtype promoted;
+    if (op && args && nargs > 0 && nargs <= op->nargs && promote_target(op, args, nargs, &promoted))
+        return promote_call(op, args, nargs, promoted, results, nres);
     unsigned layouts = op && args && nargs > 0 && nargs <= OPR_MAX_ARGS ? layouts_in_args(args, nargs) : 0;
     if (layouts & LAYOUT_BATCHED) return vmap_call(op, args, nargs, results, nres); /* the batch is outermost */
     if (layouts & LAYOUT_JAGGED) return jagged_call(op, args, nargs, results, nres);
@@ -468,16 +490,6 @@ opr_status opr_call(const opr_op *op, const opr_value *args, int nargs, opr_tens
     }
     for (int i = 0; i < op->nout; i++) results[i] = f.outs[i];
     return OPR_OK;
-}
-
-opr_status opr_call_by_name(opr_ctx *ctx, const char *name, const opr_value *args, int nargs, opr_tensor **results, int nres)
-{
-    const opr_op *op = opr_op_find(ctx, name);
-    if (!op) {
-        for (int i = 0; results && i < nres; i++) results[i] = NULL;
-        return OPR_ERR_NOT_FOUND;
-    }
-    return opr_call(op, args, nargs, results, nres);
 }
 
 /* Strided copies on accelerators run the device's copy_ kernel. They move data for

@@ -91,6 +91,15 @@ static int bi_sizes(const mval *a, int n, mval *out)
     return OPR_OK;
 }
 
+static int bi_dtype_name(const mval *a, int n, mval *out)
+{
+    (void)n;
+    if (want_tensor(&a[0], "dtype_name")) return OPR_ERR_INVALID;
+    out->k = MV_STR;
+    out->u.s = opr_dtype_name(a[0].u.t->dtype);
+    return OPR_OK;
+}
+
 static int bi_dim(const mval *a, int n, mval *out)
 {
     (void)n;
@@ -463,7 +472,7 @@ static const struct builtin {
     int min_args, max_args; /* max -1: variadic */
     builtin_fn fn;
 } builtins[] = {
-    {"size", 2, 2, bi_size}, {"sizes", 1, 1, bi_sizes}, {"dim", 1, 1, bi_dim},
+    {"size", 2, 2, bi_size}, {"sizes", 1, 1, bi_sizes}, {"dim", 1, 1, bi_dim}, {"dtype_name", 1, 1, bi_dtype_name},
     {"numel", 1, 1, bi_numel}, {"broadcast", 1, -1, bi_broadcast},
     {"broadcastable", 2, -1, bi_broadcastable}, {"broadcastable_to", 2, 2, bi_broadcastable_to},
     {"reduce", 1, 3, bi_reduce}, {"set", 3, 3, bi_set}, {"matmul_shape", 2, 2, bi_matmul_shape},

@@ -49,6 +49,46 @@ void registry_free(opr_ctx *ctx)
 
 int registry_count(const opr_ctx *ctx) { return atomic_load_explicit(&ctx->reg->n, memory_order_acquire); }
 
+/* Whether op is in the overload set `name` (len chars): "max" holds max and max.dim. */
+static bool in_set(const opr_op *op, const char *name, size_t len)
+{
+    return (size_t)op->base_len == len && !strncmp(op->name, name, len);
+}
+
+/* Whether op answers to name exactly: its own name, or "gt.Tensor" for an op written
+ * "gt" with `overload: Tensor`. */
+static bool answers_to(const opr_op *op, const char *name)
+{
+    if (!strcmp(op->name, name)) return true;
+    const char *dot = strchr(name, '.');
+    return dot && op->overload && !op->name[op->base_len] && in_set(op, name, (size_t)(dot - name)) &&
+           !strcmp(op->overload, dot + 1);
+}
+
+opr_op *registry_find_exact(const opr_ctx *ctx, const char *name)
+{
+    const opr_registry *r = ctx->reg;
+    int n = registry_count(ctx);
+    for (int i = 0; i < n; i++) {
+        opr_op *op = entry(r, i);
+        if (answers_to(op, name)) return op;
+    }
+    return NULL;
+}
+
+int registry_overloads(const opr_ctx *ctx, const char *name, const opr_op **out, int cap)
+{
+    size_t len = strlen(name);
+    int n = registry_count(ctx), found = 0;
+    for (int i = 0; i < n; i++) {
+        const opr_op *op = entry(ctx->reg, i);
+        if (!in_set(op, name, len)) continue;
+        if (found < cap && out) out[found] = op;
+        found++;
+    }
+    return found;
+}
+
 opr_op *registry_find(const opr_ctx *ctx, const char *name)
 {
     const opr_registry *r = ctx->reg;
@@ -80,8 +120,13 @@ const opr_op *registry_engine_op(opr_ctx *ctx, int which)
 int registry_add(opr_ctx *ctx, opr_op *op)
 {
     opr_registry *r = ctx->reg;
-    if (registry_find(ctx, op->name))
-        return opr_fail(OPR_ERR_INVALID, "%s:%d:1: op '%s' is already defined", op->file, op->line, op->name);
+    char full[256];
+    snprintf(full, sizeof full, "%.*s.%s", op->base_len, op->name, op->overload ? op->overload : "");
+    const opr_op *dup = registry_find_exact(ctx, op->name);
+    if (!dup && op->overload) dup = registry_find_exact(ctx, full);
+    if (dup)
+        return opr_fail(OPR_ERR_INVALID, "%s:%d:1: op '%s' is already defined (as '%s', %s:%d)", op->file, op->line,
+                        op->overload ? full : op->name, dup->name, dup->file ? dup->file : "?", dup->line);
     int n = atomic_load_explicit(&r->n, memory_order_relaxed);
     int k = 31 - __builtin_clz((unsigned)n / OPS_CHUNK0 + 1);
     if (k >= OPS_NCHUNKS) return opr_fail(OPR_ERR_NOMEM, "the op table is full");
@@ -113,10 +158,26 @@ void registry_truncate(opr_ctx *ctx, int n)
 const opr_op *opr_op_find(const opr_ctx *ctx, const char *name)
 {
     if (!ctx || !name) { opr_fail(OPR_ERR_INVALID, "opr_op_find: NULL argument"); return NULL; }
-    opr_op *op = registry_find(ctx, name);
+    opr_op *op = registry_find_exact(ctx, name);
+    const opr_op *first = NULL;
+    if (!op && !strchr(name, '.') && registry_overloads(ctx, name, &first, 1)) return first;
     if (!op) opr_fail(OPR_ERR_NOT_FOUND, "no op named '%s'", name);
     return op;
 }
+
+int opr_op_overloads(const opr_ctx *ctx, const char *name, const opr_op **out, int cap)
+{
+    if (!ctx || !name || cap < 0 || (cap && !out)) return opr_fail(OPR_ERR_INVALID, "opr_op_overloads: NULL argument");
+    const char *dot = strchr(name, '.');
+    char base[128];
+    if (dot) { /* "max.dim": the set of max */
+        snprintf(base, sizeof base, "%.*s", (int)(dot - name), name);
+        name = base;
+    }
+    return registry_overloads(ctx, name, out, cap);
+}
+
+const char *opr_op_overload_name(const opr_op *op) { return op ? op->overload : NULL; }
 
 int opr_op_count(const opr_ctx *ctx) { return ctx && ctx->reg ? registry_count(ctx) : 0; }
 
@@ -144,8 +205,47 @@ int opr_op_arg_kind(const opr_op *op, int i)
     static const opr_value_kind kinds[] = {
         [ARG_TENSOR] = OPR_V_TENSOR, [ARG_TENSOR_LIST] = OPR_V_TENSOR_LIST, [ARG_INT] = OPR_V_INT,
         [ARG_FLOAT] = OPR_V_DOUBLE, [ARG_BOOL] = OPR_V_BOOL, [ARG_INT_LIST] = OPR_V_INT_LIST, [ARG_STR] = OPR_V_STRING,
+        [ARG_SCALAR] = OPR_V_DOUBLE,
     };
     return op && i >= 0 && i < op->nargs ? (int)kinds[op->args[i].type] : -1;
+}
+
+const char *opr_op_arg_type(const opr_op *op, int i)
+{
+    static const char *const types[][2] = {
+        [ARG_TENSOR] = {"Tensor", "Tensor?"}, [ARG_TENSOR_LIST] = {"Tensor[]", "Tensor[]"},
+        [ARG_INT] = {"int", "int?"}, [ARG_FLOAT] = {"float", "float?"}, [ARG_BOOL] = {"bool", "bool"},
+        [ARG_INT_LIST] = {"int[]", "int[]?"}, [ARG_STR] = {"str", "str"}, [ARG_SCALAR] = {"Scalar", "Scalar?"},
+    };
+    return op && i >= 0 && i < op->nargs ? types[op->args[i].type][op->args[i].optional] : NULL;
+}
+
+bool opr_op_arg_optional(const opr_op *op, int i) { return op && i >= 0 && i < op->nargs && op->args[i].optional; }
+
+bool opr_op_arg_default(const opr_op *op, int i, opr_value *out)
+{
+    if (!op || i < 0 || i >= op->nargs || !op->args[i].has_default) return false;
+    if (out) *out = op_arg_default(&op->args[i]);
+    return true;
+}
+
+int opr_op_arg_index(const opr_op *op, const char *name)
+{
+    for (int i = 0; op && name && i < op->nargs; i++)
+        if (!strcmp(op->args[i].name, name)) return i;
+    return -1;
+}
+
+const char *opr_op_output_name(const opr_op *op, int i)
+{
+    return op && i >= 0 && i < op->nout ? op->out_names[i] : NULL;
+}
+
+int opr_op_output_index(const opr_op *op, const char *name)
+{
+    for (int i = 0; op && name && i < op->nout; i++)
+        if (!strcmp(op->out_names[i], name)) return i;
+    return -1;
 }
 
 bool opr_op_supports_dtype(const opr_op *op, opr_dtype dtype)

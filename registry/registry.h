@@ -9,7 +9,8 @@
 #define OPR_MAX_OUTS 4
 
 typedef enum arg_type {
-    ARG_TENSOR, ARG_TENSOR_LIST, ARG_INT, ARG_FLOAT, ARG_BOOL, ARG_INT_LIST, ARG_STR
+    ARG_TENSOR, ARG_TENSOR_LIST, ARG_INT, ARG_FLOAT, ARG_BOOL, ARG_INT_LIST, ARG_STR,
+    ARG_SCALAR              /* a number (int, float or bool), wrapped in the op's dtype T */
 } arg_type;
 
 typedef struct op_arg {
@@ -114,7 +115,10 @@ typedef enum view_kind {
 } view_kind;
 
 struct opr_op {
-    char *name;
+    char *name;                /* as written: "max.dim", "gt" */
+    int base_len;              /* length of the overload set's name, "max" */
+    char *overload;            /* "dim" (after the '.'), or the `overload:` key, or NULL */
+    bool has_scalars;          /* a Scalar argument: wrapped-number promotion applies */
     char *schema;
     opr_ctx *ctx;
     char *file;
@@ -215,8 +219,13 @@ int registry_count(const opr_ctx *ctx);
 void registry_truncate(opr_ctx *ctx, int n);
 /* Appends a line to the registry's error log (error_log.c). */
 void registry_note_error(opr_ctx *ctx, const char *msg);
-/* Lock-free lookup by name; NULL if absent. */
+/* Lock-free lookup by the name an op is written with; NULL if absent. */
 opr_op *registry_find(const opr_ctx *ctx, const char *name);
+/* The same, also finding "gt.Tensor" for an op written "gt" with `overload: Tensor`. */
+opr_op *registry_find_exact(const opr_ctx *ctx, const char *name);
+/* The ops of the overload set `name` ("max": max, max.dim), in the order added: fills
+ * out with up to cap of them and returns how many there are. */
+int registry_overloads(const opr_ctx *ctx, const char *name, const opr_op **out, int cap);
 const opr_op *registry_engine_op(opr_ctx *ctx, int which);
 
 /* Loads YAML text (the registry lock is taken inside). */
@@ -312,6 +321,11 @@ void plugins_free(opr_ctx *ctx);
 int fallback_call(const opr_op *op, const opr_value *args, int nargs, opr_tensor **results, int nres,
                   opr_tensor *const *tensors, const mval *slots, opr_device dev, opr_dtype common, bool record,
                   bool list_requires_grad);
+/* Implicit promotion (promote.c): true when some tensor of the call must be converted
+ * to *target, the common dtype PyTorch's rules give for 0-d tensors and numbers. */
+bool promote_target(const opr_op *op, const opr_value *args, int nargs, opr_dtype *target);
+/* Runs op with those tensors converted by the `to` op (recorded by autograd). */
+int promote_call(const opr_op *op, const opr_value *args, int nargs, opr_dtype target, opr_tensor **results, int nres);
 /* Whether a call of op on device_type would run on the CPU through the fallback. */
 bool fallback_applies(const opr_op *op, int device_type, opr_dtype common);
 

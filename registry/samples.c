@@ -132,6 +132,11 @@ static int parse_scalar(const loader *l, const op_arg *a, const yaml_node_t *n, 
     switch (a->type) {
     case ARG_INT: out->k = MV_INT; out->u.i = strtoll(s, &end, 10); break;
     case ARG_FLOAT: out->k = MV_FLOAT; out->u.d = strtod(s, &end); break;
+    case ARG_SCALAR: /* an int literal stays an int, as a caller's number would */
+        out->k = MV_INT;
+        out->u.i = strtoll(s, &end, 10);
+        if (*end) { out->k = MV_FLOAT; out->u.d = strtod(s, &end); }
+        break;
     case ARG_BOOL:
         out->k = MV_BOOL;
         out->u.b = !strcmp(s, "True") || !strcmp(s, "true");

@@ -1,6 +1,7 @@
-/* Schema strings: "name(Type arg=default, ...) -> Ret" where Type is Tensor, Tensor?,
- * Tensor[], int, int?, int[], int[]?, float, float?, bool or str, and Ret is Tensor
- * or "(Tensor a, Tensor b)". Defaults are literals of the expression language. */
+/* Schema strings: "name(Type arg=default, ...) -> Ret" where name may carry an
+ * overload ("max.dim": op max, overload dim), Type is Tensor, Tensor?, Tensor[], int,
+ * int?, int[], int[]?, float, float?, Scalar, Scalar?, bool or str, and Ret is Tensor or
+ * "(Tensor a, Tensor b)". Defaults are literals of the expression language. */
 #include "composite.h"
 #include "deriv.h"
 
@@ -13,7 +14,8 @@ static const struct { const char *text; arg_type type; bool optional; } type_nam
     {"Tensor[]", ARG_TENSOR_LIST, false}, {"Tensor?", ARG_TENSOR, true}, {"Tensor", ARG_TENSOR, false},
     {"int[]?", ARG_INT_LIST, true}, {"int[]", ARG_INT_LIST, false}, {"int?", ARG_INT, true},
     {"int", ARG_INT, false}, {"float?", ARG_FLOAT, true}, {"float", ARG_FLOAT, false},
-    {"bool", ARG_BOOL, false}, {"str", ARG_STR, false},
+    {"bool", ARG_BOOL, false}, {"str", ARG_STR, false}, {"Scalar?", ARG_SCALAR, true},
+    {"Scalar", ARG_SCALAR, false},
 };
 
 typedef struct cursor {
@@ -48,6 +50,22 @@ static char *ident(cursor *c)
     return id;
 }
 
+/* An op name: an identifier, optionally '.' and an overload name ("max.dim"). */
+static char *op_name(cursor *c)
+{
+    skip(c);
+    const char *s = c->p;
+    while (isalnum((unsigned char)*c->p) || *c->p == '_') c->p++;
+    if (c->p == s) return NULL;
+    if (*c->p == '.' && (isalnum((unsigned char)c->p[1]) || c->p[1] == '_')) {
+        c->p++;
+        while (isalnum((unsigned char)*c->p) || *c->p == '_') c->p++;
+    }
+    char *id = strndup(s, (size_t)(c->p - s));
+    c->nomem = !id;
+    return id;
+}
+
 /* Evaluates a default literal into arg->def. */
 static int parse_default(cursor *c, op_arg *a, const char *at)
 {
@@ -75,6 +93,10 @@ static int parse_default(cursor *c, op_arg *a, const char *at)
         a->def.kind = OPR_ARG_INT; a->def.u.i = e->i;
     } else if (a->type == ARG_FLOAT && (e->kind == EXPR_INT || e->kind == EXPR_FLOAT)) {
         a->def.kind = OPR_ARG_DOUBLE; a->def.u.d = e->kind == EXPR_INT ? (double)e->i : e->d;
+    } else if (a->type == ARG_SCALAR && e->kind == EXPR_INT) { /* a Scalar keeps the number's kind */
+        a->def.kind = OPR_ARG_INT; a->def.u.i = e->i;
+    } else if (a->type == ARG_SCALAR && e->kind == EXPR_FLOAT) {
+        a->def.kind = OPR_ARG_DOUBLE; a->def.u.d = e->d;
     } else if (a->type == ARG_BOOL && e->kind == EXPR_BOOL) {
         a->def.kind = OPR_ARG_BOOL; a->def.u.b = e->b;
     } else if (a->type == ARG_STR && e->kind == EXPR_STR) {
@@ -158,7 +180,10 @@ int schema_parse(opr_op *op, const char *schema, const expr_src *src)
 {
     cursor c = {schema, schema, src, false};
     const char *at = c.p;
-    if (!(op->name = ident(&c))) return fail(&c, at, "expected an op name");
+    if (!(op->name = op_name(&c))) return fail(&c, at, "expected an op name");
+    const char *dot = strchr(op->name, '.');
+    op->base_len = dot ? (int)(dot - op->name) : (int)strlen(op->name);
+    if (dot && !(op->overload = strdup(dot + 1))) return opr_fail(OPR_ERR_NOMEM, "out of memory parsing a schema");
     skip(&c);
     if (*c.p != '(') return fail(&c, c.p, "expected '('");
     c.p++;
@@ -186,7 +211,8 @@ int schema_parse(opr_op *op, const char *schema, const expr_src *src)
     if (rc) return rc;
     skip(&c);
     if (*c.p) return fail(&c, c.p, "unexpected text after the schema");
-    op->inplace = op->name[strlen(op->name) - 1] == '_';
+    op->inplace = op->name[op->base_len - 1] == '_';
+    for (int i = 0; i < op->nargs; i++) op->has_scalars |= op->args[i].type == ARG_SCALAR;
     if (op->inplace && (op->nargs == 0 || op->args[0].type != ARG_TENSOR || op->nout != 1))
         return fail(&c, schema, "in-place op must take a Tensor first and return one Tensor");
     return OPR_OK;
@@ -203,6 +229,7 @@ void op_free(opr_op *op)
     expr_free(op->jagged.ragged);
     free(op->jagged.ragged_text);
     free(op->name);
+    free(op->overload);
     free(op->schema);
     free(op->file);
     for (int i = 0; i < op->nargs; i++) { free(op->args[i].name); free(op->args[i].def_str); }

@@ -5,6 +5,7 @@
 #include "deriv.h"
 #include "yaml_loader.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -141,6 +142,16 @@ static int parse_key(const loader *l, opr_op *op, const yaml_node_t *k, const ya
     if (!strcmp(key, "batch")) return yaml_batch_key(l, op, v);
     if (!strcmp(key, "alternative")) return yaml_alternative_key(l, op, v);
     if (!strcmp(key, "kernel_rate")) return yaml_kernel_rate_key(l, op, v);
+    if (!strcmp(key, "overload")) { /* the overload name of an op written without one: gt is gt.Tensor */
+        const char *o = yaml_scalar(v);
+        bool ok = o && *o;
+        for (const char *p = o; ok && *p; p++) ok = isalnum((unsigned char)*p) || *p == '_';
+        if (!ok || op->overload)
+            return yaml_fail_at(l, v, OPR_ERR_PARSE, "overload: %s", op->overload ? "the name already has one ('op.NAME')"
+                                                                                  : "expected an identifier");
+        if (!(op->overload = strdup(o))) return opr_fail(OPR_ERR_NOMEM, "out of memory");
+        return OPR_OK;
+    }
     if (!strcmp(key, "differentiable")) {
         const char *b = yaml_scalar(v);
         if (!b || (strcmp(b, "false") && strcmp(b, "true")))
@@ -314,7 +325,7 @@ static opr_op *load_entry(const loader *l, yaml_node_t *entry)
     int rc = op->schema && op->file ? schema_parse(op, yaml_scalar(name), &src) : opr_fail(OPR_ERR_NOMEM, "out of memory");
     if (!rc) { /* a duplicate is reported at its name, with where the first one is */
         pthread_mutex_lock(&l->ctx->lock);
-        const opr_op *first = registry_find(l->ctx, op->name);
+        const opr_op *first = registry_find_exact(l->ctx, op->name);
         if (first) {
             char msg[256];
             snprintf(msg, sizeof msg, "op '%s' is already defined (first defined at %s:%d)", op->name,

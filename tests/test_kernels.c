@@ -784,14 +784,14 @@ static void check_arg_reduce(const char *op, opr_tensor *x, int64_t dim, bool ke
     opr_tensor *v, *ix;
     CALL2(op, &v, &ix, TV(x), opr_v_int(dim), opr_v_bool(keep));
     H hx = H_of(x), r, ri;
-    ref_reduce(&hx, dims_mask(hx.nd, &dim, 1), keep, strcmp(op, "min_dim") ? R_MAX : R_MIN, 0, &r, &ri);
+    ref_reduce(&hx, dims_mask(hx.nd, &dim, 1), keep, strcmp(op, "min.dim") ? R_MAX : R_MIN, 0, &r, &ri);
     EXPECT_EXACT(v, dt, r);
     EXPECT_EXACT(ix, OPR_I64, ri);
 }
 
 START_TEST(t_max_min_dim)
 {
-    const char *op = _i ? "min_dim" : "max_dim";
+    const char *op = _i ? "min.dim" : "max.dim";
     static const struct {
         spec x;
         int64_t dim;
@@ -2404,8 +2404,8 @@ START_TEST(t_many_dims)
             check_sum_like("sum", yt, 3, SH(1, 3, -1), keep, true);
             check_sum_like("mean", yt, 4, SH(0, 2, 4, 6), keep, true);
             check_sum_like("sum", yt, -1, NULL, keep, true);
-            check_arg_reduce("max_dim", yt, 6, keep);
-            check_arg_reduce("min_dim", yt, -8, keep);
+            check_arg_reduce("max.dim", yt, 6, keep);
+            check_arg_reduce("min.dim", yt, -8, keep);
         }
         WHAT("softmax %s 8-d", opr_dtype_name(dt));
         check_softmax(false, yt, 4);
@@ -2534,14 +2534,14 @@ START_TEST(t_big_arg_reduce)
         opr_tensor *x = T_vals(dt, 2, sh, v);
         opr_tensor *xt = K(opr_tensor_transpose(CALL("contiguous", TV(K(opr_tensor_transpose(x, 0, 1)))), 0, 1));
         for (int op = 0; op < 2; op++) {
-            WHAT("%s big %s split rows, transposed input", op ? "min_dim" : "max_dim", opr_dtype_name(dt));
-            check_arg_reduce(op ? "min_dim" : "max_dim", xt, 1, false);
-            WHAT("%s big %s split rows", op ? "min_dim" : "max_dim", opr_dtype_name(dt));
-            check_arg_reduce(op ? "min_dim" : "max_dim", x, 1, false);
-            check_arg_reduce(op ? "min_dim" : "max_dim", x, -1, true);
-            WHAT("%s big %s many outputs", op ? "min_dim" : "max_dim", opr_dtype_name(dt));
-            check_arg_reduce(op ? "min_dim" : "max_dim", T_lay(L_T, G_INT, dt, 2, SH(40000, 3), 0, 3), 1, false);
-            check_arg_reduce(op ? "min_dim" : "max_dim", T_lay(L_C, G_INT, dt, 2, SH(5, 40000), 0, 3), 0, false);
+            WHAT("%s big %s split rows, transposed input", op ? "min.dim" : "max.dim", opr_dtype_name(dt));
+            check_arg_reduce(op ? "min.dim" : "max.dim", xt, 1, false);
+            WHAT("%s big %s split rows", op ? "min.dim" : "max.dim", opr_dtype_name(dt));
+            check_arg_reduce(op ? "min.dim" : "max.dim", x, 1, false);
+            check_arg_reduce(op ? "min.dim" : "max.dim", x, -1, true);
+            WHAT("%s big %s many outputs", op ? "min.dim" : "max.dim", opr_dtype_name(dt));
+            check_arg_reduce(op ? "min.dim" : "max.dim", T_lay(L_T, G_INT, dt, 2, SH(40000, 3), 0, 3), 1, false);
+            check_arg_reduce(op ? "min.dim" : "max.dim", T_lay(L_C, G_INT, dt, 2, SH(5, 40000), 0, 3), 0, false);
         }
     }
 }

@@ -48,7 +48,7 @@ START_TEST(argument_and_result_counts)
     tu_expect_fail(ctx, "add", args, 4, 1, OPR_ERR_INVALID, "at most 3 argument(s), 4 given");
     tu_expect_fail(ctx, "add", args, 1, 1, OPR_ERR_INVALID, "missing argument 'other'");
     tu_expect_fail(ctx, "add", args, 2, 2, OPR_ERR_INVALID, "returns 1 tensor(s), 2 result slot(s)");
-    tu_expect_fail(ctx, "max_dim", (opr_value[]){opr_v_tensor(a23), opr_v_int(0)}, 2, 1, OPR_ERR_INVALID,
+    tu_expect_fail(ctx, "max.dim", (opr_value[]){opr_v_tensor(a23), opr_v_int(0)}, 2, 1, OPR_ERR_INVALID,
                    "returns 2 tensor(s)");
 }
 END_TEST

@@ -213,7 +213,7 @@ int cmd_demo(int argc, char **argv)
     }
     opr_ctx *ctx = cli_ctx_new(argc, argv);
     if (!ctx) return 1;
-    const char *names[] = {"linear", "relu", "log_softmax", "gather", "mean", "neg", "sub", "max_dim", "eq", "sum"};
+    const char *names[] = {"linear", "relu", "log_softmax", "gather", "mean", "neg", "sub", "max.dim", "eq", "sum"};
     const opr_op *found[10];
     for (int i = 0; i < 10; i++)
         if (!(found[i] = opr_op_find(ctx, names[i]))) {

@@ -547,8 +547,22 @@ static inline opr_value opr_v_bool(bool b) { opr_value v; v.kind = OPR_V_BOOL; v
 static inline opr_value opr_v_ints(const int64_t *items, int n) { opr_value v; v.kind = OPR_V_INT_LIST; v.u.il.items = items; v.u.il.n = n; return v; }
 static inline opr_value opr_v_string(const char *s) { opr_value v; v.kind = OPR_V_STRING; v.u.s = s; return v; }
 
-/* Finds an op by name ("mm", "add"). Look it up once and keep the pointer. */
+/* Overloads. As in PyTorch, one op name may stand for several schemas, each an op of
+ * its own: "max" is max(Tensor self) and max.dim(Tensor self, int dim, ...); "gt" is
+ * gt (also found as gt.Tensor) and gt.Scalar. opr_op_resolve (below) picks one by the
+ * arguments; opr_op_find finds one by name. */
+
+/* Finds an op by name: "mm", "max.dim" (one overload exactly), or "gt.Tensor" for an op
+ * written "gt" that declares that overload name. A plain name without an op of exactly
+ * that name gives the first overload of the set. Look it up once and keep the pointer. */
 OPR_API const opr_op *opr_op_find(const opr_ctx *ctx, const char *name);
+/* The overload set of name ("max", or "max.dim" for the same set), in the order the
+ * ops were added: fills out with up to cap of them (out may be NULL when cap is 0) and
+ * returns how many there are; 0 when none, a negative status on NULL arguments. */
+OPR_API int opr_op_overloads(const opr_ctx *ctx, const char *name, const opr_op **out, int cap);
+/* The op's overload name ("dim" for max.dim, "Tensor" for gt), NULL when it has none.
+ * The op's name (opr_op_name) is as written, with its overload: "max.dim", "gt". */
+OPR_API const char *opr_op_overload_name(const opr_op *op);
 /* The ops in the order they were added. Both take no lock: while another thread
  * loads, the count only grows (except when a plugin whose init failed takes back the
  * ops it defined) and an op, once returned, lives as long as the context. */
@@ -561,8 +575,27 @@ OPR_API int opr_op_num_args(const opr_op *op);
 OPR_API int opr_op_num_outputs(const opr_op *op);
 /* Name of argument i, or NULL when out of range. */
 OPR_API const char *opr_op_arg_name(const opr_op *op, int i);
-/* Kind of value argument i takes (OPR_V_TENSOR, OPR_V_INT, ...), -1 when out of range. */
+/* Kind of value argument i takes (OPR_V_TENSOR, OPR_V_INT, ...), -1 when out of range.
+ * A float argument also takes OPR_V_INT; a Scalar (reported as OPR_V_DOUBLE) takes
+ * OPR_V_INT, OPR_V_DOUBLE or OPR_V_BOOL; an optional one also takes OPR_V_NONE. */
 OPR_API int opr_op_arg_kind(const opr_op *op, int i);
+/* The argument's type as the schema writes it: "Tensor", "Tensor?", "Tensor[]", "int",
+ * "int?", "int[]", "int[]?", "float", "float?", "Scalar", "Scalar?", "bool" or "str";
+ * NULL when out of range. A Scalar is a number (int, float or bool): with tensors of
+ * another category it promotes them as PyTorch does for wrapped numbers (opr_call). */
+OPR_API const char *opr_op_arg_type(const opr_op *op, int i);
+/* True when argument i accepts None (OPR_V_NONE): its type ends in '?'. */
+OPR_API bool opr_op_arg_optional(const opr_op *op, int i);
+/* True when argument i has a default, which *out (may be NULL) receives: lists and
+ * strings point into the op and live as long as it; None for `=None`. False when it
+ * has none or i is out of range. */
+OPR_API bool opr_op_arg_default(const opr_op *op, int i, opr_value *out);
+/* The position of the argument named name in the schema, -1 when there is none. */
+OPR_API int opr_op_arg_index(const opr_op *op, const char *name);
+/* Name of output i ("values", "indices"; "result" for a single unnamed Tensor), NULL
+ * when out of range; opr_op_output_index is the reverse (-1 when none). */
+OPR_API const char *opr_op_output_name(const opr_op *op, int i);
+OPR_API int opr_op_output_index(const opr_op *op, const char *name);
 /* True if the op accepts dtype as its common dtype (its YAML `dtypes:`). */
 OPR_API bool opr_op_supports_dtype(const opr_op *op, opr_dtype dtype);
 /* True if the op can run on this device type: some loaded plugin has a kernel for it
@@ -629,12 +662,45 @@ OPR_API const char *opr_op_jagged_rule(const opr_op *op);
 OPR_API const char *opr_op_batching_rule(const opr_op *op);
 
 /* Runs an op. args are in schema order; trailing arguments with defaults may be
- * omitted. results receives nres new references (nres must equal the op's number of
- * outputs). In-place ops (name ending in '_') return a new reference to `self`.
- * On error nothing is mutated and results are set to NULL. */
+ * omitted. results receives nres new references: the op's first nres outputs, nres
+ * from 1 to its number of outputs (max.dim asked for 1 gives only the values). In-place
+ * ops (name ending in '_') return a new reference to `self`. On error nothing is
+ * mutated and results are set to NULL.
+ * Dtypes: the Tensor arguments that take part in the common dtype must agree, with
+ * PyTorch's exceptions for 0-d tensors and numbers: a 0-d tensor of the same category
+ * (bool < integer < floating) as the others takes their dtype; one of a higher category
+ * makes the result its dtype; a Scalar number of a higher category makes it f32 (a
+ * float) or i64 (an int). Tensors that need it are converted by the `to` op, which
+ * autograd records. Other mixes are refused (no implicit casts). */
 OPR_API opr_status opr_call(const opr_op *op, const opr_value *args, int nargs,
                      opr_tensor **results, int nres);
-/* Same, looking the op up by name (slower: for tools and tests). */
+
+/* One keyword argument: opr_kw("dim", opr_v_int(1)). */
+typedef struct opr_kwarg {
+    const char *name;
+    opr_value value;
+} opr_kwarg;
+static inline opr_kwarg opr_kw(const char *name, opr_value value) { opr_kwarg k; k.name = name; k.value = value; return k; }
+
+/* opr_call with keyword arguments after the positional ones, as PyTorch calls
+ * max(x, dim=1, keepdim=True): each is put at its schema position; arguments skipped
+ * before the last one given take their defaults (None for an optional one without).
+ * An int is accepted for an int[] argument (a one-item list), as PyTorch does. Errors:
+ * an unknown or repeated name, a missing argument without default, a wrong kind. */
+OPR_API opr_status opr_call_kw(const opr_op *op, const opr_value *args, int nargs, const opr_kwarg *kwargs,
+                               int nkw, opr_tensor **results, int nres);
+/* The op of name's overload set that takes these arguments (kinds and keyword names,
+ * not dtypes or shapes): the one needing the fewest conversions (an int for a float or
+ * an int[]), the first defined on a tie. "max.dim" names one overload and is returned
+ * as is; a set of one op is returned without checking (opr_call reports). NULL with
+ * opr_last_error listing every schema and why it does not fit, or OPR_ERR_NOT_FOUND. */
+OPR_API const opr_op *opr_op_resolve(const opr_ctx *ctx, const char *name, const opr_value *args, int nargs,
+                                     const opr_kwarg *kwargs, int nkw);
+/* Resolves name's overload for these arguments (opr_op_resolve) and calls it
+ * (opr_call_kw). Slower than keeping the op: for tools, tests and dynamic callers.
+ * opr_call_by_name is the same without keyword arguments. */
+OPR_API opr_status opr_call_by_name_kw(opr_ctx *ctx, const char *name, const opr_value *args, int nargs,
+                                       const opr_kwarg *kwargs, int nkw, opr_tensor **results, int nres);
 OPR_API opr_status opr_call_by_name(opr_ctx *ctx, const char *name, const opr_value *args,
                              int nargs, opr_tensor **results, int nres);
 

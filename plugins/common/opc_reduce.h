@@ -1,5 +1,5 @@
 /* plugins/common (prefix opc_, C11 and C++17; see opc_blas_layout.h): the argument
- * checks of the reductions (sum, mean, prod, max, min, max_dim, min_dim, norm) and of
+ * checks of the reductions (sum, mean, prod, max, min, max.dim, min.dim, norm) and of
  * softmax / log_softmax, in the order both plugins apply them. Each writes its message
  * into why (opc_why.h); those that return a status tell an invalid call
  * (OPR_ERR_INVALID) from a dtype the plugin has no kernel for (OPR_ERR_UNSUPPORTED). */

@@ -1,4 +1,4 @@
-/* Reduction CPU kernels: sum, mean, prod, max, min, max_dim, min_dim, norm, softmax and
+/* Reduction CPU kernels: sum, mean, prod, max, min, max.dim, min.dim, norm, softmax and
  * log_softmax.
  *
  * A reduction splits the input's dims into *kept* dims (one output element per index)
@@ -33,7 +33,7 @@
  * double accumulators, in L1 or L2), at least 256 when the row is cut between threads. */
 #define RED_COLS 4096
 #define RED_COLS_MIN 256
-/* max_dim/min_dim write values and indices. */
+/* max.dim/min.dim write values and indices. */
 #define RED_MAX_OUT 2
 
 /* ------------------------------------------------------------------ dtype helpers */
@@ -620,7 +620,7 @@ static int red_extreme_all(const opr_kernel_call *c, const char *op, const red_k
 static int k_max(const opr_kernel_call *c) { return red_extreme_all(c, "max", max_k); }
 static int k_min(const opr_kernel_call *c) { return red_extreme_all(c, "min", min_k); }
 
-/* max_dim/min_dim(self, dim, keepdim) -> (values, i64 indices along dim). */
+/* max.dim/min.dim(self, dim, keepdim) -> (values, i64 indices along dim). */
 static int red_extreme_dim(const opr_kernel_call *c, const char *op, const red_kind *table)
 {
     const opr_tensor_view *in;
@@ -633,8 +633,8 @@ static int red_extreme_dim(const opr_kernel_call *c, const char *op, const red_k
         return CPU_FAIL(c, OPR_ERR_INVALID, "%s: dim %d has size 0", op, d);
     return red_go(c, op, in, 1u << d, 2, k, 0, NULL, false);
 }
-static int k_max_dim(const opr_kernel_call *c) { return red_extreme_dim(c, "max_dim", max_k); }
-static int k_min_dim(const opr_kernel_call *c) { return red_extreme_dim(c, "min_dim", min_k); }
+static int k_max_dim(const opr_kernel_call *c) { return red_extreme_dim(c, "max.dim", max_k); }
+static int k_min_dim(const opr_kernel_call *c) { return red_extreme_dim(c, "min.dim", min_k); }
 
 /* norm(self, p): (sum |x|^p)^(1/p) over all elements, with exact special cases for
  * p = 1, 2 and inf (max |x|). */
@@ -841,8 +841,8 @@ int cpu_register_reduce(opr_plugin *self)
         {"prod", red_mask(prod_k), k_prod},
         {"max", red_mask(max_k), k_max},
         {"min", red_mask(min_k), k_min},
-        {"max_dim", red_mask(max_k), k_max_dim},
-        {"min_dim", red_mask(min_k), k_min_dim},
+        {"max.dim", red_mask(max_k), k_max_dim},
+        {"min.dim", red_mask(min_k), k_min_dim},
         /* every p shares the dtypes of p = 2 */
         {"norm", red_mask(norm2_k), k_norm},
         {"softmax", red_softmax_mask(softmax_fns), k_softmax},

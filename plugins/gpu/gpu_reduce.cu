@@ -1,4 +1,4 @@
-/* Reductions: sum, mean, prod, max, min, max_dim, min_dim, norm, softmax, log_softmax,
+/* Reductions: sum, mean, prod, max, min, max.dim, min.dim, norm, softmax, log_softmax,
  * and sum_to (plus gk_sum_dims / gk_sum_to for the backward kernels, which also sum
  * f16 and bf16, accumulating in double like f32). f32, f64, i64 as
  * on the CPU backend (plugins/cpu/cpu_reduce.c), with the same semantics: f32 sums
@@ -420,8 +420,8 @@ int extreme_dim(const opr_kernel_call *c, const char *op, red_kind kind)
     if (in->ndim > 0 && in->shape[d] == 0) return GK_FAIL(c, OPR_ERR_INVALID, "%s: dim %d has size 0", op, d);
     return red_go(&k, c, op, in, in->ndim > 0 ? 1u << d : 0u, 2, kind, 0);
 }
-int k_max_dim(const opr_kernel_call *c) { return extreme_dim(c, "max_dim", RK_MAX); }
-int k_min_dim(const opr_kernel_call *c) { return extreme_dim(c, "min_dim", RK_MIN); }
+int k_max_dim(const opr_kernel_call *c) { return extreme_dim(c, "max.dim", RK_MAX); }
+int k_min_dim(const opr_kernel_call *c) { return extreme_dim(c, "min.dim", RK_MIN); }
 
 int k_norm(const opr_kernel_call *c)
 {
@@ -592,8 +592,8 @@ int gk_register_reduce(opr_plugin *self)
         opr_kernel_fn fn;
     } ops[] = {
         {"sum", NUM, k_sum},         {"mean", FL, k_mean},         {"prod", NUM, k_prod},
-        {"max", NUM, k_max},         {"min", NUM, k_min},          {"max_dim", NUM, k_max_dim},
-        {"min_dim", NUM, k_min_dim}, {"norm", FL, k_norm},         {"softmax", FL, k_softmax_op},
+        {"max", NUM, k_max},         {"min", NUM, k_min},          {"max.dim", NUM, k_max_dim},
+        {"min.dim", NUM, k_min_dim}, {"norm", FL, k_norm},         {"softmax", FL, k_softmax_op},
         {"log_softmax", FL, k_log_softmax_op},                     {"sum_to", FL | GK_HALVES, k_sum_to},
     };
     for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
