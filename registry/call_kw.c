@@ -94,7 +94,8 @@ opr_status opr_call_kw(const opr_op *op, const opr_value *args, int nargs, const
         return opr_fail(OPR_ERR_INVALID, "opr_call_kw: NULL op, or NULL args or kwargs with a count");
     }
     bound b;
-    if (bind(op, args, nargs, kwargs, nkw, &b)) return fail_bind(op, &b, results, nres);
+    if (bind(op, args, nargs, kwargs, nkw, &b)) /* positional only: opr_call says what is wrong */
+        return nkw ? fail_bind(op, &b, results, nres) : opr_call(op, args, nargs, results, nres);
     return opr_call(op, b.vals, b.n, results, nres);
 }
 
@@ -154,6 +155,8 @@ opr_status opr_call_by_name_kw(opr_ctx *ctx, const char *name, const opr_value *
                                const opr_kwarg *kwargs, int nkw, opr_tensor **results, int nres)
 {
     const opr_op *op = opr_op_resolve(ctx, name, args, nargs, kwargs, nkw);
+    if (!op && ctx && name && (op = registry_find_exact(ctx, name))) /* none fits: the error of the op so named */
+        return opr_call_kw(op, args, nargs, kwargs, nkw, results, nres);
     if (!op) {
         for (int i = 0; results && i < nres; i++) results[i] = NULL;
         return opr_error_status();

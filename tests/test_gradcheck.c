@@ -63,6 +63,7 @@ static const struct { const char *text; atype type; } TYPES[] = {
     {"Tensor[]", T_TENSOR_LIST}, {"Tensor?", T_TENSOR_OPT}, {"Tensor", T_TENSOR},
     {"int[]?", T_INT_LIST_OPT}, {"int[]", T_INT_LIST}, {"int?", T_INT_OPT}, {"int", T_INT},
     {"float?", T_FLOAT_OPT}, {"float", T_FLOAT}, {"bool", T_BOOL}, {"str", T_STR},
+    {"Scalar?", T_FLOAT_OPT}, {"Scalar", T_FLOAT}, /* a number: the samples give floats */
 };
 
 typedef struct sarg {
@@ -169,7 +170,7 @@ static int arg_index(const schema *sc, const char *name)
 /* The built-ins of the expression language (docs/formulas.md): they read only the
  * metadata of tensor arguments, so a tensor seen only through them is not saved. */
 static const char *const META_BUILTINS[] = {
-    "size", "sizes", "dim", "numel", "broadcast", "broadcastable", "broadcastable_to", "reduce", "set",
+    "size", "sizes", "dim", "dtype_name", "numel", "broadcast", "broadcastable", "broadcastable_to", "reduce", "set",
     "matmul_shape", "cat_shape", "diag_shape", "max", "min", "ceil", "floor", "transpose_shape",
     "permute_shape", "reshape_shape", "expand_shape", "unsqueeze_shape", "squeeze_shape", "diagonal_shape",
 };

@@ -1,0 +1,90 @@
+/* Dtype conversion: to(self, dtype), self copied into the output's dtype (f32, f64,
+ * i64, bool) one element per thread. Floats convert to i64 by truncation toward zero,
+ * saturating outside the i64 range and giving 0 for NaN, as the hardware's conversion
+ * does (the CPU plugin refuses those values instead); anything converts to bool as
+ * "!= 0". Validation follows plugins/cpu/cpu_convert.c. */
+#include "gpu_common.cuh"
+
+#include <stdint.h>
+
+namespace {
+
+template <class D>
+struct to_elem {
+    template <class S>
+    GK_DEV static D from(S v) { return (D)v; }
+};
+template <>
+struct to_elem<int64_t> {
+    GK_DEV static int64_t from(float v) { return from((double)v); }
+    GK_DEV static int64_t from(double v)
+    {
+        if (v != v) return 0;
+        if (v >= 9223372036854775807.0) return INT64_MAX;
+        if (v <= -9223372036854775808.0) return INT64_MIN;
+        return (int64_t)v;
+    }
+    GK_DEV static int64_t from(int64_t v) { return v; }
+    GK_DEV static int64_t from(uint8_t v) { return v; }
+};
+template <>
+struct to_elem<uint8_t> {
+    template <class S>
+    GK_DEV static uint8_t from(S v) { return v != 0; }
+};
+
+template <class D, class S>
+__global__ void k_convert(int64_t n, gk_geom g, D *dst, const S *src)
+{
+    GK_LOOP(i, n)
+    {
+        int64_t off[2];
+        gk_offsets<2>(g, i, off);
+        dst[off[0]] = to_elem<D>::from(src[off[1]]);
+    }
+}
+
+template <class D, class S>
+int launch(const gk_ctx *k, int64_t n, const gk_geom &g, void *dst, const void *src)
+{
+    gk_launch(k_convert<D, S>, gk_blocks(n), GK_THREADS, 0, k->stream, n, g, (D *)dst, (const S *)src);
+    return gk_launched(k, "dtype conversion kernel");
+}
+
+template <class D>
+int launch_from(const gk_ctx *k, opr_dtype from, int64_t n, const gk_geom &g, void *dst, const void *src)
+{
+    switch (from) {
+    case OPR_F32: return launch<D, float>(k, n, g, dst, src);
+    case OPR_F64: return launch<D, double>(k, n, g, dst, src);
+    case OPR_I64: return launch<D, int64_t>(k, n, g, dst, src);
+    case OPR_BOOL: return launch<D, uint8_t>(k, n, g, dst, src);
+    default: return GK_FAIL(k->call, OPR_ERR_UNSUPPORTED, "to: dtype %s is not supported", gk_dtype_name(from));
+    }
+}
+
+int k_to(const opr_kernel_call *c)
+{
+    gk_ctx k;
+    int rc = gk_begin(c, "to", &k);
+    if (rc) return rc;
+    const opr_tensor_view *x = gk_arg_t(c, 0);
+    opr_tensor_view *out = c->outputs[0];
+    if (!x) return GK_FAIL(c, OPR_ERR_INVALID, "to: self is not a tensor");
+    if (out->numel == 0) return OPR_OK;
+    if (x->ndim > GK_MAXD) return GK_FAIL(c, OPR_ERR_INVALID, "to: more than %d dims", GK_MAXD);
+    gk_geom g;
+    const int64_t *st[2] = {out->strides, x->strides};
+    gk_geom_make(&g, out->ndim, out->shape, 2, st);
+    switch (out->dtype) {
+    case OPR_F32: return launch_from<float>(&k, x->dtype, out->numel, g, out->data, x->data);
+    case OPR_F64: return launch_from<double>(&k, x->dtype, out->numel, g, out->data, x->data);
+    case OPR_I64: return launch_from<int64_t>(&k, x->dtype, out->numel, g, out->data, x->data);
+    case OPR_BOOL: return launch_from<uint8_t>(&k, x->dtype, out->numel, g, out->data, x->data);
+    default: return GK_FAIL(c, OPR_ERR_UNSUPPORTED, "to: dtype %s is not supported", gk_dtype_name(out->dtype));
+    }
+}
+
+} // namespace
+
+int gk_register_convert(opr_plugin *self) { return gk_register(self, "to", GK_NUMERIC | GK_BIT(OPR_BOOL), k_to); }
