@@ -89,7 +89,7 @@ static int mask_of(const opr_op *op, const char *const *names, int n, uint32_t *
         int a = -1;
         for (int k = 0; k < op->nargs && names && names[i]; k++)
             if (!strcmp(op->args[k].name, names[i])) a = k;
-        if (a < 0 || op->args[a].type != ARG_TENSOR)
+        if (a < 0 || (op->args[a].type != ARG_TENSOR && op->args[a].type != ARG_TENSOR_LIST))
             return opr_fail(OPR_ERR_INVALID, "%s has no tensor input named '%s'", op->name, names && names[i] ? names[i] : "(null)");
         *mask |= 1u << a;
     }

@@ -141,8 +141,30 @@ static const deriv_cand *composite_for(const opr_node *n, int arg)
     return NULL;
 }
 
+/* A `tensors[i]:` candidate: its formula once per item that has an edge (an item
+ * that does not require grad gets nothing), each item's intermediates freed before the
+ * next. */
+static int run_per_item(expr_run *r, opr_node *n, const deriv_cand *c, mval *slots, opr_tensor **item_grads)
+{
+    const opr_op *op = n->op;
+    const int mark = r->ntemps;
+    for (int j = 0; j < n->nitems; j++) {
+        if (!n->items[j].node && !n->items[j].leaf) continue;
+        slots[slot_item(op)] = (mval){.k = MV_INT, .u.i = j};
+        mval v;
+        int rc = expr_run_eval(r, c->formula[0], slots, &v);
+        if (rc) return opr_fail_wrap(rc, "item %d", j);
+        opr_tensor *g = v.k == MV_TENSOR ? expr_run_tensor(r, v.u.t) : NULL;
+        if (!g) return opr_fail(OPR_ERR_INVALID, "%s: the formula for '%s[%d]' did not give a tensor", op->name,
+                                op->args[c->cover[0]].name, j);
+        item_grads[j] = opr_tensor_retain(g);
+        expr_run_rewind(r, mark);
+    }
+    return OPR_OK;
+}
+
 int ag_run_candidate(opr_node *n, const deriv_cand *c, uint32_t want, opr_tensor *const *grads_in,
-                     opr_tensor **grads_out, bool create_graph)
+                     opr_tensor **grads_out, opr_tensor **item_grads, bool create_graph)
 {
     const opr_op *op = n->op;
     if (c->kernel && create_graph) {
@@ -153,7 +175,7 @@ int ag_run_candidate(opr_node *n, const deriv_cand *c, uint32_t want, opr_tensor
             if (!alt)
                 return opr_fail(OPR_ERR_UNSUPPORTED, "%s: create_graph needs a composite formula for '%s' "
                                 "(the plan chose kernel %s)", op->name, op->args[arg].name, c->kernel->name);
-            int rc = ag_run_candidate(n, alt, 1u << arg, grads_in, grads_out, true);
+            int rc = ag_run_candidate(n, alt, 1u << arg, grads_in, grads_out, NULL, true);
             if (rc) return rc;
         }
         return OPR_OK;
@@ -166,6 +188,9 @@ int ag_run_candidate(opr_node *n, const deriv_cand *c, uint32_t want, opr_tensor
     int rc = bind_slots(r, n, grads_in, create_graph, slots, grads, results);
     if (!rc && c->kernel) {
         rc = run_kernel(r, n, c, want, grads, grads_out);
+    } else if (!rc && c->per_item) {
+        rc = item_grads && n->nitems ? run_per_item(r, n, c, slots, item_grads)
+                                     : opr_fail(OPR_ERR_INVALID, "%s: no items to differentiate", op->name);
     } else if (!rc) {
         for (int k = 0; k < c->nlets && !rc; k++) rc = expr_run_eval(r, c->lets[k], slots, &slots[slot_let0(op) + k]);
         for (int p = 0; p < c->ncover && !rc; p++) {

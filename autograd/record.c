@@ -81,26 +81,65 @@ void ag_node_release(struct opr_node *first)
         for (int k = 0; k < OPR_MAX_OUTS; k++) opr_tensor_release(n->pending[k]);
         for (int i = 0; i < n->op->nargs; i++)
             if (n->slots[i].k == MV_STR) free((char *)n->slots[i].u.s); /* copied by ag_record */
-        for (int i = 0; i < OPR_MAX_ARGS; i++) {
-            opr_tensor_release(n->next[i].leaf);
-            opr_node *next = n->next[i].node;
+        for (int i = 0; i < OPR_MAX_ARGS + n->nitems; i++) {
+            ag_edge *e = i < OPR_MAX_ARGS ? &n->next[i] : &n->items[i - OPR_MAX_ARGS];
+            opr_tensor_release(e->leaf);
+            opr_node *next = e->node;
             if (!next) continue;
             if (top < 64) stack[top++] = next;
             else ag_node_release(next); /* rare: very wide fan-in */
         }
+        free(n->items);
         node_free(n);
     }
+}
+
+/* An edge to where t's gradient goes: its grad_fn, or t itself as a leaf. */
+static void edge_to(ag_edge *e, opr_tensor *t)
+{
+    if (t->grad_fn) {
+        atomic_fetch_add(&t->grad_fn->refs, 1);
+        e->node = t->grad_fn;
+        e->out_nr = t->output_nr;
+    } else {
+        e->leaf = opr_tensor_retain(t);
+    }
+}
+
+/* Keeps the items of the Tensor[] argument list_arg (slots[list_arg], borrowed from
+ * the call): their metadata, which the node's slot then shows, and an edge for each
+ * one that requires grad. The tensors themselves are not kept. */
+static int record_items(opr_node *n, int list_arg, const mval *list)
+{
+    n->list_arg = list_arg;
+    size_t edges = (size_t)list->n * sizeof(ag_edge);
+    void *block = calloc(1, edges + (size_t)list->n * sizeof(opr_meta) + 1);
+    if (!block) return opr_fail(OPR_ERR_NOMEM, "out of memory recording %s", n->op->name);
+    n->items = block;
+    n->item_metas = (opr_meta *)(void *)((char *)block + edges);
+    n->nitems = list->n;
+    for (int j = 0; j < list->n; j++) {
+        opr_tensor *t = list->u.ts[j];
+        n->item_metas[j] = t->m;
+        if (t->requires_grad) edge_to(&n->items[j], t);
+    }
+    n->slots[list_arg] = (mval){.k = MV_METAS, .n = list->n, .u.ms = n->item_metas};
+    return OPR_OK;
 }
 
 int ag_record(const opr_op *op, opr_tensor *const *tensors, const mval *slots, opr_tensor **outs,
               opr_device dev, bool list_requires_grad)
 {
-    if (list_requires_grad)
-        return opr_fail(OPR_ERR_UNSUPPORTED, "%s: autograd through Tensor[] arguments is not supported yet; "
-                        "run it under no_grad or detach its inputs", op->name);
+    (void)list_requires_grad; /* read from the list itself, below */
     uint32_t mask = 0;
-    for (int i = 0; i < op->nargs; i++)
+    int list_arg = -1;
+    for (int i = 0; i < op->nargs; i++) {
         if (tensors[i] && tensors[i]->requires_grad) mask |= 1u << i;
+        if (slots[i].k != MV_TENSORS) continue;
+        list_arg = i;
+        for (int j = 0; j < slots[i].n; j++) /* an op of many items is one node: one bit for them all */
+            if (slots[i].u.ts[j]->requires_grad) mask |= 1u << i;
+    }
     if (!mask) return OPR_OK;
     if (!op->deriv) {
         /* An op without formulas would silently cut the graph: only ops declared
@@ -125,6 +164,10 @@ int ag_record(const opr_op *op, opr_tensor *const *tensors, const mval *slots, o
     memset(n->next, 0, sizeof n->next);
     memset(n->saved, 0, sizeof n->saved);
     memset(n->pending, 0, sizeof n->pending);
+    n->list_arg = -1;
+    n->nitems = 0;
+    n->items = NULL;
+    n->item_metas = NULL;
     n->released = n->queued = false;
     n->deps = 0;
     atomic_init(&n->refs, 1); /* ours until the outputs take it over, below */
@@ -151,6 +194,10 @@ int ag_record(const opr_op *op, opr_tensor *const *tensors, const mval *slots, o
             n->metas[i] = tensors[i]->m;
             n->slots[i].u.t = &n->metas[i];
         }
+    if (list_arg >= 0) {
+        int rc = record_items(n, list_arg, &slots[list_arg]);
+        if (rc) { ag_node_release(n); return rc; }
+    }
     for (int k = 0; k < op->nout; k++) {
         n->metas[op->nargs + k] = outs[k]->m;
         n->slots[op->nargs + k].k = MV_TENSOR;
@@ -168,6 +215,12 @@ int ag_record(const opr_op *op, opr_tensor *const *tensors, const mval *slots, o
     if (!n->plan) { ag_node_release(n); return opr_fail_wrap(opr_error_status(), "%s: planning the backward", op->name); }
     for (int s = 0; s < op->nargs + op->nout; s++) {
         if (!((n->plan->save >> s) & 1)) continue;
+        if (s == n->list_arg) { /* no formula needs this yet: the items' metadata are kept */
+            ag_node_release(n);
+            return opr_fail(OPR_ERR_UNSUPPORTED, "%s: the plan reads the items of Tensor[] argument '%s' as tensors; "
+                            "formulas may read them only through size(), sizes(), dim() or numel()", op->name,
+                            op->args[s].name);
+        }
         n->saved[s] = s < op->nargs ? opr_tensor_retain(tensors[s]) : detached_view(outs[s - op->nargs]);
         if (!n->saved[s]) {
             ag_node_release(n);
@@ -178,17 +231,8 @@ int ag_record(const opr_op *op, opr_tensor *const *tensors, const mval *slots, o
         n->slots[s].u.t = &n->saved[s]->m;
         n->saved_version[s] = atomic_load_explicit(&n->saved[s]->storage->version, memory_order_relaxed);
     }
-    for (int i = 0; i < op->nargs; i++) {
-        if (!((mask >> i) & 1)) continue;
-        opr_tensor *t = tensors[i];
-        if (t->grad_fn) {
-            atomic_fetch_add(&t->grad_fn->refs, 1);
-            n->next[i].node = t->grad_fn;
-            n->next[i].out_nr = t->output_nr;
-        } else {
-            n->next[i].leaf = opr_tensor_retain(t);
-        }
-    }
+    for (int i = 0; i < op->nargs; i++)
+        if (((mask >> i) & 1) && tensors[i]) edge_to(&n->next[i], tensors[i]);
     for (int k = 0; k < op->nout; k++) {
         if (!opr_dtype_is_floating(outs[k]->m.dtype)) continue; /* indices and masks carry no gradient */
         atomic_fetch_add(&n->refs, 1);

@@ -32,8 +32,13 @@ int expr_run_keep(expr_run *r, opr_tensor *t)
 
 void expr_run_done(expr_run *r)
 {
-    for (int i = 0; i < r->ntemps; i++) opr_tensor_release(r->temps[i]);
-    r->ntemps = 0;
+    expr_run_rewind(r, 0);
+}
+
+void expr_run_rewind(expr_run *r, int mark)
+{
+    for (int i = mark; i < r->ntemps; i++) opr_tensor_release(r->temps[i]);
+    if (mark < r->ntemps) r->ntemps = mark;
 }
 
 static opr_tensor *scalar_tensor(expr_run *r, double v)
@@ -88,6 +93,15 @@ static int run_call(void *ud, const expr *call, const mval *args, int nargs, mva
             }
             break;
         case MV_LIST: vals[p] = opr_v_ints(v->u.l, v->n); break;
+        case MV_TENSORS: /* a Tensor[] argument or `grads` handed on */
+            for (int i = 0; i < v->n; i++)
+                if (!v->u.ts[i]) return opr_fail(OPR_ERR_INVALID, "%s:%d:%d: %s(): item %d of the tensor list is None",
+                                                 op->file, call->line, call->col, op->name, i);
+            vals[p] = opr_v_tensors(v->u.ts, v->n);
+            break;
+        case MV_METAS:
+            return opr_fail(OPR_ERR_INVALID, "%s:%d:%d: %s(): a Tensor[] kept only as its items' sizes cannot be "
+                            "passed to an op", op->file, call->line, call->col, op->name);
         case MV_STR: vals[p] = opr_v_string(v->u.s); break;
         default: vals[p] = opr_v_none(); break;
         }

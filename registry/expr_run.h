@@ -31,5 +31,8 @@ int expr_run_keep(expr_run *r, opr_tensor *t);
 int expr_run_eval(expr_run *r, const expr *e, const mval *slots, mval *out);
 /* Releases the results of the run's calls. */
 void expr_run_done(expr_run *r);
+/* Releases the results kept after the first `mark` (an earlier r->ntemps): a formula
+ * run once per item of a list frees each item's intermediates before the next. */
+void expr_run_rewind(expr_run *r, int mark);
 
 #endif

@@ -221,7 +221,15 @@ static int cand_cost(const opr_op *op, const deriv_cand *c, uint32_t want, opr_d
         for (int k = 0; k < c->ncover && !rc; k++) {
             if (!((want >> c->cover[k]) & 1)) continue;
             mval out;
-            rc = expr_eval_with(c->formula[k], slots, &h, &out);
+            if (c->per_item) { /* once per item of the list, as the backward runs it */
+                const mval *list = &slots[c->cover[k]];
+                for (int i = 0; i < list->n && !rc; i++) {
+                    slots[slot_item(op)] = (mval){.k = MV_INT, .u.i = i};
+                    rc = expr_eval_with(c->formula[k], slots, &h, &out);
+                }
+            } else {
+                rc = expr_eval_with(c->formula[k], slots, &h, &out);
+            }
             *save |= c->out_needs[k];
             *meta |= c->out_meta[k];
         }
@@ -405,6 +413,13 @@ static int make_key(const opr_op *op, uint32_t mask, opr_device dev, const mval 
         } else if (v->k == MV_LIST) {
             key[n++] = v->n;
             for (int d = 0; d < v->n; d++) key[n++] = v->u.l[d];
+        } else if (mval_is_list(v)) { /* a Tensor[]: its length and as many item shapes as fit */
+            key[n++] = v->n;
+            for (int i = 0; i < v->n && n + 2 * OPR_MAX_DIMS + 4 < KEY_MAX; i++) {
+                const opr_meta *m = mval_item(v, i);
+                key[n++] = m->dtype * 16 + m->ndim;
+                for (int d = 0; d < m->ndim; d++) key[n++] = m->shape[d];
+            }
         }
     }
     return n;

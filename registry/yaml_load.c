@@ -213,7 +213,7 @@ static int parse_key(const loader *l, opr_op *op, const yaml_node_t *k, const ya
     }
     /* a key naming inputs ("self", "self, mat2") holds their derivative */
     char first[64];
-    snprintf(first, sizeof first, "%.*s", (int)strcspn(key, ", "), key);
+    snprintf(first, sizeof first, "%.*s", (int)strcspn(key, ", ["), key); /* "tensors[i]": a list's items */
     if (arg_index(op, first) >= 0) return yaml_deriv_key(l, op, k, v, false);
     if (!strcmp(key, "fast")) return yaml_fast_key(l, op, v);
     return yaml_fail_at(l, k, OPR_ERR_PARSE, "unknown key '%s'", key);
@@ -230,8 +230,6 @@ static int check_composite(const loader *l, const opr_op *op)
     else if (op->inplace) why = "a composite op cannot be in place (its name ends in '_')";
     else if (op->nout != 1) why = "a composite op returns one Tensor";
     else if (op->dynamic_shape) why = "a composite op needs a 'shape' expression (not dynamic): its result is checked against it";
-    for (int i = 0; i < op->nargs && !why; i++)
-        if (op->args[i].type == ARG_TENSOR_LIST) why = "a composite op cannot take a Tensor[] argument";
     if (!why) return OPR_OK;
     return opr_fail(OPR_ERR_PARSE, "%s:%d:%d: op '%s': %s", l->file, cd->line, cd->col, op->name, why);
 }

@@ -172,6 +172,7 @@ static const char *const META_BUILTINS[] = {
     "size", "sizes", "dim", "numel", "broadcast", "broadcastable", "broadcastable_to", "reduce", "set",
     "matmul_shape", "cat_shape", "diag_shape", "max", "min", "ceil", "floor", "transpose_shape",
     "permute_shape", "reshape_shape", "expand_shape", "unsqueeze_shape", "squeeze_shape", "diagonal_shape",
+    "cat_offset", "stack_shape", "len",
 };
 
 static bool is_meta_builtin(const char *name)
@@ -480,11 +481,17 @@ static bool read_sample(const yreader *r, const schema *sc, const yaml_node_t *n
     return true;
 }
 
-/* A derivative key: every comma-separated token names a Tensor argument. */
+/* A derivative key: every comma-separated token names a Tensor argument, or `NAME[i]`
+ * the items of a Tensor[] argument. */
 static bool is_deriv_key(const schema *sc, const char *key)
 {
     char buf[256];
     snprintf(buf, sizeof buf, "%s", key);
+    size_t len = strlen(buf);
+    if (len > 3 && !strcmp(buf + len - 3, "[i]")) {
+        buf[len - 3] = 0;
+        return arg_index(sc, buf) >= 0 && is_tensor_type(sc->args[arg_index(sc, buf)].type);
+    }
     char *save = NULL;
     int n = 0;
     for (char *tok = strtok_r(buf, ", ", &save); tok; tok = strtok_r(NULL, ", ", &save), n++) {
@@ -500,6 +507,8 @@ static bool read_deriv(const yreader *r, const schema *sc, const char *key, cons
     snprintf(c->label, sizeof c->label, "%s", key);
     char buf[256];
     snprintf(buf, sizeof buf, "%s", key);
+    size_t len = strlen(buf);
+    if (len > 3 && !strcmp(buf + len - 3, "[i]")) buf[len - 3] = 0; /* `tensors[i]`: the list's items */
     char *save = NULL;
     for (char *tok = strtok_r(buf, ", ", &save); tok; tok = strtok_r(NULL, ", ", &save))
         c->cover[c->ncover++] = arg_index(sc, tok);
@@ -943,7 +952,11 @@ static bool parse_explain(const opstate *st, const char *text, int *chosen, uint
     while (p < eol) {
         const char *o = memchr(p, '[', (size_t)(eol - p));
         if (!o) break;
-        const char *cl = memchr(o, ']', (size_t)(eol - o));
+        const char *cl = NULL; /* the matching ']': a label may hold brackets ("tensors[i]") */
+        for (int depth = 0, k = 0; o + k < eol && !cl; k++) {
+            if (o[k] == '[') depth++;
+            else if (o[k] == ']' && --depth == 0) cl = o + k;
+        }
         if (!cl) { snprintf(err, errlen, "unbalanced [ in chosen line"); return false; }
         char content[256];
         trim_copy(content, sizeof content, o + 1, (size_t)(cl - o - 1));
