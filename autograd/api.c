@@ -213,9 +213,12 @@ int opr_autograd_walk(const opr_tensor *root, void (*fn)(void *ud, const opr_nod
         for (int a = 0; a < n->op->nargs; a++)
             if (n->op->args[a].type == ARG_TENSOR && n->slots[a].k == MV_TENSOR)
                 info.all_inputs_bytes += (uint64_t)n->metas[a].numel * opr_elem_size(n->metas[a].dtype);
+        for (int a = 0; a < n->nitems; a++) /* a Tensor[]'s items */
+            info.all_inputs_bytes += (uint64_t)n->item_metas[a].numel * opr_elem_size(n->item_metas[a].dtype);
         fn(ud, &info);
-        for (int a = 0; a < n->op->nargs && !rc; a++) {
-            if (!n->next[a].node) continue;
+        for (int a = 0; a < n->op->nargs + n->nitems && !rc; a++) {
+            opr_node *to = a < n->op->nargs ? n->next[a].node : n->items[a - n->op->nargs].node;
+            if (!to) continue;
             if (top == cap) {
                 size_t grown_cap = cap ? cap * 2 : 64;
                 opr_node **grown = realloc(stack, grown_cap * sizeof *grown);
@@ -223,7 +226,7 @@ int opr_autograd_walk(const opr_tensor *root, void (*fn)(void *ud, const opr_nod
                 stack = grown;
                 cap = grown_cap;
             }
-            stack[top++] = n->next[a].node;
+            stack[top++] = to;
         }
         if (rc) break;
     }

@@ -35,6 +35,11 @@ typedef struct opr_node {
     int32_t nitems;
     ag_edge *items;
     opr_meta *item_metas;
+    /* The pieces of an op returning a Tensor[] (op->list_out), its outputs here: their
+     * accumulated gradients (instead of pending[]) and metadata. One allocation. */
+    int32_t npieces;
+    opr_tensor **piece_pending;
+    opr_meta *piece_metas;
     /* engine scratch, valid during one backward */
     opr_tensor *pending[OPR_MAX_OUTS];  /* accumulated gradient of each output */
     int deps;
@@ -52,6 +57,18 @@ typedef struct opr_node {
  * are the arguments' metadata values. Sets the outputs' grad_fn. */
 int ag_record(const opr_op *op, opr_tensor *const *tensors, const mval *slots, opr_tensor **outs,
               opr_device dev, bool list_requires_grad);
+
+/* ag_record for an op returning a Tensor[]: one node whose outputs are the pieces. */
+int ag_record_list(const opr_op *op, opr_tensor *const *tensors, const mval *slots, opr_tensor **pieces,
+                   int npieces, opr_device dev);
+
+/* Output out_nr's accumulated gradient and the number of outputs of n (its pieces for
+ * an op returning a Tensor[]). */
+static inline opr_tensor **ag_pending(opr_node *n, int out_nr)
+{
+    return n->npieces ? &n->piece_pending[out_nr] : &n->pending[out_nr];
+}
+static inline int ag_nouts(const opr_node *n) { return n->npieces ? n->npieces : n->op->nout; }
 
 /* Runs plan candidate `c` for the inputs in `want`, writing new references into
  * grads_out[arg]. grads_in holds the gradient of each output (NULL: none flowed). A

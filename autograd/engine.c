@@ -156,9 +156,16 @@ static int send(ag_edge *e, opr_tensor *g, const capture *cap, node_list *ready)
 {
     if (e->leaf) return deliver_leaf(e->leaf, g, cap);
     if (!e->node) { opr_tensor_release(g); return OPR_OK; }
-    int rc = accumulate(&e->node->pending[e->out_nr], g);
+    int rc = accumulate(ag_pending(e->node, e->out_nr), g);
     if (!rc && --e->node->deps == 0) rc = push(ready, e->node);
     return rc;
+}
+
+/* Drops the gradients accumulated for n's outputs. */
+static void release_pending(opr_node *n)
+{
+    for (int k = 0; k < OPR_MAX_OUTS; k++) { opr_tensor_release(n->pending[k]); n->pending[k] = NULL; }
+    for (int k = 0; k < n->npieces; k++) { opr_tensor_release(n->piece_pending[k]); n->piece_pending[k] = NULL; }
 }
 
 static int run_node(opr_node *n, const opr_backward_opts *o, const capture *cap, node_list *ready)
@@ -175,10 +182,10 @@ static int run_node(opr_node *n, const opr_backward_opts *o, const capture *cap,
                             "(version %u when saved, %u now); its gradient would be wrong", op->name,
                             op->deriv->slot_names[s], n->saved_version[s], now);
     }
-    for (int k = 0; cap && k < op->nout; k++) /* captured non-leaf inputs */
+    for (int k = 0; cap && k < ag_nouts(n); k++) /* captured non-leaf inputs */
         for (int i = 0; i < cap->n; i++)
-            if (cap->inputs[i]->grad_fn == n && cap->inputs[i]->output_nr == k && n->pending[k]) {
-                int rc = accumulate(&cap->grads[i], opr_tensor_retain(n->pending[k]));
+            if (cap->inputs[i]->grad_fn == n && cap->inputs[i]->output_nr == k && *ag_pending(n, k)) {
+                int rc = accumulate(&cap->grads[i], opr_tensor_retain(*ag_pending(n, k)));
                 if (rc) return rc;
             }
     opr_tensor *grads[OPR_MAX_ARGS] = {NULL};
@@ -190,7 +197,7 @@ static int run_node(opr_node *n, const opr_backward_opts *o, const capture *cap,
     for (int i = 0; i < p->nchosen && !rc; i++)
         rc = ag_run_candidate(n, &op->deriv->cands[p->chosen[i]], p->chosen_mask[i], n->pending, grads, item_grads,
                               o->create_graph);
-    for (int k = 0; k < OPR_MAX_OUTS; k++) { opr_tensor_release(n->pending[k]); n->pending[k] = NULL; }
+    release_pending(n);
     for (int a = 0; a < op->nargs; a++) {
         if (!grads[a]) continue;
         if (!rc) rc = check_grad_shape(n, a, -1, grads[a]);
@@ -295,7 +302,7 @@ static int backward(opr_tensor *const *outputs, opr_tensor *const *grad_outputs,
         opr_tensor *t = outputs[i];
         opr_tensor *g = seeds[i];
         seeds[i] = NULL;
-        if (t->grad_fn) rc = accumulate(&t->grad_fn->pending[t->output_nr], g);
+        if (t->grad_fn) rc = accumulate(ag_pending(t->grad_fn, t->output_nr), g);
         else rc = deliver_leaf(t, g, cap);
     }
     for (int i = 0; i < all.n && !rc; i++)
@@ -305,7 +312,7 @@ static int backward(opr_tensor *const *outputs, opr_tensor *const *grad_outputs,
         opr_node *n = all.items[i];
         n->deps = 0;
         n->queued = false;
-        for (int k = 0; k < OPR_MAX_OUTS; k++) { opr_tensor_release(n->pending[k]); n->pending[k] = NULL; }
+        release_pending(n);
     }
     for (int i = 0; i < n_outputs; i++) opr_tensor_release(seeds[i]);
     if (seeds != seeds_small) { free(seeds); free(roots); }

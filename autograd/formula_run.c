@@ -37,6 +37,13 @@ static int bind_slots(expr_run *r, opr_node *n, opr_tensor *const *grads_in, boo
         slots[s].u.t = &t->m;
         if (s >= op->nargs) results[s - op->nargs] = t;
     }
+    if (n->npieces) { /* an op returning Tensor[]: `grads` is one gradient per piece */
+        slots[slot_result(op)] = slots[op->nargs];
+        slots[slot_results(op)] = slots[op->nargs];
+        slots[slot_grads(op)] = (mval){.k = MV_TENSORS, .n = n->npieces, .u.ts = grads_in};
+        slots[slot_grad(op)] = (mval){.k = MV_TENSOR, .u.t = &grads_in[0]->m};
+        return OPR_OK;
+    }
     for (int k = 0; k < op->nout; k++) {
         grads[k] = grads_in[k];
         if (!grads[k] && opr_dtype_is_floating(n->metas[op->nargs + k].dtype)) { /* no gradient flowed into this output: it is zero */
@@ -141,6 +148,24 @@ static const deriv_cand *composite_for(const opr_node *n, int arg)
     return NULL;
 }
 
+/* The gradient of every piece of a list-returning op's node (new references): what
+ * flowed into it, or zeros (the formulas put the pieces together as they are). */
+static int piece_grads(opr_node *n, opr_tensor ***out)
+{
+    opr_tensor **g = calloc((size_t)n->npieces, sizeof *g);
+    if (!g) return opr_fail(OPR_ERR_NOMEM, "backward of %s: out of memory", n->op->name);
+    for (int k = 0; k < n->npieces; k++) {
+        g[k] = n->piece_pending[k] ? opr_tensor_retain(n->piece_pending[k]) : ag_zeros(n->op->ctx, &n->piece_metas[k], n->dev);
+        if (!g[k]) {
+            for (int j = 0; j < k; j++) opr_tensor_release(g[j]);
+            free(g);
+            return opr_error_status();
+        }
+    }
+    *out = g;
+    return OPR_OK;
+}
+
 /* A `tensors[i]:` candidate: its formula once per item that has an edge (an item
  * that does not require grad gets nothing), each item's intermediates freed before the
  * next. */
@@ -185,7 +210,9 @@ int ag_run_candidate(opr_node *n, const deriv_cand *c, uint32_t want, opr_tensor
     expr_run_init(r, op->ctx, n->dev, n->metas[op->nargs].dtype);
     mval slots[DERIV_MAX_SLOTS];
     opr_tensor *grads[OPR_MAX_OUTS] = {NULL}, *results[OPR_MAX_OUTS] = {NULL};
-    int rc = bind_slots(r, n, grads_in, create_graph, slots, grads, results);
+    opr_tensor **pieces = NULL; /* the pieces' gradients, zeros where none flowed */
+    int rc = n->npieces ? piece_grads(n, &pieces) : OPR_OK;
+    if (!rc) rc = bind_slots(r, n, pieces ? pieces : grads_in, create_graph, slots, grads, results);
     if (!rc && c->kernel) {
         rc = run_kernel(r, n, c, want, grads, grads_out);
     } else if (!rc && c->per_item) {
@@ -205,5 +232,7 @@ int ag_run_candidate(opr_node *n, const deriv_cand *c, uint32_t want, opr_tensor
     }
     if (rc) rc = opr_fail_wrap(rc, "backward of %s [%s]", op->name, c->label);
     expr_run_done(r);
+    for (int k = 0; pieces && k < n->npieces; k++) opr_tensor_release(pieces[k]);
+    free(pieces);
     return rc;
 }

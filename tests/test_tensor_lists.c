@@ -307,6 +307,164 @@ START_TEST(test_stack_errors)
 }
 END_TEST
 
+/* ------------------------------------------------------------------ split, chunk */
+
+/* The pieces of op(x, n, dim): their count from opr_op_result_count, then the call. */
+static int pieces_of(opr_ctx *ctx, const char *op, opr_tensor *x, int64_t n, int64_t dim, opr_tensor **out, int max)
+{
+    const opr_op *o = opr_op_find(ctx, op);
+    ck_assert(opr_op_returns_list(o));
+    opr_value a[3] = {opr_v_tensor(x), opr_v_int(n), opr_v_int(dim)};
+    int count = -1;
+    ck_assert_msg(opr_op_result_count(o, a, 3, &count) == OPR_OK, "%s", opr_last_error());
+    ck_assert_int_le(count, max);
+    ck_assert_msg(opr_call(o, a, 3, out, count) == OPR_OK, "%s", opr_last_error());
+    return count;
+}
+
+static void release_all(opr_tensor **ts, int n)
+{
+    for (int i = 0; i < n; i++) opr_tensor_release(ts[i]);
+}
+
+/* Piece sizes as PyTorch 1.13 gives them (torch.split / torch.chunk), by hand. */
+START_TEST(test_split_chunk_values)
+{
+    opr_ctx *ctx = tu_ctx();
+    opr_tensor *x = iota(ctx, 2, (int64_t[]){5, 3}, 0);
+    opr_tensor *p[8] = {NULL};
+    /* split(2) of 5 rows: 2, 2, 1 */
+    ck_assert_int_eq(pieces_of(ctx, "split", x, 2, 0, p, 8), 3);
+    expect_values(p[0], 2, (int64_t[]){2, 3}, (double[]){0, 1, 2, 3, 4, 5}, "split piece 0");
+    expect_values(p[1], 2, (int64_t[]){2, 3}, (double[]){6, 7, 8, 9, 10, 11}, "split piece 1");
+    expect_values(p[2], 2, (int64_t[]){1, 3}, (double[]){12, 13, 14}, "split piece 2");
+    release_all(p, 3);
+    /* along the last dim, split_size larger than the dim: one piece, all of it */
+    ck_assert_int_eq(pieces_of(ctx, "split", x, 7, -1, p, 8), 1);
+    expect_values(p[0], 2, (int64_t[]){5, 3}, (double[]){0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14}, "split 7");
+    release_all(p, 1);
+    /* chunk(2) of 5: 3, 2; chunk(4) of 3 columns: 1, 1, 1 (three pieces, not four) */
+    ck_assert_int_eq(pieces_of(ctx, "chunk", x, 2, 0, p, 8), 2);
+    ck_assert_int_eq(opr_tensor_shape(p[0])[0], 3);
+    ck_assert_int_eq(opr_tensor_shape(p[1])[0], 2);
+    release_all(p, 2);
+    ck_assert_int_eq(pieces_of(ctx, "chunk", x, 4, 1, p, 8), 3);
+    expect_values(p[2], 2, (int64_t[]){5, 1}, (double[]){2, 5, 8, 11, 14}, "chunk column 2");
+    release_all(p, 3);
+    /* chunk(4) of 6: 2, 2, 2 (torch gives three) */
+    opr_tensor *six = iota(ctx, 1, (int64_t[]){6}, 0);
+    ck_assert_int_eq(pieces_of(ctx, "chunk", six, 4, 0, p, 8), 3);
+    expect_values(p[2], 1, (int64_t[]){2}, (double[]){4, 5}, "chunk 4 of 6, piece 2");
+    release_all(p, 3);
+    /* an empty dim: split gives one empty piece, chunk(3) three */
+    opr_tensor *e = iota(ctx, 2, (int64_t[]){3, 0}, 0);
+    ck_assert_int_eq(pieces_of(ctx, "split", e, 2, 1, p, 8), 1);
+    expect_values(p[0], 2, (int64_t[]){3, 0}, NULL, "split of an empty dim");
+    release_all(p, 1);
+    ck_assert_int_eq(pieces_of(ctx, "chunk", e, 3, 1, p, 8), 3);
+    expect_values(p[2], 2, (int64_t[]){3, 0}, NULL, "chunk of an empty dim");
+    release_all(p, 3);
+    ck_assert_int_eq(pieces_of(ctx, "split", e, 0, 1, p, 8), 1); /* split_size 0 is fine on an empty dim */
+    release_all(p, 1);
+    opr_tensor_release(x);
+    opr_tensor_release(six);
+    opr_tensor_release(e);
+    tu_ctx_free(ctx);
+}
+END_TEST
+
+/* Only some pieces used, one of them twice: the gradient is theirs put together, zeros
+ * for the unused piece. */
+START_TEST(test_split_grad_by_hand)
+{
+    opr_ctx *ctx = tu_ctx();
+    opr_tensor *x = iota(ctx, 2, (int64_t[]){5, 2}, 0);
+    ck_assert_int_eq(opr_set_requires_grad(x, true), OPR_OK);
+    opr_tensor *p[3] = {NULL};
+    ck_assert_int_eq(pieces_of(ctx, "split", x, 2, 0, p, 3), 3);
+    opr_tensor *used[] = {p[2], p[0], p[2]};
+    opr_tensor *y = cat_of(ctx, "cat", used, 3, 0); /* rows 4, 0, 1, 4 of x */
+    expect_values(y, 2, (int64_t[]){4, 2}, (double[]){8, 9, 0, 1, 2, 3, 8, 9}, "cat of pieces");
+    opr_tensor *g = iota(ctx, 2, (int64_t[]){4, 2}, 1); /* rows [1 2] [3 4] [5 6] [7 8] */
+    backward_with(y, g);
+    expect_values(opr_grad(x), 2, (int64_t[]){5, 2}, (double[]){3, 4, 5, 6, 0, 0, 0, 0, 1 + 7, 2 + 8}, "grad x");
+    release_all(p, 3);
+    opr_tensor_release(y);
+    opr_tensor_release(g);
+    opr_tensor_release(x);
+    tu_ctx_free(ctx);
+}
+END_TEST
+
+/* A piece on its own (the others get no gradient at all), through a further op. */
+START_TEST(test_chunk_one_piece_grad)
+{
+    opr_ctx *ctx = tu_ctx();
+    opr_tensor *x = iota(ctx, 2, (int64_t[]){2, 5}, 1);
+    ck_assert_int_eq(opr_set_requires_grad(x, true), OPR_OK);
+    opr_tensor *p[3] = {NULL};
+    ck_assert_int_eq(pieces_of(ctx, "chunk", x, 3, 1, p, 3), 3); /* columns 0-1, 2-3, 4 */
+    opr_value m[2] = {opr_v_tensor(p[1]), opr_v_tensor(p[1])};
+    opr_tensor *sq = tu_call1(ctx, "mul", m, 2);
+    opr_value sa = opr_v_tensor(sq);
+    opr_tensor *s = tu_call1(ctx, "sum", &sa, 1);
+    backward_with(s, NULL);
+    /* d sum(p1^2) / dx = 2 x on columns 2-3, 0 elsewhere; x = [[1..5], [6..10]] */
+    expect_values(opr_grad(x), 2, (int64_t[]){2, 5}, (double[]){0, 0, 6, 8, 0, 0, 0, 16, 18, 0}, "grad x");
+    release_all(p, 3);
+    opr_tensor_release(sq);
+    opr_tensor_release(s);
+    opr_tensor_release(x);
+    tu_ctx_free(ctx);
+}
+END_TEST
+
+START_TEST(test_split_chunk_gradcheck)
+{
+    opr_ctx *ctx = tu_ctx();
+    tu_seed(5);
+    opr_tensor *x = tu_rand(ctx, OPR_F64, 3, (int64_t[]){3, 5, 2}, -1, 1);
+    opr_value a[3] = {opr_v_tensor(x), opr_v_int(2), opr_v_int(1)};
+    check_grad(opr_op_find(ctx, "split"), a, 3);
+    a[1] = opr_v_int(4);
+    a[2] = opr_v_int(-2);
+    check_grad(opr_op_find(ctx, "chunk"), a, 3);
+    opr_tensor_release(x);
+    tu_ctx_free(ctx);
+}
+END_TEST
+
+START_TEST(test_split_chunk_errors)
+{
+    opr_ctx *ctx = tu_ctx();
+    opr_tensor *x = iota(ctx, 2, (int64_t[]){5, 3}, 0), *s = iota(ctx, 0, NULL, 0);
+    opr_value a[3] = {opr_v_tensor(x), opr_v_int(0), opr_v_int(0)};
+    tu_expect_fail(ctx, "split", a, 3, 1, OPR_ERR_INVALID, "check failed: split_size > 0");
+    a[1] = opr_v_int(-1);
+    tu_expect_fail(ctx, "split", a, 3, 1, OPR_ERR_INVALID, "check failed: split_size > 0");
+    tu_expect_fail(ctx, "chunk", a, 3, 1, OPR_ERR_INVALID, "check failed: chunks > 0");
+    a[1] = opr_v_int(0);
+    tu_expect_fail(ctx, "chunk", a, 3, 1, OPR_ERR_INVALID, "check failed: chunks > 0");
+    a[1] = opr_v_int(2);
+    a[2] = opr_v_int(2);
+    tu_expect_fail(ctx, "split", a, 3, 1, OPR_ERR_INVALID, "dim 2 out of range");
+    int count = 0;
+    ck_assert_int_eq(opr_op_result_count(opr_op_find(ctx, "chunk"), a, 3, &count), OPR_ERR_INVALID);
+    /* the wrong number of result slots names the right one */
+    a[2] = opr_v_int(0);
+    tu_expect_fail(ctx, "split", a, 3, 2, OPR_ERR_INVALID, "returns 3 tensor(s) for these arguments, 2 result slot(s)");
+    a[0] = opr_v_tensor(s);
+    tu_expect_fail(ctx, "split", a, 3, 1, OPR_ERR_INVALID, "check failed: dim(self) > 0");
+    /* plain ops count their outputs */
+    ck_assert_int_eq(opr_op_result_count(opr_op_find(ctx, "sort"), a, 1, &count), OPR_OK);
+    ck_assert_int_eq(count, 2);
+    ck_assert(!opr_op_returns_list(opr_op_find(ctx, "cat")));
+    opr_tensor_release(x);
+    opr_tensor_release(s);
+    tu_ctx_free(ctx);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("tensor_lists");
@@ -321,6 +479,11 @@ static Suite *suite(void)
     tcase_add_test(tc, test_stack_values_and_grads);
     tcase_add_test(tc, test_stack_mixed_twice_gradcheck);
     tcase_add_test(tc, test_stack_errors);
+    tcase_add_test(tc, test_split_chunk_values);
+    tcase_add_test(tc, test_split_grad_by_hand);
+    tcase_add_test(tc, test_chunk_one_piece_grad);
+    tcase_add_test(tc, test_split_chunk_gradcheck);
+    tcase_add_test(tc, test_split_chunk_errors);
     suite_add_tcase(s, tc);
     return s;
 }
