@@ -182,14 +182,19 @@ static int cand_cost(const opr_op *op, const deriv_cand *c, uint32_t want, opr_d
     memcpy(slots, in_slots, sizeof slots);
     /* gradients have their outputs' metadata */
     opr_tensor *outs[OPR_MAX_OUTS];
-    for (int k = 0; k < op->nout; k++) {
-        const opr_meta *m = slots[op->nargs + k].u.t;
-        outs[k] = fake_new(cc, m->dtype, m->ndim, m->shape);
+    if (slots[op->nargs].k == MV_METAS) { /* the pieces of an op returning Tensor[]: grads has their metadata */
+        slots[slot_result(op)] = slots[slot_grads(op)] = slots[slot_results(op)] = slots[op->nargs];
+        slots[slot_grad(op)] = (mval){.k = MV_TENSOR, .u.t = &slots[op->nargs].u.ms[0]};
+    } else {
+        for (int k = 0; k < op->nout; k++) {
+            const opr_meta *m = slots[op->nargs + k].u.t;
+            outs[k] = fake_new(cc, m->dtype, m->ndim, m->shape);
+        }
+        slots[slot_result(op)] = slots[op->nargs];
+        slots[slot_grad(op)] = slots[op->nargs];
+        slots[slot_grads(op)] = (mval){.k = MV_TENSORS, .n = op->nout, .u.ts = outs};
+        slots[slot_results(op)] = slots[slot_grads(op)];
     }
-    slots[slot_result(op)] = slots[op->nargs];
-    slots[slot_grad(op)] = slots[op->nargs];
-    slots[slot_grads(op)] = (mval){.k = MV_TENSORS, .n = op->nout, .u.ts = outs};
-    slots[slot_results(op)] = slots[slot_grads(op)];
     int rc = OPR_OK;
     *save = 0;
     *meta = 0;

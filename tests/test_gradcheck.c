@@ -906,6 +906,15 @@ static void report(opstate *st, const char *fmt, ...)
     if (!st->first_fail[0]) snprintf(st->first_fail, sizeof st->first_fail, "%.1000s", msg);
 }
 
+/* How many tensors a call gives: the op's outputs, or the pieces of an op returning a
+ * Tensor[] (split, chunk), each then checked as an output of its own; -1 on error. */
+static int outputs_of(const opstate *st, const callargs *c)
+{
+    int n = -1;
+    if (opr_op_result_count(st->op, c->v, c->n, &n) || n > MAXO) return -1;
+    return n;
+}
+
 static bool forward_plain(opstate *st, const sample *s, const sdata *sd, int pert, int64_t pel, double delta,
                           outmeta *om, double **vals, char *err, size_t errlen)
 {
@@ -914,8 +923,9 @@ static bool forward_plain(opstate *st, const sample *s, const sdata *sd, int per
     bool prev = opr_grad_mode_set(false);
     bool ok = build_args(st->ctx, st->y, s, sd, 0, pert, pel, delta, &c, il, err, errlen);
     opr_tensor *outs[MAXO] = {NULL};
-    int nout = opr_op_num_outputs(st->op);
-    if (ok && opr_call(st->op, c.v, c.n, outs, nout)) {
+    int nout = ok ? outputs_of(st, &c) : 0;
+    if (ok && (nout < 0 || opr_call(st->op, c.v, c.n, outs, nout))) {
+        if (nout < 0) nout = 0;
         snprintf(err, errlen, "forward failed: %s", opr_last_error());
         ok = false;
     }
@@ -1118,8 +1128,8 @@ static result run_combo(opstate *st, const sample *s, const sdata *sd, const out
     if (sv == -2) st->saveunchecked++;
     else st->savechecks++;
     if (sv == 0) { st->savefails++; goto done; }
-    int nout = opr_op_num_outputs(st->op);
-    int rc = opr_call(st->op, c.v, c.n, outs, nout);
+    int nout = outputs_of(st, &c);
+    int rc = nout < 0 ? OPR_ERR_INVALID : opr_call(st->op, c.v, c.n, outs, nout);
     if (rc) { snprintf(err, errlen, "forward with grad: %s: %s", opr_status_name(rc), opr_last_error()); goto done; }
     opr_tensor *fouts[MAXO];
     int nf = 0;
