@@ -41,6 +41,8 @@ static int bind_slots(expr_run *r, opr_node *n, opr_tensor *const *grads_in, boo
         slots[slot_result(op)] = slots[op->nargs];
         slots[slot_results(op)] = slots[op->nargs];
         slots[slot_grads(op)] = (mval){.k = MV_TENSORS, .n = n->npieces, .u.ts = grads_in};
+        r->known_list = grads_in; /* grads[k] may be handed to an op */
+        r->nknown_list = n->npieces;
         slots[slot_grad(op)] = (mval){.k = MV_TENSOR, .u.t = &grads_in[0]->m};
         return OPR_OK;
     }

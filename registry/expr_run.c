@@ -12,6 +12,8 @@ void expr_run_init(expr_run *r, opr_ctx *ctx, opr_device dev, opr_dtype dt)
     r->dev = dev;
     r->dt = dt;
     r->nknown = r->ntemps = 0;
+    r->known_list = NULL;
+    r->nknown_list = 0;
 }
 
 opr_tensor *expr_run_tensor(const expr_run *r, const opr_meta *m)
@@ -20,6 +22,8 @@ opr_tensor *expr_run_tensor(const expr_run *r, const opr_meta *m)
         if (r->known[i] && &r->known[i]->m == m) return r->known[i];
     for (int i = 0; i < r->ntemps; i++)
         if (&r->temps[i]->m == m) return r->temps[i];
+    for (int i = 0; i < r->nknown_list; i++)
+        if (r->known_list[i] && &r->known_list[i]->m == m) return r->known_list[i];
     return NULL;
 }
 

@@ -15,6 +15,8 @@ typedef struct expr_run {
     opr_dtype dt;             /* dtype for numbers passed where a tensor goes */
     opr_tensor *known[EXPR_RUN_MAX_KNOWN]; /* tensors the slots point at (borrowed) */
     int nknown;
+    opr_tensor *const *known_list;         /* more of them, any number (a list op's piece */
+    int nknown_list;                       /* gradients, `grads[k]`); borrowed, or NULL */
     opr_tensor *temps[EXPR_RUN_MAX_TEMPS]; /* owned results of calls */
     int ntemps;
 } expr_run;

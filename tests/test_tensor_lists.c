@@ -465,6 +465,92 @@ START_TEST(test_split_chunk_errors)
 }
 END_TEST
 
+/* vmap and jagged tensors refuse ops returning a Tensor[] with a message saying so. */
+static opr_status split_in_vmap(void *user, opr_tensor *const *in, int nin, opr_tensor **out, int nout)
+{
+    (void)user; (void)nin; (void)nout;
+    opr_value a[2] = {opr_v_tensor(in[0]), opr_v_int(1)};
+    opr_tensor *p[4] = {NULL};
+    int rc = opr_call_by_name(opr_tensor_ctx(in[0]), "split", a, 2, p, 2);
+    ck_assert_int_eq(rc, OPR_ERR_UNSUPPORTED);
+    ck_assert_msg(strstr(opr_last_error(), "split returns a Tensor[], which opr_vmap does not support"), "%s",
+                  opr_last_error());
+    out[0] = opr_tensor_retain(in[0]);
+    return OPR_OK;
+}
+
+START_TEST(test_list_results_refused_by_vmap_and_jagged)
+{
+    opr_ctx *ctx = tu_ctx();
+    opr_tensor *x = iota(ctx, 2, (int64_t[]){3, 2}, 0), *out = NULL;
+    ck_assert_msg(opr_vmap(ctx, split_in_vmap, NULL, &x, NULL, 1, &out, NULL, 1, NULL) == OPR_OK, "%s",
+                  opr_last_error());
+    opr_tensor *items[] = {x, x};
+    opr_tensor *j = opr_jagged_from_list(ctx, items, 2);
+    ck_assert_msg(j != NULL, "%s", opr_last_error());
+    opr_value a[2] = {opr_v_tensor(j), opr_v_int(1)};
+    tu_expect_fail(ctx, "split", a, 2, 1, OPR_ERR_UNSUPPORTED, "which a jagged tensor does not support yet");
+    int n = 0;
+    ck_assert_int_eq(opr_op_result_count(opr_op_find(ctx, "split"), a, 2, &n), OPR_ERR_UNSUPPORTED);
+    opr_tensor_release(out);
+    opr_tensor_release(j);
+    opr_tensor_release(x);
+    tu_ctx_free(ctx);
+}
+END_TEST
+
+/* The YAML side: what the loader refuses, with its position. */
+START_TEST(test_yaml_refusals)
+{
+    opr_ctx *ctx = tu_ctx();
+    static const struct { const char *text, *needle; } bad[] = {
+        {"- name: c1(Tensor[] ts, int dim=0) -> Tensor\n  shape: cat_shape(ts, dim)\n  ts: grad\n",
+         "'ts' is a Tensor[] argument: its derivative key is 'NAME[i]'"},
+        {"- name: c2(Tensor self) -> Tensor\n  shape: sizes(self)\n  self[i]: grad\n",
+         "'self' is not a differentiable Tensor[] argument"},
+        {"- name: c3(Tensor self) -> Tensor\n  shape: sizes(self)\n  self: mul(grad, i)\n",
+         "'i' (an item's index) is known only in a 'LIST[i]:' derivative entry"},
+        {"- name: c4(Tensor self) -> Tensor[]\n  forward: narrow(self, 0, i, 1)\n",
+         "returns Tensor[]: it needs 'count' and 'forward'"},
+        {"- name: c5(Tensor self) -> Tensor\n  shape: sizes(self)\n  count: 2\n", "only for an op returning Tensor[]"},
+        {"- name: c6(Tensor self) -> Tensor[]\n  count: 2\n  shape: sizes(self)\n  forward: self\n",
+         "no 'let', no 'shape'"},
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        int n = -1;
+        ck_assert_msg(opr_registry_load_yaml_string(ctx, bad[k].text, "bad.yaml", &n) == OPR_ERR_PARSE,
+                      "loaded: %s", bad[k].text);
+        ck_assert_msg(strstr(opr_last_error(), bad[k].needle), "'%s' lacks '%s'", opr_last_error(), bad[k].needle);
+        ck_assert_msg(strstr(opr_last_error(), "bad.yaml:"), "no position in '%s'", opr_last_error());
+    }
+    /* a list op of one's own: every second row, `i` in count and forward */
+    const char *ok = "- name: rows2(Tensor self) -> Tensor[]\n"
+                     "  count: ceil(size(self, 0) / 2)\n"
+                     "  forward: narrow(self, 0, 2 * i, 1)\n"
+                     "  self: narrow_scatter(new_zeros(grads[0], sizes(self)), grads[0], 0, 0)\n";
+    int n = 0;
+    ck_assert_msg(opr_registry_load_yaml_string(ctx, ok, "ok.yaml", &n) == OPR_OK, "%s", opr_last_error());
+    opr_tensor *x = iota(ctx, 2, (int64_t[]){5, 2}, 0), *p[3] = {NULL};
+    opr_value xa = opr_v_tensor(x);
+    int count = 0;
+    ck_assert_int_eq(opr_op_result_count(opr_op_find(ctx, "rows2"), &xa, 1, &count), OPR_OK);
+    ck_assert_int_eq(count, 3);
+    ck_assert_msg(opr_call_by_name(ctx, "rows2", &xa, 1, p, 3) == OPR_OK, "%s", opr_last_error());
+    expect_values(p[2], 2, (int64_t[]){1, 2}, (double[]){8, 9}, "rows2 piece 2");
+    release_all(p, 3);
+    /* its formula hands grads[0] to ops: backward through piece 0 alone */
+    ck_assert_int_eq(opr_set_requires_grad(x, true), OPR_OK);
+    ck_assert_msg(opr_call_by_name(ctx, "rows2", &xa, 1, p, 3) == OPR_OK, "%s", opr_last_error());
+    opr_tensor *g = iota(ctx, 2, (int64_t[]){1, 2}, 1);
+    backward_with(p[0], g);
+    expect_values(opr_grad(x), 2, (int64_t[]){5, 2}, (double[]){1, 2, 0, 0, 0, 0, 0, 0, 0, 0}, "rows2 grad");
+    release_all(p, 3);
+    opr_tensor_release(g);
+    opr_tensor_release(x);
+    tu_ctx_free(ctx);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("tensor_lists");
@@ -484,6 +570,8 @@ static Suite *suite(void)
     tcase_add_test(tc, test_chunk_one_piece_grad);
     tcase_add_test(tc, test_split_chunk_gradcheck);
     tcase_add_test(tc, test_split_chunk_errors);
+    tcase_add_test(tc, test_list_results_refused_by_vmap_and_jagged);
+    tcase_add_test(tc, test_yaml_refusals);
     suite_add_tcase(s, tc);
     return s;
 }
