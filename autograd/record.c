@@ -154,9 +154,14 @@ static int record(const opr_op *op, opr_tensor *const *tensors, const mval *slot
     for (int i = 0; i < op->nargs; i++) {
         if (tensors[i] && tensors[i]->requires_grad) mask |= 1u << i;
         if (slots[i].k != MV_TENSORS) continue;
-        list_arg = i;
+        bool wants = false;
         for (int j = 0; j < slots[i].n; j++) /* an op of many items is one node: one bit for them all */
-            if (slots[i].u.ts[j]->requires_grad) mask |= 1u << i;
+            wants |= slots[i].u.ts[j]->requires_grad;
+        if (wants && list_arg >= 0 && ((mask >> list_arg) & 1))
+            return opr_fail(OPR_ERR_UNSUPPORTED, "%s: items of two Tensor[] arguments ('%s', '%s') require grad; a "
+                            "node follows the items of one", op->name, op->args[list_arg].name, op->args[i].name);
+        if (wants || list_arg < 0) list_arg = i;
+        if (wants) mask |= 1u << i;
     }
     if (!mask) return OPR_OK;
     if (!op->deriv) {

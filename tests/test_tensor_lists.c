@@ -465,6 +465,50 @@ START_TEST(test_split_chunk_errors)
 }
 END_TEST
 
+/* The graph run twice (retain_graph), a gradient asked for a piece itself (a non-leaf
+ * output of the split node), and a second derivative through cat (create_graph): the
+ * per-item formulas are themselves recorded. */
+START_TEST(test_retain_capture_create_graph)
+{
+    opr_ctx *ctx = tu_ctx();
+    opr_tensor *x = iota(ctx, 1, (int64_t[]){4}, 1);
+    ck_assert_int_eq(opr_set_requires_grad(x, true), OPR_OK);
+    opr_tensor *p[2] = {NULL};
+    ck_assert_int_eq(pieces_of(ctx, "split", x, 2, 0, p, 2), 2);
+    opr_tensor *ts[] = {p[1], p[0]};
+    opr_tensor *y = cat_of(ctx, "cat", ts, 2, 0); /* x2 x3 x0 x1 */
+    opr_tensor *g = iota(ctx, 1, (int64_t[]){4}, 10);
+    opr_backward_opts keep = {.struct_size = sizeof keep, .retain_graph = true};
+    ck_assert_msg(opr_backward(y, g, &keep) == OPR_OK, "%s", opr_last_error());
+    ck_assert_msg(opr_backward(y, g, &keep) == OPR_OK, "%s", opr_last_error());
+    expect_values(opr_grad(x), 1, (int64_t[]){4}, (double[]){24, 26, 20, 22}, "twice");
+    opr_tensor *gp = NULL;
+    ck_assert_msg(opr_autograd_grad(&y, &g, 1, &p[1], 1, &gp, NULL) == OPR_OK, "%s", opr_last_error());
+    expect_values(gp, 1, (int64_t[]){2}, (double[]){10, 11}, "grad of piece 1");
+    opr_tensor_release(gp);
+    /* d/dx sum(cat(x*x, x) * w) = 2 x w0 + w1, and its derivative again: 2 w0 */
+    opr_tensor *z = iota(ctx, 1, (int64_t[]){2}, 3);
+    ck_assert_int_eq(opr_set_requires_grad(z, true), OPR_OK);
+    opr_value m[2] = {opr_v_tensor(z), opr_v_tensor(z)};
+    opr_tensor *sq = tu_call1(ctx, "mul", m, 2);
+    opr_tensor *zs[] = {sq, z};
+    opr_tensor *c = cat_of(ctx, "cat", zs, 2, 0);
+    opr_tensor *w = iota(ctx, 1, (int64_t[]){4}, 1); /* w0 = [1 2], w1 = [3 4] */
+    opr_backward_opts cg = {.struct_size = sizeof cg, .create_graph = true};
+    opr_tensor *dz = NULL;
+    ck_assert_msg(opr_autograd_grad(&c, &w, 1, &z, 1, &dz, &cg) == OPR_OK, "%s", opr_last_error());
+    expect_values(dz, 1, (int64_t[]){2}, (double[]){2 * 3 * 1 + 3, 2 * 4 * 2 + 4}, "first derivative");
+    ck_assert(opr_requires_grad(dz));
+    opr_tensor *ddz = NULL;
+    opr_tensor *ones = iota(ctx, 1, (int64_t[]){2}, 1); /* weights 1, 2 */
+    ck_assert_msg(opr_autograd_grad(&dz, &ones, 1, &z, 1, &ddz, NULL) == OPR_OK, "%s", opr_last_error());
+    expect_values(ddz, 1, (int64_t[]){2}, (double[]){2 * 1 * 1, 2 * 2 * 2}, "second derivative");
+    opr_tensor *r[] = {x, p[0], p[1], y, g, z, sq, c, w, dz, ddz, ones};
+    for (size_t i = 0; i < sizeof r / sizeof r[0]; i++) opr_tensor_release(r[i]);
+    tu_ctx_free(ctx);
+}
+END_TEST
+
 /* vmap and jagged tensors refuse ops returning a Tensor[] with a message saying so. */
 static opr_status split_in_vmap(void *user, opr_tensor *const *in, int nin, opr_tensor **out, int nout)
 {
@@ -570,6 +614,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_chunk_one_piece_grad);
     tcase_add_test(tc, test_split_chunk_gradcheck);
     tcase_add_test(tc, test_split_chunk_errors);
+    tcase_add_test(tc, test_retain_capture_create_graph);
     tcase_add_test(tc, test_list_results_refused_by_vmap_and_jagged);
     tcase_add_test(tc, test_yaml_refusals);
     suite_add_tcase(s, tc);
