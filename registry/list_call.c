@@ -1,4 +1,4 @@
-/* Ops returning a Tensor[] (`-> Tensor[]`: split, chunk, unbind). How many pieces a
+/* Ops returning a Tensor[] (`-> Tensor[]`: split, chunk). How many pieces a
  * call gives depends on its arguments: the entry's `count:` expression says, and piece
  * i is its `forward:` expression with `i` bound (a view of the argument, as PyTorch's
  * split gives). The caller asks opr_op_result_count first and passes that many result

@@ -1,5 +1,5 @@
 /* Autograd through Tensor[] arguments and list results: cat and stack (a gradient per
- * item of the list, from a `tensors[i]:` formula), split, chunk and unbind (a list of
+ * item of the list, from a `tensors[i]:` formula), split and chunk (a list of
  * pieces whose gradients are put together). Values and gradients against small cases
  * computed by hand and against finite differences (opr_gradcheck); items with mixed
  * requires-grad, a tensor given twice, empty pieces, and the errors. */
@@ -590,6 +590,13 @@ START_TEST(test_yaml_refusals)
     expect_values(opr_grad(x), 2, (int64_t[]){5, 2}, (double[]){1, 2, 0, 0, 0, 0, 0, 0, 0, 0}, "rows2 grad");
     release_all(p, 3);
     opr_tensor_release(g);
+    /* no rows, no pieces: a call with no result slots */
+    opr_tensor *none = iota(ctx, 2, (int64_t[]){0, 2}, 0);
+    opr_value na = opr_v_tensor(none);
+    ck_assert_int_eq(opr_op_result_count(opr_op_find(ctx, "rows2"), &na, 1, &count), OPR_OK);
+    ck_assert_int_eq(count, 0);
+    ck_assert_msg(opr_call_by_name(ctx, "rows2", &na, 1, NULL, 0) == OPR_OK, "%s", opr_last_error());
+    opr_tensor_release(none);
     opr_tensor_release(x);
     tu_ctx_free(ctx);
 }

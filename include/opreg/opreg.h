@@ -566,8 +566,8 @@ OPR_API int opr_op_num_outputs(const opr_op *op);
  * arguments. False for a NULL op. */
 OPR_API bool opr_op_returns_list(const opr_op *op);
 /* How many tensors opr_call(op, args, nargs, ...) gives, for an op returning a Tensor[]
- * (the arguments are checked as opr_call checks them; the count may be 0, as for
- * unbinding an empty dimension); for any other op its number of outputs. Pass that many
+ * (the arguments are checked as opr_call checks them; an op's `count:` may give 0);
+ * for any other op its number of outputs. Pass that many
  * result slots to opr_call. Batched (opr_vmap) and jagged arguments are refused
  * (OPR_ERR_UNSUPPORTED) for list ops. */
 OPR_API opr_status opr_op_result_count(const opr_op *op, const opr_value *args, int nargs, int *count);
