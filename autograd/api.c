@@ -56,14 +56,39 @@ opr_tensor *opr_tensor_detach(opr_tensor *t)
     return opr_tensor_make_view(t, t->m.ndim, t->m.shape, t->strides, t->offset);
 }
 
+/* The output slot of an op returning a Tensor[]: its pieces' metadata (*pieces, which
+ * the caller frees), from a call without grad (the pieces are views: nothing is
+ * computed). */
+static int piece_slots(const opr_op *op, const opr_value *args, int nargs, mval *slots, opr_meta **pieces)
+{
+    int n = 0;
+    int rc = opr_op_result_count(op, args, nargs, &n);
+    if (rc) return rc;
+    if (n < 1) return opr_fail(OPR_ERR_INVALID, "%s gives no pieces for these arguments: nothing to differentiate", op->name);
+    opr_tensor **ts = calloc((size_t)n, sizeof *ts);
+    *pieces = malloc((size_t)n * sizeof **pieces);
+    if (!ts || !*pieces) rc = opr_fail(OPR_ERR_NOMEM, "%s: out of memory planning", op->name);
+    bool mode = opr_grad_mode_set(false);
+    if (!rc) rc = opr_call(op, args, nargs, ts, n);
+    opr_grad_mode_set(mode);
+    for (int k = 0; k < n && !rc; k++) (*pieces)[k] = ts[k]->m;
+    for (int k = 0; k < n; k++) opr_tensor_release(ts[k]);
+    free(ts);
+    if (rc) { free(*pieces); *pieces = NULL; return rc; }
+    slots[op->nargs] = (mval){.k = MV_METAS, .n = n, .u.ms = *pieces};
+    return OPR_OK;
+}
+
 /* The op's slots (arguments and outputs) as metadata, for planning without running:
  * the arguments checked exactly as opr_call checks them. */
 static int meta_slots(const opr_op *op, const opr_value *args, int nargs, mval *slots, opr_meta *outs,
-                      opr_device *dev)
+                      opr_device *dev, opr_meta **pieces)
 {
     opr_dtype dt;
+    *pieces = NULL;
     int rc = dispatch_validate(op, args, nargs, slots, dev, &dt);
     if (rc) return rc;
+    if (op->list_out) return piece_slots(op, args, nargs, slots, pieces);
     for (int k = 0; k < op->nout; k++) {
         mval shape;
         if (!op->shapes[k]) { /* data-dependent (masked_select): plan for the largest it can be */
@@ -89,7 +114,7 @@ static int mask_of(const opr_op *op, const char *const *names, int n, uint32_t *
         int a = -1;
         for (int k = 0; k < op->nargs && names && names[i]; k++)
             if (!strcmp(op->args[k].name, names[i])) a = k;
-        if (a < 0 || op->args[a].type != ARG_TENSOR)
+        if (a < 0 || (op->args[a].type != ARG_TENSOR && op->args[a].type != ARG_TENSOR_LIST))
             return opr_fail(OPR_ERR_INVALID, "%s has no tensor input named '%s'", op->name, names && names[i] ? names[i] : "(null)");
         *mask |= 1u << a;
     }
@@ -105,9 +130,11 @@ opr_status opr_plan_explain(const opr_op *op, const opr_value *args, int nargs, 
     opr_device dev;
     uint32_t mask;
     if (!buf || !len) return opr_fail(OPR_ERR_INVALID, "opr_plan_explain: NULL or empty buffer");
-    int rc = meta_slots(op, args, nargs, slots, outs, &dev);
+    opr_meta *pieces = NULL;
+    int rc = meta_slots(op, args, nargs, slots, outs, &dev, &pieces);
     if (!rc) rc = mask_of(op, requires_grad, n_requires_grad, &mask);
     if (!rc) rc = plan_explain(op, mask, dev, slots, opr_special_grads_enabled() ? 0 : PLAN_FAST, buf, len);
+    free(pieces);
     return rc;
 }
 
@@ -119,10 +146,12 @@ opr_status opr_plan_saved_bytes(const opr_op *op, const opr_value *args, int nar
     opr_device dev;
     uint32_t mask;
     if (!bytes) return opr_fail(OPR_ERR_INVALID, "opr_plan_saved_bytes: NULL output");
-    int rc = meta_slots(op, args, nargs, slots, outs, &dev);
+    opr_meta *pieces = NULL;
+    int rc = meta_slots(op, args, nargs, slots, outs, &dev, &pieces);
     if (!rc) rc = mask_of(op, requires_grad, n_requires_grad, &mask);
-    if (rc) return rc;
+    if (rc) { free(pieces); return rc; }
     const deriv_plan *p = plan_get(op, mask, dev, slots, opr_special_grads_enabled() ? 0 : PLAN_FAST);
+    free(pieces);
     if (!p) return OPR_ERR_UNSUPPORTED;
     *bytes = p->saved_bytes;
     return OPR_OK;
@@ -213,9 +242,12 @@ int opr_autograd_walk(const opr_tensor *root, void (*fn)(void *ud, const opr_nod
         for (int a = 0; a < n->op->nargs; a++)
             if (n->op->args[a].type == ARG_TENSOR && n->slots[a].k == MV_TENSOR)
                 info.all_inputs_bytes += (uint64_t)n->metas[a].numel * opr_elem_size(n->metas[a].dtype);
+        for (int a = 0; a < n->nitems; a++) /* a Tensor[]'s items */
+            info.all_inputs_bytes += (uint64_t)n->item_metas[a].numel * opr_elem_size(n->item_metas[a].dtype);
         fn(ud, &info);
-        for (int a = 0; a < n->op->nargs && !rc; a++) {
-            if (!n->next[a].node) continue;
+        for (int a = 0; a < n->op->nargs + n->nitems && !rc; a++) {
+            opr_node *to = a < n->op->nargs ? n->next[a].node : n->items[a - n->op->nargs].node;
+            if (!to) continue;
             if (top == cap) {
                 size_t grown_cap = cap ? cap * 2 : 64;
                 opr_node **grown = realloc(stack, grown_cap * sizeof *grown);
@@ -223,7 +255,7 @@ int opr_autograd_walk(const opr_tensor *root, void (*fn)(void *ud, const opr_nod
                 stack = grown;
                 cap = grown_cap;
             }
-            stack[top++] = n->next[a].node;
+            stack[top++] = to;
         }
         if (rc) break;
     }

@@ -28,6 +28,18 @@ typedef struct opr_node {
     uint32_t saved_version[AG_TENSOR_SLOTS]; /* storage versions when saved */
     bool released;                      /* saved tensors freed after a backward */
     bool fast;                          /* recorded in fast mode: plan of fast variants */
+    /* The items of the op's Tensor[] argument (at most one per op), when the node's
+     * mask has it: one edge per item (none for an item that does not require grad) and
+     * each item's metadata, which slots[list_arg] shows as MV_METAS. One allocation. */
+    int32_t list_arg;                   /* -1: none */
+    int32_t nitems;
+    ag_edge *items;
+    opr_meta *item_metas;
+    /* The pieces of an op returning a Tensor[] (op->list_out), its outputs here: their
+     * accumulated gradients (instead of pending[]) and metadata. One allocation. */
+    int32_t npieces;
+    opr_tensor **piece_pending;
+    opr_meta *piece_metas;
     /* engine scratch, valid during one backward */
     opr_tensor *pending[OPR_MAX_OUTS];  /* accumulated gradient of each output */
     int deps;
@@ -46,10 +58,24 @@ typedef struct opr_node {
 int ag_record(const opr_op *op, opr_tensor *const *tensors, const mval *slots, opr_tensor **outs,
               opr_device dev, bool list_requires_grad);
 
+/* ag_record for an op returning a Tensor[]: one node whose outputs are the pieces. */
+int ag_record_list(const opr_op *op, opr_tensor *const *tensors, const mval *slots, opr_tensor **pieces,
+                   int npieces, opr_device dev);
+
+/* Output out_nr's accumulated gradient and the number of outputs of n (its pieces for
+ * an op returning a Tensor[]). */
+static inline opr_tensor **ag_pending(opr_node *n, int out_nr)
+{
+    return n->npieces ? &n->piece_pending[out_nr] : &n->pending[out_nr];
+}
+static inline int ag_nouts(const opr_node *n) { return n->npieces ? n->npieces : n->op->nout; }
+
 /* Runs plan candidate `c` for the inputs in `want`, writing new references into
- * grads_out[arg]. grads_in holds the gradient of each output (NULL: none flowed). */
+ * grads_out[arg]. grads_in holds the gradient of each output (NULL: none flowed). A
+ * per-item candidate (`tensors[i]:`) writes item_grads[i] instead, for each item of
+ * n's Tensor[] argument that has an edge. */
 int ag_run_candidate(opr_node *n, const deriv_cand *c, uint32_t want, opr_tensor *const *grads_in,
-                     opr_tensor **grads_out, bool create_graph);
+                     opr_tensor **grads_out, opr_tensor **item_grads, bool create_graph);
 
 /* Zeros of the given metadata on dev. */
 opr_tensor *ag_zeros(opr_ctx *ctx, const opr_meta *m, opr_device dev);

@@ -9,4 +9,9 @@ static const opr_autograd_iface autograd_iface = {
     .leaf_cycle_collect = ag_leaf_cycle_collect,
 };
 
-opr_ctx *opr_ctx_new(const opr_ctx_opts *opts) { return registry_ctx_new(opts, &autograd_iface, ag_record); }
+opr_ctx *opr_ctx_new(const opr_ctx_opts *opts)
+{
+    opr_ctx *ctx = registry_ctx_new(opts, &autograd_iface, ag_record);
+    if (ctx) ctx->reg->record_list = ag_record_list; /* no op runs before the context is returned */
+    return ctx;
+}

@@ -5,6 +5,7 @@
  * share nodes; they may share leaves (add_to_leaf_grad). */
 #include "autograd.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -135,16 +136,36 @@ static int deliver_leaf(opr_tensor *leaf, opr_tensor *g, const capture *cap)
     return add_to_leaf_grad(leaf, g);
 }
 
-static int check_grad_shape(const opr_node *n, int arg, const opr_tensor *g)
+/* item: the item of the node's Tensor[] argument arg, or -1 for a plain argument. */
+static int check_grad_shape(const opr_node *n, int arg, int item, const opr_tensor *g)
 {
-    const opr_meta *want = &n->metas[arg];
+    const opr_meta *want = item >= 0 ? &n->item_metas[item] : &n->metas[arg];
     if (g->m.ndim == want->ndim && !memcmp(g->m.shape, want->shape, (size_t)want->ndim * sizeof(int64_t)) &&
         g->m.dtype == want->dtype)
         return OPR_OK;
-    char got[96];
-    return opr_fail(OPR_ERR_INVALID, "backward of %s: the gradient for '%s' is %s but the input is %d-d %s "
-                    "(formula bug: reduce broadcast dims with sum_to)", n->op->name, n->op->args[arg].name,
+    char got[96], which[32] = "";
+    if (item >= 0) snprintf(which, sizeof which, "[%d]", item);
+    return opr_fail(OPR_ERR_INVALID, "backward of %s: the gradient for '%s%s' is %s but the input is %d-d %s "
+                    "(formula bug: reduce broadcast dims with sum_to)", n->op->name, n->op->args[arg].name, which,
                     opr_tensor_describe(g, got, sizeof got), want->ndim, opr_dtype_name(want->dtype));
+}
+
+/* Sends g (consumed) along edge e: into a leaf, or into the pending gradient of the
+ * node it leads to, which becomes ready when this was its last edge. */
+static int send(ag_edge *e, opr_tensor *g, const capture *cap, node_list *ready)
+{
+    if (e->leaf) return deliver_leaf(e->leaf, g, cap);
+    if (!e->node) { opr_tensor_release(g); return OPR_OK; }
+    int rc = accumulate(ag_pending(e->node, e->out_nr), g);
+    if (!rc && --e->node->deps == 0) rc = push(ready, e->node);
+    return rc;
+}
+
+/* Drops the gradients accumulated for n's outputs. */
+static void release_pending(opr_node *n)
+{
+    for (int k = 0; k < OPR_MAX_OUTS; k++) { opr_tensor_release(n->pending[k]); n->pending[k] = NULL; }
+    for (int k = 0; k < n->npieces; k++) { opr_tensor_release(n->piece_pending[k]); n->piece_pending[k] = NULL; }
 }
 
 static int run_node(opr_node *n, const opr_backward_opts *o, const capture *cap, node_list *ready)
@@ -161,33 +182,35 @@ static int run_node(opr_node *n, const opr_backward_opts *o, const capture *cap,
                             "(version %u when saved, %u now); its gradient would be wrong", op->name,
                             op->deriv->slot_names[s], n->saved_version[s], now);
     }
-    for (int k = 0; cap && k < op->nout; k++) /* captured non-leaf inputs */
+    for (int k = 0; cap && k < ag_nouts(n); k++) /* captured non-leaf inputs */
         for (int i = 0; i < cap->n; i++)
-            if (cap->inputs[i]->grad_fn == n && cap->inputs[i]->output_nr == k && n->pending[k]) {
-                int rc = accumulate(&cap->grads[i], opr_tensor_retain(n->pending[k]));
+            if (cap->inputs[i]->grad_fn == n && cap->inputs[i]->output_nr == k && *ag_pending(n, k)) {
+                int rc = accumulate(&cap->grads[i], opr_tensor_retain(*ag_pending(n, k)));
                 if (rc) return rc;
             }
     opr_tensor *grads[OPR_MAX_ARGS] = {NULL};
+    opr_tensor **item_grads = NULL; /* per item of the Tensor[] argument */
+    if (n->nitems && !(item_grads = calloc((size_t)n->nitems, sizeof *item_grads)))
+        return opr_fail(OPR_ERR_NOMEM, "backward of %s: out of memory", op->name);
     int rc = OPR_OK;
     const deriv_plan *p = n->plan;
     for (int i = 0; i < p->nchosen && !rc; i++)
-        rc = ag_run_candidate(n, &op->deriv->cands[p->chosen[i]], p->chosen_mask[i], n->pending, grads,
+        rc = ag_run_candidate(n, &op->deriv->cands[p->chosen[i]], p->chosen_mask[i], n->pending, grads, item_grads,
                               o->create_graph);
-    for (int k = 0; k < OPR_MAX_OUTS; k++) { opr_tensor_release(n->pending[k]); n->pending[k] = NULL; }
+    release_pending(n);
     for (int a = 0; a < op->nargs; a++) {
         if (!grads[a]) continue;
-        if (!rc) rc = check_grad_shape(n, a, grads[a]);
-        if (rc) { opr_tensor_release(grads[a]); continue; }
-        ag_edge *e = &n->next[a];
-        if (e->leaf) {
-            rc = deliver_leaf(e->leaf, grads[a], cap);
-        } else if (e->node) {
-            rc = accumulate(&e->node->pending[e->out_nr], grads[a]);
-            if (!rc && --e->node->deps == 0) rc = push(ready, e->node);
-        } else {
-            opr_tensor_release(grads[a]);
-        }
+        if (!rc) rc = check_grad_shape(n, a, -1, grads[a]);
+        if (rc) opr_tensor_release(grads[a]);
+        else rc = send(&n->next[a], grads[a], cap, ready);
     }
+    for (int j = 0; j < n->nitems; j++) { /* an item given twice gets both gradients, summed */
+        if (!item_grads[j]) continue;
+        if (!rc) rc = check_grad_shape(n, n->list_arg, j, item_grads[j]);
+        if (rc) opr_tensor_release(item_grads[j]);
+        else rc = send(&n->items[j], item_grads[j], cap, ready);
+    }
+    free(item_grads);
     if (!o->retain_graph) {
         for (int s = 0; s < AG_TENSOR_SLOTS; s++) { opr_tensor_release(n->saved[s]); n->saved[s] = NULL; }
         n->released = true;
@@ -206,8 +229,8 @@ static int collect(node_list *all, opr_node *const *roots, int nroots)
     while (!rc && stack.n) {
         opr_node *n = stack.items[--stack.n];
         if ((rc = push(all, n))) break;
-        for (int a = 0; a < n->op->nargs; a++) {
-            opr_node *next = n->next[a].node;
+        for (int a = 0; a < n->op->nargs + n->nitems; a++) {
+            opr_node *next = a < n->op->nargs ? n->next[a].node : n->items[a - n->op->nargs].node;
             if (!next) continue;
             next->deps++;
             if (!next->queued) { next->queued = true; rc = push(&stack, next); }
@@ -279,7 +302,7 @@ static int backward(opr_tensor *const *outputs, opr_tensor *const *grad_outputs,
         opr_tensor *t = outputs[i];
         opr_tensor *g = seeds[i];
         seeds[i] = NULL;
-        if (t->grad_fn) rc = accumulate(&t->grad_fn->pending[t->output_nr], g);
+        if (t->grad_fn) rc = accumulate(ag_pending(t->grad_fn, t->output_nr), g);
         else rc = deliver_leaf(t, g, cap);
     }
     for (int i = 0; i < all.n && !rc; i++)
@@ -289,7 +312,7 @@ static int backward(opr_tensor *const *outputs, opr_tensor *const *grad_outputs,
         opr_node *n = all.items[i];
         n->deps = 0;
         n->queued = false;
-        for (int k = 0; k < OPR_MAX_OUTS; k++) { opr_tensor_release(n->pending[k]); n->pending[k] = NULL; }
+        release_pending(n);
     }
     for (int i = 0; i < n_outputs; i++) opr_tensor_release(seeds[i]);
     if (seeds != seeds_small) { free(seeds); free(roots); }

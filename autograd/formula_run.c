@@ -37,6 +37,15 @@ static int bind_slots(expr_run *r, opr_node *n, opr_tensor *const *grads_in, boo
         slots[s].u.t = &t->m;
         if (s >= op->nargs) results[s - op->nargs] = t;
     }
+    if (n->npieces) { /* an op returning Tensor[]: `grads` is one gradient per piece */
+        slots[slot_result(op)] = slots[op->nargs];
+        slots[slot_results(op)] = slots[op->nargs];
+        slots[slot_grads(op)] = (mval){.k = MV_TENSORS, .n = n->npieces, .u.ts = grads_in};
+        r->known_list = grads_in; /* grads[k] may be handed to an op */
+        r->nknown_list = n->npieces;
+        slots[slot_grad(op)] = (mval){.k = MV_TENSOR, .u.t = &grads_in[0]->m};
+        return OPR_OK;
+    }
     for (int k = 0; k < op->nout; k++) {
         grads[k] = grads_in[k];
         if (!grads[k] && opr_dtype_is_floating(n->metas[op->nargs + k].dtype)) { /* no gradient flowed into this output: it is zero */
@@ -141,8 +150,48 @@ static const deriv_cand *composite_for(const opr_node *n, int arg)
     return NULL;
 }
 
+/* The gradient of every piece of a list-returning op's node (new references): what
+ * flowed into it, or zeros (the formulas put the pieces together as they are). */
+static int piece_grads(opr_node *n, opr_tensor ***out)
+{
+    opr_tensor **g = calloc((size_t)n->npieces, sizeof *g);
+    if (!g) return opr_fail(OPR_ERR_NOMEM, "backward of %s: out of memory", n->op->name);
+    for (int k = 0; k < n->npieces; k++) {
+        g[k] = n->piece_pending[k] ? opr_tensor_retain(n->piece_pending[k]) : ag_zeros(n->op->ctx, &n->piece_metas[k], n->dev);
+        if (!g[k]) {
+            for (int j = 0; j < k; j++) opr_tensor_release(g[j]);
+            free(g);
+            return opr_error_status();
+        }
+    }
+    *out = g;
+    return OPR_OK;
+}
+
+/* A `tensors[i]:` candidate: its formula once per item that has an edge (an item
+ * that does not require grad gets nothing), each item's intermediates freed before the
+ * next. */
+static int run_per_item(expr_run *r, opr_node *n, const deriv_cand *c, mval *slots, opr_tensor **item_grads)
+{
+    const opr_op *op = n->op;
+    const int mark = r->ntemps;
+    for (int j = 0; j < n->nitems; j++) {
+        if (!n->items[j].node && !n->items[j].leaf) continue;
+        slots[slot_item(op)] = (mval){.k = MV_INT, .u.i = j};
+        mval v;
+        int rc = expr_run_eval(r, c->formula[0], slots, &v);
+        if (rc) return opr_fail_wrap(rc, "item %d", j);
+        opr_tensor *g = v.k == MV_TENSOR ? expr_run_tensor(r, v.u.t) : NULL;
+        if (!g) return opr_fail(OPR_ERR_INVALID, "%s: the formula for '%s[%d]' did not give a tensor", op->name,
+                                op->args[c->cover[0]].name, j);
+        item_grads[j] = opr_tensor_retain(g);
+        expr_run_rewind(r, mark);
+    }
+    return OPR_OK;
+}
+
 int ag_run_candidate(opr_node *n, const deriv_cand *c, uint32_t want, opr_tensor *const *grads_in,
-                     opr_tensor **grads_out, bool create_graph)
+                     opr_tensor **grads_out, opr_tensor **item_grads, bool create_graph)
 {
     const opr_op *op = n->op;
     if (c->kernel && create_graph) {
@@ -153,7 +202,7 @@ int ag_run_candidate(opr_node *n, const deriv_cand *c, uint32_t want, opr_tensor
             if (!alt)
                 return opr_fail(OPR_ERR_UNSUPPORTED, "%s: create_graph needs a composite formula for '%s' "
                                 "(the plan chose kernel %s)", op->name, op->args[arg].name, c->kernel->name);
-            int rc = ag_run_candidate(n, alt, 1u << arg, grads_in, grads_out, true);
+            int rc = ag_run_candidate(n, alt, 1u << arg, grads_in, grads_out, NULL, true);
             if (rc) return rc;
         }
         return OPR_OK;
@@ -163,9 +212,14 @@ int ag_run_candidate(opr_node *n, const deriv_cand *c, uint32_t want, opr_tensor
     expr_run_init(r, op->ctx, n->dev, n->metas[op->nargs].dtype);
     mval slots[DERIV_MAX_SLOTS];
     opr_tensor *grads[OPR_MAX_OUTS] = {NULL}, *results[OPR_MAX_OUTS] = {NULL};
-    int rc = bind_slots(r, n, grads_in, create_graph, slots, grads, results);
+    opr_tensor **pieces = NULL; /* the pieces' gradients, zeros where none flowed */
+    int rc = n->npieces ? piece_grads(n, &pieces) : OPR_OK;
+    if (!rc) rc = bind_slots(r, n, pieces ? pieces : grads_in, create_graph, slots, grads, results);
     if (!rc && c->kernel) {
         rc = run_kernel(r, n, c, want, grads, grads_out);
+    } else if (!rc && c->per_item) {
+        rc = item_grads && n->nitems ? run_per_item(r, n, c, slots, item_grads)
+                                     : opr_fail(OPR_ERR_INVALID, "%s: no items to differentiate", op->name);
     } else if (!rc) {
         for (int k = 0; k < c->nlets && !rc; k++) rc = expr_run_eval(r, c->lets[k], slots, &slots[slot_let0(op) + k]);
         for (int p = 0; p < c->ncover && !rc; p++) {
@@ -180,5 +234,7 @@ int ag_run_candidate(opr_node *n, const deriv_cand *c, uint32_t want, opr_tensor
     }
     if (rc) rc = opr_fail_wrap(rc, "backward of %s [%s]", op->name, c->label);
     expr_run_done(r);
+    for (int k = 0; pieces && k < n->npieces; k++) opr_tensor_release(pieces[k]);
+    free(pieces);
     return rc;
 }

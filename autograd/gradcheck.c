@@ -126,6 +126,41 @@ static int build_call(const gc *g, opr_device dev, opr_dtype dt, uint32_t rg, in
     return OPR_OK;
 }
 
+/* Runs the op of g on call c. An op returning a Tensor[] gives one output here: its
+ * pieces flattened and concatenated, through reshape and cat, so that the gradient
+ * weights of that output flow back into each piece (and a piece no weight reaches does
+ * not occur: every piece has its weights). */
+static int call_op(const gc *g, const gc_call *c, opr_tensor **outs)
+{
+    const opr_op *op = g->op;
+    if (!op->list_out) return opr_call(op, c->v, c->n, outs, op->nout);
+    int n = 0;
+    int rc = opr_op_result_count(op, c->v, c->n, &n);
+    if (rc) return rc;
+    if (n < 1) return opr_fail(OPR_ERR_INVALID, "opr_gradcheck: %s gives no pieces for these arguments", op->name);
+    opr_tensor **pieces = calloc((size_t)n * 2, sizeof *pieces), **flat = pieces + n;
+    if (!pieces) return opr_fail(OPR_ERR_NOMEM, "opr_gradcheck: out of memory");
+    const opr_op *contiguous = registry_engine_op(g->ctx, ENGINE_OP_CONTIGUOUS);
+    const opr_op *reshape = registry_engine_op(g->ctx, ENGINE_OP_RESHAPE), *cat = opr_op_find(g->ctx, "cat");
+    if (!contiguous || !reshape || !cat) rc = opr_fail(OPR_ERR_NOT_FOUND, "opr_gradcheck: %s: needs contiguous, reshape "
+                                                       "and cat to check a list result", op->name);
+    if (!rc) rc = opr_call(op, c->v, c->n, pieces, n);
+    for (int k = 0; k < n && !rc; k++) {
+        opr_tensor *dense = NULL;
+        opr_value a = opr_v_tensor(pieces[k]);
+        rc = opr_call(contiguous, &a, 1, &dense, 1);
+        int64_t numel = opr_tensor_numel(pieces[k]);
+        opr_value r[2] = {opr_v_tensor(dense), opr_v_ints(&numel, 1)};
+        if (!rc) rc = opr_call(reshape, r, 2, &flat[k], 1);
+        opr_tensor_release(dense);
+    }
+    opr_value ca[2] = {opr_v_tensors(flat, n), opr_v_int(0)};
+    if (!rc) rc = opr_call(cat, ca, 2, outs, 1);
+    for (int k = 0; k < 2 * n; k++) opr_tensor_release(pieces[k]);
+    free(pieces);
+    return rc;
+}
+
 /* The op without grad on dev in dt, outputs as f64 (perturbed as build_call says). */
 static int forward(const gc *g, opr_device dev, opr_dtype dt, int pert, int64_t pel, double delta, double **vals)
 {
@@ -133,7 +168,7 @@ static int forward(const gc *g, opr_device dev, opr_dtype dt, int pert, int64_t 
     bool prev = opr_grad_mode_set(false);
     opr_tensor *outs[OPR_MAX_OUTS] = {NULL};
     int rc = build_call(g, dev, dt, 0, pert, pel, delta, &c);
-    if (!rc) rc = opr_call(g->op, c.v, c.n, outs, g->nout);
+    if (!rc) rc = call_op(g, &c, outs);
     opr_grad_mode_set(prev);
     for (int k = 0; !rc && k < g->nout; k++)
         if (!(vals[k] = host_f64(outs[k]))) rc = opr_error_status();
@@ -227,7 +262,7 @@ static gc_outcome analytic(gc *g, opr_device dev, opr_dtype dt, uint32_t rg, uin
     if (g->rtol > 0) rtol = g->rtol;
     bool prev = opr_grad_mode_set(true);
     int rc = build_call(g, dev, dt, rg, -1, 0, 0, &c);
-    if (!rc) rc = opr_call(g->op, c.v, c.n, outs, g->nout);
+    if (!rc) rc = call_op(g, &c, outs);
     for (int k = 0; !rc && k < g->nout; k++) {
         if (!g->out_float[k]) continue;
         if (!(gos[nf] = tensor_of(g->ctx, opr_tensor_dtype(outs[k]), g->out_ndim[k], g->out_shape[k], g->v[k],
@@ -478,7 +513,7 @@ static int setup(gc *g, const char *const *inputs, int n_inputs, const opr_gradc
     opr_tensor *outs[OPR_MAX_OUTS] = {NULL};
     bool prev = opr_grad_mode_set(false);
     int rc = build_call(g, g->ref_dev, OPR_F64, 0, -1, 0, 0, &c);
-    if (!rc) rc = opr_call(op, c.v, c.n, outs, g->nout);
+    if (!rc) rc = call_op(g, &c, outs);
     opr_grad_mode_set(prev);
     if (rc) rc = opr_fail_wrap(rc, "opr_gradcheck: %s: the reference forward in f64 failed", op->name);
     for (int k = 0; !rc && k < g->nout; k++) {

@@ -81,32 +81,94 @@ void ag_node_release(struct opr_node *first)
         for (int k = 0; k < OPR_MAX_OUTS; k++) opr_tensor_release(n->pending[k]);
         for (int i = 0; i < n->op->nargs; i++)
             if (n->slots[i].k == MV_STR) free((char *)n->slots[i].u.s); /* copied by ag_record */
-        for (int i = 0; i < OPR_MAX_ARGS; i++) {
-            opr_tensor_release(n->next[i].leaf);
-            opr_node *next = n->next[i].node;
+        for (int i = 0; i < OPR_MAX_ARGS + n->nitems; i++) {
+            ag_edge *e = i < OPR_MAX_ARGS ? &n->next[i] : &n->items[i - OPR_MAX_ARGS];
+            opr_tensor_release(e->leaf);
+            opr_node *next = e->node;
             if (!next) continue;
             if (top < 64) stack[top++] = next;
             else ag_node_release(next); /* rare: very wide fan-in */
         }
+        for (int k = 0; k < n->npieces; k++) opr_tensor_release(n->piece_pending[k]);
+        free(n->piece_pending);
+        free(n->items);
         node_free(n);
     }
 }
 
-int ag_record(const opr_op *op, opr_tensor *const *tensors, const mval *slots, opr_tensor **outs,
-              opr_device dev, bool list_requires_grad)
+/* An edge to where t's gradient goes: its grad_fn, or t itself as a leaf. */
+static void edge_to(ag_edge *e, opr_tensor *t)
 {
-    if (list_requires_grad)
-        return opr_fail(OPR_ERR_UNSUPPORTED, "%s: autograd through Tensor[] arguments is not supported yet; "
-                        "run it under no_grad or detach its inputs", op->name);
+    if (t->grad_fn) {
+        atomic_fetch_add(&t->grad_fn->refs, 1);
+        e->node = t->grad_fn;
+        e->out_nr = t->output_nr;
+    } else {
+        e->leaf = opr_tensor_retain(t);
+    }
+}
+
+/* Keeps the items of the Tensor[] argument list_arg (slots[list_arg], borrowed from
+ * the call): their metadata, which the node's slot then shows, and an edge for each
+ * one that requires grad. The tensors themselves are not kept. */
+static int record_items(opr_node *n, int list_arg, const mval *list)
+{
+    n->list_arg = list_arg;
+    size_t edges = (size_t)list->n * sizeof(ag_edge);
+    void *block = calloc(1, edges + (size_t)list->n * sizeof(opr_meta) + 1);
+    if (!block) return opr_fail(OPR_ERR_NOMEM, "out of memory recording %s", n->op->name);
+    n->items = block;
+    n->item_metas = (opr_meta *)(void *)((char *)block + edges);
+    n->nitems = list->n;
+    for (int j = 0; j < list->n; j++) {
+        opr_tensor *t = list->u.ts[j];
+        n->item_metas[j] = t->m;
+        if (t->requires_grad) edge_to(&n->items[j], t);
+    }
+    n->slots[list_arg] = (mval){.k = MV_METAS, .n = list->n, .u.ms = n->item_metas};
+    return OPR_OK;
+}
+
+/* Keeps the pieces of a list-returning op's call: their metadata, which the output's
+ * slot (`result`, `results`) then shows as a list, and a pending gradient for each. */
+static int record_pieces(opr_node *n, opr_tensor **pieces, int npieces)
+{
+    size_t pend = (size_t)npieces * sizeof(opr_tensor *);
+    void *block = calloc(1, pend + (size_t)npieces * sizeof(opr_meta));
+    if (!block) return opr_fail(OPR_ERR_NOMEM, "out of memory recording %s", n->op->name);
+    n->piece_pending = block;
+    n->piece_metas = (opr_meta *)(void *)((char *)block + pend);
+    n->npieces = npieces;
+    for (int k = 0; k < npieces; k++) n->piece_metas[k] = pieces[k]->m;
+    n->slots[n->op->nargs] = (mval){.k = MV_METAS, .n = npieces, .u.ms = n->piece_metas};
+    return OPR_OK;
+}
+
+/* ag_record and ag_record_list: nouts outputs, which are the pieces of a list when
+ * op->list_out. */
+static int record(const opr_op *op, opr_tensor *const *tensors, const mval *slots, opr_tensor **outs, int nouts,
+                  opr_device dev)
+{
     uint32_t mask = 0;
-    for (int i = 0; i < op->nargs; i++)
+    int list_arg = -1;
+    for (int i = 0; i < op->nargs; i++) {
         if (tensors[i] && tensors[i]->requires_grad) mask |= 1u << i;
+        if (slots[i].k != MV_TENSORS) continue;
+        bool wants = false;
+        for (int j = 0; j < slots[i].n; j++) /* an op of many items is one node: one bit for them all */
+            wants |= slots[i].u.ts[j]->requires_grad;
+        if (wants && list_arg >= 0 && ((mask >> list_arg) & 1))
+            return opr_fail(OPR_ERR_UNSUPPORTED, "%s: items of two Tensor[] arguments ('%s', '%s') require grad; a "
+                            "node follows the items of one", op->name, op->args[list_arg].name, op->args[i].name);
+        if (wants || list_arg < 0) list_arg = i;
+        if (wants) mask |= 1u << i;
+    }
     if (!mask) return OPR_OK;
     if (!op->deriv) {
         /* An op without formulas would silently cut the graph: only ops declared
          * `differentiable: false` (or with no floating output) may do that. */
         bool floating_out = false;
-        for (int k = 0; k < op->nout; k++) floating_out |= opr_dtype_is_floating(outs[k]->m.dtype);
+        for (int k = 0; k < nouts; k++) floating_out |= opr_dtype_is_floating(outs[k]->m.dtype);
         if (!floating_out || op->nondifferentiable) return OPR_OK;
         return opr_fail(OPR_ERR_UNSUPPORTED, "%s has no derivative formulas but an input requires grad; add them "
                         "to its YAML entry (or `differentiable: false`), or run it under no_grad", op->name);
@@ -125,6 +187,13 @@ int ag_record(const opr_op *op, opr_tensor *const *tensors, const mval *slots, o
     memset(n->next, 0, sizeof n->next);
     memset(n->saved, 0, sizeof n->saved);
     memset(n->pending, 0, sizeof n->pending);
+    n->list_arg = -1;
+    n->nitems = 0;
+    n->items = NULL;
+    n->item_metas = NULL;
+    n->npieces = 0;
+    n->piece_pending = NULL;
+    n->piece_metas = NULL;
     n->released = n->queued = false;
     n->deps = 0;
     atomic_init(&n->refs, 1); /* ours until the outputs take it over, below */
@@ -151,7 +220,16 @@ int ag_record(const opr_op *op, opr_tensor *const *tensors, const mval *slots, o
             n->metas[i] = tensors[i]->m;
             n->slots[i].u.t = &n->metas[i];
         }
-    for (int k = 0; k < op->nout; k++) {
+    if (list_arg >= 0) {
+        int rc = record_items(n, list_arg, &slots[list_arg]);
+        if (rc) { ag_node_release(n); return rc; }
+    }
+    if (op->list_out) { /* the output slot: piece 0's metadata, the slot itself the list */
+        int rc = record_pieces(n, outs, nouts);
+        if (rc) { ag_node_release(n); return rc; }
+        n->metas[op->nargs] = outs[0]->m;
+    }
+    for (int k = 0; k < op->nout && !op->list_out; k++) {
         n->metas[op->nargs + k] = outs[k]->m;
         n->slots[op->nargs + k].k = MV_TENSOR;
         n->slots[op->nargs + k].u.t = &n->metas[op->nargs + k];
@@ -159,7 +237,7 @@ int ag_record(const opr_op *op, opr_tensor *const *tensors, const mval *slots, o
     n->fast = !opr_special_grads_enabled(); /* fixed now, whenever backward runs */
     bool batched = false; /* a node of opr_vmap's per-sample graph runs formulas only */
     for (int i = 0; i < op->nargs && !batched; i++) batched = tensors[i] && tensors[i]->bt_phys;
-    for (int k = 0; k < op->nout && !batched; k++) batched = outs[k]->bt_phys;
+    for (int k = 0; k < nouts && !batched; k++) batched = outs[k]->bt_phys;
     /* The planner reads a full DERIV_MAX_SLOTS array of slots (it fills the ones after
      * the arguments and outputs for costing), more than the node keeps. */
     mval plan_slots[DERIV_MAX_SLOTS] = {0};
@@ -168,6 +246,17 @@ int ag_record(const opr_op *op, opr_tensor *const *tensors, const mval *slots, o
     if (!n->plan) { ag_node_release(n); return opr_fail_wrap(opr_error_status(), "%s: planning the backward", op->name); }
     for (int s = 0; s < op->nargs + op->nout; s++) {
         if (!((n->plan->save >> s) & 1)) continue;
+        if (op->list_out && s >= op->nargs) {
+            ag_node_release(n);
+            return opr_fail(OPR_ERR_UNSUPPORTED, "%s: the plan reads its pieces as tensors; formulas of an op "
+                            "returning Tensor[] may read them only through size(), sizes(), dim() or numel()", op->name);
+        }
+        if (s == n->list_arg) { /* no formula needs this yet: the items' metadata are kept */
+            ag_node_release(n);
+            return opr_fail(OPR_ERR_UNSUPPORTED, "%s: the plan reads the items of Tensor[] argument '%s' as tensors; "
+                            "formulas may read them only through size(), sizes(), dim() or numel()", op->name,
+                            op->args[s].name);
+        }
         n->saved[s] = s < op->nargs ? opr_tensor_retain(tensors[s]) : detached_view(outs[s - op->nargs]);
         if (!n->saved[s]) {
             ag_node_release(n);
@@ -178,18 +267,9 @@ int ag_record(const opr_op *op, opr_tensor *const *tensors, const mval *slots, o
         n->slots[s].u.t = &n->saved[s]->m;
         n->saved_version[s] = atomic_load_explicit(&n->saved[s]->storage->version, memory_order_relaxed);
     }
-    for (int i = 0; i < op->nargs; i++) {
-        if (!((mask >> i) & 1)) continue;
-        opr_tensor *t = tensors[i];
-        if (t->grad_fn) {
-            atomic_fetch_add(&t->grad_fn->refs, 1);
-            n->next[i].node = t->grad_fn;
-            n->next[i].out_nr = t->output_nr;
-        } else {
-            n->next[i].leaf = opr_tensor_retain(t);
-        }
-    }
-    for (int k = 0; k < op->nout; k++) {
+    for (int i = 0; i < op->nargs; i++)
+        if (((mask >> i) & 1) && tensors[i]) edge_to(&n->next[i], tensors[i]);
+    for (int k = 0; k < nouts; k++) {
         if (!opr_dtype_is_floating(outs[k]->m.dtype)) continue; /* indices and masks carry no gradient */
         atomic_fetch_add(&n->refs, 1);
         outs[k]->grad_fn = n;
@@ -198,4 +278,18 @@ int ag_record(const opr_op *op, opr_tensor *const *tensors, const mval *slots, o
     }
     ag_node_release(n); /* drop ours: freed here if no output took the node */
     return OPR_OK;
+}
+
+int ag_record(const opr_op *op, opr_tensor *const *tensors, const mval *slots, opr_tensor **outs,
+              opr_device dev, bool list_requires_grad)
+{
+    (void)list_requires_grad; /* record() reads the Tensor[] items themselves */
+    return record(op, tensors, slots, outs, op->nout, dev);
+}
+
+int ag_record_list(const opr_op *op, opr_tensor *const *tensors, const mval *slots, opr_tensor **pieces,
+                   int npieces, opr_device dev)
+{
+    if (!op->list_out || npieces < 1) return opr_fail(OPR_ERR_INVALID, "%s: no pieces to record", op->name);
+    return record(op, tensors, slots, pieces, npieces, dev);
 }

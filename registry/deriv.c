@@ -11,7 +11,8 @@
 static uint64_t saved_bit(const opr_op *op, int slot)
 {
     if (slot == slot_result(op)) return 1ull << op->nargs;
-    if (slot < op->nargs) return op->args[slot].type == ARG_TENSOR ? 1ull << slot : 0; /* scalars are kept anyway */
+    if (slot < op->nargs) /* scalars are kept anyway */
+        return op->args[slot].type == ARG_TENSOR || op->args[slot].type == ARG_TENSOR_LIST ? 1ull << slot : 0;
     if (slot < op->nargs + op->nout) return 1ull << slot;
     return 0;
 }
@@ -39,6 +40,11 @@ static void analyze(const opr_op *op, const expr *e, bool meta_only, uint64_t *n
             }
             if (e->args[0]->slot == slot_grads(op)) return;
         }
+        if (e->args[0]->kind == EXPR_NAME && e->args[0]->slot < op->nargs) { /* tensors[i]: read as the list is */
+            analyze(op, e->args[0], meta_only, needs, meta);
+            analyze(op, e->args[1], false, needs, meta);
+            return;
+        }
         break;
     case EXPR_CALL:
         for (int i = 0; i < e->nargs; i++)
@@ -51,11 +57,26 @@ static void analyze(const opr_op *op, const expr *e, bool meta_only, uint64_t *n
     for (int i = 0; i < e->nargs; i++) analyze(op, e->args[i], false, needs, meta);
 }
 
+/* The first node of e that reads slot, or NULL. */
+static const expr *find_slot(const expr *e, int slot)
+{
+    if (e->kind == EXPR_NAME && e->slot == slot) return e;
+    for (int i = 0; i < e->nargs; i++) {
+        const expr *f = find_slot(e->args[i], slot);
+        if (f) return f;
+    }
+    return NULL;
+}
+
 int deriv_add_formula(opr_op *op, deriv_cand *c, int cover_pos, expr *e, const char **names, int nnames,
                       const expr_src *src)
 {
     int rc = expr_resolve_formula(e, names, nnames, src);
     if (rc) return rc;
+    const expr *item = c->per_item ? NULL : find_slot(e, slot_item(op));
+    if (item) /* an argument named `i` resolves to its own slot first */
+        return opr_fail(OPR_ERR_PARSE, "%s:%d:%d: 'i' (an item's index) is known only in a 'LIST[i]:' derivative "
+                        "entry", src->file, item->line, item->col);
     uint64_t needs = 0, meta = 0;
     analyze(op, e, false, &needs, &meta);
     if (cover_pos < 0) { /* a shared `let` */

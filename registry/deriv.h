@@ -7,6 +7,9 @@
  *              intermediates (`let`) that are computed once
  *   kernel     `self, mat2: {kernel: mm_backward, needs: {self: [mat2], ...}}`
  *              a native fused backward a backend may implement
+ *   per item   `tensors[i]: narrow(grad, dim, cat_offset(tensors, dim, i), ...)`
+ *              the gradient of each item of a Tensor[] argument: the formula runs
+ *              once per item that requires grad, with `i` its index
  * A plan is a set of candidates that together cover exactly the inputs that need
  * grad; it saves the union of what the chosen formulas read.
  *
@@ -26,12 +29,14 @@ static inline int slot_result(const opr_op *op) { return op->nargs + op->nout; }
 static inline int slot_grad(const opr_op *op) { return op->nargs + op->nout + 1; }
 static inline int slot_grads(const opr_op *op) { return op->nargs + op->nout + 2; }   /* grads[k] */
 static inline int slot_results(const opr_op *op) { return op->nargs + op->nout + 3; } /* results[k] */
-static inline int slot_let0(const opr_op *op) { return op->nargs + op->nout + 4; }
-#define DERIV_MAX_SLOTS (OPR_MAX_ARGS + OPR_MAX_OUTS + 4 + DERIV_MAX_LETS)
+static inline int slot_item(const opr_op *op) { return op->nargs + op->nout + 4; }    /* `i` of `tensors[i]:` */
+static inline int slot_let0(const opr_op *op) { return op->nargs + op->nout + 5; }
+#define DERIV_MAX_SLOTS (OPR_MAX_ARGS + OPR_MAX_OUTS + 5 + DERIV_MAX_LETS)
 
 typedef struct deriv_cand {
     char *label;                      /* as written: "self", "self, mat2" */
     bool fast;                        /* under `fast:`: for nodes recorded in fast mode */
+    bool per_item;                    /* `tensors[i]:` covers the items of a Tensor[] argument */
     int ncover;
     int cover[OPR_MAX_ARGS];          /* input arg indices, in the order written */
     uint32_t covers;                  /* bit per input arg */

@@ -352,8 +352,10 @@ opr_status opr_call(const opr_op *op, const opr_value *args, int nargs, opr_tens
     if (op && args && nargs > 0 && nargs <= op->nargs && promote_target(op, args, nargs, &promoted))
         return promote_call(op, args, nargs, promoted, results, nres);
     unsigned layouts = op && args && nargs > 0 && nargs <= OPR_MAX_ARGS ? layouts_in_args(args, nargs) : 0;
+    if (op && op->list_out && layouts) return list_call(op, args, nargs, results, nres); /* refuses them */
     if (layouts & LAYOUT_BATCHED) return vmap_call(op, args, nargs, results, nres); /* the batch is outermost */
     if (layouts & LAYOUT_JAGGED) return jagged_call(op, args, nargs, results, nres);
+    if (op && op->list_out) return list_call(op, args, nargs, results, nres); /* its own count of results */
     checked c;
     c.list_views = NULL;
     c.have_dev = false;

@@ -65,7 +65,10 @@ int expr_resolve_formula(expr *e, const char *const *names, int nnames, const ex
 
 /* ------------------------------------------------------------------ evaluation */
 
-typedef enum mval_kind { MV_NONE, MV_INT, MV_FLOAT, MV_BOOL, MV_LIST, MV_TENSOR, MV_TENSORS, MV_STR } mval_kind;
+/* MV_TENSORS: a list of real tensors (a Tensor[] argument of a call, `grads`); MV_METAS:
+ * the same seen only through its items' metadata (a Tensor[] argument as a graph node
+ * keeps it: item metadata without the tensors). */
+typedef enum mval_kind { MV_NONE, MV_INT, MV_FLOAT, MV_BOOL, MV_LIST, MV_TENSOR, MV_TENSORS, MV_STR, MV_METAS } mval_kind;
 
 /* A value during metadata evaluation. Tensors are seen through their metadata only. */
 typedef struct mval {
@@ -78,6 +81,7 @@ typedef struct mval {
         int64_t l[OPR_MAX_DIMS];
         const opr_meta *t;
         opr_tensor *const *ts;
+        const opr_meta *ms;
         const char *s;
     } u;
 } mval;
@@ -99,6 +103,15 @@ int expr_eval_with(const expr *e, const mval *slots, const expr_hooks *h, mval *
 bool expr_builtin_reads_meta(int builtin);
 /* True for select(cond, a, b), whose value is one of its arguments as it is. */
 bool expr_builtin_is_select(int builtin);
+
+/* Item k of a tensor list (MV_TENSORS or MV_METAS) as metadata: NULL for a None item
+ * (`grads[k]` of an output that got no gradient). k must be in range. */
+static inline const opr_meta *mval_item(const mval *l, int k)
+{
+    if (l->k == MV_METAS) return &l->u.ms[k];
+    return l->u.ts[k] ? &l->u.ts[k]->m : NULL;
+}
+static inline bool mval_is_list(const mval *v) { return v->k == MV_TENSORS || v->k == MV_METAS; }
 
 /* The metadata view of a kernel argument (tensors are not converted). */
 void mval_of_kernel_arg(const opr_kernel_arg *k, mval *m);

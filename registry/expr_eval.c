@@ -266,15 +266,15 @@ static int bi_cat_shape(const mval *a, int n, mval *out)
 {
     (void)n;
     int64_t di;
-    if (a[0].k != MV_TENSORS || !as_int(&a[1], &di)) return opr_fail(OPR_ERR_INVALID, "cat_shape: expected (tensors, int)");
+    if (!mval_is_list(&a[0]) || !as_int(&a[1], &di)) return opr_fail(OPR_ERR_INVALID, "cat_shape: expected (tensors, int)");
     if (a[0].n == 0) return opr_fail(OPR_ERR_INVALID, "cat: expected a non-empty list of tensors");
     /* `grads` in a formula holds NULL for outputs that got no gradient */
     for (int i = 0; i < a[0].n; i++)
-        if (!a[0].u.ts[i]) return opr_fail(OPR_ERR_INVALID, "cat: tensor %d is None", i);
+        if (!mval_item(&a[0], i)) return opr_fail(OPR_ERR_INVALID, "cat: tensor %d is None", i);
     const opr_meta *ref = NULL;
     /* 1-d empty tensors are skipped, as PyTorch does for legacy reasons */
     for (int i = 0; i < a[0].n && !ref; i++) {
-        const opr_meta *m = &a[0].u.ts[i]->m;
+        const opr_meta *m = mval_item(&a[0], i);
         if (!(m->ndim == 1 && m->shape[0] == 0)) ref = m;
     }
     if (!ref) { int64_t z = 0; set_list(out, &z, 1); return OPR_OK; }
@@ -283,7 +283,7 @@ static int bi_cat_shape(const mval *a, int n, mval *out)
     if (wrap(di, ref->ndim, "cat", &d)) return OPR_ERR_INVALID;
     int64_t total = 0;
     for (int i = 0; i < a[0].n; i++) {
-        const opr_meta *m = &a[0].u.ts[i]->m;
+        const opr_meta *m = mval_item(&a[0], i);
         if (m->ndim == 1 && m->shape[0] == 0) continue;
         if (m->ndim != ref->ndim)
             return opr_fail(OPR_ERR_INVALID, "cat: tensor %d has %d dims, expected %d", i, m->ndim, ref->ndim);
@@ -295,6 +295,85 @@ static int bi_cat_shape(const mval *a, int n, mval *out)
     }
     set_list(out, ref->shape, ref->ndim);
     out->u.l[d] = total;
+    return OPR_OK;
+}
+
+/* cat_offset(ts, d, i): where item i of the tensor list ts starts along dim d of
+ * cat(ts, d), the sum of the sizes along d of the items before it (1-d empty items,
+ * which cat skips, count 0). Gives the piece of a cat's gradient that belongs to item i. */
+static int bi_cat_offset(const mval *a, int n, mval *out)
+{
+    (void)n;
+    int64_t di, ii;
+    if (!mval_is_list(&a[0]) || !as_int(&a[1], &di) || !as_int(&a[2], &ii))
+        return opr_fail(OPR_ERR_INVALID, "cat_offset: expected (tensors, int, int)");
+    if (ii < 0 || ii >= a[0].n)
+        return opr_fail(OPR_ERR_INVALID, "cat_offset: item %lld out of range for %d tensors", (long long)ii, a[0].n);
+    int64_t at = 0;
+    for (int k = 0; k < (int)ii; k++) {
+        const opr_meta *m = mval_item(&a[0], k);
+        if (!m) return opr_fail(OPR_ERR_INVALID, "cat_offset: tensor %d is None", k);
+        if (m->ndim == 1 && m->shape[0] == 0) continue;
+        int d = 0;
+        if (wrap(di, m->ndim, "cat_offset", &d)) return OPR_ERR_INVALID;
+        at += m->ndim ? m->shape[d] : 1;
+    }
+    out->k = MV_INT;
+    out->u.i = at;
+    return OPR_OK;
+}
+
+/* "[2, 3]" into buf. */
+static void format_shape(const int64_t *shape, int ndim, char *buf, size_t len)
+{
+    size_t at = (size_t)snprintf(buf, len, "[");
+    for (int k = 0; k < ndim && at < len; k++) at += (size_t)snprintf(buf + at, len - at, "%s%lld", k ? ", " : "", (long long)shape[k]);
+    if (at < len) snprintf(buf + at, len - at, "]");
+}
+
+/* stack_shape(ts, d): the shape of stack(ts, d): the items' common shape with the
+ * number of items inserted at d (from -dim-1 to dim); error when the items' shapes
+ * differ or the list is empty. */
+static int bi_stack_shape(const mval *a, int n, mval *out)
+{
+    (void)n;
+    int64_t di;
+    if (!mval_is_list(&a[0]) || !as_int(&a[1], &di)) return opr_fail(OPR_ERR_INVALID, "stack_shape: expected (tensors, int)");
+    if (a[0].n == 0) return opr_fail(OPR_ERR_INVALID, "stack: expected a non-empty list of tensors");
+    const opr_meta *ref = mval_item(&a[0], 0);
+    for (int i = 0; i < a[0].n; i++) {
+        const opr_meta *m = mval_item(&a[0], i);
+        if (!m) return opr_fail(OPR_ERR_INVALID, "stack: tensor %d is None", i);
+        if (m->ndim != ref->ndim || memcmp(m->shape, ref->shape, (size_t)m->ndim * sizeof *m->shape)) {
+            char want[96], got[96];
+            format_shape(ref->shape, ref->ndim, want, sizeof want);
+            format_shape(m->shape, m->ndim, got, sizeof got);
+            return opr_fail(OPR_ERR_INVALID, "stack: tensor %d has shape %s, tensor 0 has %s (stack needs equal shapes)",
+                            i, got, want);
+        }
+    }
+    if (ref->ndim + 1 > OPR_MAX_DIMS) return opr_fail(OPR_ERR_INVALID, "stack: more than %d dims", OPR_MAX_DIMS);
+    if (di < -(int64_t)ref->ndim - 1 || di > ref->ndim)
+        return opr_fail(OPR_ERR_INVALID, "stack: dim %lld out of range for %d-d tensors (from %d to %d)", (long long)di,
+                        ref->ndim, -ref->ndim - 1, ref->ndim);
+    int d = (int)(di < 0 ? di + ref->ndim + 1 : di);
+    out->k = MV_LIST;
+    out->n = 0;
+    for (int k = 0; k < ref->ndim; k++) {
+        if (k == d) out->u.l[out->n++] = a[0].n;
+        out->u.l[out->n++] = ref->shape[k];
+    }
+    if (d == ref->ndim) out->u.l[out->n++] = a[0].n;
+    return OPR_OK;
+}
+
+/* len(ts): the number of items of a tensor list or an int list. */
+static int bi_len(const mval *a, int n, mval *out)
+{
+    (void)n;
+    if (!mval_is_list(&a[0]) && a[0].k != MV_LIST) return opr_fail(OPR_ERR_INVALID, "len: expected a list");
+    out->k = MV_INT;
+    out->u.i = a[0].n;
     return OPR_OK;
 }
 
@@ -481,7 +560,8 @@ static const struct builtin {
     {"transpose_shape", 3, 3, bi_transpose_shape}, {"permute_shape", 2, 2, bi_permute_shape},
     {"reshape_shape", 2, 2, bi_reshape_shape}, {"expand_shape", 2, 2, bi_expand_shape},
     {"unsqueeze_shape", 2, 2, bi_unsqueeze_shape}, {"squeeze_shape", 1, 2, bi_squeeze_shape},
-    {"diagonal_shape", 4, 4, bi_diagonal_shape},
+    {"diagonal_shape", 4, 4, bi_diagonal_shape}, {"cat_offset", 3, 3, bi_cat_offset}, {"len", 1, 1, bi_len},
+    {"stack_shape", 2, 2, bi_stack_shape},
     /* select(cond, a, b): a if cond is truthy, else b; only the chosen one is
      * evaluated (so a formula runs, and is costed for, one branch). Evaluated in
      * expr_eval_with, not through a builtin_fn. */
@@ -644,13 +724,13 @@ int expr_eval_with(const expr *e, const mval *slots, const expr_hooks *h, mval *
         int64_t k;
         int d = 0;
         /* wrap() lets index 0 through for 0 items (a 0-d tensor's dim 0): not here */
-        if ((l.k == MV_TENSORS || l.k == MV_LIST) && l.n == 0)
+        if ((mval_is_list(&l) || l.k == MV_LIST) && l.n == 0)
             return opr_fail(OPR_ERR_INVALID, "index into an empty list");
-        if (l.k == MV_TENSORS && as_int(&i, &k)) { /* grads[k], results[k] */
+        if (mval_is_list(&l) && as_int(&i, &k)) { /* grads[k], results[k], tensors[i] */
             if (wrap(k, l.n, "index", &d)) return OPR_ERR_INVALID;
-            if (!l.u.ts[d]) { out->k = MV_NONE; return OPR_OK; }
+            if (!mval_item(&l, d)) { out->k = MV_NONE; return OPR_OK; }
             out->k = MV_TENSOR;
-            out->u.t = &l.u.ts[d]->m;
+            out->u.t = mval_item(&l, d);
             return OPR_OK;
         }
         if (l.k != MV_LIST || !as_int(&i, &k)) return opr_fail(OPR_ERR_INVALID, "only int lists can be indexed");

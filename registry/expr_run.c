@@ -12,6 +12,8 @@ void expr_run_init(expr_run *r, opr_ctx *ctx, opr_device dev, opr_dtype dt)
     r->dev = dev;
     r->dt = dt;
     r->nknown = r->ntemps = 0;
+    r->known_list = NULL;
+    r->nknown_list = 0;
 }
 
 opr_tensor *expr_run_tensor(const expr_run *r, const opr_meta *m)
@@ -20,6 +22,8 @@ opr_tensor *expr_run_tensor(const expr_run *r, const opr_meta *m)
         if (r->known[i] && &r->known[i]->m == m) return r->known[i];
     for (int i = 0; i < r->ntemps; i++)
         if (&r->temps[i]->m == m) return r->temps[i];
+    for (int i = 0; i < r->nknown_list; i++)
+        if (r->known_list[i] && &r->known_list[i]->m == m) return r->known_list[i];
     return NULL;
 }
 
@@ -32,8 +36,13 @@ int expr_run_keep(expr_run *r, opr_tensor *t)
 
 void expr_run_done(expr_run *r)
 {
-    for (int i = 0; i < r->ntemps; i++) opr_tensor_release(r->temps[i]);
-    r->ntemps = 0;
+    expr_run_rewind(r, 0);
+}
+
+void expr_run_rewind(expr_run *r, int mark)
+{
+    for (int i = mark; i < r->ntemps; i++) opr_tensor_release(r->temps[i]);
+    if (mark < r->ntemps) r->ntemps = mark;
 }
 
 static opr_tensor *scalar_tensor(expr_run *r, double v)
@@ -88,6 +97,15 @@ static int run_call(void *ud, const expr *call, const mval *args, int nargs, mva
             }
             break;
         case MV_LIST: vals[p] = opr_v_ints(v->u.l, v->n); break;
+        case MV_TENSORS: /* a Tensor[] argument or `grads` handed on */
+            for (int i = 0; i < v->n; i++)
+                if (!v->u.ts[i]) return opr_fail(OPR_ERR_INVALID, "%s:%d:%d: %s(): item %d of the tensor list is None",
+                                                 op->file, call->line, call->col, op->name, i);
+            vals[p] = opr_v_tensors(v->u.ts, v->n);
+            break;
+        case MV_METAS:
+            return opr_fail(OPR_ERR_INVALID, "%s:%d:%d: %s(): a Tensor[] kept only as its items' sizes cannot be "
+                            "passed to an op", op->file, call->line, call->col, op->name);
         case MV_STR: vals[p] = opr_v_string(v->u.s); break;
         default: vals[p] = opr_v_none(); break;
         }

@@ -15,6 +15,8 @@ typedef struct expr_run {
     opr_dtype dt;             /* dtype for numbers passed where a tensor goes */
     opr_tensor *known[EXPR_RUN_MAX_KNOWN]; /* tensors the slots point at (borrowed) */
     int nknown;
+    opr_tensor *const *known_list;         /* more of them, any number (a list op's piece */
+    int nknown_list;                       /* gradients, `grads[k]`); borrowed, or NULL */
     opr_tensor *temps[EXPR_RUN_MAX_TEMPS]; /* owned results of calls */
     int ntemps;
 } expr_run;
@@ -31,5 +33,8 @@ int expr_run_keep(expr_run *r, opr_tensor *t);
 int expr_run_eval(expr_run *r, const expr *e, const mval *slots, mval *out);
 /* Releases the results of the run's calls. */
 void expr_run_done(expr_run *r);
+/* Releases the results kept after the first `mark` (an earlier r->ntemps): a formula
+ * run once per item of a list frees each item's intermediates before the next. */
+void expr_run_rewind(expr_run *r, int mark);
 
 #endif

@@ -182,14 +182,19 @@ static int cand_cost(const opr_op *op, const deriv_cand *c, uint32_t want, opr_d
     memcpy(slots, in_slots, sizeof slots);
     /* gradients have their outputs' metadata */
     opr_tensor *outs[OPR_MAX_OUTS];
-    for (int k = 0; k < op->nout; k++) {
-        const opr_meta *m = slots[op->nargs + k].u.t;
-        outs[k] = fake_new(cc, m->dtype, m->ndim, m->shape);
+    if (slots[op->nargs].k == MV_METAS) { /* the pieces of an op returning Tensor[]: grads has their metadata */
+        slots[slot_result(op)] = slots[slot_grads(op)] = slots[slot_results(op)] = slots[op->nargs];
+        slots[slot_grad(op)] = (mval){.k = MV_TENSOR, .u.t = &slots[op->nargs].u.ms[0]};
+    } else {
+        for (int k = 0; k < op->nout; k++) {
+            const opr_meta *m = slots[op->nargs + k].u.t;
+            outs[k] = fake_new(cc, m->dtype, m->ndim, m->shape);
+        }
+        slots[slot_result(op)] = slots[op->nargs];
+        slots[slot_grad(op)] = slots[op->nargs];
+        slots[slot_grads(op)] = (mval){.k = MV_TENSORS, .n = op->nout, .u.ts = outs};
+        slots[slot_results(op)] = slots[slot_grads(op)];
     }
-    slots[slot_result(op)] = slots[op->nargs];
-    slots[slot_grad(op)] = slots[op->nargs];
-    slots[slot_grads(op)] = (mval){.k = MV_TENSORS, .n = op->nout, .u.ts = outs};
-    slots[slot_results(op)] = slots[slot_grads(op)];
     int rc = OPR_OK;
     *save = 0;
     *meta = 0;
@@ -221,7 +226,15 @@ static int cand_cost(const opr_op *op, const deriv_cand *c, uint32_t want, opr_d
         for (int k = 0; k < c->ncover && !rc; k++) {
             if (!((want >> c->cover[k]) & 1)) continue;
             mval out;
-            rc = expr_eval_with(c->formula[k], slots, &h, &out);
+            if (c->per_item) { /* once per item of the list, as the backward runs it */
+                const mval *list = &slots[c->cover[k]];
+                for (int i = 0; i < list->n && !rc; i++) {
+                    slots[slot_item(op)] = (mval){.k = MV_INT, .u.i = i};
+                    rc = expr_eval_with(c->formula[k], slots, &h, &out);
+                }
+            } else {
+                rc = expr_eval_with(c->formula[k], slots, &h, &out);
+            }
             *save |= c->out_needs[k];
             *meta |= c->out_meta[k];
         }
@@ -405,6 +418,13 @@ static int make_key(const opr_op *op, uint32_t mask, opr_device dev, const mval 
         } else if (v->k == MV_LIST) {
             key[n++] = v->n;
             for (int d = 0; d < v->n; d++) key[n++] = v->u.l[d];
+        } else if (mval_is_list(v)) { /* a Tensor[]: its length and as many item shapes as fit */
+            key[n++] = v->n;
+            for (int i = 0; i < v->n && n + 2 * OPR_MAX_DIMS + 4 < KEY_MAX; i++) {
+                const opr_meta *m = mval_item(v, i);
+                key[n++] = m->dtype * 16 + m->ndim;
+                for (int d = 0; d < m->ndim; d++) key[n++] = m->shape[d];
+            }
         }
     }
     return n;

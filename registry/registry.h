@@ -128,6 +128,9 @@ struct opr_op {
     char *out_names[OPR_MAX_OUTS];
     int nout;
     bool inplace;              /* name ends in '_': output 0 is `self` */
+    bool list_out;             /* `-> Tensor[]`: `count` pieces, piece i the `forward` with `i`
+                                  bound (list_call.c); nout is 1, its slot the pieces' list */
+    expr *count;               /* list_out: the number of pieces, over the arguments */
     bool nondifferentiable;    /* `differentiable: false`: outputs are constants */
     uint32_t dtypes;           /* OPR_DTYPE_BIT mask allowed for T */
     int out_dtype[OPR_MAX_OUTS];
@@ -182,6 +185,11 @@ static inline int op_nslots(const opr_op *op) { return op->nargs + op->nout + 1;
 typedef int (*reg_record_fn)(const opr_op *op, opr_tensor *const *tensors, const mval *slots, opr_tensor **outs,
                              opr_device dev, bool list_requires_grad);
 
+/* Records a call of a list-returning op (op->list_out) as one node whose outputs are
+ * the npieces pieces; otherwise as reg_record_fn. Set by the autograd layer. */
+typedef int (*reg_record_list_fn)(const opr_op *op, opr_tensor *const *tensors, const mval *slots,
+                                  opr_tensor **pieces, int npieces, opr_device dev);
+
 /* The ops the library itself calls (the autograd engine, jagged tensors), cached
  * after the first lookup. */
 enum { ENGINE_OP_ADD, ENGINE_OP_RESHAPE, ENGINE_OP_SEGMENT_EXPAND, ENGINE_OP_JAGGED_TO_PADDED,
@@ -199,6 +207,7 @@ typedef struct opr_registry {
     size_t errors_len;
     _Atomic(opr_op *) engine_ops[ENGINE_OP_COUNT]; /* registry_engine_op's cache */
     reg_record_fn record;      /* set by the autograd layer with the context */
+    reg_record_list_fn record_list;
 } opr_registry;
 
 /* Parses a schema string into op (name, args, outputs). src locates it for errors. */
@@ -234,6 +243,9 @@ int yaml_load_file(opr_ctx *ctx, const char *path, int *n_loaded);
 
 typedef struct op_sample op_sample;
 void samples_free(opr_op *op);
+
+/* opr_call of an op that returns a Tensor[] (list_call.c). */
+int list_call(const opr_op *op, const opr_value *args, int nargs, opr_tensor **results, int nres);
 
 /* opr_call of an op some of whose arguments are jagged (jagged_call.c). */
 int jagged_call(const opr_op *op, const opr_value *args, int nargs, opr_tensor **results, int nres);

@@ -147,6 +147,13 @@ static int parse_arg(cursor *c, op_arg *a, const char **name_pos)
 static int parse_returns(cursor *c, opr_op *op)
 {
     skip(c);
+    if (!strncmp(c->p, "Tensor[]", 8)) { /* a list whose length the `count:` key gives */
+        c->p += 8;
+        if (!(op->out_names[0] = strdup("result"))) return opr_fail(OPR_ERR_NOMEM, "out of memory");
+        op->nout = 1;
+        op->list_out = true;
+        return OPR_OK;
+    }
     if (!strncmp(c->p, "Tensor", 6) && !isalnum((unsigned char)c->p[6])) {
         c->p += 6;
         if (!(op->out_names[0] = strdup("result"))) return opr_fail(OPR_ERR_NOMEM, "out of memory");
@@ -234,6 +241,7 @@ void op_free(opr_op *op)
     free(op->file);
     for (int i = 0; i < op->nargs; i++) { free(op->args[i].name); free(op->args[i].def_str); }
     for (int i = 0; i < op->nout; i++) free(op->out_names[i]);
+    expr_free(op->count);
     /* a refused entry may hold more shapes than outputs */
     for (int i = 0; i < OPR_MAX_OUTS; i++) expr_free(op->shapes[i]);
     for (int i = 0; i < op->nchecks; i++) expr_free(op->checks[i]);

@@ -35,8 +35,8 @@ static deriv_info *info_of(opr_op *op)
     for (int i = 0; i < op->nargs; i++) d->slot_names[n++] = op->args[i].name;
     for (int i = 0; i < op->nout; i++) d->slot_names[n++] = op->out_names[i];
     d->nslots = n;
-    const char *extra[] = {"result", "grad", "grads", "results"};
-    for (int i = 0; i < 4; i++)
+    const char *extra[] = {"result", "grad", "grads", "results", "i"};
+    for (int i = 0; i < 5; i++)
         if (!(d->slot_names[d->nslots++] = strdup(extra[i]))) { deriv_free(op); return NULL; }
     if (plan_cache_new(d)) { deriv_free(op); return NULL; }
     return d;
@@ -48,9 +48,23 @@ static int parse_cover(const loader *l, const yaml_node_t *k, const opr_op *op, 
     char buf[256];
     snprintf(buf, sizeof buf, "%s", (const char *)k->data.scalar.value);
     char *save = NULL;
+    size_t len = strlen(buf);
+    if (len > 3 && !strcmp(buf + len - 3, "[i]")) { /* `tensors[i]`: every item of a Tensor[] argument */
+        buf[len - 3] = 0;
+        int a = arg_of(op, buf);
+        if (a < 0 || op->args[a].type != ARG_TENSOR_LIST || op->args[a].fixed_dtype >= 0)
+            return yaml_fail_at(l, k, OPR_ERR_PARSE, "'%s' is not a differentiable Tensor[] argument", buf);
+        c->per_item = true;
+        c->cover[c->ncover++] = a;
+        c->covers |= 1u << a;
+        return OPR_OK;
+    }
     for (char *tok = strtok_r(buf, ", ", &save); tok; tok = strtok_r(NULL, ", ", &save)) {
         int a = arg_of(op, tok);
         if (a < 0) return yaml_fail_at(l, k, OPR_ERR_PARSE, "unknown key '%s'", tok);
+        if (op->args[a].type == ARG_TENSOR_LIST)
+            return yaml_fail_at(l, k, OPR_ERR_PARSE, "'%s' is a Tensor[] argument: its derivative key is 'NAME[i]', "
+                                "a formula for item i", tok);
         if (op->args[a].type != ARG_TENSOR || op->args[a].fixed_dtype >= 0)
             return yaml_fail_at(l, k, OPR_ERR_PARSE, "'%s' is not a differentiable tensor input", tok);
         if ((c->covers >> a) & 1) return yaml_fail_at(l, k, OPR_ERR_PARSE, "'%s' listed twice", tok);
@@ -245,6 +259,8 @@ int yaml_deriv_key(const loader *l, opr_op *op, const yaml_node_t *k, const yaml
     if (v->type == YAML_SCALAR_NODE) {
         if (c.ncover != 1) rc = yaml_fail_at(l, v, OPR_ERR_PARSE, "'%s' covers several inputs: give a kernel or one formula each", c.label);
         else rc = formula_node(l, op, &c, 0, v, (const char **)d->slot_names, d->nslots);
+    } else if (v->type == YAML_MAPPING_NODE && c.per_item) {
+        rc = yaml_fail_at(l, v, OPR_ERR_PARSE, "'%s' must be one formula (an item's gradient)", c.label);
     } else if (v->type == YAML_MAPPING_NODE) {
         rc = parse_fused(l, op, &c, v);
     } else {

@@ -57,9 +57,10 @@ int yaml_forward_key(const loader *l, opr_op *op, const yaml_node_t *k, const ya
     op->composite = cd; /* op_free frees it with the op when the entry is refused */
     cd->line = (int)k->start_mark.line + 1;
     cd->col = (int)k->start_mark.column + 1;
-    const char *names[OPR_MAX_ARGS + COMPOSITE_MAX_LETS];
+    const char *names[OPR_MAX_ARGS + 1 + COMPOSITE_MAX_LETS];
     int nnames = 0;
     for (int i = 0; i < op->nargs; i++) names[nnames++] = op->args[i].name;
+    if (op->list_out) names[nnames++] = "i"; /* piece i of a `-> Tensor[]` op (list_call.c) */
     const yaml_node_t *lets[COMPOSITE_MAX_LETS], *result = v;
     int rc = OPR_OK;
     if (v->type == YAML_MAPPING_NODE) {

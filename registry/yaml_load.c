@@ -184,6 +184,12 @@ static int parse_key(const loader *l, opr_op *op, const yaml_node_t *k, const ya
         expr_src src = yaml_scalar_src(l, v);
         return (op->identity_if = expr_parse(yaml_scalar(v), &src)) ? OPR_OK : opr_error_status();
     }
+    if (!strcmp(key, "count")) { /* the number of pieces of a `-> Tensor[]` op */
+        if (!op->list_out) return yaml_fail_at(l, k, OPR_ERR_PARSE, "'%s' is only for an op returning Tensor[]", key);
+        if (!yaml_scalar(v)) return yaml_fail_at(l, v, OPR_ERR_PARSE, "%s must be an expression", key);
+        expr_src src = yaml_scalar_src(l, v);
+        return (op->count = expr_parse(yaml_scalar(v), &src)) ? OPR_OK : opr_error_status();
+    }
     if (!strcmp(key, "flops")) {
         if (!yaml_scalar(v)) return yaml_fail_at(l, v, OPR_ERR_PARSE, "%s must be an expression", key);
         expr_src src = yaml_scalar_src(l, v);
@@ -224,7 +230,7 @@ static int parse_key(const loader *l, opr_op *op, const yaml_node_t *k, const ya
     }
     /* a key naming inputs ("self", "self, mat2") holds their derivative */
     char first[64];
-    snprintf(first, sizeof first, "%.*s", (int)strcspn(key, ", "), key);
+    snprintf(first, sizeof first, "%.*s", (int)strcspn(key, ", ["), key); /* "tensors[i]": a list's items */
     if (arg_index(op, first) >= 0) return yaml_deriv_key(l, op, k, v, false);
     if (!strcmp(key, "fast")) return yaml_fast_key(l, op, v);
     return yaml_fail_at(l, k, OPR_ERR_PARSE, "unknown key '%s'", key);
@@ -240,9 +246,10 @@ static int check_composite(const loader *l, const opr_op *op)
     else if (op->identity_if) why = "'forward' and 'identity_if' exclude each other";
     else if (op->inplace) why = "a composite op cannot be in place (its name ends in '_')";
     else if (op->nout != 1) why = "a composite op returns one Tensor";
+    else if (op->list_out && (cd->nlets || op->shapes[0]))
+        why = "an op returning Tensor[] gives piece i by one forward expression (no 'let', no 'shape')";
+    else if (op->list_out) why = NULL;
     else if (op->dynamic_shape) why = "a composite op needs a 'shape' expression (not dynamic): its result is checked against it";
-    for (int i = 0; i < op->nargs && !why; i++)
-        if (op->args[i].type == ARG_TENSOR_LIST) why = "a composite op cannot take a Tensor[] argument";
     if (!why) return OPR_OK;
     return opr_fail(OPR_ERR_PARSE, "%s:%d:%d: op '%s': %s", l->file, cd->line, cd->col, op->name, why);
 }
@@ -265,7 +272,20 @@ static int finish_op(const loader *l, opr_op *op, const yaml_node_t *entry)
     if (op->flops && expr_resolve(op->flops, names, n, &src)) return OPR_ERR_PARSE;
     if (op->identity_if && expr_resolve(op->identity_if, names, op->nargs, &src)) return OPR_ERR_PARSE;
     if (op->composite && (rc = check_composite(l, op))) return rc;
-    if (!op->view && !op->dynamic_shape && !op->shapes[0])
+    if (op->list_out) { /* `-> Tensor[]`: count and a per-piece forward, nothing else that shapes outputs */
+        if (!op->count || !op->composite)
+            return yaml_fail_at(l, entry, OPR_ERR_PARSE, "op '%s' returns Tensor[]: it needs 'count' and 'forward' "
+                                "(piece i, with `i` its index)", op->name);
+        if (expr_resolve(op->count, names, op->nargs, &src)) return OPR_ERR_PARSE;
+        if (op->view || op->identity_if || op->inplace || op->alt.name || op->jagged.kind || op->batch.kind)
+            return yaml_fail_at(l, entry, OPR_ERR_PARSE, "op '%s' returns Tensor[]: 'view', 'identity_if', "
+                                "'alternative', 'jagged' and 'batch' do not apply", op->name);
+        for (int c = 0; op->deriv && c < op->deriv->ncands; c++)
+            if (op->deriv->cands[c].kernel)
+                return yaml_fail_at(l, entry, OPR_ERR_PARSE, "op '%s' returns Tensor[]: its derivatives are formulas "
+                                    "(no kernel entries)", op->name);
+    }
+    if (!op->view && !op->dynamic_shape && !op->shapes[0] && !op->list_out)
         return yaml_fail_at(l, entry, OPR_ERR_PARSE, "op '%s' needs a 'shape' (or 'view')", op->name);
     /* a fast variant replaces a normal formula: outside fast mode the input needs one */
     if (op->deriv && (op->deriv->fast_covers & ~op->deriv->differentiable)) {

@@ -271,10 +271,20 @@ static void check_device(void)
 
 static const opr_dtype all_dtypes[] = {OPR_F32, OPR_F64, OPR_I64, OPR_BOOL, OPR_F16, OPR_BF16};
 
+/* The tensors a call gives: the op's outputs, or the pieces of an op returning a
+ * Tensor[] (split), each compared as an output; at most MAXOUT (else 0: the call is
+ * then refused for the wrong count, on both sides). */
+static int outputs_for(const opr_op *op, const opr_value *v, int n)
+{
+    int count = 0;
+    if (opr_op_result_count(op, v, n, &count) || count > MAXOUT) return opr_op_num_outputs(op);
+    return count;
+}
+
 static void check_forward(const opr_op *op)
 {
     const char *name = opr_op_name(op);
-    const int nout = opr_op_num_outputs(op);
+    int nout = opr_op_num_outputs(op);
     for (int s = 0; s < opr_op_sample_count(op); s++)
         for (size_t di = 0; di < sizeof all_dtypes / sizeof all_dtypes[0]; di++) {
             const opr_dtype dt = all_dtypes[di];
@@ -299,6 +309,7 @@ static void check_forward(const opr_op *op)
                 continue;
             }
             opr_tensor *oc[MAXOUT] = {NULL}, *og[MAXOUT] = {NULL};
+            nout = outputs_for(op, ac.v, ac.n);
             rc_c = opr_call(op, ac.v, ac.n, oc, nout);
             char msg_c[512];
             snprintf(msg_c, sizeof msg_c, "%s", opr_last_error());
@@ -370,7 +381,7 @@ static int run_grad(const opr_op *op, int s, opr_dtype dt, opr_device d, opr_ten
             }
         }
     }
-    const int nout = opr_op_num_outputs(op);
+    const int nout = outputs_for(op, a.v, a.n);
     opr_tensor *outs[MAXOUT] = {NULL}, *fouts[MAXOUT], *gos[MAXOUT] = {NULL};
     int nf = 0;
     rc = opr_call(op, a.v, a.n, outs, nout);
@@ -596,7 +607,7 @@ static void check_big(void)
                 if (!built) {
                     result(false, what, "cannot build the inputs");
                 } else {
-                    const int nout = opr_op_num_outputs(op);
+                    const int nout = outputs_for(op, ac.v, ac.n);
                     opr_tensor *oc[MAXOUT] = {NULL}, *og[MAXOUT] = {NULL};
                     const int rc_c = opr_call(op, ac.v, ac.n, oc, nout);
                     char msg_c[512];

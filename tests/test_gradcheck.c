@@ -173,6 +173,7 @@ static const char *const META_BUILTINS[] = {
     "size", "sizes", "dim", "dtype_name", "numel", "broadcast", "broadcastable", "broadcastable_to", "reduce", "set",
     "matmul_shape", "cat_shape", "diag_shape", "max", "min", "ceil", "floor", "transpose_shape",
     "permute_shape", "reshape_shape", "expand_shape", "unsqueeze_shape", "squeeze_shape", "diagonal_shape",
+    "cat_offset", "stack_shape", "len",
 };
 
 static bool is_meta_builtin(const char *name)
@@ -481,11 +482,17 @@ static bool read_sample(const yreader *r, const schema *sc, const yaml_node_t *n
     return true;
 }
 
-/* A derivative key: every comma-separated token names a Tensor argument. */
+/* A derivative key: every comma-separated token names a Tensor argument, or `NAME[i]`
+ * the items of a Tensor[] argument. */
 static bool is_deriv_key(const schema *sc, const char *key)
 {
     char buf[256];
     snprintf(buf, sizeof buf, "%s", key);
+    size_t len = strlen(buf);
+    if (len > 3 && !strcmp(buf + len - 3, "[i]")) {
+        buf[len - 3] = 0;
+        return arg_index(sc, buf) >= 0 && is_tensor_type(sc->args[arg_index(sc, buf)].type);
+    }
     char *save = NULL;
     int n = 0;
     for (char *tok = strtok_r(buf, ", ", &save); tok; tok = strtok_r(NULL, ", ", &save), n++) {
@@ -501,6 +508,8 @@ static bool read_deriv(const yreader *r, const schema *sc, const char *key, cons
     snprintf(c->label, sizeof c->label, "%s", key);
     char buf[256];
     snprintf(buf, sizeof buf, "%s", key);
+    size_t len = strlen(buf);
+    if (len > 3 && !strcmp(buf + len - 3, "[i]")) buf[len - 3] = 0; /* `tensors[i]`: the list's items */
     char *save = NULL;
     for (char *tok = strtok_r(buf, ", ", &save); tok; tok = strtok_r(NULL, ", ", &save))
         c->cover[c->ncover++] = arg_index(sc, tok);
@@ -898,6 +907,15 @@ static void report(opstate *st, const char *fmt, ...)
     if (!st->first_fail[0]) snprintf(st->first_fail, sizeof st->first_fail, "%.1000s", msg);
 }
 
+/* How many tensors a call gives: the op's outputs, or the pieces of an op returning a
+ * Tensor[] (split, chunk), each then checked as an output of its own; -1 on error. */
+static int outputs_of(const opstate *st, const callargs *c)
+{
+    int n = -1;
+    if (opr_op_result_count(st->op, c->v, c->n, &n) || n > MAXO) return -1;
+    return n;
+}
+
 static bool forward_plain(opstate *st, const sample *s, const sdata *sd, int pert, int64_t pel, double delta,
                           outmeta *om, double **vals, char *err, size_t errlen)
 {
@@ -906,8 +924,9 @@ static bool forward_plain(opstate *st, const sample *s, const sdata *sd, int per
     bool prev = opr_grad_mode_set(false);
     bool ok = build_args(st->ctx, st->y, s, sd, 0, pert, pel, delta, &c, il, err, errlen);
     opr_tensor *outs[MAXO] = {NULL};
-    int nout = opr_op_num_outputs(st->op);
-    if (ok && opr_call(st->op, c.v, c.n, outs, nout)) {
+    int nout = ok ? outputs_of(st, &c) : 0;
+    if (ok && (nout < 0 || opr_call(st->op, c.v, c.n, outs, nout))) {
+        if (nout < 0) nout = 0;
         snprintf(err, errlen, "forward failed: %s", opr_last_error());
         ok = false;
     }
@@ -944,7 +963,11 @@ static bool parse_explain(const opstate *st, const char *text, int *chosen, uint
     while (p < eol) {
         const char *o = memchr(p, '[', (size_t)(eol - p));
         if (!o) break;
-        const char *cl = memchr(o, ']', (size_t)(eol - o));
+        const char *cl = NULL; /* the matching ']': a label may hold brackets ("tensors[i]") */
+        for (int depth = 0, k = 0; o + k < eol && !cl; k++) {
+            if (o[k] == '[') depth++;
+            else if (o[k] == ']' && --depth == 0) cl = o + k;
+        }
         if (!cl) { snprintf(err, errlen, "unbalanced [ in chosen line"); return false; }
         char content[256];
         trim_copy(content, sizeof content, o + 1, (size_t)(cl - o - 1));
@@ -1106,8 +1129,8 @@ static result run_combo(opstate *st, const sample *s, const sdata *sd, const out
     if (sv == -2) st->saveunchecked++;
     else st->savechecks++;
     if (sv == 0) { st->savefails++; goto done; }
-    int nout = opr_op_num_outputs(st->op);
-    int rc = opr_call(st->op, c.v, c.n, outs, nout);
+    int nout = outputs_of(st, &c);
+    int rc = nout < 0 ? OPR_ERR_INVALID : opr_call(st->op, c.v, c.n, outs, nout);
     if (rc) { snprintf(err, errlen, "forward with grad: %s: %s", opr_status_name(rc), opr_last_error()); goto done; }
     opr_tensor *fouts[MAXO];
     int nf = 0;

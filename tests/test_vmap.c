@@ -202,7 +202,10 @@ START_TEST(test_every_op_against_the_loop)
             c.nfloat = 0;
             for (int k = 0; k < c.nt; k++) c.nfloat += opr_dtype_is_floating(opr_tensor_dtype(per[0][k]));
             bool floating_out = false;
-            if (c.nt > 0 && !lists) { /* Tensor[] ops (cat) run by the loop: see test_tensor_list */
+            /* Tensor[] ops (cat) run by the loop; ops returning a Tensor[] (split) are refused
+             * by opr_vmap for now: see test_tensor_lists */
+            if (opr_op_returns_list(op)) printf("vmap %-22s returns Tensor[]: not supported, skipped\n", opr_op_name(op));
+            if (c.nt > 0 && !lists && !opr_op_returns_list(op)) {
                 for (uint32_t mask = 1; mask < (1u << c.nt); mask++) {
                     c.grads = false;
                     check_mask(&c, per, mask, &t, "outputs");

@@ -121,7 +121,8 @@ int cmd_plan(int argc, char **argv)
     if (buf && !opr_plan_explain(op, args, nargs, (const char *const *)names, nnames, buf, 1 << 16)) {
         printf("%s", buf);
         const char *rule = opr_op_batching_rule(op);
-        printf("under opr_vmap: %s\n", strcmp(rule, "loop")        ? rule
+        printf("under opr_vmap: %s\n", opr_op_returns_list(op)  ? "refused (it returns a Tensor[])"
+                                        : strcmp(rule, "loop")        ? rule
                                         : opr_op_is_composite(op) ? "no batching rule: its forward runs on the batch"
                                                                   : "no batching rule: one call per sample (correct, slower)");
         status = 0;

@@ -572,7 +572,19 @@ OPR_API const char *opr_op_name(const opr_op *op);
 /* The schema as written, "mm(Tensor self, Tensor mat2) -> Tensor". */
 OPR_API const char *opr_op_schema(const opr_op *op);
 OPR_API int opr_op_num_args(const opr_op *op);
+/* Number of outputs in the schema; 1 for an op returning a Tensor[] (whose length
+ * depends on the arguments: opr_op_result_count). */
 OPR_API int opr_op_num_outputs(const opr_op *op);
+/* Whether op returns a Tensor[] ("split(Tensor self, int split_size, int dim=0) ->
+ * Tensor[]"): its calls give as many tensors as its `count:` expression says for the
+ * arguments. False for a NULL op. */
+OPR_API bool opr_op_returns_list(const opr_op *op);
+/* How many tensors opr_call(op, args, nargs, ...) gives, for an op returning a Tensor[]
+ * (the arguments are checked as opr_call checks them; an op's `count:` may give 0);
+ * for any other op its number of outputs. Pass that many
+ * result slots to opr_call. Batched (opr_vmap) and jagged arguments are refused
+ * (OPR_ERR_UNSUPPORTED) for list ops. */
+OPR_API opr_status opr_op_result_count(const opr_op *op, const opr_value *args, int nargs, int *count);
 /* Name of argument i, or NULL when out of range. */
 OPR_API const char *opr_op_arg_name(const opr_op *op, int i);
 /* Kind of value argument i takes (OPR_V_TENSOR, OPR_V_INT, ...), -1 when out of range.
@@ -663,9 +675,11 @@ OPR_API const char *opr_op_batching_rule(const opr_op *op);
 
 /* Runs an op. args are in schema order; trailing arguments with defaults may be
  * omitted. results receives nres new references: the op's first nres outputs, nres
- * from 1 to its number of outputs (max.dim asked for 1 gives only the values). In-place
- * ops (name ending in '_') return a new reference to `self`. On error nothing is
- * mutated and results are set to NULL.
+ * from 1 to its number of outputs (max.dim asked for 1 gives only the values); for an
+ * op returning a Tensor[], exactly the count opr_op_result_count gives: its pieces, in
+ * order (with autograd they are the outputs of one node, and a piece that gets no
+ * gradient counts as zeros). In-place ops (name ending in '_') return a new reference
+ * to `self`. On error nothing is mutated and results are set to NULL.
  * Dtypes: the Tensor arguments that take part in the common dtype must agree, with
  * PyTorch's exceptions for 0-d tensors and numbers: a 0-d tensor of the same category
  * (bool < integer < floating) as the others takes their dtype; one of a higher category
@@ -838,6 +852,9 @@ typedef struct opr_gradcheck_result {
  * CPU f64 is run again on the CPU in f64, where its helper ops are the reference ones:
  * wrong there too, the formula is wrong (OPR_GC_FORMULA), right there, an op it calls
  * is wrong on the device (OPR_GC_HELPER, the ops in `helpers`).
+ *
+ * An op returning a Tensor[] (split, chunk) is checked through one output: its pieces
+ * flattened and concatenated in order (the calls must give at least one piece).
  *
  * Cost: two forward calls per element of every input checked (computed once, shared by
  * all masks and candidates), one backward per candidate and mask: meant for small
