@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #define ARGS(...) (opr_value[]){__VA_ARGS__}, (int)(sizeof((opr_value[]){__VA_ARGS__}) / sizeof(opr_value))
 #define TV(t) opr_v_tensor(t)
@@ -354,6 +355,34 @@ START_TEST(test_dropout_backward_saves_nothing)
 }
 END_TEST
 
+static long max_rss_kib(void)
+{
+    struct rusage u;
+    getrusage(RUSAGE_SELF, &u);
+    return u.ru_maxrss;
+}
+
+/* Every recorded call draws a new seed, which must not make a plan of its own: keyed
+ * on the seed, 20000 calls retired 20000 cached plans (about 29 MB). */
+START_TEST(test_dropout_plans_reused)
+{
+    opr_ctx *ctx = tu_ctx();
+    opr_tensor *x = ones(ctx, OPR_F32, 64);
+    ck_assert_int_eq(opr_set_requires_grad(x, true), OPR_OK);
+    const opr_op *op = opr_op_find(ctx, "dropout");
+    const long before = max_rss_kib();
+    for (int i = 0; i < 20000; i++) {
+        opr_tensor *y = NULL;
+        ck_assert_int_eq(opr_call(op, ARGS(TV(x), opr_v_double(0.5)), &y, 1), OPR_OK);
+        opr_tensor_release(y);
+    }
+    const long grown = max_rss_kib() - before;
+    ck_assert_msg(grown < 8 * 1024, "20000 dropout calls grew the process by %ld KiB", grown);
+    opr_tensor_release(x);
+    tu_ctx_free(ctx);
+}
+END_TEST
+
 START_TEST(test_dropout_gradcheck)
 {
     opr_ctx *ctx = tu_ctx();
@@ -603,6 +632,7 @@ int main(void)
     tcase_add_test(tc, test_dropout_statistics);
     tcase_add_test(tc, test_dropout_special_cases);
     tcase_add_test(tc, test_dropout_backward_saves_nothing);
+    tcase_add_test(tc, test_dropout_plans_reused);
     tcase_add_test(tc, test_dropout_gradcheck);
     tcase_add_test(tc, test_dropout_device_matches_cpu);
     tcase_add_test(tc, test_triangles);
