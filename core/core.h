@@ -151,7 +151,12 @@ struct opr_ctx {
     int (*device_strided_copy)(opr_ctx *ctx, opr_tensor *dst, const opr_tensor *src);
     const opr_autograd_iface *autograd; /* set with the context; never NULL after */
     _Atomic bool cpu_fallback_off; /* opr_cpu_fallback_set(ctx, false) (registry/fallback.c) */
+    _Atomic uint64_t rng_state;    /* the random generator (core/rng.c): 0 in a new context */
 };
+
+/* The next seed of the context's random generator (core/rng.c): one SplitMix64 step,
+ * atomic, so concurrent calls each get their own. */
+uint64_t opr_rng_next_seed(opr_ctx *ctx);
 
 /* Device entry for a tensor's device, or NULL. */
 static inline opr_device_entry *opr_dev_entry(opr_ctx *ctx, opr_device dev)

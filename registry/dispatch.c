@@ -362,6 +362,22 @@ opr_status opr_call(const opr_op *op, const opr_value *args, int nargs, opr_tens
     c.any_requires_grad = c.list_requires_grad = false;
     int rc = prepare(op, args, nargs, results, nres, &c);
     if (rc) { free(c.list_views); return rc; }
+    opr_value seeded[OPR_MAX_ARGS];
+    if (op->random && c.kargs[op->random_arg].kind == OPR_ARG_NONE) {
+        /* `random:` op called without a seed: draw one now, after the checks passed (so a
+         * refused call draws nothing), and hand it on as if the caller had given it, so
+         * that the kernel, a fallback and the recorded node (whose formula regenerates
+         * the same randomness) all see the same seed */
+        const int64_t seed = (int64_t)opr_rng_next_seed(op->ctx);
+        for (int i = 0; i < op->nargs; i++) seeded[i] = i < nargs ? args[i] : op_arg_default(&op->args[i]);
+        seeded[op->random_arg] = opr_v_int(seed);
+        args = seeded;
+        nargs = op->nargs;
+        c.kargs[op->random_arg].kind = OPR_ARG_INT;
+        c.kargs[op->random_arg].u.i = seed;
+        c.slots[op->random_arg].k = MV_INT;
+        c.slots[op->random_arg].u.i = seed;
+    }
     bool record = c.any_requires_grad && opr_grad_mode_enabled();
     if (record && op->inplace) { /* refuse before anything is mutated */
         free(c.list_views);

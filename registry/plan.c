@@ -404,6 +404,9 @@ static int make_key(const opr_op *op, uint32_t mask, opr_device dev, const mval 
     for (int s = 0; s < op->nargs + op->nout && n + OPR_MAX_DIMS + 2 < KEY_MAX; s++) {
         const mval *v = &slots[s];
         key[n++] = v->k;
+        /* a drawn seed (`random:`) changes with every call but never the plan: keyed on
+         * it, each call would make, and retire, a plan of its own */
+        if (op->random && s == op->random_arg) continue;
         if (v->k == MV_TENSOR) {
             key[n++] = v->u.t->dtype * 16 + v->u.t->ndim;
             for (int d = 0; d < v->u.t->ndim; d++) key[n++] = v->u.t->shape[d];

@@ -154,6 +154,8 @@ struct opr_op {
     batch_rule batch;          /* `batch:`: how it runs on batched tensors (opr_vmap) */
     alt_rule alt;              /* `alternative:`, `kernel_rate:` */
     _Atomic uint32_t fallback_warned; /* device types its CPU fallback was reported for */
+    bool random;               /* `random: ARG`: the call draws a seed when ARG is None */
+    int random_arg;            /* that `int?` argument (valid when `random` is set) */
 };
 
 /* The value an omitted argument takes (its default; None when it has none). */

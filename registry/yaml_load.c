@@ -177,6 +177,15 @@ static int parse_key(const loader *l, opr_op *op, const yaml_node_t *k, const ya
         op->nchecks = count;
         return rc;
     }
+    if (!strcmp(key, "random")) { /* the int? argument the host fills from the context's generator */
+        int a = yaml_scalar(v) ? arg_index(op, yaml_scalar(v)) : -1;
+        if (a < 0 || op->args[a].type != ARG_INT || !op->args[a].optional)
+            return yaml_fail_at(l, v, OPR_ERR_PARSE, "random must name an 'int?' argument (the seed), not '%s'",
+                                yaml_scalar(v) ? yaml_scalar(v) : "?");
+        op->random = true;
+        op->random_arg = a;
+        return OPR_OK;
+    }
     if (!strcmp(key, "identity_if")) {
         if (!yaml_scalar(v)) return yaml_fail_at(l, v, OPR_ERR_PARSE, "%s must be an expression", key);
         if (op->nout != 1 || op->nargs == 0 || op->args[0].type != ARG_TENSOR || op->inplace)

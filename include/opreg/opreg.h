@@ -147,6 +147,15 @@ typedef struct opr_ctx_opts {
  * formulas that would fall back. Returns the previous setting; thread-safe. */
 OPR_API bool opr_cpu_fallback_set(opr_ctx *ctx, bool on);
 
+/* Seeds the context's random generator, which ops that draw randomness (dropout: the
+ * `random:` key of their YAML entry) use: each such call takes the generator's next
+ * 64-bit seed (one SplitMix64 step), so two calls differ, and the same seed followed by
+ * the same calls gives the same results, on every backend (the kernels derive each
+ * element's random number from that seed and the element's index alone). A new
+ * context behaves as if seeded with 0. Thread-safe; calls from several threads at once
+ * each get a distinct seed, in an order that depends on the scheduling. */
+OPR_API void opr_manual_seed(opr_ctx *ctx, uint64_t seed);
+
 /* Creates a context: loads the op definitions, then discovers and loads plugins (see
  * opr_plugin_discover). opts may be NULL for the defaults. A plugin that is refused
  * does not make this fail: see opr_plugin_candidate_get. Returns NULL on failure (for

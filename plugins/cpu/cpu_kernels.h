@@ -29,5 +29,6 @@ int cpu_register_grad(opr_plugin *self);        /* cpu_grad.c */
 int cpu_register_backward(opr_plugin *self);    /* cpu_backward.c: fused backward kernels */
 int cpu_register_segment(opr_plugin *self);     /* cpu_segment.c: segments of jagged tensors */
 int cpu_register_convert(opr_plugin *self);     /* cpu_convert.c: to(self, dtype) */
+int cpu_register_nn(opr_plugin *self);          /* cpu_nn.c: embedding, dropout, triu/tril, argmax/argmin */
 
 #endif

@@ -379,6 +379,11 @@ int gk_sum_dims(const gk_ctx *k, const opr_tensor_view *in, uint32_t mask, const
 /* out = scale * g summed down to out's shape (right-aligned broadcasting), floating dtypes. */
 int gk_sum_to(const gk_ctx *k, const opr_tensor_view *g, const opr_tensor_view *out, double scale);
 
+/* The smallest and largest value of the non-empty i64 view `index`, read back to the
+ * host (one synchronisation): how the indexing kernels check their indices before
+ * anything is written. (gpu_index.cu) */
+int gk_index_range(const gk_ctx *k, const opr_tensor_view *index, int64_t *min, int64_t *max);
+
 /* Registration of each kernel family. */
 int gk_register(opr_plugin *self, const char *op, uint32_t dtypes, opr_kernel_fn fn);
 int gk_register_elementwise(opr_plugin *self); /* gpu_elementwise.cu */
@@ -390,5 +395,6 @@ int gk_register_copy(opr_plugin *self);        /* gpu_copy.cu */
 int gk_register_sort(opr_plugin *self);        /* gpu_sort.cu */
 int gk_register_segment(opr_plugin *self);     /* gpu_segment.cu: segments of jagged tensors */
 int gk_register_convert(opr_plugin *self);     /* gpu_convert.cu: to(self, dtype) */
+int gk_register_nn(opr_plugin *self);          /* gpu_nn.cu: embedding, dropout, triu/tril, argmax/argmin */
 
 #endif /* OPREG_CUDA_COMMON_CUH */

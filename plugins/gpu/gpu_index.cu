@@ -63,23 +63,10 @@ __global__ void k_index_minmax(int64_t n, gk_geom g, const int64_t *p, unsigned 
  * (opc_index_in_range). */
 int check_indices(const gk_ctx *k, const opr_tensor_view *index, int32_t dim, int64_t size)
 {
-    const int64_t n = index->numel;
-    if (n == 0) return OPR_OK;
-    gk_buf mm;
-    int rc = mm.alloc(k, 2 * sizeof(unsigned long long));
+    if (index->numel == 0) return OPR_OK;
+    int64_t mn, mx;
+    int rc = gk_index_range(k, index, &mn, &mx);
     if (rc) return rc;
-    GK_TRY(k, gpuMemsetAsync(mm.p, 0xff, sizeof(unsigned long long), k->stream));
-    GK_TRY(k, gpuMemsetAsync(mm.as<unsigned long long>() + 1, 0, sizeof(unsigned long long), k->stream));
-    gk_geom g;
-    const int64_t *st[1] = {index->strides};
-    gk_geom_make(&g, index->ndim, index->shape, 1, st);
-    unsigned blocks = gk_blocks(n);
-    if (blocks > 1024) blocks = 1024;
-    gk_launch(k_index_minmax, blocks, GK_THREADS, 0, k->stream, n, g, (const int64_t *)index->data, mm.as<unsigned long long>());
-    if ((rc = gk_launched(k, "index check kernel"))) return rc;
-    unsigned long long h[2];
-    if ((rc = gk_to_host(k, h, mm.p, sizeof h))) return rc;
-    const int64_t mn = (int64_t)(h[0] ^ (1ull << 63)), mx = (int64_t)(h[1] ^ (1ull << 63));
     char why[OPC_WHY_SIZE];
     return opc_index_in_range(k->op, mn, mx, dim, size, why, sizeof why) ? OPR_OK : GK_FAIL(k->call, OPR_ERR_INVALID, "%s", why);
 }
@@ -622,5 +609,27 @@ int gk_register_index(opr_plugin *self)
         int rc = gk_register(self, table[i].op, table[i].dtypes, table[i].fn);
         if (rc != OPR_OK) return rc;
     }
+    return OPR_OK;
+}
+
+int gk_index_range(const gk_ctx *k, const opr_tensor_view *index, int64_t *min, int64_t *max)
+{
+    const int64_t n = index->numel;
+    gk_buf mm;
+    int rc = mm.alloc(k, 2 * sizeof(unsigned long long));
+    if (rc) return rc;
+    GK_TRY(k, gpuMemsetAsync(mm.p, 0xff, sizeof(unsigned long long), k->stream));
+    GK_TRY(k, gpuMemsetAsync(mm.as<unsigned long long>() + 1, 0, sizeof(unsigned long long), k->stream));
+    gk_geom g;
+    const int64_t *st[1] = {index->strides};
+    gk_geom_make(&g, index->ndim, index->shape, 1, st);
+    unsigned blocks = gk_blocks(n);
+    if (blocks > 1024) blocks = 1024;
+    gk_launch(k_index_minmax, blocks, GK_THREADS, 0, k->stream, n, g, (const int64_t *)index->data, mm.as<unsigned long long>());
+    if ((rc = gk_launched(k, "index check kernel"))) return rc;
+    unsigned long long h[2];
+    if ((rc = gk_to_host(k, h, mm.p, sizeof h))) return rc;
+    *min = (int64_t)(h[0] ^ (1ull << 63));
+    *max = (int64_t)(h[1] ^ (1ull << 63));
     return OPR_OK;
 }
