@@ -389,5 +389,6 @@ int gk_register_index(opr_plugin *self);       /* gpu_index.cu */
 int gk_register_copy(opr_plugin *self);        /* gpu_copy.cu */
 int gk_register_sort(opr_plugin *self);        /* gpu_sort.cu */
 int gk_register_segment(opr_plugin *self);     /* gpu_segment.cu: segments of jagged tensors */
+int gk_register_norm(opr_plugin *self);        /* gpu_norm.cu: layer_norm, gelu */
 
 #endif /* OPREG_CUDA_COMMON_CUH */
