@@ -318,6 +318,43 @@ START_TEST(test_layer_norm_plan_and_saved_bytes)
 }
 END_TEST
 
+/* ------------------------------------------------------------------ jagged */
+
+/* layer_norm and gelu on a jagged [2, ragged, 4] tensor run on its values: the same
+ * numbers as on the dense values, the structure kept, and the gradient reaches them. */
+START_TEST(test_jagged_rows)
+{
+    opr_ctx *ctx = tu_ctx();
+    tu_seed(11);
+    opr_tensor *values = tu_rand(ctx, OPR_F64, 2, (int64_t[]){5, 4}, -2, 2);
+    const int64_t offs[3] = {0, 2, 5};
+    opr_tensor *offsets = opr_tensor_from_data(ctx, OPR_I64, 1, (int64_t[]){3}, offs, OPR_CPU);
+    opr_tensor *j = opr_jagged_from_values(values, offsets);
+    ck_assert_msg(j != NULL, "%s", opr_last_error());
+    opr_tensor *w = tu_rand(ctx, OPR_F64, 1, (int64_t[]){4}, 0.5, 2);
+    const int64_t ns[1] = {4};
+    opr_tensor *yd = tu_call1(ctx, "layer_norm", (opr_value[]){opr_v_tensor(values), opr_v_ints(ns, 1), opr_v_tensor(w)}, 3);
+    ck_assert_int_eq(opr_set_requires_grad(j, true), OPR_OK);
+    opr_tensor *yj = tu_call1(ctx, "layer_norm", (opr_value[]){opr_v_tensor(j), opr_v_ints(ns, 1), opr_v_tensor(w)}, 3);
+    ck_assert(opr_tensor_is_jagged(yj));
+    opr_tensor *yv = opr_jagged_values(yj);
+    double *want = tu_to_f64(yd);
+    expect_values(yv, want, 20, TOL, "layer_norm on jagged values");
+    free(want);
+    opr_tensor *gj = tu_call1(ctx, "gelu", (opr_value[]){opr_v_tensor(yj)}, 1);
+    ck_assert(opr_tensor_is_jagged(gj));
+    opr_tensor *gv = opr_jagged_values(gj);
+    opr_tensor *s = tu_call1(ctx, "sum", (opr_value[]){opr_v_tensor(gv)}, 1);
+    ck_assert_msg(opr_backward(s, NULL, NULL) == OPR_OK, "%s", opr_last_error());
+    const opr_tensor *gx = opr_grad(j); /* borrowed */
+    ck_assert_ptr_nonnull(gx);
+    ck_assert(opr_tensor_is_jagged(gx));
+    opr_tensor *r[] = {values, offsets, j, w, yd, yj, yv, gj, gv, s};
+    for (size_t i = 0; i < sizeof r / sizeof r[0]; i++) opr_tensor_release(r[i]);
+    tu_ctx_free(ctx);
+}
+END_TEST
+
 /* ------------------------------------------------------------------ refused calls */
 
 START_TEST(test_refused_calls)
@@ -369,6 +406,7 @@ int main(void)
     tcase_add_test(tc, test_gradcheck_cpu);
     tcase_add_test(tc, test_gradcheck_emulated_cuda);
     tcase_add_test(tc, test_layer_norm_plan_and_saved_bytes);
+    tcase_add_test(tc, test_jagged_rows);
     tcase_add_test(tc, test_refused_calls);
     suite_add_tcase(s, tc);
     return tu_run(s);
