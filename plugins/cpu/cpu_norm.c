@@ -14,18 +14,19 @@
 #include <math.h>
 #include <stdlib.h>
 
-/* Element i (row-major) of a float view, as double: direct for contiguous views. */
-static inline double load(const opr_tensor_view *v, bool contig, int64_t i)
+/* v's elements in row-major order: v's own data when it is contiguous, else a copy
+ * in *owned (malloc'd; the caller frees it). NULL for an absent v, or when out of
+ * memory (then *owned is NULL too and v was given). */
+static const void *contiguous_data(const opr_tensor_view *v, void **owned)
 {
-    const int64_t off = contig ? i : cpu_offset_of(v, i);
-    return v->dtype == OPR_F32 ? (double)((const float *)v->data)[off] : ((const double *)v->data)[off];
-}
-
-static inline void store(opr_tensor_view *v, bool contig, int64_t i, double x)
-{
-    const int64_t off = contig ? i : cpu_offset_of(v, i);
-    if (v->dtype == OPR_F32) ((float *)v->data)[off] = (float)x;
-    else ((double *)v->data)[off] = x;
+    *owned = NULL;
+    if (!v || cpu_is_contiguous(v)) return v ? v->data : NULL;
+    const size_t es = cpu_dtype_size(v->dtype);
+    char *buf = malloc((size_t)(v->numel ? v->numel : 1) * es);
+    if (!buf) return NULL;
+    for (int64_t i = 0; i < v->numel; i++) memcpy(buf + (size_t)i * es, (const char *)v->data + cpu_offset_of(v, i) * (int64_t)es, es);
+    *owned = buf;
+    return buf;
 }
 
 static int check_float(const opr_kernel_call *c, const char *what, const opr_tensor_view *v, opr_dtype dt)
@@ -38,21 +39,6 @@ static int check_float(const opr_kernel_call *c, const char *what, const opr_ten
     return OPR_OK;
 }
 
-/* Mean and 1 / sqrt(biased variance + eps) of row r of x (cols elements). */
-static void row_stats(const opr_tensor_view *x, bool contig, int64_t r, int64_t cols, double eps, double *mean, double *rstd)
-{
-    double s = 0;
-    for (int64_t j = 0; j < cols; j++) s += load(x, contig, r * cols + j);
-    const double m = cols ? s / (double)cols : 0;
-    double ss = 0;
-    for (int64_t j = 0; j < cols; j++) {
-        const double d = load(x, contig, r * cols + j) - m;
-        ss += d * d;
-    }
-    *mean = m;
-    *rstd = 1 / sqrt((cols ? ss / (double)cols : 0) + eps);
-}
-
 /* normalized_shape (argument ai) as a list. */
 static bool int_list(const opr_kernel_call *c, int ai, const int64_t **items, int32_t *n)
 {
@@ -60,6 +46,89 @@ static bool int_list(const opr_kernel_call *c, int ai, const int64_t **items, in
     *items = c->args[ai]->u.il.items;
     *n = c->args[ai]->u.il.n;
     return true;
+}
+
+/* The rows x cols loops per dtype, on contiguous data (w, b, g' NULL when absent):
+ *   stats:    mean and 1 / sqrt(biased variance + eps) of each row, into st[2r], st[2r+1]
+ *   forward:  y = (x - mean) * rstd * w + b
+ *   grad_in:  dx = rstd * (g' - mean(g') - xhat * mean(g' * xhat)), g' = g * w
+ *   grad_par: dw = sum over rows of g * xhat, db = sum of g (row order, in double) */
+#define LN_LOOPS(T, SUF)                                                                                         \
+    static void ln_stats_##SUF(const T *xr, int64_t cols, double eps, double *st)                              \
+    {                                                                                                          \
+        double s = 0, ss = 0;                                                                                  \
+        for (int64_t j = 0; j < cols; j++) s += (double)xr[j];                                                 \
+        const double m = cols ? s / (double)cols : 0;                                                          \
+        for (int64_t j = 0; j < cols; j++) ss += ((double)xr[j] - m) * ((double)xr[j] - m);                    \
+        st[0] = m;                                                                                             \
+        st[1] = 1 / sqrt((cols ? ss / (double)cols : 0) + eps);                                                \
+    }                                                                                                          \
+    static void ln_forward_##SUF(int64_t rows, int64_t cols, double eps, const T *x, const T *w, const T *b, T *y) \
+    {                                                                                                          \
+        _Pragma("omp parallel for schedule(static) if (rows * cols >= CPU_PAR_THRESHOLD)")                     \
+        for (int64_t r = 0; r < rows; r++) {                                                                   \
+            const T *xr = x + r * cols;                                                                        \
+            T *yr = y + r * cols;                                                                              \
+            double st[2];                                                                                      \
+            ln_stats_##SUF(xr, cols, eps, st);                                                                 \
+            for (int64_t j = 0; j < cols; j++) {                                                               \
+                double v = ((double)xr[j] - st[0]) * st[1];                                                    \
+                if (w) v *= (double)w[j];                                                                      \
+                if (b) v += (double)b[j];                                                                      \
+                yr[j] = (T)v;                                                                                  \
+            }                                                                                                  \
+        }                                                                                                      \
+    }                                                                                                          \
+    static void ln_all_stats_##SUF(int64_t rows, int64_t cols, double eps, const T *x, double *st)             \
+    {                                                                                                          \
+        _Pragma("omp parallel for schedule(static) if (rows * cols >= CPU_PAR_THRESHOLD)")                     \
+        for (int64_t r = 0; r < rows; r++) ln_stats_##SUF(x + r * cols, cols, eps, st + 2 * r);                \
+    }                                                                                                          \
+    static void ln_grad_input_##SUF(int64_t rows, int64_t cols, const double *st, const T *g, const T *x,      \
+                                    const T *w, T *gx)                                                         \
+    {                                                                                                          \
+        _Pragma("omp parallel for schedule(static) if (rows * cols >= CPU_PAR_THRESHOLD)")                     \
+        for (int64_t r = 0; r < rows; r++) {                                                                   \
+            const T *gr = g + r * cols, *xr = x + r * cols;                                                    \
+            const double m = st[2 * r], rs = st[2 * r + 1];                                                    \
+            double sg = 0, sgx = 0;                                                                            \
+            for (int64_t j = 0; j < cols; j++) {                                                               \
+                const double gj = (double)gr[j] * (w ? (double)w[j] : 1.0);                                    \
+                sg += gj;                                                                                      \
+                sgx += gj * ((double)xr[j] - m) * rs;                                                          \
+            }                                                                                                  \
+            const double a = sg / (double)cols, bb = sgx / (double)cols;                                       \
+            for (int64_t j = 0; j < cols; j++) {                                                               \
+                const double gj = (double)gr[j] * (w ? (double)w[j] : 1.0);                                    \
+                gx[r * cols + j] = (T)(rs * (gj - a - ((double)xr[j] - m) * rs * bb));                         \
+            }                                                                                                  \
+        }                                                                                                      \
+    }                                                                                                          \
+    static void ln_grad_params_##SUF(int64_t rows, int64_t cols, const double *st, const T *g, const T *x,     \
+                                     double *acc_w, double *acc_b)                                             \
+    {                                                                                                          \
+        for (int64_t r = 0; r < rows; r++) {                                                                   \
+            const T *gr = g + r * cols;                                                                        \
+            if (acc_w) {                                                                                       \
+                const T *xr = x + r * cols;                                                                    \
+                for (int64_t j = 0; j < cols; j++)                                                             \
+                    acc_w[j] += (double)gr[j] * ((double)xr[j] - st[2 * r]) * st[2 * r + 1];                   \
+            }                                                                                                  \
+            if (acc_b)                                                                                         \
+                for (int64_t j = 0; j < cols; j++) acc_b[j] += (double)gr[j];                                  \
+        }                                                                                                      \
+    }
+LN_LOOPS(float, f32)
+LN_LOOPS(double, f64)
+
+/* Writes n doubles into the float view out (any strides). */
+static void store_all(opr_tensor_view *out, const double *v, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t off = cpu_offset_of(out, i);
+        if (out->dtype == OPR_F32) ((float *)out->data)[off] = (float)v[i];
+        else ((double *)out->data)[off] = v[i];
+    }
 }
 
 /* layer_norm: args (input, normalized_shape, weight, bias, eps); output contiguous. */
@@ -80,36 +149,32 @@ static int k_layer_norm(const opr_kernel_call *c)
         !opc_layer_norm_param("layer_norm", "weight", w, ns, nns, why, sizeof why) ||
         !opc_layer_norm_param("layer_norm", "bias", b, ns, nns, why, sizeof why))
         return CPU_FAIL(c, OPR_ERR_INVALID, "%s", why);
-    const double eps = cpu_arg_d(c, 4);
-    const bool cx = cpu_is_contiguous(x), cw = w && cpu_is_contiguous(w), cb = b && cpu_is_contiguous(b);
-#pragma omp parallel for schedule(static) if (rows * cols >= CPU_PAR_THRESHOLD)
-    for (int64_t r = 0; r < rows; r++) {
-        double m, rs;
-        row_stats(x, cx, r, cols, eps, &m, &rs);
-        for (int64_t j = 0; j < cols; j++) {
-            double v = (load(x, cx, r * cols + j) - m) * rs;
-            if (w) v *= load(w, cw, j);
-            if (b) v += load(b, cb, j);
-            store(y, true, r * cols + j, v);
-        }
-    }
-    return OPR_OK;
+    void *ox, *ow, *ob;
+    const void *px = contiguous_data(x, &ox), *pw = contiguous_data(w, &ow), *pb = contiguous_data(b, &ob);
+    if (!px || (w && !pw) || (b && !pb)) rc = CPU_FAIL(c, OPR_ERR_NOMEM, "layer_norm: out of memory for a contiguous copy");
+    else if (x->dtype == OPR_F32) ln_forward_f32(rows, cols, cpu_arg_d(c, 4), px, pw, pb, y->data);
+    else ln_forward_f64(rows, cols, cpu_arg_d(c, 4), px, pw, pb, y->data);
+    free(ox);
+    free(ow);
+    free(ob);
+    return rc;
 }
 
 /* layer_norm_backward: args (grad, input, normalized_shape, weight, bias, eps, result);
- * outputs (input, weight, bias), each written where grad_input_mask asks. input is
- * saved whenever the input or weight gradient is wanted, weight when the input
- * gradient is (and the op had one). */
+ * outputs (input, weight, bias), contiguous, each written where grad_input_mask asks.
+ * input is saved whenever the input or weight gradient is wanted, weight when the
+ * input gradient is (and the op had one). */
 static int k_layer_norm_backward(const opr_kernel_call *c)
 {
     const opr_tensor_view *g = cpu_arg_t(c, 0), *x = cpu_arg_t(c, 1), *w = cpu_arg_t(c, 3);
     const bool want_x = c->grad_input_mask & 1u, want_w = (c->grad_input_mask >> 1) & 1u, want_b = (c->grad_input_mask >> 2) & 1u;
+    if (c->nout < 3) return CPU_FAIL(c, OPR_ERR_INVALID, "layer_norm_backward: expected 3 outputs");
     opr_tensor_view *gx = want_x ? c->outputs[0] : NULL, *gw = want_w ? c->outputs[1] : NULL, *gb = want_b ? c->outputs[2] : NULL;
     const int64_t *ns;
     int32_t nns;
     char why[OPC_WHY_SIZE];
-    if (!g || !int_list(c, 2, &ns, &nns) || c->nout < 3)
-        return CPU_FAIL(c, OPR_ERR_INVALID, "layer_norm_backward: expected (grad, input, normalized_shape, ...) and 3 outputs");
+    if (!g || !int_list(c, 2, &ns, &nns))
+        return CPU_FAIL(c, OPR_ERR_INVALID, "layer_norm_backward: expected (grad, input, normalized_shape, ...)");
     if ((gx || gw) && !x) return CPU_FAIL(c, OPR_ERR_INVALID, "layer_norm_backward: input was not saved");
     int rc = check_float(c, "grad", g, g->dtype);
     if (!rc) rc = check_float(c, "input", x, g->dtype);
@@ -124,52 +189,37 @@ static int k_layer_norm_backward(const opr_kernel_call *c)
     if ((x && !opc_same_shape(g->ndim, g->shape, x)) || (gx && !opc_same_shape(g->ndim, g->shape, gx)))
         return CPU_FAIL(c, OPR_ERR_INVALID, "layer_norm_backward: grad, input and the input gradient differ in shape");
     const double eps = cpu_arg_d(c, 5);
-    const bool cg = cpu_is_contiguous(g), cx = x && cpu_is_contiguous(x), cw = w && cpu_is_contiguous(w);
-    double *stats = NULL, *acc = NULL;
-    if (gx || gw) {
-        stats = malloc((size_t)(rows ? rows : 1) * 2 * sizeof *stats);
-        if (!stats) return CPU_FAIL(c, OPR_ERR_NOMEM, "layer_norm_backward: out of memory for %lld row statistics", (long long)rows);
-#pragma omp parallel for schedule(static) if (rows * cols >= CPU_PAR_THRESHOLD)
-        for (int64_t r = 0; r < rows; r++) row_stats(x, cx, r, cols, eps, &stats[2 * r], &stats[2 * r + 1]);
-    }
-    if (gx) {
-#pragma omp parallel for schedule(static) if (rows * cols >= CPU_PAR_THRESHOLD)
-        for (int64_t r = 0; r < rows; r++) {
-            const double m = stats[2 * r], rs = stats[2 * r + 1];
-            double sg = 0, sgx = 0; /* sums of g' = g * w and of g' * xhat over the row */
-            for (int64_t j = 0; j < cols; j++) {
-                const double gj = load(g, cg, r * cols + j) * (w ? load(w, cw, j) : 1.0);
-                sg += gj;
-                sgx += gj * (load(x, cx, r * cols + j) - m) * rs;
-            }
-            const double a = sg / (double)cols, bb = sgx / (double)cols;
-            for (int64_t j = 0; j < cols; j++) {
-                const double gj = load(g, cg, r * cols + j) * (w ? load(w, cw, j) : 1.0);
-                const double xh = (load(x, cx, r * cols + j) - m) * rs;
-                store(gx, true, r * cols + j, rs * (gj - a - xh * bb));
-            }
+    const bool f32 = g->dtype == OPR_F32;
+    void *og, *ox, *ow;
+    const void *pg = contiguous_data(g, &og), *px = contiguous_data((gx || gw) ? x : NULL, &ox);
+    const void *pw = contiguous_data(gx ? w : NULL, &ow);
+    double *st = (gx || gw) ? malloc((size_t)(rows ? rows : 1) * 2 * sizeof *st) : NULL;
+    double *acc = (gw || gb) ? calloc((size_t)(cols ? cols : 1) * 2, sizeof *acc) : NULL;
+    if (!pg || ((gx || gw) && (!px || !st)) || (gx && w && !pw) || ((gw || gb) && !acc)) {
+        rc = CPU_FAIL(c, OPR_ERR_NOMEM, "layer_norm_backward: out of memory for scratch (%lld rows of %lld)", (long long)rows,
+                      (long long)cols);
+    } else {
+        if (st) {
+            if (f32) ln_all_stats_f32(rows, cols, eps, px, st);
+            else ln_all_stats_f64(rows, cols, eps, px, st);
+        }
+        if (gx) {
+            if (f32) ln_grad_input_f32(rows, cols, st, pg, px, pw, gx->data);
+            else ln_grad_input_f64(rows, cols, st, pg, px, pw, gx->data);
+        }
+        if (acc) {
+            if (f32) ln_grad_params_f32(rows, cols, st, pg, px, gw ? acc : NULL, gb ? acc + cols : NULL);
+            else ln_grad_params_f64(rows, cols, st, pg, px, gw ? acc : NULL, gb ? acc + cols : NULL);
+            if (gw) store_all(gw, acc, cols);
+            if (gb) store_all(gb, acc + cols, cols);
         }
     }
-    if (gw || gb) { /* column sums over the rows, in double, in row order */
-        acc = calloc((size_t)(cols ? cols : 1) * 2, sizeof *acc);
-        if (!acc) {
-            free(stats);
-            return CPU_FAIL(c, OPR_ERR_NOMEM, "layer_norm_backward: out of memory for %lld column sums", (long long)cols);
-        }
-        for (int64_t r = 0; r < rows; r++)
-            for (int64_t j = 0; j < cols; j++) {
-                const double gj = load(g, cg, r * cols + j);
-                if (gw) acc[j] += gj * (load(x, cx, r * cols + j) - stats[2 * r]) * stats[2 * r + 1];
-                acc[cols + j] += gj;
-            }
-        for (int64_t j = 0; j < cols; j++) {
-            if (gw) store(gw, cpu_is_contiguous(gw), j, acc[j]);
-            if (gb) store(gb, cpu_is_contiguous(gb), j, acc[cols + j]);
-        }
-    }
-    free(stats);
+    free(og);
+    free(ox);
+    free(ow);
+    free(st);
     free(acc);
-    return OPR_OK;
+    return rc;
 }
 
 /* ------------------------------------------------------------------ gelu */
