@@ -246,6 +246,9 @@ static int record(const opr_op *op, opr_tensor *const *tensors, const mval *slot
     if (!n->plan) { ag_node_release(n); return opr_fail_wrap(opr_error_status(), "%s: planning the backward", op->name); }
     for (int s = 0; s < op->nargs + op->nout; s++) {
         if (!((n->plan->save >> s) & 1)) continue;
+        /* An optional Tensor? argument given as None (layer_norm's weight) has nothing
+         * to save: its formulas read it as None, a fused kernel gets OPR_ARG_NONE. */
+        if (s < op->nargs && !tensors[s] && n->slots[s].k == MV_NONE) continue;
         if (op->list_out && s >= op->nargs) {
             ag_node_release(n);
             return opr_fail(OPR_ERR_UNSUPPORTED, "%s: the plan reads its pieces as tensors; formulas of an op "

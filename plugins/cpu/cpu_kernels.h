@@ -30,5 +30,6 @@ int cpu_register_backward(opr_plugin *self);    /* cpu_backward.c: fused backwar
 int cpu_register_segment(opr_plugin *self);     /* cpu_segment.c: segments of jagged tensors */
 int cpu_register_convert(opr_plugin *self);     /* cpu_convert.c: to(self, dtype) */
 int cpu_register_nn(opr_plugin *self);          /* cpu_nn.c: embedding, dropout, triu/tril, argmax/argmin */
+int cpu_register_norm(opr_plugin *self);        /* cpu_norm.c: layer_norm, gelu */
 
 #endif

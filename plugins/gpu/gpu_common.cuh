@@ -396,5 +396,6 @@ int gk_register_sort(opr_plugin *self);        /* gpu_sort.cu */
 int gk_register_segment(opr_plugin *self);     /* gpu_segment.cu: segments of jagged tensors */
 int gk_register_convert(opr_plugin *self);     /* gpu_convert.cu: to(self, dtype) */
 int gk_register_nn(opr_plugin *self);          /* gpu_nn.cu: embedding, dropout, triu/tril, argmax/argmin */
+int gk_register_norm(opr_plugin *self);        /* gpu_norm.cu: layer_norm, gelu */
 
 #endif /* OPREG_CUDA_COMMON_CUH */

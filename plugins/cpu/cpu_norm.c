@@ -1,0 +1,306 @@
+/* Normalisation and activation kernels: layer_norm, its fused backward
+ * layer_norm_backward, gelu and gelu_backward (f32 and f64).
+ *
+ * layer_norm works on the rows x cols view of input (cols = numel(normalized_shape)):
+ * the statistics of a row are accumulated in double, two passes (mean, then the sum of
+ * squared deviations) as the result must not lose digits to cancellation. The backward
+ * recomputes mean and rstd per row from input, so autograd saves input and weight only
+ * (core needs no multi-output forward for it). gelu computes in the tensor's dtype, as
+ * PyTorch's CPU kernel does. */
+#include "cpu_common.h"
+#include "cpu_kernels.h"
+#include "../common/opc_norm.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+/* v's elements in row-major order: v's own data when it is contiguous, else a copy
+ * in *owned (malloc'd; the caller frees it). NULL for an absent v, or when out of
+ * memory (then *owned is NULL too and v was given). */
+static const void *contiguous_data(const opr_tensor_view *v, void **owned)
+{
+    *owned = NULL;
+    if (!v || cpu_is_contiguous(v)) return v ? v->data : NULL;
+    const size_t es = cpu_dtype_size(v->dtype);
+    char *buf = malloc((size_t)(v->numel ? v->numel : 1) * es);
+    if (!buf) return NULL;
+    for (int64_t i = 0; i < v->numel; i++) memcpy(buf + (size_t)i * es, (const char *)v->data + cpu_offset_of(v, i) * (int64_t)es, es);
+    *owned = buf;
+    return buf;
+}
+
+static int check_float(const opr_kernel_call *c, const char *what, const opr_tensor_view *v, opr_dtype dt)
+{
+    if (!v) return OPR_OK;
+    if (v->dtype != OPR_F32 && v->dtype != OPR_F64)
+        return CPU_FAIL(c, OPR_ERR_UNSUPPORTED, "%s: no CPU kernel for dtype %s", c->op, cpu_dtype_name(v->dtype));
+    if (v->dtype != dt)
+        return CPU_FAIL(c, OPR_ERR_INVALID, "%s: %s is %s, expected %s", c->op, what, cpu_dtype_name(v->dtype), cpu_dtype_name(dt));
+    return OPR_OK;
+}
+
+/* normalized_shape (argument ai) as a list. */
+static bool int_list(const opr_kernel_call *c, int ai, const int64_t **items, int32_t *n)
+{
+    if (c->args[ai]->kind != OPR_ARG_INT_LIST) return false;
+    *items = c->args[ai]->u.il.items;
+    *n = c->args[ai]->u.il.n;
+    return true;
+}
+
+/* The rows x cols loops per dtype, on contiguous data (w, b, g' NULL when absent):
+ *   stats:    mean and 1 / sqrt(biased variance + eps) of each row, into st[2r], st[2r+1]
+ *   forward:  y = (x - mean) * rstd * w + b
+ *   grad_in:  dx = rstd * (g' - mean(g') - xhat * mean(g' * xhat)), g' = g * w
+ *   grad_par: dw = sum over rows of g * xhat, db = sum of g (row order, in double) */
+#define LN_LOOPS(T, SUF)                                                                                         \
+    static void ln_stats_##SUF(const T *xr, int64_t cols, double eps, double *st)                              \
+    {                                                                                                          \
+        double s = 0, ss = 0;                                                                                  \
+        for (int64_t j = 0; j < cols; j++) s += (double)xr[j];                                                 \
+        const double m = cols ? s / (double)cols : 0;                                                          \
+        for (int64_t j = 0; j < cols; j++) ss += ((double)xr[j] - m) * ((double)xr[j] - m);                    \
+        st[0] = m;                                                                                             \
+        st[1] = 1 / sqrt((cols ? ss / (double)cols : 0) + eps);                                                \
+    }                                                                                                          \
+    static void ln_forward_##SUF(int64_t rows, int64_t cols, double eps, const T *x, const T *w, const T *b, T *y) \
+    {                                                                                                          \
+        _Pragma("omp parallel for schedule(static) if (rows * cols >= CPU_PAR_THRESHOLD)")                     \
+        for (int64_t r = 0; r < rows; r++) {                                                                   \
+            const T *xr = x + r * cols;                                                                        \
+            T *yr = y + r * cols;                                                                              \
+            double st[2];                                                                                      \
+            ln_stats_##SUF(xr, cols, eps, st);                                                                 \
+            for (int64_t j = 0; j < cols; j++) {                                                               \
+                double v = ((double)xr[j] - st[0]) * st[1];                                                    \
+                if (w) v *= (double)w[j];                                                                      \
+                if (b) v += (double)b[j];                                                                      \
+                yr[j] = (T)v;                                                                                  \
+            }                                                                                                  \
+        }                                                                                                      \
+    }                                                                                                          \
+    static void ln_all_stats_##SUF(int64_t rows, int64_t cols, double eps, const T *x, double *st)             \
+    {                                                                                                          \
+        _Pragma("omp parallel for schedule(static) if (rows * cols >= CPU_PAR_THRESHOLD)")                     \
+        for (int64_t r = 0; r < rows; r++) ln_stats_##SUF(x + r * cols, cols, eps, st + 2 * r);                \
+    }                                                                                                          \
+    static void ln_grad_input_##SUF(int64_t rows, int64_t cols, const double *st, const T *g, const T *x,      \
+                                    const T *w, T *gx)                                                         \
+    {                                                                                                          \
+        _Pragma("omp parallel for schedule(static) if (rows * cols >= CPU_PAR_THRESHOLD)")                     \
+        for (int64_t r = 0; r < rows; r++) {                                                                   \
+            const T *gr = g + r * cols, *xr = x + r * cols;                                                    \
+            const double m = st[2 * r], rs = st[2 * r + 1];                                                    \
+            double sg = 0, sgx = 0;                                                                            \
+            for (int64_t j = 0; j < cols; j++) {                                                               \
+                const double gj = (double)gr[j] * (w ? (double)w[j] : 1.0);                                    \
+                sg += gj;                                                                                      \
+                sgx += gj * ((double)xr[j] - m) * rs;                                                          \
+            }                                                                                                  \
+            const double a = sg / (double)cols, bb = sgx / (double)cols;                                       \
+            for (int64_t j = 0; j < cols; j++) {                                                               \
+                const double gj = (double)gr[j] * (w ? (double)w[j] : 1.0);                                    \
+                gx[r * cols + j] = (T)(rs * (gj - a - ((double)xr[j] - m) * rs * bb));                         \
+            }                                                                                                  \
+        }                                                                                                      \
+    }                                                                                                          \
+    static void ln_grad_params_##SUF(int64_t rows, int64_t cols, const double *st, const T *g, const T *x,     \
+                                     double *acc_w, double *acc_b)                                             \
+    {                                                                                                          \
+        for (int64_t r = 0; r < rows; r++) {                                                                   \
+            const T *gr = g + r * cols;                                                                        \
+            if (acc_w) {                                                                                       \
+                const T *xr = x + r * cols;                                                                    \
+                for (int64_t j = 0; j < cols; j++)                                                             \
+                    acc_w[j] += (double)gr[j] * ((double)xr[j] - st[2 * r]) * st[2 * r + 1];                   \
+            }                                                                                                  \
+            if (acc_b)                                                                                         \
+                for (int64_t j = 0; j < cols; j++) acc_b[j] += (double)gr[j];                                  \
+        }                                                                                                      \
+    }
+LN_LOOPS(float, f32)
+LN_LOOPS(double, f64)
+
+/* Writes n doubles into the float view out (any strides). */
+static void store_all(opr_tensor_view *out, const double *v, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t off = cpu_offset_of(out, i);
+        if (out->dtype == OPR_F32) ((float *)out->data)[off] = (float)v[i];
+        else ((double *)out->data)[off] = v[i];
+    }
+}
+
+/* layer_norm: args (input, normalized_shape, weight, bias, eps); output contiguous. */
+static int k_layer_norm(const opr_kernel_call *c)
+{
+    const opr_tensor_view *x = cpu_arg_t(c, 0), *w = cpu_arg_t(c, 2), *b = cpu_arg_t(c, 3);
+    opr_tensor_view *y = c->outputs[0];
+    const int64_t *ns;
+    int32_t nns;
+    char why[OPC_WHY_SIZE];
+    if (!x || !int_list(c, 1, &ns, &nns)) return CPU_FAIL(c, OPR_ERR_INVALID, "layer_norm: expected (input, normalized_shape, ...)");
+    int rc = check_float(c, "input", x, x->dtype);
+    if (!rc) rc = check_float(c, "weight", w, x->dtype);
+    if (!rc) rc = check_float(c, "bias", b, x->dtype);
+    if (rc) return rc;
+    int64_t rows, cols;
+    if (!opc_layer_norm_geometry("layer_norm", x->ndim, x->shape, ns, nns, &rows, &cols, why, sizeof why) ||
+        !opc_layer_norm_param("layer_norm", "weight", w, ns, nns, why, sizeof why) ||
+        !opc_layer_norm_param("layer_norm", "bias", b, ns, nns, why, sizeof why))
+        return CPU_FAIL(c, OPR_ERR_INVALID, "%s", why);
+    void *ox, *ow, *ob;
+    const void *px = contiguous_data(x, &ox), *pw = contiguous_data(w, &ow), *pb = contiguous_data(b, &ob);
+    if (!px || (w && !pw) || (b && !pb)) rc = CPU_FAIL(c, OPR_ERR_NOMEM, "layer_norm: out of memory for a contiguous copy");
+    else if (x->dtype == OPR_F32) ln_forward_f32(rows, cols, cpu_arg_d(c, 4), px, pw, pb, y->data);
+    else ln_forward_f64(rows, cols, cpu_arg_d(c, 4), px, pw, pb, y->data);
+    free(ox);
+    free(ow);
+    free(ob);
+    return rc;
+}
+
+/* layer_norm_backward: args (grad, input, normalized_shape, weight, bias, eps, result);
+ * outputs (input, weight, bias), contiguous, each written where grad_input_mask asks.
+ * input is saved whenever the input or weight gradient is wanted, weight when the
+ * input gradient is (and the op had one). */
+static int k_layer_norm_backward(const opr_kernel_call *c)
+{
+    const opr_tensor_view *g = cpu_arg_t(c, 0), *x = cpu_arg_t(c, 1), *w = cpu_arg_t(c, 3);
+    const bool want_x = c->grad_input_mask & 1u, want_w = (c->grad_input_mask >> 1) & 1u, want_b = (c->grad_input_mask >> 2) & 1u;
+    if (c->nout < 3) return CPU_FAIL(c, OPR_ERR_INVALID, "layer_norm_backward: expected 3 outputs");
+    opr_tensor_view *gx = want_x ? c->outputs[0] : NULL, *gw = want_w ? c->outputs[1] : NULL, *gb = want_b ? c->outputs[2] : NULL;
+    const int64_t *ns;
+    int32_t nns;
+    char why[OPC_WHY_SIZE];
+    if (!g || !int_list(c, 2, &ns, &nns))
+        return CPU_FAIL(c, OPR_ERR_INVALID, "layer_norm_backward: expected (grad, input, normalized_shape, ...)");
+    if ((gx || gw) && !x) return CPU_FAIL(c, OPR_ERR_INVALID, "layer_norm_backward: input was not saved");
+    int rc = check_float(c, "grad", g, g->dtype);
+    if (!rc) rc = check_float(c, "input", x, g->dtype);
+    if (!rc) rc = check_float(c, "weight", w, g->dtype);
+    if (rc) return rc;
+    int64_t rows, cols;
+    if (!opc_layer_norm_geometry("layer_norm_backward", g->ndim, g->shape, ns, nns, &rows, &cols, why, sizeof why) ||
+        !opc_layer_norm_param("layer_norm_backward", "weight", w, ns, nns, why, sizeof why) ||
+        (gw && !opc_layer_norm_param("layer_norm_backward", "the weight gradient", gw, ns, nns, why, sizeof why)) ||
+        (gb && !opc_layer_norm_param("layer_norm_backward", "the bias gradient", gb, ns, nns, why, sizeof why)))
+        return CPU_FAIL(c, OPR_ERR_INVALID, "%s", why);
+    if ((x && !opc_same_shape(g->ndim, g->shape, x)) || (gx && !opc_same_shape(g->ndim, g->shape, gx)))
+        return CPU_FAIL(c, OPR_ERR_INVALID, "layer_norm_backward: grad, input and the input gradient differ in shape");
+    const double eps = cpu_arg_d(c, 5);
+    const bool f32 = g->dtype == OPR_F32;
+    void *og, *ox, *ow;
+    const void *pg = contiguous_data(g, &og), *px = contiguous_data((gx || gw) ? x : NULL, &ox);
+    const void *pw = contiguous_data(gx ? w : NULL, &ow);
+    double *st = (gx || gw) ? malloc((size_t)(rows ? rows : 1) * 2 * sizeof *st) : NULL;
+    double *acc = (gw || gb) ? calloc((size_t)(cols ? cols : 1) * 2, sizeof *acc) : NULL;
+    if (!pg || ((gx || gw) && (!px || !st)) || (gx && w && !pw) || ((gw || gb) && !acc)) {
+        rc = CPU_FAIL(c, OPR_ERR_NOMEM, "layer_norm_backward: out of memory for scratch (%lld rows of %lld)", (long long)rows,
+                      (long long)cols);
+    } else {
+        if (st) {
+            if (f32) ln_all_stats_f32(rows, cols, eps, px, st);
+            else ln_all_stats_f64(rows, cols, eps, px, st);
+        }
+        if (gx) {
+            if (f32) ln_grad_input_f32(rows, cols, st, pg, px, pw, gx->data);
+            else ln_grad_input_f64(rows, cols, st, pg, px, pw, gx->data);
+        }
+        if (acc) {
+            if (f32) ln_grad_params_f32(rows, cols, st, pg, px, gw ? acc : NULL, gb ? acc + cols : NULL);
+            else ln_grad_params_f64(rows, cols, st, pg, px, gw ? acc : NULL, gb ? acc + cols : NULL);
+            if (gw) store_all(gw, acc, cols);
+            if (gb) store_all(gb, acc + cols, cols);
+        }
+    }
+    free(og);
+    free(ox);
+    free(ow);
+    free(st);
+    free(acc);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ gelu */
+
+#define GELU_FNS(T, SUF, ERF, TANH, EXP)                                                                    \
+    static inline T gelu_##SUF(T x, bool th)                                                                \
+    {                                                                                                       \
+        if (th) {                                                                                           \
+            const T inner = (T)OPC_GELU_M_SQRT_2_PI * (x + (T)OPC_GELU_CUBIC * x * x * x);                 \
+            return (T)0.5 * x * ((T)1 + TANH(inner));                                                       \
+        }                                                                                                   \
+        return x * (T)0.5 * ((T)1 + ERF(x * (T)OPC_GELU_M_SQRT1_2));                                       \
+    }                                                                                                       \
+    static inline T gelu_grad_##SUF(T dy, T x, bool th)                                                     \
+    {                                                                                                       \
+        if (th) {                                                                                           \
+            const T inner = (T)OPC_GELU_M_SQRT_2_PI * (x + (T)OPC_GELU_CUBIC * x * x * x);                 \
+            const T t = TANH(inner);                                                                        \
+            const T dinner = (T)OPC_GELU_M_SQRT_2_PI * ((T)1 + (T)(3 * OPC_GELU_CUBIC) * x * x);           \
+            return dy * ((T)0.5 * ((T)1 + t) + (T)0.5 * x * ((T)1 - t * t) * dinner);                      \
+        }                                                                                                   \
+        const T cdf = (T)0.5 * ((T)1 + ERF(x * (T)OPC_GELU_M_SQRT1_2));                                    \
+        const T pdf = EXP((T)-0.5 * x * x) * (T)OPC_GELU_M_1_SQRT_2PI;                                     \
+        return dy * (cdf + x * pdf);                                                                        \
+    }
+GELU_FNS(float, f32, erff, tanhf, expf)
+GELU_FNS(double, f64, erf, tanh, exp)
+
+/* gelu (nin 1: self) and gelu_backward (nin 2: grad_output, self), each input
+ * broadcast to the contiguous output; approximate is the argument after them. */
+static int gelu_common(const opr_kernel_call *c, const char *op, int nin)
+{
+    opr_tensor_view *y = c->outputs[0];
+    const opr_tensor_view *in[2] = {cpu_arg_t(c, 0), nin > 1 ? cpu_arg_t(c, 1) : NULL};
+    char why[OPC_WHY_SIZE];
+    bool th;
+    const char *mode = c->args[nin]->kind == OPR_ARG_STRING ? c->args[nin]->u.s : NULL;
+    if (!opc_gelu_mode(op, mode, &th, why, sizeof why)) return CPU_FAIL(c, OPR_ERR_INVALID, "%s", why);
+    cpu_walk wk = {.ndim = y->ndim, .nops = nin, .shape = y->shape};
+    for (int k = 0; k < nin; k++) {
+        if (!in[k]) return CPU_FAIL(c, OPR_ERR_INVALID, "%s: argument %d must be a tensor", op, k);
+        int rc = check_float(c, k ? "self" : (nin > 1 ? "grad_output" : "self"), in[k], y->dtype);
+        if (rc) return rc;
+        if (!opc_bcast_strides(in[k], y->ndim, y->shape, wk.strides[k]))
+            return CPU_FAIL(c, OPR_ERR_INVALID, "%s: the inputs do not broadcast to the output", op);
+    }
+    const int64_t n = y->numel;
+#pragma omp parallel if (n >= CPU_PAR_THRESHOLD)
+    {
+        int64_t lo, hi;
+        cpu_thread_range(n, &lo, &hi);
+        cpu_walk w = wk;
+        cpu_walk_seek(&w, lo);
+        for (int64_t i = lo; i < hi; i++, cpu_walk_next(&w)) {
+            if (y->dtype == OPR_F32) {
+                const float *a = in[0]->data, *b = nin > 1 ? in[1]->data : NULL;
+                ((float *)y->data)[i] = nin > 1 ? gelu_grad_f32(a[w.off[0]], b[w.off[1]], th) : gelu_f32(a[w.off[0]], th);
+            } else {
+                const double *a = in[0]->data, *b = nin > 1 ? in[1]->data : NULL;
+                ((double *)y->data)[i] = nin > 1 ? gelu_grad_f64(a[w.off[0]], b[w.off[1]], th) : gelu_f64(a[w.off[0]], th);
+            }
+        }
+    }
+    return OPR_OK;
+}
+
+static int k_gelu(const opr_kernel_call *c) { return gelu_common(c, "gelu", 1); }
+static int k_gelu_backward(const opr_kernel_call *c) { return gelu_common(c, "gelu_backward", 2); }
+
+int cpu_register_norm(opr_plugin *self)
+{
+    const uint32_t dtypes = OPR_DTYPE_BIT(OPR_F32) | OPR_DTYPE_BIT(OPR_F64);
+    const struct { const char *op; opr_kernel_fn fn; } table[] = {
+        {"layer_norm", k_layer_norm},
+        {"layer_norm_backward", k_layer_norm_backward},
+        {"gelu", k_gelu},
+        {"gelu_backward", k_gelu_backward},
+    };
+    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
+        int rc = cpu_register(self, table[i].op, dtypes, table[i].fn);
+        if (rc != OPR_OK) return rc;
+    }
+    return OPR_OK;
+}
