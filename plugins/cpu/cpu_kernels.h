@@ -28,5 +28,7 @@ int cpu_register_factory(opr_plugin *self);     /* cpu_factory.c */
 int cpu_register_grad(opr_plugin *self);        /* cpu_grad.c */
 int cpu_register_backward(opr_plugin *self);    /* cpu_backward.c: fused backward kernels */
 int cpu_register_segment(opr_plugin *self);     /* cpu_segment.c: segments of jagged tensors */
+int cpu_register_loss(opr_plugin *self);        /* cpu_loss.c: nll_loss, cross_entropy */
+int cpu_register_attention(opr_plugin *self);   /* cpu_attention.c: scaled dot-product attention */
 
 #endif

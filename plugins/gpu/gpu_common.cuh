@@ -389,5 +389,7 @@ int gk_register_index(opr_plugin *self);       /* gpu_index.cu */
 int gk_register_copy(opr_plugin *self);        /* gpu_copy.cu */
 int gk_register_sort(opr_plugin *self);        /* gpu_sort.cu */
 int gk_register_segment(opr_plugin *self);     /* gpu_segment.cu: segments of jagged tensors */
+int gk_register_loss(opr_plugin *self);        /* gpu_loss.cu: nll_loss, cross_entropy */
+int gk_register_attention(opr_plugin *self);   /* gpu_attention.cu: scaled dot-product attention */
 
 #endif /* OPREG_CUDA_COMMON_CUH */

@@ -1,6 +1,7 @@
 # Shared by plugins/cuda, plugins/rocm and tests/gpu_emu: checks, at configure time,
 # that each fused backward kernel the plugins implement produces its gradients in the
-# order of the key that registry/ops/core.yaml gives its `kernel:` entry.
+# order of the key that registry/ops/core.yaml (or nn_loss_attention.yaml) gives its
+# `kernel:` entry.
 #
 # Kernels are not filtered by what the YAML defines: a kernel for an op the registry
 # does not know is skipped by the host at load time with a log line (registrations are
@@ -10,14 +11,19 @@
 function(opreg_gpu_yaml_definitions target)
   # A fused entry's key (`self, mat2: {kernel: mm_backward, ...}`) must list the inputs
   # in the order the kernel produces their gradients (schema order).
-  file(READ ${CMAKE_SOURCE_DIR}/registry/ops/core.yaml yaml)
-  set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/registry/ops/core.yaml)
+  set(yaml "")
+  foreach(file IN ITEMS core.yaml nn_loss_attention.yaml)
+    file(READ ${CMAKE_SOURCE_DIR}/registry/ops/${file} text)
+    string(APPEND yaml "${text}")
+    set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/registry/ops/${file})
+  endforeach()
   set(backward
     "mm_backward|MM|self, mat2"
     "bmm_backward|BMM|self, mat2"
     "matmul_backward|MATMUL|self, other"
     "linear_backward|LINEAR|input, weight, bias/input, weight"
-    "addmm_backward|ADDMM|self, mat1, mat2")
+    "addmm_backward|ADDMM|self, mat1, mat2"
+    "scaled_dot_product_attention_backward|SDPA|query, key, value")
   foreach(entry IN LISTS backward)
     string(REPLACE "|" ";" parts "${entry}")
     list(GET parts 0 kname)
@@ -35,9 +41,12 @@ function(opreg_gpu_yaml_definitions target)
       message(STATUS "${target}: native ${kname} (not in core.yaml: optional)")
       continue()
     endif()
-    # The entry's key: on the line above `kernel: NAME`, or before `{kernel: NAME`.
+    # The entry's key: on the line above `kernel: NAME` (or `- kernel: NAME`, the first
+    # of a list of candidates), or before `{kernel: NAME`.
     set(key "")
     if(yaml MATCHES "\n[ ]+([A-Za-z0-9_, ]+):[ ]*\n[ ]+kernel:[ ]*${kname}[ \n,}]")
+      set(key "${CMAKE_MATCH_1}")
+    elseif(yaml MATCHES "\n[ ]+([A-Za-z0-9_, ]+):[ ]*\n[ ]+-[ ]*kernel:[ ]*${kname}[ \n,}]")
       set(key "${CMAKE_MATCH_1}")
     elseif(yaml MATCHES "\n[ ]+([A-Za-z0-9_, ]+):[ ]*{[ ]*kernel:[ ]*${kname}[ \n,}]")
       set(key "${CMAKE_MATCH_1}")
