@@ -168,6 +168,9 @@ int ag_record(const opr_op *op, opr_tensor *const *tensors, const mval *slots, o
     if (!n->plan) { ag_node_release(n); return opr_fail_wrap(opr_error_status(), "%s: planning the backward", op->name); }
     for (int s = 0; s < op->nargs + op->nout; s++) {
         if (!((n->plan->save >> s) & 1)) continue;
+        /* an optional Tensor given as None (attn_mask) has nothing to save: its slot
+         * stays None, which is what the formula or kernel then reads */
+        if (s < op->nargs && !tensors[s] && n->slots[s].k == MV_NONE) continue;
         n->saved[s] = s < op->nargs ? opr_tensor_retain(tensors[s]) : detached_view(outs[s - op->nargs]);
         if (!n->saved[s]) {
             ag_node_release(n);
