@@ -146,14 +146,12 @@ static void row_log_softmax(const opr_tensor_view *x, const loss_rows *lr, int64
     for (int64_t k = 0; k < lr->c; k++) logp[k] -= lse;
 }
 
-/* The divisors of the two parts of a "mean" cross entropy: the target part by the
- * summed target weight; the smoothing part by that with weights, by the number of rows
- * (ignored ones included) without: PyTorch's rule. */
-static void ce_divisors(const opr_tensor_view *target, const opr_tensor_view *w, const loss_rows *lr, double *nll_div,
-                        double *smooth_div)
+/* The divisor of a "mean" cross entropy, for the target part and the smoothing part
+ * alike: the summed weight of the targets that are not ignored (their count without
+ * weights), as PyTorch 1.13 does; 1 for the other reductions. */
+static double ce_divisor(const opr_tensor_view *target, const opr_tensor_view *w, const loss_rows *lr)
 {
-    *nll_div = lr->reduction == LOSS_MEAN ? target_weight_sum(target, w, lr) : 1.0;
-    *smooth_div = lr->reduction != LOSS_MEAN ? 1.0 : w ? *nll_div : (double)(lr->n * lr->d);
+    return lr->reduction == LOSS_MEAN ? target_weight_sum(target, w, lr) : 1.0;
 }
 
 /* cross_entropy(self, target, weight, reduction, ignore_index, label_smoothing) */
@@ -170,8 +168,8 @@ static int k_cross_entropy(const opr_kernel_call *c)
     if (rc != OPR_OK) return rc;
     double *logp = malloc((size_t)(lr.c ? lr.c : 1) * sizeof *logp);
     if (!logp) return CPU_FAIL(c, OPR_ERR_NOMEM, "cross_entropy: out of memory for a row of %lld classes", (long long)lr.c);
-    double nll_div, smooth_div, nll_sum = 0, smooth_sum = 0;
-    ce_divisors(target, w, &lr, &nll_div, &smooth_div);
+    const double div = ce_divisor(target, w, &lr);
+    double nll_sum = 0, smooth_sum = 0;
     for (int64_t r = 0; r < lr.n * lr.d; r++) {
         int64_t t = target_at(target, r);
         double nll = 0, smooth = 0;
@@ -185,7 +183,7 @@ static int k_cross_entropy(const opr_kernel_call *c)
         smooth_sum += smooth;
     }
     if (lr.reduction != LOSS_NONE)
-        st(out, 0, (1 - eps) * nll_sum / nll_div + eps / (double)lr.c * smooth_sum / smooth_div);
+        st(out, 0, ((1 - eps) * nll_sum + eps / (double)lr.c * smooth_sum) / div);
     free(logp);
     return OPR_OK;
 }
@@ -206,8 +204,8 @@ static int k_cross_entropy_backward(const opr_kernel_call *c)
     if (rc != OPR_OK) return rc;
     double *logp = malloc((size_t)(lr.c ? lr.c : 1) * sizeof *logp);
     if (!logp) return CPU_FAIL(c, OPR_ERR_NOMEM, "cross_entropy_backward: out of memory for a row of %lld classes", (long long)lr.c);
-    double nll_div, smooth_div, wsum = 0;
-    ce_divisors(target, w, &lr, &nll_div, &smooth_div);
+    const double div = ce_divisor(target, w, &lr);
+    double wsum = 0;
     for (int64_t k = 0; k < lr.c; k++) wsum += weight_of(w, k);
     for (int64_t r = 0; r < lr.n * lr.d; r++) {
         int64_t t = target_at(target, r);
@@ -216,7 +214,7 @@ static int k_cross_entropy_backward(const opr_kernel_call *c)
             continue;
         }
         double gr = lr.reduction == LOSS_NONE ? ld(g, cpu_offset_of(g, r)) : ld(g, 0);
-        double a = (1 - eps) * gr / nll_div * weight_of(w, t), b = eps / (double)lr.c * gr / smooth_div;
+        double a = (1 - eps) * gr / div * weight_of(w, t), b = eps / (double)lr.c * gr / div;
         row_log_softmax(x, &lr, r, logp);
         for (int64_t k = 0; k < lr.c; k++) {
             double p = exp(logp[k]);

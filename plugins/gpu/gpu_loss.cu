@@ -171,9 +171,9 @@ static int gl_forward(const opr_kernel_call *c, const char *op, bool ce)
     if ((rc = gl_prepare(&k, x->shape, x->ndim, target, w, &g))) return rc;
     if ((rc = gl_contiguous(&k, x, &g.xb, &g.x))) return rc;
     const bool mean = g.reduction == GL_MEAN, reduce = g.reduction != GL_NONE;
-    const double nll_div = mean ? g.wsum_targets : 1.0;
-    const double smooth_div = !mean ? 1.0 : w ? g.wsum_targets : (double)g.rows;
-    const double a = (1 - eps) / nll_div, b = g.c ? eps / (double)g.c / smooth_div : 0.0;
+    /* "mean": both parts by the summed target weight (PyTorch 1.13) */
+    const double div = mean ? g.wsum_targets : 1.0;
+    const double a = (1 - eps) / div, b = g.c ? eps / (double)g.c / div : 0.0;
     gk_buf part;
     if ((rc = part.alloc(&k, (size_t)(2 * g.rows) * sizeof(double)))) return rc;
     if (g.rows == 0 && !reduce) return OPR_OK;
@@ -216,9 +216,9 @@ static int gl_backward(const opr_kernel_call *c, const char *op, bool ce)
     const void *gd;
     if ((rc = gl_contiguous(&k, gv, &gb, &gd))) return rc;
     const bool mean = g.reduction == GL_MEAN;
-    const double nll_div = mean ? g.wsum_targets : 1.0;
-    const double smooth_div = !mean ? 1.0 : w ? g.wsum_targets : (double)g.rows;
-    const double a = (1 - eps) / nll_div, b = g.c ? eps / (double)g.c / smooth_div : 0.0;
+    /* "mean": both parts by the summed target weight (PyTorch 1.13) */
+    const double div = mean ? g.wsum_targets : 1.0;
+    const double a = (1 - eps) / div, b = g.c ? eps / (double)g.c / div : 0.0;
     const bool per_row = g.reduction == GL_NONE;
     if (g.rows == 0) return OPR_OK;
     if (out->dtype == OPR_F32)
