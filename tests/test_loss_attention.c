@@ -302,9 +302,9 @@ START_TEST(test_attention_vs_torch)
     if (!python[0]) return;
     const opr_op *op = opr_op_find(ctx, "_scaled_dot_product_attention");
     ck_assert_ptr_nonnull(op);
-    const int cands[3] = {candidate(op, true), candidate(op, false), -1};
+    const int cands[2] = {candidate(op, true), candidate(op, false)};
     tu_seed(13);
-    for (int c = 0; c < 3; c++) {
+    for (int c = 0; c < 2; c++) {
         ck_assert_int_eq(opr_op_force_grad_candidate(op, cands[c]), OPR_OK);
         for (size_t i = 0; i < sizeof att_cases / sizeof att_cases[0]; i++) check_att_case(&att_cases[i], (int)i, cands[c]);
     }
@@ -552,7 +552,7 @@ int main(void)
     if (!find_python()) printf("test_loss_attention: no python3 with torch: the PyTorch comparisons are skipped\n");
     Suite *s = suite_create("loss_attention");
     TCase *tc = tcase_create("all");
-    tcase_set_timeout(tc, 300);
+    tcase_set_timeout(tc, 600); /* about 40 runs of python with torch */
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_nll_loss_vs_torch);
     tcase_add_test(tc, test_cross_entropy_vs_torch);
