@@ -225,12 +225,63 @@ static int k_cross_entropy_backward(const opr_kernel_call *c)
     return OPR_OK;
 }
 
+/* loss_weight_backward(grad, self, target, weight, reduction, ignore_index,
+ * label_smoothing, log_softmax): the gradient of nll_loss (log_softmax false) or
+ * cross_entropy (true) with respect to the class weights. Row r with target t adds
+ * g_r ((1 - e) nll_r [c == t] + e / C smooth_rc) to class c, with nll_r = -logp[t] and
+ * smooth_rc = -logp[c]; "mean" divides the loss by W = sum of the target weights, so
+ * there dw_c = g (A_c - loss * count_c) / W, count_c the rows whose target is c. */
+static int k_loss_weight_backward(const opr_kernel_call *c)
+{
+    const opr_tensor_view *g = cpu_arg_t(c, 0), *x = cpu_arg_t(c, 1), *target = cpu_arg_t(c, 2), *w = cpu_arg_t(c, 3);
+    opr_tensor_view *out = c->outputs[0];
+    loss_rows lr;
+    rows_of(x->shape, x->ndim, &lr);
+    lr.reduction = parse_reduction(c, 4);
+    lr.ignore_index = cpu_arg_i(c, 5);
+    const double eps = cpu_arg_d(c, 6);
+    const bool softmax = cpu_arg_b(c, 7);
+    int rc = check_targets(c, "loss_weight_backward", target, &lr);
+    if (rc != OPR_OK) return rc;
+    double *logp = malloc((size_t)(lr.c ? 2 * lr.c : 1) * sizeof *logp);
+    if (!logp) return CPU_FAIL(c, OPR_ERR_NOMEM, "loss_weight_backward: out of memory for a row of %lld classes", (long long)lr.c);
+    double *acc = logp + lr.c, loss = 0, wsum = target_weight_sum(target, w, &lr);
+    for (int64_t k = 0; k < lr.c; k++) acc[k] = 0;
+    for (int64_t r = 0; r < lr.n * lr.d; r++) {
+        int64_t t = target_at(target, r);
+        if (t == lr.ignore_index) continue;
+        if (softmax) row_log_softmax(x, &lr, r, logp);
+        else
+            for (int64_t k = 0; k < lr.c; k++) logp[k] = ld(x, cpu_offset_of(x, elem(&lr, r, k)));
+        const double gr = lr.reduction == LOSS_NONE ? ld(g, cpu_offset_of(g, r)) : 1.0;
+        acc[t] -= gr * (1 - eps) * logp[t];
+        loss -= (1 - eps) * weight_of(w, t) * logp[t];
+        for (int64_t k = 0; eps != 0 && k < lr.c; k++) {
+            acc[k] -= gr * eps / (double)lr.c * logp[k];
+            loss -= eps / (double)lr.c * weight_of(w, k) * logp[k];
+        }
+    }
+    const double g0 = lr.reduction == LOSS_NONE ? 1.0 : ld(g, 0);
+    if (lr.reduction == LOSS_MEAN) {
+        loss /= wsum;
+        for (int64_t r = 0; r < lr.n * lr.d; r++) {
+            int64_t t = target_at(target, r);
+            if (t != lr.ignore_index) acc[t] -= loss;
+        }
+    }
+    for (int64_t k = 0; k < lr.c; k++)
+        st(out, k, g0 * acc[k] / (lr.reduction == LOSS_MEAN ? wsum : 1.0));
+    free(logp);
+    return OPR_OK;
+}
+
 int cpu_register_loss(opr_plugin *self)
 {
     const uint32_t dtypes = OPR_DTYPE_BIT(OPR_F32) | OPR_DTYPE_BIT(OPR_F64);
     const struct { const char *op; opr_kernel_fn fn; } table[] = {
         {"nll_loss", k_nll_loss},           {"nll_loss_backward", k_nll_loss_backward},
         {"cross_entropy", k_cross_entropy}, {"cross_entropy_backward", k_cross_entropy_backward},
+        {"loss_weight_backward", k_loss_weight_backward},
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
         int rc = cpu_register(self, table[i].op, dtypes, table[i].fn);
