@@ -5,8 +5,8 @@
  * ignore_index / weight / label_smoothing rules, the gradients of the class weights
  * (which PyTorch does not give) and of the mask by finite differences, the errors,
  * and the bytes each attention candidate keeps for backward: O(L) per batch for the
- * fused kernel (the
- * log-sum-exp) against O(L * S) for the formula (the probabilities).
+ * fused kernel (the log-sum-exp) against O(L * S) for the formula (the
+ * probabilities).
  *
  * The PyTorch comparisons are skipped (the other tests still run) where no python3
  * with torch is found: OPREG_PYTHON, else python3 on PATH, else /usr/bin/python3. */
