@@ -234,11 +234,82 @@ static int gl_backward(const opr_kernel_call *c, const char *op, bool ce)
 static int k_nll_loss_backward(const opr_kernel_call *c) { return gl_backward(c, "nll_loss_backward", false); }
 static int k_cross_entropy_backward(const opr_kernel_call *c) { return gl_backward(c, "cross_entropy_backward", true); }
 
+/* The gradient with respect to the class weights (plugins/cpu/cpu_loss.c says how),
+ * in one thread: C accumulators in acc, then out. */
+template <class T>
+__global__ void k_gl_weight_grad(int64_t rows, int64_t c, int64_t d, const T *x, const int64_t *t, const T *w,
+                                 int64_t ignore, const T *g, bool per_row, double eps, bool softmax, bool mean,
+                                 double wsum, double *acc, T *out)
+{
+    if (blockIdx.x != 0 || threadIdx.x != 0) return;
+    double loss = 0;
+    for (int64_t k = 0; k < c; k++) acc[k] = 0;
+    for (int64_t r = 0; r < rows; r++) {
+        const int64_t cls = t[r];
+        if (cls == ignore) continue;
+        double lse = 0;
+        if (softmax) {
+            double mx = -INFINITY, s = 0;
+            for (int64_t k = 0; k < c; k++) mx = fmax(mx, (double)x[gl_elem(c, d, r, k)]);
+            for (int64_t k = 0; k < c; k++) s += exp((double)x[gl_elem(c, d, r, k)] - mx);
+            lse = mx + log(s);
+        }
+        const double gr = per_row ? (double)g[r] : 1.0, lpt = (double)x[gl_elem(c, d, r, cls)] - lse;
+        acc[cls] -= gr * (1 - eps) * lpt;
+        loss -= (1 - eps) * (double)w[cls] * lpt;
+        for (int64_t k = 0; eps != 0 && k < c; k++) {
+            const double lp = (double)x[gl_elem(c, d, r, k)] - lse;
+            acc[k] -= gr * eps / (double)c * lp;
+            loss -= eps / (double)c * (double)w[k] * lp;
+        }
+    }
+    if (mean) {
+        loss /= wsum;
+        for (int64_t r = 0; r < rows; r++)
+            if (t[r] != ignore) acc[t[r]] -= loss;
+    }
+    const double g0 = per_row ? 1.0 : (double)g[0];
+    for (int64_t k = 0; k < c; k++) out[k] = (T)(g0 * acc[k] / (mean ? wsum : 1.0));
+}
+
+/* loss_weight_backward(grad, self, target, weight, reduction, ignore_index,
+ * label_smoothing, log_softmax) */
+static int k_loss_weight_backward(const opr_kernel_call *c)
+{
+    static const char *op = "loss_weight_backward";
+    gk_ctx k;
+    int rc = gk_begin(c, op, &k);
+    if (rc) return rc;
+    const opr_tensor_view *gv = gk_arg_t(c, 0), *x = gk_arg_t(c, 1), *target = gk_arg_t(c, 2), *w = gk_arg_t(c, 3);
+    opr_tensor_view *out = c->outputs[0];
+    gl_call g;
+    g.reduction = gl_reduction(c, 4);
+    g.ignore = gk_arg_i(c, 5);
+    const double eps = gk_arg_d(c, 6);
+    const bool softmax = gk_arg_b(c, 7);
+    if ((rc = gl_prepare(&k, x->shape, x->ndim, target, w, &g))) return rc;
+    if ((rc = gl_contiguous(&k, x, &g.xb, &g.x))) return rc;
+    gk_buf gb, acc;
+    const void *gd;
+    if ((rc = gl_contiguous(&k, gv, &gb, &gd)) || (rc = acc.alloc(&k, (size_t)g.c * sizeof(double)))) return rc;
+    const bool per_row = g.reduction == GL_NONE, mean = g.reduction == GL_MEAN;
+    if (out->dtype == OPR_F32)
+        gk_launch(k_gl_weight_grad<float>, 1, 1, 0, k.stream, g.rows, g.c, g.d, (const float *)g.x, g.t,
+                  (const float *)g.w, g.ignore, (const float *)gd, per_row, eps, softmax, mean, g.wsum_targets,
+                  acc.as<double>(), (float *)out->data);
+    else
+        gk_launch(k_gl_weight_grad<double>, 1, 1, 0, k.stream, g.rows, g.c, g.d, (const double *)g.x, g.t,
+                  (const double *)g.w, g.ignore, (const double *)gd, per_row, eps, softmax, mean, g.wsum_targets,
+                  acc.as<double>(), (double *)out->data);
+    return gk_launched(&k, op);
+}
+
 int gk_register_loss(opr_plugin *self)
 {
     const struct { const char *op; opr_kernel_fn fn; } table[] = {
         {"nll_loss", k_nll_loss},           {"nll_loss_backward", k_nll_loss_backward},
         {"cross_entropy", k_cross_entropy}, {"cross_entropy_backward", k_cross_entropy_backward},
+        {"loss_weight_backward", k_loss_weight_backward},
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
         int rc = gk_register(self, table[i].op, GK_FLOATS, table[i].fn);
