@@ -259,11 +259,13 @@ static const att_case att_cases[] = {
     {2, {3, 4}, {5, 4}, {5, 2}, 1, {5}, false},                          /* no batch dims */
 };
 
-/* The index of the candidate whose label contains `part` (the kernel, the formula). */
+/* The index of the kernel or the formula candidate for query, key and value. */
 static int candidate(const opr_op *op, bool kernel)
 {
-    for (int i = 0; i < opr_op_grad_candidate_count(op); i++)
-        if ((strstr(opr_op_grad_candidate_label(op, i), "kernel") != NULL) == kernel) return i;
+    for (int i = 0; i < opr_op_grad_candidate_count(op); i++) {
+        const char *label = opr_op_grad_candidate_label(op, i);
+        if (!strncmp(label, "query, key, value", 17) && (strstr(label, "kernel") != NULL) == kernel) return i;
+    }
     ck_abort_msg("%s has no %s candidate", opr_op_name(op), kernel ? "kernel" : "formula");
     return -1;
 }
