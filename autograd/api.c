@@ -1,5 +1,6 @@
 /* Public autograd helpers: gradients of leaves, detaching, plan introspection. */
 #include "autograd.h"
+#include "../registry/composite.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -122,6 +123,39 @@ static int mask_of(const opr_op *op, const char *const *names, int n, uint32_t *
     return OPR_OK;
 }
 
+/* A composite op without derivative entries whose forward is one call passing its own
+ * arguments by name (scaled_dot_product_attention): that call is the node autograd
+ * records, so its plan is the one to show. Appends it to buf; nothing for any other
+ * forward. */
+static int explain_forwarded_call(const opr_op *op, const opr_value *args, int nargs, const char *const *requires_grad,
+                                  int n_requires_grad, char *buf, size_t len)
+{
+    const composite_def *cd = op->composite;
+    if (!cd || op->deriv || cd->nlets || cd->result->kind != EXPR_CALL || cd->result->builtin >= 0) return OPR_OK;
+    const expr *call = cd->result;
+    const opr_op *callee = opr_op_find(op->ctx, call->name);
+    if (!callee || !callee->deriv || call->nargs > callee->nargs) return OPR_OK;
+    opr_value cargs[OPR_MAX_ARGS];
+    int ncargs = 0;
+    for (int i = 0; i < call->nargs; i++) {
+        const expr *a = call->args[i];
+        if (call->kwnames && call->kwnames[i]) return OPR_OK;
+        if (a->kind != EXPR_NAME || a->slot < 0 || a->slot >= op->nargs) return OPR_OK;
+        if (a->slot >= nargs) break; /* this and the rest: the defaults */
+        cargs[ncargs++] = args[a->slot];
+    }
+    const char *names[OPR_MAX_ARGS];
+    int nnames = 0;
+    for (int r = 0; r < n_requires_grad && nnames < OPR_MAX_ARGS; r++)
+        for (int i = 0; i < call->nargs; i++)
+            if (requires_grad[r] && !strcmp(op->args[call->args[i]->slot].name, requires_grad[r]))
+                names[nnames++] = callee->args[i].name;
+    size_t used = strlen(buf);
+    int n = snprintf(buf + used, len - used, "that node is %s:\n", callee->name);
+    if (n < 0 || (size_t)n >= len - used) return OPR_OK;
+    return opr_plan_explain(callee, cargs, ncargs, names, nnames, buf + used + (size_t)n, len - used - (size_t)n);
+}
+
 opr_status opr_plan_explain(const opr_op *op, const opr_value *args, int nargs, const char *const *requires_grad,
                      int n_requires_grad, char *buf, size_t len)
 {
@@ -134,6 +168,7 @@ opr_status opr_plan_explain(const opr_op *op, const opr_value *args, int nargs, 
     int rc = meta_slots(op, args, nargs, slots, outs, &dev, &pieces);
     if (!rc) rc = mask_of(op, requires_grad, n_requires_grad, &mask);
     if (!rc) rc = plan_explain(op, mask, dev, slots, opr_special_grads_enabled() ? 0 : PLAN_FAST, buf, len);
+    if (!rc) rc = explain_forwarded_call(op, args, nargs, requires_grad, n_requires_grad, buf, len);
     free(pieces);
     return rc;
 }

@@ -13,13 +13,15 @@ static void usage(void)
            "Prints every candidate set that computes the gradients of the named inputs of OP, with\n"
            "its estimated cost, launches and the tensors it saves (and their bytes), then the chosen\n"
            "set and why it won. Every tensor argument needs a --shape; other arguments take their\n"
-           "defaults unless given with --arg (ints, floats, true/false, or lists like 0,1).\n"
+           "defaults unless given with --arg (ints, floats, true/false, or lists like 0,1);\n"
+           "--shape NAME=none passes None for an optional tensor (Tensor?).\n"
            "--fast plans for a node recorded in fast mode (special gradients off,\n"
            "opr_special_grads_set): the op's fast variants, marked [fast ...], replace the normal\n"
            "formulas of the inputs they cover.\n"
            "For a composite op (a `forward:` expression over other ops) it first prints the\n"
            "forward; with derivative entries the op is one node and its plan follows as above,\n"
-           "without them autograd records the ops of the forward, each planned on its own.\n"
+           "without them autograd records the ops of the forward, each planned on its own; when\n"
+           "the forward is one call passing the op's arguments on, that call's plan follows.\n"
            "For an op with an alternative (`alternative:`, e.g. cdist and cdist_mm) it first says\n"
            "which of the two the call runs, with both estimates, and plans that one.\n"
            "The last line says how the op runs on batched tensors of opr_vmap (its batching rule,\n"
@@ -86,6 +88,11 @@ int cmd_plan(int argc, char **argv)
         const char *name = opr_op_arg_name(op, i);
         int kind = opr_op_arg_kind(op, i);
         const char *shape = value_of(argc, argv, "--shape", name), *val = value_of(argc, argv, "--arg", name);
+        if (kind == OPR_V_TENSOR && shape && !strcmp(shape, "none")) { /* an optional tensor not given */
+            args[i] = opr_v_none();
+            printf("  %-8s None\n", name);
+            continue;
+        }
         if (kind == OPR_V_TENSOR) {
             int n = shape ? parse_dims(shape, lists[i]) : -1;
             if (n < 0) {

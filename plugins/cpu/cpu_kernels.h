@@ -31,5 +31,7 @@ int cpu_register_segment(opr_plugin *self);     /* cpu_segment.c: segments of ja
 int cpu_register_convert(opr_plugin *self);     /* cpu_convert.c: to(self, dtype) */
 int cpu_register_nn(opr_plugin *self);          /* cpu_nn.c: embedding, dropout, triu/tril, argmax/argmin */
 int cpu_register_norm(opr_plugin *self);        /* cpu_norm.c: layer_norm, gelu */
+int cpu_register_loss(opr_plugin *self);        /* cpu_loss.c: nll_loss, cross_entropy */
+int cpu_register_attention(opr_plugin *self);   /* cpu_attention.c: scaled dot-product attention */
 
 #endif

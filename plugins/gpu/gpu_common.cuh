@@ -397,5 +397,7 @@ int gk_register_segment(opr_plugin *self);     /* gpu_segment.cu: segments of ja
 int gk_register_convert(opr_plugin *self);     /* gpu_convert.cu: to(self, dtype) */
 int gk_register_nn(opr_plugin *self);          /* gpu_nn.cu: embedding, dropout, triu/tril, argmax/argmin */
 int gk_register_norm(opr_plugin *self);        /* gpu_norm.cu: layer_norm, gelu */
+int gk_register_loss(opr_plugin *self);        /* gpu_loss.cu: nll_loss, cross_entropy */
+int gk_register_attention(opr_plugin *self);   /* gpu_attention.cu: scaled dot-product attention */
 
 #endif /* OPREG_CUDA_COMMON_CUH */

@@ -27,7 +27,8 @@ function(opreg_gpu_yaml_definitions target)
     "matmul_backward|MATMUL|self, other"
     "linear_backward|LINEAR|input, weight, bias/input, weight"
     "addmm_backward|ADDMM|self, mat1, mat2"
-    "layer_norm_backward|LAYER_NORM|input, weight, bias")
+    "layer_norm_backward|LAYER_NORM|input, weight, bias"
+    "scaled_dot_product_attention_backward|SDPA|query, key, value")
   foreach(entry IN LISTS backward)
     string(REPLACE "|" ";" parts "${entry}")
     list(GET parts 0 kname)
@@ -45,9 +46,12 @@ function(opreg_gpu_yaml_definitions target)
       message(STATUS "${target}: native ${kname} (not in registry/ops: optional)")
       continue()
     endif()
-    # The entry's key: on the line above `kernel: NAME`, or before `{kernel: NAME`.
+    # The entry's key: on the line above `kernel: NAME` (or `- kernel: NAME`, the first
+    # of a list of candidates), or before `{kernel: NAME`.
     set(key "")
     if(yaml MATCHES "\n[ ]+([A-Za-z0-9_, ]+):[ ]*\n[ ]+kernel:[ ]*${kname}[ \n,}]")
+      set(key "${CMAKE_MATCH_1}")
+    elseif(yaml MATCHES "\n[ ]+([A-Za-z0-9_, ]+):[ ]*\n[ ]+-[ ]*kernel:[ ]*${kname}[ \n,}]")
       set(key "${CMAKE_MATCH_1}")
     elseif(yaml MATCHES "\n[ ]+([A-Za-z0-9_, ]+):[ ]*{[ ]*kernel:[ ]*${kname}[ \n,}]")
       set(key "${CMAKE_MATCH_1}")
