@@ -18,7 +18,7 @@ typedef struct demo_opts {
 void gpt_demo_options_help(FILE *out)
 {
     fprintf(out,
-            "  --steps N         training steps (default 60; the loss keeps falling for a few thousand)\n"
+            "  --steps N         training steps (default 100; the loss keeps falling for a few thousand)\n"
             "  --batch N         sequences per step (default 16)\n"
             "  --context N       characters per sequence, the model's block size (default 64)\n"
             "  --layers N        transformer blocks (default 2)\n"
@@ -114,7 +114,7 @@ int gpt_demo_run(opr_ctx *ctx, int argc, char **argv, const char *prog)
     char text_buf[4200];
     demo_opts o = {
         .cfg = {.n_layer = 2, .n_head = 4, .n_embd = 128, .block_size = 64, .dtype = OPR_F32},
-        .train = {.steps = 60, .batch = 16, .lr = 3e-3, .weight_decay = 0.01, .seed = 1337, .log_every = 10},
+        .train = {.steps = 100, .batch = 16, .lr = 3e-3, .weight_decay = 0.01, .seed = 1337, .log_every = 10},
         .sample_chars = 240,
         .temperature = 0.8,
     };

@@ -51,6 +51,10 @@ opr_tensor *gpt_scalar(const opr_tensor *like, double v)
     if (!like) return NULL;
     const float f = (float)v;
     const opr_dtype dt = opr_tensor_dtype(like);
+    if (dt != OPR_F32 && dt != OPR_F64) {
+        gpt_fail(OPR_ERR_INVALID, "gpt: a constant like a %s tensor: the model computes in f32 or f64", opr_dtype_name(dt));
+        return NULL;
+    }
     opr_tensor *t = opr_tensor_from_data(opr_tensor_ctx(like), dt, 0, NULL, dt == OPR_F32 ? (const void *)&f : (const void *)&v,
                                          opr_tensor_device(like));
     if (!t) gpt_fail(OPR_ERR_NOMEM, "gpt: constant %g: %s", v, opr_last_error());

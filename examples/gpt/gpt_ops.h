@@ -27,7 +27,8 @@ opr_tensor *gpt_call(const opr_op *op, const opr_value *args, int nargs);
     gpt_call((op), (opr_value[]){__VA_ARGS__}, (int)(sizeof((opr_value[]){__VA_ARGS__}) / sizeof(opr_value)))
 
 /* A 0-d tensor holding v, with like's dtype (f32 or f64) and device: the constants
- * that elementwise ops combine with (PyTorch's Python scalars). NULL when like is. */
+ * that elementwise ops combine with (PyTorch's Python scalars). NULL (with gpt_error())
+ * when like is NULL or neither f32 nor f64. */
 opr_tensor *gpt_scalar(const opr_tensor *like, double v);
 
 /* Releases n tensors (NULLs allowed). */
