@@ -18,7 +18,7 @@ typedef struct demo_opts {
 void gpt_demo_options_help(FILE *out)
 {
     fprintf(out,
-            "  --steps N         training steps (default 100; the loss keeps falling for a few thousand)\n"
+            "  --steps N         training steps (default 100; more steps, better samples)\n"
             "  --batch N         sequences per step (default 16)\n"
             "  --context N       characters per sequence, the model's block size (default 64)\n"
             "  --layers N        transformer blocks (default 2)\n"
