@@ -76,7 +76,7 @@ int main(int argc, char **argv)
     printf("opreg_bench_gpt: training steps of the demo GPT (%d layers, %d heads, width %d, context %d, batch %d,\n"
            "f32, AdamW), %d steps after %d of warm-up; peak: bytes above the live memory before the steps\n\n",
            LAYERS, HEADS, EMBD, CONTEXT, BATCH, steps, warmup);
-    printf("  %-7s %14s %14s %10s %12s %12s %10s\n", "threads", "opreg tok/s", "torch tok/s", "opreg/torch",
+    printf("  %-7s %14s %14s %11s %13s %13s %10s\n", "threads", "opreg tok/s", "torch tok/s", "opreg/torch",
            "opreg peak MB", "torch peak MB", "peak ratio");
     int rc = 0;
     for (int threads = 1; threads <= 2; threads++) {
@@ -96,7 +96,7 @@ int main(int argc, char **argv)
         printf("  %-7d %14.0f ", threads, rate);
         if (have) printf("%14.0f %10.2fx", tv[0], rate / tv[0]);
         else printf("%14s %11s", "n/a", "n/a");
-        printf(" %12.2f ", peak / 1e6);
+        printf(" %13.2f ", peak / 1e6);
         if (have && tv[1] > 0) printf("%13.2f %9.2fx\n", tv[1] / 1e6, peak / tv[1]);
         else printf("%13s %10s\n", "n/a", "n/a");
         fflush(stdout);
