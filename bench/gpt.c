@@ -1,15 +1,20 @@
 /* opreg_bench_gpt: training steps of the demo GPT (`opreg demo --model gpt`: 2 layers,
  * 4 heads, width 128, context 64, batch 16, f32) in opreg and in PyTorch 1.13
  * (bench/gpt_torch.py, the model of tests/gpt_reference.py: the same weights, batches
- * and AdamW), with 1 and 2 threads, in one run. One table: tokens/s over --steps steps
+ * and AdamW) and in libtorch's C++ API (bench/gpt_torch.cpp, the same model in ATen ops,
+ * where CMake found libtorch), with 1 and 2 threads, in one run. One table: tokens/s over --steps steps
  * after --warmup steps, and the peak memory of those steps above what was live before
  * them (activations, gradients, temporaries; opreg: opr_memory_stats of the CPU, which
  * counts every tensor; PyTorch: the host memory counted by bench/memhook.c). The
  * optimizer state (opreg's on the host in f64, PyTorch's in f32 tensors) exists before
- * the timed steps on both sides and is not in the figure.
+ * the timed steps on both sides and is not in the figure. libtorch runs in this
+ * process, where its memory cannot be told apart: no peak figure for it.
  *
  *   opreg_bench_gpt [--steps N] [--warmup N] [--no-torch] */
 #include "bench_python.h"
+#if OPREG_BENCH_HAVE_TORCH
+#include "gpt_torch.h"
+#endif
 
 #include "gpt/gpt_train.h"
 
@@ -76,13 +81,13 @@ int main(int argc, char **argv)
     printf("opreg_bench_gpt: training steps of the demo GPT (%d layers, %d heads, width %d, context %d, batch %d,\n"
            "f32, AdamW), %d steps after %d of warm-up; peak: bytes above the live memory before the steps\n\n",
            LAYERS, HEADS, EMBD, CONTEXT, BATCH, steps, warmup);
-    printf("  %-7s %14s %14s %11s %13s %13s %10s\n", "threads", "opreg tok/s", "torch tok/s", "opreg/torch",
-           "opreg peak MB", "torch peak MB", "peak ratio");
+    printf("  %-7s %12s %12s %12s %12s %12s %13s %13s %10s\n", "threads", "opreg tok/s", "torch tok/s",
+           "opreg/torch", "C++ tok/s", "opreg/C++", "opreg peak MB", "torch peak MB", "peak ratio");
     int rc = 0;
     for (int threads = 1; threads <= 2; threads++) {
         omp_set_num_threads(threads);
         openblas_set_num_threads(threads);
-        double rate = 0, peak = 0, tv[2] = {-1, -1};
+        double rate = 0, peak = 0, tv[2] = {-1, -1}, cpp = -1;
         if (run_opreg(ctx, &text, warmup, steps, &rate, &peak)) {
             fprintf(stderr, "opreg_bench_gpt: %s\n", gpt_error());
             rc = 1;
@@ -93,16 +98,27 @@ int main(int argc, char **argv)
                  EMBD, CONTEXT, BATCH);
         const char *names[] = {"torch_tokens_per_s", "torch_peak"};
         const bool have = torch && bench_python_figures("torch", "gpt_torch.py", args, OPREG_BENCH_MEMHOOK, names, tv, 2) == 0;
-        printf("  %-7d %14.0f ", threads, rate);
-        if (have) printf("%14.0f %10.2fx", tv[0], rate / tv[0]);
-        else printf("%14s %11s", "n/a", "n/a");
+#if OPREG_BENCH_HAVE_TORCH
+        char err[512] = "";
+        bgt_config bc = {LAYERS, HEADS, EMBD, CONTEXT, BATCH, text.vocab_size, threads, warmup, steps, 1337};
+        if (torch && bgt_train(&bc, text.tokens, text.n, &cpp, err, sizeof err)) {
+            fprintf(stderr, "opreg_bench_gpt: libtorch: %s\n", err);
+            cpp = -1;
+        }
+#endif
+        printf("  %-7d %12.0f ", threads, rate);
+        if (have) printf("%12.0f %11.2fx ", tv[0], rate / tv[0]);
+        else printf("%12s %12s ", "n/a", "n/a");
+        if (cpp > 0) printf("%12.0f %11.2fx", cpp, rate / cpp);
+        else printf("%12s %12s", "n/a", "n/a");
         printf(" %13.2f ", peak / 1e6);
         if (have && tv[1] > 0) printf("%13.2f %9.2fx\n", tv[1] / 1e6, peak / tv[1]);
         else printf("%13s %10s\n", "n/a", "n/a");
         fflush(stdout);
-        if (!have && threads == 1 && torch) printf("  (pytorch: no python3 with torch found)\n");
     }
-    printf("\nopreg/torch > 1: opreg trains faster; peak ratio < 1: opreg needs less memory\n");
+    if (torch && !OPREG_BENCH_HAVE_TORCH) printf("  (C++: %s)\n", OPREG_BENCH_NO_TORCH_REASON);
+    printf("\ntorch: PyTorch 1.13 in Python; C++: libtorch; opreg/X > 1: opreg trains faster; peak ratio < 1: opreg\n"
+           "needs less memory\n");
     gpt_text_free(&text);
     if (opr_ctx_free(ctx)) rc = 1;
     return rc;
