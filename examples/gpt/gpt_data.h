@@ -18,6 +18,7 @@ typedef struct gpt_text {
 /* Reads the file at path. OPR_ERR_IO when it can't be read, OPR_ERR_INVALID when it is
  * empty; gpt_error() says which. Free with gpt_text_free. */
 opr_status gpt_text_load(const char *path, gpt_text *out);
+/* Frees the tokens of a loaded text. */
 void gpt_text_free(gpt_text *t);
 
 /* One batch: for b < batch, start_b = gpt_rng_next(rng) % (n - block) (drawn in

@@ -48,6 +48,7 @@ typedef struct gpt_model {
 /* Builds the model on dev with the initial weights described above. NULL with
  * gpt_error() on an invalid config or a failure. */
 gpt_model *gpt_model_new(opr_ctx *ctx, const gpt_config *cfg, uint64_t seed, opr_device dev);
+/* Releases the parameters and frees m (NULL allowed). */
 void gpt_model_free(gpt_model *m);
 
 /* "wte", "h.0.attn_w", ..., "head_w" (a static buffer per thread, valid until the next call). */

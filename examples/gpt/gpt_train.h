@@ -24,6 +24,7 @@ opr_status gpt_adamw_init(gpt_adamw *opt, const gpt_model *m, double lr, double 
 /* One step over every parameter that has a gradient, then drops the gradients
  * (optimizer.step(); optimizer.zero_grad(set_to_none=True)). */
 opr_status gpt_adamw_step(gpt_adamw *opt, gpt_model *m);
+/* Frees the moments (safe on a zeroed or failed gpt_adamw). */
 void gpt_adamw_free(gpt_adamw *opt);
 
 typedef struct gpt_train_opts {
