@@ -4,6 +4,8 @@
  * to saving every input. */
 #include "cli.h"
 
+#include "gpt/gpt_demo.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -191,14 +193,31 @@ static opr_device best_device(opr_ctx *ctx, const demo_ops *ops)
 
 int cmd_demo(int argc, char **argv)
 {
+    const char *model_name = "mlp";
+    for (int i = 1; i + 1 < argc; i++)
+        if (!strcmp(argv[i], "--model")) model_name = argv[++i];
     if (cli_wants_help(argc, argv)) {
-        printf("usage: opreg demo [--steps N] [--points N] [--lr X] [--plugin PATH]...\n\n"
-               "Generates a three-spirals data set (N points per class, default 200) and trains an MLP\n"
-               "2 -> 64 -> 64 -> 3 whose middle layer is frozen, with full-batch SGD (default 600\n"
-               "steps, learning rate 0.5), on the best available backend. Prints the loss every 25\n"
-               "steps, the final training accuracy, and per op the derivative formulas the registry\n"
-               "chose and the bytes they saved next to saving every input.\n");
+        printf("usage: opreg demo [--model mlp|gpt] [OPTIONS] [--plugin PATH]...\n\n"
+               "--model mlp (the default): generates a three-spirals data set (N points per class,\n"
+               "default 200) and trains an MLP 2 -> 64 -> 64 -> 3 whose middle layer is frozen, with\n"
+               "full-batch SGD (default 600 steps, learning rate 0.5), on the best available backend.\n"
+               "Prints the loss every 25 steps, the final training accuracy, and per op the\n"
+               "derivative formulas the registry chose and the bytes they saved next to saving\n"
+               "every input. Options:\n"
+               "  --steps N         SGD steps (default 600)\n"
+               "  --points N        points per class (default 200)\n"
+               "  --lr X            learning rate (default 0.5)\n\n"
+               "--model gpt: trains a character-level GPT (pre-LayerNorm transformer blocks, causal\n"
+               "self-attention, GELU MLP) on Shakespeare's sonnets with AdamW on the CPU, printing the\n"
+               "loss and tokens/s, then samples a few seeded lines (the code of examples/gpt.c).\n"
+               "Options:\n");
+        gpt_demo_options_help(stdout);
         return 0;
+    }
+    if (!strcmp(model_name, "gpt")) return cmd_demo_gpt(argc, argv);
+    if (strcmp(model_name, "mlp")) {
+        fprintf(stderr, "opreg demo: --model %s: mlp or gpt\n", model_name);
+        return 2;
     }
     int per_class = 200, steps = 600;
     double lr = 0.5;

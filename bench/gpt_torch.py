@@ -1,0 +1,66 @@
+"""PyTorch side of opreg_bench_gpt: training steps of the demo GPT in PyTorch 1.13, f32,
+the model of tests/gpt_reference.py (the same weights, batches and AdamW as opreg's).
+
+    gpt_torch.py TEXT THREADS WARMUP STEPS LAYERS HEADS EMBD CONTEXT BATCH
+
+Prints `NAME VALUE` lines: torch_tokens_per_s (over STEPS steps after WARMUP) and
+torch_peak (bytes above what was live before the timed steps, counted by bench/memhook.c
+when it is preloaded; -1 without it)."""
+import ctypes
+import os
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+import gpt_reference  # noqa: E402
+
+text, threads, warmup, steps, layers, heads, embd, context, batch = sys.argv[1:10]
+threads, warmup, steps = int(threads), int(warmup), int(steps)
+layers, heads, embd, context, batch = int(layers), int(heads), int(embd), int(context), int(batch)
+torch.set_num_threads(threads)
+torch.set_default_dtype(torch.float32)
+
+data = open(text, "rb").read()
+chars = sorted(set(data))
+token_of = {c: i for i, c in enumerate(chars)}
+tokens = torch.tensor([token_of[c] for c in data], dtype=torch.int64)
+model = gpt_reference.GPT(len(chars), embd, heads, layers, context)
+model.draw_weights(gpt_reference.SplitMix64(1337))
+opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01, foreach=False)
+batches = gpt_reference.SplitMix64(1338)
+starts = len(tokens) - context
+
+
+def step():
+    pos = [batches.next() % starts for _ in range(batch)]
+    x = torch.stack([tokens[s:s + context] for s in pos])
+    y = torch.stack([tokens[s + 1:s + 1 + context] for s in pos])
+    loss = model(x, y)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    opt.step()
+    return loss.item()
+
+
+try:
+    hook = ctypes.CDLL(None)
+    hook.memhook_peak.restype = ctypes.c_int64
+    hook.memhook_current.restype = ctypes.c_int64
+    hook.memhook_reset_peak()
+except (AttributeError, OSError):
+    hook = None
+
+for _ in range(warmup):
+    step()
+if hook is not None:
+    base = hook.memhook_current()
+    hook.memhook_reset_peak()
+t0 = time.perf_counter()
+for _ in range(steps):
+    step()
+t = time.perf_counter() - t0
+peak = hook.memhook_peak() - base if hook is not None else -1
+print("torch_tokens_per_s", steps * batch * context / t, flush=True)
+print("torch_peak", peak, flush=True)

@@ -1,0 +1,170 @@
+/* The GPT demo's options and run (see gpt_demo.h). */
+#include "gpt_demo.h"
+
+#include "gpt_train.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+typedef struct demo_opts {
+    gpt_config cfg;
+    gpt_train_opts train;
+    const char *text;
+    int sample_chars;
+    double temperature;
+} demo_opts;
+
+void gpt_demo_options_help(FILE *out)
+{
+    fprintf(out,
+            "  --steps N         training steps (default 100; more steps, better samples)\n"
+            "  --batch N         sequences per step (default 16)\n"
+            "  --context N       characters per sequence, the model's block size (default 64)\n"
+            "  --layers N        transformer blocks (default 2)\n"
+            "  --heads N         attention heads (default 4)\n"
+            "  --embd N          embedding width, a multiple of --heads (default 128)\n"
+            "  --lr X            AdamW learning rate (default 0.003)\n"
+            "  --weight-decay X  AdamW weight decay (default 0.01)\n"
+            "  --dropout X       dropout probability in training (default 0)\n"
+            "  --dtype T         f32 or f64 (default f32)\n"
+            "  --seed N          seeds the weights, the batches and the sample (default 1337)\n"
+            "  --log-every N     print the loss and tokens/s every N steps (default 10)\n"
+            "  --sample N        characters to generate after training (default 240; 0: none)\n"
+            "  --temperature X   sampling temperature (default 0.8)\n"
+            "  --text PATH       training text (default: Shakespeare's sonnets shipped with opreg,\n"
+            "                    examples/data/sonnets.txt; also $OPREG_GPT_TEXT)\n");
+}
+
+/* The shipped text: $OPREG_GPT_TEXT, the installed share/opreg/data next to the running
+ * program's prefix, then the source tree's copy this was built from. */
+static const char *default_text(char *buf, size_t len)
+{
+    const char *env = getenv("OPREG_GPT_TEXT");
+    if (env && env[0]) return env;
+    char exe[4096];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n > 0) {
+        exe[n] = '\0';
+        char *slash = strrchr(exe, '/');
+        if (slash) {
+            *slash = '\0';
+            snprintf(buf, len, "%s/../share/opreg/data/sonnets.txt", exe);
+            if (access(buf, R_OK) == 0) return buf;
+        }
+    }
+#ifdef OPREG_GPT_TEXT_SOURCE
+    return OPREG_GPT_TEXT_SOURCE;
+#else
+    return "examples/data/sonnets.txt";
+#endif
+}
+
+static int parse(int argc, char **argv, demo_opts *o, const char *prog)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strncmp(a, "--", 2) && !v) {
+            fprintf(stderr, "%s: %s needs a value\n", prog, a);
+            return 2;
+        }
+        i++;
+        if (!strcmp(a, "--model") || !strcmp(a, "--plugin")) continue;
+        else if (!strcmp(a, "--steps")) o->train.steps = atoi(v);
+        else if (!strcmp(a, "--batch")) o->train.batch = atoi(v);
+        else if (!strcmp(a, "--context")) o->cfg.block_size = atoi(v);
+        else if (!strcmp(a, "--layers")) o->cfg.n_layer = atoi(v);
+        else if (!strcmp(a, "--heads")) o->cfg.n_head = atoi(v);
+        else if (!strcmp(a, "--embd")) o->cfg.n_embd = atoi(v);
+        else if (!strcmp(a, "--lr")) o->train.lr = atof(v);
+        else if (!strcmp(a, "--weight-decay")) o->train.weight_decay = atof(v);
+        else if (!strcmp(a, "--dropout")) o->cfg.dropout = atof(v);
+        else if (!strcmp(a, "--seed")) o->train.seed = strtoull(v, NULL, 0);
+        else if (!strcmp(a, "--log-every")) o->train.log_every = atoi(v);
+        else if (!strcmp(a, "--sample")) o->sample_chars = atoi(v);
+        else if (!strcmp(a, "--temperature")) o->temperature = atof(v);
+        else if (!strcmp(a, "--text")) o->text = v;
+        else if (!strcmp(a, "--dtype")) {
+            if (opr_dtype_parse(v, &o->cfg.dtype) || (o->cfg.dtype != OPR_F32 && o->cfg.dtype != OPR_F64)) {
+                fprintf(stderr, "%s: --dtype %s: f32 or f64\n", prog, v);
+                return 2;
+            }
+        } else {
+            fprintf(stderr, "%s: unknown option %s (see --help)\n", prog, a);
+            return 2;
+        }
+    }
+    if (o->train.steps < 1 || o->train.steps > 10000000 || o->train.batch < 1 || o->train.batch > 65536 ||
+        o->cfg.block_size < 1 || o->cfg.block_size > 65536 || o->cfg.n_layer < 1 || o->cfg.n_layer > 256 ||
+        o->cfg.n_head < 1 || o->cfg.n_embd < 1 || o->cfg.n_embd > 65536 || o->cfg.n_embd % o->cfg.n_head ||
+        !(o->train.lr > 0) || !(o->train.weight_decay >= 0) || !(o->cfg.dropout >= 0 && o->cfg.dropout < 1) ||
+        o->train.log_every < 0 || o->sample_chars < 0 || o->sample_chars > 1000000 || !(o->temperature > 0)) {
+        fprintf(stderr,
+                "%s: out of range: --steps 1..10000000, --batch 1..65536, --context 1..65536, --layers 1..256,\n"
+                "  --embd 1..65536 and a multiple of --heads, --lr > 0, --weight-decay >= 0, --dropout in [0, 1),\n"
+                "  --log-every >= 0, --sample 0..1000000, --temperature > 0\n",
+                prog);
+        return 2;
+    }
+    return 0;
+}
+
+int gpt_demo_run(opr_ctx *ctx, int argc, char **argv, const char *prog)
+{
+    char text_buf[4200];
+    demo_opts o = {
+        .cfg = {.n_layer = 2, .n_head = 4, .n_embd = 128, .block_size = 64, .dtype = OPR_F32},
+        .train = {.steps = 100, .batch = 16, .lr = 3e-3, .weight_decay = 0.01, .seed = 1337, .log_every = 10},
+        .sample_chars = 240,
+        .temperature = 0.8,
+    };
+    o.text = default_text(text_buf, sizeof text_buf);
+    int rc = parse(argc, argv, &o, prog);
+    if (rc) return rc;
+    gpt_text text;
+    if (gpt_text_load(o.text, &text)) {
+        fprintf(stderr, "%s: %s (--text PATH or $OPREG_GPT_TEXT names another)\n", prog, gpt_error());
+        return 1;
+    }
+    o.cfg.vocab_size = text.vocab_size;
+    gpt_model *m = gpt_model_new(ctx, &o.cfg, o.train.seed, OPR_CPU);
+    double *losses = m ? malloc((size_t)o.train.steps * sizeof *losses) : NULL;
+    if (!m || !losses) {
+        fprintf(stderr, "%s: %s\n", prog, m ? "out of memory" : gpt_error());
+        gpt_model_free(m);
+        gpt_text_free(&text);
+        return 1;
+    }
+    o.train.losses = losses;
+    printf("%s: character-level GPT on %s (%lld characters, %d distinct)\n"
+           "  %d layers, %d heads, width %d, context %d: %lld parameters, %s on cpu\n"
+           "  %d AdamW steps (lr %g, weight decay %g) of %d sequences, seed %llu\n",
+           prog, o.text, (long long)text.n, text.vocab_size, o.cfg.n_layer, o.cfg.n_head, o.cfg.n_embd,
+           o.cfg.block_size, (long long)gpt_model_numel(m), opr_dtype_name(o.cfg.dtype), o.train.steps, o.train.lr,
+           o.train.weight_decay, o.train.batch, (unsigned long long)o.train.seed);
+    fflush(stdout);
+    double rate = 0;
+    rc = 1;
+    if (gpt_train(m, &text, &o.train, &rate)) {
+        fprintf(stderr, "%s: training: %s\n", prog, gpt_error());
+        goto out;
+    }
+    printf("trained: loss %.4f -> %.4f, %.0f tokens/s over the run\n", losses[0], losses[o.train.steps - 1], rate);
+    if (o.sample_chars > 0) {
+        char *sample = malloc((size_t)o.sample_chars + 1);
+        if (!sample || gpt_sample(m, &text, o.train.seed, o.sample_chars, o.temperature, sample)) {
+            fprintf(stderr, "%s: sampling: %s\n", prog, sample ? gpt_error() : "out of memory");
+            free(sample);
+            goto out;
+        }
+        printf("sample (temperature %g, seed %llu):\n%s\n", o.temperature, (unsigned long long)o.train.seed, sample);
+        free(sample);
+    }
+    rc = o.train.steps == 1 || losses[o.train.steps - 1] < losses[0] ? 0 : 1;
+    if (rc) fprintf(stderr, "%s: the loss did not go down\n", prog);
+out:
+    free(losses);
+    gpt_model_free(m);
+    gpt_text_free(&text);
+    return rc;
+}
