@@ -1,6 +1,7 @@
 /* The GPT example's model: parameters, their initialisation and the forward pass (see
  * gpt_model.h). */
 #include "gpt_model.h"
+#include "gpt_rng.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -88,7 +89,6 @@ gpt_model *gpt_model_new(opr_ctx *ctx, const gpt_config *cfg, uint64_t seed, opr
         return NULL;
     }
     m->cfg = *cfg;
-    m->dropout_rng = gpt_rng_new(seed + 3);
     m->n_params = FIRST_BLOCK + cfg->n_layer * GPT_BLOCK_PARAMS + 3;
     m->params = calloc((size_t)m->n_params, sizeof *m->params);
     if (!m->params || gpt_ops_init(ctx, &m->ops)) {
@@ -162,7 +162,7 @@ static opr_tensor *self_attention(gpt_model *m, int l, opr_tensor *x, bool train
     opr_tensor *merged = GPT_CALL(o->reshape, opr_v_tensor(yc), opr_v_ints((int64_t[]){B, T, C}, 3));
     opr_tensor *proj = GPT_CALL(o->linear, opr_v_tensor(merged), opr_v_tensor(block_param(m, l, GPT_PROJ_W)),
                                 opr_v_tensor(block_param(m, l, GPT_PROJ_B)));
-    opr_tensor *out = model_dropout(o, proj, m->cfg.dropout, train, &m->dropout_rng);
+    opr_tensor *out = model_dropout(o, proj, m->cfg.dropout, train);
     GPT_RELEASE(qkv, q, k, v, y, yt, yc, merged, proj);
     return out;
 }
@@ -176,7 +176,7 @@ static opr_tensor *mlp(gpt_model *m, int l, opr_tensor *x, bool train)
     opr_tensor *g = model_gelu(o, h, "tanh");
     opr_tensor *y = GPT_CALL(o->linear, opr_v_tensor(g), opr_v_tensor(block_param(m, l, GPT_FC2_W)),
                              opr_v_tensor(block_param(m, l, GPT_FC2_B)));
-    opr_tensor *out = model_dropout(o, y, m->cfg.dropout, train, &m->dropout_rng);
+    opr_tensor *out = model_dropout(o, y, m->cfg.dropout, train);
     GPT_RELEASE(h, g, y);
     return out;
 }
@@ -216,7 +216,7 @@ opr_status gpt_model_forward(gpt_model *m, opr_tensor *idx, opr_tensor *targets,
     opr_tensor *tok_emb = model_embedding(o, m->params[WTE], idx, -1);
     opr_tensor *pos_emb = model_embedding(o, m->params[WPE], pos, -1);
     opr_tensor *sum = GPT_CALL(o->add, opr_v_tensor(tok_emb), opr_v_tensor(pos_emb));
-    opr_tensor *x = model_dropout(o, sum, m->cfg.dropout, train, &m->dropout_rng);
+    opr_tensor *x = model_dropout(o, sum, m->cfg.dropout, train);
     GPT_RELEASE(pos, tok_emb, pos_emb, sum);
     for (int l = 0; l < m->cfg.n_layer && x; l++) {
         opr_tensor *a = residual(m, l, x, GPT_LN1_W, train, self_attention);
@@ -232,7 +232,7 @@ opr_status gpt_model_forward(gpt_model *m, opr_tensor *idx, opr_tensor *targets,
         const int64_t V = m->cfg.vocab_size;
         opr_tensor *flat = GPT_CALL(o->reshape, opr_v_tensor(out), opr_v_ints((int64_t[]){B * T, V}, 2));
         opr_tensor *tflat = GPT_CALL(o->reshape, opr_v_tensor(targets), opr_v_ints((int64_t[]){B * T}, 1));
-        *loss = model_cross_entropy(o, flat, tflat, "mean");
+        *loss = model_cross_entropy(o, flat, tflat, NULL, "mean", -100, 0.0);
         GPT_RELEASE(flat, tflat);
     }
     const bool ok = out && (!targets || !loss || *loss);
