@@ -136,15 +136,14 @@ void gpt_model_free(gpt_model *m)
     free(m);
 }
 
-/* [B, T, C] -> [B, n_head, T, C / n_head] of the slice [start, start + C) of the last dim. */
-static opr_tensor *heads(const gpt_model *m, opr_tensor *qkv, int64_t start)
+/* [B, T, C] -> [B, n_head, T, C / n_head]: t.reshape(B, T, H, C / H).transpose(1, 2). */
+static opr_tensor *heads(const gpt_model *m, opr_tensor *t)
 {
     const gpt_ops *o = &m->ops;
-    const int64_t B = opr_tensor_size(qkv, 0), T = opr_tensor_size(qkv, 1), C = m->cfg.n_embd, H = m->cfg.n_head;
-    opr_tensor *part = GPT_CALL(o->narrow, opr_v_tensor(qkv), opr_v_int(2), opr_v_int(start), opr_v_int(C));
-    opr_tensor *split = GPT_CALL(o->reshape, opr_v_tensor(part), opr_v_ints((int64_t[]){B, T, H, C / H}, 4));
+    const int64_t B = opr_tensor_size(t, 0), T = opr_tensor_size(t, 1), C = m->cfg.n_embd, H = m->cfg.n_head;
+    opr_tensor *split = GPT_CALL(o->reshape, opr_v_tensor(t), opr_v_ints((int64_t[]){B, T, H, C / H}, 4));
     opr_tensor *out = GPT_CALL(o->transpose, opr_v_tensor(split), opr_v_int(1), opr_v_int(2));
-    GPT_RELEASE(part, split);
+    opr_tensor_release(split);
     return out;
 }
 
@@ -155,7 +154,12 @@ static opr_tensor *self_attention(gpt_model *m, int l, opr_tensor *x, bool train
     const int64_t B = opr_tensor_size(x, 0), T = opr_tensor_size(x, 1), C = m->cfg.n_embd;
     opr_tensor *qkv = GPT_CALL(o->linear, opr_v_tensor(x), opr_v_tensor(block_param(m, l, GPT_ATTN_W)),
                                opr_v_tensor(block_param(m, l, GPT_ATTN_B)));
-    opr_tensor *q = heads(m, qkv, 0), *k = heads(m, qkv, C), *v = heads(m, qkv, 2 * C);
+    /* q, k, v = qkv.split(C, dim=2): one op whose gradient is one cat of the three
+     * (three narrows would each scatter into a zeroed [B, T, 3 C] in backward) */
+    opr_tensor *parts[3] = {NULL, NULL, NULL};
+    if (qkv && opr_call(o->split, (opr_value[]){opr_v_tensor(qkv), opr_v_int(C), opr_v_int(2)}, 3, parts, 3))
+        gpt_fail(OPR_ERR_INVALID, "%s", opr_last_error());
+    opr_tensor *q = heads(m, parts[0]), *k = heads(m, parts[1]), *v = heads(m, parts[2]);
     opr_tensor *y = model_attention(o, q, k, v, NULL, 0.0, true);
     opr_tensor *yt = GPT_CALL(o->transpose, opr_v_tensor(y), opr_v_int(1), opr_v_int(2));
     opr_tensor *yc = GPT_CALL(o->contiguous, opr_v_tensor(yt));
@@ -163,7 +167,7 @@ static opr_tensor *self_attention(gpt_model *m, int l, opr_tensor *x, bool train
     opr_tensor *proj = GPT_CALL(o->linear, opr_v_tensor(merged), opr_v_tensor(block_param(m, l, GPT_PROJ_W)),
                                 opr_v_tensor(block_param(m, l, GPT_PROJ_B)));
     opr_tensor *out = model_dropout(o, proj, m->cfg.dropout, train);
-    GPT_RELEASE(qkv, q, k, v, y, yt, yc, merged, proj);
+    GPT_RELEASE(qkv, parts[0], parts[1], parts[2], q, k, v, y, yt, yc, merged, proj);
     return out;
 }
 

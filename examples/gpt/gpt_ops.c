@@ -24,7 +24,7 @@ opr_status gpt_ops_init(opr_ctx *ctx, gpt_ops *ops)
         size_t offset;
     } table[] = {
 #define OP(n) {#n, offsetof(gpt_ops, n)}
-        OP(add),       OP(linear), OP(reshape), OP(transpose), OP(contiguous), OP(narrow), OP(arange),
+        OP(add),       OP(linear), OP(reshape), OP(transpose), OP(contiguous), OP(split),  OP(arange),
         OP(embedding), OP(layer_norm), OP(gelu), OP(dropout), OP(scaled_dot_product_attention),
         OP(cross_entropy),
 #undef OP

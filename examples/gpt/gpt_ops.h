@@ -10,7 +10,7 @@
 #include <stdarg.h>
 
 typedef struct gpt_ops {
-    const opr_op *add, *linear, *reshape, *transpose, *contiguous, *narrow, *arange, *embedding, *layer_norm, *gelu,
+    const opr_op *add, *linear, *reshape, *transpose, *contiguous, *split, *arange, *embedding, *layer_norm, *gelu,
         *dropout, *scaled_dot_product_attention, *cross_entropy;
 } gpt_ops;
 
