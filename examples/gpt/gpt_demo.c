@@ -28,7 +28,8 @@ void gpt_demo_options_help(FILE *out)
             "  --weight-decay X  AdamW weight decay (default 0.01)\n"
             "  --dropout X       dropout probability in training (default 0)\n"
             "  --dtype T         f32 or f64 (default f32)\n"
-            "  --seed N          seeds the weights, the batches and the sample (default 1337)\n"
+            "  --seed N          seeds the weights, the batches, the dropout masks and the sample\n"
+            "                    (default 1337)\n"
             "  --log-every N     print the loss and tokens/s every N steps (default 10)\n"
             "  --sample N        characters to generate after training (default 240; 0: none)\n"
             "  --temperature X   sampling temperature (default 0.8)\n"
@@ -127,6 +128,7 @@ int gpt_demo_run(opr_ctx *ctx, int argc, char **argv, const char *prog)
         return 1;
     }
     o.cfg.vocab_size = text.vocab_size;
+    opr_manual_seed(ctx, o.train.seed); /* the dropout masks (--dropout) */
     gpt_model *m = gpt_model_new(ctx, &o.cfg, o.train.seed, OPR_CPU);
     double *losses = m ? malloc((size_t)o.train.steps * sizeof *losses) : NULL;
     if (!m || !losses) {

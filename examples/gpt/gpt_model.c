@@ -1,6 +1,7 @@
 /* The GPT example's model: parameters, their initialisation and the forward pass (see
  * gpt_model.h). */
 #include "gpt_model.h"
+#include "gpt_rng.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -88,7 +89,6 @@ gpt_model *gpt_model_new(opr_ctx *ctx, const gpt_config *cfg, uint64_t seed, opr
         return NULL;
     }
     m->cfg = *cfg;
-    m->dropout_rng = gpt_rng_new(seed + 3);
     m->n_params = FIRST_BLOCK + cfg->n_layer * GPT_BLOCK_PARAMS + 3;
     m->params = calloc((size_t)m->n_params, sizeof *m->params);
     if (!m->params || gpt_ops_init(ctx, &m->ops)) {
@@ -136,15 +136,14 @@ void gpt_model_free(gpt_model *m)
     free(m);
 }
 
-/* [B, T, C] -> [B, n_head, T, C / n_head] of the slice [start, start + C) of the last dim. */
-static opr_tensor *heads(const gpt_model *m, opr_tensor *qkv, int64_t start)
+/* [B, T, C] -> [B, n_head, T, C / n_head]: t.reshape(B, T, H, C / H).transpose(1, 2). */
+static opr_tensor *heads(const gpt_model *m, opr_tensor *t)
 {
     const gpt_ops *o = &m->ops;
-    const int64_t B = opr_tensor_size(qkv, 0), T = opr_tensor_size(qkv, 1), C = m->cfg.n_embd, H = m->cfg.n_head;
-    opr_tensor *part = GPT_CALL(o->narrow, opr_v_tensor(qkv), opr_v_int(2), opr_v_int(start), opr_v_int(C));
-    opr_tensor *split = GPT_CALL(o->reshape, opr_v_tensor(part), opr_v_ints((int64_t[]){B, T, H, C / H}, 4));
+    const int64_t B = opr_tensor_size(t, 0), T = opr_tensor_size(t, 1), C = m->cfg.n_embd, H = m->cfg.n_head;
+    opr_tensor *split = GPT_CALL(o->reshape, opr_v_tensor(t), opr_v_ints((int64_t[]){B, T, H, C / H}, 4));
     opr_tensor *out = GPT_CALL(o->transpose, opr_v_tensor(split), opr_v_int(1), opr_v_int(2));
-    GPT_RELEASE(part, split);
+    opr_tensor_release(split);
     return out;
 }
 
@@ -155,15 +154,20 @@ static opr_tensor *self_attention(gpt_model *m, int l, opr_tensor *x, bool train
     const int64_t B = opr_tensor_size(x, 0), T = opr_tensor_size(x, 1), C = m->cfg.n_embd;
     opr_tensor *qkv = GPT_CALL(o->linear, opr_v_tensor(x), opr_v_tensor(block_param(m, l, GPT_ATTN_W)),
                                opr_v_tensor(block_param(m, l, GPT_ATTN_B)));
-    opr_tensor *q = heads(m, qkv, 0), *k = heads(m, qkv, C), *v = heads(m, qkv, 2 * C);
+    /* q, k, v = qkv.split(C, dim=2): one op whose gradient is one cat of the three
+     * (three narrows would each scatter into a zeroed [B, T, 3 C] in backward) */
+    opr_tensor *parts[3] = {NULL, NULL, NULL};
+    if (qkv && opr_call(o->split, (opr_value[]){opr_v_tensor(qkv), opr_v_int(C), opr_v_int(2)}, 3, parts, 3))
+        gpt_fail(OPR_ERR_INVALID, "%s", opr_last_error());
+    opr_tensor *q = heads(m, parts[0]), *k = heads(m, parts[1]), *v = heads(m, parts[2]);
     opr_tensor *y = model_attention(o, q, k, v, NULL, 0.0, true);
     opr_tensor *yt = GPT_CALL(o->transpose, opr_v_tensor(y), opr_v_int(1), opr_v_int(2));
     opr_tensor *yc = GPT_CALL(o->contiguous, opr_v_tensor(yt));
     opr_tensor *merged = GPT_CALL(o->reshape, opr_v_tensor(yc), opr_v_ints((int64_t[]){B, T, C}, 3));
     opr_tensor *proj = GPT_CALL(o->linear, opr_v_tensor(merged), opr_v_tensor(block_param(m, l, GPT_PROJ_W)),
                                 opr_v_tensor(block_param(m, l, GPT_PROJ_B)));
-    opr_tensor *out = model_dropout(o, proj, m->cfg.dropout, train, &m->dropout_rng);
-    GPT_RELEASE(qkv, q, k, v, y, yt, yc, merged, proj);
+    opr_tensor *out = model_dropout(o, proj, m->cfg.dropout, train);
+    GPT_RELEASE(qkv, parts[0], parts[1], parts[2], q, k, v, y, yt, yc, merged, proj);
     return out;
 }
 
@@ -176,7 +180,7 @@ static opr_tensor *mlp(gpt_model *m, int l, opr_tensor *x, bool train)
     opr_tensor *g = model_gelu(o, h, "tanh");
     opr_tensor *y = GPT_CALL(o->linear, opr_v_tensor(g), opr_v_tensor(block_param(m, l, GPT_FC2_W)),
                              opr_v_tensor(block_param(m, l, GPT_FC2_B)));
-    opr_tensor *out = model_dropout(o, y, m->cfg.dropout, train, &m->dropout_rng);
+    opr_tensor *out = model_dropout(o, y, m->cfg.dropout, train);
     GPT_RELEASE(h, g, y);
     return out;
 }
@@ -216,7 +220,7 @@ opr_status gpt_model_forward(gpt_model *m, opr_tensor *idx, opr_tensor *targets,
     opr_tensor *tok_emb = model_embedding(o, m->params[WTE], idx, -1);
     opr_tensor *pos_emb = model_embedding(o, m->params[WPE], pos, -1);
     opr_tensor *sum = GPT_CALL(o->add, opr_v_tensor(tok_emb), opr_v_tensor(pos_emb));
-    opr_tensor *x = model_dropout(o, sum, m->cfg.dropout, train, &m->dropout_rng);
+    opr_tensor *x = model_dropout(o, sum, m->cfg.dropout, train);
     GPT_RELEASE(pos, tok_emb, pos_emb, sum);
     for (int l = 0; l < m->cfg.n_layer && x; l++) {
         opr_tensor *a = residual(m, l, x, GPT_LN1_W, train, self_attention);
@@ -232,7 +236,7 @@ opr_status gpt_model_forward(gpt_model *m, opr_tensor *idx, opr_tensor *targets,
         const int64_t V = m->cfg.vocab_size;
         opr_tensor *flat = GPT_CALL(o->reshape, opr_v_tensor(out), opr_v_ints((int64_t[]){B * T, V}, 2));
         opr_tensor *tflat = GPT_CALL(o->reshape, opr_v_tensor(targets), opr_v_ints((int64_t[]){B * T}, 1));
-        *loss = model_cross_entropy(o, flat, tflat, "mean");
+        *loss = model_cross_entropy(o, flat, tflat, NULL, "mean", -100, 0.0);
         GPT_RELEASE(flat, tflat);
     }
     const bool ok = out && (!targets || !loss || *loss);

@@ -25,7 +25,8 @@ typedef struct gpt_config {
     int n_layer, n_head, n_embd; /* n_embd a multiple of n_head */
     int block_size;              /* longest context */
     int vocab_size;
-    double dropout;              /* after the embeddings, the attention projection and the MLP; 0: none */
+    double dropout;              /* after the embeddings, the attention projection and the MLP; 0: none.
+                                  * The masks come from the context's generator (opr_manual_seed) */
     opr_dtype dtype;             /* f32 or f64 */
 } gpt_config;
 
@@ -42,7 +43,6 @@ typedef struct gpt_model {
      * require grad, in the order gpt_model_param_name names them */
     opr_tensor **params;
     int n_params;
-    gpt_rng dropout_rng; /* the dropout masks' draws (seed + 3) */
 } gpt_model;
 
 /* Builds the model on dev with the initial weights described above. NULL with

@@ -24,9 +24,9 @@ opr_status gpt_ops_init(opr_ctx *ctx, gpt_ops *ops)
         size_t offset;
     } table[] = {
 #define OP(n) {#n, offsetof(gpt_ops, n)}
-        OP(add), OP(sub), OP(mul), OP(div), OP(neg), OP(sqrt), OP(tanh), OP(mean), OP(sum), OP(linear),
-        OP(matmul), OP(softmax), OP(log_softmax), OP(gather), OP(index_select), OP(reshape), OP(transpose),
-        OP(contiguous), OP(narrow), OP(unsqueeze), OP(where), OP(arange), OP(ge),
+        OP(add),       OP(linear), OP(reshape), OP(transpose), OP(contiguous), OP(split),  OP(arange),
+        OP(embedding), OP(layer_norm), OP(gelu), OP(dropout), OP(scaled_dot_product_attention),
+        OP(cross_entropy),
 #undef OP
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
@@ -44,21 +44,6 @@ opr_tensor *gpt_call(const opr_op *op, const opr_value *args, int nargs)
     opr_tensor *out = NULL;
     if (opr_call(op, args, nargs, &out, 1)) gpt_fail(OPR_ERR_INVALID, "%s", opr_last_error());
     return out;
-}
-
-opr_tensor *gpt_scalar(const opr_tensor *like, double v)
-{
-    if (!like) return NULL;
-    const float f = (float)v;
-    const opr_dtype dt = opr_tensor_dtype(like);
-    if (dt != OPR_F32 && dt != OPR_F64) {
-        gpt_fail(OPR_ERR_INVALID, "gpt: a constant like a %s tensor: the model computes in f32 or f64", opr_dtype_name(dt));
-        return NULL;
-    }
-    opr_tensor *t = opr_tensor_from_data(opr_tensor_ctx(like), dt, 0, NULL, dt == OPR_F32 ? (const void *)&f : (const void *)&v,
-                                         opr_tensor_device(like));
-    if (!t) gpt_fail(OPR_ERR_NOMEM, "gpt: constant %g: %s", v, opr_last_error());
-    return t;
 }
 
 void gpt_release(opr_tensor **ts, int n)

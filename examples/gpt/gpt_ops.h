@@ -10,9 +10,8 @@
 #include <stdarg.h>
 
 typedef struct gpt_ops {
-    const opr_op *add, *sub, *mul, *div, *neg, *sqrt, *tanh, *mean, *sum, *linear, *matmul, *softmax,
-        *log_softmax, *gather, *index_select, *reshape, *transpose, *contiguous, *narrow, *unsqueeze, *where,
-        *arange, *ge;
+    const opr_op *add, *linear, *reshape, *transpose, *contiguous, *split, *arange, *embedding, *layer_norm, *gelu,
+        *dropout, *scaled_dot_product_attention, *cross_entropy;
 } gpt_ops;
 
 /* Finds every op of gpt_ops in ctx. OPR_ERR_NOT_FOUND naming the first one missing. */
@@ -25,11 +24,6 @@ opr_status gpt_ops_init(opr_ctx *ctx, gpt_ops *ops);
 opr_tensor *gpt_call(const opr_op *op, const opr_value *args, int nargs);
 #define GPT_CALL(op, ...)                                                                                  \
     gpt_call((op), (opr_value[]){__VA_ARGS__}, (int)(sizeof((opr_value[]){__VA_ARGS__}) / sizeof(opr_value)))
-
-/* A 0-d tensor holding v, with like's dtype (f32 or f64) and device: the constants
- * that elementwise ops combine with (PyTorch's Python scalars). NULL (with gpt_error())
- * when like is NULL or neither f32 nor f64. */
-opr_tensor *gpt_scalar(const opr_tensor *like, double v);
 
 /* Releases n tensors (NULLs allowed). */
 void gpt_release(opr_tensor **ts, int n);
