@@ -36,6 +36,11 @@ bool of_find_python(char *why, size_t len)
     return false;
 }
 
+const char *of_python(void)
+{
+    return python;
+}
+
 static void write_tensor(FILE *f, const char *name, const opr_tensor *t)
 {
     const opr_dtype dt = opr_tensor_dtype(t);
@@ -118,24 +123,34 @@ void of_run(const char *dir, const char *script, const char *const *names, opr_t
     ck_assert_msg(rc == 0, "oracle %s.py failed (status %d): %s", script, rc, msg);
 }
 
-void of_expect_close(const of_recs *rs, const char *name, const opr_tensor *t, double tol)
+void of_expect_close_case(const of_recs *rs, const char *what, const char *name, const opr_tensor *t, double tol,
+                          of_nan nan)
 {
+    char at[128] = ""; /* "what: " before each message, or nothing */
+    if (what) snprintf(at, sizeof at, "%s: ", what);
     const of_rec *r = NULL;
     for (int i = 0; i < rs->n; i++)
         if (!strcmp(rs->r[i].name, name)) r = &rs->r[i];
-    ck_assert_msg(r != NULL, "the oracle wrote no '%s'", name);
-    ck_assert_msg(t != NULL, "no opreg value for '%s'", name);
-    ck_assert_msg(opr_tensor_ndim(t) == r->ndim, "%s is %d-d in opreg, %d-d in torch", name, opr_tensor_ndim(t), r->ndim);
+    ck_assert_msg(r != NULL, "%sthe oracle wrote no '%s'", at, name);
+    ck_assert_msg(t != NULL, "%sno opreg value for '%s'", at, name);
+    ck_assert_msg(opr_tensor_ndim(t) == r->ndim, "%s%s is %d-d in opreg, %d-d in torch", at, name, opr_tensor_ndim(t),
+                  r->ndim);
     for (int d = 0; d < r->ndim; d++)
-        ck_assert_msg(opr_tensor_size(t, d) == r->shape[d], "%s dim %d is %lld in opreg, %lld in torch", name, d,
+        ck_assert_msg(opr_tensor_size(t, d) == r->shape[d], "%s%s dim %d is %lld in opreg, %lld in torch", at, name, d,
                       (long long)opr_tensor_size(t, d), (long long)r->shape[d]);
     double *v = tu_to_f64(t);
     for (int64_t i = 0; i < r->numel; i++) {
         const double a = v[i];
-        if (!(fabs(a - r->v[i]) <= tol * (1 + fabs(r->v[i])))) {
+        const bool both_nan = nan == OF_NAN_MATCHES_NAN && isnan(a) && isnan(r->v[i]);
+        if (!both_nan && !(fabs(a - r->v[i]) <= tol * (1 + fabs(r->v[i])))) {
             free(v);
-            ck_abort_msg("%s[%lld] is %.15g in opreg, %.15g in torch", name, (long long)i, a, r->v[i]);
+            ck_abort_msg("%s%s[%lld] is %.15g in opreg, %.15g in torch", at, name, (long long)i, a, r->v[i]);
         }
     }
     free(v);
+}
+
+void of_expect_close(const of_recs *rs, const char *name, const opr_tensor *t, double tol)
+{
+    of_expect_close_case(rs, NULL, name, t, tol, OF_NAN_FAILS);
 }

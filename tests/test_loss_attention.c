@@ -10,119 +10,32 @@
  *
  * The PyTorch comparisons are skipped (the other tests still run) where no python3
  * with torch is found: OPREG_PYTHON, else python3 on PATH, else /usr/bin/python3. */
+#include "tests/oracle_files.h"
 #include "tests/test_util.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #define TV(t) opr_v_tensor(t)
 #define TOL 1e-9
-#define MAXREC 8
 
 static opr_ctx *ctx;
-static char python[256];
+static bool have_torch; /* a python3 with torch was found: the PyTorch comparisons run */
 
 /* ------------------------------------------------------------------ the oracle */
 
-static bool find_python(void)
+/* Runs oracle/loss_attention.py on the named tensors; fills out with what it wrote. */
+static void run_oracle(const char *const *names, opr_tensor *const *ts, int n, of_recs *out)
 {
-    const char *env = getenv("OPREG_PYTHON");
-    const char *cands[2] = {env && env[0] ? env : "python3", env && env[0] ? NULL : "/usr/bin/python3"};
-    for (int i = 0; i < 2; i++) {
-        char cmd[512];
-        if (!cands[i]) continue;
-        snprintf(cmd, sizeof cmd, "'%s' -c 'import torch' >/dev/null 2>&1", cands[i]);
-        if (system(cmd) == 0) {
-            snprintf(python, sizeof python, "%s", cands[i]);
-            return true;
-        }
-    }
-    return false;
+    of_run(OPREG_ORACLE_DIR, "loss_attention", names, ts, n, out);
 }
 
-typedef struct rec {
-    char name[32];
-    int64_t numel;
-    double *v;
-} rec;
-
-static void write_tensor(FILE *f, const char *name, const opr_tensor *t)
+/* Compares an opreg tensor with the oracle's record `name`; failures name the case. */
+static void expect_close(const of_recs *rs, const char *name, const opr_tensor *t, const char *what)
 {
-    const bool i64 = opr_tensor_dtype(t) == OPR_I64;
-    fprintf(f, "tensor %s %s %d", name, i64 ? "i64" : "f64", opr_tensor_ndim(t));
-    for (int d = 0; d < opr_tensor_ndim(t); d++) fprintf(f, " %lld", (long long)opr_tensor_size(t, d));
-    fprintf(f, "\n");
-    double *v = tu_to_f64(t);
-    for (int64_t i = 0; i < opr_tensor_numel(t); i++)
-        fprintf(f, i64 ? "%s%.0f" : "%s%.17g", i ? " " : "", v[i]);
-    fprintf(f, "\n");
-    free(v);
-}
-
-/* Runs oracle/loss_attention.py on the named tensors; fills out (n records). */
-static int run_oracle(const char *const *names, opr_tensor *const *ts, int n, rec *out)
-{
-    char dir[] = "/tmp/opreg_la_XXXXXX";
-    ck_assert_ptr_nonnull(mkdtemp(dir));
-    char in[64], outp[64], err[64], cmd[1024];
-    snprintf(in, sizeof in, "%s/in.txt", dir);
-    snprintf(outp, sizeof outp, "%s/out.txt", dir);
-    snprintf(err, sizeof err, "%s/err.txt", dir);
-    FILE *f = fopen(in, "w");
-    ck_assert_ptr_nonnull(f);
-    for (int i = 0; i < n; i++) write_tensor(f, names[i], ts[i]);
-    fclose(f);
-    snprintf(cmd, sizeof cmd, "'%s' -B '%s/loss_attention.py' '%s' '%s' 2>'%s'", python, OPREG_ORACLE_DIR, in, outp, err);
-    int rc = system(cmd);
-    char msg[1024] = "";
-    FILE *e = fopen(err, "r");
-    if (e) {
-        msg[fread(msg, 1, sizeof msg - 1, e)] = '\0';
-        fclose(e);
-    }
-    int nrec = 0;
-    FILE *o = rc == 0 ? fopen(outp, "r") : NULL;
-    char word[16], dt[8];
-    int ndim;
-    while (o && fscanf(o, "%15s %31s %7s %d", word, out[nrec].name, dt, &ndim) == 4 && nrec < MAXREC) {
-        rec *r = &out[nrec++];
-        r->numel = 1;
-        for (int d = 0; d < ndim; d++) {
-            long long s;
-            ck_assert_int_eq(fscanf(o, "%lld", &s), 1);
-            r->numel *= s;
-        }
-        r->v = malloc((size_t)(r->numel ? r->numel : 1) * sizeof(double));
-        for (int64_t i = 0; i < r->numel; i++) ck_assert_int_eq(fscanf(o, "%lf", &r->v[i]), 1);
-    }
-    if (o) fclose(o);
-    unlink(in), unlink(outp), unlink(err), rmdir(dir);
-    ck_assert_msg(rc == 0, "oracle loss_attention.py failed (status %d): %s", rc, msg);
-    return nrec;
-}
-
-static void expect_close(const rec *rs, int n, const char *name, const opr_tensor *t, const char *what)
-{
-    const rec *r = NULL;
-    for (int i = 0; i < n; i++)
-        if (!strcmp(rs[i].name, name)) r = &rs[i];
-    ck_assert_msg(r && t, "%s: no '%s' from %s", what, name, r ? "opreg" : "torch");
-    ck_assert_msg(opr_tensor_numel(t) == r->numel, "%s: %s has %lld elements in opreg, %lld in torch", what, name,
-                  (long long)opr_tensor_numel(t), (long long)r->numel);
-    double *v = tu_to_f64(t);
-    for (int64_t i = 0; i < r->numel; i++) {
-        const bool same = (isnan(v[i]) && isnan(r->v[i])) || fabs(v[i] - r->v[i]) <= TOL * (1 + fabs(r->v[i]));
-        ck_assert_msg(same, "%s: %s[%lld] is %.15g in opreg, %.15g in torch", what, name, (long long)i, v[i], r->v[i]);
-    }
-    free(v);
-}
-
-static void recs_free(rec *rs, int n)
-{
-    for (int i = 0; i < n; i++) free(rs[i].v);
+    of_expect_close_case(rs, what, name, t, TOL, OF_NAN_MATCHES_NAN);
 }
 
 /* ------------------------------------------------------------------ helpers */
@@ -211,12 +124,12 @@ static void check_loss_case(const char *op, const loss_case *lc, int idx)
     opr_tensor *wt = w ? w : rand_t(1, &c, 1, 2);
     const char *names[] = {"case", "eps", "x", "target", "weight", "r"};
     opr_tensor *ts[] = {cs, eps, x, target, wt, r};
-    rec rs[MAXREC];
-    int n = run_oracle(names, ts, 6, rs);
-    expect_close(rs, n, "out", out, what);
+    of_recs rs = {.n = 0};
+    run_oracle(names, ts, 6, &rs);
+    expect_close(&rs, "out", out, what);
     opr_tensor *g = opr_grad(x);
-    expect_close(rs, n, "grad_x", g, what);
-    recs_free(rs, n);
+    expect_close(&rs, "grad_x", g, what);
+    of_recs_free(&rs);
     if (!w) opr_tensor_release(wt);
     opr_tensor *all[] = {x, target, w, out, r, loss, cs, eps};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) opr_tensor_release(all[i]);
@@ -225,7 +138,7 @@ static void check_loss_case(const char *op, const loss_case *lc, int idx)
 
 START_TEST(test_nll_loss_vs_torch)
 {
-    if (!python[0]) return;
+    if (!have_torch) return;
     tu_seed(11);
     for (size_t i = 0; i < sizeof loss_cases / sizeof loss_cases[0]; i++) check_loss_case("nll_loss", &loss_cases[i], (int)i);
 }
@@ -233,7 +146,7 @@ END_TEST
 
 START_TEST(test_cross_entropy_vs_torch)
 {
-    if (!python[0]) return;
+    if (!have_torch) return;
     tu_seed(12);
     for (size_t i = 0; i < sizeof loss_cases / sizeof loss_cases[0]; i++)
         check_loss_case("cross_entropy", &loss_cases[i], (int)i);
@@ -288,14 +201,14 @@ static void check_att_case(const att_case *ac, int idx, int cand)
     opr_tensor *mt = mask ? mask : rand_t(1, (int64_t[]){1}, 0, 1);
     const char *names[] = {"case", "q", "k", "v", "mask", "r"};
     opr_tensor *ts[] = {cs, q, k, v, mt, r};
-    rec rs[MAXREC];
-    int n = run_oracle(names, ts, 6, rs);
-    expect_close(rs, n, "out", out, what);
+    of_recs rs = {.n = 0};
+    run_oracle(names, ts, 6, &rs);
+    expect_close(&rs, "out", out, what);
     opr_tensor *gq = opr_grad(q), *gk = opr_grad(k), *gv = opr_grad(v);
-    expect_close(rs, n, "grad_q", gq, what);
-    expect_close(rs, n, "grad_k", gk, what);
-    expect_close(rs, n, "grad_v", gv, what);
-    recs_free(rs, n);
+    expect_close(&rs, "grad_q", gq, what);
+    expect_close(&rs, "grad_k", gk, what);
+    expect_close(&rs, "grad_v", gv, what);
+    of_recs_free(&rs);
     if (!mask) opr_tensor_release(mt);
     opr_tensor *all[] = {q, k, v, mask, out, r, loss, cs}; /* the grads are borrowed */
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) opr_tensor_release(all[i]);
@@ -303,7 +216,7 @@ static void check_att_case(const att_case *ac, int idx, int cand)
 
 START_TEST(test_attention_vs_torch)
 {
-    if (!python[0]) return;
+    if (!have_torch) return;
     const opr_op *op = opr_op_find(ctx, "_scaled_dot_product_attention");
     ck_assert_ptr_nonnull(op);
     const int cands[2] = {candidate(op, true), candidate(op, false)};
@@ -546,7 +459,10 @@ static void teardown(void) { tu_ctx_free(ctx); }
 
 int main(void)
 {
-    if (!find_python()) printf("test_loss_attention: no python3 with torch: the PyTorch comparisons are skipped\n");
+    char why[1024];
+    have_torch = of_find_python(why, sizeof why);
+    if (!have_torch)
+        printf("test_loss_attention: no python3 with torch (tried %s): the PyTorch comparisons are skipped\n", why);
     Suite *s = suite_create("loss_attention");
     TCase *tc = tcase_create("all");
     tcase_set_timeout(tc, 600); /* about 40 runs of python with torch */

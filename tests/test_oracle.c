@@ -7,20 +7,20 @@
  * Each test draws deterministic f64 inputs, writes them to a temporary file, runs the
  * matching script of tests/oracle (OPREG_ORACLE_DIR) with a python3 that has torch,
  * reads the values and gradients it wrote, and compares them with the same program
- * run through opreg (opr_backward on the scalar loss). The format of the files is
- * described in oracle/oracle_io.py.
+ * run through opreg (opr_backward on the scalar loss). oracle_files.c writes the files
+ * and runs the script; oracle/oracle_io.py describes their format.
  *
  * Without python3 or torch the suite is skipped (exit status 77, the test's
  * SKIP_RETURN_CODE) with the reason printed. $OPREG_PYTHON, when set, is the only
  * interpreter tried; otherwise python3 on PATH, then /usr/bin/python3 (Debian's
  * python3-torch, which a pyenv or venv python3 first on PATH may not see). */
+#include "oracle_files.h"
 #include "test_util.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #ifndef OPREG_ORACLE_DIR
 #error "OPREG_ORACLE_DIR must name tests/oracle"
@@ -28,162 +28,14 @@
 
 #define ARGS(...) (opr_value[]){__VA_ARGS__}, (int)(sizeof((opr_value[]){__VA_ARGS__}) / sizeof(opr_value))
 #define TV(t) opr_v_tensor(t)
-#define MAXREC 32
 #define TOL 1e-9
 
-static char python[256];
 static opr_ctx *ctx;
 
-/* ------------------------------------------------------------------ python */
-
-static bool has_torch(const char *py)
+/* Compares an opreg tensor with the oracle's record `name`; failures name the program. */
+static void expect_close(const of_recs *rs, const char *name, const opr_tensor *t, const char *program)
 {
-    char cmd[1024];
-    snprintf(cmd, sizeof cmd, "'%s' -c 'import torch' >/dev/null 2>&1", py);
-    return system(cmd) == 0;
-}
-
-static bool find_python(char *why, size_t len)
-{
-    const char *env = getenv("OPREG_PYTHON");
-    const char *cands[2] = {"python3", "/usr/bin/python3"};
-    if (env && env[0]) cands[0] = env, cands[1] = NULL; /* set: that interpreter or none */
-    size_t used = 0;
-    why[0] = '\0';
-    for (int i = 0; i < 2; i++) {
-        if (!cands[i]) continue;
-        if (has_torch(cands[i])) {
-            snprintf(python, sizeof python, "%s", cands[i]);
-            return true;
-        }
-        int n = snprintf(why + used, len - used, "%s%s", used ? ", " : "", cands[i]);
-        if (n > 0 && (size_t)n < len - used) used += (size_t)n;
-    }
-    return false;
-}
-
-/* ------------------------------------------------------------------ tensor files */
-
-typedef struct rec {
-    char name[64];
-    opr_dtype dt;
-    int ndim;
-    int64_t shape[OPR_MAX_DIMS];
-    int64_t numel;
-    double *v;
-} rec;
-
-typedef struct recs {
-    rec r[MAXREC];
-    int n;
-} recs;
-
-static void recs_free(recs *rs)
-{
-    for (int i = 0; i < rs->n; i++) free(rs->r[i].v);
-    rs->n = 0;
-}
-
-static void write_tensor(FILE *f, const char *name, const opr_tensor *t)
-{
-    opr_dtype dt = opr_tensor_dtype(t);
-    ck_assert(dt == OPR_F64 || dt == OPR_I64);
-    fprintf(f, "tensor %s %s %d", name, dt == OPR_F64 ? "f64" : "i64", opr_tensor_ndim(t));
-    for (int d = 0; d < opr_tensor_ndim(t); d++) fprintf(f, " %lld", (long long)opr_tensor_size(t, d));
-    fprintf(f, "\n");
-    double *v = tu_to_f64(t);
-    for (int64_t i = 0; i < opr_tensor_numel(t); i++) {
-        if (dt == OPR_F64) fprintf(f, "%s%.17g", i ? " " : "", v[i]);
-        else fprintf(f, "%s%lld", i ? " " : "", (long long)v[i]);
-    }
-    fprintf(f, "\n");
-    free(v);
-}
-
-static void read_recs(const char *path, recs *rs)
-{
-    FILE *f = fopen(path, "r");
-    ck_assert_msg(f != NULL, "cannot read %s", path);
-    rs->n = 0;
-    char word[16], dt[8];
-    while (fscanf(f, "%15s", word) == 1) {
-        ck_assert_msg(!strcmp(word, "tensor") && rs->n < MAXREC, "%s: bad record '%s'", path, word);
-        rec *r = &rs->r[rs->n++];
-        memset(r, 0, sizeof *r);
-        ck_assert_int_eq(fscanf(f, "%63s %7s %d", r->name, dt, &r->ndim), 3);
-        ck_assert(r->ndim >= 0 && r->ndim <= OPR_MAX_DIMS);
-        r->dt = !strcmp(dt, "i64") ? OPR_I64 : OPR_F64;
-        r->numel = 1;
-        for (int d = 0; d < r->ndim; d++) {
-            long long s;
-            ck_assert_int_eq(fscanf(f, "%lld", &s), 1);
-            r->shape[d] = s;
-            r->numel *= s;
-        }
-        r->v = malloc((size_t)(r->numel ? r->numel : 1) * sizeof(double));
-        for (int64_t i = 0; i < r->numel; i++) ck_assert_msg(fscanf(f, "%lf", &r->v[i]) == 1, "%s: short record %s", path, r->name);
-    }
-    fclose(f);
-}
-
-/* Runs oracle/<script>.py on the named inputs; fills out with what it wrote. */
-static void run_oracle(const char *script, const char *const *names, opr_tensor *const *ts, int n, recs *out)
-{
-    char dir[] = "/tmp/opreg_oracle_XXXXXX";
-    ck_assert_msg(mkdtemp(dir) != NULL, "mkdtemp failed");
-    char in[64], outp[64], err[64], cmd[1400];
-    snprintf(in, sizeof in, "%s/in.txt", dir);
-    snprintf(outp, sizeof outp, "%s/out.txt", dir);
-    snprintf(err, sizeof err, "%s/err.txt", dir);
-    FILE *f = fopen(in, "w");
-    ck_assert_ptr_nonnull(f);
-    for (int i = 0; i < n; i++) write_tensor(f, names[i], ts[i]);
-    fclose(f);
-    snprintf(cmd, sizeof cmd, "'%s' -B '%s/%s.py' '%s' '%s' 2>'%s'", python, OPREG_ORACLE_DIR, script, in, outp, err);
-    int rc = system(cmd);
-    if (rc != 0) {
-        char msg[2048] = "";
-        FILE *e = fopen(err, "r");
-        if (e) {
-            size_t k = fread(msg, 1, sizeof msg - 1, e);
-            msg[k] = '\0';
-            fclose(e);
-        }
-        unlink(in);
-        unlink(outp);
-        unlink(err);
-        rmdir(dir);
-        ck_abort_msg("oracle %s.py failed (status %d): %s", script, rc, msg);
-    }
-    read_recs(outp, out);
-    unlink(in);
-    unlink(outp);
-    unlink(err);
-    rmdir(dir);
-}
-
-/* Compares an opreg tensor with the oracle's record `name`. */
-static void expect_close(const recs *rs, const char *name, const opr_tensor *t, const char *program)
-{
-    const rec *r = NULL;
-    for (int i = 0; i < rs->n; i++)
-        if (!strcmp(rs->r[i].name, name)) r = &rs->r[i];
-    ck_assert_msg(r != NULL, "%s: the oracle wrote no '%s'", program, name);
-    ck_assert_msg(t != NULL, "%s: opreg has no value for '%s'", program, name);
-    ck_assert_msg(opr_tensor_ndim(t) == r->ndim, "%s: %s is %d-d in opreg, %d-d in torch", program, name,
-                  opr_tensor_ndim(t), r->ndim);
-    for (int d = 0; d < r->ndim; d++)
-        ck_assert_msg(opr_tensor_size(t, d) == r->shape[d], "%s: %s dim %d is %lld in opreg, %lld in torch", program,
-                      name, d, (long long)opr_tensor_size(t, d), (long long)r->shape[d]);
-    double *v = tu_to_f64(t);
-    for (int64_t i = 0; i < r->numel; i++) {
-        if (!(fabs(v[i] - r->v[i]) <= TOL * (1 + fabs(r->v[i])))) {
-            double a = v[i];
-            free(v);
-            ck_abort_msg("%s: %s[%lld] is %.15g in opreg, %.15g in torch", program, name, (long long)i, a, r->v[i]);
-        }
-    }
-    free(v);
+    of_expect_close_case(rs, program, name, t, TOL, OF_NAN_FAILS);
 }
 
 /* ------------------------------------------------------------------ opreg side */
@@ -247,8 +99,8 @@ START_TEST(mlp)
     opr_tensor *target = keep(tu_rand(ctx, OPR_I64, 2, (int64_t[]){N, 1}, 0, (double)C));
     const char *names[] = {"x", "w1", "b1", "w2", "b2", "target"};
     opr_tensor *ins[] = {x, w1, b1, w2, b2, target};
-    recs rs;
-    run_oracle("mlp", names, ins, 6, &rs);
+    of_recs rs = {.n = 0};
+    of_run(OPREG_ORACLE_DIR, "mlp", names, ins, 6, &rs);
 
     opr_tensor *h = CALL("relu", TV(CALL("linear", TV(x), TV(w1), TV(b1))));
     opr_tensor *logits = CALL("linear", TV(h), TV(w2), TV(b2));
@@ -261,7 +113,7 @@ START_TEST(mlp)
     run_backward(program, loss);
     const char *gn[] = {"grad_x", "grad_w1", "grad_b1", "grad_w2", "grad_b2"};
     for (int i = 0; i < 5; i++) expect_close(&rs, gn[i], opr_grad(ins[i]), program);
-    recs_free(&rs);
+    of_recs_free(&rs);
 }
 END_TEST
 
@@ -279,8 +131,8 @@ START_TEST(attention)
     opr_tensor *scale = keep(opr_tensor_from_data(ctx, OPR_F64, 0, NULL, &sc, OPR_CPU));
     const char *names[] = {"x", "wq", "wk", "wv", "r", "scale"};
     opr_tensor *ins[] = {x, wq, wk, wv, r, scale};
-    recs rs;
-    run_oracle("attention", names, ins, 6, &rs);
+    of_recs rs = {.n = 0};
+    of_run(OPREG_ORACLE_DIR, "attention", names, ins, 6, &rs);
 
     opr_tensor *q = CALL("matmul", TV(x), TV(wq));
     opr_tensor *k = CALL("matmul", TV(x), TV(wk));
@@ -296,7 +148,7 @@ START_TEST(attention)
     run_backward(program, loss);
     const char *gn[] = {"grad_x", "grad_wq", "grad_wk", "grad_wv"};
     for (int i = 0; i < 4; i++) expect_close(&rs, gn[i], opr_grad(ins[i]), program);
-    recs_free(&rs);
+    of_recs_free(&rs);
 }
 END_TEST
 
@@ -308,8 +160,8 @@ START_TEST(cdist_norm)
     opr_tensor *x2 = param(3, (int64_t[]){2, 4, 3}, -1, 1);
     const char *names[] = {"x1", "x2"};
     opr_tensor *ins[] = {x1, x2};
-    recs rs;
-    run_oracle("cdist_norm", names, ins, 2, &rs);
+    of_recs rs = {.n = 0};
+    of_run(OPREG_ORACLE_DIR, "cdist_norm", names, ins, 2, &rs);
 
     opr_tensor *d = CALL("cdist", TV(x1), TV(x2));
     opr_tensor *loss = CALL("mul", TV(CALL("norm", TV(d))), TV(CALL("norm", TV(x2), opr_v_double(3))));
@@ -318,7 +170,7 @@ START_TEST(cdist_norm)
     run_backward(program, loss);
     expect_close(&rs, "grad_x1", opr_grad(x1), program);
     expect_close(&rs, "grad_x2", opr_grad(x2), program);
-    recs_free(&rs);
+    of_recs_free(&rs);
 }
 END_TEST
 
@@ -337,8 +189,8 @@ START_TEST(special_points)
         ins[i] = keep(opr_tensor_from_data(ctx, OPR_F64, i < 5 ? 1 : 2, shapes[i], vals[i], OPR_CPU));
         ck_assert_int_eq(opr_set_requires_grad(ins[i], true), OPR_OK);
     }
-    recs rs;
-    run_oracle("special_points", names, ins, 7, &rs);
+    of_recs rs = {.n = 0};
+    of_run(OPREG_ORACLE_DIR, "special_points", names, ins, 7, &rs);
     struct { const char *rec, *op; int x; double p; } one[] = {
         {"grad_norm2_a", "norm", 0, 2}, {"grad_norm2_z", "norm", 1, 2}, {"grad_norm15_a", "norm", 0, 1.5},
         {"grad_prod_q1", "prod", 2, 0}, {"grad_prod_q2", "prod", 3, 0}, {"grad_max_m", "max", 4, 0},
@@ -357,7 +209,7 @@ START_TEST(special_points)
     ck_assert_int_eq(opr_autograd_grad(&s, NULL, 1, &ins[5], 2, g, NULL), OPR_OK);
     expect_close(&rs, "grad_cdist_c1", keep(g[0]), program);
     expect_close(&rs, "grad_cdist_c2", keep(g[1]), program);
-    recs_free(&rs);
+    of_recs_free(&rs);
 }
 END_TEST
 
@@ -535,8 +387,8 @@ START_TEST(per_sample_grads)
             ts[nrec++] = vals[p];
         }
     }
-    recs rs;
-    run_oracle("per_sample", names, ts, nrec, &rs);
+    of_recs rs = {.n = 0};
+    of_run(OPREG_ORACLE_DIR, "per_sample", names, ts, nrec, &rs);
     for (int i = 0; i < NC; i++) {
         ps_case *c = &cases[i];
         opr_tensor *out[2] = {NULL, NULL}, *in[3] = {c->x, c->w, c->y};
@@ -549,18 +401,18 @@ START_TEST(per_sample_grads)
         expect_close(&rs, gx, keep(out[0]), c->name);
         expect_close(&rs, gw, keep(out[1]), c->name);
     }
-    recs_free(&rs);
+    of_recs_free(&rs);
 }
 END_TEST
 
 int main(void)
 {
     char why[1024];
-    if (!find_python(why, sizeof why)) {
+    if (!of_find_python(why, sizeof why)) {
         printf("test_oracle: SKIPPED: no python3 with torch (tried %s); install python3-torch or set OPREG_PYTHON\n", why);
         return 77;
     }
-    printf("test_oracle: oracle is %s with torch, scripts in %s\n", python, OPREG_ORACLE_DIR);
+    printf("test_oracle: oracle is %s with torch, scripts in %s\n", of_python(), OPREG_ORACLE_DIR);
     fflush(stdout);
     Suite *s = suite_create("oracle");
     TCase *tc = tcase_create("programs");
