@@ -377,7 +377,13 @@ START_TEST(test_dropout_plans_reused)
         opr_tensor_release(y);
     }
     const long grown = max_rss_kib() - before;
+#ifdef __SANITIZE_ADDRESS__
+    /* ASan keeps freed blocks in its quarantine, so the process grows whatever the
+     * cache does: the plain build checks the growth */
+    (void)grown;
+#else
     ck_assert_msg(grown < 8 * 1024, "20000 dropout calls grew the process by %ld KiB", grown);
+#endif
     opr_tensor_release(x);
     tu_ctx_free(ctx);
 }
