@@ -251,33 +251,48 @@ GELU_FNS(double, f64, erf, tanh, exp)
 
 /* gelu (nin 1: self) and gelu_backward (nin 2: grad_output, self), each input
  * broadcast to the contiguous output; approximate is the argument after them. */
-/* The tanh form on contiguous operands, in blocks: the polynomial inside and the
- * result are plain loops the compiler vectorises, tanh is SLEEF's vector loop (scalar
- * tanhf per element was most of a transformer step's time). */
-#define GELU_TANH_BLOCK 512
-#define GELU_TANH_CONTIG(T, SUF)                                                                            \
-    static void gelu_tanh_contig_##SUF(int64_t n, const T *x, const T *dy, T *y)                              \
+/* gelu and its gradient on contiguous operands, in blocks: the polynomials are plain
+ * loops the compiler vectorises, tanh, erf and exp are SLEEF's vector loops (a scalar
+ * tanhf per element was about half of a transformer step's time). dy NULL: the forward. */
+#define GELU_BLOCK 512
+#define GELU_CONTIG(T, SUF)                                                                                 \
+    static void gelu_block_##SUF(int64_t m, const T *x, const T *dy, T *y, bool th)                       \
     {                                                                                                       \
-        _Pragma("omp parallel for if (n >= CPU_PAR_THRESHOLD) schedule(static)")                            \
-        for (int64_t b = 0; b < n; b += GELU_TANH_BLOCK) {                                                  \
-            const int64_t m = n - b < GELU_TANH_BLOCK ? n - b : GELU_TANH_BLOCK;                            \
-            T t[GELU_TANH_BLOCK];                                                                           \
-            const T *xb = x + b;                                                                            \
+        T t[GELU_BLOCK], e[GELU_BLOCK];                                                                     \
+        if (m <= 0) return; /* (the loops below then write before the vector calls read) */                 \
+        if (th) {                                                                                           \
             for (int64_t i = 0; i < m; i++)                                                                 \
-                t[i] = (T)OPC_GELU_M_SQRT_2_PI * (xb[i] + (T)OPC_GELU_CUBIC * xb[i] * xb[i] * xb[i]);       \
+                t[i] = (T)OPC_GELU_M_SQRT_2_PI * (x[i] + (T)OPC_GELU_CUBIC * x[i] * x[i] * x[i]);           \
             cpu_vm.tanh_##SUF(m, t, t);                                                                     \
             if (!dy) {                                                                                      \
-                for (int64_t i = 0; i < m; i++) y[b + i] = (T)0.5 * xb[i] * ((T)1 + t[i]);                  \
-                continue;                                                                                   \
+                for (int64_t i = 0; i < m; i++) y[i] = (T)0.5 * x[i] * ((T)1 + t[i]);                       \
+                return;                                                                                     \
             }                                                                                               \
             for (int64_t i = 0; i < m; i++) {                                                               \
-                const T dinner = (T)OPC_GELU_M_SQRT_2_PI * ((T)1 + (T)(3 * OPC_GELU_CUBIC) * xb[i] * xb[i]); \
-                y[b + i] = dy[b + i] * ((T)0.5 * ((T)1 + t[i]) + (T)0.5 * xb[i] * ((T)1 - t[i] * t[i]) * dinner); \
+                const T dinner = (T)OPC_GELU_M_SQRT_2_PI * ((T)1 + (T)(3 * OPC_GELU_CUBIC) * x[i] * x[i]);  \
+                y[i] = dy[i] * ((T)0.5 * ((T)1 + t[i]) + (T)0.5 * x[i] * ((T)1 - t[i] * t[i]) * dinner);    \
             }                                                                                               \
+            return;                                                                                         \
         }                                                                                                   \
+        for (int64_t i = 0; i < m; i++) t[i] = x[i] * (T)OPC_GELU_M_SQRT1_2;                                \
+        cpu_vm.erf_##SUF(m, t, t);                                                                          \
+        if (!dy) {                                                                                          \
+            for (int64_t i = 0; i < m; i++) y[i] = x[i] * (T)0.5 * ((T)1 + t[i]);                           \
+            return;                                                                                         \
+        }                                                                                                   \
+        for (int64_t i = 0; i < m; i++) e[i] = (T)-0.5 * x[i] * x[i];                                       \
+        cpu_vm.exp_##SUF(m, e, e);                                                                          \
+        for (int64_t i = 0; i < m; i++)                                                                     \
+            y[i] = dy[i] * ((T)0.5 * ((T)1 + t[i]) + x[i] * e[i] * (T)OPC_GELU_M_1_SQRT_2PI);               \
+    }                                                                                                       \
+    static void gelu_contig_##SUF(int64_t n, const T *x, const T *dy, T *y, bool th)                        \
+    {                                                                                                       \
+        _Pragma("omp parallel for if (n >= CPU_PAR_THRESHOLD) schedule(static)")                            \
+        for (int64_t b = 0; b < n; b += GELU_BLOCK)                                                         \
+            gelu_block_##SUF(n - b < GELU_BLOCK ? n - b : GELU_BLOCK, x + b, dy ? dy + b : NULL, y + b, th); \
     }
-GELU_TANH_CONTIG(float, f32)
-GELU_TANH_CONTIG(double, f64)
+GELU_CONTIG(float, f32)
+GELU_CONTIG(double, f64)
 
 static bool contiguous_like(const opr_tensor_view *v, const opr_tensor_view *y)
 {
@@ -304,9 +319,9 @@ static int gelu_common(const opr_kernel_call *c, const char *op, int nin)
     const int64_t n = y->numel;
     /* gelu(self) has self first; gelu_backward(grad_output, self) has it second */
     const opr_tensor_view *x = in[nin - 1], *dy = nin > 1 ? in[0] : NULL;
-    if (th && cpu_is_contiguous(y) && contiguous_like(x, y) && (!dy || contiguous_like(dy, y))) {
-        if (y->dtype == OPR_F32) gelu_tanh_contig_f32(n, x->data, dy ? dy->data : NULL, y->data);
-        else gelu_tanh_contig_f64(n, x->data, dy ? dy->data : NULL, y->data);
+    if (cpu_is_contiguous(y) && contiguous_like(x, y) && (!dy || contiguous_like(dy, y))) {
+        if (y->dtype == OPR_F32) gelu_contig_f32(n, x->data, dy ? dy->data : NULL, y->data, th);
+        else gelu_contig_f64(n, x->data, dy ? dy->data : NULL, y->data, th);
         return OPR_OK;
     }
 #pragma omp parallel if (n >= CPU_PAR_THRESHOLD)

@@ -5,7 +5,7 @@
  * binary runs everywhere; cpu_vmath_avx2.c alone is compiled with -mavx2 -mfma, and its
  * loops are installed only when the CPU reports AVX2 and FMA (cpu_vmath_init).
  *
- * Accuracy, f32 and f64 alike: exp, log, tanh and pow are SLEEF's *_u10 functions, at
+ * Accuracy, f32 and f64 alike: exp, log, tanh, erf and pow are SLEEF's *_u10 functions, at
  * most 1.0 ULP from the correctly rounded result; sqrt is the hardware instruction
  * (correctly rounded, 0.5 ULP); sigmoid is 1 / (1 + exp(-x)) on top of that exp, at most
  * 3 ULP where the result is normal (0 instead of a subnormal once exp(-x) overflows,
@@ -34,8 +34,8 @@ typedef void (*cpu_vaddrow_f64)(int64_t n, const double *x, double *acc);
 
 typedef struct cpu_vmath {
     const char *isa; /* "avx2" or "sse2" */
-    cpu_vfn_f32 exp_f32, log_f32, tanh_f32, sigmoid_f32, sqrt_f32, relu_f32;
-    cpu_vfn_f64 exp_f64, log_f64, tanh_f64, sigmoid_f64, sqrt_f64, relu_f64;
+    cpu_vfn_f32 exp_f32, log_f32, tanh_f32, erf_f32, sigmoid_f32, sqrt_f32, relu_f32;
+    cpu_vfn_f64 exp_f64, log_f64, tanh_f64, erf_f64, sigmoid_f64, sqrt_f64, relu_f64;
     cpu_vpow_f32 pow_f32;
     cpu_vpow_f64 pow_f64;
     cpu_vsum_f32 sum_f32, sumsq_f32;

@@ -18,6 +18,7 @@
 #define VM_EXPF Sleef_expf8_u10avx2
 #define VM_LOGF Sleef_logf8_u10avx2
 #define VM_TANHF Sleef_tanhf8_u10avx2
+#define VM_ERFF Sleef_erff8_u10avx2
 #define VM_POWF Sleef_powf8_u10avx2
 
 #define VM_VD __m256d
@@ -32,6 +33,7 @@
 #define VM_EXPD Sleef_expd4_u10avx2
 #define VM_LOGD Sleef_logd4_u10avx2
 #define VM_TANHD Sleef_tanhd4_u10avx2
+#define VM_ERFD Sleef_erfd4_u10avx2
 #define VM_POWD Sleef_powd4_u10avx2
 
 #include "cpu_vmath_loops.h"

@@ -78,6 +78,7 @@
 VM_MAP(vm_exp_f32, float, VM_VF, VM_WF, VM_LOADF, VM_STOREF, VM_EXPF(v))
 VM_MAP(vm_log_f32, float, VM_VF, VM_WF, VM_LOADF, VM_STOREF, VM_LOGF(v))
 VM_MAP(vm_tanh_f32, float, VM_VF, VM_WF, VM_LOADF, VM_STOREF, VM_TANHF(v))
+VM_MAP(vm_erf_f32, float, VM_VF, VM_WF, VM_LOADF, VM_STOREF, VM_ERFF(v))
 VM_MAP(vm_sqrt_f32, float, VM_VF, VM_WF, VM_LOADF, VM_STOREF, VM_SQRTF(v))
 VM_MAP(vm_sigmoid_f32, float, VM_VF, VM_WF, VM_LOADF, VM_STOREF,
        VM_DIVF(VM_SET1F(1.0f), VM_ADDF(VM_SET1F(1.0f), VM_EXPF(VM_SUBF(VM_SET1F(0.0f), v)))))
@@ -86,6 +87,7 @@ VM_POW(vm_pow_f32, float, VM_VF, VM_WF, VM_LOADF, VM_STOREF, VM_SET1F, VM_POWF)
 VM_MAP(vm_exp_f64, double, VM_VD, VM_WD, VM_LOADD, VM_STORED, VM_EXPD(v))
 VM_MAP(vm_log_f64, double, VM_VD, VM_WD, VM_LOADD, VM_STORED, VM_LOGD(v))
 VM_MAP(vm_tanh_f64, double, VM_VD, VM_WD, VM_LOADD, VM_STORED, VM_TANHD(v))
+VM_MAP(vm_erf_f64, double, VM_VD, VM_WD, VM_LOADD, VM_STORED, VM_ERFD(v))
 VM_MAP(vm_sqrt_f64, double, VM_VD, VM_WD, VM_LOADD, VM_STORED, VM_SQRTD(v))
 VM_MAP(vm_sigmoid_f64, double, VM_VD, VM_WD, VM_LOADD, VM_STORED,
        VM_DIVD(VM_SET1D(1.0), VM_ADDD(VM_SET1D(1.0), VM_EXPD(VM_SUBD(VM_SET1D(0.0), v)))))
@@ -102,9 +104,9 @@ VM_RELU(vm_relu_f64, double)
 
 const cpu_vmath VM_TABLE = {
     .isa = VM_ISA,
-    .exp_f32 = vm_exp_f32, .log_f32 = vm_log_f32, .tanh_f32 = vm_tanh_f32,
+    .exp_f32 = vm_exp_f32, .log_f32 = vm_log_f32, .tanh_f32 = vm_tanh_f32, .erf_f32 = vm_erf_f32,
     .sigmoid_f32 = vm_sigmoid_f32, .sqrt_f32 = vm_sqrt_f32, .relu_f32 = vm_relu_f32,
-    .exp_f64 = vm_exp_f64, .log_f64 = vm_log_f64, .tanh_f64 = vm_tanh_f64,
+    .exp_f64 = vm_exp_f64, .log_f64 = vm_log_f64, .tanh_f64 = vm_tanh_f64, .erf_f64 = vm_erf_f64,
     .sigmoid_f64 = vm_sigmoid_f64, .sqrt_f64 = vm_sqrt_f64, .relu_f64 = vm_relu_f64,
     .pow_f32 = vm_pow_f32, .pow_f64 = vm_pow_f64,
     .sum_f32 = vm_sum_f32, .sumsq_f32 = vm_sumsq_f32,

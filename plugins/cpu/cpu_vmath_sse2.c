@@ -16,6 +16,7 @@
 #define VM_EXPF Sleef_expf4_u10sse2
 #define VM_LOGF Sleef_logf4_u10sse2
 #define VM_TANHF Sleef_tanhf4_u10sse2
+#define VM_ERFF Sleef_erff4_u10sse2
 #define VM_POWF Sleef_powf4_u10sse2
 
 #define VM_VD __m128d
@@ -30,6 +31,7 @@
 #define VM_EXPD Sleef_expd2_u10sse2
 #define VM_LOGD Sleef_logd2_u10sse2
 #define VM_TANHD Sleef_tanhd2_u10sse2
+#define VM_ERFD Sleef_erfd2_u10sse2
 #define VM_POWD Sleef_powd2_u10sse2
 
 #include "cpu_vmath_loops.h"
