@@ -102,11 +102,10 @@ opr_status opr_call_kw(const opr_op *op, const opr_value *args, int nargs, const
 /* "(Tensor, int)": the kinds of the values given, for the error of a failed choice. */
 static void describe_values(const opr_value *args, int nargs, const opr_kwarg *kw, int nkw, char *buf, size_t len)
 {
-    static const char *const kinds[] = {"None", "Tensor", "Tensor[]", "int", "float", "bool", "int[]", "str"};
     size_t at = (size_t)snprintf(buf, len, "(");
     for (int i = 0; i < nargs + nkw && at < len; i++) {
         const opr_value *v = i < nargs ? &args[i] : &kw[i - nargs].value;
-        const char *kind = (unsigned)v->kind <= OPR_V_STRING ? kinds[v->kind] : "?";
+        const char *kind = value_kind_name(v->kind);
         int n = i < nargs ? snprintf(buf + at, len - at, "%s%s", i ? ", " : "", kind)
                           : snprintf(buf + at, len - at, "%s%s=%s", i ? ", " : "", kw[i - nargs].name ? kw[i - nargs].name : "?", kind);
         at += n > 0 ? (size_t)n : 0;

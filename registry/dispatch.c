@@ -13,7 +13,7 @@ static const char *type_name(arg_type t)
     return names[t];
 }
 
-static const char *value_kind_name(opr_value_kind k)
+const char *value_kind_name(opr_value_kind k)
 {
     static const char *names[] = {"None", "Tensor", "Tensor[]", "int", "float", "bool", "int[]", "str"};
     return (unsigned)k <= OPR_V_STRING ? names[k] : "invalid value";

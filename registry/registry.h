@@ -278,6 +278,9 @@ void kernel_plugins(const kernel_entry *k, char *buf, size_t len);
  * only when the device has a copy_ kernel (op_table.c). */
 bool views_run_on(const opr_ctx *ctx, int device_type);
 
+/* "Tensor", "int", ... for a value's kind, as errors name it (dispatch.c). */
+const char *value_kind_name(opr_value_kind k);
+
 /* Installs the hook that copies strided tensors on accelerators (dispatch.c). */
 void dispatch_init(opr_ctx *ctx);
 
