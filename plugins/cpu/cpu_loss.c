@@ -68,6 +68,21 @@ static int check_targets(const opr_kernel_call *c, const char *op, const opr_ten
     return OPR_OK;
 }
 
+/* The rows of `shaped` (the input, or the gradient of nll_loss_backward), the reduction
+ * and ignore_index at arguments first and first + 1, and the targets checked: one per
+ * row, each ignore_index or a class. */
+static int loss_rows_in(const opr_kernel_call *c, const char *op, const opr_tensor_view *shaped,
+                        const opr_tensor_view *target, int first, loss_rows *lr)
+{
+    rows_of(shaped->shape, shaped->ndim, lr);
+    lr->reduction = parse_reduction(c, first);
+    lr->ignore_index = cpu_arg_i(c, first + 1);
+    if (target->numel != lr->n * lr->d)
+        return CPU_FAIL(c, OPR_ERR_INVALID, "%s: target has %lld elements for %lld rows", op,
+                        (long long)target->numel, (long long)(lr->n * lr->d));
+    return check_targets(c, op, target, lr);
+}
+
 static inline double weight_of(const opr_tensor_view *w, int64_t k)
 {
     return w ? ld(w, k * w->strides[0]) : 1.0;
@@ -90,10 +105,7 @@ static int k_nll_loss(const opr_kernel_call *c)
     const opr_tensor_view *x = cpu_arg_t(c, 0), *target = cpu_arg_t(c, 1), *w = cpu_arg_t(c, 2);
     opr_tensor_view *out = c->outputs[0];
     loss_rows lr;
-    rows_of(x->shape, x->ndim, &lr);
-    lr.reduction = parse_reduction(c, 3);
-    lr.ignore_index = cpu_arg_i(c, 4);
-    int rc = check_targets(c, "nll_loss", target, &lr);
+    int rc = loss_rows_in(c, "nll_loss", x, target, 3, &lr);
     if (rc != OPR_OK) return rc;
     double total = 0;
     for (int64_t r = 0; r < lr.n * lr.d; r++) {
@@ -113,13 +125,7 @@ static int k_nll_loss_backward(const opr_kernel_call *c)
     const opr_tensor_view *g = cpu_arg_t(c, 0), *target = cpu_arg_t(c, 1), *w = cpu_arg_t(c, 2);
     opr_tensor_view *out = c->outputs[0];
     loss_rows lr;
-    rows_of(out->shape, out->ndim, &lr);
-    lr.reduction = parse_reduction(c, 4);
-    lr.ignore_index = cpu_arg_i(c, 5);
-    if (target->numel != lr.n * lr.d)
-        return CPU_FAIL(c, OPR_ERR_INVALID, "nll_loss_backward: target has %lld elements for %lld rows",
-                        (long long)target->numel, (long long)(lr.n * lr.d));
-    int rc = check_targets(c, "nll_loss_backward", target, &lr);
+    int rc = loss_rows_in(c, "nll_loss_backward", out, target, 4, &lr);
     if (rc != OPR_OK) return rc;
     memset(out->data, 0, (size_t)out->numel * cpu_dtype_size(out->dtype));
     double g0 = lr.reduction == LOSS_NONE ? 0 : ld(g, 0);
@@ -160,11 +166,8 @@ static int k_cross_entropy(const opr_kernel_call *c)
     const opr_tensor_view *x = cpu_arg_t(c, 0), *target = cpu_arg_t(c, 1), *w = cpu_arg_t(c, 2);
     opr_tensor_view *out = c->outputs[0];
     loss_rows lr;
-    rows_of(x->shape, x->ndim, &lr);
-    lr.reduction = parse_reduction(c, 3);
-    lr.ignore_index = cpu_arg_i(c, 4);
     const double eps = cpu_arg_d(c, 5);
-    int rc = check_targets(c, "cross_entropy", target, &lr);
+    int rc = loss_rows_in(c, "cross_entropy", x, target, 3, &lr);
     if (rc != OPR_OK) return rc;
     double *logp = malloc((size_t)(lr.c ? lr.c : 1) * sizeof *logp);
     if (!logp) return CPU_FAIL(c, OPR_ERR_NOMEM, "cross_entropy: out of memory for a row of %lld classes", (long long)lr.c);
@@ -196,11 +199,8 @@ static int k_cross_entropy_backward(const opr_kernel_call *c)
     const opr_tensor_view *g = cpu_arg_t(c, 0), *x = cpu_arg_t(c, 1), *target = cpu_arg_t(c, 2), *w = cpu_arg_t(c, 3);
     opr_tensor_view *out = c->outputs[0];
     loss_rows lr;
-    rows_of(x->shape, x->ndim, &lr);
-    lr.reduction = parse_reduction(c, 4);
-    lr.ignore_index = cpu_arg_i(c, 5);
     const double eps = cpu_arg_d(c, 6);
-    int rc = check_targets(c, "cross_entropy_backward", target, &lr);
+    int rc = loss_rows_in(c, "cross_entropy_backward", x, target, 4, &lr);
     if (rc != OPR_OK) return rc;
     double *logp = malloc((size_t)(lr.c ? lr.c : 1) * sizeof *logp);
     if (!logp) return CPU_FAIL(c, OPR_ERR_NOMEM, "cross_entropy_backward: out of memory for a row of %lld classes", (long long)lr.c);
@@ -236,12 +236,9 @@ static int k_loss_weight_backward(const opr_kernel_call *c)
     const opr_tensor_view *g = cpu_arg_t(c, 0), *x = cpu_arg_t(c, 1), *target = cpu_arg_t(c, 2), *w = cpu_arg_t(c, 3);
     opr_tensor_view *out = c->outputs[0];
     loss_rows lr;
-    rows_of(x->shape, x->ndim, &lr);
-    lr.reduction = parse_reduction(c, 4);
-    lr.ignore_index = cpu_arg_i(c, 5);
     const double eps = cpu_arg_d(c, 6);
     const bool softmax = cpu_arg_b(c, 7);
-    int rc = check_targets(c, "loss_weight_backward", target, &lr);
+    int rc = loss_rows_in(c, "loss_weight_backward", x, target, 4, &lr);
     if (rc != OPR_OK) return rc;
     double *logp = malloc((size_t)(lr.c ? 2 * lr.c : 1) * sizeof *logp);
     if (!logp) return CPU_FAIL(c, OPR_ERR_NOMEM, "loss_weight_backward: out of memory for a row of %lld classes", (long long)lr.c);
