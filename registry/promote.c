@@ -55,6 +55,7 @@ bool promote_target(const opr_op *op, const opr_value *args, int nargs, opr_dtyp
         int c = args[i].kind == OPR_V_DOUBLE ? 2 : args[i].kind == OPR_V_INT ? 1 : args[i].kind == OPR_V_BOOL ? 0 : -1;
         if (c > number) number = c;
     }
+    if (zero_dim < 0 && number < 0) return false; /* the common case: dimensioned tensors that agree */
     int r = dimensioned >= 0 ? dimensioned : zero_dim;
     if (r < 0) return false;
     if (zero_dim >= 0 && category((opr_dtype)zero_dim) > category((opr_dtype)r)) r = zero_dim;
