@@ -2,31 +2,22 @@
  * memory is moved with the device's contiguous copy functions; layouts are fixed up
  * on the host side, or on the device through ctx->device_strided_copy. */
 #include "core.h"
+#include "../plugins/common/opc_strided_copy.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-/* Strided element copy between two CPU tensors of equal shape and dtype. */
+/* Strided copy between two CPU tensors of equal shape and dtype (one thread: the
+ * CPU plugin's copy_ kernel is the parallel one). */
 static void host_strided_copy(opr_tensor *dst, const opr_tensor *src)
 {
     size_t es = opr_dtype_size(src->m.dtype);
-    int nd = src->m.ndim;
     if (opr_tensor_is_contiguous(dst) && opr_tensor_is_contiguous(src)) {
         memmove(opr_tensor_data(dst), opr_tensor_data(src), (size_t)src->m.numel * es);
         return;
     }
-    char *d = opr_tensor_data(dst);
-    const char *s = opr_tensor_data(src);
-    int64_t idx[OPR_MAX_DIMS] = {0}, od = 0, os = 0;
-    for (int64_t i = 0; i < src->m.numel; i++) {
-        memcpy(d + od * (int64_t)es, s + os * (int64_t)es, es);
-        for (int k = nd - 1; k >= 0; k--) {
-            if (++idx[k] < src->m.shape[k]) { od += dst->strides[k]; os += src->strides[k]; break; }
-            od -= (src->m.shape[k] - 1) * dst->strides[k];
-            os -= (src->m.shape[k] - 1) * src->strides[k];
-            idx[k] = 0;
-        }
-    }
+    opc_copy_strided(es, src->m.ndim, src->m.shape, opr_tensor_data(dst), dst->strides, opr_tensor_data(src),
+                     src->strides);
 }
 
 static int device_copy(opr_tensor *dst, const opr_tensor *src)

@@ -5,6 +5,7 @@
 #include "cpu_common.h"
 #include "cpu_kernels.h"
 #include "../common/opc_diagonal.h"
+#include "../common/opc_strided_copy.h"
 
 #include <string.h>
 
@@ -95,37 +96,6 @@ static int k_sum_to(const opr_kernel_call *c)
 
 /* ------------------------------------------------------------------ data movement */
 
-static void move_elem(char *dst, const char *src, size_t es)
-{
-    switch (es) {
-    case 1: *dst = *src; break;
-    case 2: memcpy(dst, src, 2); break;
-    case 4: memcpy(dst, src, 4); break;
-    default: memcpy(dst, src, 8); break;
-    }
-}
-
-/* Copies a region of `shape` between two strided layouts (elements of es bytes). */
-static void copy_region(size_t es, int32_t ndim, const int64_t *shape, char *dst, const int64_t *dst_st,
-                        const char *src, const int64_t *src_st)
-{
-    int64_t n = 1;
-    for (int32_t d = 0; d < ndim; d++) n *= shape[d];
-    if (n == 0) return;
-    cpu_walk w;
-    memset(&w, 0, sizeof w);
-    w.ndim = ndim;
-    w.nops = 2;
-    w.shape = shape;
-    for (int32_t d = 0; d < ndim; d++) {
-        w.strides[0][d] = dst_st[d];
-        w.strides[1][d] = src_st[d];
-    }
-    cpu_walk_seek(&w, 0);
-    for (int64_t i = 0; i < n; i++, cpu_walk_next(&w))
-        move_elem(dst + w.off[0] * (int64_t)es, src + w.off[1] * (int64_t)es, es);
-}
-
 static bool same_shape(const opr_tensor_view *a, int32_t ndim, const int64_t *shape)
 {
     if (a->ndim != ndim) return false;
@@ -204,9 +174,9 @@ static int k_narrow_scatter(const opr_kernel_call *c)
     if (!same_shape(out, x->ndim, x->shape))
         return CPU_FAIL(c, OPR_ERR_INVALID, "narrow_scatter: output shape must equal self's");
     const size_t es = cpu_dtype_size(x->dtype);
-    copy_region(es, x->ndim, x->shape, out->data, out->strides, x->data, x->strides);
+    opc_copy_strided(es, x->ndim, x->shape, out->data, out->strides, x->data, x->strides);
     char *base = (char *)out->data + start * out->strides[dim] * (int64_t)es;
-    copy_region(es, src->ndim, src->shape, base, out->strides, src->data, src->strides);
+    opc_copy_strided(es, src->ndim, src->shape, base, out->strides, src->data, src->strides);
     return OPR_OK;
 }
 
@@ -226,14 +196,14 @@ static int k_diag_backward(const opr_kernel_call *c)
     if (out->ndim == 1) {
         const int64_t gst[1] = {g->strides[0] + g->strides[1]};
         const char *src = (const char *)g->data + (row0 * g->strides[0] + col0 * g->strides[1]) * (int64_t)es;
-        copy_region(es, 1, &len, out->data, out->strides, src, gst);
+        opc_copy_strided(es, 1, &len, out->data, out->strides, src, gst);
         return OPR_OK;
     }
     if (out->numel) memset(out->data, 0, (size_t)out->numel * es);
     if (!len) return OPR_OK; /* the diagonal lies outside: its offset may be anywhere in int64 */
     const int64_t ost[1] = {out->strides[0] + out->strides[1]};
     char *dst = (char *)out->data + (row0 * out->strides[0] + col0 * out->strides[1]) * (int64_t)es;
-    copy_region(es, 1, &len, dst, ost, g->data, g->strides);
+    opc_copy_strided(es, 1, &len, dst, ost, g->data, g->strides);
     return OPR_OK;
 }
 

@@ -12,6 +12,7 @@
 #include "../common/opc_diagonal.h"
 #include "../common/opc_index.h"
 #include "../common/opc_scalar.h"
+#include "../common/opc_strided_copy.h"
 
 #include <stdlib.h>
 
@@ -48,36 +49,18 @@ static int64_t shape_numel(int32_t ndim, const int64_t *shape)
     return n;
 }
 
-static bool strides_contiguous(int32_t ndim, const int64_t *shape, const int64_t *strides)
-{
-    int64_t expect = 1;
-    for (int32_t d = ndim - 1; d >= 0; d--) {
-        if (shape[d] != 1 && strides[d] != expect) return false;
-        expect *= shape[d];
-    }
-    return true;
-}
-
-/* Copies a strided region of `shape` from src to dst (both may be any layout). */
+/* Copies a strided region of `shape` from src to dst (both may be any layout): rows of
+ * the reduced region (opc_strided_copy.h) split between the threads. */
 static void copy_strided(size_t es, int32_t ndim, const int64_t *shape, char *dst,
                          const int64_t *dst_st, const char *src, const int64_t *src_st)
 {
-    const int64_t n = shape_numel(ndim, shape);
-    if (n == 0) return;
-    if (strides_contiguous(ndim, shape, dst_st) && strides_contiguous(ndim, shape, src_st)) {
-        memcpy(dst, src, (size_t)n * es);
-        return;
-    }
-    const int64_t *st[] = { dst_st, src_st };
-    const cpu_walk w0 = walk_new(ndim, shape, 2, st);
-#pragma omp parallel if (n >= CPU_PAR_THRESHOLD)
+    const opc_copy_plan p = opc_copy_plan_new(es, ndim, shape, dst_st, src_st);
+    if (p.numel == 0) return;
+#pragma omp parallel if (p.numel >= CPU_PAR_THRESHOLD && p.rows > 1)
     {
         int64_t lo, hi;
-        cpu_thread_range(n, &lo, &hi);
-        cpu_walk w = w0;
-        cpu_walk_seek(&w, lo);
-        for (int64_t i = lo; i < hi; i++, cpu_walk_next(&w))
-            move_elem(dst + w.off[0] * (int64_t)es, src + w.off[1] * (int64_t)es, es);
+        cpu_thread_range(p.rows, &lo, &hi);
+        opc_copy_rows(&p, dst, src, lo, hi);
     }
 }
 
