@@ -9,14 +9,15 @@
 
 #include <stdio.h>
 
-/* torch.optim.AdamW(params, lr, betas, eps, weight_decay) with amsgrad off, in f64. */
+/* torch.optim.AdamW(params, lr, betas, eps, weight_decay) with amsgrad off, in the
+ * parameters' dtype. */
 typedef struct gpt_adamw {
     double lr, beta1, beta2, eps, weight_decay;
     int64_t step;
     int n;            /* parameters */
-    double **m, **v;  /* first and second moments, per parameter */
-    double *scratch;  /* room for the largest parameter, twice (values, gradient) */
-    void *out;        /* the same in the parameters' dtype */
+    void **m, **v;    /* first and second moments, per parameter, in its dtype */
+    void *scratch;    /* room for the largest parameter, twice (values, gradient), for
+                         parameters that are not contiguous CPU tensors */
 } gpt_adamw;
 
 /* Moments start at zero for the model's parameters. OPR_ERR_NOMEM with gpt_error(). */
