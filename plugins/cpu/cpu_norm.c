@@ -6,7 +6,9 @@
  * squared deviations) as the result must not lose digits to cancellation. The backward
  * recomputes mean and rstd per row from input, so autograd saves input and weight only
  * (core needs no multi-output forward for it). gelu computes in the tensor's dtype, as
- * PyTorch's CPU kernel does. */
+ * PyTorch's CPU kernel does; its tanh form 0.5 x (1 + tanh(u)) is evaluated as the equal
+ * x sigmoid(2 u) = x / (1 + exp(-2 u)): one exp is cheaper than a tanh, and 1 + tanh(u)
+ * loses the digits of a small result to cancellation where the sigmoid does not. */
 #include "cpu_common.h"
 #include "cpu_kernels.h"
 #include "cpu_vmath.h"
@@ -225,12 +227,12 @@ static int k_layer_norm_backward(const opr_kernel_call *c)
 
 /* ------------------------------------------------------------------ gelu */
 
-#define GELU_FNS(T, SUF, ERF, TANH, EXP)                                                                    \
+#define GELU_FNS(T, SUF, ERF, EXP)                                                                          \
     static inline T gelu_##SUF(T x, bool th)                                                                \
     {                                                                                                       \
         if (th) {                                                                                           \
             const T inner = (T)OPC_GELU_M_SQRT_2_PI * (x + (T)OPC_GELU_CUBIC * x * x * x);                 \
-            return (T)0.5 * x * ((T)1 + TANH(inner));                                                       \
+            return x / ((T)1 + EXP((T)-2 * inner));                                                         \
         }                                                                                                   \
         return x * (T)0.5 * ((T)1 + ERF(x * (T)OPC_GELU_M_SQRT1_2));                                       \
     }                                                                                                       \
@@ -238,22 +240,22 @@ static int k_layer_norm_backward(const opr_kernel_call *c)
     {                                                                                                       \
         if (th) {                                                                                           \
             const T inner = (T)OPC_GELU_M_SQRT_2_PI * (x + (T)OPC_GELU_CUBIC * x * x * x);                 \
-            const T t = TANH(inner);                                                                        \
+            const T s = (T)1 / ((T)1 + EXP((T)-2 * inner));                                                \
             const T dinner = (T)OPC_GELU_M_SQRT_2_PI * ((T)1 + (T)(3 * OPC_GELU_CUBIC) * x * x);           \
-            return dy * ((T)0.5 * ((T)1 + t) + (T)0.5 * x * ((T)1 - t * t) * dinner);                      \
+            return dy * (s + (T)2 * x * s * ((T)1 - s) * dinner);                                           \
         }                                                                                                   \
         const T cdf = (T)0.5 * ((T)1 + ERF(x * (T)OPC_GELU_M_SQRT1_2));                                    \
         const T pdf = EXP((T)-0.5 * x * x) * (T)OPC_GELU_M_1_SQRT_2PI;                                     \
         return dy * (cdf + x * pdf);                                                                        \
     }
-GELU_FNS(float, f32, erff, tanhf, expf)
-GELU_FNS(double, f64, erf, tanh, exp)
+GELU_FNS(float, f32, erff, expf)
+GELU_FNS(double, f64, erf, exp)
 
 /* gelu (nin 1: self) and gelu_backward (nin 2: grad_output, self), each input
  * broadcast to the contiguous output; approximate is the argument after them. */
 /* gelu and its gradient on contiguous operands, in blocks: the polynomials are plain
- * loops the compiler vectorises, tanh, erf and exp are SLEEF's vector loops (a scalar
- * tanhf per element was about half of a transformer step's time). dy NULL: the forward. */
+ * loops the compiler vectorises, erf and exp are SLEEF's vector loops (a scalar tanhf per
+ * element was about half of a transformer step's time). dy NULL: the forward. */
 #define GELU_BLOCK 512
 #define GELU_CONTIG(T, SUF)                                                                                 \
     static void gelu_block_##SUF(int64_t m, const T *x, const T *dy, T *y, bool th)                       \
@@ -262,15 +264,16 @@ GELU_FNS(double, f64, erf, tanh, exp)
         if (m <= 0) return; /* (the loops below then write before the vector calls read) */                 \
         if (th) {                                                                                           \
             for (int64_t i = 0; i < m; i++)                                                                 \
-                t[i] = (T)OPC_GELU_M_SQRT_2_PI * (x[i] + (T)OPC_GELU_CUBIC * x[i] * x[i] * x[i]);           \
-            cpu_vm.tanh_##SUF(m, t, t);                                                                     \
+                t[i] = (T)(-2 * OPC_GELU_M_SQRT_2_PI) * (x[i] + (T)OPC_GELU_CUBIC * x[i] * x[i] * x[i]);    \
+            cpu_vm.exp_##SUF(m, t, t);                                                                      \
             if (!dy) {                                                                                      \
-                for (int64_t i = 0; i < m; i++) y[i] = (T)0.5 * x[i] * ((T)1 + t[i]);                       \
+                for (int64_t i = 0; i < m; i++) y[i] = x[i] / ((T)1 + t[i]);                                \
                 return;                                                                                     \
             }                                                                                               \
             for (int64_t i = 0; i < m; i++) {                                                               \
+                const T s = (T)1 / ((T)1 + t[i]);                                                           \
                 const T dinner = (T)OPC_GELU_M_SQRT_2_PI * ((T)1 + (T)(3 * OPC_GELU_CUBIC) * x[i] * x[i]);  \
-                y[i] = dy[i] * ((T)0.5 * ((T)1 + t[i]) + (T)0.5 * x[i] * ((T)1 - t[i] * t[i]) * dinner);    \
+                y[i] = dy[i] * (s + (T)2 * x[i] * s * ((T)1 - s) * dinner);                                 \
             }                                                                                               \
             return;                                                                                         \
         }                                                                                                   \
