@@ -10,7 +10,14 @@
  * the timed steps on both sides and is not in the figure. libtorch runs in this
  * process, where its memory cannot be told apart: no peak figure for it.
  *
- *   opreg_bench_gpt [--steps N] [--warmup N] [--no-torch] */
+ * Every side runs with a C allocator that keeps freed memory (mmap threshold 32 MiB, no
+ * trimming: mallopt here, GLIBC_TUNABLES for Python). With glibc's defaults each of
+ * PyTorch's steps maps its large temporaries afresh and pays a page fault per page: the
+ * C++ model then runs at half its speed, and Python's speed depends on what its start-up
+ * happened to free. opreg's CPU allocator keeps its blocks either way. --glibc-defaults
+ * leaves the allocator as it is.
+ *
+ *   opreg_bench_gpt [--steps N] [--warmup N] [--no-torch] [--glibc-defaults] */
 #include "bench_python.h"
 #if OPREG_BENCH_HAVE_TORCH
 #include "gpt_torch.h"
@@ -19,6 +26,7 @@
 #include "gpt/gpt_train.h"
 
 #include <cblas.h>
+#include <malloc.h>
 #include <omp.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -26,6 +34,17 @@
 #include <string.h>
 
 enum { LAYERS = 2, HEADS = 4, EMBD = 128, CONTEXT = 64, BATCH = 16 };
+
+/* The allocator policy of every side (see the top): 32 MiB mmap threshold, no trimming. */
+#define KEEP_MMAP_THRESHOLD (32 << 20)
+#define KEEP_TRIM_THRESHOLD (256 << 20)
+#define KEEP_TUNABLES "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=268435456"
+
+static int keep_freed_memory(void)
+{
+    if (!mallopt(M_MMAP_THRESHOLD, KEEP_MMAP_THRESHOLD) || !mallopt(M_TRIM_THRESHOLD, KEEP_TRIM_THRESHOLD)) return -1;
+    return setenv("GLIBC_TUNABLES", KEEP_TUNABLES, 1);
+}
 
 /* opreg's figures for one thread count: tokens/s and the peak bytes. */
 static int run_opreg(opr_ctx *ctx, const gpt_text *text, int warmup, int steps, double *rate, double *peak)
@@ -50,22 +69,30 @@ static int run_opreg(opr_ctx *ctx, const gpt_text *text, int warmup, int steps, 
 int main(int argc, char **argv)
 {
     int steps = 10, warmup = 3;
-    bool torch = true;
+    bool torch = true, glibc_defaults = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--warmup") && i + 1 < argc) warmup = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--no-torch")) torch = false;
+        else if (!strcmp(argv[i], "--glibc-defaults")) glibc_defaults = true;
         else {
-            printf("usage: opreg_bench_gpt [--steps N] [--warmup N] [--no-torch]\n\n"
+            printf("usage: opreg_bench_gpt [--steps N] [--warmup N] [--no-torch] [--glibc-defaults]\n\n"
                    "Training steps of the demo GPT (2 layers, 4 heads, width 128, context 64, batch 16,\n"
                    "f32) in opreg and PyTorch 1.13, 1 and 2 threads: tokens/s over N steps (default 10)\n"
-                   "after a warm-up (default 3), and the peak memory of those steps.\n");
+                   "after a warm-up (default 3), and the peak memory of those steps. Every side runs with\n"
+                   "a C allocator that keeps freed memory (mmap threshold 32 MiB, no trimming), without\n"
+                   "which PyTorch pays a page fault per page of every step's temporaries;\n"
+                   "--glibc-defaults keeps glibc's own policy.\n");
             return strcmp(argv[i], "--help") ? 2 : 0;
         }
     }
     if (steps < 1 || warmup < 0) {
         fprintf(stderr, "opreg_bench_gpt: --steps >= 1, --warmup >= 0\n");
         return 2;
+    }
+    if (!glibc_defaults && keep_freed_memory()) {
+        fprintf(stderr, "opreg_bench_gpt: could not set the allocator policy\n");
+        return 1;
     }
     const char *text_path = OPREG_BENCH_SOURCE_DIR "/../examples/data/sonnets.txt";
     gpt_text text;
@@ -79,8 +106,10 @@ int main(int argc, char **argv)
         return 1;
     }
     printf("opreg_bench_gpt: training steps of the demo GPT (%d layers, %d heads, width %d, context %d, batch %d,\n"
-           "f32, AdamW), %d steps after %d of warm-up; peak: bytes above the live memory before the steps\n\n",
-           LAYERS, HEADS, EMBD, CONTEXT, BATCH, steps, warmup);
+           "f32, AdamW), %d steps after %d of warm-up; peak: bytes above the live memory before the steps;\n"
+           "C allocator: %s\n\n",
+           LAYERS, HEADS, EMBD, CONTEXT, BATCH, steps, warmup,
+           glibc_defaults ? "glibc's defaults" : "keeps freed memory (mmap threshold 32 MiB, no trimming)");
     printf("  %-7s %12s %12s %12s %12s %12s %13s %13s %10s\n", "threads", "opreg tok/s", "torch tok/s",
            "opreg/torch", "C++ tok/s", "opreg/C++", "opreg peak MB", "torch peak MB", "peak ratio");
     int rc = 0;
