@@ -118,9 +118,12 @@ int main(int argc, char **argv)
             }
         opr_op_force_grad_candidate(node, -1);
         const double mib = 1024.0 * 1024.0;
-        printf("%6lld %12.2f %12.2f %12.2f %12.2f %12.2f %12.2f %11.2f\n", (long long)lengths[i], best[0] / 1e6,
-               best[1] / 1e6, tv[2 * i] / 1e6, (double)saved[0] / mib, (double)saved[1] / mib, tv[2 * i + 1] / mib,
-               tv[2 * i] > 0 ? tv[2 * i] / best[0] : 0.0);
+        printf("%6lld %12.2f %12.2f ", (long long)lengths[i], best[0] / 1e6, best[1] / 1e6);
+        if (tv[2 * i] > 0) printf("%12.2f ", tv[2 * i] / 1e6);
+        else printf("%12s ", "n/a");
+        printf("%12.2f %12.2f ", (double)saved[0] / mib, (double)saved[1] / mib);
+        if (tv[2 * i] > 0) printf("%12.2f %11.2f\n", tv[2 * i + 1] / mib, tv[2 * i] / best[0]);
+        else printf("%12s %11s\n", "n/a", "n/a");
         for (int k = 0; k < 3; k++) opr_tensor_release(qkv[k]);
     }
     opr_ctx_free(ctx);

@@ -3,7 +3,8 @@
  * f64 (tests/oracle/loss_attention.py; attention written out by hand there), every
  * backward candidate of the attention against finite differences (opr_gradcheck), the
  * ignore_index / weight / label_smoothing rules, the gradients of the class weights
- * (which PyTorch does not give) and of the mask by finite differences, the errors,
+ * (which PyTorch does not give) and of the mask by finite differences, strided
+ * query/key/value layouts against contiguous ones, the errors,
  * and the bytes each attention candidate keeps for backward: O(L) per batch for the
  * fused kernel (the log-sum-exp) against O(L * S) for the formula (the
  * probabilities).
@@ -341,6 +342,85 @@ START_TEST(test_attention_by_hand)
 }
 END_TEST
 
+/* ------------------------------------------------------------------ layouts */
+
+static opr_tensor *transposed(opr_tensor *x, int a, int b)
+{
+    return tu_call1(ctx, "transpose", (opr_value[]){TV(x), opr_v_int(a), opr_v_int(b)}, 3);
+}
+
+/* A leaf holding x.transpose(a, b) contiguously, and (in *view) its transpose back:
+ * x's values in a strided layout, whose gradient lands on the leaf. */
+static opr_tensor *relaid(opr_tensor *x, int a, int b, opr_tensor **view)
+{
+    opr_tensor *t = opr_tensor_transpose(x, a, b), *leaf = opr_tensor_contiguous(t);
+    ck_assert_ptr_nonnull(leaf);
+    opr_tensor_release(t);
+    opr_set_requires_grad(leaf, true);
+    *view = transposed(leaf, a, b);
+    ck_assert(!opr_tensor_is_contiguous(*view));
+    return leaf;
+}
+
+/* Max |a - b| over equal-shaped f64 tensors of any layout. */
+static double max_diff(opr_tensor *a, opr_tensor *b)
+{
+    opr_tensor *ca = opr_tensor_contiguous(a), *cb = opr_tensor_contiguous(b);
+    const int64_t n = opr_tensor_numel(a);
+    ck_assert_int_eq(n, opr_tensor_numel(b));
+    double *x = malloc((size_t)n * sizeof *x), *y = malloc((size_t)n * sizeof *y), worst = 0;
+    ck_assert_int_eq(opr_tensor_copy_to_host(ca, x, (size_t)n * sizeof *x), OPR_OK);
+    ck_assert_int_eq(opr_tensor_copy_to_host(cb, y, (size_t)n * sizeof *y), OPR_OK);
+    for (int64_t i = 0; i < n; i++) worst = fmax(worst, fabs(x[i] - y[i]));
+    free(x), free(y);
+    opr_tensor_release(ca), opr_tensor_release(cb);
+    return worst;
+}
+
+/* The kernels read query, key and value in place when rows are strided (the heads of a
+ * [B, T, H, D] projection, transposed) and pack them when columns are (a transposed
+ * [..., D, T] key); with 16 batches they also split the batches between threads. Every
+ * layout gives the contiguous inputs' output and gradients, for both candidates. */
+START_TEST(test_attention_strided_layouts)
+{
+    const opr_op *op = opr_op_find(ctx, "_scaled_dot_product_attention");
+    ck_assert_ptr_nonnull(op);
+    const int cands[2] = {candidate(op, true), candidate(op, false)};
+    const int64_t shape[4] = {2, 8, 40, 24};
+    tu_seed(31);
+    for (int c = 0; c < 2; c++) {
+        ck_assert_int_eq(opr_op_force_grad_candidate(op, cands[c]), OPR_OK);
+        opr_tensor *q = rand_t(4, shape, -1, 1), *k = rand_t(4, shape, -1, 1), *v = rand_t(4, shape, -1, 1);
+        opr_set_requires_grad(q, true), opr_set_requires_grad(k, true), opr_set_requires_grad(v, true);
+        opr_tensor *qs, *ks, *vs;
+        opr_tensor *ql = relaid(q, 1, 2, &qs), *kl = relaid(k, 2, 3, &ks), *vl = relaid(v, 1, 2, &vs);
+        opr_tensor *out[2], *r = NULL, *loss[2];
+        opr_tensor *in[2][3] = {{q, k, v}, {qs, ks, vs}};
+        for (int l = 0; l < 2; l++) {
+            out[l] = tu_call1(ctx, "scaled_dot_product_attention",
+                              (opr_value[]){TV(in[l][0]), TV(in[l][1]), TV(in[l][2]), opr_v_none(), opr_v_double(0),
+                                            opr_v_bool(true)}, 6);
+            if (!r) loss[l] = weighted_sum(out[l], &r);
+            else {
+                opr_tensor *m = tu_call1(ctx, "mul", (opr_value[]){TV(out[l]), TV(r)}, 2);
+                loss[l] = tu_call1(ctx, "sum", (opr_value[]){TV(m)}, 1);
+                opr_tensor_release(m);
+            }
+            backward(loss[l]);
+        }
+        ck_assert_double_le(max_diff(out[0], out[1]), 1e-13);
+        opr_tensor *gq = transposed(opr_grad(ql), 1, 2), *gk = transposed(opr_grad(kl), 2, 3),
+                   *gv = transposed(opr_grad(vl), 1, 2);
+        ck_assert_double_le(max_diff(opr_grad(q), gq), 1e-13);
+        ck_assert_double_le(max_diff(opr_grad(k), gk), 1e-13);
+        ck_assert_double_le(max_diff(opr_grad(v), gv), 1e-13);
+        opr_tensor *all[] = {q, k, v, ql, kl, vl, qs, ks, vs, out[0], out[1], loss[0], loss[1], r, gq, gk, gv};
+        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) opr_tensor_release(all[i]);
+    }
+    opr_op_force_grad_candidate(op, -1);
+}
+END_TEST
+
 /* ------------------------------------------------------------------ errors */
 
 START_TEST(test_errors)
@@ -474,6 +554,7 @@ int main(void)
     tcase_add_test(tc, test_loss_gradcheck);
     tcase_add_test(tc, test_nll_loss_by_hand);
     tcase_add_test(tc, test_attention_by_hand);
+    tcase_add_test(tc, test_attention_strided_layouts);
     tcase_add_test(tc, test_errors);
     tcase_add_test(tc, test_saved_bytes);
     tcase_add_test(tc, test_plan_lists_both_candidates);

@@ -3,24 +3,30 @@
  * log-sum-exp and the probabilities, and scaled_dot_product_attention_backward, the
  * fused backward that reads only the inputs and the log-sum-exp and recomputes the
  * probabilities by blocks of rows (flash-attention style: O(rows * S) scratch, never
- * the whole L x S matrix). Both run batch by batch on OpenBLAS GEMMs; the leading
- * dims of query, key and value are the batch, the mask broadcasts over them. */
+ * the whole L x S matrix). Both run batch by batch on OpenBLAS GEMMs, the batches split
+ * between the threads (each batch's matrices are small: a GEMM of a transformer head
+ * gains nothing from threads of its own); the leading dims of query, key and value
+ * are the batch, the mask broadcasts over them. */
 #include "cpu_blas.h"
 #include "cpu_kernels.h"
 #include "cpu_vmath.h"
 
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
 /* Query rows per block of the backward: a block's scores (ATT_ROWS x S) stay in cache
  * for the sequence lengths of a small transformer. */
 #define ATT_ROWS 64
+/* The most threads a call splits its batches between (each has its own scratch). */
+#define ATT_MAX_THREADS 64
 
 typedef struct att_dims {
     int64_t L, S, E, Ev;
     double scale;       /* 1 / sqrt(E) */
     bool causal;
+    int64_t ldq, ldk, ldv, ldo; /* row strides of one batch's query, key, value, output gradient */
 } att_dims;
 
 /* A mask (or any [..., L, S] operand) broadcast to one batch's L x S: element strides. */
@@ -79,16 +85,29 @@ static int64_t bstride(const opr_tensor_view *v, int32_t from_end)
     return v->shape[dd] == 1 ? 0 : v->strides[dd];
 }
 
-/* One batch's rows x cols matrix of v at element offset off, contiguous: v's own
- * memory where it already is, else packed into scratch. */
-static const char *att_matrix(const opr_tensor_view *v, int64_t off, int64_t rows, int64_t cols, char *scratch)
+/* One batch's rows x cols matrix of v at element offset off, in a layout a GEMM reads
+ * (unit column stride, row stride *ld >= cols): v's own memory where it already is,
+ * else packed into scratch. */
+static const char *att_matrix(const opr_tensor_view *v, int64_t off, int64_t rows, int64_t cols, char *scratch,
+                              int64_t *ld)
 {
     const size_t es = cpu_dtype_size(v->dtype);
     const char *base = (const char *)v->data + off * (int64_t)es;
-    const int64_t rs = bstride(v, 2), cs = bstride(v, 1);
-    if ((cs == 1 || cols <= 1) && (rs == cols || rows <= 1)) return base;
+    const int64_t rs = bstride(v, 2), cs = bstride(v, 1), min_ld = cols > 1 ? cols : 1;
+    if ((cs == 1 || cols <= 1) && (rows <= 1 || rs >= min_ld)) {
+        *ld = rows <= 1 ? min_ld : rs;
+        return base;
+    }
     pack(es, base, rows, cols, rs, cs, scratch);
+    *ld = min_ld;
     return scratch;
+}
+
+/* Threads that split a call's B batches, and the one running now. */
+static int att_threads(int64_t B, const att_dims *d)
+{
+    const int t = omp_get_max_threads() < ATT_MAX_THREADS ? omp_get_max_threads() : ATT_MAX_THREADS;
+    return B > 1 && t > 1 && B * d->L * (d->S + d->E) >= CPU_PAR_THRESHOLD ? (B < t ? (int)B : t) : 1;
 }
 
 /* Batch shape of the call (query's leading dims) and its size. */
@@ -130,10 +149,16 @@ static int k_sdpa(const opr_kernel_call *c)
                   .causal = cpu_arg_b(c, 4)};
     d.scale = d.E ? 1.0 / sqrt((double)d.E) : 1.0;
     const size_t es = cpu_dtype_size(q->dtype);
-    char *piece[3];
+    const int nt = att_threads(B, &d);
+    char *piece[3 * ATT_MAX_THREADS];
     int64_t *offs = malloc((size_t)(4 * (B ? B : 1)) * sizeof *offs);
-    const int64_t sizes[3] = {d.L * d.E, d.S * d.E, d.S * d.Ev};
-    char *mem = offs ? att_alloc(c, "_scaled_dot_product_attention", es, 3, sizes, piece) : NULL;
+    int64_t sizes[3 * ATT_MAX_THREADS];
+    for (int t = 0; t < nt; t++) {
+        sizes[3 * t] = d.L * d.E;
+        sizes[3 * t + 1] = d.S * d.E;
+        sizes[3 * t + 2] = d.S * d.Ev;
+    }
+    char *mem = offs ? att_alloc(c, "_scaled_dot_product_attention", es, 3 * nt, sizes, piece) : NULL;
     if (!mem) {
         free(offs);
         return offs ? OPR_ERR_NOMEM : CPU_FAIL(c, OPR_ERR_NOMEM, "_scaled_dot_product_attention: out of memory");
@@ -143,17 +168,20 @@ static int k_sdpa(const opr_kernel_call *c)
     batch_offsets(v, 2, q->shape, nb, B, offs + 2 * B);
     if (mask) batch_offsets(mask, mask->ndim < 2 ? mask->ndim : 2, q->shape, nb, B, offs + 3 * B);
     const att_mask m = {mask ? bstride(mask, 2) : 0, mask ? bstride(mask, 1) : 0};
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
     for (int64_t b = 0; b < B; b++) {
-        const char *qb = att_matrix(q, offs[b], d.L, d.E, piece[0]);
-        const char *kb = att_matrix(k, offs[B + b], d.S, d.E, piece[1]);
-        const char *vb = att_matrix(v, offs[2 * B + b], d.S, d.Ev, piece[2]);
+        char **my = piece + 3 * omp_get_thread_num();
+        att_dims db = d;
+        const char *qb = att_matrix(q, offs[b], d.L, d.E, my[0], &db.ldq);
+        const char *kb = att_matrix(k, offs[B + b], d.S, d.E, my[1], &db.ldk);
+        const char *vb = att_matrix(v, offs[2 * B + b], d.S, d.Ev, my[2], &db.ldv);
         const char *mb = mask ? (const char *)mask->data + offs[3 * B + b] * (int64_t)es : NULL;
         if (q->dtype == OPR_F32)
-            att_forward_f32(&d, (const float *)qb, (const float *)kb, (const float *)vb, &m, mb,
+            att_forward_f32(&db, (const float *)qb, (const float *)kb, (const float *)vb, &m, mb,
                             (float *)attn->data + b * d.L * d.S, (float *)lse->data + b * d.L, 1,
                             (float *)out->data + b * d.L * d.Ev);
         else
-            att_forward_f64(&d, (const double *)qb, (const double *)kb, (const double *)vb, &m, mb,
+            att_forward_f64(&db, (const double *)qb, (const double *)kb, (const double *)vb, &m, mb,
                             (double *)attn->data + b * d.L * d.S, (double *)lse->data + b * d.L, 1,
                             (double *)out->data + b * d.L * d.Ev);
     }
@@ -184,10 +212,15 @@ static int k_sdpa_backward(const opr_kernel_call *c)
     d.scale = d.E ? 1.0 / sqrt((double)d.E) : 1.0;
     const size_t es = cpu_dtype_size(q->dtype);
     const int64_t rows = d.L < ATT_ROWS ? d.L : ATT_ROWS;
-    const int64_t sizes[6] = {d.L * d.E, d.S * d.E, want_qk ? d.S * d.Ev : 0, d.L * d.Ev, rows * d.S, rows * d.S};
-    char *piece[6];
+    const int nt = att_threads(B, &d);
+    int64_t sizes[6 * ATT_MAX_THREADS];
+    for (int t = 0; t < nt; t++) {
+        const int64_t one[6] = {d.L * d.E, d.S * d.E, want_qk ? d.S * d.Ev : 0, d.L * d.Ev, rows * d.S, rows * d.S};
+        memcpy(sizes + 6 * t, one, sizeof one);
+    }
+    char *piece[6 * ATT_MAX_THREADS];
     int64_t *offs = malloc((size_t)(8 * (B ? B : 1)) * sizeof *offs);
-    char *mem = offs ? att_alloc(c, op, es, 6, sizes, piece) : NULL;
+    char *mem = offs ? att_alloc(c, op, es, 6 * nt, sizes, piece) : NULL;
     if (!mem) {
         free(offs);
         return offs ? OPR_ERR_NOMEM : CPU_FAIL(c, OPR_ERR_NOMEM, "%s: out of memory", op);
@@ -205,11 +238,14 @@ static int k_sdpa_backward(const opr_kernel_call *c)
     const int64_t lse_stride = bstride(lse, 1);
     if (dk->data) memset(dk->data, 0, (size_t)dk->numel * es);
     if (dv->data) memset(dv->data, 0, (size_t)dv->numel * es);
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
     for (int64_t b = 0; b < B; b++) {
-        const char *qb = att_matrix(q, offs[b], d.L, d.E, piece[0]);
-        const char *kb = att_matrix(k, offs[B + b], d.S, d.E, piece[1]);
-        const char *vb = want_qk ? att_matrix(v, offs[2 * B + b], d.S, d.Ev, piece[2]) : NULL;
-        const char *ob = att_matrix(gout, offs[4 * B + b], d.L, d.Ev, piece[3]);
+        char **my = piece + 6 * omp_get_thread_num();
+        att_dims db = d;
+        const char *qb = att_matrix(q, offs[b], d.L, d.E, my[0], &db.ldq);
+        const char *kb = att_matrix(k, offs[B + b], d.S, d.E, my[1], &db.ldk);
+        const char *vb = want_qk ? att_matrix(v, offs[2 * B + b], d.S, d.Ev, my[2], &db.ldv) : NULL;
+        const char *ob = att_matrix(gout, offs[4 * B + b], d.L, d.Ev, my[3], &db.ldo);
         const char *mb = mask ? (const char *)mask->data + offs[3 * B + b] * (int64_t)es : NULL;
         const char *lb = (const char *)lse->data + offs[5 * B + b] * (int64_t)es;
         const char *gab = gattn ? (const char *)gattn->data + offs[6 * B + b] * (int64_t)es : NULL;
@@ -218,13 +254,13 @@ static int k_sdpa_backward(const opr_kernel_call *c)
         char *dkb = dk->data ? (char *)dk->data + b * d.S * d.E * (int64_t)es : NULL;
         char *dvb = dv->data ? (char *)dv->data + b * d.S * d.Ev * (int64_t)es : NULL;
         if (q->dtype == OPR_F32)
-            att_backward_f32(&d, (const float *)qb, (const float *)kb, (const float *)vb, &m, mb, (const float *)lb,
+            att_backward_f32(&db, (const float *)qb, (const float *)kb, (const float *)vb, &m, mb, (const float *)lb,
                              lse_stride, (const float *)ob, &ga, gab, glb, (float *)dqb, (float *)dkb, (float *)dvb,
-                             (float *)piece[4], (float *)piece[5]);
+                             (float *)my[4], (float *)my[5]);
         else
-            att_backward_f64(&d, (const double *)qb, (const double *)kb, (const double *)vb, &m, mb,
+            att_backward_f64(&db, (const double *)qb, (const double *)kb, (const double *)vb, &m, mb,
                              (const double *)lb, lse_stride, (const double *)ob, &ga, gab, glb, (double *)dqb,
-                             (double *)dkb, (double *)dvb, (double *)piece[4], (double *)piece[5]);
+                             (double *)dkb, (double *)dvb, (double *)my[4], (double *)my[5]);
     }
     free(mem);
     free(offs);

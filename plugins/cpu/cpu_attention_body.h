@@ -3,8 +3,9 @@
  *   AT_SFX   the name suffix (f32, f64)
  *   AT_GEMM  its cblas_?gemm
  *   AT_EXP   its vector exp (cpu_vm.exp_f32, ...), in place
- * Every matrix is one batch's, contiguous row-major (inputs that are not are packed
- * first by the caller's att_matrix). */
+ * Every matrix is one batch's, row-major with unit column stride; q, k, v and dout are
+ * read at the row strides d->ldq, ldk, ldv, ldo (the caller's att_matrix packs an
+ * operand whose layout a GEMM cannot read), the results are contiguous. */
 #define AT_CAT2(a, b) a##_##b
 #define AT_CAT(a, b) AT_CAT2(a, b)
 #define AT_FN(name) AT_CAT(name, AT_SFX)
@@ -28,7 +29,7 @@ static void AT_FN(att_forward)(const att_dims *d, const AT *q, const AT *k, cons
     const int64_t L = d->L, S = d->S, E = d->E, Ev = d->Ev;
     if (S > 0 && L > 0)
         AT_GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)L, (blasint)S, (blasint)E, (AT)d->scale, q,
-                (blasint)(E ? E : 1), k, (blasint)(E ? E : 1), 0, attn, (blasint)S);
+                (blasint)d->ldq, k, (blasint)d->ldk, 0, attn, (blasint)S);
     _Pragma("omp parallel for if (L * S >= CPU_PAR_THRESHOLD)")
     for (int64_t i = 0; i < L; i++) {
         AT *s = attn + i * S;
@@ -44,7 +45,7 @@ static void AT_FN(att_forward)(const att_dims *d, const AT *q, const AT *k, cons
     }
     if (L > 0 && Ev > 0)
         AT_GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)L, (blasint)Ev, (blasint)S, 1, attn,
-                (blasint)(S ? S : 1), v, (blasint)Ev, 0, out, (blasint)Ev);
+                (blasint)(S ? S : 1), v, (blasint)d->ldv, 0, out, (blasint)Ev);
 }
 
 /* One batch of the fused backward, by blocks of ATT_ROWS query rows: each block's
@@ -59,7 +60,8 @@ static void AT_FN(att_backward)(const att_dims *d, const AT *q, const AT *k, con
                                 AT *sb, AT *db)
 {
     const int64_t L = d->L, S = d->S, E = d->E, Ev = d->Ev;
-    const blasint le = (blasint)(E ? E : 1), lev = (blasint)(Ev ? Ev : 1);
+    const blasint le = (blasint)(E ? E : 1), lq = (blasint)d->ldq, lk = (blasint)d->ldk, lv = (blasint)d->ldv,
+                  lo = (blasint)d->ldo;
     const bool want_qk = dq || dk;
     for (int64_t i0 = 0; i0 < L; i0 += ATT_ROWS) {
         const int64_t rb = L - i0 < ATT_ROWS ? L - i0 : ATT_ROWS;
@@ -69,10 +71,10 @@ static void AT_FN(att_backward)(const att_dims *d, const AT *q, const AT *k, con
             continue;
         }
         AT_GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)rb, (blasint)se, (blasint)E, (AT)d->scale,
-                q + i0 * E, le, k, le, 0, sb, (blasint)se);
+                q + i0 * d->ldq, lq, k, lk, 0, sb, (blasint)se);
         if (want_qk && Ev > 0)
             AT_GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)rb, (blasint)se, (blasint)Ev, 1,
-                    dout + i0 * Ev, lev, v, lev, 0, db, (blasint)se);
+                    dout + i0 * d->ldo, lo, v, lv, 0, db, (blasint)se);
         else if (want_qk)
             memset(db, 0, (size_t)(rb * se) * sizeof(AT));
         _Pragma("omp parallel for if (rb * se >= CPU_PAR_THRESHOLD)")
@@ -95,13 +97,13 @@ static void AT_FN(att_backward)(const att_dims *d, const AT *q, const AT *k, con
         }
         if (dq)
             AT_GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)rb, (blasint)E, (blasint)se, 1, db,
-                    (blasint)se, k, le, 0, dq + i0 * E, le);
+                    (blasint)se, k, lk, 0, dq + i0 * E, le);
         if (dk)
             AT_GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, (blasint)se, (blasint)E, (blasint)rb, 1, db,
-                    (blasint)se, q + i0 * E, le, 1, dk, le);
+                    (blasint)se, q + i0 * d->ldq, lq, 1, dk, le);
         if (dv && Ev > 0)
             AT_GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, (blasint)se, (blasint)Ev, (blasint)rb, 1, sb,
-                    (blasint)se, dout + i0 * Ev, lev, 1, dv, lev);
+                    (blasint)se, dout + i0 * d->ldo, lo, 1, dv, (blasint)(Ev ? Ev : 1));
     }
 }
 
