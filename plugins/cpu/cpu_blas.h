@@ -9,6 +9,7 @@
 
 #include <cblas.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define BLAS_INT_MAX ((int64_t)(sizeof(blasint) == 4 ? INT32_MAX : INT64_MAX))
 
@@ -52,6 +53,11 @@ static inline void pack(size_t es, const char *src, int64_t rows, int64_t cols, 
                  int64_t cs, char *dst)
 {
     const bool par = rows > 1 && rows * cols >= CPU_PAR_THRESHOLD;
+    if (cs == 1) { /* whole rows (a bias broadcast over the rows has rs 0) */
+        _Pragma("omp parallel for if (par)")
+        for (int64_t i = 0; i < rows; i++) memcpy(dst + (size_t)(i * cols) * es, src + i * rs * (int64_t)es, (size_t)cols * es);
+        return;
+    }
     if (es == 4) PACK_LOOP(float);
     else PACK_LOOP(double);
 }

@@ -6,6 +6,7 @@
  * strided accessors and sums are kept in double. */
 #include "cpu_common.h"
 #include "cpu_kernels.h"
+#include "cpu_vmath.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -139,17 +140,33 @@ static int k_nll_loss_backward(const opr_kernel_call *c)
     return OPR_OK;
 }
 
-/* log_softmax of row r into logp (C doubles). */
-static void row_log_softmax(const opr_tensor_view *x, const loss_rows *lr, int64_t r, double *logp)
+/* log_softmax of row r into logp and softmax into p (C doubles each). Rows of a
+ * contiguous [N, C] input are read directly; the exponentials are one vector loop
+ * (cpu_vmath.h, 1 ULP) and their sum partial sums in a fixed order. */
+static void row_log_softmax(const opr_tensor_view *x, const loss_rows *lr, int64_t r, double *logp, double *p)
 {
-    double mx = -INFINITY, s = 0;
-    for (int64_t k = 0; k < lr->c; k++) {
-        logp[k] = ld(x, cpu_offset_of(x, elem(lr, r, k)));
-        if (logp[k] > mx) mx = logp[k];
+    const int64_t C = lr->c;
+    if (lr->d == 1 && cpu_is_contiguous(x)) {
+        if (x->dtype == OPR_F32)
+            for (int64_t k = 0; k < C; k++) logp[k] = ((const float *)x->data)[r * C + k];
+        else memcpy(logp, (const double *)x->data + r * C, (size_t)C * sizeof *logp);
+    } else {
+        for (int64_t k = 0; k < C; k++) logp[k] = ld(x, cpu_offset_of(x, elem(lr, r, k)));
     }
-    for (int64_t k = 0; k < lr->c; k++) s += exp(logp[k] - mx);
-    double lse = mx + log(s);
-    for (int64_t k = 0; k < lr->c; k++) logp[k] -= lse;
+    double mx = -INFINITY;
+    for (int64_t k = 0; k < C; k++) mx = logp[k] > mx ? logp[k] : mx;
+    for (int64_t k = 0; k < C; k++) p[k] = logp[k] - mx;
+    cpu_vm.exp_f64(C, p, p);
+    double part[4] = {0, 0, 0, 0};
+    int64_t k = 0;
+    for (; k + 4 <= C; k += 4)
+        for (int j = 0; j < 4; j++) part[j] += p[k + j];
+    for (; k < C; k++) part[0] += p[k];
+    const double s = (part[0] + part[2]) + (part[1] + part[3]), lse = mx + log(s);
+    for (k = 0; k < C; k++) {
+        logp[k] -= lse;
+        p[k] /= s;
+    }
 }
 
 /* The divisor of a "mean" cross entropy, for the target part and the smoothing part
@@ -169,7 +186,7 @@ static int k_cross_entropy(const opr_kernel_call *c)
     const double eps = cpu_arg_d(c, 5);
     int rc = loss_rows_in(c, "cross_entropy", x, target, 3, &lr);
     if (rc != OPR_OK) return rc;
-    double *logp = malloc((size_t)(lr.c ? lr.c : 1) * sizeof *logp);
+    double *logp = malloc((size_t)(lr.c ? 2 * lr.c : 1) * sizeof *logp), *p = logp + lr.c;
     if (!logp) return CPU_FAIL(c, OPR_ERR_NOMEM, "cross_entropy: out of memory for a row of %lld classes", (long long)lr.c);
     const double div = ce_divisor(target, w, &lr);
     double nll_sum = 0, smooth_sum = 0;
@@ -177,7 +194,7 @@ static int k_cross_entropy(const opr_kernel_call *c)
         int64_t t = target_at(target, r);
         double nll = 0, smooth = 0;
         if (t != lr.ignore_index) {
-            row_log_softmax(x, &lr, r, logp);
+            row_log_softmax(x, &lr, r, logp, p);
             nll = -weight_of(w, t) * logp[t];
             for (int64_t k = 0; eps != 0 && k < lr.c; k++) smooth -= weight_of(w, k) * logp[k];
         }
@@ -202,7 +219,7 @@ static int k_cross_entropy_backward(const opr_kernel_call *c)
     const double eps = cpu_arg_d(c, 6);
     int rc = loss_rows_in(c, "cross_entropy_backward", x, target, 4, &lr);
     if (rc != OPR_OK) return rc;
-    double *logp = malloc((size_t)(lr.c ? lr.c : 1) * sizeof *logp);
+    double *logp = malloc((size_t)(lr.c ? 2 * lr.c : 1) * sizeof *logp), *p = logp + lr.c;
     if (!logp) return CPU_FAIL(c, OPR_ERR_NOMEM, "cross_entropy_backward: out of memory for a row of %lld classes", (long long)lr.c);
     const double div = ce_divisor(target, w, &lr);
     double wsum = 0;
@@ -215,11 +232,9 @@ static int k_cross_entropy_backward(const opr_kernel_call *c)
         }
         double gr = lr.reduction == LOSS_NONE ? ld(g, cpu_offset_of(g, r)) : ld(g, 0);
         double a = (1 - eps) * gr / div * weight_of(w, t), b = eps / (double)lr.c * gr / div;
-        row_log_softmax(x, &lr, r, logp);
-        for (int64_t k = 0; k < lr.c; k++) {
-            double p = exp(logp[k]);
-            st(out, elem(&lr, r, k), a * (p - (k == t)) + b * (p * wsum - weight_of(w, k)));
-        }
+        row_log_softmax(x, &lr, r, logp, p);
+        for (int64_t k = 0; k < lr.c; k++)
+            st(out, elem(&lr, r, k), a * (p[k] - (k == t)) + b * (p[k] * wsum - weight_of(w, k)));
     }
     free(logp);
     return OPR_OK;
@@ -240,14 +255,14 @@ static int k_loss_weight_backward(const opr_kernel_call *c)
     const bool softmax = cpu_arg_b(c, 7);
     int rc = loss_rows_in(c, "loss_weight_backward", x, target, 4, &lr);
     if (rc != OPR_OK) return rc;
-    double *logp = malloc((size_t)(lr.c ? 2 * lr.c : 1) * sizeof *logp);
+    double *logp = malloc((size_t)(lr.c ? 3 * lr.c : 1) * sizeof *logp);
     if (!logp) return CPU_FAIL(c, OPR_ERR_NOMEM, "loss_weight_backward: out of memory for a row of %lld classes", (long long)lr.c);
-    double *acc = logp + lr.c, loss = 0, wsum = target_weight_sum(target, w, &lr);
+    double *acc = logp + lr.c, *p = logp + 2 * lr.c, loss = 0, wsum = target_weight_sum(target, w, &lr);
     for (int64_t k = 0; k < lr.c; k++) acc[k] = 0;
     for (int64_t r = 0; r < lr.n * lr.d; r++) {
         int64_t t = target_at(target, r);
         if (t == lr.ignore_index) continue;
-        if (softmax) row_log_softmax(x, &lr, r, logp);
+        if (softmax) row_log_softmax(x, &lr, r, logp, p);
         else
             for (int64_t k = 0; k < lr.c; k++) logp[k] = ld(x, cpu_offset_of(x, elem(&lr, r, k)));
         const double gr = lr.reduction == LOSS_NONE ? ld(g, cpu_offset_of(g, r)) : 1.0;

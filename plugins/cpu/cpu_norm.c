@@ -51,6 +51,17 @@ static bool int_list(const opr_kernel_call *c, int ai, const int64_t **items, in
     return true;
 }
 
+/* Partial sums of a row: element j goes to acc[j % LN_NACC] (the tail to acc[0]), added
+ * pairwise at the end. Independent chains instead of one add after another, and the
+ * same order for every CPU and thread count. */
+#define LN_NACC 8
+static inline double ln_total(double *acc)
+{
+    for (int w = LN_NACC / 2; w > 0; w /= 2)
+        for (int k = 0; k < w; k++) acc[k] += acc[k + w];
+    return acc[0];
+}
+
 /* The rows x cols loops per dtype, on contiguous data (w, b, g' NULL when absent):
  *   stats:    mean and 1 / sqrt(biased variance + eps) of each row, into st[2r], st[2r+1]
  *   forward:  y = (x - mean) * rstd * w + b
@@ -59,12 +70,17 @@ static bool int_list(const opr_kernel_call *c, int ai, const int64_t **items, in
 #define LN_LOOPS(T, SUF)                                                                                         \
     static void ln_stats_##SUF(const T *xr, int64_t cols, double eps, double *st)                              \
     {                                                                                                          \
-        double s = 0, ss = 0;                                                                                  \
-        for (int64_t j = 0; j < cols; j++) s += (double)xr[j];                                                 \
-        const double m = cols ? s / (double)cols : 0;                                                          \
-        for (int64_t j = 0; j < cols; j++) ss += ((double)xr[j] - m) * ((double)xr[j] - m);                    \
+        double s[LN_NACC] = {0}, ss[LN_NACC] = {0};                                                            \
+        int64_t j = 0;                                                                                         \
+        for (; j + LN_NACC <= cols; j += LN_NACC)                                                              \
+            for (int k = 0; k < LN_NACC; k++) s[k] += (double)xr[j + k];                                       \
+        for (; j < cols; j++) s[0] += (double)xr[j];                                                           \
+        const double m = cols ? ln_total(s) / (double)cols : 0;                                                \
+        for (j = 0; j + LN_NACC <= cols; j += LN_NACC)                                                         \
+            for (int k = 0; k < LN_NACC; k++) ss[k] += ((double)xr[j + k] - m) * ((double)xr[j + k] - m);      \
+        for (; j < cols; j++) ss[0] += ((double)xr[j] - m) * ((double)xr[j] - m);                             \
         st[0] = m;                                                                                             \
-        st[1] = 1 / sqrt((cols ? ss / (double)cols : 0) + eps);                                                \
+        st[1] = 1 / sqrt((cols ? ln_total(ss) / (double)cols : 0) + eps);                                      \
     }                                                                                                          \
     static void ln_forward_##SUF(int64_t rows, int64_t cols, double eps, const T *x, const T *w, const T *b, T *y) \
     {                                                                                                          \
@@ -94,13 +110,20 @@ static bool int_list(const opr_kernel_call *c, int ai, const int64_t **items, in
         for (int64_t r = 0; r < rows; r++) {                                                                   \
             const T *gr = g + r * cols, *xr = x + r * cols;                                                    \
             const double m = st[2 * r], rs = st[2 * r + 1];                                                    \
-            double sg = 0, sgx = 0;                                                                            \
-            for (int64_t j = 0; j < cols; j++) {                                                               \
+            double sg[LN_NACC] = {0}, sgx[LN_NACC] = {0};                                                      \
+            int64_t j = 0;                                                                                     \
+            for (; j + LN_NACC <= cols; j += LN_NACC)                                                          \
+                for (int k = 0; k < LN_NACC; k++) {                                                            \
+                    const double gj = (double)gr[j + k] * (w ? (double)w[j + k] : 1.0);                        \
+                    sg[k] += gj;                                                                               \
+                    sgx[k] += gj * ((double)xr[j + k] - m) * rs;                                               \
+                }                                                                                              \
+            for (; j < cols; j++) {                                                                            \
                 const double gj = (double)gr[j] * (w ? (double)w[j] : 1.0);                                    \
-                sg += gj;                                                                                      \
-                sgx += gj * ((double)xr[j] - m) * rs;                                                          \
+                sg[0] += gj;                                                                                   \
+                sgx[0] += gj * ((double)xr[j] - m) * rs;                                                       \
             }                                                                                                  \
-            const double a = sg / (double)cols, bb = sgx / (double)cols;                                       \
+            const double a = ln_total(sg) / (double)cols, bb = ln_total(sgx) / (double)cols;                   \
             for (int64_t j = 0; j < cols; j++) {                                                               \
                 const double gj = (double)gr[j] * (w ? (double)w[j] : 1.0);                                    \
                 gx[r * cols + j] = (T)(rs * (gj - a - ((double)xr[j] - m) * rs * bb));                         \
