@@ -4,7 +4,13 @@ Usage: cpu_speed_torch.py THREADS REPS. Prints one line per case: NAME NS."""
 import sys
 import time
 
-import torch
+# Debian's PyTorch calls the pthread OpenBLAS, which starts as many threads as there are
+# cores unless told otherwise before torch loads it: the comparison's thread count holds
+# for PyTorch's GEMMs too.
+import os
+os.environ["OPENBLAS_NUM_THREADS"] = sys.argv[1] if len(sys.argv) > 1 else "1"
+
+import torch  # noqa: E402
 
 threads = int(sys.argv[1]) if len(sys.argv) > 1 else 1
 reps = int(sys.argv[2]) if len(sys.argv) > 2 else 7

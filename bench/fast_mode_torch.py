@@ -4,7 +4,13 @@ Prints one line per case: NAME NS. PyTorch has no fast mode: its normal backward
 import sys
 import time
 
-import torch
+# Debian's PyTorch calls the pthread OpenBLAS, which starts as many threads as there are
+# cores unless told otherwise before torch loads it: the comparison's thread count holds
+# for PyTorch's GEMMs too.
+import os
+os.environ["OPENBLAS_NUM_THREADS"] = "1"
+
+import torch  # noqa: E402
 
 torch.set_num_threads(1)
 rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 5

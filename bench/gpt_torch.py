@@ -11,7 +11,12 @@ import os
 import sys
 import time
 
-import torch
+# Debian's PyTorch calls the pthread OpenBLAS, which starts as many threads as there are
+# cores unless told otherwise before torch loads it: the comparison's thread count holds
+# for PyTorch's GEMMs too.
+os.environ["OPENBLAS_NUM_THREADS"] = sys.argv[2]
+
+import torch  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 import gpt_reference  # noqa: E402

@@ -16,7 +16,13 @@ import ctypes
 import sys
 import time
 
-import torch
+# Debian's PyTorch calls the pthread OpenBLAS, which starts as many threads as there are
+# cores unless told otherwise before torch loads it: the comparison's thread count holds
+# for PyTorch's GEMMs too.
+import os
+os.environ["OPENBLAS_NUM_THREADS"] = "1"
+
+import torch  # noqa: E402
 
 torch.set_num_threads(1)
 rounds = int(sys.argv[1])

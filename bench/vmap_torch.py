@@ -11,8 +11,14 @@ import ctypes
 import sys
 import time
 
-import functorch
-import torch
+# Debian's PyTorch calls the pthread OpenBLAS, which starts as many threads as there are
+# cores unless told otherwise before torch loads it: the comparison's thread count holds
+# for PyTorch's GEMMs too.
+import os
+os.environ["OPENBLAS_NUM_THREADS"] = "1"
+
+import functorch  # noqa: E402
+import torch  # noqa: E402
 
 torch.set_num_threads(1)
 rounds, B = int(sys.argv[1]), int(sys.argv[2])
