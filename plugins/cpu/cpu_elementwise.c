@@ -599,12 +599,14 @@ static int k_sqrt_backward(const opr_kernel_call *c)
     return ew_apply(c, "sqrt_backward", c->outputs[0], 2, in, fn, &ew_none);
 }
 
-/* norm's fast-mode backward, self |self|^(p-2) grad / norm^(p-1), in one pass over self
- * (the formula makes four). Fast mode: no test for zeros, so NaN or inf where the norm
- * is 0, or at the zeros of self for p < 2. The scalar factor is computed in double. */
+/* norm's backward, self |self|^(p-2) grad / norm^(p-1), in one pass over self (the
+ * formulas make four to seven). norm_backward gives 0 where self is 0, as the formula's
+ * where does (also when the norm is 0: then every element is); norm_backward_fast, the
+ * fast mode's, has no test for zeros, so NaN or inf where the norm is 0, or at the zeros
+ * of self for p < 2. The scalar factor is computed in double. */
 #define NORM_BWD_LOOP(SUF, T, FABS, VPOW)                                                   \
-    static void norm_bwd_##SUF(const opr_tensor_view *x, double p, double s, T *y, int64_t lo, \
-                               int64_t hi)                                                  \
+    static void norm_bwd_##SUF(const opr_tensor_view *x, double p, double s, bool exact, T *y, \
+                               int64_t lo, int64_t hi)                                      \
     {                                                                                       \
         const T *xd = (const T *)x->data, S = (T)s, E = (T)(p - 2);                         \
         const bool contig = cpu_is_contiguous(x);                                           \
@@ -619,11 +621,13 @@ static int k_sqrt_backward(const opr_kernel_call *c)
             T *yo = y + i0;                                                                 \
             if (E == 0) { /* p = 2: |x|^0 is 1 */                                           \
                 for (int64_t k = 0; k < n; k++) yo[k] = xs[k] * S;                          \
-                continue;                                                                   \
+            } else {                                                                        \
+                for (int64_t k = 0; k < n; k++) pb[k] = FABS(xs[k]);                        \
+                VPOW(n, pb, E, pb);                                                         \
+                for (int64_t k = 0; k < n; k++) yo[k] = xs[k] * pb[k] * S;                  \
             }                                                                               \
-            for (int64_t k = 0; k < n; k++) pb[k] = FABS(xs[k]);                            \
-            VPOW(n, pb, E, pb);                                                             \
-            for (int64_t k = 0; k < n; k++) yo[k] = xs[k] * pb[k] * S;                      \
+            if (exact)                                                                      \
+                for (int64_t k = 0; k < n; k++) yo[k] = xs[k] == 0 ? (T)0 : yo[k];          \
         }                                                                                   \
     }
 NORM_BWD_LOOP(f32, float, fabsf, ew_vpow_f32)
@@ -634,28 +638,31 @@ static double scalar_at(const opr_tensor_view *v)
     return v->dtype == OPR_F32 ? (double)*(const float *)v->data : *(const double *)v->data;
 }
 
-static int k_norm_backward_fast(const opr_kernel_call *c)
+/* norm_backward and norm_backward_fast: args (grad, self, p, result). */
+static int norm_backward_common(const opr_kernel_call *c, const char *op, bool exact)
 {
-    if (c->nargs < 4 || c->nout < 1)
-        return CPU_FAIL(c, OPR_ERR_INVALID, "norm_backward_fast: expected 4 arguments and 1 output");
+    if (c->nargs < 4 || c->nout < 1) return CPU_FAIL(c, OPR_ERR_INVALID, "%s: expected 4 arguments and 1 output", op);
     const opr_tensor_view *g = cpu_arg_t(c, 0), *x = cpu_arg_t(c, 1), *r = cpu_arg_t(c, 3);
     opr_tensor_view *out = c->outputs[0];
-    if (!g || !x || !r) return CPU_FAIL(c, OPR_ERR_INVALID, "norm_backward_fast: the gradient, self and the result must be given");
+    if (!g || !x || !r) return CPU_FAIL(c, OPR_ERR_INVALID, "%s: the gradient, self and the result must be given", op);
     const opr_dtype t = x->dtype;
     if ((t != OPR_F32 && t != OPR_F64) || g->dtype != t || r->dtype != t || out->dtype != t)
-        return CPU_FAIL(c, OPR_ERR_UNSUPPORTED, "norm_backward_fast: f32 or f64 throughout, got self %s", cpu_dtype_name(t));
+        return CPU_FAIL(c, OPR_ERR_UNSUPPORTED, "%s: f32 or f64 throughout, got self %s", op, cpu_dtype_name(t));
     if (g->numel != 1 || r->numel != 1 || out->numel != x->numel)
-        return CPU_FAIL(c, OPR_ERR_INVALID, "norm_backward_fast: expected a 0-d gradient and result");
+        return CPU_FAIL(c, OPR_ERR_INVALID, "%s: expected a 0-d gradient and result", op);
     const double p = cpu_arg_d(c, 2), s = scalar_at(g) / pow(scalar_at(r), p - 1);
     const int64_t n = x->numel;
 #pragma omp parallel for schedule(static) if (n >= CPU_PAR_THRESHOLD)
     for (int64_t b = 0; b < (n + EW_BLOCK - 1) / EW_BLOCK; b++) {
         const int64_t lo = b * EW_BLOCK, hi = lo + EW_BLOCK < n ? lo + EW_BLOCK : n;
-        if (t == OPR_F32) norm_bwd_f32(x, p, s, (float *)out->data, lo, hi);
-        else norm_bwd_f64(x, p, s, (double *)out->data, lo, hi);
+        if (t == OPR_F32) norm_bwd_f32(x, p, s, exact, (float *)out->data, lo, hi);
+        else norm_bwd_f64(x, p, s, exact, (double *)out->data, lo, hi);
     }
     return OPR_OK;
 }
+
+static int k_norm_backward(const opr_kernel_call *c) { return norm_backward_common(c, "norm_backward", true); }
+static int k_norm_backward_fast(const opr_kernel_call *c) { return norm_backward_common(c, "norm_backward_fast", false); }
 
 /* ------------------------------------------------------------------ registration */
 
@@ -680,7 +687,8 @@ int cpu_register_elementwise(opr_plugin *self)
         {"tanh", tanh_tab, k_tanh},    {"clamp", clamp_tab, k_clamp},
         {"clamp_min", clamp_tab, k_clamp_min},
         {"sqrt_backward", sqrt_backward_tab, k_sqrt_backward},
-        {"norm_backward_fast", sqrt_backward_tab, k_norm_backward_fast}, /* f32, f64 as well */
+        {"norm_backward", sqrt_backward_tab, k_norm_backward}, /* f32, f64 as well */
+        {"norm_backward_fast", sqrt_backward_tab, k_norm_backward_fast},
     };
     for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
         int rc = cpu_register(self, ops[i].op, ew_mask(ops[i].table), ops[i].fn);
