@@ -4,7 +4,8 @@
  * read loop, or the raw sgemm the work needs. f32, --threads N (default 1) everywhere.
  * Every figure is the median over --reps repetitions of a calibrated loop
  * (bench_timing.h); PyTorch's side is timed the same way in Python, whose per-call
- * overhead (a few us) is small next to these sizes.
+ * overhead (a few us) is small next to these sizes. Both run with the allocator policy of
+ * bench_malloc.h (freed memory kept; tensors above 32 MiB still mapped afresh).
  *
  * Targets (issue "CPU backend at the hardware limit"): opreg/torch <= 1.0 on every row;
  * cdist forward within 1.5x of the sgemm; elementwise and reductions near the copy or
@@ -12,6 +13,7 @@
  *
  *   opreg_bench_cpu_speed [--threads N] [--reps N] [--no-torch] [--only a,b] */
 #include "bench_config.h"
+#include "bench_malloc.h"
 #include "bench_tensor.h"
 #include "bench_timing.h"
 
@@ -239,6 +241,10 @@ int main(int argc, char **argv)
         }
     }
     if (threads < 1) threads = 1;
+    if (bench_keep_freed_memory()) {
+        fprintf(stderr, "opreg_bench_cpu_speed: could not set the allocator policy\n");
+        return 1;
+    }
     omp_set_num_threads(threads);
     openblas_set_num_threads(threads);
     ctx = opr_ctx_new(NULL);
@@ -271,8 +277,8 @@ int main(int argc, char **argv)
     const bool have_torch = torch && torch_figures(threads, reps, only, names, tns, N);
     const bench_opts bo = {.cell_s = 0.3, .reps = reps};
 
-    printf("opreg CPU backend, f32, %d thread%s, median of %d; torch = PyTorch (python3)%s\n\n", threads,
-           threads == 1 ? "" : "s", reps, have_torch ? "" : ": not found, or --no-torch");
+    printf("opreg CPU backend, f32, %d thread%s, median of %d; torch = PyTorch (python3)%s;\nC allocator: %s\n\n",
+           threads, threads == 1 ? "" : "s", reps, have_torch ? "" : ": not found, or --no-torch", BENCH_MALLOC_POLICY);
     printf("%-30s %11s %11s %11s %-6s %12s %12s\n", "work", "opreg us", "torch us", "limit us", "limit",
            "opreg/torch", "opreg/limit");
     int status = 0;

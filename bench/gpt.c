@@ -10,14 +10,12 @@
  * the timed steps on both sides and is not in the figure. libtorch runs in this
  * process, where its memory cannot be told apart: no peak figure for it.
  *
- * Every side runs with a C allocator that keeps freed memory (mmap threshold 32 MiB, no
- * trimming: mallopt here, GLIBC_TUNABLES for Python). With glibc's defaults each of
- * PyTorch's steps maps its large temporaries afresh and pays a page fault per page: the
- * C++ model then runs at half its speed, and Python's speed depends on what its start-up
- * happened to free. opreg's CPU allocator keeps its blocks either way. --glibc-defaults
- * leaves the allocator as it is.
+ * Every side runs with a C allocator that keeps freed memory (bench_malloc.h): with
+ * glibc's defaults the C++ model ran at half its speed on page faults.
+ * --glibc-defaults leaves the allocator as it is.
  *
  *   opreg_bench_gpt [--steps N] [--warmup N] [--no-torch] [--glibc-defaults] */
+#include "bench_malloc.h"
 #include "bench_python.h"
 #if OPREG_BENCH_HAVE_TORCH
 #include "gpt_torch.h"
@@ -26,7 +24,6 @@
 #include "gpt/gpt_train.h"
 
 #include <cblas.h>
-#include <malloc.h>
 #include <omp.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -34,17 +31,6 @@
 #include <string.h>
 
 enum { LAYERS = 2, HEADS = 4, EMBD = 128, CONTEXT = 64, BATCH = 16 };
-
-/* The allocator policy of every side (see the top): 32 MiB mmap threshold, no trimming. */
-#define KEEP_MMAP_THRESHOLD (32 << 20)
-#define KEEP_TRIM_THRESHOLD (256 << 20)
-#define KEEP_TUNABLES "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=268435456"
-
-static int keep_freed_memory(void)
-{
-    if (!mallopt(M_MMAP_THRESHOLD, KEEP_MMAP_THRESHOLD) || !mallopt(M_TRIM_THRESHOLD, KEEP_TRIM_THRESHOLD)) return -1;
-    return setenv("GLIBC_TUNABLES", KEEP_TUNABLES, 1);
-}
 
 /* opreg's figures for one thread count: tokens/s and the peak bytes. */
 static int run_opreg(opr_ctx *ctx, const gpt_text *text, int warmup, int steps, double *rate, double *peak)
@@ -90,7 +76,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "opreg_bench_gpt: --steps >= 1, --warmup >= 0\n");
         return 2;
     }
-    if (!glibc_defaults && keep_freed_memory()) {
+    if (!glibc_defaults && bench_keep_freed_memory()) {
         fprintf(stderr, "opreg_bench_gpt: could not set the allocator policy\n");
         return 1;
     }
@@ -109,7 +95,7 @@ int main(int argc, char **argv)
            "f32, AdamW), %d steps after %d of warm-up; peak: bytes above the live memory before the steps;\n"
            "C allocator: %s\n\n",
            LAYERS, HEADS, EMBD, CONTEXT, BATCH, steps, warmup,
-           glibc_defaults ? "glibc's defaults" : "keeps freed memory (mmap threshold 32 MiB, no trimming)");
+           glibc_defaults ? "glibc's defaults" : BENCH_MALLOC_POLICY);
     printf("  %-7s %12s %12s %12s %12s %12s %13s %13s %10s\n", "threads", "opreg tok/s", "torch tok/s",
            "opreg/torch", "C++ tok/s", "opreg/C++", "opreg peak MB", "torch peak MB", "peak ratio");
     int rc = 0;
