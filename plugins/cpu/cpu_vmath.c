@@ -9,13 +9,16 @@ cpu_vmath cpu_vm;
 
 void cpu_vmath_init(void)
 {
-    /* __builtin_cpu_supports also checks that the OS saves the AVX registers.
-     * OPREG_CPU_ISA=sse2 keeps the baseline loops on an AVX2 machine, so that they can
-     * be tested there. */
+    /* __builtin_cpu_supports also checks that the OS saves the AVX and AVX-512
+     * registers. OPREG_CPU_ISA=sse2 or =avx2 caps the choice, so that the lower loops
+     * can be tested on a machine that has more. */
     const char *isa = getenv("OPREG_CPU_ISA");
-    const bool want_sse2 = isa && strcmp(isa, "sse2") == 0;
+    const bool cap_sse2 = isa && strcmp(isa, "sse2") == 0, cap_avx2 = cap_sse2 || (isa && strcmp(isa, "avx2") == 0);
     __builtin_cpu_init();
-    if (!want_sse2 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+    const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    if (!cap_avx2 && avx2 && __builtin_cpu_supports("avx512f"))
+        cpu_vm = cpu_vmath_avx512;
+    else if (!cap_sse2 && avx2)
         cpu_vm = cpu_vmath_avx2;
     else
         cpu_vm = cpu_vmath_sse2;

@@ -2,15 +2,16 @@
  *
  * The transcendental functions come from SLEEF (the vector libm PyTorch uses), not from
  * polynomials of our own. The plugin is built for baseline x86-64 (SSE2) so that one
- * binary runs everywhere; cpu_vmath_avx2.c alone is compiled with -mavx2 -mfma, and its
- * loops are installed only when the CPU reports AVX2 and FMA (cpu_vmath_init).
+ * binary runs everywhere; cpu_vmath_avx2.c alone is compiled with -mavx2 -mfma and
+ * cpu_vmath_avx512.c with -mavx512f, and their loops are installed only when the CPU
+ * (and the OS) support that ISA (cpu_vmath_init).
  *
  * Accuracy, f32 and f64 alike: exp, log, tanh, erf and pow are SLEEF's *_u10 functions, at
  * most 1.0 ULP from the correctly rounded result; sqrt is the hardware instruction
  * (correctly rounded, 0.5 ULP); sigmoid is 1 / (1 + exp(-x)) on top of that exp, at most
  * 3 ULP where the result is normal (0 instead of a subnormal once exp(-x) overflows,
- * like the scalar formula). The SSE2 and AVX2 versions agree to those bounds, not bit for bit (AVX2 uses
- * FMA).
+ * like the scalar formula). The three versions agree to those bounds, not bit for bit
+ * (AVX2 and AVX-512 use FMA inside SLEEF).
  *
  * The sums use a fixed number of partial sums in a fixed order, written as plain loops
  * that both ISAs vectorise: the result does not depend on the CPU or the thread count. */
@@ -33,7 +34,7 @@ typedef void (*cpu_vaddrow_f32)(int64_t n, const float *x, double *acc);
 typedef void (*cpu_vaddrow_f64)(int64_t n, const double *x, double *acc);
 
 typedef struct cpu_vmath {
-    const char *isa; /* "avx2" or "sse2" */
+    const char *isa; /* "avx512", "avx2" or "sse2" */
     cpu_vfn_f32 exp_f32, log_f32, tanh_f32, erf_f32, sigmoid_f32, sqrt_f32, relu_f32;
     cpu_vfn_f64 exp_f64, log_f64, tanh_f64, erf_f64, sigmoid_f64, sqrt_f64, relu_f64;
     cpu_vpow_f32 pow_f32;
@@ -50,8 +51,10 @@ extern cpu_vmath cpu_vm;
 /* Picks the loops (once, from opr_plugin_init, before any kernel can run). */
 void cpu_vmath_init(void);
 
-/* The two sets cpu_vmath_init chooses from (cpu_vmath_sse2.c, cpu_vmath_avx2.c). */
+/* The sets cpu_vmath_init chooses from (cpu_vmath_sse2.c, cpu_vmath_avx2.c,
+ * cpu_vmath_avx512.c). */
 extern const cpu_vmath cpu_vmath_sse2;
 extern const cpu_vmath cpu_vmath_avx2;
+extern const cpu_vmath cpu_vmath_avx512;
 
 #endif /* OPREG_CPU_VMATH_H */
