@@ -103,7 +103,7 @@ static const char *att_matrix(const opr_tensor_view *v, int64_t off, int64_t row
     return scratch;
 }
 
-/* Threads that split a call's B batches, and the one running now. */
+/* How many threads split a call's B batches: 1 where the work is too small to share. */
 static int att_threads(int64_t B, const att_dims *d)
 {
     const int t = omp_get_max_threads() < ATT_MAX_THREADS ? omp_get_max_threads() : ATT_MAX_THREADS;
