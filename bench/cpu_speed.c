@@ -267,6 +267,10 @@ int main(int argc, char **argv)
         {"sum_all_4096sq", "sum all of 4096^2", "sum", 1, 2, {4096, 4096}, -1, 1, 0, {{0}}, false, LIM_READ, 0},
         {"norm_fwd_16M", "norm forward 16M", "norm", 1, 1, {1 << 24}, -1, 1, 0, {{0}}, false, LIM_READ, 0},
         {"relu_1M", "relu 1M", "relu", 1, 1, {1 << 20}, -1, 1, 0, {{0}}, false, LIM_COPY, 0},
+        /* out of cache: the bandwidth target for elementwise work */
+        {"exp_16M", "exp 16M", "exp", 1, 1, {1 << 24}, -1, 1, 0, {{0}}, false, LIM_COPY, 0},
+        {"sigmoid_16M", "sigmoid 16M", "sigmoid", 1, 1, {1 << 24}, -8, 8, 0, {{0}}, false, LIM_COPY, 0},
+        {"relu_16M", "relu 16M", "relu", 1, 1, {1 << 24}, -1, 1, 0, {{0}}, false, LIM_COPY, 0},
         {"chain_100", "graph of 100 adds, per op", "add", 2, 1, {8}, -1, 1, 0, {{0}}, false, LIM_NONE, 100},
         {"chain_10k", "graph of 10^4 adds, per op", "add", 2, 1, {8}, -1, 1, 0, {{0}}, false, LIM_NONE, 10000},
     };

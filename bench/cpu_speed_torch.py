@@ -72,6 +72,9 @@ CASES = [
     ("sum_all_4096sq", lambda: (lambda a: lambda: torch.sum(a))(rand(SQ, SQ))),
     ("norm_fwd_16M", lambda: (lambda a: lambda: torch.norm(a))(rand(M16))),
     ("relu_1M", lambda: (lambda a: lambda: torch.relu(a))(rand(M1))),
+    ("exp_16M", lambda: (lambda a: lambda: torch.exp(a))(rand(M16))),
+    ("sigmoid_16M", lambda: (lambda a: lambda: torch.sigmoid(a))(rand(M16, lo=-8, hi=8))),
+    ("relu_16M", lambda: (lambda a: lambda: torch.relu(a))(rand(M16))),
     ("chain_100", lambda: chain(100), 100),
     ("chain_10k", lambda: chain(10000), 10000),
 ]
