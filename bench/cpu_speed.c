@@ -281,8 +281,10 @@ int main(int argc, char **argv)
     const bool have_torch = torch && torch_figures(threads, reps, only, names, tns, N);
     const bench_opts bo = {.cell_s = 0.3, .reps = reps};
 
-    printf("opreg CPU backend, f32, %d thread%s, median of %d; torch = PyTorch (python3)%s;\nC allocator: %s\n\n",
-           threads, threads == 1 ? "" : "s", reps, have_torch ? "" : ": not found, or --no-torch", BENCH_MALLOC_POLICY);
+    printf("opreg CPU backend, f32, %d thread%s, median of %d; torch = PyTorch (python3)%s;\nC allocator: %s; "
+           "OpenBLAS kernels: %s (OPENBLAS_CORETYPE picks others, for every side)\n\n",
+           threads, threads == 1 ? "" : "s", reps, have_torch ? "" : ": not found, or --no-torch", BENCH_MALLOC_POLICY,
+           openblas_get_corename());
     printf("%-30s %11s %11s %11s %-6s %12s %12s\n", "work", "opreg us", "torch us", "limit us", "limit",
            "opreg/torch", "opreg/limit");
     int status = 0;

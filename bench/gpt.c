@@ -93,9 +93,9 @@ int main(int argc, char **argv)
     }
     printf("opreg_bench_gpt: training steps of the demo GPT (%d layers, %d heads, width %d, context %d, batch %d,\n"
            "f32, AdamW), %d steps after %d of warm-up; peak: bytes above the live memory before the steps;\n"
-           "C allocator: %s\n\n",
+           "C allocator: %s; OpenBLAS kernels: %s (OPENBLAS_CORETYPE picks others, for every side)\n\n",
            LAYERS, HEADS, EMBD, CONTEXT, BATCH, steps, warmup,
-           glibc_defaults ? "glibc's defaults" : BENCH_MALLOC_POLICY);
+           glibc_defaults ? "glibc's defaults" : BENCH_MALLOC_POLICY, openblas_get_corename());
     printf("  %-7s %12s %12s %12s %12s %12s %13s %13s %10s\n", "threads", "opreg tok/s", "torch tok/s",
            "opreg/torch", "C++ tok/s", "opreg/C++", "opreg peak MB", "torch peak MB", "peak ratio");
     int rc = 0;
