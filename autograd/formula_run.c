@@ -19,7 +19,10 @@ static int bind_slots(expr_run *r, opr_node *n, opr_tensor *const *grads_in, boo
                       opr_tensor **grads, opr_tensor **results)
 {
     const opr_op *op = n->op;
-    memcpy(slots, n->slots, sizeof n->slots);
+    /* slots has DERIV_MAX_SLOTS entries: the node's, then the formula's own (result,
+     * grad, ...), filled below; the rest read as none */
+    memcpy(slots, n->slots, (size_t)n->nmetas * sizeof *n->slots);
+    memset(slots + n->nmetas, 0, (size_t)(DERIV_MAX_SLOTS - n->nmetas) * sizeof *slots);
     for (int s = 0; s < op->nargs + op->nout; s++) {
         opr_tensor *t = n->saved[s];
         if (!t) continue;

@@ -27,9 +27,10 @@ static struct {
     size_t bytes;
 } node_cache = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
+/* The node, then nmetas metadata records (metas[]), then nmetas slots. */
 static size_t node_bytes(int32_t nmetas)
 {
-    return sizeof(opr_node) + (size_t)nmetas * sizeof(opr_meta);
+    return sizeof(opr_node) + (size_t)nmetas * (sizeof(opr_meta) + sizeof(mval));
 }
 
 static opr_node *node_alloc(int32_t nmetas)
@@ -42,7 +43,10 @@ static opr_node *node_alloc(int32_t nmetas)
     }
     pthread_mutex_unlock(&node_cache.lock);
     if (!n) n = malloc(node_bytes(nmetas));
-    if (n) n->nmetas = nmetas;
+    if (n) {
+        n->nmetas = nmetas;
+        n->slots = (mval *)(void *)(n->metas + nmetas);
+    }
     return n;
 }
 
@@ -241,7 +245,7 @@ static int record(const opr_op *op, opr_tensor *const *tensors, const mval *slot
     /* The planner reads a full DERIV_MAX_SLOTS array of slots (it fills the ones after
      * the arguments and outputs for costing), more than the node keeps. */
     mval plan_slots[DERIV_MAX_SLOTS] = {0};
-    memcpy(plan_slots, n->slots, sizeof n->slots);
+    memcpy(plan_slots, n->slots, (size_t)n->nmetas * sizeof *n->slots);
     n->plan = plan_get(op, mask, dev, plan_slots, (n->fast ? PLAN_FAST : 0) | (batched ? PLAN_FORMULAS_ONLY : 0));
     if (!n->plan) { ag_node_release(n); return opr_fail_wrap(opr_error_status(), "%s: planning the backward", op->name); }
     for (int s = 0; s < op->nargs + op->nout; s++) {

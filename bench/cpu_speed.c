@@ -288,11 +288,13 @@ int main(int argc, char **argv)
     printf("%-30s %11s %11s %11s %-6s %12s %12s\n", "work", "opreg us", "torch us", "limit us", "limit",
            "opreg/torch", "opreg/limit");
     int status = 0;
+    double chain_ns[2] = {-1, -1}; /* per op, graphs of 100 and of 10^4 */
     for (int i = 0; i < N; i++) {
         const bcase *c = &cases[i];
         if (!selected(only, c->name)) continue;
         const double o = opreg_ns(c, &bo), l = limit_ns(c, &bo);
         if (o < 0) status = 1;
+        if (c->chain) chain_ns[c->chain > 100] = o;
         char co[32], ct[32], cl[32], rt[32], rl[32];
         cell(co, sizeof co, o);
         cell(ct, sizeof ct, tns[i]);
@@ -302,6 +304,9 @@ int main(int argc, char **argv)
         printf("%-30s %11s %11s %11s %-6s %12s %12s\n", c->label, co, ct, cl, limit_names[c->limit], rt, rl);
         fflush(stdout);
     }
+    if (chain_ns[0] > 0 && chain_ns[1] > 0)
+        printf("\ngraph growth: per op at 10^4 ops / at 100: %.2fx (opreg %.3f / %.3f us, target <= 1.2x)\n",
+               chain_ns[1] / chain_ns[0], chain_ns[1] / 1e3, chain_ns[0] / 1e3);
     printf("\nopreg/torch > 1: opreg is slower. limit: sgemm = one raw x1 x2^T; copy = memcpy of the\n"
            "input; read = one plain pass over the input (16 float partial sums). graph: forward\n"
            "(recording) and backward of a chain of adds on 8 floats, divided by its length.\n");
