@@ -272,7 +272,7 @@ int opr_autograd_walk(const opr_tensor *root, void (*fn)(void *ud, const opr_nod
         char plan[256];
         plan_text(n, plan, sizeof plan);
         opr_node_info info = {.struct_size = sizeof info, .op = n->op->name, .plan = plan, .fast = n->fast};
-        for (int s = 0; s < AG_TENSOR_SLOTS; s++)
+        for (int s = 0; s < n->nmetas; s++)
             if (n->saved[s]) info.saved_bytes += (uint64_t)n->saved[s]->m.numel * opr_elem_size(n->saved[s]->m.dtype);
         for (int a = 0; a < n->op->nargs; a++)
             if (n->op->args[a].type == ARG_TENSOR && n->slots[a].k == MV_TENSOR)

@@ -20,13 +20,14 @@ typedef struct opr_node {
     const deriv_plan *plan;
     opr_device dev;
     uint32_t mask;                      /* inputs whose gradient flows back */
-    ag_edge next[OPR_MAX_ARGS];
+    /* The arrays below have one entry per argument and output of the op (nmetas; next[]
+     * uses the arguments' only) and are stored after metas[], in that order. */
+    ag_edge *next;
     /* What the formulas see: scalars of the call and the metadata of every tensor
-     * argument and output (in metas[], below), one per argument and output (nmetas
-     * of them, stored after metas[]); tensors the plan saves are in saved[]. */
+     * argument and output (in metas[], below); tensors the plan saves are in saved[]. */
     mval *slots;
-    opr_tensor *saved[AG_TENSOR_SLOTS]; /* owned; outputs are saved as detached views */
-    uint32_t saved_version[AG_TENSOR_SLOTS]; /* storage versions when saved */
+    opr_tensor **saved;      /* owned; outputs are saved as detached views */
+    uint32_t *saved_version; /* storage versions when saved */
     bool released;                      /* saved tensors freed after a backward */
     bool fast;                          /* recorded in fast mode: plan of fast variants */
     /* The items of the op's Tensor[] argument (at most one per op), when the node's
@@ -45,10 +46,10 @@ typedef struct opr_node {
     opr_tensor *pending[OPR_MAX_OUTS];  /* accumulated gradient of each output */
     int deps;
     bool queued;
-    /* The node is allocated for its op's nargs + nout metadata records and slots only
-     * (80 + 72 bytes each), not for AG_TENSOR_SLOTS of them: a graph of many small ops
-     * stays small enough for the caches. record.c keeps freed nodes for reuse, linked
-     * through free_next, by that count. */
+    /* The node is allocated for its op's nargs + nout metadata records, slots, edges
+     * and saved tensors only (188 bytes each), not for AG_TENSOR_SLOTS of them: a graph
+     * of many small ops stays small enough for the caches. record.c keeps freed nodes
+     * for reuse, linked through free_next, by that count. */
     int32_t nmetas;
     struct opr_node *free_next;
     opr_meta metas[];

@@ -88,11 +88,12 @@ static void each_ref(void *p, bool is_node, walk *w, void (*fn)(walk *, void *, 
         return;
     }
     opr_node *n = p;
-    for (int s = 0; s < AG_TENSOR_SLOTS; s++) fn(w, n->saved[s], false);
+    for (int s = 0; s < n->nmetas; s++) fn(w, n->saved[s], false);
     for (int k = 0; k < OPR_MAX_OUTS; k++) fn(w, n->pending[k], false);
     for (int k = 0; k < n->npieces; k++) fn(w, n->piece_pending[k], false);
-    for (int i = 0; i < OPR_MAX_ARGS + n->nitems; i++) { /* the arguments, then a Tensor[]'s items */
-        const ag_edge *e = i < OPR_MAX_ARGS ? &n->next[i] : &n->items[i - OPR_MAX_ARGS];
+    const int nargs = n->op->nargs;
+    for (int i = 0; i < nargs + n->nitems; i++) { /* the arguments, then a Tensor[]'s items */
+        const ag_edge *e = i < nargs ? &n->next[i] : &n->items[i - nargs];
         fn(w, e->leaf, false);
         fn(w, e->node, true);
     }

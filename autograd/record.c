@@ -27,10 +27,12 @@ static struct {
     size_t bytes;
 } node_cache = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
-/* The node, then nmetas metadata records (metas[]), then nmetas slots. */
+/* The node, then nmetas of each: metadata records (metas[]), slots, edges, saved
+ * tensors, their versions (every size a multiple of the next one's alignment). */
 static size_t node_bytes(int32_t nmetas)
 {
-    return sizeof(opr_node) + (size_t)nmetas * (sizeof(opr_meta) + sizeof(mval));
+    return sizeof(opr_node) +
+           (size_t)nmetas * (sizeof(opr_meta) + sizeof(mval) + sizeof(ag_edge) + sizeof(opr_tensor *) + sizeof(uint32_t));
 }
 
 static opr_node *node_alloc(int32_t nmetas)
@@ -46,6 +48,9 @@ static opr_node *node_alloc(int32_t nmetas)
     if (n) {
         n->nmetas = nmetas;
         n->slots = (mval *)(void *)(n->metas + nmetas);
+        n->next = (ag_edge *)(void *)(n->slots + nmetas);
+        n->saved = (opr_tensor **)(void *)(n->next + nmetas);
+        n->saved_version = (uint32_t *)(void *)(n->saved + nmetas);
     }
     return n;
 }
@@ -81,12 +86,13 @@ void ag_node_release(struct opr_node *first)
     while (top) {
         opr_node *n = stack[--top];
         if (atomic_fetch_sub(&n->refs, 1) != 1) continue;
-        for (int s = 0; s < AG_TENSOR_SLOTS; s++) opr_tensor_release(n->saved[s]);
+        for (int s = 0; s < n->nmetas; s++) opr_tensor_release(n->saved[s]);
         for (int k = 0; k < OPR_MAX_OUTS; k++) opr_tensor_release(n->pending[k]);
-        for (int i = 0; i < n->op->nargs; i++)
+        const int nargs = n->op->nargs;
+        for (int i = 0; i < nargs; i++)
             if (n->slots[i].k == MV_STR) free((char *)n->slots[i].u.s); /* copied by ag_record */
-        for (int i = 0; i < OPR_MAX_ARGS + n->nitems; i++) {
-            ag_edge *e = i < OPR_MAX_ARGS ? &n->next[i] : &n->items[i - OPR_MAX_ARGS];
+        for (int i = 0; i < nargs + n->nitems; i++) {
+            ag_edge *e = i < nargs ? &n->next[i] : &n->items[i - nargs];
             opr_tensor_release(e->leaf);
             opr_node *next = e->node;
             if (!next) continue;
@@ -188,8 +194,8 @@ static int record(const opr_op *op, opr_tensor *const *tensors, const mval *slot
     /* Not calloc: the node is large and only its first nargs + nout slots are used. */
     opr_node *n = node_alloc(op->nargs + op->nout);
     if (!n) return opr_fail(OPR_ERR_NOMEM, "out of memory recording %s", op->name);
-    memset(n->next, 0, sizeof n->next);
-    memset(n->saved, 0, sizeof n->saved);
+    memset(n->next, 0, (size_t)n->nmetas * sizeof *n->next);
+    memset(n->saved, 0, (size_t)n->nmetas * sizeof *n->saved);
     memset(n->pending, 0, sizeof n->pending);
     n->list_arg = -1;
     n->nitems = 0;
