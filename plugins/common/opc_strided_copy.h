@@ -15,8 +15,8 @@
 #define OPC_COPY_MAX_DIMS 16
 
 /* A region reduced for copying: `ndim` dims (at least 1), outermost first; the last is
- * the row. Each row moves `run` bytes with one memcpy when `rows_contiguous`, else
- * element by element. */
+ * the row. Each row moves with one memcpy when `rows_contiguous`, else element by
+ * element. */
 typedef struct opc_copy_plan {
     int32_t ndim;
     int64_t shape[OPC_COPY_MAX_DIMS];

@@ -141,8 +141,8 @@ static int k_nll_loss_backward(const opr_kernel_call *c)
 }
 
 /* log_softmax of row r into logp and softmax into p (C doubles each). Rows of a
- * contiguous [N, C] input are read directly; the exponentials are one vector loop
- * (cpu_vmath.h, 1 ULP) and their sum partial sums in a fixed order. */
+ * contiguous [N, C] input are read directly; the exponentials and their sum are vector
+ * loops (cpu_vmath.h: 1 ULP, partial sums in a fixed order). */
 static void row_log_softmax(const opr_tensor_view *x, const loss_rows *lr, int64_t r, double *logp, double *p)
 {
     const int64_t C = lr->c;
@@ -157,13 +157,8 @@ static void row_log_softmax(const opr_tensor_view *x, const loss_rows *lr, int64
     for (int64_t k = 0; k < C; k++) mx = logp[k] > mx ? logp[k] : mx;
     for (int64_t k = 0; k < C; k++) p[k] = logp[k] - mx;
     cpu_vm.exp_f64(C, p, p);
-    double part[4] = {0, 0, 0, 0};
-    int64_t k = 0;
-    for (; k + 4 <= C; k += 4)
-        for (int j = 0; j < 4; j++) part[j] += p[k + j];
-    for (; k < C; k++) part[0] += p[k];
-    const double s = (part[0] + part[2]) + (part[1] + part[3]), lse = mx + log(s);
-    for (k = 0; k < C; k++) {
+    const double s = cpu_vm.sum_f64(C, p), lse = mx + log(s);
+    for (int64_t k = 0; k < C; k++) {
         logp[k] -= lse;
         p[k] /= s;
     }
