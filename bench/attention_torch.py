@@ -7,11 +7,8 @@ import math
 import sys
 import time
 
-# Debian's PyTorch calls the pthread OpenBLAS, which starts as many threads as there are
-# cores unless told otherwise before torch loads it: the comparison's thread count holds
-# for PyTorch's GEMMs too.
-import os
-os.environ["OPENBLAS_NUM_THREADS"] = "1"
+import openblas_threads  # before torch (bench/openblas_threads.py)
+openblas_threads.limit(1)
 
 import torch  # noqa: E402
 

@@ -4,11 +4,8 @@ Usage: cpu_speed_torch.py THREADS REPS. Prints one line per case: NAME NS."""
 import sys
 import time
 
-# Debian's PyTorch calls the pthread OpenBLAS, which starts as many threads as there are
-# cores unless told otherwise before torch loads it: the comparison's thread count holds
-# for PyTorch's GEMMs too.
-import os
-os.environ["OPENBLAS_NUM_THREADS"] = sys.argv[1] if len(sys.argv) > 1 else "1"
+import openblas_threads  # before torch (bench/openblas_threads.py)
+openblas_threads.limit(sys.argv[1] if len(sys.argv) > 1 else 1)
 
 import torch  # noqa: E402
 

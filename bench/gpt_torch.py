@@ -11,10 +11,8 @@ import os
 import sys
 import time
 
-# Debian's PyTorch calls the pthread OpenBLAS, which starts as many threads as there are
-# cores unless told otherwise before torch loads it: the comparison's thread count holds
-# for PyTorch's GEMMs too.
-os.environ["OPENBLAS_NUM_THREADS"] = sys.argv[2]
+import openblas_threads  # before torch (bench/openblas_threads.py)
+openblas_threads.limit(sys.argv[2])
 
 import torch  # noqa: E402
 
