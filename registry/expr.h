@@ -33,10 +33,10 @@ typedef struct expr {
     int64_t i;
     double d;
     bool b;
-    char *name;             /* NAME, CALL callee, STR text */
+    char *name;             /* NAME, CALL callee, STR text; in the node's own block */
     struct expr **args;     /* CALL arguments, LIST items, operands */
-    char **kwnames;         /* CALL: keyword of each argument, NULL if positional */
-    int nargs;
+    char **kwnames;         /* CALL: keyword of each argument, NULL if positional; NULL if none has one */
+    int nargs, cap;         /* cap: room in args (and kwnames) */
     int height;             /* levels of nodes below this one (0 for a leaf) */
     int slot;               /* NAME: resolved slot (see expr_resolve) */
     int builtin;            /* CALL: built-in function id, -1 if not a built-in */

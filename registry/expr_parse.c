@@ -80,10 +80,16 @@ static expr *nomem(parser *ps)
     return NULL;
 }
 
-static expr *node_new(parser *ps, expr_kind kind, const char *at)
+/* A node; its name (NAME, CALL, STR: len bytes of `name`) is stored in the same block,
+ * one allocation per node being what keeps loading the op files cheap. */
+static expr *node_new(parser *ps, expr_kind kind, const char *at, const char *name, size_t len)
 {
-    expr *e = calloc(1, sizeof *e);
+    expr *e = calloc(1, sizeof *e + (name ? len + 1 : 0));
     if (!e) return nomem(ps);
+    if (name) {
+        e->name = memcpy((char *)(e + 1), name, len);
+        e->name[len] = '\0';
+    }
     e->kind = kind;
     e->slot = -1;
     e->builtin = -1;
@@ -91,7 +97,8 @@ static expr *node_new(parser *ps, expr_kind kind, const char *at)
     return e;
 }
 
-/* Appends arg (and its keyword) to e; on failure frees both. */
+/* Appends arg (and its keyword) to e; on failure frees both. The argument array grows
+ * by doubling; the keyword array exists once an argument has a keyword. */
 static int push_arg(parser *ps, expr *e, expr *arg, char *kw)
 {
     if (arg->height >= EXPR_MAX_DEPTH) {
@@ -100,19 +107,29 @@ static int push_arg(parser *ps, expr *e, expr *arg, char *kw)
         fail_at(ps, ps->p, "expression nested too deeply");
         return OPR_ERR_PARSE;
     }
-    expr **args = realloc(e->args, (size_t)(e->nargs + 1) * sizeof *args);
-    char **kws = realloc(e->kwnames, (size_t)(e->nargs + 1) * sizeof *kws);
-    if (args) e->args = args;
-    if (kws) e->kwnames = kws;
-    if (!args || !kws) {
+    bool ok = true;
+    if (e->nargs == e->cap) {
+        int cap = e->cap ? 2 * e->cap : 2;
+        expr **args = realloc(e->args, (size_t)cap * sizeof *args);
+        char **kws = e->kwnames ? realloc(e->kwnames, (size_t)cap * sizeof *kws) : NULL;
+        if (args) e->args = args;
+        if (kws) e->kwnames = kws;
+        ok = args && (kws || !e->kwnames);
+        if (ok) e->cap = cap;
+    }
+    if (ok && kw && !e->kwnames) {
+        e->kwnames = calloc((size_t)e->cap, sizeof *e->kwnames);
+        ok = e->kwnames != NULL;
+    }
+    if (!ok) {
         expr_free(arg);
         free(kw);
         nomem(ps);
         return OPR_ERR_NOMEM;
     }
     if (arg->height + 1 > e->height) e->height = arg->height + 1;
-    e->args[e->nargs] = arg;
-    e->kwnames[e->nargs++] = kw;
+    if (e->kwnames) e->kwnames[e->nargs] = kw;
+    e->args[e->nargs++] = arg;
     return OPR_OK;
 }
 
@@ -133,7 +150,7 @@ static bool accept(parser *ps, const char *tok)
 static expr *binary(parser *ps, int op, expr *l, expr *r, const char *at)
 {
     if (!l || !r) { expr_free(l); expr_free(r); return NULL; }
-    expr *e = node_new(ps, EXPR_BINARY, at);
+    expr *e = node_new(ps, EXPR_BINARY, at, NULL, 0);
     if (!e) { expr_free(l); expr_free(r); return NULL; }
     e->op = op;
     if (push_arg(ps, e, l, NULL)) { expr_free(e); expr_free(r); return NULL; }
@@ -141,13 +158,10 @@ static expr *binary(parser *ps, int op, expr *l, expr *r, const char *at)
     return e;
 }
 
-static char *ident(parser *ps)
+/* Whether the len bytes at s spell word. */
+static bool word_is(const char *s, size_t len, const char *word)
 {
-    const char *s = ps->p;
-    while (isalnum((unsigned char)*ps->p) || *ps->p == '_') ps->p++;
-    char *out = strndup(s, (size_t)(ps->p - s));
-    if (!out) nomem(ps);
-    return out;
+    return strlen(word) == len && !memcmp(s, word, len);
 }
 
 /* Comma-separated items up to `close`, with `name=value` keywords when allowed. */
@@ -192,13 +206,13 @@ static expr *parse_primary(parser *ps)
         bool is_float = *end == '.' || *end == 'e' || *end == 'E';
         if (is_float) {
             double d = strtod(at, &end);
-            expr *e = node_new(ps, EXPR_FLOAT, at);
+            expr *e = node_new(ps, EXPR_FLOAT, at, NULL, 0);
             if (e) e->d = d;
             ps->p = end;
             return e;
         }
         if (errno) return fail_at(ps, at, "integer out of range");
-        expr *e = node_new(ps, EXPR_INT, at);
+        expr *e = node_new(ps, EXPR_INT, at, NULL, 0);
         if (e) e->i = iv;
         ps->p = end;
         return e;
@@ -206,36 +220,30 @@ static expr *parse_primary(parser *ps)
     if (c == '"' || c == '\'') {
         const char *end = strchr(at + 1, c);
         if (!end) return fail_at(ps, at, "unterminated string");
-        expr *e = node_new(ps, EXPR_STR, at);
-        if (e && !(e->name = strndup(at + 1, (size_t)(end - at - 1)))) { expr_free(e); return nomem(ps); }
+        expr *e = node_new(ps, EXPR_STR, at, at + 1, (size_t)(end - at - 1));
         ps->p = end + 1;
         return e;
     }
     if (isalpha((unsigned char)c) || c == '_') {
-        char *id = ident(ps);
-        if (!id) return NULL;
+        while (isalnum((unsigned char)*ps->p) || *ps->p == '_') ps->p++;
+        size_t n = (size_t)(ps->p - at);
         expr *e;
-        if (!strcmp(id, "True") || !strcmp(id, "False") || !strcmp(id, "true") || !strcmp(id, "false")) {
-            e = node_new(ps, EXPR_BOOL, at);
-            if (e) e->b = id[0] == 'T' || id[0] == 't';
-            free(id);
-        } else if (!strcmp(id, "None")) {
-            e = node_new(ps, EXPR_NONE, at);
-            free(id);
-        } else if (!strcmp(id, "inf")) {
-            e = node_new(ps, EXPR_FLOAT, at);
+        if (word_is(at, n, "True") || word_is(at, n, "False") || word_is(at, n, "true") || word_is(at, n, "false")) {
+            e = node_new(ps, EXPR_BOOL, at, NULL, 0);
+            if (e) e->b = c == 'T' || c == 't';
+        } else if (word_is(at, n, "None")) {
+            e = node_new(ps, EXPR_NONE, at, NULL, 0);
+        } else if (word_is(at, n, "inf")) {
+            e = node_new(ps, EXPR_FLOAT, at, NULL, 0);
             if (e) e->d = __builtin_inf();
-            free(id);
         } else {
-            e = node_new(ps, EXPR_NAME, at);
-            if (e) e->name = id;
-            else free(id);
+            e = node_new(ps, EXPR_NAME, at, at, n);
         }
         return e;
     }
     if (c == '[') {
         ps->p++;
-        expr *e = node_new(ps, EXPR_LIST, at);
+        expr *e = node_new(ps, EXPR_LIST, at, NULL, 0);
         return e ? parse_items(ps, e, ']', false) : NULL;
     }
     if (c == '(') {
@@ -267,7 +275,7 @@ static expr *parse_postfix(parser *ps)
                 expr_free(e);
                 return fail_at(ps, ps->p, "expected ']'");
             }
-            expr *n = node_new(ps, EXPR_INDEX, at);
+            expr *n = node_new(ps, EXPR_INDEX, at, NULL, 0);
             if (!n) { expr_free(e); expr_free(idx); return NULL; }
             if (push_arg(ps, n, e, NULL)) { expr_free(n); expr_free(idx); return NULL; }
             if (push_arg(ps, n, idx, NULL)) { expr_free(n); return NULL; }
@@ -300,7 +308,7 @@ static expr *parse_unary(parser *ps)
         pos_of(ps, at, &a->line, &a->col);
         return a;
     }
-    expr *e = node_new(ps, EXPR_UNARY, at);
+    expr *e = node_new(ps, EXPR_UNARY, at, NULL, 0);
     if (!e || push_arg(ps, e, a, NULL)) { if (!e) expr_free(a); else expr_free(e); return NULL; }
     e->op = op;
     return e;
@@ -396,6 +404,5 @@ void expr_free(expr *e)
     }
     free(e->args);
     free(e->kwnames);
-    free(e->name);
-    free(e);
+    free(e); /* with its name */
 }

@@ -9,7 +9,8 @@
 
 /* Makes allocation number n (0 = the next) made by this thread fail, once; the ones
  * after it succeed again, which is the recovery under test. OpenMP's runtime ends the
- * process when an allocation fails (by design), so its allocations are never failed. */
+ * process when an allocation fails (by design), so its allocations are never failed:
+ * when the nth is one of them, the next allocation of another library fails instead. */
 void alloc_hook_arm(long n);
 void alloc_hook_disarm(void);
 /* Whether the armed failure happened since alloc_hook_arm, and whether it was one of
