@@ -121,17 +121,25 @@ static int body_limit(void *sv, long iters)
         if (s->kind == LIM_SGEMM) {
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)s->rows, (int)s->rows, (int)s->cols, 1.0f,
                         s->a, (int)s->cols, s->b, (int)s->cols, 0.0f, s->c, (int)s->rows);
-        } else if (s->kind == LIM_COPY) {
-            memcpy(s->c, s->a, (size_t)s->n * sizeof(float));
-        } else {
-            float acc[16] = {0};
-            int64_t i = 0;
-            for (; i + 16 <= s->n; i += 16)
-                for (int k = 0; k < 16; k++) acc[k] += s->a[i + k];
-            float t = 0;
-            for (int k = 0; k < 16; k++) t += acc[k];
-            s->sink = t;
+            continue;
         }
+        /* copy and read on as many threads as opreg gets, each on its own slice */
+        float total = 0;
+#pragma omp parallel reduction(+ : total)
+        {
+            const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+            const int64_t lo = s->n * t / nt, hi = s->n * (t + 1) / nt;
+            if (s->kind == LIM_COPY) {
+                memcpy(s->c + lo, s->a + lo, (size_t)(hi - lo) * sizeof(float));
+            } else {
+                float acc[16] = {0};
+                int64_t i = lo;
+                for (; i + 16 <= hi; i += 16)
+                    for (int k = 0; k < 16; k++) acc[k] += s->a[i + k];
+                for (int k = 0; k < 16; k++) total += acc[k];
+            }
+        }
+        s->sink = total;
     }
     return 0;
 }
@@ -308,7 +316,8 @@ int main(int argc, char **argv)
         printf("\ngraph growth: per op at 10^4 ops / at 100: %.2fx (opreg %.3f / %.3f us, target <= 1.2x)\n",
                chain_ns[1] / chain_ns[0], chain_ns[1] / 1e3, chain_ns[0] / 1e3);
     printf("\nopreg/torch > 1: opreg is slower. limit: sgemm = one raw x1 x2^T; copy = memcpy of the\n"
-           "input; read = one plain pass over the input (16 float partial sums). graph: forward\n"
+           "input; read = one plain pass over the input (16 float partial sums); copy and read\n"
+           "split over the same threads as opreg. graph: forward\n"
            "(recording) and backward of a chain of adds on 8 floats, divided by its length.\n");
     opr_ctx_free(ctx);
     return status;

@@ -351,18 +351,22 @@ static void ew_range(const ew_space *sp, ew_loop_fn fn, const ew_params *p, int6
     }
 }
 
-/* Contiguous operands, parallel: each block just offsets the pointers. */
+/* Contiguous operands, parallel: each thread runs the loop once over its own range of
+ * whole blocks (a loop over cpu_vmath.h sees the whole range, and streams its stores
+ * when that range is large). */
 static void ew_contig_par(int64_t n, int nops, char *const *base, const size_t *esz,
                           ew_loop_fn fn, const ew_params *p)
 {
     static const int64_t unit[4] = {1, 1, 1, 1};
     const int64_t nblk = (n + EW_BLOCK - 1) / EW_BLOCK;
-#pragma omp parallel for schedule(static)
-    for (int64_t b = 0; b < nblk; b++) {
-        const int64_t lo = b * EW_BLOCK, len = lo + EW_BLOCK < n ? EW_BLOCK : n - lo;
+#pragma omp parallel
+    {
+        int64_t b0, b1;
+        cpu_thread_range(nblk, &b0, &b1);
+        const int64_t lo = b0 * EW_BLOCK, hi = b1 * EW_BLOCK < n ? b1 * EW_BLOCK : n;
         char *ptr[4];
         for (int k = 0; k < nops; k++) ptr[k] = base[k] + lo * (int64_t)esz[k];
-        fn(len, ptr, unit, p);
+        if (hi > lo) fn(hi - lo, ptr, unit, p);
     }
 }
 

@@ -20,6 +20,13 @@
 
 #include <stdint.h>
 
+/* Calls writing at least this many bytes of y store with streaming (non-temporal)
+ * stores, which go to memory without first reading each line of y into the cache: a
+ * third of the memory traffic of y = f(x) saved. An output this large is out of the L2
+ * of any core and has mostly left the L3 by the time the next op reads it; smaller ones
+ * are stored normally and stay in cache for that op. The values are the same either way. */
+#define CPU_VM_STREAM_BYTES ((int64_t)8 << 20)
+
 /* y[i] = f(x[i]) for i < n; x and y may be the same array. */
 typedef void (*cpu_vfn_f32)(int64_t n, const float *x, float *y);
 typedef void (*cpu_vfn_f64)(int64_t n, const double *x, double *y);
@@ -32,6 +39,10 @@ typedef double (*cpu_vsum_f64)(int64_t n, const double *x);
 /* acc[i] += x[i]: one row of a sum over the leading dim. */
 typedef void (*cpu_vaddrow_f32)(int64_t n, const float *x, double *acc);
 typedef void (*cpu_vaddrow_f64)(int64_t n, const double *x, double *acc);
+/* acc[i] += the sum of x[i + k ld] for k < 8, added pairwise ((0 + 1) + (2 + 3)) +
+ * ((4 + 5) + (6 + 7)): eight rows ld apart. */
+typedef void (*cpu_vaddrow8_f32)(int64_t n, const float *x, int64_t ld, double *acc);
+typedef void (*cpu_vaddrow8_f64)(int64_t n, const double *x, int64_t ld, double *acc);
 
 typedef struct cpu_vmath {
     const char *isa; /* "avx512", "avx2" or "sse2" */
@@ -43,6 +54,8 @@ typedef struct cpu_vmath {
     cpu_vsum_f64 sum_f64, sumsq_f64;
     cpu_vaddrow_f32 addrow_f32;
     cpu_vaddrow_f64 addrow_f64;
+    cpu_vaddrow8_f32 addrow8_f32;
+    cpu_vaddrow8_f64 addrow8_f64;
 } cpu_vmath;
 
 /* The loops for this CPU. Valid after cpu_vmath_init; never changes afterwards. */

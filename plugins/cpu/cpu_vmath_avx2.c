@@ -10,11 +10,13 @@
 #define VM_WF 8
 #define VM_LOADF _mm256_loadu_ps
 #define VM_STOREF _mm256_storeu_ps
+#define VM_STREAMF _mm256_stream_ps /* y aligned to the vector */
 #define VM_SET1F _mm256_set1_ps
 #define VM_ADDF _mm256_add_ps
 #define VM_SUBF _mm256_sub_ps
 #define VM_DIVF _mm256_div_ps
 #define VM_SQRTF _mm256_sqrt_ps
+#define VM_MAXF _mm256_max_ps
 #define VM_EXPF Sleef_expf8_u10avx2
 #define VM_LOGF Sleef_logf8_u10avx2
 #define VM_TANHF Sleef_tanhf8_u10avx2
@@ -25,11 +27,13 @@
 #define VM_WD 4
 #define VM_LOADD _mm256_loadu_pd
 #define VM_STORED _mm256_storeu_pd
+#define VM_STREAMD _mm256_stream_pd
 #define VM_SET1D _mm256_set1_pd
 #define VM_ADDD _mm256_add_pd
 #define VM_SUBD _mm256_sub_pd
 #define VM_DIVD _mm256_div_pd
 #define VM_SQRTD _mm256_sqrt_pd
+#define VM_MAXD _mm256_max_pd
 #define VM_EXPD Sleef_expd4_u10avx2
 #define VM_LOGD Sleef_logd4_u10avx2
 #define VM_TANHD Sleef_tanhd4_u10avx2

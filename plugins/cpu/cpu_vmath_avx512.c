@@ -11,11 +11,13 @@
 #define VM_WF 16
 #define VM_LOADF _mm512_loadu_ps
 #define VM_STOREF _mm512_storeu_ps
+#define VM_STREAMF _mm512_stream_ps /* y aligned to the vector */
 #define VM_SET1F _mm512_set1_ps
 #define VM_ADDF _mm512_add_ps
 #define VM_SUBF _mm512_sub_ps
 #define VM_DIVF _mm512_div_ps
 #define VM_SQRTF _mm512_sqrt_ps
+#define VM_MAXF _mm512_max_ps
 #define VM_EXPF Sleef_expf16_u10avx512f
 #define VM_LOGF Sleef_logf16_u10avx512f
 #define VM_TANHF Sleef_tanhf16_u10avx512f
@@ -26,11 +28,13 @@
 #define VM_WD 8
 #define VM_LOADD _mm512_loadu_pd
 #define VM_STORED _mm512_storeu_pd
+#define VM_STREAMD _mm512_stream_pd
 #define VM_SET1D _mm512_set1_pd
 #define VM_ADDD _mm512_add_pd
 #define VM_SUBD _mm512_sub_pd
 #define VM_DIVD _mm512_div_pd
 #define VM_SQRTD _mm512_sqrt_pd
+#define VM_MAXD _mm512_max_pd
 #define VM_EXPD Sleef_expd8_u10avx512f
 #define VM_LOGD Sleef_logd8_u10avx512f
 #define VM_TANHD Sleef_tanhd8_u10avx512f

@@ -1,28 +1,48 @@
-/* The loops of cpu_vmath.h, written once and stamped out per ISA: cpu_vmath_sse2.c and
- * cpu_vmath_avx2.c define the vector types, their load/store/arithmetic and the SLEEF
+/* The loops of cpu_vmath.h, written once and stamped out per ISA: cpu_vmath_sse2.c,
+ * cpu_vmath_avx2.c and cpu_vmath_avx512.c define the vector types, their load/store/arithmetic and the SLEEF
  * functions of that width (VM_*), then include this file, which defines the table
  * VM_TABLE. Not a normal header: include it only there, once. */
 #include "cpu_vmath.h"
 
+#include <stdint.h>
 #include <string.h>
+#include <immintrin.h>
+
+/* y[0..cnt) = EXPR of x[0..cnt), cnt < W, through a zero-padded vector. */
+#define VM_MAP_PADDED(T, VT, W, LOAD, STORE, EXPR, xs, ys, cnt)                          \
+    do {                                                                                  \
+        T buf[W] = {0};                                                                   \
+        memcpy(buf, xs, (size_t)(cnt) * sizeof(T));                                       \
+        const VT v = LOAD(buf);                                                           \
+        STORE(buf, EXPR);                                                                 \
+        memcpy(ys, buf, (size_t)(cnt) * sizeof(T));                                       \
+    } while (0)
 
 /* A SLEEF loop: full vectors, then the tail through a zero-padded vector, so every
- * element goes through the same code whatever n and its position are. */
-#define VM_MAP(name, T, VT, W, LOAD, STORE, EXPR)                                         \
+ * element goes through the same code whatever n and its position are. A large output
+ * (CPU_VM_STREAM_BYTES) is streamed: its head up to a vector-aligned y goes through the
+ * padded vector too, then STREAM (an aligned streaming store), then a fence so that
+ * the stores are seen before whatever the caller does next. */
+#define VM_MAP(name, T, VT, W, LOAD, STORE, STREAM, EXPR)                                 \
     static void name(int64_t n, const T *x, T *y)                                         \
     {                                                                                     \
         int64_t i = 0;                                                                    \
-        for (; i + (W) <= n; i += (W)) {                                                  \
-            const VT v = LOAD(x + i);                                                     \
-            STORE(y + i, EXPR);                                                           \
+        const size_t vbytes = (W) * sizeof(T);                                            \
+        if (n * (int64_t)sizeof(T) >= CPU_VM_STREAM_BYTES && (uintptr_t)y % sizeof(T) == 0) { \
+            i = (int64_t)((vbytes - (uintptr_t)y % vbytes) % vbytes / sizeof(T));         \
+            if (i) VM_MAP_PADDED(T, VT, W, LOAD, STORE, EXPR, x, y, i);                   \
+            for (; i + (W) <= n; i += (W)) {                                              \
+                const VT v = LOAD(x + i);                                                 \
+                STREAM(y + i, EXPR);                                                      \
+            }                                                                             \
+            _mm_sfence();                                                                 \
+        } else {                                                                          \
+            for (; i + (W) <= n; i += (W)) {                                              \
+                const VT v = LOAD(x + i);                                                 \
+                STORE(y + i, EXPR);                                                       \
+            }                                                                             \
         }                                                                                 \
-        if (i < n) {                                                                      \
-            T buf[W] = {0};                                                               \
-            memcpy(buf, x + i, (size_t)(n - i) * sizeof(T));                              \
-            const VT v = LOAD(buf);                                                       \
-            STORE(buf, EXPR);                                                             \
-            memcpy(y + i, buf, (size_t)(n - i) * sizeof(T));                              \
-        }                                                                                 \
+        if (i < n) VM_MAP_PADDED(T, VT, W, LOAD, STORE, EXPR, x + i, y + i, n - i);       \
     }
 
 #define VM_POW(name, T, VT, W, LOAD, STORE, SET1, POW)                                    \
@@ -31,12 +51,7 @@
         const VT ve = SET1(e);                                                            \
         int64_t i = 0;                                                                    \
         for (; i + (W) <= n; i += (W)) STORE(y + i, POW(LOAD(x + i), ve));                \
-        if (i < n) {                                                                      \
-            T buf[W] = {0};                                                               \
-            memcpy(buf, x + i, (size_t)(n - i) * sizeof(T));                              \
-            STORE(buf, POW(LOAD(buf), ve));                                               \
-            memcpy(y + i, buf, (size_t)(n - i) * sizeof(T));                              \
-        }                                                                                 \
+        if (i < n) VM_MAP_PADDED(T, VT, W, LOAD, STORE, POW(v, ve), x + i, y + i, n - i); \
     }
 
 /* Partial sums: element i goes to acc[i % VM_NACC] (the tail to acc[0]), then the
@@ -68,29 +83,40 @@
         for (int64_t i = 0; i < n; i++) acc[i] += (double)x[i];                           \
     }
 
-/* NaN stays NaN (x < 0 is false for it), like PyTorch's relu. */
-#define VM_RELU(name, T)                                                                  \
-    static void name(int64_t n, const T *x, T *y)                                         \
+/* Eight rows ld apart at once, added pairwise before they reach acc: an eighth of the
+ * accumulator traffic of eight calls of VM_ADDROW (the column sums' limit). */
+#define VM_ADDROW8(name, T)                                                               \
+    static void name(int64_t n, const T *x, int64_t ld, double *acc)                      \
     {                                                                                     \
-        for (int64_t i = 0; i < n; i++) y[i] = x[i] < 0 ? 0 : x[i];                       \
+        const T *r[8];                                                                    \
+        for (int k = 0; k < 8; k++) r[k] = x + k * ld;                                    \
+        for (int64_t i = 0; i < n; i++) {                                                 \
+            const double a = (double)r[0][i] + (double)r[1][i], b = (double)r[2][i] + (double)r[3][i]; \
+            const double c = (double)r[4][i] + (double)r[5][i], d = (double)r[6][i] + (double)r[7][i]; \
+            acc[i] += (a + b) + (c + d);                                                  \
+        }                                                                                 \
     }
 
-VM_MAP(vm_exp_f32, float, VM_VF, VM_WF, VM_LOADF, VM_STOREF, VM_EXPF(v))
-VM_MAP(vm_log_f32, float, VM_VF, VM_WF, VM_LOADF, VM_STOREF, VM_LOGF(v))
-VM_MAP(vm_tanh_f32, float, VM_VF, VM_WF, VM_LOADF, VM_STOREF, VM_TANHF(v))
-VM_MAP(vm_erf_f32, float, VM_VF, VM_WF, VM_LOADF, VM_STOREF, VM_ERFF(v))
-VM_MAP(vm_sqrt_f32, float, VM_VF, VM_WF, VM_LOADF, VM_STOREF, VM_SQRTF(v))
-VM_MAP(vm_sigmoid_f32, float, VM_VF, VM_WF, VM_LOADF, VM_STOREF,
+VM_MAP(vm_exp_f32, float, VM_VF, VM_WF, VM_LOADF, VM_STOREF, VM_STREAMF, VM_EXPF(v))
+VM_MAP(vm_log_f32, float, VM_VF, VM_WF, VM_LOADF, VM_STOREF, VM_STREAMF, VM_LOGF(v))
+VM_MAP(vm_tanh_f32, float, VM_VF, VM_WF, VM_LOADF, VM_STOREF, VM_STREAMF, VM_TANHF(v))
+VM_MAP(vm_erf_f32, float, VM_VF, VM_WF, VM_LOADF, VM_STOREF, VM_STREAMF, VM_ERFF(v))
+VM_MAP(vm_sqrt_f32, float, VM_VF, VM_WF, VM_LOADF, VM_STOREF, VM_STREAMF, VM_SQRTF(v))
+VM_MAP(vm_sigmoid_f32, float, VM_VF, VM_WF, VM_LOADF, VM_STOREF, VM_STREAMF,
        VM_DIVF(VM_SET1F(1.0f), VM_ADDF(VM_SET1F(1.0f), VM_EXPF(VM_SUBF(VM_SET1F(0.0f), v)))))
+/* max(0, x) is x < 0 ? 0 : x exactly: the vector max returns its second operand when
+ * either is NaN (NaN stays NaN, like PyTorch's relu) and when both are zeros (-0 stays). */
+VM_MAP(vm_relu_f32, float, VM_VF, VM_WF, VM_LOADF, VM_STOREF, VM_STREAMF, VM_MAXF(VM_SET1F(0.0f), v))
 VM_POW(vm_pow_f32, float, VM_VF, VM_WF, VM_LOADF, VM_STOREF, VM_SET1F, VM_POWF)
 
-VM_MAP(vm_exp_f64, double, VM_VD, VM_WD, VM_LOADD, VM_STORED, VM_EXPD(v))
-VM_MAP(vm_log_f64, double, VM_VD, VM_WD, VM_LOADD, VM_STORED, VM_LOGD(v))
-VM_MAP(vm_tanh_f64, double, VM_VD, VM_WD, VM_LOADD, VM_STORED, VM_TANHD(v))
-VM_MAP(vm_erf_f64, double, VM_VD, VM_WD, VM_LOADD, VM_STORED, VM_ERFD(v))
-VM_MAP(vm_sqrt_f64, double, VM_VD, VM_WD, VM_LOADD, VM_STORED, VM_SQRTD(v))
-VM_MAP(vm_sigmoid_f64, double, VM_VD, VM_WD, VM_LOADD, VM_STORED,
+VM_MAP(vm_exp_f64, double, VM_VD, VM_WD, VM_LOADD, VM_STORED, VM_STREAMD, VM_EXPD(v))
+VM_MAP(vm_log_f64, double, VM_VD, VM_WD, VM_LOADD, VM_STORED, VM_STREAMD, VM_LOGD(v))
+VM_MAP(vm_tanh_f64, double, VM_VD, VM_WD, VM_LOADD, VM_STORED, VM_STREAMD, VM_TANHD(v))
+VM_MAP(vm_erf_f64, double, VM_VD, VM_WD, VM_LOADD, VM_STORED, VM_STREAMD, VM_ERFD(v))
+VM_MAP(vm_sqrt_f64, double, VM_VD, VM_WD, VM_LOADD, VM_STORED, VM_STREAMD, VM_SQRTD(v))
+VM_MAP(vm_sigmoid_f64, double, VM_VD, VM_WD, VM_LOADD, VM_STORED, VM_STREAMD,
        VM_DIVD(VM_SET1D(1.0), VM_ADDD(VM_SET1D(1.0), VM_EXPD(VM_SUBD(VM_SET1D(0.0), v)))))
+VM_MAP(vm_relu_f64, double, VM_VD, VM_WD, VM_LOADD, VM_STORED, VM_STREAMD, VM_MAXD(VM_SET1D(0.0), v))
 VM_POW(vm_pow_f64, double, VM_VD, VM_WD, VM_LOADD, VM_STORED, VM_SET1D, VM_POWD)
 
 VM_SUM(vm_sum_f32, float, v)
@@ -99,8 +125,8 @@ VM_SUM(vm_sum_f64, double, v)
 VM_SUM(vm_sumsq_f64, double, v * v)
 VM_ADDROW(vm_addrow_f32, float)
 VM_ADDROW(vm_addrow_f64, double)
-VM_RELU(vm_relu_f32, float)
-VM_RELU(vm_relu_f64, double)
+VM_ADDROW8(vm_addrow8_f32, float)
+VM_ADDROW8(vm_addrow8_f64, double)
 
 const cpu_vmath VM_TABLE = {
     .isa = VM_ISA,
@@ -112,4 +138,5 @@ const cpu_vmath VM_TABLE = {
     .sum_f32 = vm_sum_f32, .sumsq_f32 = vm_sumsq_f32,
     .sum_f64 = vm_sum_f64, .sumsq_f64 = vm_sumsq_f64,
     .addrow_f32 = vm_addrow_f32, .addrow_f64 = vm_addrow_f64,
+    .addrow8_f32 = vm_addrow8_f32, .addrow8_f64 = vm_addrow8_f64,
 };

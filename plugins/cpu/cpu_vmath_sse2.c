@@ -8,11 +8,13 @@
 #define VM_WF 4
 #define VM_LOADF _mm_loadu_ps
 #define VM_STOREF _mm_storeu_ps
+#define VM_STREAMF _mm_stream_ps /* y aligned to the vector */
 #define VM_SET1F _mm_set1_ps
 #define VM_ADDF _mm_add_ps
 #define VM_SUBF _mm_sub_ps
 #define VM_DIVF _mm_div_ps
 #define VM_SQRTF _mm_sqrt_ps
+#define VM_MAXF _mm_max_ps
 #define VM_EXPF Sleef_expf4_u10sse2
 #define VM_LOGF Sleef_logf4_u10sse2
 #define VM_TANHF Sleef_tanhf4_u10sse2
@@ -23,11 +25,13 @@
 #define VM_WD 2
 #define VM_LOADD _mm_loadu_pd
 #define VM_STORED _mm_storeu_pd
+#define VM_STREAMD _mm_stream_pd
 #define VM_SET1D _mm_set1_pd
 #define VM_ADDD _mm_add_pd
 #define VM_SUBD _mm_sub_pd
 #define VM_DIVD _mm_div_pd
 #define VM_SQRTD _mm_sqrt_pd
+#define VM_MAXD _mm_max_pd
 #define VM_EXPD Sleef_expd2_u10sse2
 #define VM_LOGD Sleef_logd2_u10sse2
 #define VM_TANHD Sleef_tanhd2_u10sse2
