@@ -1,8 +1,8 @@
 /* The CPU plugin's vector loops (plugins/cpu/cpu_vmath.h), every ISA table the machine
  * can run, checked directly: a large output (streaming stores, from any alignment of y)
  * holds bit for bit what the same function writes in small pieces (normal stores);
- * relu keeps NaN and -0 like `x < 0 ? 0 : x`; the eight-row column sum adds in its
- * documented order. The op-level suites (test_kernels and its ISA-capped runs) check
+ * relu keeps NaN and -0 like `x < 0 ? 0 : x`; the maximum passes over NaN; the
+ * eight-row column sum adds in its documented order. The op-level suites (test_kernels and its ISA-capped runs) check
  * the values themselves. */
 #include "plugins/cpu/cpu_vmath.h"
 
@@ -109,6 +109,35 @@ START_TEST(relu_keeps_nan_and_negative_zero)
 }
 END_TEST
 
+START_TEST(max_passes_over_nan)
+{
+    const cpu_vmath *t = tables[_i];
+    if (!runs_here(t)) {
+        printf("skipped: this CPU lacks %s\n", t->isa);
+        return;
+    }
+    enum { N = 1000 };
+    static float xf[N];
+    static double xd[N];
+    for (int i = 0; i < N; i++) xd[i] = xf[i] = (float)value(i + 400); /* NaN at 602, inf at 603 */
+    xd[600] = xf[600] = 25.0f; /* the largest, past the first 64 */
+    const int64_t lens[] = {0, 1, 5, 63, 64, 65, 601, N};
+    for (size_t l = 0; l < sizeof lens / sizeof lens[0]; l++) {
+        const int64_t n = lens[l];
+        double want = -INFINITY;
+        for (int64_t i = 0; i < n; i++)
+            if (xd[i] > want) want = xd[i];
+        ck_assert_msg(t->max_f32(n, xf) == (float)want, "%s max f32 of %lld: %g, not %g", t->isa, (long long)n,
+                      t->max_f32(n, xf), want);
+        ck_assert_msg(t->max_f64(n, xd) == want, "%s max f64 of %lld: %g, not %g", t->isa, (long long)n,
+                      t->max_f64(n, xd), want);
+    }
+    float nanf_[70];
+    for (int i = 0; i < 70; i++) nanf_[i] = NAN;
+    ck_assert_msg(t->max_f32(70, nanf_) == -INFINITY, "%s: max of NaNs is %g", t->isa, t->max_f32(70, nanf_));
+}
+END_TEST
+
 START_TEST(eight_rows_in_their_order)
 {
     const cpu_vmath *t = tables[_i];
@@ -148,6 +177,7 @@ int main(void)
     const int n = (int)(sizeof tables / sizeof tables[0]);
     tcase_add_loop_test(tc, large_outputs_equal_small_pieces, 0, n);
     tcase_add_loop_test(tc, relu_keeps_nan_and_negative_zero, 0, n);
+    tcase_add_loop_test(tc, max_passes_over_nan, 0, n);
     tcase_add_loop_test(tc, eight_rows_in_their_order, 0, n);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

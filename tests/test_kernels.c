@@ -888,6 +888,8 @@ START_TEST(t_softmax)
         {{2, {4, 6}, L_N}, 1},    {{2, {4, 6}, L_E}, 0},    {{2, {4, 6}, L_E}, 1},    {{2, {4, 6}, L_S}, -2},
         {{3, {2, 3, 5}, L_C}, 1}, {{3, {2, 3, 5}, L_T}, -3}, {{1, {1}, L_C}, 0},      {{1, {9}, L_C}, -1},
         {{2, {5, 0}, L_C}, 1},    {{2, {5, 0}, L_C}, 0},    {{2, {3, 1}, L_C}, 1},
+        /* rows long enough for the vector loops, with a tail */
+        {{2, {3, 300}, L_C}, 1},  {{2, {3, 300}, L_T}, 1},  {{2, {300, 3}, L_C}, 0},
     };
     for (int di = 0; di < NELEM(FLOATS); di++)
         for (int k = 0; k < NELEM(cases); k++) {
@@ -907,6 +909,20 @@ START_TEST(t_softmax)
     const double w[6] = {-INFINITY, 0, 1, 2, -INFINITY, -INFINITY};
     check_softmax(logsm, T_vals(OPR_F64, 2, sh, w), 1);
     check_softmax(logsm, T_vals(OPR_F32, 2, sh, w), 1);
+    /* a NaN or a +inf anywhere in a row makes that row NaN (as in PyTorch), the other
+     * rows are untouched: rows of 100, past the vector loops' lanes */
+    for (int di = 0; di < NELEM(FLOATS); di++)
+        for (int bad = 0; bad < 2; bad++) {
+            const opr_dtype dt = FLOATS[di];
+            WHAT("%s %s row with %s", logsm ? "log_softmax" : "softmax", opr_dtype_name(dt), bad ? "+inf" : "NaN");
+            double v3[300];
+            for (int i = 0; i < 300; i++) v3[i] = sin(i * 0.37) * 3;
+            v3[170] = bad ? INFINITY : NAN; /* row 1, past 64 elements */
+            opr_tensor *x = T_vals(dt, 2, SH(3, 100), v3);
+            H g = H_of(CALL(logsm ? "log_softmax" : "softmax", TV(x), opr_v_int(1)));
+            for (int i = 0; i < 300; i++)
+                REQUIRE(isnan(g.v[i]) == (i >= 100 && i < 200), "%s: element %d is %g", what, i, g.v[i]);
+        }
 }
 END_TEST
 

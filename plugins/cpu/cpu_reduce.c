@@ -664,74 +664,69 @@ static int k_norm(const opr_kernel_call *c)
 /* One slice of len elements (input stride sx, output stride so). The max is subtracted
  * before exp so nothing overflows; the sum is kept in double and applied as one
  * reciprocal, like PyTorch. A NaN anywhere in the slice makes the whole slice NaN, as in
- * PyTorch; so does an all -inf slice. */
-typedef void (*red_softmax_fn)(const void *x, void *o, int64_t len, int64_t sx, int64_t so);
+ * PyTorch (the max passes over it, its exp makes the sum NaN); so does an all -inf
+ * slice (-inf - -inf is NaN) and a +inf (inf - inf). */
+typedef void (*red_softmax_fn)(const void *x, void *o, int64_t len, int64_t sx, int64_t so, const void *next);
 
-/* The slice's maximum, or NaN if it holds one. The simd reduction lets the compiler
- * keep several running maxima (the order does not matter for a maximum). */
-#define RED_SLICE_MAX(name, T)                                                            \
+/* The slice's largest element that is not NaN (cpu_vmath.h's vector max for a
+ * contiguous slice; the same rule element by element for a strided one). */
+#define RED_SLICE_MAX(name, T, VMAX)                                                      \
     static T name(const T *x, int64_t len, int64_t sx)                                    \
     {                                                                                     \
+        if (sx == 1) return VMAX(len, x);                                                 \
         T m = -INFINITY;                                                                  \
-        int nan = 0;                                                                      \
-        if (sx == 1) {                                                                    \
-            _Pragma("omp simd reduction(max : m) reduction(| : nan)")                     \
-            for (int64_t i = 0; i < len; i++) {                                           \
-                m = x[i] > m ? x[i] : m;                                                  \
-                nan |= x[i] != x[i];                                                      \
-            }                                                                             \
-        } else {                                                                          \
-            for (int64_t i = 0; i < len; i++) {                                           \
-                m = x[i * sx] > m ? x[i * sx] : m;                                        \
-                nan |= x[i * sx] != x[i * sx];                                            \
-            }                                                                             \
-        }                                                                                 \
-        return nan ? (T)NAN : m;                                                          \
+        for (int64_t i = 0; i < len; i++) m = x[i * sx] > m ? x[i * sx] : m;              \
+        return m;                                                                         \
     }
-RED_SLICE_MAX(red_max_f32, float)
-RED_SLICE_MAX(red_max_f64, double)
+RED_SLICE_MAX(red_max_f32, float, cpu_vm.max_f32)
+RED_SLICE_MAX(red_max_f64, double, cpu_vm.max_f64)
 
-/* exp(x - m) through the vector exp of cpu_vmath.h, in chunks of a fixed size so that
- * the contiguous and the strided case do the same arithmetic (the sum of each chunk is
- * added in order). Stores the values at o (stride so) unless o is NULL; returns their
- * sum, in double. */
+/* exp(x - m) through the vector function of cpu_vmath.h, in chunks of a fixed size so
+ * that the contiguous and the strided case do the same arithmetic (the sum of each
+ * chunk is added in order). Stores the values at o (stride so) unless o is NULL;
+ * returns their sum, in double. While the exponentials are computed from cache, the
+ * next contiguous slice (next, if not NULL) is prefetched: its first pass (the max)
+ * then finds it there, and memory and arithmetic overlap. */
 #define RED_SOFTMAX_CHUNK 256
-#define RED_EXP_SUM(name, T, VEXP, VSUM)                                                  \
-    static double name(const T *x, int64_t sx, T m, int64_t len, T *o, int64_t so)        \
+#define RED_EXP_SUM(name, T, VEXPSUB, VSUM)                                               \
+    static double name(const T *x, int64_t sx, T m, int64_t len, T *o, int64_t so, const T *next) \
     {                                                                                     \
         T buf[RED_SOFTMAX_CHUNK];                                                         \
         double s = 0;                                                                     \
         for (int64_t i0 = 0; i0 < len; i0 += RED_SOFTMAX_CHUNK) {                         \
             const int64_t n = len - i0 < RED_SOFTMAX_CHUNK ? len - i0 : RED_SOFTMAX_CHUNK; \
+            if (next)                                                                     \
+                for (int64_t k = 0; k < n; k += 64 / (int64_t)sizeof(T)) __builtin_prefetch(next + i0 + k); \
             /* contiguous output: work in place there, no copy back */                    \
             T *e = o && so == 1 ? o + i0 : buf;                                           \
-            if (sx == 1)                                                                  \
-                for (int64_t k = 0; k < n; k++) e[k] = x[i0 + k] - m;                     \
-            else                                                                          \
-                for (int64_t k = 0; k < n; k++) e[k] = x[(i0 + k) * sx] - m;              \
-            VEXP(n, e, e);                                                                \
+            const T *src = x + i0;                                                        \
+            if (sx != 1) {                                                                \
+                for (int64_t k = 0; k < n; k++) e[k] = x[(i0 + k) * sx];                  \
+                src = e;                                                                  \
+            }                                                                             \
+            VEXPSUB(n, src, m, e);                                                        \
             s += VSUM(n, e);                                                              \
             if (o && e == buf)                                                            \
                 for (int64_t k = 0; k < n; k++) o[(i0 + k) * so] = buf[k];                \
         }                                                                                 \
         return s;                                                                         \
     }
-RED_EXP_SUM(red_exp_sum_f32, float, cpu_vm.exp_f32, cpu_vm.sum_f32)
-RED_EXP_SUM(red_exp_sum_f64, double, cpu_vm.exp_f64, cpu_vm.sum_f64)
+RED_EXP_SUM(red_exp_sum_f32, float, cpu_vm.expsub_f32, cpu_vm.sum_f32)
+RED_EXP_SUM(red_exp_sum_f64, double, cpu_vm.expsub_f64, cpu_vm.sum_f64)
 
 /* Max, exp and sum, then one scaling pass (softmax: times the reciprocal of the sum,
  * like PyTorch; log_softmax: minus m + log(sum)). */
 #define RED_SOFTMAX(name, T, SUF, LOG)                                                    \
-    static void name(const void *xv, void *ov, int64_t len, int64_t sx, int64_t so)       \
+    static void name(const void *xv, void *ov, int64_t len, int64_t sx, int64_t so, const void *nextv) \
     {                                                                                     \
-        const T *x = (const T *)xv;                                                       \
+        const T *x = (const T *)xv, *next = sx == 1 ? (const T *)nextv : NULL;            \
         T *o = (T *)ov;                                                                   \
         const T m = red_max_##SUF(x, len, sx);                                            \
         if (LOG) {                                                                        \
-            const T lse = (T)log(red_exp_sum_##SUF(x, sx, m, len, NULL, 0));              \
+            const T lse = (T)log(red_exp_sum_##SUF(x, sx, m, len, NULL, 0, next));        \
             for (int64_t i = 0; i < len; i++) o[i * so] = x[i * sx] - m - lse;            \
         } else {                                                                          \
-            const T inv = (T)(1 / red_exp_sum_##SUF(x, sx, m, len, o, so));               \
+            const T inv = (T)(1 / red_exp_sum_##SUF(x, sx, m, len, o, so, next));         \
             for (int64_t i = 0; i < len; i++) o[i * so] *= inv;                           \
         }                                                                                 \
     }
@@ -778,10 +773,12 @@ static void red_slices_run(const red_slices *s, int64_t lo, int64_t hi)
     for (int k = 0; k < 2; k++)
         for (int32_t d = 0; d < s->ndim; d++) w.strides[k][d] = s->st[k][d];
     cpu_walk_seek(&w, lo);
+    const int64_t esz = (int64_t)s->esz;
     for (int64_t i = lo; i < hi; i++) {
-        s->fn(s->x + w.off[0] * (int64_t)s->esz, s->o + w.off[1] * (int64_t)s->esz, s->len,
-              s->sx, s->so);
+        const char *x = s->x + w.off[0] * esz;
+        char *o = s->o + w.off[1] * esz;
         cpu_walk_next(&w);
+        s->fn(x, o, s->len, s->sx, s->so, i + 1 < hi ? s->x + w.off[0] * esz : NULL);
     }
 }
 

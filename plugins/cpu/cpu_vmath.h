@@ -30,9 +30,12 @@
 /* y[i] = f(x[i]) for i < n; x and y may be the same array. */
 typedef void (*cpu_vfn_f32)(int64_t n, const float *x, float *y);
 typedef void (*cpu_vfn_f64)(int64_t n, const double *x, double *y);
-/* y[i] = pow(x[i], e) */
-typedef void (*cpu_vpow_f32)(int64_t n, const float *x, float e, float *y);
-typedef void (*cpu_vpow_f64)(int64_t n, const double *x, double e, double *y);
+/* y[i] = f(x[i], e) for a scalar e: pow(x[i], e), exp(x[i] - e). */
+typedef void (*cpu_vfn1_f32)(int64_t n, const float *x, float e, float *y);
+typedef void (*cpu_vfn1_f64)(int64_t n, const double *x, double e, double *y);
+/* The largest x[i] that is not NaN; -inf if there is none (n = 0 included). */
+typedef float (*cpu_vmax_f32)(int64_t n, const float *x);
+typedef double (*cpu_vmax_f64)(int64_t n, const double *x);
 /* Sum of x[i] (or of x[i]^2), accumulated in double. */
 typedef double (*cpu_vsum_f32)(int64_t n, const float *x);
 typedef double (*cpu_vsum_f64)(int64_t n, const double *x);
@@ -48,8 +51,10 @@ typedef struct cpu_vmath {
     const char *isa; /* "avx512", "avx2" or "sse2" */
     cpu_vfn_f32 exp_f32, log_f32, tanh_f32, erf_f32, sigmoid_f32, sqrt_f32, relu_f32;
     cpu_vfn_f64 exp_f64, log_f64, tanh_f64, erf_f64, sigmoid_f64, sqrt_f64, relu_f64;
-    cpu_vpow_f32 pow_f32;
-    cpu_vpow_f64 pow_f64;
+    cpu_vfn1_f32 pow_f32, expsub_f32;
+    cpu_vfn1_f64 pow_f64, expsub_f64;
+    cpu_vmax_f32 max_f32;
+    cpu_vmax_f64 max_f64;
     cpu_vsum_f32 sum_f32, sumsq_f32;
     cpu_vsum_f64 sum_f64, sumsq_f64;
     cpu_vaddrow_f32 addrow_f32;

@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <string.h>
 #include <immintrin.h>
+#include <math.h>
 
 /* y[0..cnt) = EXPR of x[0..cnt), cnt < W, through a zero-padded vector. */
 #define VM_MAP_PADDED(T, VT, W, LOAD, STORE, EXPR, xs, ys, cnt)                          \
@@ -45,13 +46,31 @@
         if (i < n) VM_MAP_PADDED(T, VT, W, LOAD, STORE, EXPR, x + i, y + i, n - i);       \
     }
 
-#define VM_POW(name, T, VT, W, LOAD, STORE, SET1, POW)                                    \
+/* y[i] = F(x[i], e) for a scalar e (pow: x^e; expsub: exp(x - e)). */
+#define VM_MAP_SCALAR(name, T, VT, W, LOAD, STORE, SET1, F)                               \
     static void name(int64_t n, const T *x, T e, T *y)                                    \
     {                                                                                     \
         const VT ve = SET1(e);                                                            \
         int64_t i = 0;                                                                    \
-        for (; i + (W) <= n; i += (W)) STORE(y + i, POW(LOAD(x + i), ve));                \
-        if (i < n) VM_MAP_PADDED(T, VT, W, LOAD, STORE, POW(v, ve), x + i, y + i, n - i); \
+        for (; i + (W) <= n; i += (W)) STORE(y + i, F(LOAD(x + i), ve));                  \
+        if (i < n) VM_MAP_PADDED(T, VT, W, LOAD, STORE, F(v, ve), x + i, y + i, n - i);   \
+    }
+
+/* The largest x[i] that is not NaN, -inf if there is none: one running maximum per
+ * lane of VM_MAX_LANES (independent chains the compiler turns into vector maxima, enough
+ * of them to cover the latency of each). */
+#define VM_MAX_LANES 64
+#define VM_MAX(name, T)                                                                   \
+    static T name(int64_t n, const T *x)                                                  \
+    {                                                                                     \
+        T m[VM_MAX_LANES];                                                                \
+        for (int k = 0; k < VM_MAX_LANES; k++) m[k] = -(T)INFINITY;                       \
+        int64_t i = 0;                                                                    \
+        for (; i + VM_MAX_LANES <= n; i += VM_MAX_LANES)                                  \
+            for (int k = 0; k < VM_MAX_LANES; k++) m[k] = x[i + k] > m[k] ? x[i + k] : m[k]; \
+        for (; i < n; i++) m[0] = x[i] > m[0] ? x[i] : m[0];                              \
+        for (int k = 1; k < VM_MAX_LANES; k++) m[0] = m[k] > m[0] ? m[k] : m[0];          \
+        return m[0];                                                                      \
     }
 
 /* Partial sums: element i goes to acc[i % VM_NACC] (the tail to acc[0]), then the
@@ -107,7 +126,9 @@ VM_MAP(vm_sigmoid_f32, float, VM_VF, VM_WF, VM_LOADF, VM_STOREF, VM_STREAMF,
 /* max(0, x) is x < 0 ? 0 : x exactly: the vector max returns its second operand when
  * either is NaN (NaN stays NaN, like PyTorch's relu) and when both are zeros (-0 stays). */
 VM_MAP(vm_relu_f32, float, VM_VF, VM_WF, VM_LOADF, VM_STOREF, VM_STREAMF, VM_MAXF(VM_SET1F(0.0f), v))
-VM_POW(vm_pow_f32, float, VM_VF, VM_WF, VM_LOADF, VM_STOREF, VM_SET1F, VM_POWF)
+VM_MAP_SCALAR(vm_pow_f32, float, VM_VF, VM_WF, VM_LOADF, VM_STOREF, VM_SET1F, VM_POWF)
+#define VM_EXPSUBF(v, e) VM_EXPF(VM_SUBF(v, e))
+VM_MAP_SCALAR(vm_expsub_f32, float, VM_VF, VM_WF, VM_LOADF, VM_STOREF, VM_SET1F, VM_EXPSUBF)
 
 VM_MAP(vm_exp_f64, double, VM_VD, VM_WD, VM_LOADD, VM_STORED, VM_STREAMD, VM_EXPD(v))
 VM_MAP(vm_log_f64, double, VM_VD, VM_WD, VM_LOADD, VM_STORED, VM_STREAMD, VM_LOGD(v))
@@ -117,8 +138,12 @@ VM_MAP(vm_sqrt_f64, double, VM_VD, VM_WD, VM_LOADD, VM_STORED, VM_STREAMD, VM_SQ
 VM_MAP(vm_sigmoid_f64, double, VM_VD, VM_WD, VM_LOADD, VM_STORED, VM_STREAMD,
        VM_DIVD(VM_SET1D(1.0), VM_ADDD(VM_SET1D(1.0), VM_EXPD(VM_SUBD(VM_SET1D(0.0), v)))))
 VM_MAP(vm_relu_f64, double, VM_VD, VM_WD, VM_LOADD, VM_STORED, VM_STREAMD, VM_MAXD(VM_SET1D(0.0), v))
-VM_POW(vm_pow_f64, double, VM_VD, VM_WD, VM_LOADD, VM_STORED, VM_SET1D, VM_POWD)
+VM_MAP_SCALAR(vm_pow_f64, double, VM_VD, VM_WD, VM_LOADD, VM_STORED, VM_SET1D, VM_POWD)
+#define VM_EXPSUBD(v, e) VM_EXPD(VM_SUBD(v, e))
+VM_MAP_SCALAR(vm_expsub_f64, double, VM_VD, VM_WD, VM_LOADD, VM_STORED, VM_SET1D, VM_EXPSUBD)
 
+VM_MAX(vm_max_f32, float)
+VM_MAX(vm_max_f64, double)
 VM_SUM(vm_sum_f32, float, v)
 VM_SUM(vm_sumsq_f32, float, v * v)
 VM_SUM(vm_sum_f64, double, v)
@@ -135,6 +160,8 @@ const cpu_vmath VM_TABLE = {
     .exp_f64 = vm_exp_f64, .log_f64 = vm_log_f64, .tanh_f64 = vm_tanh_f64, .erf_f64 = vm_erf_f64,
     .sigmoid_f64 = vm_sigmoid_f64, .sqrt_f64 = vm_sqrt_f64, .relu_f64 = vm_relu_f64,
     .pow_f32 = vm_pow_f32, .pow_f64 = vm_pow_f64,
+    .expsub_f32 = vm_expsub_f32, .expsub_f64 = vm_expsub_f64,
+    .max_f32 = vm_max_f32, .max_f64 = vm_max_f64,
     .sum_f32 = vm_sum_f32, .sumsq_f32 = vm_sumsq_f32,
     .sum_f64 = vm_sum_f64, .sumsq_f64 = vm_sumsq_f64,
     .addrow_f32 = vm_addrow_f32, .addrow_f64 = vm_addrow_f64,
