@@ -317,7 +317,9 @@ int main(int argc, char **argv)
                chain_ns[1] / chain_ns[0], chain_ns[1] / 1e3, chain_ns[0] / 1e3);
     printf("\nopreg/torch > 1: opreg is slower. limit: sgemm = one raw x1 x2^T; copy = memcpy of the\n"
            "input; read = one plain pass over the input (16 float partial sums); copy and read\n"
-           "split over the same threads as opreg. graph: forward\n"
+           "split over the same threads as opreg. PyTorch's elementwise and softmax rows write into\n"
+           "a preallocated output (out=): its allocator would map and page-fault each large output\n"
+           "afresh, opreg's keeps its blocks. graph: forward\n"
            "(recording) and backward of a chain of adds on 8 floats, divided by its length.\n");
     opr_ctx_free(ctx);
     return status;
