@@ -13,6 +13,7 @@
 #include "cpu_kernels.h"
 #include "cpu_vmath.h"
 #include "../common/opc_norm.h"
+#include "../common/opc_strided_copy.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -27,7 +28,13 @@ static const void *contiguous_data(const opr_tensor_view *v, void **owned)
     const size_t es = cpu_dtype_size(v->dtype);
     char *buf = malloc((size_t)(v->numel ? v->numel : 1) * es);
     if (!buf) return NULL;
-    for (int64_t i = 0; i < v->numel; i++) memcpy(buf + (size_t)i * es, (const char *)v->data + cpu_offset_of(v, i) * (int64_t)es, es);
+    int64_t st[OPR_MAX_DIMS]; /* row-major */
+    int64_t n = 1;
+    for (int32_t d = v->ndim - 1; d >= 0; d--) {
+        st[d] = n;
+        n *= v->shape[d];
+    }
+    opc_copy_strided(es, v->ndim, v->shape, buf, st, (const char *)v->data, v->strides);
     *owned = buf;
     return buf;
 }
