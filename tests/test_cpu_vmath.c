@@ -24,6 +24,14 @@ static bool runs_here(const cpu_vmath *t)
 
 static const cpu_vmath *const tables[] = {&cpu_vmath_sse2, &cpu_vmath_avx2, &cpu_vmath_avx512};
 
+/* Table i, or NULL (the test is skipped, and says why) where this CPU cannot run it. */
+static const cpu_vmath *table_here(int i)
+{
+    if (runs_here(tables[i])) return tables[i];
+    printf("skipped: this CPU lacks %s\n", tables[i]->isa);
+    return NULL;
+}
+
 /* Values over [-20, 20) with NaN, infinities and signed zeros among them. */
 static double value(int64_t i)
 {
@@ -62,11 +70,8 @@ static double value(int64_t i)
 
 START_TEST(large_outputs_equal_small_pieces)
 {
-    const cpu_vmath *t = tables[_i];
-    if (!runs_here(t)) {
-        printf("skipped: this CPU lacks %s\n", t->isa);
-        return;
-    }
+    const cpu_vmath *t = table_here(_i);
+    if (!t) return;
     const struct {
         const char *name;
         cpu_vfn_f32 f32;
@@ -86,11 +91,8 @@ END_TEST
 
 START_TEST(relu_keeps_nan_and_negative_zero)
 {
-    const cpu_vmath *t = tables[_i];
-    if (!runs_here(t)) {
-        printf("skipped: this CPU lacks %s\n", t->isa);
-        return;
-    }
+    const cpu_vmath *t = table_here(_i);
+    if (!t) return;
     enum { N = 37 }; /* full vectors and a tail */
     float xf[N], yf[N];
     double xd[N], yd[N];
@@ -111,11 +113,8 @@ END_TEST
 
 START_TEST(max_passes_over_nan)
 {
-    const cpu_vmath *t = tables[_i];
-    if (!runs_here(t)) {
-        printf("skipped: this CPU lacks %s\n", t->isa);
-        return;
-    }
+    const cpu_vmath *t = table_here(_i);
+    if (!t) return;
     enum { N = 1000 };
     static float xf[N];
     static double xd[N];
@@ -140,11 +139,8 @@ END_TEST
 
 START_TEST(eight_rows_in_their_order)
 {
-    const cpu_vmath *t = tables[_i];
-    if (!runs_here(t)) {
-        printf("skipped: this CPU lacks %s\n", t->isa);
-        return;
-    }
+    const cpu_vmath *t = table_here(_i);
+    if (!t) return;
     enum { W = 45, LD = 50 }; /* rows of 45 columns, 50 apart */
     float xf[8 * LD];
     double xd[8 * LD], wide[8 * LD], accf[W], accd[W], wantf[W], wantd[W];
