@@ -1,5 +1,5 @@
 /* Helpers shared by the CPU kernels: argument access, dimension wrapping, broadcast
- * strides and a strided n-d index walker. Header-only so each kernel file stays
+ * strides, merging of dims and a strided n-d index walker. Header-only so each kernel file stays
  * self-contained; everything is static inline. */
 #ifndef OPREG_CPU_COMMON_H
 #define OPREG_CPU_COMMON_H
@@ -51,6 +51,45 @@ static inline bool cpu_arg_given(const opr_kernel_call *c, int i)
 
 /* Wraps a possibly negative dim into [0, ndim) (plugins/common/opc_shape.h). */
 static inline bool cpu_wrap_dim(int64_t d, int32_t ndim, int32_t *out) { return opc_wrap_dim(d, ndim, out); }
+
+/* Drops size-1 dims and merges dim d into d+1 wherever every operand steps through the
+ * pair as through one dim (stride[d] == stride[d+1] * shape[d+1]). Fewer dims mean longer
+ * inner loops and a cheaper walker. Returns the new ndim, at least 1. */
+static inline int32_t cpu_coalesce(int32_t nd, int64_t *shape, int nops, int64_t st[][OPR_MAX_DIMS])
+{
+    int32_t m = 0; /* dims kept so far, in shape[0..m) */
+    for (int32_t d = 0; d < nd; d++) {
+        if (shape[d] == 1) continue;
+        bool merge = m > 0;
+        for (int k = 0; k < nops && merge; k++)
+            merge = st[k][m - 1] == st[k][d] * shape[d];
+        if (merge) {
+            shape[m - 1] *= shape[d];
+            for (int k = 0; k < nops; k++) st[k][m - 1] = st[k][d];
+        } else {
+            shape[m] = shape[d];
+            for (int k = 0; k < nops; k++) st[k][m] = st[k][d];
+            m++;
+        }
+    }
+    if (m == 0) { /* every dim was 1 (or a 0-d tensor): one element */
+        shape[0] = 1;
+        for (int k = 0; k < nops; k++) st[k][0] = 0;
+        m = 1;
+    }
+    return m;
+}
+
+/* Strides of a view; contiguous ones if a view comes without (defensive: the ABI
+ * always passes them for ndim > 0). */
+static inline void cpu_view_strides(const opr_tensor_view *v, int64_t *st)
+{
+    int64_t expect = 1;
+    for (int32_t d = v->ndim - 1; d >= 0; d--) {
+        st[d] = v->strides ? v->strides[d] : expect;
+        expect *= v->shape[d];
+    }
+}
 
 /* Walks the row-major index space of `shape`, keeping up to 4 element offsets in
  * step (one per operand, each with its own strides). */

@@ -284,34 +284,6 @@ static uint32_t ew_mask(const ew_table t)
 
 /* ------------------------------------------------------------------ driver */
 
-/* Drops size-1 dims and merges dim d into d+1 wherever every operand steps through the
- * pair as through one dim (stride[d] == stride[d+1] * shape[d+1]). Fewer dims mean longer
- * inner loops and a cheaper walker. Returns the new ndim, at least 1. */
-static int32_t ew_coalesce(int32_t nd, int64_t *shape, int nops, int64_t st[][OPR_MAX_DIMS])
-{
-    int32_t m = 0; /* dims kept so far, in shape[0..m) */
-    for (int32_t d = 0; d < nd; d++) {
-        if (shape[d] == 1) continue;
-        bool merge = m > 0;
-        for (int k = 0; k < nops && merge; k++)
-            merge = st[k][m - 1] == st[k][d] * shape[d];
-        if (merge) {
-            shape[m - 1] *= shape[d];
-            for (int k = 0; k < nops; k++) st[k][m - 1] = st[k][d];
-        } else {
-            shape[m] = shape[d];
-            for (int k = 0; k < nops; k++) st[k][m] = st[k][d];
-            m++;
-        }
-    }
-    if (m == 0) { /* every dim was 1 (or a 0-d tensor): one element */
-        shape[0] = 1;
-        for (int k = 0; k < nops; k++) st[k][0] = 0;
-        m = 1;
-    }
-    return m;
-}
-
 /* A coalesced iteration space shared by the operands of one call. */
 typedef struct ew_space {
     int32_t ndim, nops;
@@ -412,7 +384,7 @@ static int ew_apply(const opr_kernel_call *c, const char *op, const opr_tensor_v
             return CPU_FAIL(c, OPR_ERR_INVALID,
                             "%s: input %d (%d-d) does not broadcast to the %d-d output", op,
                             k, in[k]->ndim, out->ndim);
-    sp.ndim = ew_coalesce(sp.ndim, sp.shape, nops, sp.st);
+    sp.ndim = cpu_coalesce(sp.ndim, sp.shape, nops, sp.st);
     for (int k = 0; k < nops; k++) {
         sp.base[k] = base[k];
         sp.esz[k] = esz[k];

@@ -21,6 +21,7 @@ int cpu_cdist_gemm(opr_dtype dt, int64_t P, int64_t R, int64_t M, const void *x1
 
 int cpu_register_elementwise(opr_plugin *self); /* cpu_elementwise.c */
 int cpu_register_reduce(opr_plugin *self);      /* cpu_reduce.c */
+int cpu_register_softmax(opr_plugin *self);     /* cpu_softmax.c: softmax, log_softmax */
 int cpu_register_linalg(opr_plugin *self);      /* cpu_linalg.c */
 int cpu_register_index(opr_plugin *self);       /* cpu_index.c */
 int cpu_register_sort(opr_plugin *self);        /* cpu_sort.c */

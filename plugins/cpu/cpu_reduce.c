@@ -1,5 +1,5 @@
-/* Reduction CPU kernels: sum, mean, prod, max, min, max.dim, min.dim, norm, softmax and
- * log_softmax.
+/* Reduction CPU kernels: sum, mean, prod, max, min, max.dim, min.dim and norm (softmax
+ * and log_softmax: cpu_softmax.c).
  *
  * A reduction splits the input's dims into *kept* dims (one output element per index)
  * and *reduced* dims (folded into that element). red_plan_make does the split once,
@@ -57,44 +57,6 @@ typedef struct red_plan {
     red_space rs;
 } red_plan;
 
-/* Drops size-1 dims and merges dim d into d+1 wherever every operand steps through the
- * pair as through one dim. Returns the new ndim, at least 1. */
-static int32_t red_coalesce(int32_t nd, int64_t *shape, int nops, int64_t st[][OPR_MAX_DIMS])
-{
-    int32_t m = 0;
-    for (int32_t d = 0; d < nd; d++) {
-        if (shape[d] == 1) continue;
-        bool merge = m > 0;
-        for (int k = 0; k < nops && merge; k++)
-            merge = st[k][m - 1] == st[k][d] * shape[d];
-        if (merge) {
-            shape[m - 1] *= shape[d];
-            for (int k = 0; k < nops; k++) st[k][m - 1] = st[k][d];
-        } else {
-            shape[m] = shape[d];
-            for (int k = 0; k < nops; k++) st[k][m] = st[k][d];
-            m++;
-        }
-    }
-    if (m == 0) {
-        shape[0] = 1;
-        for (int k = 0; k < nops; k++) st[k][0] = 0;
-        m = 1;
-    }
-    return m;
-}
-
-/* Strides of a view; contiguous ones if a view comes without (defensive: the ABI
- * always passes them for ndim > 0). */
-static void red_strides(const opr_tensor_view *v, int64_t *st)
-{
-    int64_t expect = 1;
-    for (int32_t d = v->ndim - 1; d >= 0; d--) {
-        st[d] = v->strides ? v->strides[d] : expect;
-        expect *= v->shape[d];
-    }
-}
-
 static inline int64_t red_abs64(int64_t v) { return v < 0 ? -v : v; }
 
 /* Splits `in` into kept and reduced dims (bit d of `mask` = reduce dim d) and matches
@@ -114,7 +76,7 @@ static int red_plan_make(const opr_kernel_call *c, const char *op, const opr_ten
     rs->ndim = 0;
     rs->n = 1;
     int64_t ist[OPR_MAX_DIMS];
-    red_strides(in, ist);
+    cpu_view_strides(in, ist);
     for (int32_t d = 0; d < in->ndim; d++) {
         const int64_t s = in->shape[d];
         if (mask & (1u << d)) {
@@ -130,7 +92,7 @@ static int red_plan_make(const opr_kernel_call *c, const char *op, const opr_ten
         int64_t ost[OPR_MAX_DIMS];
         int32_t k = 0;
         bool ok = o->ndim <= OPR_MAX_DIMS;
-        if (ok) red_strides(o, ost);
+        if (ok) cpu_view_strides(o, ost);
         for (int32_t d = 0; ok && d < o->ndim; d++) {
             if (o->shape[d] == 1) continue;
             ok = k < pl->kndim && o->shape[d] == pl->kshape[k];
@@ -150,8 +112,8 @@ static int red_plan_make(const opr_kernel_call *c, const char *op, const opr_ten
             int64_t t = rs->st[j]; rs->st[j] = rs->st[j - 1]; rs->st[j - 1] = t;
             t = rs->shape[j]; rs->shape[j] = rs->shape[j - 1]; rs->shape[j - 1] = t;
         }
-    rs->ndim = red_coalesce(rs->ndim, rs->shape, 1, &rs->st);
-    pl->kndim = red_coalesce(pl->kndim, pl->kshape, pl->nops, pl->kst);
+    rs->ndim = cpu_coalesce(rs->ndim, rs->shape, 1, &rs->st);
+    pl->kndim = cpu_coalesce(pl->kndim, pl->kshape, pl->nops, pl->kst);
     return OPR_OK;
 }
 
@@ -659,179 +621,6 @@ static int k_norm(const opr_kernel_call *c)
     return rc ? rc : red_go(c, "norm", in, ~0u, 1, k, p, NULL, false);
 }
 
-/* ------------------------------------------------------------------ softmax */
-
-/* One slice of len elements (input stride sx, output stride so). The max is subtracted
- * before exp so nothing overflows; the sum is kept in double and applied as one
- * reciprocal, like PyTorch. A NaN anywhere in the slice makes the whole slice NaN, as in
- * PyTorch (the max passes over it, its exp makes the sum NaN); so does an all -inf
- * slice (-inf - -inf is NaN) and a +inf (inf - inf). */
-typedef void (*red_softmax_fn)(const void *x, void *o, int64_t len, int64_t sx, int64_t so, const void *next);
-
-/* The slice's largest element that is not NaN (cpu_vmath.h's vector max for a
- * contiguous slice; the same rule element by element for a strided one). */
-#define RED_SLICE_MAX(name, T, VMAX)                                                      \
-    static T name(const T *x, int64_t len, int64_t sx)                                    \
-    {                                                                                     \
-        if (sx == 1) return VMAX(len, x);                                                 \
-        T m = -INFINITY;                                                                  \
-        for (int64_t i = 0; i < len; i++) m = x[i * sx] > m ? x[i * sx] : m;              \
-        return m;                                                                         \
-    }
-RED_SLICE_MAX(red_max_f32, float, cpu_vm.max_f32)
-RED_SLICE_MAX(red_max_f64, double, cpu_vm.max_f64)
-
-/* exp(x - m) through the vector function of cpu_vmath.h, in chunks of a fixed size so
- * that the contiguous and the strided case do the same arithmetic (the sum of each
- * chunk is added in order). Stores the values at o (stride so) unless o is NULL;
- * returns their sum, in double. While the exponentials are computed from cache, the
- * next contiguous slice (next, if not NULL) is prefetched: its first pass (the max)
- * then finds it there, and memory and arithmetic overlap. */
-#define RED_SOFTMAX_CHUNK 256
-#define RED_EXP_SUM(name, T, VEXPSUB, VSUM)                                               \
-    static double name(const T *x, int64_t sx, T m, int64_t len, T *o, int64_t so, const T *next) \
-    {                                                                                     \
-        T buf[RED_SOFTMAX_CHUNK];                                                         \
-        double s = 0;                                                                     \
-        for (int64_t i0 = 0; i0 < len; i0 += RED_SOFTMAX_CHUNK) {                         \
-            const int64_t n = len - i0 < RED_SOFTMAX_CHUNK ? len - i0 : RED_SOFTMAX_CHUNK; \
-            if (next)                                                                     \
-                for (int64_t k = 0; k < n; k += 64 / (int64_t)sizeof(T)) __builtin_prefetch(next + i0 + k); \
-            /* contiguous output: work in place there, no copy back */                    \
-            T *e = o && so == 1 ? o + i0 : buf;                                           \
-            const T *src = x + i0;                                                        \
-            if (sx != 1) {                                                                \
-                for (int64_t k = 0; k < n; k++) e[k] = x[(i0 + k) * sx];                  \
-                src = e;                                                                  \
-            }                                                                             \
-            VEXPSUB(n, src, m, e);                                                        \
-            s += VSUM(n, e);                                                              \
-            if (o && e == buf)                                                            \
-                for (int64_t k = 0; k < n; k++) o[(i0 + k) * so] = buf[k];                \
-        }                                                                                 \
-        return s;                                                                         \
-    }
-RED_EXP_SUM(red_exp_sum_f32, float, cpu_vm.expsub_f32, cpu_vm.sum_f32)
-RED_EXP_SUM(red_exp_sum_f64, double, cpu_vm.expsub_f64, cpu_vm.sum_f64)
-
-/* Max, exp and sum, then one scaling pass (softmax: times the reciprocal of the sum,
- * like PyTorch; log_softmax: minus m + log(sum)). */
-#define RED_SOFTMAX(name, T, SUF, LOG)                                                    \
-    static void name(const void *xv, void *ov, int64_t len, int64_t sx, int64_t so, const void *nextv) \
-    {                                                                                     \
-        const T *x = (const T *)xv, *next = sx == 1 ? (const T *)nextv : NULL;            \
-        T *o = (T *)ov;                                                                   \
-        const T m = red_max_##SUF(x, len, sx);                                            \
-        if (LOG) {                                                                        \
-            const T lse = (T)log(red_exp_sum_##SUF(x, sx, m, len, NULL, 0, next));        \
-            for (int64_t i = 0; i < len; i++) o[i * so] = x[i * sx] - m - lse;            \
-        } else {                                                                          \
-            const T inv = (T)(1 / red_exp_sum_##SUF(x, sx, m, len, o, so, next));         \
-            for (int64_t i = 0; i < len; i++) o[i * so] *= inv;                           \
-        }                                                                                 \
-    }
-
-RED_SOFTMAX(softmax_f32, float, f32, 0)
-RED_SOFTMAX(softmax_f64, double, f64, 0)
-RED_SOFTMAX(log_softmax_f32, float, f32, 1)
-RED_SOFTMAX(log_softmax_f64, double, f64, 1)
-
-static const red_softmax_fn softmax_fns[OPR_DTYPE_COUNT] = {
-    [OPR_F32] = softmax_f32, [OPR_F64] = softmax_f64,
-};
-static const red_softmax_fn log_softmax_fns[OPR_DTYPE_COUNT] = {
-    [OPR_F32] = log_softmax_f32, [OPR_F64] = log_softmax_f64,
-};
-
-/* The dtypes a softmax table has kernels for, as an OPR_DTYPE_BIT mask. */
-static uint32_t red_softmax_mask(const red_softmax_fn *t)
-{
-    uint32_t m = 0;
-    for (int d = 0; d < OPR_DTYPE_COUNT; d++)
-        if (t[d]) m |= OPR_DTYPE_BIT(d);
-    return m;
-}
-
-/* The slices of a softmax: every index of the dims other than `dim`. */
-typedef struct red_slices {
-    red_softmax_fn fn;
-    int32_t ndim;
-    int64_t shape[OPR_MAX_DIMS];
-    int64_t st[2][OPR_MAX_DIMS]; /* input, output */
-    int64_t len, sx, so;
-    const char *x;
-    char *o;
-    size_t esz;
-} red_slices;
-
-static void red_slices_run(const red_slices *s, int64_t lo, int64_t hi)
-{
-    cpu_walk w;
-    w.ndim = s->ndim;
-    w.nops = 2;
-    w.shape = s->shape;
-    for (int k = 0; k < 2; k++)
-        for (int32_t d = 0; d < s->ndim; d++) w.strides[k][d] = s->st[k][d];
-    cpu_walk_seek(&w, lo);
-    const int64_t esz = (int64_t)s->esz;
-    for (int64_t i = lo; i < hi; i++) {
-        const char *x = s->x + w.off[0] * esz;
-        char *o = s->o + w.off[1] * esz;
-        cpu_walk_next(&w);
-        s->fn(x, o, s->len, s->sx, s->so, i + 1 < hi ? s->x + w.off[0] * esz : NULL);
-    }
-}
-
-static int red_softmax_like(const opr_kernel_call *c, const char *op,
-                            const red_softmax_fn *fns)
-{
-    const opr_tensor_view *in, *out;
-    int32_t dim;
-    char why[OPC_WHY_SIZE];
-    const int rc = opc_softmax_begin(c, op, red_softmax_mask(fns), "CPU", &in, &out, &dim, why, sizeof why);
-    if (rc) return CPU_FAIL(c, rc, "%s", why);
-    if (in->numel == 0) return OPR_OK;
-
-    red_slices s;
-    s.fn = fns[in->dtype];
-    int64_t ist[OPR_MAX_DIMS], ost[OPR_MAX_DIMS];
-    red_strides(in, ist);
-    red_strides(out, ost);
-    /* A 0-d tensor is one slice of one element. */
-    s.len = in->ndim ? in->shape[dim] : 1;
-    s.sx = in->ndim ? ist[dim] : 0;
-    s.so = in->ndim ? ost[dim] : 0;
-    s.ndim = 0;
-    for (int32_t d = 0; d < in->ndim; d++) {
-        if (d == dim) continue;
-        s.shape[s.ndim] = in->shape[d];
-        s.st[0][s.ndim] = ist[d];
-        s.st[1][s.ndim++] = ost[d];
-    }
-    s.ndim = red_coalesce(s.ndim, s.shape, 2, s.st);
-    s.x = (const char *)in->data;
-    s.o = (char *)out->data;
-    s.esz = cpu_dtype_size(in->dtype);
-
-    const int64_t nslice = in->numel / s.len;
-    if (in->numel < CPU_PAR_THRESHOLD || nslice == 1) {
-        red_slices_run(&s, 0, nslice);
-        return OPR_OK;
-    }
-    const int64_t nblk = nslice < 1024 ? nslice : 1024;
-#pragma omp parallel for schedule(static)
-    for (int64_t b = 0; b < nblk; b++)
-        red_slices_run(&s, nslice * b / nblk, nslice * (b + 1) / nblk);
-    return OPR_OK;
-}
-static int k_softmax(const opr_kernel_call *c)
-{
-    return red_softmax_like(c, "softmax", softmax_fns);
-}
-static int k_log_softmax(const opr_kernel_call *c)
-{
-    return red_softmax_like(c, "log_softmax", log_softmax_fns);
-}
 
 /* ------------------------------------------------------------------ registration */
 
@@ -851,8 +640,6 @@ int cpu_register_reduce(opr_plugin *self)
         {"min.dim", red_mask(min_k), k_min_dim},
         /* every p shares the dtypes of p = 2 */
         {"norm", red_mask(norm2_k), k_norm},
-        {"softmax", red_softmax_mask(softmax_fns), k_softmax},
-        {"log_softmax", red_softmax_mask(log_softmax_fns), k_log_softmax},
     };
     for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
         int rc = cpu_register(self, ops[i].op, ops[i].mask, ops[i].fn);
