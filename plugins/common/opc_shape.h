@@ -11,6 +11,29 @@
 #include <stdint.h>
 #include <stdio.h>
 
+/* Drops size-1 dims and merges dim d into d+1 wherever every operand steps through the
+ * pair as through one dim (stride[d] == stride[d+1] * shape[d+1]): fewer dims, longer
+ * inner loops, a cheaper walker. st[k] holds operand k's strides. Returns the new ndim,
+ * 0 when a single element is left. */
+static inline int32_t opc_coalesce(int32_t nd, int64_t *shape, int nops, int64_t st[][OPR_MAX_DIMS])
+{
+    int32_t m = 0; /* dims kept so far, in shape[0..m) */
+    for (int32_t d = 0; d < nd; d++) {
+        if (shape[d] == 1) continue;
+        bool merge = m > 0;
+        for (int k = 0; k < nops && merge; k++) merge = st[k][m - 1] == st[k][d] * shape[d];
+        if (merge) {
+            shape[m - 1] *= shape[d];
+            for (int k = 0; k < nops; k++) st[k][m - 1] = st[k][d];
+        } else {
+            shape[m] = shape[d];
+            for (int k = 0; k < nops; k++) st[k][m] = st[k][d];
+            m++;
+        }
+    }
+    return m;
+}
+
 /* Wraps a possibly negative dim d into [0, ndim), as PyTorch does; false when it is out
  * of range. A 0-d tensor accepts 0 and -1. */
 static inline bool opc_wrap_dim(int64_t d, int32_t ndim, int32_t *out)

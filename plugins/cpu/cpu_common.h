@@ -52,32 +52,14 @@ static inline bool cpu_arg_given(const opr_kernel_call *c, int i)
 /* Wraps a possibly negative dim into [0, ndim) (plugins/common/opc_shape.h). */
 static inline bool cpu_wrap_dim(int64_t d, int32_t ndim, int32_t *out) { return opc_wrap_dim(d, ndim, out); }
 
-/* Drops size-1 dims and merges dim d into d+1 wherever every operand steps through the
- * pair as through one dim (stride[d] == stride[d+1] * shape[d+1]). Fewer dims mean longer
- * inner loops and a cheaper walker. Returns the new ndim, at least 1. */
+/* opc_coalesce, keeping one dim (of size 1, strides 0) for a single element. */
 static inline int32_t cpu_coalesce(int32_t nd, int64_t *shape, int nops, int64_t st[][OPR_MAX_DIMS])
 {
-    int32_t m = 0; /* dims kept so far, in shape[0..m) */
-    for (int32_t d = 0; d < nd; d++) {
-        if (shape[d] == 1) continue;
-        bool merge = m > 0;
-        for (int k = 0; k < nops && merge; k++)
-            merge = st[k][m - 1] == st[k][d] * shape[d];
-        if (merge) {
-            shape[m - 1] *= shape[d];
-            for (int k = 0; k < nops; k++) st[k][m - 1] = st[k][d];
-        } else {
-            shape[m] = shape[d];
-            for (int k = 0; k < nops; k++) st[k][m] = st[k][d];
-            m++;
-        }
-    }
-    if (m == 0) { /* every dim was 1 (or a 0-d tensor): one element */
-        shape[0] = 1;
-        for (int k = 0; k < nops; k++) st[k][0] = 0;
-        m = 1;
-    }
-    return m;
+    const int32_t m = opc_coalesce(nd, shape, nops, st);
+    if (m) return m;
+    shape[0] = 1;
+    for (int k = 0; k < nops; k++) st[k][0] = 0;
+    return 1;
 }
 
 /* Strides of a view; contiguous ones if a view comes without (defensive: the ABI

@@ -248,27 +248,6 @@ typedef struct gk_geom {
     int64_t st[4][GK_MAXD];
 } gk_geom;
 
-/* Drops size-1 dims and merges neighbouring dims every operand walks as one. Returns
- * the new ndim (0 for a single element). */
-static inline int32_t gk_coalesce(int32_t nd, int64_t *shape, int nops, int64_t st[][GK_MAXD])
-{
-    int32_t m = 0;
-    for (int32_t d = 0; d < nd; d++) {
-        if (shape[d] == 1) continue;
-        bool merge = m > 0;
-        for (int k = 0; k < nops && merge; k++) merge = st[k][m - 1] == st[k][d] * shape[d];
-        if (merge) {
-            shape[m - 1] *= shape[d];
-            for (int k = 0; k < nops; k++) st[k][m - 1] = st[k][d];
-        } else {
-            shape[m] = shape[d];
-            for (int k = 0; k < nops; k++) st[k][m] = st[k][d];
-            m++;
-        }
-    }
-    return m;
-}
-
 /* Builds a coalesced geometry over `shape` from each operand's strides. */
 static inline void gk_geom_make(gk_geom *g, int32_t ndim, const int64_t *shape, int nops,
                                 const int64_t *const *strides)
@@ -279,7 +258,7 @@ static inline void gk_geom_make(gk_geom *g, int32_t ndim, const int64_t *shape, 
         g->shape[d] = shape[d];
         for (int k = 0; k < nops; k++) g->st[k][d] = strides[k][d];
     }
-    g->ndim = gk_coalesce(ndim, g->shape, nops, g->st);
+    g->ndim = opc_coalesce(ndim, g->shape, nops, g->st);
 }
 
 #ifdef __CUDACC__
