@@ -57,16 +57,27 @@ const char *plugin_dtype_list(uint32_t mask, char *buf, size_t len)
     return buf;
 }
 
-static int host_register_kernel(opr_plugin *self, const opr_kernel_desc *desc)
+/* The staging of self with the plugin's descriptor copied into own (only the bytes its
+ * struct_size covers); NULL, with the error staged, when there is none or it is bad. */
+static staging *desc_in(opr_plugin *self, void *own, size_t own_size, const void *desc, size_t size_0,
+                        const char *type, const char *fn)
 {
     staging *st = staging_of(self);
-    if (!st) return OPR_ERR_INVALID;
-    opr_kernel_desc own; /* only the bytes the plugin's struct_size covers */
+    if (!st) return NULL;
     char why[256];
-    if (abi_struct_in(&own, sizeof own, desc, OPR_KERNEL_DESC_STRUCT_SIZE_2_0, "opr_kernel_desc", why, sizeof why)) {
-        stage_error(st, "register_kernel: %s", why);
-        return OPR_ERR_INVALID;
+    if (abi_struct_in(own, own_size, desc, size_0, type, why, sizeof why)) {
+        stage_error(st, "%s: %s", fn, why);
+        return NULL;
     }
+    return st;
+}
+
+static int host_register_kernel(opr_plugin *self, const opr_kernel_desc *desc)
+{
+    opr_kernel_desc own;
+    staging *st = desc_in(self, &own, sizeof own, desc, OPR_KERNEL_DESC_STRUCT_SIZE_2_0, "opr_kernel_desc",
+                          "register_kernel");
+    if (!st) return OPR_ERR_INVALID;
     const opr_kernel_desc *d = &own;
     const char *op = d->op ? d->op : "(null)";
     if (!d->op || !d->device) { stage_error(st, "register_kernel: NULL op or device name"); return OPR_ERR_INVALID; }
@@ -127,14 +138,10 @@ static int host_register_kernel(opr_plugin *self, const opr_kernel_desc *desc)
 
 static int host_register_device(opr_plugin *self, const opr_device_desc *desc)
 {
-    staging *st = staging_of(self);
+    opr_device_desc own;
+    staging *st = desc_in(self, &own, sizeof own, desc, OPR_DEVICE_DESC_STRUCT_SIZE_2_0, "opr_device_desc",
+                          "register_device");
     if (!st) return OPR_ERR_INVALID;
-    opr_device_desc own; /* only the bytes the plugin's struct_size covers */
-    char why[256];
-    if (abi_struct_in(&own, sizeof own, desc, OPR_DEVICE_DESC_STRUCT_SIZE_2_0, "opr_device_desc", why, sizeof why)) {
-        stage_error(st, "register_device: %s", why);
-        return OPR_ERR_INVALID;
-    }
     const opr_device_desc *d = &own;
     if (!d->name || !d->name[0] || strlen(d->name) >= sizeof st->device_names[0]) {
         stage_error(st, "register_device: device has no name or one too long");
