@@ -437,7 +437,8 @@ static bool red_use_cols(const red_plan *pl)
 
 /* One task: `width` adjacent outputs of the innermost kept dim (from column c0 of row
  * group g), whose slices are folded together by adding whole input rows of `width`
- * contiguous elements into a row of accumulators: the input streams through in memory
+ * contiguous elements into a row of accumulators (eight rows at a time, added pairwise
+ * first, where the reduced dims merge into one): the input streams through in memory
  * order. mean divides by the slice length. */
 typedef void (*red_cols_fn)(const red_job *jb, int64_t g, int64_t c0, int64_t width, bool mean);
 

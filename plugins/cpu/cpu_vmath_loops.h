@@ -1,7 +1,8 @@
 /* The loops of cpu_vmath.h, written once and stamped out per ISA: cpu_vmath_sse2.c,
- * cpu_vmath_avx2.c and cpu_vmath_avx512.c define the vector types, their load/store/arithmetic and the SLEEF
- * functions of that width (VM_*), then include this file, which defines the table
- * VM_TABLE. Not a normal header: include it only there, once. */
+ * cpu_vmath_avx2.c and cpu_vmath_avx512.c define the vector types, their load, store
+ * (plain and streaming) and arithmetic and the SLEEF functions of that width (VM_*),
+ * then include this file, which defines the table VM_TABLE. Not a normal header:
+ * include it only there, once. */
 #include "cpu_vmath.h"
 
 #include <stdint.h>
