@@ -100,6 +100,14 @@ int ensure_ready(const opr_kernel_call *c, int ordinal, const char *op)
     int sms = 0;
     if (gpuDeviceGetAttribute(&sms, gpuDevAttrMultiProcessorCount, ordinal) != gpuSuccess || sms < 1) sms = 1;
     d.sm_count = sms;
+#if GPU_HAVE_BLAS && !defined(GPU_BACKEND_EMU)
+    char why[512];
+    if (gk_cublas_load(why, sizeof why)) {
+        (void)gpuStreamDestroy(d.stream);
+        d.stream = nullptr;
+        return GK_FAIL(c, OPR_ERR_BACKEND, "%s: %s", op, why);
+    }
+#endif
 #if GPU_HAVE_BLAS
     cublasStatus_t s = cublasCreate(&d.blas);
     if (s == CUBLAS_STATUS_SUCCESS) s = cublasSetStream(d.blas, d.stream);

@@ -142,7 +142,7 @@ static __host__ __device__ inline gpu_bf16 gpu_float_to_bf16(float v) { return g
 #define GPU_NAME "cuda"
 #define GPU_PLUGIN_NAME "cuda"
 #define GPU_RUNTIME_NAME "CUDA"
-#define GPU_BLAS_HEADER <cublas_v2.h>
+#define GPU_BLAS_HEADER "gpu_cublas.h" /* cuBLAS loaded at first use, not linked */
 
 typedef cudaError_t gpuError_t;
 typedef cudaStream_t gpuStream_t;
