@@ -117,31 +117,27 @@
         }                                                                                 \
     }
 
-VM_MAP(vm_exp_f32, float, VM_VF, VM_WF, VM_LOADF, VM_STOREF, VM_STREAMF, VM_EXPF(v))
-VM_MAP(vm_log_f32, float, VM_VF, VM_WF, VM_LOADF, VM_STOREF, VM_STREAMF, VM_LOGF(v))
-VM_MAP(vm_tanh_f32, float, VM_VF, VM_WF, VM_LOADF, VM_STOREF, VM_STREAMF, VM_TANHF(v))
-VM_MAP(vm_erf_f32, float, VM_VF, VM_WF, VM_LOADF, VM_STOREF, VM_STREAMF, VM_ERFF(v))
-VM_MAP(vm_sqrt_f32, float, VM_VF, VM_WF, VM_LOADF, VM_STOREF, VM_STREAMF, VM_SQRTF(v))
-VM_MAP(vm_sigmoid_f32, float, VM_VF, VM_WF, VM_LOADF, VM_STOREF, VM_STREAMF,
-       VM_DIVF(VM_SET1F(1.0f), VM_ADDF(VM_SET1F(1.0f), VM_EXPF(VM_SUBF(VM_SET1F(0.0f), v)))))
-/* max(0, x) is x < 0 ? 0 : x exactly: the vector max returns its second operand when
- * either is NaN (NaN stays NaN, like PyTorch's relu) and when both are zeros (-0 stays). */
-VM_MAP(vm_relu_f32, float, VM_VF, VM_WF, VM_LOADF, VM_STOREF, VM_STREAMF, VM_MAXF(VM_SET1F(0.0f), v))
-VM_MAP_SCALAR(vm_pow_f32, float, VM_VF, VM_WF, VM_LOADF, VM_STOREF, VM_SET1F, VM_POWF)
+/* The maps of one dtype: SUF names the functions (f32, f64), T is the element type and
+ * S picks that width's VM_* macros (F or D). */
 #define VM_EXPSUBF(v, e) VM_EXPF(VM_SUBF(v, e))
-VM_MAP_SCALAR(vm_expsub_f32, float, VM_VF, VM_WF, VM_LOADF, VM_STOREF, VM_SET1F, VM_EXPSUBF)
-
-VM_MAP(vm_exp_f64, double, VM_VD, VM_WD, VM_LOADD, VM_STORED, VM_STREAMD, VM_EXPD(v))
-VM_MAP(vm_log_f64, double, VM_VD, VM_WD, VM_LOADD, VM_STORED, VM_STREAMD, VM_LOGD(v))
-VM_MAP(vm_tanh_f64, double, VM_VD, VM_WD, VM_LOADD, VM_STORED, VM_STREAMD, VM_TANHD(v))
-VM_MAP(vm_erf_f64, double, VM_VD, VM_WD, VM_LOADD, VM_STORED, VM_STREAMD, VM_ERFD(v))
-VM_MAP(vm_sqrt_f64, double, VM_VD, VM_WD, VM_LOADD, VM_STORED, VM_STREAMD, VM_SQRTD(v))
-VM_MAP(vm_sigmoid_f64, double, VM_VD, VM_WD, VM_LOADD, VM_STORED, VM_STREAMD,
-       VM_DIVD(VM_SET1D(1.0), VM_ADDD(VM_SET1D(1.0), VM_EXPD(VM_SUBD(VM_SET1D(0.0), v)))))
-VM_MAP(vm_relu_f64, double, VM_VD, VM_WD, VM_LOADD, VM_STORED, VM_STREAMD, VM_MAXD(VM_SET1D(0.0), v))
-VM_MAP_SCALAR(vm_pow_f64, double, VM_VD, VM_WD, VM_LOADD, VM_STORED, VM_SET1D, VM_POWD)
 #define VM_EXPSUBD(v, e) VM_EXPD(VM_SUBD(v, e))
-VM_MAP_SCALAR(vm_expsub_f64, double, VM_VD, VM_WD, VM_LOADD, VM_STORED, VM_SET1D, VM_EXPSUBD)
+#define VM_MAPS(SUF, T, S)                                                                            \
+    VM_MAP(vm_exp_##SUF, T, VM_V##S, VM_W##S, VM_LOAD##S, VM_STORE##S, VM_STREAM##S, VM_EXP##S(v))     \
+    VM_MAP(vm_log_##SUF, T, VM_V##S, VM_W##S, VM_LOAD##S, VM_STORE##S, VM_STREAM##S, VM_LOG##S(v))     \
+    VM_MAP(vm_tanh_##SUF, T, VM_V##S, VM_W##S, VM_LOAD##S, VM_STORE##S, VM_STREAM##S, VM_TANH##S(v))   \
+    VM_MAP(vm_erf_##SUF, T, VM_V##S, VM_W##S, VM_LOAD##S, VM_STORE##S, VM_STREAM##S, VM_ERF##S(v))     \
+    VM_MAP(vm_sqrt_##SUF, T, VM_V##S, VM_W##S, VM_LOAD##S, VM_STORE##S, VM_STREAM##S, VM_SQRT##S(v))   \
+    VM_MAP(vm_sigmoid_##SUF, T, VM_V##S, VM_W##S, VM_LOAD##S, VM_STORE##S, VM_STREAM##S,              \
+           VM_DIV##S(VM_SET1##S((T)1), VM_ADD##S(VM_SET1##S((T)1), VM_EXP##S(VM_SUB##S(VM_SET1##S((T)0), v))))) \
+    /* max(0, x) is x < 0 ? 0 : x exactly: the vector max returns its second operand */           \
+    /* when either is NaN (NaN stays NaN, like PyTorch's relu) and when both are zeros. */         \
+    VM_MAP(vm_relu_##SUF, T, VM_V##S, VM_W##S, VM_LOAD##S, VM_STORE##S, VM_STREAM##S,                 \
+           VM_MAX##S(VM_SET1##S((T)0), v))                                                            \
+    VM_MAP_SCALAR(vm_pow_##SUF, T, VM_V##S, VM_W##S, VM_LOAD##S, VM_STORE##S, VM_SET1##S, VM_POW##S)  \
+    VM_MAP_SCALAR(vm_expsub_##SUF, T, VM_V##S, VM_W##S, VM_LOAD##S, VM_STORE##S, VM_SET1##S, VM_EXPSUB##S)
+
+VM_MAPS(f32, float, F)
+VM_MAPS(f64, double, D)
 
 VM_MAX(vm_max_f32, float)
 VM_MAX(vm_max_f64, double)
