@@ -34,6 +34,16 @@ static inline int32_t opc_coalesce(int32_t nd, int64_t *shape, int nops, int64_t
     return m;
 }
 
+/* Row-major (contiguous) strides of shape, in elements. */
+static inline void opc_contig_strides(int32_t ndim, const int64_t *shape, int64_t *st)
+{
+    int64_t s = 1;
+    for (int32_t d = ndim - 1; d >= 0; d--) {
+        st[d] = s;
+        s *= shape[d];
+    }
+}
+
 /* Wraps a possibly negative dim d into [0, ndim), as PyTorch does; false when it is out
  * of range. A 0-d tensor accepts 0 and -1. */
 static inline bool opc_wrap_dim(int64_t d, int32_t ndim, int32_t *out)

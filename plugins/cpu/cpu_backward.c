@@ -100,11 +100,8 @@ static int check_dtypes(const opr_kernel_call *c, opr_dtype *dt)
  * in double. */
 static int sum_to_scaled(const opr_kernel_call *c, const char *op, const opr_tensor_view *g, opr_tensor_view *out, double scale)
 {
-    int64_t contig[OPR_MAX_DIMS], ost[OPR_MAX_DIMS], s = 1;
-    for (int32_t d = out->ndim - 1; d >= 0; d--) {
-        contig[d] = s;
-        s *= out->shape[d];
-    }
+    int64_t contig[OPR_MAX_DIMS], ost[OPR_MAX_DIMS];
+    opc_contig_strides(out->ndim, out->shape, contig);
     opr_tensor_view as = *out;
     as.strides = contig;
     if (!opc_bcast_strides(&as, g->ndim, g->shape, ost))

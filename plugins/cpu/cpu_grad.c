@@ -77,8 +77,7 @@ static int k_sum_to(const opr_kernel_call *c)
     int64_t ostr[OPR_MAX_DIMS];
     /* out is contiguous with out->shape; read it as expanded to x's shape */
     int64_t contig[OPR_MAX_DIMS];
-    int64_t s = 1;
-    for (int d = out->ndim - 1; d >= 0; d--) { contig[d] = s; s *= out->shape[d]; }
+    opc_contig_strides(out->ndim, out->shape, contig);
     opr_tensor_view as_strided = *out;
     as_strided.strides = contig;
     if (!opc_bcast_strides(&as_strided, x->ndim, x->shape, ostr))

@@ -12,7 +12,6 @@
 #include "../common/opc_diagonal.h"
 #include "../common/opc_index.h"
 #include "../common/opc_scalar.h"
-#include "../common/opc_strided_copy.h"
 
 #include <stdlib.h>
 
@@ -49,35 +48,6 @@ static int64_t shape_numel(int32_t ndim, const int64_t *shape)
     return n;
 }
 
-/* Copies a strided region of `shape` from src to dst (both may be any layout): rows of
- * the reduced region (opc_strided_copy.h) split between the threads. */
-static void copy_strided(size_t es, int32_t ndim, const int64_t *shape, char *dst,
-                         const int64_t *dst_st, const char *src, const int64_t *src_st)
-{
-    const opc_copy_plan p = opc_copy_plan_new(es, ndim, shape, dst_st, src_st);
-    if (p.numel == 0) return;
-#pragma omp parallel if (p.numel >= CPU_PAR_THRESHOLD && p.rows > 1)
-    {
-        int64_t lo, hi;
-        cpu_thread_range(p.rows, &lo, &hi);
-        opc_copy_rows(&p, dst, src, lo, hi);
-    }
-}
-
-/* Copies view v into a fresh contiguous buffer (caller frees); NULL on failure. */
-static char *contiguous_copy(const opr_tensor_view *v, int64_t *strides)
-{
-    size_t es = cpu_dtype_size(v->dtype);
-    char *buf = malloc(v->numel ? (size_t)v->numel * es : 1);
-    if (!buf) return NULL;
-    int64_t s = 1;
-    for (int32_t d = v->ndim - 1; d >= 0; d--) {
-        strides[d] = s;
-        s *= v->shape[d];
-    }
-    copy_strided(es, v->ndim, v->shape, buf, strides, v->data, v->strides);
-    return buf;
-}
 
 /* Byte range [lo, hi) that a view can touch; empty views touch nothing. */
 static void byte_range(const opr_tensor_view *v, const char **lo, const char **hi)
@@ -211,7 +181,7 @@ static int k_diag(const opr_kernel_call *c)
                             (long long)size, (long long)size);
         const int64_t zst[2] = { 0, 0 };
         const char zero[8] = { 0 };
-        copy_strided(es, 2, out->shape, dst, out->strides, zero, zst);
+        cpu_copy_strided(es, 2, out->shape, dst, out->strides, zero, zst);
         for (int64_t i = 0; i < n; i++)
             move_elem(dst + ((i + row0) * out->strides[0] + (i + col0) * out->strides[1]) * (int64_t)es,
                       src + i * x->strides[0] * (int64_t)es, es);
@@ -443,7 +413,7 @@ static int index_add_impl(const opr_kernel_call *c, bool inplace)
     const char *src = source->data;
     const int64_t *src_st = source->strides;
     if (inplace && views_overlap(out, source)) {
-        if (!(tmp = contiguous_copy(source, tmp_st))) {
+        if (!(tmp = cpu_contiguous_copy(source, tmp_st))) {
             free(offs);
             return CPU_FAIL(c, OPR_ERR_NOMEM, "%s: out of memory", op);
         }
@@ -451,7 +421,7 @@ static int index_add_impl(const opr_kernel_call *c, bool inplace)
         src_st = tmp_st;
     }
     if (!inplace)
-        copy_strided(cpu_dtype_size(x->dtype), x->ndim, x->shape, out->data, out->strides, x->data, x->strides);
+        cpu_copy_strided(cpu_dtype_size(x->dtype), x->ndim, x->shape, out->data, out->strides, x->data, x->strides);
 
     int64_t rshape[OPR_MAX_DIMS];
     accum_job j = {
@@ -483,7 +453,7 @@ static int k_scatter_add(const opr_kernel_call *c)
     const int rc = check_indices(c, "scatter_add", index, dim, size);
     if (rc) return rc;
 
-    copy_strided(cpu_dtype_size(x->dtype), x->ndim, x->shape, out->data, out->strides, x->data, x->strides);
+    cpu_copy_strided(cpu_dtype_size(x->dtype), x->ndim, x->shape, out->data, out->strides, x->data, x->strides);
     int64_t rshape[OPR_MAX_DIMS];
     accum_job j = {
         .len = opc_size_at(index, dim), .out_sd = opc_stride_at(out, dim), .src_sd = opc_stride_at(src, dim),
@@ -506,7 +476,7 @@ static int k_cat(const opr_kernel_call *c)
     const size_t es = cpu_dtype_size(cat.out->dtype);
     char *const dst = cat.out->data;
     while (opc_cat_next(&cat))
-        copy_strided(es, cat.t->ndim, cat.t->shape, dst + cat.offset * (int64_t)es, cat.out->strides, cat.t->data,
+        cpu_copy_strided(es, cat.t->ndim, cat.t->shape, dst + cat.offset * (int64_t)es, cat.out->strides, cat.t->data,
                      cat.t->strides);
     return OPR_OK;
 }
@@ -529,9 +499,9 @@ static int k_diagonal_scatter(const opr_kernel_call *c)
 
     /* self copied, then src over the diagonal */
     const size_t es = cpu_dtype_size(x->dtype);
-    copy_strided(es, x->ndim, x->shape, out->data, out->strides, x->data, x->strides);
+    cpu_copy_strided(es, x->ndim, x->shape, out->data, out->strides, x->data, x->strides);
     if (src->numel == 0) return OPR_OK;
-    copy_strided(es, v.ndim, v.shape, (char *)out->data + v.offset * (int64_t)es, v.strides, src->data, src->strides);
+    cpu_copy_strided(es, v.ndim, v.shape, (char *)out->data + v.offset * (int64_t)es, v.strides, src->data, src->strides);
     return OPR_OK;
 }
 
@@ -601,17 +571,17 @@ static int k_copy_(const opr_kernel_call *c)
     if (opc_same_view(out, src)) return OPR_OK;
     const size_t es = cpu_dtype_size(out->dtype);
     if (!views_overlap(out, src)) {
-        copy_strided(es, out->ndim, out->shape, out->data, out->strides, src->data, ss);
+        cpu_copy_strided(es, out->ndim, out->shape, out->data, out->strides, src->data, ss);
         return OPR_OK;
     }
     int64_t tmp_st[OPR_MAX_DIMS];
-    char *tmp = contiguous_copy(src, tmp_st);
+    char *tmp = cpu_contiguous_copy(src, tmp_st);
     if (!tmp) return CPU_FAIL(c, OPR_ERR_NOMEM, "copy_: out of memory");
     opr_tensor_view tv = *src;
     tv.data = tmp;
     tv.strides = tmp_st;
     opc_bcast_strides(&tv, out->ndim, out->shape, ss);
-    copy_strided(es, out->ndim, out->shape, out->data, out->strides, tmp, ss);
+    cpu_copy_strided(es, out->ndim, out->shape, out->data, out->strides, tmp, ss);
     free(tmp);
     return OPR_OK;
 }
@@ -624,7 +594,7 @@ static int k_fill_(const opr_kernel_call *c)
     if (!rc) rc = check_writable(c, "fill_", out);
     if (rc) return rc;
     static const int64_t zero_st[OPR_MAX_DIMS];
-    copy_strided(cpu_dtype_size(out->dtype), out->ndim, out->shape, out->data, out->strides, elem, zero_st);
+    cpu_copy_strided(cpu_dtype_size(out->dtype), out->ndim, out->shape, out->data, out->strides, elem, zero_st);
     return OPR_OK;
 }
 

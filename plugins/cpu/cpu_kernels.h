@@ -1,5 +1,6 @@
-/* Registration entry points of the CPU kernel families. Each family file registers
- * its kernels through the host table; cpu_plugin.c calls them from opr_plugin_init. */
+/* Registration entry points of the CPU kernel families, and the few helpers the
+ * families share. Each family file registers its kernels through the host table;
+ * cpu_plugin.c calls them from opr_plugin_init. */
 #ifndef OPREG_CPU_KERNELS_H
 #define OPREG_CPU_KERNELS_H
 
@@ -18,6 +19,15 @@ bool cpu_sum_rows(const opr_tensor_view *x, opr_tensor_view *out, const int64_t 
 bool cpu_cdist_use_gemm(int64_t P, int64_t R, int64_t M, int64_t rs1, int64_t rs2);
 int cpu_cdist_gemm(opr_dtype dt, int64_t P, int64_t R, int64_t M, const void *x1, int64_t rs1,
                    const void *x2, int64_t rs2, void *out);
+
+/* Copies a strided region of `shape` (es-byte elements, strides in elements) from src
+ * to dst, both of any layout: rows of the reduced region (opc_strided_copy.h) split
+ * between the threads (cpu_copy.c). */
+void cpu_copy_strided(size_t es, int32_t ndim, const int64_t *shape, char *dst, const int64_t *dst_st, const char *src,
+                      const int64_t *src_st);
+/* v copied into a fresh contiguous buffer (the caller frees it), its row-major strides
+ * in strides[v->ndim]; NULL when out of memory. */
+char *cpu_contiguous_copy(const opr_tensor_view *v, int64_t *strides);
 
 int cpu_register_elementwise(opr_plugin *self); /* cpu_elementwise.c */
 int cpu_register_reduce(opr_plugin *self);      /* cpu_reduce.c */

@@ -392,11 +392,7 @@ static char *unit_rows(const opr_tensor_view *v, int64_t *st, const char **data)
         *data = NULL;
         return NULL;
     }
-    int64_t s = 1;
-    for (int32_t d = v->ndim - 1; d >= 0; d--) {
-        st[d] = s;
-        s *= v->shape[d];
-    }
+    opc_contig_strides(v->ndim, v->shape, st);
     /* Each (batch, row) is one contiguous row of the buffer. */
     const int64_t M = v->shape[v->ndim - 1], nrows = v->numel / M;
     cpu_walk w;

@@ -141,8 +141,8 @@ static int k_nll_loss_backward(const opr_kernel_call *c)
 }
 
 /* log_softmax of row r into logp and softmax into p (C doubles each). Rows of a
- * contiguous [N, C] input are read directly; the exponentials and their sum are vector
- * loops (cpu_vmath.h: 1 ULP, partial sums in a fixed order). */
+ * contiguous [N, C] input are read directly; the max, the exponentials and their sum
+ * are vector loops (cpu_vmath.h: 1 ULP, partial sums in a fixed order). */
 static void row_log_softmax(const opr_tensor_view *x, const loss_rows *lr, int64_t r, double *logp, double *p)
 {
     const int64_t C = lr->c;
@@ -153,10 +153,8 @@ static void row_log_softmax(const opr_tensor_view *x, const loss_rows *lr, int64
     } else {
         for (int64_t k = 0; k < C; k++) logp[k] = ld(x, cpu_offset_of(x, elem(lr, r, k)));
     }
-    double mx = -INFINITY;
-    for (int64_t k = 0; k < C; k++) mx = logp[k] > mx ? logp[k] : mx;
-    for (int64_t k = 0; k < C; k++) p[k] = logp[k] - mx;
-    cpu_vm.exp_f64(C, p, p);
+    const double mx = cpu_vm.max_f64(C, logp);
+    cpu_vm.expsub_f64(C, logp, mx, p);
     const double s = cpu_vm.sum_f64(C, p), lse = mx + log(s);
     for (int64_t k = 0; k < C; k++) {
         logp[k] -= lse;

@@ -13,7 +13,6 @@
 #include "cpu_kernels.h"
 #include "cpu_vmath.h"
 #include "../common/opc_norm.h"
-#include "../common/opc_strided_copy.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -25,18 +24,9 @@ static const void *contiguous_data(const opr_tensor_view *v, void **owned)
 {
     *owned = NULL;
     if (!v || cpu_is_contiguous(v)) return v ? v->data : NULL;
-    const size_t es = cpu_dtype_size(v->dtype);
-    char *buf = malloc((size_t)(v->numel ? v->numel : 1) * es);
-    if (!buf) return NULL;
-    int64_t st[OPR_MAX_DIMS]; /* row-major */
-    int64_t n = 1;
-    for (int32_t d = v->ndim - 1; d >= 0; d--) {
-        st[d] = n;
-        n *= v->shape[d];
-    }
-    opc_copy_strided(es, v->ndim, v->shape, buf, st, (const char *)v->data, v->strides);
-    *owned = buf;
-    return buf;
+    int64_t st[OPR_MAX_DIMS];
+    *owned = cpu_contiguous_copy(v, st);
+    return *owned;
 }
 
 static int check_float(const opr_kernel_call *c, const char *what, const opr_tensor_view *v, opr_dtype dt)

@@ -147,7 +147,7 @@ static int ga_expand(const gk_ctx *k, const opr_tensor_view *v, const opr_tensor
         const int32_t vi = i - (nd - v->ndim);
         src[i] = vi < 0 || v->shape[vi] == 1 ? 0 : v->strides[vi];
     }
-    gk_contig_strides(nd, shape, dst);
+    opc_contig_strides(nd, shape, dst);
     const size_t es = gk_dtype_size(v->dtype);
     int rc = buf->alloc(k, (size_t)gk_numel(nd, shape) * es);
     if (rc) return rc;

@@ -102,14 +102,6 @@ static inline bool gk_same_shape(int32_t ndim, const int64_t *shape, const opr_t
     return opc_same_shape(ndim, shape, v);
 }
 
-static inline void gk_contig_strides(int32_t ndim, const int64_t *shape, int64_t *st)
-{
-    int64_t s = 1;
-    for (int32_t d = ndim - 1; d >= 0; d--) {
-        st[d] = s;
-        s *= shape[d];
-    }
-}
 
 /* Byte ranges two views can touch intersect (empty views touch nothing). */
 static inline bool gk_views_overlap(const opr_tensor_view *a, const opr_tensor_view *b)

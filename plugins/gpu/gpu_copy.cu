@@ -127,7 +127,7 @@ int gk_contiguous_copy(const gk_ctx *k, const opr_tensor_view *v, gk_buf *buf, i
     const size_t es = gk_dtype_size(v->dtype);
     int rc = buf->alloc(k, (size_t)(v->numel ? v->numel : 1) * es);
     if (rc) return rc;
-    gk_contig_strides(v->ndim, v->shape, strides);
+    opc_contig_strides(v->ndim, v->shape, strides);
     return gk_copy_strided(k, es, v->ndim, v->shape, buf->p, strides, v->data, v->strides);
 }
 

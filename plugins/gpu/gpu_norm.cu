@@ -283,7 +283,7 @@ int gelu_common(const opr_kernel_call *c, const char *op, int nin)
     const char *mode = nin < c->nargs && c->args[nin]->kind == OPR_ARG_STRING ? c->args[nin]->u.s : nullptr;
     if (!opc_gelu_mode(op, mode, &th, why, sizeof why)) return GK_FAIL(c, OPR_ERR_INVALID, "%s", why);
     int64_t st[3][GK_MAXD];
-    gk_contig_strides(y->ndim, y->shape, st[0]);
+    opc_contig_strides(y->ndim, y->shape, st[0]);
     for (int i = 0; i < nin; i++) {
         if (!in[i]) return GK_FAIL(c, OPR_ERR_INVALID, "%s: argument %d must be a tensor", op, i);
         if ((rc = check_float(c, op, i == 0 && nin > 1 ? "grad_output" : "self", in[i], y->dtype))) return rc;
