@@ -341,8 +341,10 @@ static void helpers_of(const opr_op *op, int cand, uint32_t argmask, char *buf, 
     }
 }
 
-static void na_add(gc *g, int cand)
+static void na_add(gc *g, int cand, const char *why)
 {
+    if (!g->res->not_available_why[0] && why)
+        snprintf(g->res->not_available_why, sizeof g->res->not_available_why, "%s", why);
     char *list = g->res->not_available_list;
     size_t size = sizeof g->res->not_available_list;
     char item[160], lb[128];
@@ -390,7 +392,7 @@ static void check_one(gc *g, uint32_t rg, int cand)
     gc_outcome r = analytic(g, g->dev, g->dt, rg, judge, why, sizeof why);
     g->res->checked++;
     if (r == GC_PASS) { g->res->passed++; goto out; }
-    if (r == GC_NA) { g->res->not_available++; g->res->checked--; na_add(g, cand); goto out; }
+    if (r == GC_NA) { g->res->not_available++; g->res->checked--; na_add(g, cand, why); goto out; }
     char lb[128];
     const char *label = cand_label(op, cand, lb, sizeof lb);
     const char *dtn = opr_dtype_name(g->dt);
@@ -410,10 +412,10 @@ static void check_one(gc *g, uint32_t rg, int cand)
     gc_outcome on_ref = GC_FAIL;
     if (g->dev.type != g->ref_dev.type || g->dt != OPR_F64)
         on_ref = analytic(g, g->ref_dev, OPR_F64, rg, judge, why_ref, sizeof why_ref);
+    char helpers[sizeof g->res->helpers];
+    helpers_of(op, cand, argmask, helpers, sizeof helpers);
+    if (g->res->culprit == OPR_GC_NONE) memcpy(g->res->helpers, helpers, sizeof helpers);
     if (on_ref == GC_PASS) {
-        char helpers[sizeof g->res->helpers];
-        helpers_of(op, cand, argmask, helpers, sizeof helpers);
-        if (g->res->culprit == OPR_GC_NONE) memcpy(g->res->helpers, helpers, sizeof helpers);
         blame(g, OPR_GC_HELPER, cand, helpers,
               "%s: the derivative formula [%s] is right on the CPU in f64 but wrong on %s %s (mask {%s}): an op it "
               "calls is wrong there (%s): %s", op->name, label, devname, dtn, mask, helpers, why);

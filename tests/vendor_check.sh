@@ -2,9 +2,10 @@
 # The out-of-tree vendor test: installs the build into a temporary prefix, builds the
 # plugin of tests/vendor against it (find_package(opreg), installed headers only) once
 # per variant, and runs the installed `opreg check -v --backend vdev` on each. The correct
-# build must pass; each deliberately broken one must fail, and the output must name the
-# culprit: the lines below, one assertion each, say what each variant's output must
-# (or, with a leading !, must not) contain, as grep -E patterns.
+# build must pass; each deliberately broken one must fail, the run must still end with
+# its summary, and the output must name the culprit: the lines below, one assertion each,
+# say what each variant's output must (or, with a leading !, must not) contain, as grep
+# -E patterns. The JUnit file of every run must parse as JUnit XML (tests/junit_check.py).
 #
 # A variant is added with one #ifdef VENDOR_<NAME> in vendor/vendor_plugin.c (or a
 # vendor/vendor_ops_<name>.yaml) and its lines here.
@@ -17,13 +18,18 @@ trap 'rm -rf "$tmp"' EXIT
 expectations='
 ok              ^vfma +pass
 ok              ^exp +pass
+ok              ^mm +pass
+ok              ^relu +pass
+ok              ^swish +pass
 ok              op\(s\) checked, 0 failure\(s\)$
 ok              n/i mul on vdev: dtypes i64, f16, bf16 candidates .*\[other\]
+ok              !^  (FAIL|CRASHED|TIMED OUT|UNSUPPORTED)
 wrong_forward   ^mul +FAIL
 wrong_forward   FAIL mul on vdev: mul sample 0 f32 forward
 wrong_forward   exp on vdev: depends on failing mul$
 wrong_forward   vfma on vdev: depends on failing mul$
-wrong_forward   !FAIL (exp|vfma|add) on vdev
+wrong_forward   swish on vdev: depends on failing mul$
+wrong_forward   !FAIL (exp|vfma|add|swish) on vdev
 wrong_formula   ^vfma +FAIL
 wrong_formula   FAIL vfma on vdev: .*culprit: derivative formula vfma: .*formula \[other\] is wrong .*on the CPU in f64 too
 wrong_formula   !FAIL (mul|exp|add) on vdev
@@ -34,7 +40,35 @@ wrong_fused     !culprit: derivative formula
 wrong_fused     !FAIL (mul|exp|add) on vdev
 override_no_flag  note  mul \(cpu, f32\): plugin cpu runs it; plugin vendor.s is not used
 override_no_flag  op\(s\) checked, 0 failure\(s\)$
-override_no_flag  !FAIL
+override_no_flag  !^  FAIL|FAIL [0-9]
+crash_forward   ^mul +CRASHED
+crash_forward   CRASHED mul on vdev: crashed \(SIGSEGV\) in mul forward, sample 0, f32
+crash_forward   ^vfma +
+crash_forward   ^swish +
+crash_forward   op\(s\) checked, [1-9][0-9]* failure\(s\)
+crash_fused     ^vfma +CRASHED
+crash_fused     CRASHED vfma on vdev: crashed \(SIGSEGV\) in vfma backward \[self, other \(kernel vfma_backward\)\], sample 0, f32
+crash_fused     ^mul +pass
+crash_fused     op\(s\) checked, 1 failure\(s\)
+hang            ^relu +TIMED OUT
+hang            TIMED OUT relu on vdev: timed out after 3 s in relu forward, sample 0, f32
+hang            ^mm +pass
+hang            op\(s\) checked, 1 failure\(s\)
+overrun         ^relu +FAIL
+overrun         FAIL relu on vdev: .*relu on vdev.* wrote 1 element past its output
+overrun         ^mul +pass
+strided_only    ^mul +FAIL
+strided_only    FAIL mul on vdev: mul sample 0 \[(transposed|step-2 slice|offset|stride-0) (self|other)\] f32 forward
+strided_only    !FAIL mul on vdev: mul sample [0-9]+ f(32|64) forward
+size_only       ^mm +FAIL
+size_only       FAIL mm on vdev: mm sample [0-9]+ \[large\] f32 forward: output 0 element
+size_only       !FAIL mm on vdev: mm sample [0-9]+ f(32|64) forward
+unsupported     ^mul +pass [0-9]+ .*\+unsup
+unsupported     UNSUPPORTED mul on vdev: mul sample 0 f64 forward: unsupported at run time: .*vdev mul: this firmware takes no f64 tensors
+unsupported     [0-9]+ unsupported at run time$
+swish_formula   ^swish +FAIL
+swish_formula   FAIL swish on vdev: .*culprit: derivative formula swish
+swish_formula   !FAIL (mul|exp|add|vfma) on vdev
 '
 
 cmake --install "$build" --prefix "$tmp/prefix" >/dev/null
@@ -44,15 +78,27 @@ for variant in $(printf '%s\n' "$expectations" | awk 'NF { print $1 }' | uniq); 
     cmake -S "$src/tests/vendor" -B "$tmp/$variant" -G Ninja -DCMAKE_PREFIX_PATH="$tmp/prefix" \
         -DVENDOR_VARIANT="$variant" >/dev/null
     cmake --build "$tmp/$variant" >/dev/null
+    extra=
+    case $variant in hang) extra="--timeout 3" ;; esac
     rc=0
+    # shellcheck disable=SC2086 # $extra is a list of options
     env -u OPREG_PLUGIN_PATH -u OPREG_YAML_DIR -u LD_LIBRARY_PATH \
-        "$opreg" check -v --backend vdev --plugin "$tmp/$variant/libvendor.so" >"$tmp/$variant.out" 2>&1 || rc=$?
+        "$opreg" check -v --backend vdev --plugin "$tmp/$variant/libvendor.so" --junit "$tmp/$variant.xml" $extra \
+        >"$tmp/$variant.out" 2>&1 || rc=$?
     echo "=== variant $variant: opreg check exited $rc"
     cat "$tmp/$variant.out"
     want=1
     case $variant in ok | override_no_flag) want=0 ;; esac
     if [ "$rc" != "$want" ]; then
         echo "FAIL variant $variant: opreg check exited $rc, expected $want"
+        status=1
+    fi
+    if ! grep -Eq "^[0-9]+ op\(s\) checked" "$tmp/$variant.out"; then
+        echo "FAIL variant $variant: the run did not end with its summary"
+        status=1
+    fi
+    if ! python3 "$src/tests/junit_check.py" "$tmp/$variant.xml" "$want"; then
+        echo "FAIL variant $variant: $tmp/$variant.xml is not the JUnit XML expected"
         status=1
     fi
     printf '%s\n' "$expectations" | awk -v v="$variant" '$1 == v { sub(/^[^ ]+ +/, ""); print }' >"$tmp/patterns"

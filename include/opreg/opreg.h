@@ -829,14 +829,19 @@ typedef struct opr_gradcheck_result {
     int candidate;       /* derivative candidate that failed; -1: the plan chosen by cost,
                             or not a backward failure */
     char culprit_name[64];  /* the op or kernel held responsible */
-    char helpers[256];   /* OPR_GC_HELPER: the ops the formula calls, ", "-separated */
+    char helpers[256];   /* OPR_GC_HELPER and OPR_GC_FORMULA: the ops the formula calls,
+                            ", "-separated */
     char detail[1024];   /* the failure in words: candidate, requires-grad mask, input and
                             element, analytic vs numeric value */
     /* What not_available counts, as "[label]" items joined by ", " ("[self, mat2 kernel
      * mm_backward]", "[plan chosen by cost]", "[forward in f16]"). */
     char not_available_list[512];
-} opr_gradcheck_result; /* all fields since 0.1 */
+    /* 0.2: why the first combination counted in not_available could not run (the
+     * error of the kernel or formula, the plugin's message included), "" if none. */
+    char not_available_why[512];
+} opr_gradcheck_result; /* fields since 0.1 unless marked */
 #define OPR_GRADCHECK_RESULT_STRUCT_SIZE_0_1 OPR_STRUCT_SIZE(opr_gradcheck_result, not_available_list)
+#define OPR_GRADCHECK_RESULT_STRUCT_SIZE_0_2 OPR_STRUCT_SIZE(opr_gradcheck_result, not_available_why)
 
 /* Checks the gradients of op at the point `args` against central finite differences in
  * f64 (torch.autograd.gradcheck's reference, in its vector-Jacobian form): for a fixed

@@ -1,8 +1,10 @@
 /* A vendor's backend, built out of tree against the installed headers only
  * (tests/vendor_check.sh): its own device "vdev" (host memory), a few kernels there,
- * and its own op vfma(self, other) = self * other + self with YAML derivatives and a
- * fused backward kernel. vfma also gets a CPU kernel, so that the reference forward
- * (the CPU in f64) can run it.
+ * and its own ops: vfma(self, other) = self * other + self with YAML derivatives and a
+ * fused backward kernel (vfma also gets a CPU kernel, so that the reference forward,
+ * the CPU in f64, can run it), and swish(self, beta) = self * sigmoid(beta * self),
+ * which only vdev runs (its derivative formula is checked on vdev, the ops it calls
+ * falling back to the CPU).
  *
  * Compile definitions select deliberately broken variants (CMakeLists.txt: variant v
  * defines VENDOR_<V>), each of which `opreg check` must catch and blame on the right
@@ -14,12 +16,26 @@
  *   VENDOR_OVERRIDE_NO_FLAG  a wrong mul for the cpu device, registered without
  *                         override_dtypes: it must not run (the CPU plugin provides the
  *                         device), and check must name both plugins
+ *   VENDOR_CRASH_FORWARD  the mul kernel on vdev dies of SIGSEGV (check must name mul's
+ *                         forward and still print every row and its summary)
+ *   VENDOR_CRASH_FUSED    the fused backward kernel vfma_backward dies of SIGSEGV
+ *   VENDOR_HANG           the relu kernel on vdev never returns (check --timeout)
+ *   VENDOR_OVERRUN        the relu kernel writes one element past its output
+ *   VENDOR_STRIDED_ONLY   mul is off by one, only when an input is not contiguous
+ *   VENDOR_SIZE_ONLY      mm is wrong from row 4 on (right on every sample as written)
+ *   VENDOR_UNSUPPORTED    mul, registered for f32 and f64, refuses f64 at run time with
+ *                         OPR_ERR_UNSUPPORTED and a message
+ *   VENDOR_SWISH_FORMULA  no code change: vendor_ops_swish_formula.yaml gives swish (an op
+ *                         only vdev runs) a derivative formula without its factor beta
  *   VENDOR_YAML           the absolute path of the op definitions to load */
 #include <opreg/plugin.h>
 
 #include <math.h>
+#include <signal.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #ifndef VENDOR_YAML
 #error "VENDOR_YAML: the absolute path of the op definitions this plugin ships"
@@ -101,8 +117,35 @@ static int k_add(const opr_kernel_call *call)
     double alpha = call->nargs > 2 && call->args[2]->kind == OPR_ARG_DOUBLE ? call->args[2]->u.d : 1;
     return elementwise(call, tensor_arg(call, 0), tensor_arg(call, 1), alpha, call->outputs[0], f_add);
 }
+#ifdef VENDOR_STRIDED_ONLY
+/* True if v's elements lie in row-major order without gaps. */
+static bool contiguous(const opr_tensor_view *v)
+{
+    int64_t expect = 1;
+    for (int d = v->ndim - 1; d >= 0; d--) {
+        if (v->shape[d] != 1 && v->strides[d] != expect) return false;
+        expect *= v->shape[d];
+    }
+    return true;
+}
+static double f_mul_off_by_one(double a, double b, double s) { (void)s; return a * b + 1; } /* wrong on purpose */
+#endif
+
 static int k_mul(const opr_kernel_call *call)
 {
+#ifdef VENDOR_CRASH_FORWARD
+    raise(SIGSEGV); /* on purpose */
+#endif
+#ifdef VENDOR_UNSUPPORTED
+    if (call->outputs[0]->dtype == OPR_F64) {
+        call->host->set_error(call, "vdev mul: this firmware takes no f64 tensors");
+        return OPR_ERR_UNSUPPORTED;
+    }
+#endif
+#ifdef VENDOR_STRIDED_ONLY
+    if (!contiguous(tensor_arg(call, 0)) || !contiguous(tensor_arg(call, 1)))
+        return elementwise(call, tensor_arg(call, 0), tensor_arg(call, 1), 0, call->outputs[0], f_mul_off_by_one);
+#endif
     return elementwise(call, tensor_arg(call, 0), tensor_arg(call, 1), 0, call->outputs[0], f_mul);
 }
 #ifdef VENDOR_OVERRIDE_NO_FLAG
@@ -111,6 +154,54 @@ static int k_mul_wrong(const opr_kernel_call *call)
     return elementwise(call, tensor_arg(call, 0), tensor_arg(call, 1), 0, call->outputs[0], f_mul_wrong);
 }
 #endif
+static double f_relu(double a, double b, double s) { (void)b; (void)s; return a > 0 ? a : 0; }
+static int k_relu(const opr_kernel_call *call)
+{
+#ifdef VENDOR_HANG
+    for (;;) sleep(1); /* on purpose */
+#endif
+    int rc = elementwise(call, tensor_arg(call, 0), NULL, 0, call->outputs[0], f_relu);
+#ifdef VENDOR_OVERRUN
+    opr_tensor_view *o = call->outputs[0];
+    if (!rc && o->dtype == OPR_F32) ((float *)o->data)[o->numel] = 1; /* one element too many, on purpose */
+    if (!rc && o->dtype == OPR_F64) ((double *)o->data)[o->numel] = 1;
+#endif
+    return rc;
+}
+
+/* swish(self, beta) = self * sigmoid(beta * self) */
+static double f_swish(double a, double b, double beta) { (void)b; return a / (1 + exp(-beta * a)); }
+static int k_swish(const opr_kernel_call *call)
+{
+    double beta = call->nargs > 1 && call->args[1]->kind == OPR_ARG_DOUBLE ? call->args[1]->u.d : 1;
+    return elementwise(call, tensor_arg(call, 0), NULL, beta, call->outputs[0], f_swish);
+}
+
+/* mm over strided f32/f64 matrices, one dot product per element. */
+static int k_mm(const opr_kernel_call *call)
+{
+    const opr_tensor_view *a = tensor_arg(call, 0), *b = tensor_arg(call, 1);
+    opr_tensor_view *o = call->outputs[0];
+    if (!a || !b || a->ndim != 2 || b->ndim != 2 || (a->dtype != OPR_F32 && a->dtype != OPR_F64)) {
+        call->host->set_error(call, "vdev: mm: 2-d f32 or f64 tensors only");
+        return OPR_ERR_UNSUPPORTED;
+    }
+    for (int64_t i = 0; i < o->shape[0]; i++)
+        for (int64_t j = 0; j < o->shape[1]; j++) {
+            double acc = 0;
+            for (int64_t k = 0; k < a->shape[1]; k++) {
+                int64_t ia[2] = {i, k}, ib[2] = {k, j};
+                acc += load(a, ia, 2) * load(b, ib, 2);
+            }
+#ifdef VENDOR_SIZE_ONLY
+            if (i >= 4) acc += 0.5; /* wrong on purpose, past the samples' sizes */
+#endif
+            int64_t io[2] = {i, j};
+            store(o, io, acc);
+        }
+    return OPR_OK;
+}
+
 static int k_exp(const opr_kernel_call *call) { return elementwise(call, tensor_arg(call, 0), NULL, 0, call->outputs[0], f_exp); }
 static int k_vfma(const opr_kernel_call *call)
 {
@@ -123,6 +214,9 @@ static int k_vfma_backward(const opr_kernel_call *call)
 {
     const opr_tensor_view *g = tensor_arg(call, 0), *self = tensor_arg(call, 1), *other = tensor_arg(call, 2);
     int rc = OPR_OK;
+#ifdef VENDOR_CRASH_FUSED
+    raise(SIGSEGV); /* on purpose */
+#endif
     if (call->grad_input_mask & 1) {
         if (!other) { call->host->set_error(call, "vfma_backward: other was not saved"); return OPR_ERR_INVALID; }
         rc = elementwise(call, g, other, 0, call->outputs[0], f_grad_self);
@@ -150,6 +244,7 @@ OPR_PLUGIN_EXPORT int opr_plugin_init(const opr_host_api *host, opr_plugin *self
     if (!rc) rc = host->load_yaml(self, VENDOR_YAML);
     static const struct { const char *op, *device; opr_kernel_fn fn; } kernels[] = {
         {"add", "vdev", k_add}, {"mul", "vdev", k_mul}, {"exp", "vdev", k_exp},
+        {"relu", "vdev", k_relu}, {"mm", "vdev", k_mm}, {"swish", "vdev", k_swish},
         {"vfma", "vdev", k_vfma}, {"vfma_backward", "vdev", k_vfma_backward},
         {"vfma", "cpu", k_vfma},
 #ifdef VENDOR_OVERRIDE_NO_FLAG

@@ -1,0 +1,414 @@
+/* One unit of `opreg check` (check_run.h). */
+#include "check_run.h"
+#include "check_supervisor.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define MAX_ARGS 16
+#define MAX_OUTS 4
+
+static const opr_dtype all_dtypes[] = {OPR_F32, OPR_F64, OPR_I64, OPR_BOOL, OPR_F16, OPR_BF16};
+#define NDTYPES (int)(sizeof all_dtypes / sizeof all_dtypes[0])
+
+void check_describe_unit(const check_cfg *c, int u, check_record *r)
+{
+    const opr_op *op = c->ops[u / c->ntypes];
+    for (int i = 0; i < opr_op_count(c->ctx); i++)
+        if (opr_op_at(c->ctx, i) == op) r->op = i;
+    r->dev_type = c->types[u % c->ntypes];
+}
+
+void check_tolerance(const opr_op *op, opr_dtype dt, double *rtol, double *atol)
+{
+    (void)op;
+    switch (dt) {
+    case OPR_F32: *rtol = 1e-4; *atol = 1e-5; break;
+    case OPR_F16: case OPR_BF16: *rtol = 2e-2; *atol = 1e-2; break;
+    case OPR_F64: *rtol = 1e-9; *atol = 1e-12; break;
+    default: *rtol = 0; *atol = 0; break;
+    }
+}
+
+static check_record new_record(const check_cfg *c, int u, const char *phase, opr_dtype dt, int sample,
+                               const char *variant)
+{
+    check_record r;
+    memset(&r, 0, sizeof r);
+    r.kind = CR_RESULT;
+    r.unit = u;
+    check_describe_unit(c, u, &r);
+    r.dtype = (int)dt;
+    r.sample = sample;
+    r.count = 1;
+    r.max_error = r.rtol = r.atol = (double)NAN;
+    snprintf(r.phase, sizeof r.phase, "%s", phase);
+    snprintf(r.variant, sizeof r.variant, "%s", variant ? variant : "");
+    return r;
+}
+
+/* ---------------------------------------------------------------- samples */
+
+typedef struct sample_run {
+    opr_value args[MAX_ARGS];
+    int nargs, nowned;
+    opr_tensor *owned[OPR_SAMPLE_MAX_TENSORS];
+    opr_tensor *outs[MAX_OUTS];
+    int nouts;  /* the op's outputs, or the pieces of an op returning Tensor[] */
+    int rc;     /* of the op's call */
+    char err[1024];
+} sample_run;
+
+static void run_free(sample_run *r)
+{
+    for (int i = 0; i < r->nowned; i++) opr_tensor_release(r->owned[i]);
+    for (int i = 0; i < MAX_OUTS; i++) opr_tensor_release(r->outs[i]);
+    memset(r, 0, sizeof *r);
+}
+
+static int variant_count(const check_cfg *c, const opr_op *op, int s)
+{
+    return c->variants ? opr_op_sample_variant_count(op, s) : 1;
+}
+
+/* Builds variant v of sample s in dtype dt on dev (0: nothing built, else the status)
+ * and runs op (its status in r->rc, its error in r->err). */
+static int run_sample(const opr_op *op, int s, int v, opr_dtype dt, opr_device dev, sample_run *r, char *label,
+                      size_t label_len)
+{
+    memset(r, 0, sizeof *r);
+    int rc = opr_op_sample_variant_args(op, s, v, dt, dev, (uint64_t)s + 1, r->args, &r->nargs, r->owned, &r->nowned,
+                                        label, label_len);
+    if (rc) return rc;
+    r->rc = opr_op_result_count(op, r->args, r->nargs, &r->nouts);
+    if (!r->rc && r->nouts > MAX_OUTS) r->rc = OPR_ERR_UNSUPPORTED; /* more pieces than compared */
+    if (!r->rc) r->rc = opr_call(op, r->args, r->nargs, r->outs, r->nouts);
+    if (r->rc) snprintf(r->err, sizeof r->err, "%s", opr_last_error());
+    return OPR_OK;
+}
+
+/* read_rc: the status of the copy, when it failed */
+static double *to_f64(const opr_tensor *t, int *read_rc)
+{
+    int64_t n = opr_tensor_numel(t);
+    double *out = malloc((size_t)(n ? n : 1) * sizeof *out);
+    int rc = out ? opr_tensor_copy_to_host_f64(t, out, n) : OPR_ERR_NOMEM;
+    if (rc) { free(out); if (!*read_rc) *read_rc = rc; return NULL; }
+    return out;
+}
+
+/* Compares got with ref into r (verdict, max_error, tolerance, message). A result the
+ * backend cannot copy back (a strided view on a device without a copy kernel) is n/i. */
+static void compare(const opr_op *op, const opr_tensor *ref, const opr_tensor *got, int out, check_record *r)
+{
+    char a[96], b[96];
+    if (opr_tensor_ndim(ref) != opr_tensor_ndim(got) ||
+        memcmp(opr_tensor_shape(ref), opr_tensor_shape(got), (size_t)opr_tensor_ndim(ref) * sizeof(int64_t))) {
+        r->verdict = CV_FAIL;
+        snprintf(r->message, sizeof r->message, "output %d: shape %s, reference %s", out,
+                 opr_tensor_describe(got, a, sizeof a), opr_tensor_describe(ref, b, sizeof b));
+        return;
+    }
+    double rtol, atol;
+    check_tolerance(op, opr_tensor_dtype(got), &rtol, &atol);
+    r->rtol = rtol;
+    r->atol = atol;
+    int read_rc = 0;
+    double *rv = to_f64(ref, &read_rc), *gv = to_f64(got, &read_rc);
+    if (!rv || !gv) {
+        bool ni = read_rc == OPR_ERR_NOT_FOUND || read_rc == OPR_ERR_UNSUPPORTED;
+        r->verdict = ni ? CV_NI : CV_FAIL;
+        snprintf(r->message, sizeof r->message, "reading the result back failed: %s", opr_last_error());
+    }
+    double worst = isnan(r->max_error) ? 0 : r->max_error;
+    for (int64_t i = 0; rv && gv && i < opr_tensor_numel(ref); i++) {
+        if (isnan(rv[i]) && isnan(gv[i])) continue;
+        double err = rv[i] == gv[i] ? 0 : fabs(rv[i] - gv[i]);
+        if (!(err <= worst)) worst = isnan(err) ? INFINITY : err;
+        if (!(err <= atol + rtol * fabs(rv[i])) && r->verdict == CV_PASS) {
+            r->verdict = CV_FAIL;
+            snprintf(r->message, sizeof r->message, "output %d element %lld: %.9g, reference %.9g", out, (long long)i,
+                     gv[i], rv[i]);
+        }
+    }
+    r->max_error = worst;
+    free(rv);
+    free(gv);
+}
+
+/* Dtypes checked on dev: every one the op allows (and --dtype selects), or f32 alone
+ * on the CPU (against f64) for the forward; the CPU's backward also runs in f64. */
+static int dtypes_of(const check_cfg *c, const opr_op *op, opr_device dev, bool backward, opr_dtype *dts)
+{
+    int n = 0;
+    for (int d = 0; d < NDTYPES; d++) {
+        opr_dtype dt = all_dtypes[d];
+        if (c->dtype_mask && !(c->dtype_mask & (1u << dt))) continue;
+        if (dev.type == 0 && dt != OPR_F32 && !(backward && dt == OPR_F64)) continue;
+        if (backward && !opr_dtype_is_floating(dt)) continue;
+        if (opr_op_supports_dtype(op, dt)) dts[n++] = dt;
+    }
+    return n;
+}
+
+/* A kernel is registered for (op, device, dtype): an UNSUPPORTED from it is a run-time
+ * refusal, not a missing kernel. */
+static bool registered(const opr_op *op, int dev_type, opr_dtype dt)
+{
+    opr_kernel_info info = {.struct_size = sizeof info};
+    return opr_op_kernel_info(op, dev_type, dt, &info) == OPR_OK;
+}
+
+/* The forward of sample s, variant v, dtype dt on dev against the CPU in f64: a record,
+ * or nothing when the variant does not apply (the CPU reference refuses it). Returns
+ * the verdict, -1 for none. */
+static int check_forward_one(const check_cfg *c, int u, const opr_op *op, int s, int v, opr_dtype dt, opr_device dev,
+                             bool emit)
+{
+    char label[48] = "";
+    sample_run ref, got;
+    opr_dtype ref_dt = opr_dtype_is_floating(dt) ? OPR_F64 : dt; /* integral ops are their own reference */
+    check_phase("%s forward, sample %d, %s (the CPU reference)", opr_op_name(op), s, opr_dtype_name(dt));
+    int brc = run_sample(op, s, v, ref_dt, (opr_device){0, 0}, &ref, label, sizeof label);
+    if (brc || ref.rc) {
+        int verdict = -1;
+        /* A variant, or a sample whose arguments the op refuses in this dtype (an alpha
+         * of -0.5 for i64), does not apply; a sample the CPU cannot run is not checked. */
+        bool refused = brc == OPR_ERR_INVALID || ref.rc == OPR_ERR_INVALID;
+        if (v == 0 && emit && !refused) {
+            check_record r = new_record(c, u, "forward", dt, s, label);
+            r.verdict = CV_NOT_CHECKED;
+            snprintf(r.message, sizeof r.message, "the CPU reference could not run the sample: %s",
+                     brc ? opr_last_error() : ref.err);
+            check_emit(&r);
+            verdict = CV_NOT_CHECKED;
+        }
+        run_free(&ref);
+        return verdict;
+    }
+    check_phase("%s forward, sample %d%s%s%s, %s", opr_op_name(op), s, label[0] ? " [" : "", label, label[0] ? "]" : "",
+                opr_dtype_name(dt));
+    check_record r = new_record(c, u, "forward", dt, s, label);
+    brc = run_sample(op, s, v, dt, dev, &got, label, sizeof label);
+    if (brc) {
+        r.verdict = CV_FAIL;
+        snprintf(r.message, sizeof r.message, "the sample's arguments could not be made on the backend: %s",
+                 opr_last_error());
+    } else if (got.rc == OPR_ERR_UNSUPPORTED || got.rc == OPR_ERR_NOT_FOUND) {
+        bool runtime = got.rc == OPR_ERR_UNSUPPORTED && registered(op, dev.type, dt);
+        r.verdict = runtime ? CV_UNSUPPORTED : CV_NI;
+        snprintf(r.message, sizeof r.message, "%s%s", runtime ? "unsupported at run time: " : "", got.err);
+    } else if (got.rc) {
+        r.verdict = CV_FAIL;
+        snprintf(r.message, sizeof r.message, "%s: %s", opr_status_name(got.rc), got.err);
+    } else if (got.nouts != ref.nouts) {
+        r.verdict = CV_FAIL;
+        snprintf(r.message, sizeof r.message, "%d pieces, the reference %d", got.nouts, ref.nouts);
+    } else {
+        r.count = ref.nouts;
+        for (int o = 0; o < ref.nouts && r.verdict == CV_PASS; o++) compare(op, ref.outs[o], got.outs[o], o, &r);
+    }
+    run_free(&ref);
+    run_free(&got);
+    if (emit) check_emit(&r);
+    return r.verdict;
+}
+
+/* Whether op's forward fails on dev (its samples as written, every dtype): the ops a
+ * failing formula calls are blamed with it. Memoised per worker. */
+static signed char *fails_memo; /* [op index * CHECK_MAX_TYPES + type]: 0 unknown, 1 no, 2 yes */
+
+static bool forward_fails(const check_cfg *c, const opr_op *op, opr_device dev)
+{
+    int n = opr_op_count(c->ctx), i = 0;
+    while (i < n && opr_op_at(c->ctx, i) != op) i++;
+    if (i == n || dev.type >= CHECK_MAX_TYPES) return false;
+    if (!fails_memo && !(fails_memo = calloc((size_t)n * CHECK_MAX_TYPES, 1))) return false;
+    signed char *m = &fails_memo[i * CHECK_MAX_TYPES + dev.type];
+    if (*m) return *m == 2;
+    *m = 1;
+    if (!opr_op_has_kernel(op, dev.type)) return false;
+    opr_dtype dts[NDTYPES];
+    int ndts = dtypes_of(c, op, dev, false, dts);
+    for (int s = 0; s < opr_op_sample_count(op) && *m == 1; s++)
+        for (int k = 0; k < ndts && *m == 1; k++)
+            if (check_forward_one(c, -1, op, s, 0, dts[k], dev, false) == CV_FAIL) *m = 2;
+    return *m == 2;
+}
+
+/* Appends item to a ", "-separated list unless it is there already. */
+static void list_add(char *list, size_t size, const char *item)
+{
+    size_t n = strlen(item), used = strlen(list);
+    for (const char *p = list; (p = strstr(p, item)); p += n)
+        if ((p == list || p[-1] == ' ') && (p[n] == ',' || p[n] == '\0')) return;
+    if (used + n + 3 < size) snprintf(list + used, size - used, "%s%s", used ? ", " : "", item);
+}
+
+/* The fused kernel of candidate cand is registered on dev for dt. */
+static bool kernel_registered(const opr_ctx *ctx, const opr_op *op, int cand, int dev_type, opr_dtype dt)
+{
+    const char *label = opr_op_grad_candidate_label(op, cand), *k = label ? strstr(label, "kernel ") : NULL;
+    if (!k) return false;
+    char name[96];
+    snprintf(name, sizeof name, "%s", k + 7);
+    name[strcspn(name, " ,]")] = '\0';
+    const opr_op *slot = opr_op_find((opr_ctx *)ctx, name);
+    return slot && registered(slot, dev_type, dt);
+}
+
+/* Candidate cand (-1: the plan chosen by cost) of sample s in dtype dt, with
+ * opr_gradcheck. A failure is blamed on what opr_gradcheck found, or, where a formula is
+ * right on the CPU and wrong here, on the ops it calls that fail here (CV_DEP). */
+static void check_backward_one(const check_cfg *c, int u, const opr_op *op, int s, int cand, opr_dtype dt,
+                               opr_device dev)
+{
+    const char *label = cand < 0 ? "plan chosen by cost" : opr_op_grad_candidate_label(op, cand);
+    check_phase("%s backward [%s], sample %d, %s", opr_op_name(op), label, s, opr_dtype_name(dt));
+    check_record r = new_record(c, u, "backward", dt, s, "");
+    snprintf(r.candidate, sizeof r.candidate, "%s", label);
+    opr_value args[MAX_ARGS];
+    opr_tensor *owned[OPR_SAMPLE_MAX_TENSORS];
+    int nargs = 0, nowned = 0;
+    int rc = opr_op_sample_args(op, s, dt, dev, (uint64_t)s + 1, args, &nargs, owned, &nowned);
+    opr_gradcheck_opts o = {.struct_size = sizeof o, .one_candidate = true, .candidate = cand};
+    opr_gradcheck_result res = {.struct_size = sizeof res};
+    if (!rc) rc = opr_gradcheck(op, args, nargs, NULL, 0, &o, &res);
+    char err[1024];
+    snprintf(err, sizeof err, "%s", opr_last_error());
+    for (int i = 0; i < nowned; i++) opr_tensor_release(owned[i]);
+    if (rc && rc != OPR_ERR_MISMATCH) {
+        bool ni = rc == OPR_ERR_NOT_FOUND || rc == OPR_ERR_UNSUPPORTED;
+        r.verdict = ni ? CV_NI : CV_FAIL;
+        snprintf(r.message, sizeof r.message, "%s%s", ni ? "" : "could not be checked: ", err);
+    } else if (res.failed) {
+        r.count = res.failed + res.passed;
+        r.verdict = CV_FAIL;
+        static const char *const kinds[] = {"", "forward kernel", "derivative formula", "fused backward kernel",
+                                            "an op the formula calls", "error"};
+        snprintf(r.culprit, sizeof r.culprit, "%s %s", kinds[res.culprit <= OPR_GC_ERROR ? res.culprit : OPR_GC_ERROR],
+                 res.culprit_name);
+        snprintf(r.message, sizeof r.message, "%s", res.detail);
+        /* Blame the ops the formula calls when they fail here: always for a formula right
+         * on the CPU, and for an op only this backend runs, whose formula's reference
+         * run is on this backend too. */
+        if (res.culprit == OPR_GC_HELPER || (res.culprit == OPR_GC_FORMULA && !opr_op_has_kernel(op, 0))) {
+            char helpers[sizeof res.helpers], failing[96] = "";
+            snprintf(helpers, sizeof helpers, "%s", res.helpers);
+            for (char *save = NULL, *h = strtok_r(helpers, ", ", &save); h; h = strtok_r(NULL, ", ", &save)) {
+                const opr_op *callee = opr_op_find(c->ctx, h);
+                if (callee && callee != op && forward_fails(c, callee, dev)) list_add(failing, sizeof failing, h);
+            }
+            if (failing[0]) {
+                r.verdict = CV_DEP;
+                snprintf(r.culprit, sizeof r.culprit, "%s", failing);
+            }
+        }
+    } else if (res.passed) {
+        r.count = res.passed;
+        r.verdict = CV_PASS;
+    } else {
+        bool runtime = cand >= 0 && kernel_registered(c->ctx, op, cand, dev.type, dt);
+        r.count = res.not_available ? res.not_available : 1;
+        r.verdict = runtime ? CV_UNSUPPORTED : res.not_available ? CV_NI : CV_NOT_CHECKED;
+        snprintf(r.message, sizeof r.message, "%s%s%s", runtime ? "unsupported at run time: " : "",
+                 res.not_available ? "not available: " : "nothing to compare", res.not_available_list);
+        if (res.not_available_why[0])
+            snprintf(r.message + strlen(r.message), sizeof r.message - strlen(r.message), " (%s)",
+                     res.not_available_why);
+    }
+    check_emit(&r);
+}
+
+/* ---------------------------------------------------------------- perf */
+
+static double now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e9 + (double)t.tv_nsec;
+}
+
+/* Best of a few calls of the op on prepared arguments, with the device synchronised. */
+static double time_call(const opr_op *op, sample_run *r, opr_device dev)
+{
+    double best = INFINITY;
+    for (int rep = 0; rep < 5; rep++) {
+        opr_tensor *outs[MAX_OUTS] = {NULL};
+        double t0 = now_ns();
+        int rc = opr_call(op, r->args, r->nargs, outs, r->nouts);
+        if (!rc) rc = opr_device_sync(opr_tensor_ctx(r->owned[0]), dev);
+        double t = now_ns() - t0;
+        for (int o = 0; o < MAX_OUTS; o++) opr_tensor_release(outs[o]);
+        if (rc) return NAN;
+        if (t < best) best = t;
+    }
+    return best;
+}
+
+/* --perf: the op on its largest variant (the "large" one where it has it) in f32, on
+ * the backend and on the CPU. */
+static void check_perf(const check_cfg *c, int u, const opr_op *op, opr_device dev)
+{
+    if (!opr_op_supports_dtype(op, OPR_F32) || !opr_op_sample_count(op)) return;
+    int s = 0, v = 0;
+    char label[48] = "";
+    for (int i = 0; i < opr_op_sample_count(op) && !v; i++)
+        for (int k = 1; k < opr_op_sample_variant_count(op, i) && !v; k++) {
+            opr_value args[MAX_ARGS];
+            opr_tensor *owned[OPR_SAMPLE_MAX_TENSORS];
+            int nargs = 0, nowned = 0;
+            if (opr_op_sample_variant_args(op, i, k, OPR_F32, (opr_device){0, 0}, 1, args, &nargs, owned, &nowned,
+                                           label, sizeof label) == OPR_OK && !strcmp(label, "large")) {
+                s = i;
+                v = k;
+            }
+            for (int j = 0; j < nowned; j++) opr_tensor_release(owned[j]);
+        }
+    check_phase("%s perf, sample %d [%s], f32", opr_op_name(op), s, v ? "large" : "");
+    sample_run on_dev, on_cpu;
+    check_record r = new_record(c, u, "perf", OPR_F32, s, v ? "large" : "");
+    r.kind = CR_PERF;
+    r.ns = r.ref_ns = NAN;
+    if (!run_sample(op, s, v, OPR_F32, dev, &on_dev, label, sizeof label) && !on_dev.rc && on_dev.nowned)
+        r.ns = time_call(op, &on_dev, dev);
+    if (!run_sample(op, s, v, OPR_F32, (opr_device){0, 0}, &on_cpu, label, sizeof label) && !on_cpu.rc &&
+        on_cpu.nowned)
+        r.ref_ns = time_call(op, &on_cpu, (opr_device){0, 0});
+    run_free(&on_dev);
+    run_free(&on_cpu);
+    check_emit(&r);
+}
+
+/* ---------------------------------------------------------------- the unit */
+
+void check_run_unit(const check_cfg *c, int u)
+{
+    const opr_op *op = c->ops[u / c->ntypes];
+    opr_device dev = {c->types[u % c->ntypes], 0};
+    if (!opr_op_sample_count(op) || !opr_op_has_kernel(op, dev.type)) return; /* the table says "-" / "n/i" */
+    opr_dtype dts[NDTYPES];
+    int ndts = dtypes_of(c, op, dev, false, dts);
+    bool forward_failed = false;
+    for (int s = 0; s < opr_op_sample_count(op); s++)
+        for (int v = 0; v < variant_count(c, op, s); v++)
+            for (int k = 0; k < ndts; k++)
+                if (check_forward_one(c, u, op, s, v, dts[k], dev, true) == CV_FAIL) forward_failed = true;
+    /* a wrong forward is the culprit of its own wrong gradients */
+    if (c->backward && !forward_failed && opr_op_grad_candidate_count(op) > 0) {
+        /* An op only this backend runs: its formula is still checked, the ops it calls
+         * falling back to the CPU where the backend lacks them. */
+        bool vendor_only = !opr_op_has_kernel(op, 0);
+        bool prev = vendor_only ? opr_cpu_fallback_set(c->ctx, true) : false;
+        ndts = dtypes_of(c, op, dev, true, dts);
+        for (int s = 0; s < opr_op_sample_count(op); s++)
+            for (int k = 0; k < ndts; k++)
+                for (int cand = 0; cand <= opr_op_grad_candidate_count(op); cand++) /* last: the plan */
+                    check_backward_one(c, u, op, s, cand < opr_op_grad_candidate_count(op) ? cand : -1, dts[k], dev);
+        if (vendor_only) opr_cpu_fallback_set(c->ctx, prev);
+    }
+    if (c->perf) check_perf(c, u, op, dev);
+}

@@ -1,0 +1,37 @@
+/* The work of one unit of `opreg check` (one op on one backend), run in a worker:
+ * every sample and layout/size variant of the forward in every dtype against the CPU
+ * in f64, then every derivative candidate against finite differences, each verdict
+ * sent as a check_record. */
+#ifndef OPREG_CHECK_RUN_H
+#define OPREG_CHECK_RUN_H
+
+#include "check_record.h"
+
+#include <opreg/opreg.h>
+#include "check_stubs.h" /* TEMPORARY */
+
+#include <stdbool.h>
+
+#define CHECK_MAX_TYPES 8
+
+typedef struct check_cfg {
+    opr_ctx *ctx;
+    int types[CHECK_MAX_TYPES], ntypes;  /* the backends under test (device types) */
+    const opr_op **ops;                  /* the selected ops, in registry order */
+    int nops;
+    bool backward;                       /* false: --no-backward */
+    bool perf;                           /* --perf: time the large variant too */
+    bool variants;                       /* false: --no-variants, the samples as written */
+    unsigned dtype_mask;                 /* bit per opr_dtype selected (--dtype); 0: all */
+} check_cfg;
+
+/* Runs unit u = op index * ntypes + backend index. */
+void check_run_unit(const check_cfg *c, int u);
+/* Fills the op and backend of a record about unit u. */
+void check_describe_unit(const check_cfg *c, int u, check_record *r);
+
+/* Tolerance of dtype dt against an f64 reference (the op's YAML `tolerance:` where it
+ * has one). */
+void check_tolerance(const opr_op *op, opr_dtype dt, double *rtol, double *atol);
+
+#endif

@@ -1,0 +1,195 @@
+/* The supervisor of a conformance run (check_supervisor.h). One worker at a time: the
+ * runs are short and the kernels themselves use every core. The worker announces each
+ * phase in a shared page rather than through the pipe, so a phase costs a string copy,
+ * and the parent can read the last one after the worker is gone. */
+#define _GNU_SOURCE
+#include "check_supervisor.h"
+
+#include <errno.h>
+#include <math.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef struct shared_state {
+    char phase[512];
+} shared_state;
+
+static shared_state *shared;       /* MAP_SHARED: the worker writes, the parent reads */
+static shared_state local_state;   /* without fork */
+static int emit_fd = -1;           /* the worker's end of the pipe */
+static const check_sup *in_process; /* --no-fork: records go straight to take() */
+
+_Static_assert(sizeof(check_record) <= PIPE_BUF, "a record must arrive in one write");
+
+void check_emit(const check_record *r)
+{
+    if (in_process) { in_process->take(r, in_process->data); return; }
+    const char *p = (const char *)r;
+    size_t left = sizeof *r;
+    while (left) { /* one write (<= PIPE_BUF) unless interrupted */
+        ssize_t n = write(emit_fd, p, left);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) _exit(3); /* the parent is gone */
+        p += n;
+        left -= (size_t)n;
+    }
+}
+
+void check_phase(const char *fmt, ...)
+{
+    shared_state *s = shared ? shared : &local_state;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(s->phase, sizeof s->phase, fmt, ap);
+    va_end(ap);
+}
+
+const char *check_phase_now(void) { return (shared ? shared : &local_state)->phase; }
+
+static void unit_record(const check_sup *s, int u, check_record *r)
+{
+    memset(r, 0, sizeof *r);
+    r->kind = CR_UNIT_BEGIN;
+    r->unit = u;
+    r->dtype = -1;
+    r->sample = -1;
+    s->describe_unit(u, r, s->data);
+}
+
+static void run_worker(const check_sup *s, int first, int fd)
+{
+    emit_fd = fd;
+    for (int u = first; u < s->nunits; u++) {
+        check_record r;
+        unit_record(s, u, &r);
+        check_phase("unit start");
+        check_emit(&r);
+        s->run_unit(u, s->data);
+        unit_record(s, u, &r);
+        r.kind = CR_UNIT_END;
+        check_emit(&r);
+    }
+}
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* Reads one whole record; 1 on success, 0 at end of file, -1 on error. */
+static int read_record(int fd, check_record *r)
+{
+    char *p = (char *)r;
+    size_t got = 0;
+    while (got < sizeof *r) {
+        ssize_t n = read(fd, p + got, sizeof *r - got);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) return -1;
+        if (n == 0) return got ? -1 : 0;
+        got += (size_t)n;
+    }
+    return 1;
+}
+
+static void lost_unit(const check_sup *s, int u, check_verdict v, const char *why)
+{
+    check_record r;
+    unit_record(s, u, &r);
+    r.kind = CR_RESULT;
+    r.verdict = v;
+    r.max_error = r.rtol = r.atol = (double)NAN;
+    snprintf(r.phase, sizeof r.phase, "unit");
+    snprintf(r.message, sizeof r.message, "%s in %s", why, shared->phase[0] ? shared->phase : "start-up");
+    s->take(&r, s->data);
+}
+
+static const char *signal_name(int sig)
+{
+    static char buf[32];
+    const char *abbrev = sigabbrev_np(sig);
+    if (abbrev) snprintf(buf, sizeof buf, "SIG%s", abbrev);
+    else snprintf(buf, sizeof buf, "signal %d", sig);
+    return buf;
+}
+
+int check_supervise(const check_sup *s)
+{
+    if (s->no_fork) {
+        in_process = s;
+        for (int u = 0; u < s->nunits; u++) {
+            check_phase("unit start");
+            s->run_unit(u, s->data);
+        }
+        in_process = NULL;
+        return 0;
+    }
+    shared = mmap(NULL, sizeof *shared, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (shared == MAP_FAILED) { shared = NULL; return -1; }
+    int next = 0;
+    while (next < s->nunits) {
+        int fds[2];
+        if (pipe(fds)) return -1;
+        memset(shared, 0, sizeof *shared);
+        fflush(stdout);
+        fflush(stderr);
+        pid_t pid = fork();
+        if (pid < 0) { close(fds[0]); close(fds[1]); return -1; }
+        if (pid == 0) {
+            close(fds[0]);
+            run_worker(s, next, fds[1]);
+            _exit(0);
+        }
+        close(fds[1]);
+        int current = -1; /* the unit begun and not ended */
+        double deadline = 0;
+        bool timed_out = false;
+        for (;;) {
+            int wait_ms = -1;
+            if (current >= 0 && s->timeout_s > 0) {
+                double left = deadline - now_s();
+                wait_ms = left <= 0 ? 0 : (int)(left * 1000) + 1;
+            }
+            struct pollfd pfd = {.fd = fds[0], .events = POLLIN};
+            int pr = poll(&pfd, 1, wait_ms);
+            if (pr < 0 && errno == EINTR) continue;
+            if (pr == 0) { timed_out = true; break; }
+            check_record r;
+            int rr = read_record(fds[0], &r);
+            if (rr <= 0) break;
+            if (r.kind == CR_UNIT_BEGIN) {
+                current = r.unit;
+                deadline = now_s() + s->timeout_s;
+                continue;
+            }
+            if (r.kind == CR_UNIT_END) { current = -1; next = r.unit + 1; continue; }
+            s->take(&r, s->data);
+        }
+        close(fds[0]);
+        if (timed_out) kill(pid, SIGKILL);
+        int status = 0;
+        while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+        if (current < 0 && !timed_out && WIFEXITED(status) && WEXITSTATUS(status) == 0) continue; /* done */
+        int lost = current >= 0 ? current : next;
+        if (lost >= s->nunits) break;
+        char why[96];
+        if (timed_out) snprintf(why, sizeof why, "timed out after %g s", s->timeout_s);
+        else if (WIFSIGNALED(status)) snprintf(why, sizeof why, "crashed (%s)", signal_name(WTERMSIG(status)));
+        else snprintf(why, sizeof why, "the worker exited with status %d", WEXITSTATUS(status));
+        lost_unit(s, lost, timed_out ? CV_TIMEOUT : CV_CRASHED, why);
+        next = lost + 1;
+    }
+    munmap(shared, sizeof *shared);
+    shared = NULL;
+    return 0;
+}
