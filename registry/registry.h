@@ -147,6 +147,8 @@ struct opr_op {
     _Atomic(kernel_entry *) kernels[OPR_MAX_DEVICE_TYPES];
     struct deriv_info *deriv;  /* derivative candidates, NULL if not differentiable */
     struct op_sample *samples; /* example inputs (`samples:`), for conformance checks */
+    double tol_rtol[OPR_DTYPE_COUNT], tol_atol[OPR_DTYPE_COUNT]; /* `tolerance:` */
+    uint32_t tol_rtol_set, tol_atol_set; /* OPR_DTYPE_BIT of the dtypes it gives each for */
     int nsamples;
     struct opr_op *backward_of;/* set on fused backward kernel slots ("mm_backward") */
     struct composite_def *composite; /* `forward:` ops (composite.h), NULL for kernel ops */

@@ -142,6 +142,7 @@ static int parse_key(const loader *l, opr_op *op, const yaml_node_t *k, const ya
     if (!strcmp(key, "batch")) return yaml_batch_key(l, op, v);
     if (!strcmp(key, "alternative")) return yaml_alternative_key(l, op, v);
     if (!strcmp(key, "kernel_rate")) return yaml_kernel_rate_key(l, op, v);
+    if (!strcmp(key, "tolerance")) return yaml_tolerance_key(l, op, v);
     if (!strcmp(key, "overload")) { /* the overload name of an op written without one: gt is gt.Tensor */
         const char *o = yaml_scalar(v);
         bool ok = o && *o;

@@ -37,6 +37,8 @@ int yaml_batch_key(const loader *l, opr_op *op, const yaml_node_t *v);
 /* The `alternative:` and `kernel_rate:` keys (yaml_alternative.c). */
 int yaml_alternative_key(const loader *l, opr_op *op, const yaml_node_t *v);
 int yaml_kernel_rate_key(const loader *l, opr_op *op, const yaml_node_t *v);
+/* `tolerance:` (yaml_tolerance.c) */
+int yaml_tolerance_key(const loader *l, opr_op *op, const yaml_node_t *v);
 /* The `samples:` list of an entry (samples.c). */
 int samples_parse(const loader *l, opr_op *op, const yaml_node_t *n);
 

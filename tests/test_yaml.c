@@ -266,6 +266,38 @@ START_TEST(test_unknown_key)
 }
 END_TEST
 
+/* `tolerance:` per dtype: a number for rtol and atol, or {rtol, atol}; what an entry
+ * does not give keeps the default (opr_op_tolerance leaves it alone). */
+START_TEST(test_tolerance_key)
+{
+    opr_ctx *ctx = bare_ctx();
+    const char *text = "- name: ytol(Tensor self) -> Tensor\n  shape: sizes(self)\n"
+                       "  tolerance: {f32: 1e-3, f16: {rtol: 0.05}, bf16: {atol: 0}}\n";
+    ck_assert_int_eq(opr_registry_load_yaml_string(ctx, text, "tol.yaml", NULL), OPR_OK);
+    const opr_op *op = opr_op_find(ctx, "ytol");
+    ck_assert_ptr_nonnull(op);
+    double r = -1, a = -1;
+    ck_assert(opr_op_tolerance(op, OPR_F32, &r, &a));
+    ck_assert(r == 1e-3 && a == 1e-3);
+    r = a = -1;
+    ck_assert(opr_op_tolerance(op, OPR_F16, &r, &a));
+    ck_assert(r == 0.05 && a == -1);
+    r = a = -1;
+    ck_assert(opr_op_tolerance(op, OPR_BF16, &r, &a));
+    ck_assert(r == -1 && a == 0);
+    ck_assert(!opr_op_tolerance(op, OPR_F64, &r, &a));
+    ck_assert(!opr_op_tolerance(opr_op_find(ctx, "add"), OPR_F32, NULL, NULL));
+    ck_assert(!opr_op_tolerance(NULL, OPR_F32, NULL, NULL));
+    tu_ctx_free(ctx);
+    expect_bad_entry("- name: yb(Tensor self) -> Tensor\n  shape: sizes(self)\n  tolerance: {i64: 1}\n", "yb",
+                     "t.yaml:5:15: ", "not a floating dtype", "i64");
+    expect_bad_entry("- name: yb(Tensor self) -> Tensor\n  shape: sizes(self)\n  tolerance: {f32: -1}\n", "yb",
+                     "t.yaml:5:20: ", "not a number >= 0", "-1");
+    expect_bad_entry("- name: yb(Tensor self) -> Tensor\n  shape: sizes(self)\n  tolerance: {f32: {eps: 1}}\n", "yb",
+                     "t.yaml:5:21: ", "expected rtol or atol", "eps");
+}
+END_TEST
+
 /* ------------------------------------------------------------------ schema errors */
 
 START_TEST(test_schema_unknown_type)
@@ -1018,6 +1050,7 @@ static Suite *yaml_suite(void)
     t = tcase_create("keys");
     tcase_add_test(t, test_duplicate_op_name);
     tcase_add_test(t, test_unknown_dtype);
+    tcase_add_test(t, test_tolerance_key);
     tcase_add_test(t, test_bad_view_kind);
     tcase_add_test(t, test_errors_accumulate);
     tcase_add_test(t, test_load_from_file);

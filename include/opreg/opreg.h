@@ -768,6 +768,13 @@ OPR_API opr_status opr_op_force_grad_candidate(const opr_op *op, int i);
 /* Most tensors one sample can create. */
 #define OPR_SAMPLE_MAX_TENSORS 16
 
+/* The tolerance the op's YAML entry gives for dtype (`tolerance:`, docs/formulas.md):
+ * how far a backend's result may be from the CPU reference in f64 in `opreg check`,
+ * |got - ref| <= atol + rtol * |ref|. Writes what the entry gives into *rtol / *atol
+ * (each may be NULL) and leaves the other alone; false when it gives neither for dtype
+ * (the defaults apply). */
+OPR_API bool opr_op_tolerance(const opr_op *op, opr_dtype dtype, double *rtol, double *atol);
+
 /* Number of example inputs the op's YAML entry gives (`samples:`). */
 OPR_API int opr_op_sample_count(const opr_op *op);
 /* Builds the arguments of sample i on dev: tensors in `dtype` (index and mask tensors
