@@ -15,10 +15,10 @@
 /* Elements the "offset" variant skips: odd, so that the view's data is not aligned
  * to a vector width either. */
 #define VARIANT_OFFSET 3
-/* "large": the largest tensor reaches this many elements ... */
+/* "large": the largest tensor, input or output, reaches this many elements ... */
 #define LARGE_MIN_NUMEL 65536
-/* ... each scaled size passes this (tile and vector widths, "M > 4" limits) unless the
- * largest tensor would then pass LARGE_CAP_NUMEL. */
+/* ... each scaled size passes this (tile and vector widths, "M > 4" limits) unless
+ * that measure would then pass LARGE_CAP_NUMEL. */
 #define LARGE_MIN_DIM 64
 #define LARGE_CAP_NUMEL (1 << 20)
 
@@ -86,29 +86,69 @@ static bool is_kept(const kept_set *ks, int64_t size)
 
 static int64_t scaled(const kept_set *ks, int64_t size, int64_t f) { return size > 1 && !is_kept(ks, size) ? size * f : size; }
 
-/* What "large" and "size-N" need to know of the drawn tensors. */
+/* What "large" and "size-N" need to know of the sample's tensors. */
 typedef struct size_scan {
     const kept_set *ks;
-    int64_t factor;       /* for max_numel */
-    double max_numel;     /* of the largest drawn tensor, sizes scaled by factor */
+    int64_t factor;       /* for metas and max_numel */
+    double max_numel;     /* of the largest tensor, sizes scaled by factor */
     int64_t min_scalable; /* smallest size that scales (0: none) */
     int64_t largest_free; /* largest size >= 1 not kept (size-N's choice), 0: none */
+    opr_meta metas[OPR_SAMPLE_MAX_TENSORS]; /* every tensor, scaled */
 } size_scan;
 
 static bool scan_sizes(void *ud, int k, int arg, int item, const sample_tensor *st)
 {
-    (void)k; (void)arg; (void)item;
+    (void)arg; (void)item;
     size_scan *sc = ud;
-    if (st->nvalues >= 0) return false;
+    if (k >= OPR_SAMPLE_MAX_TENSORS) return true; /* samples_build refuses such a sample */
+    opr_meta *m = &sc->metas[k];
+    m->dtype = st->dtype >= 0 ? (opr_dtype)st->dtype : OPR_F64;
+    m->ndim = st->ndim;
     double n = 1;
     for (int d = 0; d < st->ndim; d++) {
         int64_t s = st->shape[d];
-        n *= (double)scaled(sc->ks, s, sc->factor);
-        if (s > 1 && !is_kept(sc->ks, s) && (!sc->min_scalable || s < sc->min_scalable)) sc->min_scalable = s;
-        if (s >= 1 && !is_kept(sc->ks, s) && s > sc->largest_free) sc->largest_free = s;
+        bool drawn = st->nvalues < 0;
+        m->shape[d] = drawn ? scaled(sc->ks, s, sc->factor) : s;
+        n *= (double)m->shape[d];
+        if (drawn && s > 1 && !is_kept(sc->ks, s) && (!sc->min_scalable || s < sc->min_scalable)) sc->min_scalable = s;
+        if (drawn && s >= 1 && !is_kept(sc->ks, s) && s > sc->largest_free) sc->largest_free = s;
     }
+    m->numel = n < 0x1p62 ? (int64_t)n : INT64_MAX;
     if (n > sc->max_numel) sc->max_numel = n;
     return false;
+}
+
+/* The element counts of the op's outputs for the scanned shapes, by its `shape:`
+ * expressions (a broadcasting op's result may be much larger than each input); the
+ * largest into *most. Outputs whose shape cannot be told so are left out. */
+static void outputs_numel(const opr_op *op, const op_sample *s, const size_scan *sc, double *most)
+{
+    mval slots[OPR_MAX_ARGS + OPR_MAX_OUTS + 1];
+    int k = 0;
+    for (int a = 0; a < op_nslots(op); a++) slots[a].k = MV_NONE;
+    for (int a = 0; a < op->nargs; a++) {
+        const op_arg *oa = &op->args[a];
+        const sample_arg *sa = &s->args[a];
+        if (oa->type == ARG_TENSOR || oa->type == ARG_TENSOR_LIST) {
+            if (!sa->given) continue;
+            if (k + sa->ntensors > OPR_SAMPLE_MAX_TENSORS) return;
+            if (oa->type == ARG_TENSOR) slots[a] = (mval){.k = MV_TENSOR, .u.t = &sc->metas[k]};
+            else slots[a] = (mval){.k = MV_METAS, .n = sa->ntensors, .u.ms = &sc->metas[k]};
+            k += sa->ntensors;
+        } else if (sa->given) {
+            slots[a] = sa->value;
+        } else if (oa->has_default) {
+            mval_of_kernel_arg(&oa->def, &slots[a]);
+        }
+    }
+    for (int i = 0; i < op->nout && !op->list_out; i++) {
+        mval shape;
+        if (!op->shapes[i] || expr_eval(op->shapes[i], slots, &shape) || shape.k != MV_LIST) continue;
+        double n = 1;
+        for (int d = 0; d < shape.n; d++) n *= (double)(shape.u.l[d] > 0 ? shape.u.l[d] : 0);
+        if (n > *most) *most = n;
+    }
+    opr_error_clear(); /* a shape that could not be told is no error of the variant's */
 }
 
 static size_scan scan(const opr_op *op, const op_sample *s, const kept_set *ks, int64_t factor)
@@ -118,6 +158,15 @@ static size_scan scan(const opr_op *op, const op_sample *s, const kept_set *ks, 
     return sc;
 }
 
+/* How big the variant's work is: its largest tensor, input or output. */
+static double work_numel(const opr_op *op, const op_sample *s, const kept_set *ks, int64_t factor)
+{
+    size_scan sc = scan(op, s, ks, factor);
+    double most = sc.max_numel;
+    outputs_numel(op, s, &sc, &most);
+    return most;
+}
+
 /* The factor of "large", 0 when no tensor can grow to LARGE_MIN_NUMEL. */
 static int64_t large_factor(const opr_op *op, const op_sample *s, const kept_set *ks)
 {
@@ -125,15 +174,15 @@ static int64_t large_factor(const opr_op *op, const op_sample *s, const kept_set
     /* the element count grows with the factor: the least that reaches the goal, by
      * bisection, when some tensor can reach it (one with a size 0 never grows) */
     int64_t lo = 1, hi = LARGE_MIN_NUMEL;
-    if (!base.min_scalable || scan(op, s, ks, hi).max_numel < LARGE_MIN_NUMEL) return 0;
+    if (!base.min_scalable || work_numel(op, s, ks, hi) < LARGE_MIN_NUMEL) return 0;
     while (hi - lo > 1) {
         int64_t mid = lo + (hi - lo) / 2;
-        if (scan(op, s, ks, mid).max_numel < LARGE_MIN_NUMEL) lo = mid;
+        if (work_numel(op, s, ks, mid) < LARGE_MIN_NUMEL) lo = mid;
         else hi = mid;
     }
     int64_t f = hi, f_min = hi, f_dim = LARGE_MIN_DIM / base.min_scalable + 1;
     if (f_dim > f) f = f_dim;
-    while (f > f_min && scan(op, s, ks, f).max_numel > LARGE_CAP_NUMEL) f--;
+    while (f > f_min && work_numel(op, s, ks, f) > LARGE_CAP_NUMEL) f--;
     return f;
 }
 
