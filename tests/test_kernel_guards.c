@@ -332,6 +332,50 @@ START_TEST(test_cpu_kernels_clean)
 }
 END_TEST
 
+/* Every sample of a few ops on every other device the context has (the emulated CUDA
+ * plugin, where the build has it), guarded: no finding, and the results of the
+ * unguarded calls. */
+START_TEST(test_guards_on_devices)
+{
+    opr_ctx *ctx = tu_ctx();
+    int compared = 0;
+    static const char *const ops[] = {"mul", "mm", "sum", "max.dim", "softmax", "cat", "embedding"};
+    for (int type = 1; type < opr_device_type_count(ctx); type++)
+        for (size_t o = 0; o < sizeof ops / sizeof ops[0]; o++) {
+            const opr_op *op = opr_op_find(ctx, ops[o]);
+            for (int i = 0; op && i < opr_op_sample_count(op); i++) {
+                double *got[2] = {NULL, NULL};
+                int64_t n[2] = {0, 0};
+                for (int g = 0; g < 2; g++) {
+                    opr_kernel_guards_set(ctx, g == 1);
+                    opr_value args[16];
+                    opr_tensor *owned[OPR_SAMPLE_MAX_TENSORS], *res[4] = {NULL};
+                    int nargs, nowned = 0;
+                    ck_assert_int_eq(opr_op_sample_args(op, i, OPR_F32, (opr_device){type, 0}, 5, args, &nargs, owned, &nowned),
+                                     OPR_OK);
+                    int nres = opr_op_num_outputs(op);
+                    ck_assert_msg(opr_call(op, args, nargs, res, nres) == OPR_OK, "%s on %s: %s", ops[o],
+                                  opr_device_type_name(ctx, type), opr_last_error());
+                    got[g] = malloc(1 << 16);
+                    for (int r = 0; r < nres; r++) {
+                        ck_assert_int_eq(opr_tensor_copy_to_host_f64(res[r], got[g] + n[g], (1 << 13) - n[g]), OPR_OK);
+                        n[g] += opr_tensor_numel(res[r]);
+                        opr_tensor_release(res[r]);
+                    }
+                    for (int k = 0; k < nowned; k++) opr_tensor_release(owned[k]);
+                }
+                ck_assert_int_eq(n[0], n[1]);
+                for (int64_t j = 0; j < n[0]; j++) ck_assert(got[0][j] == got[1][j]);
+                free(got[0]);
+                free(got[1]);
+                compared++;
+            }
+        }
+    if (opr_device_type_count(ctx) > 1) ck_assert_int_gt(compared, 5);
+    tu_ctx_free(ctx);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("kernel_guards");
@@ -341,6 +385,7 @@ int main(void)
     tcase_add_test(tc, test_fused_backward_guarded);
     tcase_add_test(tc, test_correct_kernels_pass);
     tcase_add_test(tc, test_cpu_kernels_clean);
+    tcase_add_test(tc, test_guards_on_devices);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }

@@ -407,6 +407,49 @@ START_TEST(test_broken_kernels_caught)
 }
 END_TEST
 
+/* On every other device the context has (the emulated CUDA plugin, where the build
+ * has it): every layout variant holds the same values as on the CPU, its memory
+ * reached only through the device's copy functions. */
+START_TEST(test_layouts_on_devices)
+{
+    opr_ctx *ctx = tu_ctx();
+    int compared = 0;
+    for (int type = 1; type < opr_device_type_count(ctx); type++) {
+        opr_device dev = {type, 0};
+        static const char *const ops[] = {"mul", "mm", "sum", "cat", "embedding", "where"};
+        for (size_t o = 0; o < sizeof ops / sizeof ops[0]; o++) {
+            const opr_op *op = opr_op_find(ctx, ops[o]);
+            for (int i = 0; op && i < opr_op_sample_count(op); i++)
+                for (int v = 1; v < opr_op_sample_variant_count(op, i); v++) {
+                    built h, d;
+                    build_ok(op, i, v, OPR_F32, &h);
+                    if (starts(h.label, "size-") || !strcmp(h.label, "large")) { unbuild(&h); continue; }
+                    int rc = opr_op_sample_variant_args(op, i, v, OPR_F32, dev, 7, d.args, &d.nargs, d.owned, &d.nowned,
+                                                        d.label, sizeof d.label);
+                    ck_assert_msg(rc == OPR_OK, "%s on %s: %s", h.label, opr_device_type_name(ctx, type), opr_last_error());
+                    ck_assert_str_eq(d.label, h.label);
+                    for (int k = 0; k < h.nowned; k++) {
+                        ck_assert(opr_tensor_device(d.owned[k]).type == type);
+                        ck_assert_int_eq(opr_tensor_offset(d.owned[k]), opr_tensor_offset(h.owned[k]));
+                        for (int dd = 0; dd < opr_tensor_ndim(h.owned[k]); dd++)
+                            ck_assert_int_eq(opr_tensor_stride(d.owned[k], dd), opr_tensor_stride(h.owned[k], dd));
+                        double *a = tu_to_f64(h.owned[k]), *b = tu_to_f64(d.owned[k]);
+                        for (int64_t j = 0; j < opr_tensor_numel(h.owned[k]); j++)
+                            ck_assert_msg(a[j] == b[j], "%s %s: element %lld", ops[o], h.label, (long long)j);
+                        free(a);
+                        free(b);
+                    }
+                    compared++;
+                    unbuild(&h);
+                    unbuild(&d);
+                }
+        }
+    }
+    if (opr_device_type_count(ctx) > 1) ck_assert_int_gt(compared, 10);
+    tu_ctx_free(ctx);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("sample_variants");
@@ -417,6 +460,7 @@ int main(void)
     tcase_add_test(tc, test_large_is_large);
     tcase_add_test(tc, test_cpu_f32_agrees_with_f64);
     tcase_add_test(tc, test_broken_kernels_caught);
+    tcase_add_test(tc, test_layouts_on_devices);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }
