@@ -101,6 +101,8 @@ static int run_kernel(expr_run *r, opr_node *n, const deriv_cand *c, uint32_t wa
         opr_tensor_fill_view(n->saved[s], &views[na]);
         args[na] = (opr_kernel_arg){.struct_size = sizeof(opr_kernel_arg), .kind = OPR_ARG_TENSOR, .u.t = &views[na]};
     }
+    kcall_frame frame; /* outputs are preallocated: no alloc_output */
+    kcall_frame_init(&frame, r->ctx, n->dev, false);
     opr_tensor_view outv[OPR_MAX_ARGS];
     opr_tensor *outs[OPR_MAX_ARGS] = {NULL};
     uint64_t mask = 0;
@@ -108,15 +110,13 @@ static int run_kernel(expr_run *r, opr_node *n, const deriv_cand *c, uint32_t wa
         memset(&outv[p], 0, sizeof outv[p]);
         outv[p].struct_size = sizeof outv[p];
         if (!((want >> c->cover[p]) & 1)) continue;
-        outs[p] = opr_tensor_empty(r->ctx, n->metas[c->cover[p]].dtype, n->metas[c->cover[p]].ndim,
-                                   n->metas[c->cover[p]].shape, n->dev);
+        outs[p] = kcall_output_new(&frame, p, n->metas[c->cover[p]].dtype, n->metas[c->cover[p]].ndim,
+                                   n->metas[c->cover[p]].shape);
         if (!outs[p]) { for (int j = 0; j < p; j++) opr_tensor_release(outs[j]); return OPR_ERR_NOMEM; }
         opr_tensor_fill_view(outs[p], &outv[p]);
         mask |= 1ull << p;
     }
     /* the ABI passes arrays of pointers (the structs may grow) */
-    kcall_frame frame; /* outputs are preallocated: no alloc_output */
-    kcall_frame_init(&frame, r->ctx, n->dev, false);
     const opr_kernel_arg *arg_ptrs[2 * OPR_MAX_OUTS + OPR_MAX_ARGS];
     opr_tensor_view *out_ptrs[OPR_MAX_ARGS];
     for (int i = 0; i < na; i++) arg_ptrs[i] = &args[i];
@@ -126,7 +126,7 @@ static int run_kernel(expr_run *r, opr_node *n, const deriv_cand *c, uint32_t wa
         .nout = c->ncover, .grad_input_mask = mask, .host = plugin_host_api(), .host_call = &frame,
         .kernel_data = k->data,
     };
-    int rc = k->fn(&call);
+    int rc = kcall_run(&frame, k, &call, op, c->cover);
     if (rc) {
         char what[256];
         snprintf(what, sizeof what, "%s (plugin %s)", c->kernel->name, k->plugin);

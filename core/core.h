@@ -151,6 +151,7 @@ struct opr_ctx {
     int (*device_strided_copy)(opr_ctx *ctx, opr_tensor *dst, const opr_tensor *src);
     const opr_autograd_iface *autograd; /* set with the context; never NULL after */
     _Atomic bool cpu_fallback_off; /* opr_cpu_fallback_set(ctx, false) (registry/fallback.c) */
+    _Atomic bool kernel_guards;    /* opr_kernel_guards_set (registry/kernel_guard.c) */
     _Atomic uint64_t rng_state;    /* the random generator (core/rng.c): 0 in a new context */
 };
 

@@ -471,7 +471,7 @@ opr_status opr_call(const opr_op *op, const opr_value *args, int nargs, opr_tens
         for (int d = 0; d < shape.n && !rc; d++)
             if (shape.u.l[d] < 0) rc = opr_fail(OPR_ERR_INVALID, "%s: negative output size %lld", op->name, (long long)shape.u.l[d]);
         if (rc) break;
-        if (!(f.outs[i] = opr_tensor_empty(op->ctx, f.out_dtype[i], shape.n, shape.u.l, c.dev))) {
+        if (!(f.outs[i] = kcall_output_new(&f, i, f.out_dtype[i], shape.n, shape.u.l))) {
             rc = opr_fail_wrap(opr_error_status(), "%s", op->name);
             break;
         }
@@ -488,7 +488,7 @@ opr_status opr_call(const opr_op *op, const opr_value *args, int nargs, opr_tens
             .outputs = out_ptrs, .nout = op->nout, .host = plugin_host_api(), .host_call = &f,
             .kernel_data = kern->data,
         };
-        rc = kern->fn(&call);
+        rc = kcall_run(&f, kern, &call, op, NULL);
         if (rc) {
             char what[256];
             snprintf(what, sizeof what, "%s (%s, plugin %s)", op->name, op->ctx->devices[c.dev.type].name, kern->plugin);

@@ -12,6 +12,9 @@ void kcall_frame_init(kcall_frame *f, opr_ctx *ctx, opr_device dev, bool may_all
     f->dev = dev;
     f->may_alloc = may_alloc;
     for (int i = 0; i < OPR_MAX_OUTS; i++) f->outs[i] = NULL;
+    f->guards = atomic_load_explicit(&ctx->kernel_guards, memory_order_relaxed);
+    f->guard_failed = false;
+    f->guarded = 0;
     atomic_init(&f->error_state, KCALL_ERROR_NONE);
     opr_error_clear();
 }
@@ -31,6 +34,7 @@ void kcall_set_errorv(const opr_kernel_call *call, const char *fmt, va_list ap)
 
 int kcall_fail(const kcall_frame *f, int rc, const char *what)
 {
+    if (f->guard_failed) return opr_fail(OPR_ERR_BACKEND, "%s", f->error); /* it names the op and device */
     const char *detail = f->error;
     if (atomic_load(&((kcall_frame *)f)->error_state) != KCALL_ERROR_SET) {
         const char *tls = opr_last_error();

@@ -245,8 +245,45 @@ const opr_op *registry_engine_op(opr_ctx *ctx, int which);
 int yaml_load_text(opr_ctx *ctx, const char *text, size_t len, const char *file, int *n_loaded);
 int yaml_load_file(opr_ctx *ctx, const char *path, int *n_loaded);
 
-typedef struct op_sample op_sample;
+/* One parsed sample (`samples:` of an entry; samples.c). A tensor is a shape with a
+ * range to draw from, or explicit values (indices, offsets). */
+#define SAMPLE_MAX_VALUES 16 /* most elements a tensor may list in `values:` */
+typedef struct sample_tensor {
+    int ndim;
+    int64_t shape[OPR_MAX_DIMS];
+    int dtype;               /* -1: the dtype under test */
+    double lo, hi;
+    int nvalues;             /* -1: values drawn in [lo, hi), else these, in order */
+    double values[SAMPLE_MAX_VALUES];
+} sample_tensor;
+
+typedef struct sample_arg {
+    bool given;
+    int ntensors;            /* Tensor[]: how many; Tensor: 1 */
+    sample_tensor *tensors;
+    mval value;              /* scalars */
+} sample_arg;
+
+typedef struct op_sample {
+    sample_arg args[OPR_MAX_ARGS];
+} op_sample;
 void samples_free(opr_op *op);
+
+/* How a variant of a sample changes its tensors (sample_variants.c), for
+ * samples_build. k counts the sample's tensors in the order they are made (argument
+ * order, a Tensor[]'s items in order). Either hook may be NULL. */
+typedef struct sample_tweak {
+    /* changes tensor k's shape and range before its values are drawn */
+    void (*reshape)(const struct sample_tweak *tw, int k, sample_tensor *st);
+    /* makes tensor k on dev from its logical values (numel elements of dt, row-major, on
+     * the host): in place of opr_tensor_from_data */
+    opr_tensor *(*make)(const struct sample_tweak *tw, int k, opr_ctx *ctx, opr_dtype dt, const sample_tensor *st,
+                        const void *values, opr_device dev);
+    const void *data;
+} sample_tweak;
+/* opr_op_sample_args with tweak tw (NULL: the sample as written). */
+int samples_build(const opr_op *op, int i, const sample_tweak *tw, opr_dtype dtype, opr_device dev, uint64_t seed,
+                  opr_value *args, int *nargs, opr_tensor **owned, int *nowned);
 
 /* opr_call of an op that returns a Tensor[] (list_call.c). */
 int list_call(const opr_op *op, const opr_value *args, int nargs, opr_tensor **results, int nres);
@@ -312,6 +349,9 @@ typedef struct kcall_frame {
     opr_dtype out_dtype[OPR_MAX_OUTS];
     opr_tensor *outs[OPR_MAX_OUTS];
     atomic_int error_state;         /* KCALL_ERROR_*: the first detail wins, from any thread */
+    bool guards;                    /* opr_kernel_guards_set was on when the call began */
+    bool guard_failed;              /* error holds what the guards found, the whole message */
+    uint32_t guarded;               /* bit i: output i has guard regions (kcall_output_new) */
     char error[1024];               /* read only in state KCALL_ERROR_SET */
 } kcall_frame;
 enum { KCALL_ERROR_NONE, KCALL_ERROR_WRITING, KCALL_ERROR_SET };
@@ -325,6 +365,16 @@ void kcall_set_errorv(const opr_kernel_call *call, const char *fmt, va_list ap);
  * "WHAT: DETAIL": the detail the plugin set for the call, else what it set on this
  * thread without one, else "kernel failed without detail". */
 int kcall_fail(const kcall_frame *f, int rc, const char *what);
+/* Output i of a kernel call, contiguous, uninitialised, on f's device: with guard
+ * regions around its data when f->guards (kernel_guard.c). */
+opr_tensor *kcall_output_new(kcall_frame *f, int i, opr_dtype dtype, int ndim, const int64_t *shape);
+/* Runs kernel k on call. With f->guards, also checks the guard regions of the outputs
+ * kcall_output_new made and that the kernel left its inputs as they were (not the
+ * argument an in-place forward op writes); what it finds fails the call with
+ * OPR_ERR_BACKEND, for kcall_fail to report. fwd names the arguments: call is a forward
+ * call of fwd when cover is NULL, else of fwd's fused backward kernel whose output p
+ * is the gradient of fwd's argument cover[p] (kernel_guard.c). */
+int kcall_run(kcall_frame *f, const dtype_kernel *k, const opr_kernel_call *call, const opr_op *fwd, const int *cover);
 /* host->alloc_output (dispatch.c). */
 int dispatch_alloc_output(const opr_kernel_call *call, int32_t index, int32_t ndim, const int64_t *shape);
 /* The checks opr_call makes before it allocates anything (schema, context, device,

@@ -8,29 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Most elements a sample tensor may list in `values:` (small offsets, indices). */
-#define SAMPLE_MAX_VALUES 16 /* the error message says 16 */
-
-typedef struct sample_tensor {
-    int ndim;
-    int64_t shape[OPR_MAX_DIMS];
-    int dtype;               /* -1: the dtype under test */
-    double lo, hi;
-    int nvalues;             /* -1: values drawn in [lo, hi), else these, in order */
-    double values[SAMPLE_MAX_VALUES];
-} sample_tensor;
-
-typedef struct sample_arg {
-    bool given;
-    int ntensors;            /* Tensor[]: how many; Tensor: 1 */
-    sample_tensor *tensors;
-    mval value;              /* scalars */
-} sample_arg;
-
-struct op_sample {
-    sample_arg args[OPR_MAX_ARGS];
-};
-
 static int parse_ints(const loader *l, const yaml_node_t *n, sample_tensor *t, bool allow_negative)
 {
     if (n->type != YAML_SEQUENCE_NODE) return yaml_fail_at(l, n, OPR_ERR_PARSE, "samples: a shape must be a list%s", "");
@@ -227,10 +204,22 @@ static double next_uniform(uint64_t *state)
     return (double)(*state >> 11) / 9007199254740992.0;
 }
 
-static opr_tensor *make_tensor(opr_ctx *ctx, const sample_tensor *st, opr_dtype dt, opr_device dev, uint64_t *rng)
+static opr_tensor *make_tensor(opr_ctx *ctx, const sample_tensor *given, opr_dtype dt, opr_device dev, uint64_t *rng,
+                               const sample_tweak *tw, int k)
 {
+    sample_tensor tweaked;
+    const sample_tensor *st = given;
+    if (tw && tw->reshape) {
+        tweaked = *given;
+        tw->reshape(tw, k, &tweaked);
+        st = &tweaked;
+    }
     int64_t n;
     if (opr_shape_check(st->shape, st->ndim, &n, "samples")) return NULL; /* checked when parsed, too */
+    if (st->nvalues >= 0 && n != st->nvalues) { /* a tweak must keep a `values:` tensor's shape */
+        opr_fail(OPR_ERR_INVALID, "samples: %lld elements for %d values", (long long)n, st->nvalues);
+        return NULL;
+    }
     size_t es = opr_dtype_size(dt);
     unsigned char *buf = malloc((size_t)(n ? n : 1) * es);
     if (!buf) { opr_fail(OPR_ERR_NOMEM, "out of memory"); return NULL; }
@@ -246,7 +235,8 @@ static opr_tensor *make_tensor(opr_ctx *ctx, const sample_tensor *st, opr_dtype 
         default: free(buf); opr_fail(OPR_ERR_UNSUPPORTED, "samples: dtype %s not supported", opr_dtype_name(dt)); return NULL;
         }
     }
-    opr_tensor *t = opr_tensor_from_data(ctx, dt, st->ndim, st->shape, buf, dev);
+    opr_tensor *t = tw && tw->make ? tw->make(tw, k, ctx, dt, st, buf, dev)
+                                   : opr_tensor_from_data(ctx, dt, st->ndim, st->shape, buf, dev);
     free(buf);
     return t;
 }
@@ -258,6 +248,12 @@ opr_status opr_op_sample_args(const opr_op *op, int i, opr_dtype dtype, opr_devi
 {
     if (!op || !args || !nargs || !owned || !nowned || i < 0 || i >= op->nsamples)
         return opr_fail(OPR_ERR_INVALID, "opr_op_sample_args: bad arguments or sample index %d", i);
+    return samples_build(op, i, NULL, dtype, dev, seed, args, nargs, owned, nowned);
+}
+
+int samples_build(const opr_op *op, int i, const sample_tweak *tw, opr_dtype dtype, opr_device dev, uint64_t seed,
+                  opr_value *args, int *nargs, opr_tensor **owned, int *nowned)
+{
     const op_sample *s = &op->samples[i];
     opr_ctx *ctx = op->ctx;
     uint64_t rng = seed * 2654435761u + 88172645463325252ull;
@@ -287,7 +283,7 @@ opr_status opr_op_sample_args(const opr_op *op, int i, opr_dtype dtype, opr_devi
             for (int k = 0; k < sa->ntensors; k++) {
                 const sample_tensor *st = &sa->tensors[k];
                 opr_dtype dt = st->dtype >= 0 ? (opr_dtype)st->dtype : oa->fixed_dtype >= 0 ? (opr_dtype)oa->fixed_dtype : dtype;
-                opr_tensor *t = make_tensor(ctx, st, dt, dev, &rng);
+                opr_tensor *t = make_tensor(ctx, st, dt, dev, &rng, tw, *nowned);
                 if (!t) return opr_error_status();
                 owned[(*nowned)++] = t;
             }

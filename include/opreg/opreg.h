@@ -147,6 +147,29 @@ typedef struct opr_ctx_opts {
  * formulas that would fall back. Returns the previous setting; thread-safe. */
 OPR_API bool opr_cpu_fallback_set(opr_ctx *ctx, bool on);
 
+/* Guard mode, for conformance checks (`opreg check`); slow, off by default. While on,
+ * every kernel call of ctx (forward kernels run by opr_call, fused backward kernels run
+ * by backward) is checked:
+ *  - each output the library allocates gets 64 bytes of canary before and after its
+ *    data (written with the device's copy_from_host, read back with its copy_to_host,
+ *    so any device works). A kernel that returned OPR_OK but changed them fails the
+ *    call with OPR_ERR_BACKEND: "relu on npu wrote 1 element past its output (kernel
+ *    of plugin P, found in guard mode)" ("before its output", the count of damaged
+ *    elements, the output's name when the kernel has several: " 'indices'", or for a
+ *    fused backward kernel the input whose gradient it is).
+ *    The output stays an ordinary tensor: its storage holds the canaries, and its
+ *    storage offset (opr_tensor_offset) skips the front one, so it is not 0.
+ *    Outputs a kernel allocates itself (data-dependent shapes, host->alloc_output) and
+ *    the tensor an in-place op writes are not guarded.
+ *  - each tensor input (items of Tensor[] too) is copied to the host before the call
+ *    (the bytes its view spans) and compared after: "mul on npu changed its input
+ *    'self' (...)". An in-place op's `self`, and inputs overlapping it, are not
+ *    compared. Findings of one call are joined with "; ".
+ * A kernel that fails is reported as usual, unchecked. The mode is read once per
+ * kernel call: set it while no call runs to know which calls it covers. Returns the
+ * previous setting (false for a NULL ctx). */
+OPR_API bool opr_kernel_guards_set(opr_ctx *ctx, bool on);
+
 /* Seeds the context's random generator, which ops that draw randomness (dropout: the
  * `random:` key of their YAML entry) use: each such call takes the generator's next
  * 64-bit seed (one SplitMix64 step), so two calls differ, and the same seed followed by
@@ -785,6 +808,49 @@ OPR_API int opr_op_sample_count(const opr_op *op);
  * OPR_SAMPLE_MAX_TENSORS), *nowned of them, for the caller to release. */
 OPR_API opr_status opr_op_sample_args(const opr_op *op, int i, opr_dtype dtype, opr_device dev, uint64_t seed,
                                opr_value *args, int *nargs, opr_tensor **owned, int *nowned);
+
+/* Variants of sample i, for conformance checks: its count (0 for a bad op or index),
+ * variant 0 being the sample itself as opr_op_sample_args builds it. Then, per tensor
+ * argument NAME (an item of a Tensor[] is NAME[k]), as applies:
+ *   "transposed NAME"   (last two sizes > 1) a view whose memory has the last two dims
+ *                        swapped;
+ *   "step-2 slice NAME" (more than one element) every second element, along each dim,
+ *                        of a larger buffer;
+ *   "offset NAME"       (at least one element) a contiguous view 3 elements into a
+ *                        larger buffer;
+ *   "stride-0 NAME"     (a size > 1; not for a tensor given by `values:`, nor for the
+ *                        argument an in-place op writes) the innermost dim of size > 1
+ *                        expanded from size 1, stride 0: its values are the plain
+ *                        sample's first slice along that dim, repeated;
+ * and for the whole sample:
+ *   "size-0", "size-1"  the largest size value (of the tensors drawn at random, not
+ *                        kept, see below) replaced by 0 (by 1; only when it is > 1) in
+ *                        every tensor that has it, so that shapes stay consistent;
+ *                        size-1 also lowers the range of an i64 tensor drawn below
+ *                        that size, so that indices stay in range;
+ *   "large"             every size > 1 that is not kept multiplied by one factor in
+ *                        every tensor: the least factor that gives the largest tensor
+ *                        at least 65536 elements, raised so that each scaled size
+ *                        passes 64 unless that makes the largest tensor pass 2^20
+ *                        elements (not listed when no tensor can grow).
+ * Sizes are kept by the size variants when they equal a size or a value of a tensor
+ * given by `values:` (indices, offsets), which keep their shape and values, since such
+ * sizes may be tied to those values. int and int[] arguments (a reshape's shape, a
+ * `total:`) never change: a size variant they no longer fit is generated anyway and
+ * left to the op's own checks to refuse (treat a refusal by the CPU reference as "the
+ * variant does not apply"). A layout variant has the logical values of the plain
+ * sample (stride-0: as said); the views are made by the library over a buffer copied
+ * to dev with the device's own copy functions (the gaps hold NaN, or 0 for integer and
+ * bool tensors). Values come from the same generator as opr_op_sample_args: the same
+ * seed gives the same logical values on every device and dtype.
+ * opr_op_sample_variant_args builds variant `variant` of sample i like
+ * opr_op_sample_args (same args, nargs, owned and nowned; on failure nothing is left to
+ * release), and writes its label into label (len bytes; may be NULL): "" for variant
+ * 0, else as quoted above. OPR_ERR_INVALID for a variant index out of range. */
+OPR_API int opr_op_sample_variant_count(const opr_op *op, int i);
+OPR_API opr_status opr_op_sample_variant_args(const opr_op *op, int i, int variant, opr_dtype dtype, opr_device dev,
+                                              uint64_t seed, opr_value *args, int *nargs, opr_tensor **owned,
+                                              int *nowned, char *label, size_t label_len);
 
 /* ------------------------------------------------------------------ gradcheck */
 
