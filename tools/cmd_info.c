@@ -4,6 +4,7 @@
 #include <opreg/plugin.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 int cmd_info(int argc, char **argv)
 {
@@ -29,7 +30,10 @@ int cmd_info(int argc, char **argv)
         opr_plugin_candidate c = {.struct_size = sizeof c};
         opr_plugin_candidate_get(ctx, i, &c);
         char guess[64] = "?";
-        if (!c.name) { /* init never ran: name it after its file, libopreg_cuda.so -> cuda */
+        struct stat sb;
+        if (!c.name && !stat(c.path, &sb) && S_ISDIR(sb.st_mode)) { /* a directory refused as a whole */
+            snprintf(guess, sizeof guess, "(dir)");
+        } else if (!c.name) { /* init never ran: name it after its file, libopreg_cuda.so -> cuda */
             const char *base = strrchr(c.path, '/') ? strrchr(c.path, '/') + 1 : c.path;
             if (!strncmp(base, "lib", 3)) base += 3;
             if (!strncmp(base, "opreg_", 6)) base += 6;

@@ -174,7 +174,10 @@ OPR_API int opr_ctx_free(opr_ctx *ctx);
  * loaded (same inode) is skipped. Returns OPR_OK if every file loaded or was already
  * loaded, else the first error (OPR_ERR_NOMEM before any other); refusals are also
  * listed by opr_plugin_candidate_get. A file that ran out of memory is not recorded as
- * refused: loading it again tries again.
+ * refused: loading it again tries again. A directory refused as a whole (world-writable
+ * without the sticky bit: OPR_ERR_REFUSED) or that cannot be read (OPR_ERR_IO), and a
+ * dangling symbolic link (OPR_ERR_NOT_FOUND, "dangling symbolic link to T") are listed
+ * as refused candidates too, with that path.
  * A plugin whose probe says it cannot run here (no device) gives OPR_ERR_UNSUPPORTED
  * when loaded by file name, and is merely skipped when its directory is loaded. */
 OPR_API opr_status opr_plugin_load(opr_ctx *ctx, const char *path);
@@ -190,7 +193,7 @@ OPR_API opr_status opr_plugin_discover(opr_ctx *ctx);
 
 typedef struct opr_plugin_candidate {
     size_t struct_size;
-    const char *path;    /* file that was considered */
+    const char *path;    /* file that was considered (or directory, or dangling link) */
     const char *name;    /* plugin name, NULL if it never got that far */
     const char *version; /* plugin version string, or NULL */
     unsigned abi_major, abi_minor; /* what the plugin declared (0.0 if unknown) */
