@@ -514,27 +514,30 @@ opr_status opr_plugin_register(opr_ctx *ctx, opr_plugin_init_fn init, const char
 opr_status opr_plugin_discover(opr_ctx *ctx)
 {
     if (!ctx) return opr_fail(OPR_ERR_INVALID, "opr_plugin_discover: NULL context");
-    /* Refusals are recorded per candidate and discovery goes on; running out of
-     * memory stops it, since the plugins found would depend on where it struck. */
-    const char *env = getenv("OPREG_PLUGIN_PATH");
-    if (env) {
-        char *copy = strdup(env);
-        if (!copy) return opr_fail(OPR_ERR_NOMEM, "out of memory reading OPREG_PLUGIN_PATH");
-        int rc = OPR_OK;
-        for (char *save = NULL, *p = strtok_r(copy, ":", &save); p && rc != OPR_ERR_NOMEM; p = strtok_r(NULL, ":", &save))
-            rc = opr_plugin_load(ctx, p);
-        free(copy);
-        if (rc == OPR_ERR_NOMEM) return rc;
-    }
-    /* Then the plugin directory of the installation this library belongs to, and the
-     * build's own only when this is the build tree's library (install_paths.c). */
-    data_dir dirs[DATA_DIRS_MAX];
-    int n = install_data_dirs(DATA_PLUGINS, dirs);
-    if (n < 0) return opr_fail_wrap(n, "opr_plugin_discover");
+    /* OPREG_PLUGIN_PATH, then the plugin directory of the installation this library
+     * belongs to, and the build's own only when this is the build tree's library
+     * (plugin_files.c, install_paths.c). Refusals are recorded per candidate and
+     * discovery goes on; running out of memory stops it, since the plugins found would
+     * depend on where it struck. */
+    char **dirs;
+    int n, rc = plugin_search_path(&dirs, &n);
+    if (rc) return rc;
+    for (int i = 0; i < n && rc != OPR_ERR_NOMEM; i++) rc = opr_plugin_load(ctx, dirs[i]);
+    dir_list_free(dirs, n);
+    return rc == OPR_ERR_NOMEM ? rc : OPR_OK;
+}
+
+opr_status opr_plugin_refuse(opr_ctx *ctx, const char *path, const char *why)
+{
+    if (!ctx || !path || !why) return opr_fail(OPR_ERR_INVALID, "opr_plugin_refuse: NULL argument");
     struct stat sb;
-    for (int i = 0; i < n; i++)
-        if (!stat(dirs[i], &sb) && opr_plugin_load(ctx, dirs[i]) == OPR_ERR_NOMEM) return OPR_ERR_NOMEM;
-    return OPR_OK;
+    char real[PATH_MAX];
+    if (stat(path, &sb) || !realpath(path, real)) return opr_fail(OPR_ERR_NOT_FOUND, "plugin %s does not exist", path);
+    const candidate *o = candidate_of(ctx, &sb);
+    if (o && o->loaded) return opr_fail(OPR_ERR_INVALID, "opr_plugin_refuse: plugin %s is loaded already", o->path);
+    if (o) return OPR_OK; /* refused already: its first reason stays */
+    int rc = refuse_path(ctx, real, &sb, OPR_ERR_REFUSED, why);
+    return rc == OPR_ERR_REFUSED ? OPR_OK : rc;
 }
 
 int opr_plugin_candidate_count(const opr_ctx *ctx) { return ctx && ctx->plugins ? ctx->plugins->n : 0; }

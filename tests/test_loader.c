@@ -545,6 +545,41 @@ START_TEST(test_dangling_symlink)
 }
 END_TEST
 
+/* opr_plugin_files lists what a context would open, without opening it;
+ * opr_plugin_refuse keeps a file out of a context with the caller's reason. */
+START_TEST(test_files_and_refuse)
+{
+    const char *paths[] = {fx("fx_good"), fx("fx_good"), "/nonexistent/libx.so", cpu_plugin()};
+    opr_ctx_opts o = {.struct_size = sizeof o, .skip_plugin_discovery = true, .plugin_paths = paths,
+                      .n_plugin_paths = 4};
+    char **files;
+    int n;
+    ck_assert_int_eq(opr_plugin_files(&o, &files, &n), OPR_OK);
+    ck_assert_int_eq(n, 2); /* once each, nothing for a missing path */
+    ck_assert_str_eq(files[0], real_path(paths[0]));
+    ck_assert_str_eq(files[1], real_path(paths[3]));
+    opr_plugin_files_free(files, n);
+    ck_assert_int_eq(opr_plugin_files(&o, NULL, &n), OPR_ERR_INVALID);
+
+    opr_ctx *ctx = bare_ctx();
+    ck_assert_int_eq(opr_plugin_refuse(ctx, paths[0], "init crashed (SIGSEGV)"), OPR_OK);
+    ck_assert_int_eq(opr_plugin_refuse(ctx, paths[0], "another reason"), OPR_OK); /* the first stays */
+    ck_assert_int_eq(opr_plugin_load(ctx, paths[0]), OPR_ERR_REFUSED);
+    assert_has(opr_last_error(), "init crashed (SIGSEGV)", "opr_last_error()");
+    ck_assert_int_eq(opr_plugin_candidate_count(ctx), 1);
+    opr_plugin_candidate c = candidate_for(ctx, paths[0]);
+    ck_assert(!c.loaded);
+    ck_assert_str_eq(c.why, "init crashed (SIGSEGV)");
+    opr_device dev;
+    ck_assert_int_eq(opr_device_parse(ctx, "fxgood", &dev), OPR_ERR_NOT_FOUND);
+    expect_cpu_works(ctx);
+    ck_assert_int_eq(opr_plugin_refuse(ctx, cpu_plugin(), "late"), OPR_ERR_INVALID); /* loaded already */
+    ck_assert_int_eq(opr_plugin_refuse(ctx, "/nonexistent/libx.so", "gone"), OPR_ERR_NOT_FOUND);
+    ck_assert_int_eq(opr_plugin_refuse(NULL, paths[0], "x"), OPR_ERR_INVALID);
+    tu_ctx_free(ctx);
+}
+END_TEST
+
 START_TEST(test_desc_below_minimum)
 {
     opr_ctx *ctx = bare_ctx();
@@ -1082,6 +1117,7 @@ static Suite *loader_suite(void)
     tcase_add_test(t, test_world_writable_file);
     tcase_add_test(t, test_world_writable_directory);
     tcase_add_test(t, test_dangling_symlink);
+    tcase_add_test(t, test_files_and_refuse);
     suite_add_tcase(s, t);
     t = tcase_create("accepted");
     tcase_add_test(t, test_abi_minor_newer_accepted);
