@@ -567,13 +567,13 @@ size_t type_size(cudaDataType_t t) { return t == CUDA_R_64F ? 8 : t == CUDA_R_32
 
 float half_to_float(cudaDataType_t t, const void *p)
 {
-    if (t == CUDA_R_16F) return (float)*(const gpuemu_f16 *)p;
+    if (t == CUDA_R_16F) return gpuemu_f16_to_float(*(const gpuemu_f16 *)p);
     return gpuemu_bf16_to_float(*(const gpuemu_bf16 *)p);
 }
 
 void float_to_half(cudaDataType_t t, float v, void *p)
 {
-    if (t == CUDA_R_16F) *(gpuemu_f16 *)p = (gpuemu_f16)v;
+    if (t == CUDA_R_16F) *(gpuemu_f16 *)p = gpuemu_float_to_f16(v);
     else *(gpuemu_bf16 *)p = gpuemu_float_to_bf16(v);
 }
 
