@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 struct opr_plugin_set {
     candidate **items;
@@ -279,23 +280,75 @@ static const char *dirname_of(const char *path, char *buf, size_t len)
     return buf;
 }
 
+/* The candidate of the file (or directory, or link) sb describes, if it was
+ * considered already. */
+static candidate *candidate_of(opr_ctx *ctx, const struct stat *sb)
+{
+    for (int i = 0; i < ctx->plugins->n; i++) {
+        candidate *o = ctx->plugins->items[i];
+        if (!o->in_process && o->st_dev == sb->st_dev && o->st_ino == sb->st_ino) return o;
+    }
+    return NULL;
+}
+
+/* What loading a path considered before returns: a refused path stays refused, with
+ * the same reason. */
+static int considered(const candidate *o)
+{
+    if (o->loaded || !o->status) return OPR_OK;
+    return opr_fail(o->status, "plugin %s: %s", o->path, o->why ? o->why : "refused earlier");
+}
+
+/* A new candidate for the path sb describes, with its identity; NULL without memory. */
+static candidate *candidate_new(opr_ctx *ctx, const char *path, const struct stat *sb)
+{
+    candidate *c = candidate_add(ctx, path);
+    if (c) {
+        c->st_dev = sb->st_dev;
+        c->st_ino = sb->st_ino;
+    }
+    return c;
+}
+
+/* A plugin path that is not loaded and has no file to open: recorded as a refused
+ * candidate (listed by opreg info), never dropped silently. */
+static int refuse_path(opr_ctx *ctx, const char *path, const struct stat *sb, int status, const char *why)
+{
+    candidate *o = candidate_of(ctx, sb);
+    if (o) return considered(o);
+    candidate *c = candidate_new(ctx, path, sb);
+    if (!c) return opr_fail(OPR_ERR_NOMEM, "out of memory");
+    return refuse(c, status, "%s", why);
+}
+
+/* path is a symbolic link whose target does not exist: refused naming the target. The
+ * candidate is the link itself, in its directory's real path. */
+static int refuse_dangling(opr_ctx *ctx, const char *path, const struct stat *lsb)
+{
+    char target[PATH_MAX], dir[PATH_MAX], real_dir[PATH_MAX], where[2 * PATH_MAX], why[PATH_MAX + 64];
+    ssize_t len = readlink(path, target, sizeof target - 1);
+    target[len > 0 ? len : 0] = '\0';
+    const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+    snprintf(dir, sizeof dir, "%.*s", (int)(base - path), path);
+    if (!realpath(dir[0] ? dir : ".", real_dir)) snprintf(real_dir, sizeof real_dir, "%s", dir);
+    snprintf(where, sizeof where, "%s/%s", strcmp(real_dir, "/") ? real_dir : "", base);
+    snprintf(why, sizeof why, "dangling symbolic link to %s", len > 0 ? target : "(unreadable)");
+    return refuse_path(ctx, where, lsb, OPR_ERR_NOT_FOUND, why);
+}
+
 static int load_file(opr_ctx *ctx, const char *path)
 {
     struct stat sb;
     char real[PATH_MAX];
     if (!realpath(path, real)) snprintf(real, sizeof real, "%s", path);
-    if (stat(real, &sb)) return opr_fail(OPR_ERR_NOT_FOUND, "plugin %s: cannot stat", path);
-    for (int i = 0; i < ctx->plugins->n; i++) { /* same file: idempotent */
-        candidate *o = ctx->plugins->items[i];
-        if (o->in_process || o->st_dev != sb.st_dev || o->st_ino != sb.st_ino) continue;
-        if (o->loaded || !o->status) return OPR_OK;
-        /* considered once: a refused file stays refused, with the same reason */
-        return opr_fail(o->status, "plugin %s: %s", o->path, o->why ? o->why : "refused earlier");
+    if (stat(real, &sb)) {
+        if (!lstat(path, &sb) && S_ISLNK(sb.st_mode)) return refuse_dangling(ctx, path, &sb);
+        return opr_fail(OPR_ERR_NOT_FOUND, "plugin %s: cannot stat", path);
     }
-    candidate *c = candidate_add(ctx, real);
+    candidate *o = candidate_of(ctx, &sb); /* same file: idempotent */
+    if (o) return considered(o);
+    candidate *c = candidate_new(ctx, real, &sb);
     if (!c) return opr_fail(OPR_ERR_NOMEM, "out of memory");
-    c->st_dev = sb.st_dev;
-    c->st_ino = sb.st_ino;
 
     /* A world-writable file or directory lets anyone put code into this process. */
     if (sb.st_mode & S_IWOTH) return refuse(c, OPR_ERR_REFUSED, "refused: file is world-writable");
@@ -407,13 +460,26 @@ opr_status opr_plugin_load(opr_ctx *ctx, const char *path)
 {
     if (!ctx || !path || !path[0]) return opr_fail(OPR_ERR_INVALID, "opr_plugin_load: NULL or empty path");
     struct stat sb;
-    if (stat(path, &sb)) return opr_fail(OPR_ERR_NOT_FOUND, "plugin path %s does not exist", path);
+    if (stat(path, &sb)) {
+        if (!lstat(path, &sb) && S_ISLNK(sb.st_mode)) return refuse_dangling(ctx, path, &sb);
+        return opr_fail(OPR_ERR_NOT_FOUND, "plugin path %s does not exist", path);
+    }
     if (!S_ISDIR(sb.st_mode)) return load_file(ctx, path);
-    if (sb.st_mode & S_IWOTH && !(sb.st_mode & S_ISVTX))
-        return opr_fail(OPR_ERR_REFUSED, "plugin directory %s is world-writable: refused", path);
+    /* A directory that is refused or cannot be read is a candidate of its own, so that
+     * what was not looked into is listed with the reason like a refused file. */
+    char real[PATH_MAX], why[PATH_MAX + 64];
+    if (!realpath(path, real)) snprintf(real, sizeof real, "%s", path);
+    if (sb.st_mode & S_IWOTH && !(sb.st_mode & S_ISVTX)) {
+        snprintf(why, sizeof why, "refused: directory %s is world-writable", real);
+        return refuse_path(ctx, real, &sb, OPR_ERR_REFUSED, why);
+    }
     char **names;
     int n;
     int listed = dir_list(path, ".so", true, "plugin directory", &names, &n);
+    if (listed == OPR_ERR_IO) {
+        snprintf(why, sizeof why, "refused: %s", opr_last_error());
+        return refuse_path(ctx, real, &sb, OPR_ERR_IO, why);
+    }
     if (listed) return listed;
     int first = OPR_OK;
     char first_msg[1024] = "";
@@ -448,27 +514,30 @@ opr_status opr_plugin_register(opr_ctx *ctx, opr_plugin_init_fn init, const char
 opr_status opr_plugin_discover(opr_ctx *ctx)
 {
     if (!ctx) return opr_fail(OPR_ERR_INVALID, "opr_plugin_discover: NULL context");
-    /* Refusals are recorded per candidate and discovery goes on; running out of
-     * memory stops it, since the plugins found would depend on where it struck. */
-    const char *env = getenv("OPREG_PLUGIN_PATH");
-    if (env) {
-        char *copy = strdup(env);
-        if (!copy) return opr_fail(OPR_ERR_NOMEM, "out of memory reading OPREG_PLUGIN_PATH");
-        int rc = OPR_OK;
-        for (char *save = NULL, *p = strtok_r(copy, ":", &save); p && rc != OPR_ERR_NOMEM; p = strtok_r(NULL, ":", &save))
-            rc = opr_plugin_load(ctx, p);
-        free(copy);
-        if (rc == OPR_ERR_NOMEM) return rc;
-    }
-    /* Then the plugin directory of the installation this library belongs to, and the
-     * build's own only when this is the build tree's library (install_paths.c). */
-    data_dir dirs[DATA_DIRS_MAX];
-    int n = install_data_dirs(DATA_PLUGINS, dirs);
-    if (n < 0) return opr_fail_wrap(n, "opr_plugin_discover");
+    /* OPREG_PLUGIN_PATH, then the plugin directory of the installation this library
+     * belongs to, and the build's own only when this is the build tree's library
+     * (plugin_files.c, install_paths.c). Refusals are recorded per candidate and
+     * discovery goes on; running out of memory stops it, since the plugins found would
+     * depend on where it struck. */
+    char **dirs;
+    int n, rc = plugin_search_path(&dirs, &n);
+    if (rc) return rc;
+    for (int i = 0; i < n && rc != OPR_ERR_NOMEM; i++) rc = opr_plugin_load(ctx, dirs[i]);
+    dir_list_free(dirs, n);
+    return rc == OPR_ERR_NOMEM ? rc : OPR_OK;
+}
+
+opr_status opr_plugin_refuse(opr_ctx *ctx, const char *path, const char *why)
+{
+    if (!ctx || !path || !why) return opr_fail(OPR_ERR_INVALID, "opr_plugin_refuse: NULL argument");
     struct stat sb;
-    for (int i = 0; i < n; i++)
-        if (!stat(dirs[i], &sb) && opr_plugin_load(ctx, dirs[i]) == OPR_ERR_NOMEM) return OPR_ERR_NOMEM;
-    return OPR_OK;
+    char real[PATH_MAX];
+    if (stat(path, &sb) || !realpath(path, real)) return opr_fail(OPR_ERR_NOT_FOUND, "plugin %s does not exist", path);
+    const candidate *o = candidate_of(ctx, &sb);
+    if (o && o->loaded) return opr_fail(OPR_ERR_INVALID, "opr_plugin_refuse: plugin %s is loaded already", o->path);
+    if (o) return OPR_OK; /* refused already: its first reason stays */
+    int rc = refuse_path(ctx, real, &sb, OPR_ERR_REFUSED, why);
+    return rc == OPR_ERR_REFUSED ? OPR_OK : rc;
 }
 
 int opr_plugin_candidate_count(const opr_ctx *ctx) { return ctx && ctx->plugins ? ctx->plugins->n : 0; }

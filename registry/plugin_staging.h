@@ -50,6 +50,10 @@ typedef struct staging {
 /* Appends a remark to a loaded plugin's `why` ("; " between remarks). Without memory
  * for it the remark is lost, not the plugin. */
 void plugin_remark(candidate *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The search path of opr_plugin_discover, in order: the entries of OPREG_PLUGIN_PATH,
+ * then the library's own plugin directories that exist (plugin_files.c). *paths is
+ * freed with dir_list_free. OPR_OK or OPR_ERR_NOMEM. */
+int plugin_search_path(char ***paths, int *n);
 /* "f32, f64" for an OPR_DTYPE_BIT mask, in buf. */
 const char *plugin_dtype_list(uint32_t mask, char *buf, size_t len);
 

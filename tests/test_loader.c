@@ -482,11 +482,20 @@ START_TEST(test_world_writable_directory)
     opr_plugin_candidate c = expect_refused(ctx, copy, OPR_ERR_REFUSED, PHRASES("refused", "directory", "is world-writable"));
     assert_has(c.why, real_dir, "candidate why");
     ck_assert_ptr_null(c.name);
-    /* the directory itself is refused before anything in it is considered */
-    ck_assert_int_eq(opr_plugin_load(ctx, dir), OPR_ERR_REFUSED);
-    assert_has(opr_last_error(), dir, "opr_last_error()");
-    assert_has(opr_last_error(), "world-writable", "opr_last_error()");
-    ck_assert_int_eq(opr_plugin_candidate_count(ctx), 1);
+    /* the directory itself is refused before anything in it is considered, and listed
+     * as refused with the reason (opreg info), once however often it is loaded */
+    for (int again = 0; again < 2; again++) {
+        ck_assert_int_eq(opr_plugin_load(ctx, dir), OPR_ERR_REFUSED);
+        assert_has(opr_last_error(), real_dir, "opr_last_error()");
+        assert_has(opr_last_error(), "world-writable", "opr_last_error()");
+        ck_assert_int_eq(opr_plugin_candidate_count(ctx), 2);
+        opr_plugin_candidate d = candidate_for(ctx, dir);
+        ck_assert(!d.loaded);
+        ck_assert_ptr_null(d.name);
+        assert_has(d.why, "refused: directory", "directory candidate why");
+        assert_has(d.why, real_dir, "directory candidate why");
+        assert_has(d.why, "is world-writable", "directory candidate why");
+    }
     opr_device dev;
     ck_assert_int_eq(opr_device_parse(ctx, "fxgood", &dev), OPR_ERR_NOT_FOUND);
     expect_cpu_works(ctx);
@@ -501,6 +510,73 @@ START_TEST(test_world_writable_directory)
     tu_ctx_free(ctx);
     free(copy);
     remove_dir(dir);
+}
+END_TEST
+
+/* A dangling link in a plugin directory, or named itself, is listed as refused with
+ * its target rather than dropped: the plugin someone meant to install is missing. */
+START_TEST(test_dangling_symlink)
+{
+    char *dir = temp_dir();
+    char *link = join(dir, "libfx_gone.so"), *target = join(dir, "libfx_moved_away.so");
+    ck_assert_int_eq(symlink(target, link), 0);
+    char want_path[PATH_MAX];
+    snprintf(want_path, sizeof want_path, "%s/libfx_gone.so", real_path(dir));
+    opr_ctx *ctx = bare_ctx();
+    ck_assert_int_eq(opr_plugin_load(ctx, dir), OPR_ERR_NOT_FOUND);
+    for (int by_name = 0; by_name < 2; by_name++) {
+        assert_has(opr_last_error(), want_path, "opr_last_error()");
+        assert_has(opr_last_error(), "dangling symbolic link to", "opr_last_error()");
+        ck_assert_int_eq(opr_plugin_candidate_count(ctx), 1);
+        opr_plugin_candidate c = {.struct_size = sizeof c};
+        ck_assert_int_eq(opr_plugin_candidate_get(ctx, 0, &c), OPR_OK);
+        ck_assert_str_eq(c.path, want_path);
+        ck_assert(!c.loaded);
+        assert_has(c.why, "dangling symbolic link to ", "candidate why");
+        assert_has(c.why, target, "candidate why");
+        /* named itself, later: the same record, not a second one */
+        if (!by_name) ck_assert_int_eq(opr_plugin_load(ctx, link), OPR_ERR_NOT_FOUND);
+    }
+    expect_cpu_works(ctx);
+    tu_ctx_free(ctx);
+    free(link);
+    free(target);
+    remove_dir(dir);
+}
+END_TEST
+
+/* opr_plugin_files lists what a context would open, without opening it;
+ * opr_plugin_refuse keeps a file out of a context with the caller's reason. */
+START_TEST(test_files_and_refuse)
+{
+    const char *paths[] = {fx("fx_good"), fx("fx_good"), "/nonexistent/libx.so", cpu_plugin()};
+    opr_ctx_opts o = {.struct_size = sizeof o, .skip_plugin_discovery = true, .plugin_paths = paths,
+                      .n_plugin_paths = 4};
+    char **files;
+    int n;
+    ck_assert_int_eq(opr_plugin_files(&o, &files, &n), OPR_OK);
+    ck_assert_int_eq(n, 2); /* once each, nothing for a missing path */
+    ck_assert_str_eq(files[0], real_path(paths[0]));
+    ck_assert_str_eq(files[1], real_path(paths[3]));
+    opr_plugin_files_free(files, n);
+    ck_assert_int_eq(opr_plugin_files(&o, NULL, &n), OPR_ERR_INVALID);
+
+    opr_ctx *ctx = bare_ctx();
+    ck_assert_int_eq(opr_plugin_refuse(ctx, paths[0], "init crashed (SIGSEGV)"), OPR_OK);
+    ck_assert_int_eq(opr_plugin_refuse(ctx, paths[0], "another reason"), OPR_OK); /* the first stays */
+    ck_assert_int_eq(opr_plugin_load(ctx, paths[0]), OPR_ERR_REFUSED);
+    assert_has(opr_last_error(), "init crashed (SIGSEGV)", "opr_last_error()");
+    ck_assert_int_eq(opr_plugin_candidate_count(ctx), 1);
+    opr_plugin_candidate c = candidate_for(ctx, paths[0]);
+    ck_assert(!c.loaded);
+    ck_assert_str_eq(c.why, "init crashed (SIGSEGV)");
+    opr_device dev;
+    ck_assert_int_eq(opr_device_parse(ctx, "fxgood", &dev), OPR_ERR_NOT_FOUND);
+    expect_cpu_works(ctx);
+    ck_assert_int_eq(opr_plugin_refuse(ctx, cpu_plugin(), "late"), OPR_ERR_INVALID); /* loaded already */
+    ck_assert_int_eq(opr_plugin_refuse(ctx, "/nonexistent/libx.so", "gone"), OPR_ERR_NOT_FOUND);
+    ck_assert_int_eq(opr_plugin_refuse(NULL, paths[0], "x"), OPR_ERR_INVALID);
+    tu_ctx_free(ctx);
 }
 END_TEST
 
@@ -1040,6 +1116,8 @@ static Suite *loader_suite(void)
     tcase_add_test(t, test_nonexistent_path);
     tcase_add_test(t, test_world_writable_file);
     tcase_add_test(t, test_world_writable_directory);
+    tcase_add_test(t, test_dangling_symlink);
+    tcase_add_test(t, test_files_and_refuse);
     suite_add_tcase(s, t);
     t = tcase_create("accepted");
     tcase_add_test(t, test_abi_minor_newer_accepted);

@@ -8,7 +8,6 @@
 #include "check_record.h"
 
 #include <opreg/opreg.h>
-#include "check_stubs.h" /* TEMPORARY */
 
 #include <stdbool.h>
 

@@ -18,6 +18,10 @@ int cmd_gradcheck(int argc, char **argv);
 
 /* True if argv holds -h or --help. */
 bool cli_wants_help(int argc, char **argv);
+/* Most --plugin options a command takes. */
+#define CLI_MAX_PLUGINS 16
+/* The values of argv's --plugin PATH options, at most max, into paths; their count. */
+int cli_plugin_paths(int argc, char **argv, const char **paths, int max);
 /* Creates a context with default discovery plus --plugin PATH options of argv;
  * prints the error and returns NULL on failure. */
 opr_ctx *cli_ctx_new(int argc, char **argv);

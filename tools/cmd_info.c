@@ -1,24 +1,70 @@
-/* opreg info: what the loader found. */
+/* opreg info: what the loader found; each plugin tried in a child process first. */
 #include "cli.h"
+#include "plugin_probe.h"
 
 #include <opreg/plugin.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+
+/* The context of cli_ctx_new, with every plugin probed in a child process first
+ * (plugin_probe.h) and those that crashed or hung there refused. */
+static opr_ctx *info_ctx_isolated(int argc, char **argv, double timeout_s)
+{
+    const char *paths[CLI_MAX_PLUGINS];
+    opr_ctx_opts opts = {.struct_size = sizeof opts, .plugin_paths = paths,
+                         .n_plugin_paths = cli_plugin_paths(argc, argv, paths, CLI_MAX_PLUGINS)};
+    probe_result *r;
+    int n;
+    if (probe_plugins(&opts, timeout_s, &r, &n)) {
+        fprintf(stderr, "opreg: %s\n", opr_last_error());
+        return NULL;
+    }
+    opr_ctx *ctx = probe_ctx_new(&opts, r, n);
+    if (!ctx) fprintf(stderr, "opreg: %s\n", opr_last_error());
+    probe_results_free(r, n);
+    return ctx;
+}
 
 int cmd_info(int argc, char **argv)
 {
     if (cli_wants_help(argc, argv)) {
-        printf("usage: opreg info [--plugin PATH]...\n\n"
+        printf("usage: opreg info [--plugin PATH]... [--no-isolate] [--probe-timeout SECONDS]\n\n"
                "Lists every plugin file considered (explicit paths, OPREG_PLUGIN_PATH, the plugin\n"
                "directory of libopreg.so's installation, or the build tree's), with its name,\n"
                "version, ABI, probe score and whether it was loaded or why not (or its remarks:\n"
                "kernels skipped or not replaced, device warnings); then the devices and the number\n"
                "of ops that can run on each; then every (op, device, dtype) whose kernel shadows\n"
                "another plugin's, naming both (explicit overrides, kernels kept from the plugin\n"
-               "loaded first, and a device's own plugin's kernels over others added to it).\n");
+               "loaded first, and a device's own plugin's kernels over others added to it).\n\n"
+               "Each plugin file is first loaded alone in a child process: one whose init (or\n"
+               "shutdown) crashes, ends the process or runs past the time limit is listed as\n"
+               "\"init crashed (SIGSEGV)\", \"init timed out after N s\" and so on, and is not\n"
+               "loaded; the others load as usual.\n\n"
+               "  --no-isolate           load the plugins in this process only, without the\n"
+               "                         child processes (a crashing plugin takes info down)\n"
+               "  --probe-timeout S      time limit of one plugin's child, in seconds (default %g)\n\n"
+               "Exit status: 0 when the listing was printed, whatever the plugins did (a refused,\n"
+               "crashed or timed-out plugin is listed, not an error); 1 when no context could be\n"
+               "made; 2 for a bad option.\n", PROBE_TIMEOUT_DEFAULT);
         return 0;
     }
-    opr_ctx *ctx = cli_ctx_new(argc, argv);
+    bool isolate = true;
+    double timeout_s = PROBE_TIMEOUT_DEFAULT;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--no-isolate")) {
+            isolate = false;
+        } else if (!strcmp(argv[i], "--probe-timeout")) {
+            char *end = NULL;
+            timeout_s = i + 1 < argc ? strtod(argv[++i], &end) : 0;
+            if (!end || *end || !(timeout_s > 0 && timeout_s < 1e6)) {
+                fprintf(stderr, "opreg info: --probe-timeout needs a number of seconds > 0\n");
+                return 2;
+            }
+        }
+    }
+    opr_ctx *ctx = isolate ? info_ctx_isolated(argc, argv, timeout_s) : cli_ctx_new(argc, argv);
     if (!ctx) return 1;
     unsigned abi_major, abi_minor;
     opr_abi_version(&abi_major, &abi_minor); /* the library's, which may differ from this header's */
@@ -29,7 +75,10 @@ int cmd_info(int argc, char **argv)
         opr_plugin_candidate c = {.struct_size = sizeof c};
         opr_plugin_candidate_get(ctx, i, &c);
         char guess[64] = "?";
-        if (!c.name) { /* init never ran: name it after its file, libopreg_cuda.so -> cuda */
+        struct stat sb;
+        if (!c.name && !stat(c.path, &sb) && S_ISDIR(sb.st_mode)) { /* a directory refused as a whole */
+            snprintf(guess, sizeof guess, "(dir)");
+        } else if (!c.name) { /* init never ran: name it after its file, libopreg_cuda.so -> cuda */
             const char *base = strrchr(c.path, '/') ? strrchr(c.path, '/') + 1 : c.path;
             if (!strncmp(base, "lib", 3)) base += 3;
             if (!strncmp(base, "opreg_", 6)) base += 6;

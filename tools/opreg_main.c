@@ -37,12 +37,18 @@ bool cli_wants_help(int argc, char **argv)
     return false;
 }
 
+int cli_plugin_paths(int argc, char **argv, const char **paths, int max)
+{
+    int n = 0;
+    for (int i = 1; i + 1 < argc && n < max; i++)
+        if (!strcmp(argv[i], "--plugin")) paths[n++] = argv[++i];
+    return n;
+}
+
 opr_ctx *cli_ctx_new(int argc, char **argv)
 {
-    const char *paths[16];
-    int n = 0;
-    for (int i = 1; i + 1 < argc && n < 16; i++)
-        if (!strcmp(argv[i], "--plugin")) paths[n++] = argv[++i];
+    const char *paths[CLI_MAX_PLUGINS];
+    int n = cli_plugin_paths(argc, argv, paths, CLI_MAX_PLUGINS);
     opr_ctx_opts opts = {.struct_size = sizeof opts, .plugin_paths = paths, .n_plugin_paths = n};
     opr_ctx *ctx = opr_ctx_new(&opts);
     if (!ctx) fprintf(stderr, "opreg: %s\n", opr_last_error());

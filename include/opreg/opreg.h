@@ -197,7 +197,10 @@ OPR_API int opr_ctx_free(opr_ctx *ctx);
  * loaded (same inode) is skipped. Returns OPR_OK if every file loaded or was already
  * loaded, else the first error (OPR_ERR_NOMEM before any other); refusals are also
  * listed by opr_plugin_candidate_get. A file that ran out of memory is not recorded as
- * refused: loading it again tries again.
+ * refused: loading it again tries again. A directory refused as a whole (world-writable
+ * without the sticky bit: OPR_ERR_REFUSED) or that cannot be read (OPR_ERR_IO), and a
+ * dangling symbolic link (OPR_ERR_NOT_FOUND, "dangling symbolic link to T") are listed
+ * as refused candidates too, with that path.
  * A plugin whose probe says it cannot run here (no device) gives OPR_ERR_UNSUPPORTED
  * when loaded by file name, and is merely skipped when its directory is loaded. */
 OPR_API opr_status opr_plugin_load(opr_ctx *ctx, const char *path);
@@ -211,9 +214,32 @@ OPR_API opr_status opr_plugin_load(opr_ctx *ctx, const char *path);
  * out (the search stops there). */
 OPR_API opr_status opr_plugin_discover(opr_ctx *ctx);
 
+/* The plugin files opr_ctx_new(opts) would open (opts NULL: the defaults), in the
+ * order it would consider them, without opening any: the explicit plugin_paths, then,
+ * unless skip_plugin_discovery, the search path of opr_plugin_discover; a directory
+ * contributes its *.so as the loader reads it. Each file appears once, by its real
+ * path; what the loader opens nothing of (a path that does not exist, a dangling link,
+ * a directory refused as world-writable or unreadable) contributes nothing. For tools
+ * that vet each file before a context loads it (opreg info runs each plugin's init in
+ * a child process first). *paths, *n of them, is freed with opr_plugin_files_free.
+ * OPR_OK, OPR_ERR_INVALID for NULL results, OPR_ERR_NOMEM (nothing returned). */
+OPR_API opr_status opr_plugin_files(const opr_ctx_opts *opts, char ***paths, int *n);
+/* Frees what opr_plugin_files returned. */
+OPR_API void opr_plugin_files_free(char **paths, int n);
+
+/* Records plugin file `path` as refused with the reason `why`, without opening it: it
+ * is listed by opr_plugin_candidate_get (its real path, `why`, not loaded), and every
+ * later load of the same file (same inode, by any path) is refused with that reason
+ * (OPR_ERR_REFUSED). For a tool that found elsewhere that the file must not be loaded
+ * (opreg info: its init crashed in a child process). OPR_OK, also when the file was
+ * refused already (the first reason stays); OPR_ERR_NOT_FOUND when path does not
+ * exist; OPR_ERR_INVALID for NULL arguments or a file that is loaded already;
+ * OPR_ERR_NOMEM (nothing recorded). */
+OPR_API opr_status opr_plugin_refuse(opr_ctx *ctx, const char *path, const char *why);
+
 typedef struct opr_plugin_candidate {
     size_t struct_size;
-    const char *path;    /* file that was considered */
+    const char *path;    /* file that was considered (or directory, or dangling link) */
     const char *name;    /* plugin name, NULL if it never got that far */
     const char *version; /* plugin version string, or NULL */
     unsigned abi_major, abi_minor; /* what the plugin declared (0.0 if unknown) */

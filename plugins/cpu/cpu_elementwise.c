@@ -667,7 +667,8 @@ int cpu_register_elementwise(opr_plugin *self)
         {"norm_backward_fast", sqrt_backward_tab, k_norm_backward_fast},
     };
     for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
-        int rc = cpu_register(self, ops[i].op, ew_mask(ops[i].table), ops[i].fn);
+        /* f16 and bf16 through f32 (cpu_half.c) */
+        int rc = cpu_register_upcast(self, ops[i].op, ew_mask(ops[i].table), ops[i].fn);
         if (rc != OPR_OK) return rc;
     }
     return OPR_OK;

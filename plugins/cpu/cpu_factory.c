@@ -103,13 +103,15 @@ int cpu_register_factory(opr_plugin *self)
     const uint32_t all = OPR_DTYPE_BIT(OPR_F32) | OPR_DTYPE_BIT(OPR_F64) |
                          OPR_DTYPE_BIT(OPR_I64) | OPR_DTYPE_BIT(OPR_BOOL);
     const uint32_t numeric = all & ~OPR_DTYPE_BIT(OPR_BOOL);
-    static const struct { const char *op; bool numeric_only; opr_kernel_fn fn; } table[] = {
-        { "zeros", false, k_zeros },      { "ones", false, k_ones },
-        { "full", false, k_full },        { "arange", true, k_arange },
-        { "zeros_like", false, k_zeros }, { "ones_like", false, k_ones },
+    /* zeros_like and ones_like also in f16 and bf16 (through f32: cpu_half.c) */
+    static const struct { const char *op; bool numeric_only; opr_kernel_fn fn; bool upcast; } table[] = {
+        { "zeros", false, k_zeros, false },     { "ones", false, k_ones, false },
+        { "full", false, k_full, false },       { "arange", true, k_arange, false },
+        { "zeros_like", false, k_zeros, true }, { "ones_like", false, k_ones, true },
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
-        int rc = cpu_register(self, table[i].op, table[i].numeric_only ? numeric : all, table[i].fn);
+        int rc = (table[i].upcast ? cpu_register_upcast : cpu_register)(self, table[i].op,
+                                                                        table[i].numeric_only ? numeric : all, table[i].fn);
         if (rc != OPR_OK) return rc;
     }
     return OPR_OK;

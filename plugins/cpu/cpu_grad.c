@@ -212,15 +212,17 @@ int cpu_register_grad(opr_plugin *self)
     /* The helpers that only move bytes serve the half types too (storage-only here). */
     const uint32_t all = fl | OPR_DTYPE_BIT(OPR_I64) | OPR_DTYPE_BIT(OPR_BOOL) | OPR_DTYPE_BIT(OPR_F16) |
                          OPR_DTYPE_BIT(OPR_BF16);
-    const struct { const char *op; uint32_t dtypes; opr_kernel_fn fn; } table[] = {
-        {"sum_to", fl, k_sum_to},
-        {"new_zeros", all, k_new_zeros},
-        {"sign", fl | OPR_DTYPE_BIT(OPR_I64), k_sign},
-        {"narrow_scatter", all, k_narrow_scatter},
-        {"diag_backward", all, k_diag_backward},
+    /* sum_to and sign also compute in f16 and bf16, through f32 (cpu_half.c) */
+    const struct { const char *op; uint32_t dtypes; opr_kernel_fn fn; bool upcast; } table[] = {
+        {"sum_to", fl, k_sum_to, true},
+        {"new_zeros", all, k_new_zeros, false},
+        {"sign", fl | OPR_DTYPE_BIT(OPR_I64), k_sign, true},
+        {"narrow_scatter", all, k_narrow_scatter, false},
+        {"diag_backward", all, k_diag_backward, false},
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
-        int rc = cpu_register(self, table[i].op, table[i].dtypes, table[i].fn);
+        int rc = (table[i].upcast ? cpu_register_upcast : cpu_register)(self, table[i].op, table[i].dtypes,
+                                                                        table[i].fn);
         if (rc != OPR_OK) return rc;
     }
     return OPR_OK;

@@ -8,6 +8,10 @@
 
 /* Registers one kernel for device "cpu". Returns the host's status. */
 int cpu_register(opr_plugin *self, const char *op, uint32_t dtypes, opr_kernel_fn fn);
+/* cpu_register for an f32 kernel (among dtypes) that also serves f16 and bf16: their
+ * tensors are widened to f32 around the call and the outputs rounded back
+ * (cpu_half.c). */
+int cpu_register_upcast(opr_plugin *self, const char *op, uint32_t dtypes, opr_kernel_fn fn);
 
 /* out = scale * x summed over x's leading dims, when that is all that summing x to out
  * (broadcast strides ostr) does and x is contiguous; false otherwise (cpu_grad.c). */

@@ -484,12 +484,13 @@ static int k_cdist(const opr_kernel_call *c)
 int cpu_register_linalg(opr_plugin *self)
 {
     const uint32_t dtypes = OPR_DTYPE_BIT(OPR_F32) | OPR_DTYPE_BIT(OPR_F64);
-    const struct { const char *op; opr_kernel_fn fn; } table[] = {
-        { "mm", k_mm }, { "bmm", k_bmm }, { "matmul", k_matmul },
-        { "linear", k_linear }, { "addmm", k_addmm }, { "cdist", k_cdist },
+    /* the products also in f16 and bf16, through f32 GEMMs (cpu_half.c) */
+    const struct { const char *op; opr_kernel_fn fn; bool upcast; } table[] = {
+        { "mm", k_mm, true }, { "bmm", k_bmm, true }, { "matmul", k_matmul, true },
+        { "linear", k_linear, true }, { "addmm", k_addmm, true }, { "cdist", k_cdist, false },
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
-        int rc = cpu_register(self, table[i].op, dtypes, table[i].fn);
+        int rc = (table[i].upcast ? cpu_register_upcast : cpu_register)(self, table[i].op, dtypes, table[i].fn);
         if (rc != OPR_OK) return rc;
     }
     return OPR_OK;

@@ -70,8 +70,8 @@ typedef gpuemu_bf16 gpu_bf16;
 
 static inline float gpu_bf16_to_float(gpu_bf16 v) { return gpuemu_bf16_to_float(v); }
 static inline gpu_bf16 gpu_float_to_bf16(float v) { return gpuemu_float_to_bf16(v); }
-static inline float gpu_f16_to_float(gpu_f16 v) { return (float)v; }
-static inline gpu_f16 gpu_float_to_f16(float v) { return (gpu_f16)v; }
+static inline float gpu_f16_to_float(gpu_f16 v) { return gpuemu_f16_to_float(v); }
+static inline gpu_f16 gpu_float_to_f16(float v) { return gpuemu_float_to_f16(v); }
 
 #ifndef GPU_HAVE_BLAS
 #define GPU_HAVE_BLAS 1

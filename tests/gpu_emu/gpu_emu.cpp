@@ -65,7 +65,11 @@ struct block {
 
 std::map<uintptr_t, block> g_blocks; /* keyed by the pointer handed out */
 uint64_t g_used[16];
-int g_open; /* nesting of device access windows */
+/* Nesting of device access windows. The SIGSEGV handler reads it on the faulting
+ * thread, so its updates must stay where they are around the accesses: atomic, with
+ * signal fences in window() (a plain int let clang 14 fold window(true); memmove;
+ * window(false) into nothing, as nothing it can see reads the global in between). */
+std::atomic<int> g_open;
 size_t g_page;
 
 void protect(const block &b, bool open)
@@ -147,7 +151,10 @@ void install_handler()
 
 void window(bool open)
 {
-    if (open ? g_open++ > 0 : --g_open > 0) return;
+    if (!open) std::atomic_signal_fence(std::memory_order_seq_cst); /* the window's accesses stay inside */
+    const bool nested = open ? g_open++ > 0 : --g_open > 0;
+    if (open) std::atomic_signal_fence(std::memory_order_seq_cst);
+    if (nested) return;
     if (open) return;
     for (const block *b : g_opened) protect(*b, false);
     g_opened.clear();
@@ -567,13 +574,13 @@ size_t type_size(cudaDataType_t t) { return t == CUDA_R_64F ? 8 : t == CUDA_R_32
 
 float half_to_float(cudaDataType_t t, const void *p)
 {
-    if (t == CUDA_R_16F) return (float)*(const gpuemu_f16 *)p;
+    if (t == CUDA_R_16F) return gpuemu_f16_to_float(*(const gpuemu_f16 *)p);
     return gpuemu_bf16_to_float(*(const gpuemu_bf16 *)p);
 }
 
 void float_to_half(cudaDataType_t t, float v, void *p)
 {
-    if (t == CUDA_R_16F) *(gpuemu_f16 *)p = (gpuemu_f16)v;
+    if (t == CUDA_R_16F) *(gpuemu_f16 *)p = gpuemu_float_to_f16(v);
     else *(gpuemu_bf16 *)p = gpuemu_float_to_bf16(v);
 }
 

@@ -32,6 +32,8 @@
 #include <tuple>
 #include <utility>
 
+#include "../../plugins/common/opc_half.h"
+
 #define __global__
 #define __device__
 #define __host__
@@ -124,27 +126,19 @@ template <class T> inline T atomicMax(T *p, T v)
     return old;
 }
 
-/* Half types: _Float16 (GCC >= 12 on x86-64) and bfloat16 as its bits. */
-typedef _Float16 gpuemu_f16;
+/* Half types: both as their bits, with float conversions (plugins/common/opc_half.h),
+ * as storage types that the kernels widen to float for arithmetic (gk_conv), like
+ * __half on the device. Not _Float16: clang 14 has none on x86-64. */
+struct gpuemu_f16 {
+    uint16_t bits;
+};
 struct gpuemu_bf16 {
     uint16_t bits;
 };
-inline float gpuemu_bf16_to_float(gpuemu_bf16 v)
-{
-    uint32_t u = (uint32_t)v.bits << 16;
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-inline gpuemu_bf16 gpuemu_float_to_bf16(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    gpuemu_bf16 r;
-    if ((u & 0x7fffffffu) > 0x7f800000u) r.bits = (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
-    else r.bits = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);     /* nearest even */
-    return r;
-}
+inline float gpuemu_f16_to_float(gpuemu_f16 v) { return opc_f16_to_float(v.bits); }
+inline gpuemu_f16 gpuemu_float_to_f16(float f) { return gpuemu_f16{opc_f16_from_float(f)}; }
+inline float gpuemu_bf16_to_float(gpuemu_bf16 v) { return opc_bf16_to_float(v.bits); }
+inline gpuemu_bf16 gpuemu_float_to_bf16(float f) { return gpuemu_bf16{opc_bf16_from_float(f)}; }
 
 /* Kernel launch: the arguments are converted to the kernel's parameter types once, and
  * each emulated thread calls the kernel with its own copy, as CUDA passes them. */

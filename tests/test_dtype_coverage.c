@@ -1,0 +1,124 @@
+/* A schema promises no more than the CPU kernels deliver: every op with samples, in
+ * every dtype its YAML `dtypes:` lists, on every sample, runs on the CPU without
+ * OPR_ERR_UNSUPPORTED or OPR_ERR_NOT_FOUND (a kernel that refuses the dtype at call
+ * time, or no kernel registered for it). Other errors are some sample's business (a
+ * sample may be meant to fail) and belong to the op's own suite; this one only asks
+ * whether the dtype is implemented. Every offender is listed in one failure. */
+#include "test_util.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_ARGS 16
+#define MAX_OUTS 8
+
+static const opr_dtype all_dtypes[] = {OPR_F32, OPR_F64, OPR_I64, OPR_BOOL, OPR_F16, OPR_BF16};
+
+/* Runs sample s of op in dt on the CPU; returns opr_call's status (OPR_OK where the
+ * sample cannot be built in dt or has more outputs than we take: nothing to judge). */
+static int run_sample(const opr_op *op, int s, opr_dtype dt, char *msg, size_t len)
+{
+    opr_value args[MAX_ARGS];
+    opr_tensor *owned[OPR_SAMPLE_MAX_TENSORS], *outs[MAX_OUTS] = {0};
+    int nargs = 0, nowned = 0, nouts = 0;
+    msg[0] = '\0';
+    if (opr_op_sample_args(op, s, dt, OPR_CPU, (uint64_t)s + 1, args, &nargs, owned, &nowned)) return OPR_OK;
+    int rc = opr_op_result_count(op, args, nargs, &nouts);
+    if (!rc && nouts > MAX_OUTS) rc = OPR_OK, nouts = 0;
+    else if (!rc) rc = opr_call(op, args, nargs, outs, nouts);
+    if (rc) snprintf(msg, len, "%s", opr_last_error());
+    for (int i = 0; i < MAX_OUTS; i++) opr_tensor_release(outs[i]);
+    for (int i = 0; i < nowned; i++) opr_tensor_release(owned[i]);
+    return rc;
+}
+
+START_TEST(test_schema_dtypes_run_on_cpu)
+{
+    opr_ctx *ctx = tu_ctx();
+    /* Check's messages are short: one "op (dtype, ...)" per offender here, the first
+     * error of each on stderr */
+    static char report[3072];
+    size_t used = 0;
+    int offenders = 0, runs = 0;
+    for (int i = 0; i < opr_op_count(ctx); i++) {
+        const opr_op *op = opr_op_at(ctx, i);
+        char missing[64] = "";
+        for (size_t d = 0; d < sizeof all_dtypes / sizeof all_dtypes[0]; d++) {
+            opr_dtype dt = all_dtypes[d];
+            if (!opr_op_supports_dtype(op, dt)) continue;
+            for (int s = 0; s < opr_op_sample_count(op); s++) {
+                char msg[512];
+                int rc = run_sample(op, s, dt, msg, sizeof msg);
+                runs++;
+                if (rc != OPR_ERR_UNSUPPORTED && rc != OPR_ERR_NOT_FOUND) continue;
+                size_t at = strlen(missing);
+                snprintf(missing + at, sizeof missing - at, "%s%s", at ? ", " : "", opr_dtype_name(dt));
+                fprintf(stderr, "%s %s sample %d: %s: %s\n", opr_op_name(op), opr_dtype_name(dt), s,
+                        opr_status_name(rc), msg);
+                break; /* one sample per (op, dtype) says it */
+            }
+        }
+        if (!missing[0]) continue;
+        offenders++;
+        if (used < sizeof report - 1)
+            used += (size_t)snprintf(report + used, sizeof report - used, "%s%s (%s)", used ? ", " : "",
+                                     opr_op_name(op), missing);
+    }
+    ck_assert_int_gt(runs, 100); /* the samples were found at all */
+    ck_assert_msg(offenders == 0, "%d op(s) whose schema lists dtypes the CPU does not run: %s", offenders, report);
+    tu_ctx_free(ctx);
+}
+END_TEST
+
+/* The half types are computed in f32 and rounded (plugins/cpu/cpu_half.c): exact on
+ * values they hold exactly, rounded to nearest even otherwise, strided views read and
+ * written in place. */
+START_TEST(test_half_values)
+{
+    opr_ctx *ctx = tu_ctx();
+    const opr_dtype dts[2] = {OPR_F16, OPR_BF16};
+    for (int k = 0; k < 2; k++) {
+        const double a[6] = {1, 2, 3, 4, 5, 6}, b[6] = {0.5, 0.25, -1, 8, 1.0 / 3, 2};
+        uint16_t ba[6], bb[6];
+        for (int i = 0; i < 6; i++) {
+            ba[i] = k == 0 ? opr_f16_from_float((float)a[i]) : opr_bf16_from_float((float)a[i]);
+            bb[i] = k == 0 ? opr_f16_from_float((float)b[i]) : opr_bf16_from_float((float)b[i]);
+        }
+        opr_tensor *ha = opr_tensor_from_data(ctx, dts[k], 2, (int64_t[]){2, 3}, ba, OPR_CPU);
+        opr_tensor *hb = opr_tensor_from_data(ctx, dts[k], 2, (int64_t[]){3, 2}, bb, OPR_CPU);
+        ck_assert_int_eq(opr_tensor_dtype(ha), dts[k]);
+        opr_tensor *sum = tu_call1(ctx, "add", (opr_value[]){opr_v_tensor(ha), opr_v_tensor(ha)}, 2);
+        opr_tensor *prod = tu_call1(ctx, "mm", (opr_value[]){opr_v_tensor(ha), opr_v_tensor(hb)}, 2);
+        ck_assert_int_eq(opr_tensor_dtype(prod), dts[k]);
+        double *s = tu_to_f64(sum), *p = tu_to_f64(prod);
+        for (int i = 0; i < 6; i++) ck_assert_msg(s[i] == 2 * a[i], "%s add [%d] = %g", opr_dtype_name(dts[k]), i, s[i]);
+        /* [1 2 3; 4 5 6] x b, where 1/3 is rounded first (f16: 0.333251953125, bf16: 0.333984375) */
+        const double third = k == 0 ? 0.333251953125 : 0.333984375;
+        const double want[4] = {0.5 + 2 * -1 + 3 * third, 0.25 + 16 + 6, 2 - 5 + 6 * third, 1 + 40 + 12};
+        const double tol = k == 0 ? 1.0 / 1024 : 1.0 / 128;
+        for (int i = 0; i < 4; i++)
+            ck_assert_msg(fabs(p[i] - want[i]) <= tol * fabs(want[i]), "%s mm [%d] = %g, want %g",
+                          opr_dtype_name(dts[k]), i, p[i], want[i]);
+        free(s);
+        free(p);
+        opr_tensor *tr[] = {ha, hb, sum, prod};
+        for (int i = 0; i < 4; i++) opr_tensor_release(tr[i]);
+    }
+    tu_ctx_free(ctx);
+}
+END_TEST
+
+static Suite *coverage_suite(void)
+{
+    Suite *s = suite_create("dtype_coverage");
+    TCase *t = tcase_create("cpu");
+    tcase_set_timeout(t, 300);
+    tcase_add_test(t, test_schema_dtypes_run_on_cpu);
+    tcase_add_test(t, test_half_values);
+    suite_add_tcase(s, t);
+    return s;
+}
+
+int main(void) { return tu_run(coverage_suite()); }

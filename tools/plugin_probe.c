@@ -1,0 +1,178 @@
+/* Probing plugins in child processes (plugin_probe.h). The child reports its progress
+ * through a pipe, one byte per stage ('i': its context was made, so init returned;
+ * 'd': the context was freed, so shutdown returned); the parent reads until the pipe
+ * closes or the time limit, then reaps the child. A plugin that fails or is refused in
+ * the child is no concern here: the parent's own load refuses it again with the
+ * reason; only what would take the parent down (a signal, exit, a hang) is reported. */
+#define _POSIX_C_SOURCE 200809L
+#include "plugin_probe.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static const char *signal_name(int sig, char *buf, size_t len)
+{
+    static const struct { int sig; const char *name; } names[] = {
+        {SIGSEGV, "SIGSEGV"}, {SIGBUS, "SIGBUS"}, {SIGILL, "SIGILL"}, {SIGFPE, "SIGFPE"},
+        {SIGABRT, "SIGABRT"}, {SIGKILL, "SIGKILL"}, {SIGTRAP, "SIGTRAP"}, {SIGSYS, "SIGSYS"},
+        {SIGTERM, "SIGTERM"}, {SIGPIPE, "SIGPIPE"},
+    };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (names[i].sig == sig) return names[i].name;
+    snprintf(buf, len, "signal %d", sig);
+    return buf;
+}
+
+static void quiet_log(opr_log_level level, const char *source, const char *message, void *user)
+{
+    (void)level, (void)source, (void)message, (void)user; /* the parent's own load logs it */
+}
+
+/* The child: the plugin alone in a context, made and freed; never returns. */
+static void child_run(const char *path, const opr_ctx_opts *opts, int fd)
+{
+    int null = open("/dev/null", O_WRONLY);
+    if (null >= 0) dup2(null, STDOUT_FILENO); /* what the plugin prints is the parent's to print */
+    opr_log_set(quiet_log, NULL);
+    const char *paths[1] = {path};
+    opr_ctx_opts o = {.struct_size = sizeof o, .skip_builtin_yaml = opts && opts->skip_builtin_yaml,
+                      .yaml_dir = opts ? opts->yaml_dir : NULL, .skip_plugin_discovery = true,
+                      .plugin_paths = paths, .n_plugin_paths = 1};
+    opr_ctx *ctx = opr_ctx_new(&o);
+    if (write(fd, "i", 1) != 1) _exit(3);
+    if (ctx) opr_ctx_free(ctx);
+    if (write(fd, "d", 1) != 1) _exit(3);
+    _exit(0);
+}
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+int probe_plugin(const char *path, const opr_ctx_opts *opts, double timeout_s, probe_result *r)
+{
+    r->verdict = PROBE_OK;
+    r->signal = 0;
+    r->message[0] = '\0';
+    int fds[2];
+    fflush(stdout); /* or the child's copy of the buffer is written twice */
+    fflush(stderr);
+    pid_t pid = -1;
+    if (pipe(fds) == 0 && (pid = fork()) < 0) {
+        close(fds[0]);
+        close(fds[1]);
+    }
+    if (pid < 0) {
+        snprintf(r->message, sizeof r->message, "not probed: %s", strerror(errno));
+        return -1;
+    }
+    if (pid == 0) {
+        close(fds[0]);
+        child_run(path, opts, fds[1]);
+    }
+    close(fds[1]);
+    char stage = 0; /* the last stage reported */
+    const double deadline = now_s() + timeout_s;
+    bool closed = false, timed_out = false;
+    while (!closed) {
+        int left_ms = (int)((deadline - now_s()) * 1000.0);
+        if (left_ms <= 0) {
+            timed_out = waitpid(pid, NULL, WNOHANG) == 0; /* still running, not just a pipe kept open */
+            break;
+        }
+        struct pollfd p = {.fd = fds[0], .events = POLLIN};
+        int rc = poll(&p, 1, left_ms);
+        if (rc < 0 && errno == EINTR) continue;
+        if (rc <= 0) continue; /* the deadline comes round */
+        char buf[8];
+        ssize_t got = read(fds[0], buf, sizeof buf);
+        if (got > 0) stage = buf[got - 1];
+        else if (got == 0 || errno != EINTR) closed = true;
+    }
+    close(fds[0]);
+    const char *what = stage == 'i' ? "shutdown" : "init";
+    int status = 0;
+    if (timed_out) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+        r->verdict = PROBE_TIMED_OUT;
+        snprintf(r->message, sizeof r->message, "%s timed out after %g s", what, timeout_s);
+        return 0;
+    }
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+    char buf[32];
+    if (WIFSIGNALED(status)) {
+        r->verdict = PROBE_CRASHED;
+        r->signal = WTERMSIG(status);
+        snprintf(r->message, sizeof r->message, "%s crashed (%s)", what, signal_name(r->signal, buf, sizeof buf));
+    } else if (stage != 'd') {
+        r->verdict = PROBE_CRASHED;
+        snprintf(r->message, sizeof r->message, "%s ended the process (exit status %d)", what,
+                 WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+    }
+    return 0;
+}
+
+int probe_plugins(const opr_ctx_opts *opts, double timeout_s, probe_result **out, int *n)
+{
+    char **paths;
+    int npaths;
+    *out = NULL;
+    *n = 0;
+    int rc = opr_plugin_files(opts, &paths, &npaths);
+    if (rc) return rc;
+    probe_result *r = calloc((size_t)npaths + 1, sizeof *r);
+    if (!r) {
+        opr_plugin_files_free(paths, npaths);
+        return OPR_ERR_NOMEM;
+    }
+    for (int i = 0; i < npaths; i++) {
+        probe_plugin(paths[i], opts, timeout_s, &r[i]);
+        r[i].path = paths[i]; /* taken over */
+    }
+    free(paths);
+    *out = r;
+    *n = npaths;
+    return OPR_OK;
+}
+
+void probe_results_free(probe_result *r, int n)
+{
+    for (int i = 0; r && i < n; i++) free(r[i].path);
+    free(r);
+}
+
+opr_ctx *probe_ctx_new(const opr_ctx_opts *opts, const probe_result *r, int n)
+{
+    opr_ctx_opts bare = {.struct_size = sizeof bare, .skip_plugin_discovery = true};
+    if (opts) {
+        bare.skip_builtin_yaml = opts->skip_builtin_yaml;
+        bare.yaml_dir = opts->yaml_dir;
+    }
+    opr_ctx *ctx = opr_ctx_new(&bare);
+    if (!ctx) return NULL;
+    int rc = OPR_OK;
+    for (int i = 0; i < n && rc != OPR_ERR_NOMEM; i++)
+        if (r[i].verdict != PROBE_OK) rc = opr_plugin_refuse(ctx, r[i].path, r[i].message);
+    /* then what opr_ctx_new does: the explicit paths, then discovery; refusals are
+     * listed, only running out of memory fails */
+    for (int i = 0; opts && opts->plugin_paths && i < opts->n_plugin_paths && rc != OPR_ERR_NOMEM; i++)
+        if (opts->plugin_paths[i]) rc = opr_plugin_load(ctx, opts->plugin_paths[i]);
+    if (rc != OPR_ERR_NOMEM && !(opts && opts->skip_plugin_discovery)) rc = opr_plugin_discover(ctx);
+    if (rc == OPR_ERR_NOMEM) {
+        opr_ctx_free(ctx);
+        return NULL;
+    }
+    return ctx;
+}
