@@ -152,6 +152,8 @@ struct opr_ctx {
     const opr_autograd_iface *autograd; /* set with the context; never NULL after */
     _Atomic bool cpu_fallback_off; /* opr_cpu_fallback_set(ctx, false) (registry/fallback.c) */
     _Atomic bool kernel_guards;    /* opr_kernel_guards_set (registry/kernel_guard.c) */
+    char *_Atomic kernel_trace;    /* opr_kernel_trace_set: the kernel running now, or NULL */
+    size_t kernel_trace_len;
     _Atomic uint64_t rng_state;    /* the random generator (core/rng.c): 0 in a new context */
 };
 

@@ -20,6 +20,25 @@ bool opr_kernel_guards_set(opr_ctx *ctx, bool on)
     return ctx && atomic_exchange(&ctx->kernel_guards, on);
 }
 
+void opr_kernel_trace_set(opr_ctx *ctx, char *buf, size_t len)
+{
+    if (!ctx) return;
+    ctx->kernel_trace_len = buf ? len : 0;
+    atomic_store(&ctx->kernel_trace, buf && len ? buf : NULL);
+}
+
+/* opr_kernel_trace_set: names the kernel about to run, "" once it returned. */
+static void trace(kcall_frame *f, const dtype_kernel *k, const opr_kernel_call *call, bool start)
+{
+    char *buf = atomic_load_explicit(&f->ctx->kernel_trace, memory_order_relaxed);
+    if (!buf) return;
+    if (start)
+        snprintf(buf, f->ctx->kernel_trace_len, "%s on %s (plugin %s)", call->op, f->ctx->devices[f->dev.type].name,
+                 k->plugin);
+    else
+        buf[0] = '\0';
+}
+
 static int device_copy(opr_ctx *ctx, opr_device dev, void *dst, const void *src, size_t n, bool to_host)
 {
     opr_device_entry *e = opr_dev_entry(ctx, dev);
@@ -234,13 +253,21 @@ static int check_inputs(kcall_frame *f, const guard_run *g, const opr_op *fwd, c
     return rc;
 }
 
+static int run_traced(kcall_frame *f, const dtype_kernel *k, const opr_kernel_call *call)
+{
+    trace(f, k, call, true);
+    int rc = k->fn(call);
+    trace(f, k, call, false);
+    return rc;
+}
+
 int kcall_run(kcall_frame *f, const dtype_kernel *k, const opr_kernel_call *call, const opr_op *fwd, const int *cover)
 {
-    if (!f->guards) return k->fn(call);
+    if (!f->guards) return run_traced(f, k, call);
     guard_run g = {NULL, 0, 0};
     int rc = snap_inputs(f, &g, call, !cover && fwd->inplace);
     if (!rc) {
-        rc = k->fn(call);
+        rc = run_traced(f, k, call);
         char found[768];
         report r = {found, sizeof found, 0};
         /* a kernel that failed is reported as such; what it wrote then does not matter */

@@ -21,6 +21,7 @@ typedef struct check_cfg {
     bool backward;                       /* false: --no-backward */
     bool perf;                           /* --perf: time the large variant too */
     bool variants;                       /* false: --no-variants, the samples as written */
+    bool large;                          /* false: --no-large, the variants but "large" */
     unsigned dtype_mask;                 /* bit per opr_dtype selected (--dtype); 0: all */
 } check_cfg;
 

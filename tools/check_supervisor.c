@@ -21,6 +21,7 @@
 
 typedef struct shared_state {
     char phase[512];
+    char kernel[192]; /* opr_kernel_trace_set: the kernel running, "" between kernels */
 } shared_state;
 
 static shared_state *shared;       /* MAP_SHARED: the worker writes, the parent reads */
@@ -54,6 +55,12 @@ void check_phase(const char *fmt, ...)
 }
 
 const char *check_phase_now(void) { return (shared ? shared : &local_state)->phase; }
+
+char *check_kernel_slot(size_t *len)
+{
+    *len = sizeof local_state.kernel;
+    return (shared ? shared : &local_state)->kernel;
+}
 
 static void unit_record(const check_sup *s, int u, check_record *r)
 {
@@ -110,7 +117,13 @@ static void lost_unit(const check_sup *s, int u, check_verdict v, const char *wh
     r.verdict = v;
     r.max_error = r.rtol = r.atol = (double)NAN;
     snprintf(r.phase, sizeof r.phase, "unit");
-    snprintf(r.message, sizeof r.message, "%s in %s", why, shared->phase[0] ? shared->phase : "start-up");
+    const char *phase = shared->phase[0] ? shared->phase : "start-up", *kernel = shared->kernel;
+    size_t op_len = strcspn(kernel, " ");
+    /* a kernel of another op than the phase's (an op a formula calls, a fused kernel) */
+    if (kernel[0] && (strncmp(phase, kernel, op_len) || phase[op_len] != ' '))
+        snprintf(r.message, sizeof r.message, "%s in kernel %.190s, during %.500s", why, kernel, phase);
+    else
+        snprintf(r.message, sizeof r.message, "%s in %.500s", why, phase);
     s->take(&r, s->data);
 }
 

@@ -10,6 +10,7 @@
 #include "check_record.h"
 
 #include <stdbool.h>
+#include <stddef.h>
 
 typedef struct check_sup {
     int nunits;
@@ -36,5 +37,8 @@ void check_emit(const check_record *r);
 void check_phase(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* The phase last announced (for records the worker writes itself). */
 const char *check_phase_now(void);
+/* Worker side: a buffer the parent can read after the worker is gone, for
+ * opr_kernel_trace_set; *len gets its size. */
+char *check_kernel_slot(size_t *len);
 
 #endif

@@ -20,13 +20,15 @@
 static void usage(void)
 {
     printf("usage: opreg check [--backend NAME] [--ops LIST]... [--dtype LIST]... [--no-backward]\n"
-           "                   [--no-variants] [--perf] [-v] [--format table|json] [--junit FILE]\n"
+           "                   [--no-variants] [--no-large] [--perf] [-v] [--format table|json] [--junit FILE]\n"
            "                   [--timeout S] [--no-fork] [--allow-unchecked] [--plugin PATH]...\n\n"
            "Runs every op that has samples in its YAML entry on each loaded backend other than\n"
            "the CPU reference, in every dtype the op allows, and compares the outputs with the\n"
            "CPU plugin in f64: each sample as written and its layout and size variants\n"
            "(transposed, step-2 slice, storage offset and stride-0 views of each input, size-0\n"
-           "and size-1 dims, and a large variant of at least 64k elements). Then the backward,\n"
+           "and size-1 dims, and a large variant of at least 64k elements, in the first dtype\n"
+           "the op takes; --no-variants: the samples alone, --no-large: all but the large\n"
+           "variant, which is slow on emulated devices). Then the backward,\n"
            "with opr_gradcheck (see opreg gradcheck): every derivative candidate (formulas, fused\n"
            "kernels, fast variants, and the plan chosen by cost) x requires-grad mask against\n"
            "finite differences in f64 on the CPU, never against another candidate. Without\n"
@@ -110,7 +112,7 @@ int cmd_check(int argc, char **argv)
     if (cli_wants_help(argc, argv)) { usage(); return 0; }
     const char *backend = NULL, *format = "table";
     char ops_sel[1024] = "", dtype_sel[256] = "";
-    run_state st = {.cfg = {.backward = true, .variants = true}};
+    run_state st = {.cfg = {.backward = true, .variants = true, .large = true}};
     check_report_opts ro = {0};
     check_sup sup = {.timeout_s = DEFAULT_TIMEOUT_S};
     for (int i = 1; i < argc; i++) {
@@ -132,6 +134,7 @@ int cmd_check(int argc, char **argv)
         }
         else if (!strcmp(a, "--no-backward")) st.cfg.backward = false;
         else if (!strcmp(a, "--no-variants")) st.cfg.variants = false;
+        else if (!strcmp(a, "--no-large")) st.cfg.large = false;
         else if (!strcmp(a, "--no-fork")) sup.no_fork = true;
         else if (!strcmp(a, "--allow-unchecked")) ro.allow_unchecked = true;
         else if (!strcmp(a, "--perf")) st.cfg.perf = true;

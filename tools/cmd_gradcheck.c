@@ -45,6 +45,7 @@ static const char *culprit_name(opr_gradcheck_culprit c)
 
 /* What the workers share: the op and options, and in the parent the tallies. */
 typedef struct gc_run {
+    opr_ctx *ctx;
     const opr_op *op;
     opr_dtype dt;
     opr_device dev;
@@ -64,6 +65,9 @@ static void gc_sample(int s, void *data)
     int nargs = 0, nowned = 0;
     opr_gradcheck_result res = {.struct_size = sizeof res};
     check_phase("%s backward, sample %d, %s", opr_op_name(run->op), s, opr_dtype_name(run->dt));
+    size_t slot_len;
+    char *slot = check_kernel_slot(&slot_len);
+    opr_kernel_trace_set(run->ctx, slot, slot_len);
     int rc = opr_op_sample_args(run->op, s, run->dt, run->dev, (uint64_t)s + 1, args, &nargs, owned, &nowned);
     if (!rc) rc = opr_gradcheck(run->op, args, nargs, run->names, run->nnames, run->opts, &res);
     for (int i = 0; i < nowned; i++) opr_tensor_release(owned[i]);
@@ -164,7 +168,7 @@ int cmd_gradcheck(int argc, char **argv)
            opr_op_sample_count(op), opr_op_grad_candidate_count(op));
     for (int c = 0; c < opr_op_grad_candidate_count(op); c++) printf(" [%s]", opr_op_grad_candidate_label(op, c));
     printf("\n");
-    gc_run run = {.op = op, .dt = dt, .dev = dev, .opts = &opts, .names = copy ? names : NULL, .nnames = nnames};
+    gc_run run = {.ctx = ctx, .op = op, .dt = dt, .dev = dev, .opts = &opts, .names = copy ? names : NULL, .nnames = nnames};
     sup.nunits = opr_op_sample_count(op);
     sup.run_unit = gc_sample;
     sup.take = gc_take;

@@ -169,6 +169,13 @@ OPR_API bool opr_cpu_fallback_set(opr_ctx *ctx, bool on);
  * kernel call: set it while no call runs to know which calls it covers. Returns the
  * previous setting (false for a NULL ctx). */
 OPR_API bool opr_kernel_guards_set(opr_ctx *ctx, bool on);
+/* Kernel trace (for conformance supervisors): while buf is set, the host writes "OP on
+ * DEVICE (plugin P)" into buf (len bytes, NUL-terminated, truncated) before every
+ * kernel call of ctx and empties it when the kernel returns, so that a process that
+ * shares buf with the caller (a MAP_SHARED page before fork) can name the kernel a
+ * crash or a hang happened in. The writes are plain stores, not synchronised: meant for
+ * one thread calling kernels. NULL turns it off. buf must outlive the setting. */
+OPR_API void opr_kernel_trace_set(opr_ctx *ctx, char *buf, size_t len);
 
 /* Seeds the context's random generator, which ops that draw randomness (dropout: the
  * `random:` key of their YAML entry) use: each such call takes the generator's next
