@@ -184,6 +184,10 @@ static inline size_t opr_elem_size(opr_dtype dt)
 /* Writes v as one element of dt at dst (opr_elem_size(dt) bytes): rounded to f32,
  * f16 or bf16, truncated for i64, v != 0 for bool. */
 void opr_dtype_store(opr_dtype dt, double v, void *dst);
+/* opr_dtype_store for a number from a caller (a Scalar or float argument): OPR_ERR_INVALID,
+ * in PyTorch's words, for one the dtype cannot hold (i64: NaN, infinities and values
+ * outside [-2^63, 2^63)), nothing written. */
+int opr_number_store(opr_dtype dt, double v, void *dst);
 
 /* Most elements a tensor (or view) may have: its size in bytes, at 8 bytes per element,
  * fits in int64, so kernels can compute any byte offset without overflow. */

@@ -338,7 +338,10 @@ OPR_API opr_tensor *opr_tensor_to(opr_tensor *t, opr_device dev);
  * DLManagedTensor's deleter when its storage is freed; on failure the caller keeps
  * ownership of the DLManagedTensor. bool travels as uint8 (DLPack 0.6 has no bool): an
  * imported uint8 tensor becomes bool, and is refused (OPR_ERR_INVALID) if a byte is
- * neither 0 nor 1. Negative strides are refused (OPR_ERR_UNSUPPORTED). */
+ * neither 0 nor 1. Negative strides are refused (OPR_ERR_UNSUPPORTED); so are
+ * (OPR_ERR_INVALID) a NULL data pointer with elements to hold, an ndim outside
+ * 0..OPR_MAX_DIMS, negative sizes, and sizes, strides and offset that reach past
+ * int64 elements. */
 struct DLManagedTensor;
 OPR_API struct DLManagedTensor *opr_tensor_to_dlpack(opr_tensor *t);
 OPR_API opr_tensor *opr_tensor_from_dlpack(opr_ctx *ctx, struct DLManagedTensor *m);
