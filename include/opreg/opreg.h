@@ -803,12 +803,16 @@ typedef enum opr_gradcheck_culprit {
 
 typedef struct opr_gradcheck_opts {
     size_t struct_size;  /* sizeof(opr_gradcheck_opts) */
-    double eps;          /* finite-difference step, in f64; 0: 1e-6 */
+    double eps;          /* finite-difference step, in f64; 0: 1e-6; otherwise finite and
+                            > 0 (NaN, infinite or negative: OPR_ERR_INVALID) */
     double atol, rtol;   /* gradient tolerance, |analytic - numeric| <= atol + rtol *
                             max(|analytic|, |numeric|); each 0: by the dtype of the inputs
-                            (f64 1e-7 / 1e-5, f32 1e-5 / 1e-4, f16 and bf16 1e-2 / 2e-2).
+                            (f64 1e-7 / 1e-5, f32 1e-5 / 1e-4, f16 and bf16 1e-2 / 2e-2);
+                            otherwise finite and > 0 (NaN, infinite or negative:
+                            OPR_ERR_INVALID). A NaN gradient, analytic or numeric, is a
+                            mismatch even against NaN (torch.autograd.gradcheck's rule).
                             The forward output is held to the same dtype table, f64 at
-                            1e-12 / 1e-9. */
+                            1e-12 / 1e-9 (there NaN agrees with NaN). */
     bool one_candidate;  /* false (default): every derivative candidate of the op forced
                             in turn (formulas, fused kernels, `fast:` variants), then the
                             plan chosen by cost. true: only `candidate` (-1: the plan
