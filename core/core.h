@@ -253,12 +253,16 @@ int opr_jagged_refuse(const opr_tensor *t, const char *who);
 
 /* A batched tensor at `level` over phys (retained), whose dim 0 is the batch. */
 opr_tensor *opr_batched_wrap(opr_tensor *phys, int64_t level);
-/* The thread's opr_vmap levels: push returns a new level (0 when nested too deep),
- * pop removes the innermost. */
+/* The thread's opr_vmap levels: push returns a new level (0 when nested too deep, -1
+ * out of memory), pop removes the innermost. */
 int64_t opr_vmap_level_push(void);
 void opr_vmap_level_pop(void);
 /* Whether level belongs to an opr_vmap still running on this thread. */
 bool opr_vmap_level_active(int64_t level);
+/* NULL when level is active on this thread; otherwise what its opr_vmap is, for a
+ * message on a batched tensor of that level: "an opr_vmap that has returned" or "an
+ * opr_vmap still running on another thread". */
+const char *opr_vmap_level_gone(int64_t level);
 /* Fails for a batched tensor given to a function that only takes plain ones. */
 int opr_batched_refuse(const opr_tensor *t, const char *who);
 /* A new header of t without its autograd history: for a batched tensor a batched

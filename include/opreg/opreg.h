@@ -423,7 +423,14 @@ OPR_API bool opr_jagged_same_structure(const opr_tensor *a, const opr_tensor *b)
  * unbatched input the tensor itself. It calls ordinary ops (opr_call) on them; each op
  * runs once for the whole batch by its YAML `batch:` rule (`opreg ops --batching`), or,
  * without one, by a loop over the samples (correct, slower). It fills out[0..nout-1]
- * with new references and returns OPR_OK, or an error status that opr_vmap returns.
+ * with new references and returns OPR_OK, or an error status. An output may also be
+ * one of the inputs as it is (out[k] = in[i], the identity, batched or not), with or
+ * without a reference of the callback's: the host takes one for it when the input
+ * gained no reference during the callback (so a callback that returns an input
+ * without retaining it must not keep another reference to it meanwhile, e.g. through
+ * an op recorded by autograd that saved it: retain it then). A returned opr_status (OPR_ERR_INVALID .. OPR_ERR_MISMATCH) is what
+ * opr_vmap returns, with the callback's message (or one saying it left none); any
+ * other nonzero value becomes OPR_ERR_BACKEND with a message naming the value.
  *
  * Autograd: inside the callback, opr_autograd_grad of a per-sample loss with respect
  * to tensors from outside (unbatched parameters) gives per-sample gradients (batched
@@ -431,8 +438,9 @@ OPR_API bool opr_jagged_same_structure(const opr_tensor *a, const opr_tensor *b)
  * run on batched tensors through the same rules. Gradients also flow through opr_vmap
  * from outside: the outputs are ordinary tensors recorded from the inputs (vjp of vmap).
  *
- * Batched tensors live as long as the call: one kept and used after opr_vmap returned is
- * refused (OPR_ERR_INVALID). Views (opr_tensor_transpose, ...), DLPack export and host
+ * Batched tensors live as long as the call, on its thread: one kept and used after
+ * opr_vmap returned, or used on another thread while the call runs, is refused
+ * (OPR_ERR_INVALID, the message saying which). Views (opr_tensor_transpose, ...), DLPack export and host
  * copies refuse them: inside the callback use the ops (transpose, reshape, ...).
  * No op of this version draws random numbers; docs/vmap.md states the rule for those
  * that will. Ops with data-dependent output shapes (masked_select) work with an
