@@ -217,9 +217,12 @@ static void tolerance(opr_dtype dt, bool forward_out, double *atol, double *rtol
     }
 }
 
-static bool close_to(double a, double n, double atol, double rtol)
+/* a within tolerance of n (equal infinities included). nan_equal: a NaN matches a NaN,
+ * for the forward, where the device only has to agree with the reference; gradients
+ * pass it false, as torch.autograd.gradcheck does (NaN is a mismatch, even with NaN). */
+static bool close_to(double a, double n, double atol, double rtol, bool nan_equal)
 {
-    if (isnan(a) || isnan(n)) return isnan(a) && isnan(n);
+    if (isnan(a) || isnan(n)) return nan_equal && isnan(a) && isnan(n);
     return a == n || fabs(a - n) <= atol + rtol * fmax(fabs(a), fabs(n));
 }
 
@@ -296,7 +299,7 @@ static gc_outcome analytic(gc *g, opr_device dev, opr_dtype dt, uint32_t rg, uin
         if (!a) { snprintf(why, len, "reading the gradient back: %s", opr_last_error()); goto done; }
         if ((rc = numeric(g, ti))) { free(a); snprintf(why, len, "%s", opr_last_error()); goto done; }
         for (int64_t e = 0; e < t->numel; e++) {
-            if (close_to(a[e], t->num[e], atol, rtol)) continue;
+            if (close_to(a[e], t->num[e], atol, rtol, false)) continue;
             char item[24] = "";
             if (t->item >= 0) snprintf(item, sizeof item, "[%d]", t->item);
             snprintf(why, len, "d/d %s%s element %lld: analytic %.9g, numeric %.9g%s", g->op->args[t->arg].name, item,
@@ -453,7 +456,7 @@ static bool forward_agrees(gc *g)
         double atol, rtol;
         tolerance(g->out_dt[k], true, &atol, &rtol);
         for (int64_t e = 0; ok && e < g->out_numel[k]; e++) {
-            if (close_to(got[k][e], g->ref_out[k][e], atol, rtol)) continue;
+            if (close_to(got[k][e], g->ref_out[k][e], atol, rtol, true)) continue;
             blame(g, OPR_GC_FORWARD, -1, g->op->name, "%s: the forward kernel is wrong on %s %s: output %d element %lld: "
                   "%.9g, reference %.9g", g->op->name, devname, opr_dtype_name(g->dt), k, (long long)e, got[k][e],
                   g->ref_out[k][e]);
@@ -566,6 +569,13 @@ opr_status opr_gradcheck(const opr_op *op, const opr_value *args, int nargs, con
     if (res && res->struct_size < OPR_GRADCHECK_RESULT_STRUCT_SIZE_0_1)
         return opr_fail(OPR_ERR_INVALID, "opr_gradcheck: opr_gradcheck_result.struct_size %zu is too small",
                         res->struct_size);
+    /* 0 is the default; a NaN or negative value would otherwise fall back to it
+     * silently, and an infinite one makes a check that cannot fail */
+    if (o.eps != 0 && !(isfinite(o.eps) && o.eps > 0))
+        return opr_fail(OPR_ERR_INVALID, "opr_gradcheck: eps %g must be finite and positive (0: the default)", o.eps);
+    if (!(isfinite(o.atol) && o.atol >= 0) || !(isfinite(o.rtol) && o.rtol >= 0))
+        return opr_fail(OPR_ERR_INVALID, "opr_gradcheck: %s %g must be finite and not negative (0: the default)",
+                        isfinite(o.atol) && o.atol >= 0 ? "rtol" : "atol", isfinite(o.atol) && o.atol >= 0 ? o.rtol : o.atol);
     if (o.one_candidate && (o.candidate < -1 || o.candidate >= opr_op_grad_candidate_count(op)))
         return opr_fail(OPR_ERR_INVALID, "opr_gradcheck: %s has no candidate %d", op->name, o.candidate);
     gc *g = calloc(1, sizeof *g);

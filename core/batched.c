@@ -5,23 +5,48 @@
  * tensor kept past its call is refused instead of read. */
 #include "core.h"
 
+#include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 static _Atomic int64_t next_level = 1;
 static _Thread_local int64_t level_stack[OPR_VMAP_MAX_DEPTH];
 static _Thread_local int level_depth;
 
+/* Every thread's running levels, only so that a batched tensor used on another thread
+ * than its call's is told apart from one kept past its call (the messages differ);
+ * freed whenever no opr_vmap runs. */
+static pthread_mutex_t running_lock = PTHREAD_MUTEX_INITIALIZER;
+static int64_t *running;
+static size_t nrunning, running_cap;
+
 int64_t opr_vmap_level_push(void)
 {
     if (level_depth == OPR_VMAP_MAX_DEPTH) return 0;
     int64_t level = atomic_fetch_add_explicit(&next_level, 1, memory_order_relaxed);
+    pthread_mutex_lock(&running_lock);
+    if (nrunning == running_cap) {
+        size_t cap = running_cap ? 2 * running_cap : 16;
+        int64_t *grown = realloc(running, cap * sizeof *grown);
+        if (!grown) { pthread_mutex_unlock(&running_lock); return -1; }
+        running = grown;
+        running_cap = cap;
+    }
+    running[nrunning++] = level;
+    pthread_mutex_unlock(&running_lock);
     level_stack[level_depth++] = level;
     return level;
 }
 
 void opr_vmap_level_pop(void)
 {
-    if (level_depth) level_depth--;
+    if (!level_depth) return;
+    const int64_t level = level_stack[--level_depth];
+    pthread_mutex_lock(&running_lock);
+    for (size_t i = nrunning; i-- > 0;)
+        if (running[i] == level) { running[i] = running[--nrunning]; break; }
+    if (!nrunning) { free(running); running = NULL; running_cap = 0; }
+    pthread_mutex_unlock(&running_lock);
 }
 
 bool opr_vmap_level_active(int64_t level)
@@ -29,6 +54,16 @@ bool opr_vmap_level_active(int64_t level)
     for (int i = 0; i < level_depth; i++)
         if (level_stack[i] == level) return true;
     return false;
+}
+
+const char *opr_vmap_level_gone(int64_t level)
+{
+    if (opr_vmap_level_active(level)) return NULL;
+    pthread_mutex_lock(&running_lock);
+    bool elsewhere = false;
+    for (size_t i = 0; i < nrunning && !elsewhere; i++) elsewhere = running[i] == level;
+    pthread_mutex_unlock(&running_lock);
+    return elsewhere ? "an opr_vmap still running on another thread" : "an opr_vmap that has returned";
 }
 
 opr_tensor *opr_batched_wrap(opr_tensor *phys, int64_t level)

@@ -187,6 +187,10 @@ static inline size_t opr_elem_size(opr_dtype dt)
 /* Writes v as one element of dt at dst (opr_elem_size(dt) bytes): rounded to f32,
  * f16 or bf16, truncated for i64, v != 0 for bool. */
 void opr_dtype_store(opr_dtype dt, double v, void *dst);
+/* opr_dtype_store for a number from a caller (a Scalar or float argument): OPR_ERR_INVALID,
+ * in PyTorch's words, for one the dtype cannot hold (i64: NaN, infinities and values
+ * outside [-2^63, 2^63)), nothing written. */
+int opr_number_store(opr_dtype dt, double v, void *dst);
 
 /* Most elements a tensor (or view) may have: its size in bytes, at 8 bytes per element,
  * fits in int64, so kernels can compute any byte offset without overflow. */
@@ -252,12 +256,16 @@ int opr_jagged_refuse(const opr_tensor *t, const char *who);
 
 /* A batched tensor at `level` over phys (retained), whose dim 0 is the batch. */
 opr_tensor *opr_batched_wrap(opr_tensor *phys, int64_t level);
-/* The thread's opr_vmap levels: push returns a new level (0 when nested too deep),
- * pop removes the innermost. */
+/* The thread's opr_vmap levels: push returns a new level (0 when nested too deep, -1
+ * out of memory), pop removes the innermost. */
 int64_t opr_vmap_level_push(void);
 void opr_vmap_level_pop(void);
 /* Whether level belongs to an opr_vmap still running on this thread. */
 bool opr_vmap_level_active(int64_t level);
+/* NULL when level is active on this thread; otherwise what its opr_vmap is, for a
+ * message on a batched tensor of that level: "an opr_vmap that has returned" or "an
+ * opr_vmap still running on another thread". */
+const char *opr_vmap_level_gone(int64_t level);
 /* Fails for a batched tensor given to a function that only takes plain ones. */
 int opr_batched_refuse(const opr_tensor *t, const char *who);
 /* A new header of t without its autograd history: for a batched tensor a batched

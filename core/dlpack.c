@@ -64,13 +64,17 @@ static bool device_type_of(const char *name, DLDeviceType *out)
     return false;
 }
 
-/* Shape, strides and offset must describe memory opreg can index: sizes checked like
- * any allocation, strides not negative, and the furthest element within int64. */
+/* Shape, strides, data and offset must describe memory opreg can index: sizes checked
+ * like any allocation, data not NULL unless there are no elements, strides not
+ * negative, and the furthest element within int64. */
 static int check_layout(const DLTensor *d, size_t elem_size)
 {
     static const char who[] = "opr_tensor_from_dlpack";
     int64_t numel;
     if (opr_shape_check(d->shape, d->ndim, &numel, who)) return OPR_ERR_INVALID;
+    /* every read of the tensor would dereference it */
+    if (!d->data && numel)
+        return opr_fail(OPR_ERR_INVALID, "%s: NULL data for %lld elements", who, (long long)numel);
     if (d->byte_offset % elem_size)
         return opr_fail(OPR_ERR_UNSUPPORTED, "%s: byte_offset not a multiple of the element size", who);
     uint64_t furthest = d->byte_offset / elem_size;

@@ -83,6 +83,16 @@ float opr_f16_to_float(uint16_t h)
     return f;
 }
 
+int opr_number_store(opr_dtype dt, double v, void *dst)
+{
+    /* the only target with a bounded range and no infinity or NaN (bool takes any
+     * number: v != 0, as PyTorch's conversion to bool cannot overflow) */
+    if (dt == OPR_I64 && !(v >= -0x1p63 && v < 0x1p63))
+        return opr_fail(OPR_ERR_INVALID, "value cannot be converted to type int64_t without overflow: %g", v);
+    opr_dtype_store(dt, v, dst);
+    return OPR_OK;
+}
+
 void opr_dtype_store(opr_dtype dt, double v, void *dst)
 {
     switch (dt) {

@@ -45,10 +45,16 @@ void expr_run_rewind(expr_run *r, int mark)
     if (mark < r->ntemps) r->ntemps = mark;
 }
 
-static opr_tensor *scalar_tensor(expr_run *r, double v)
+/* The number v where a callee takes a Tensor: a 0-d tensor of the run's dtype. This is
+ * where every Scalar (and float) argument reaches a kernel as an element, so the
+ * range is checked here: an int stays exact for i64, a float i64 cannot hold is
+ * refused. NULL with the error set. */
+static opr_tensor *scalar_tensor(expr_run *r, const mval *v)
 {
     unsigned char buf[8];
-    opr_dtype_store(r->dt, v, buf);
+    if (v->k == MV_INT && r->dt == OPR_I64) memcpy(buf, &v->u.i, sizeof v->u.i);
+    else if (opr_number_store(r->dt, v->k == MV_INT ? (double)v->u.i : v->k == MV_FLOAT ? v->u.d : v->u.b, buf))
+        return NULL;
     opr_tensor *t = opr_tensor_from_data(r->ctx, r->dt, 0, NULL, buf, r->dev);
     return t && !expr_run_keep(r, t) ? t : NULL;
 }
@@ -88,9 +94,8 @@ static int run_call(void *ud, const expr *call, const mval *args, int nargs, mva
         case MV_FLOAT:
         case MV_BOOL:
             if (a->type == ARG_TENSOR) {
-                double d = v->k == MV_INT ? (double)v->u.i : v->k == MV_FLOAT ? v->u.d : v->u.b;
-                opr_tensor *t = scalar_tensor(r, d);
-                if (!t) return OPR_ERR_NOMEM;
+                opr_tensor *t = scalar_tensor(r, v);
+                if (!t) return opr_error_status();
                 vals[p] = opr_v_tensor(t);
             } else {
                 vals[p] = v->k == MV_INT ? opr_v_int(v->u.i) : v->k == MV_FLOAT ? opr_v_double(v->u.d) : opr_v_bool(v->u.b);

@@ -167,8 +167,8 @@ static int check_inputs(vmap_args *v, const int *in_dims)
         if (!t) return opr_fail(OPR_ERR_INVALID, "opr_vmap: input %d is NULL", i);
         if (t->ctx != v->ctx) return opr_fail(OPR_ERR_INVALID, "opr_vmap: input %d belongs to another context", i);
         if (t->ragged) return opr_jagged_refuse(t, "opr_vmap");
-        if (t->bt_phys && !opr_vmap_level_active(t->bt_level))
-            return opr_fail(OPR_ERR_INVALID, "opr_vmap: input %d is a batched tensor of an opr_vmap that has returned", i);
+        const char *gone = t->bt_phys ? opr_vmap_level_gone(t->bt_level) : NULL;
+        if (gone) return opr_fail(OPR_ERR_INVALID, "opr_vmap: input %d is a batched tensor of %s", i, gone);
         int d = in_dims ? in_dims[i] : 0;
         if (d == -1) { v->in_dim[i] = -1; continue; }
         if (d < 0 || d >= t->m.ndim)
@@ -186,12 +186,33 @@ static int check_inputs(vmap_args *v, const int *in_dims)
     return OPR_OK;
 }
 
+/* An input returned as it is (out[k] == in[i], the identity) may come with a reference
+ * the callback took (opr_tensor_retain, or an op such as contiguous that hands its
+ * argument back) or without one (`out[0] = in[0]`). The references the input gained
+ * during the callback (refs_before: its count before) bound how many of its output
+ * slots were given one; the host takes a reference for each of the others, so that
+ * releasing outs[] is balanced. A reference kept elsewhere meanwhile (a recorded op
+ * that saved the input) counts as given: docs/vmap.md states the rule. */
+static void take_returned_inputs(opr_tensor *const *ins, const int *refs_before, int nin, opr_tensor **outs, int nout)
+{
+    for (int i = 0; i < nin; i++) {
+        bool first = true; /* the same tensor at two inputs is counted once */
+        for (int j = 0; j < i && first; j++) first = ins[j] != ins[i];
+        int slots = 0;
+        for (int k = 0; first && k < nout; k++) slots += outs[k] == ins[i];
+        if (!slots) continue;
+        for (int missing = slots - (atomic_load(&ins[i]->refs) - refs_before[i]); missing > 0; missing--)
+            opr_tensor_retain(ins[i]);
+    }
+}
+
 /* Runs the callback on samples [start, start + n) and leaves each output in res[k],
  * its batch at out_dims[k] (new references). */
 static int run_chunk(const vmap_args *v, int64_t start, int64_t n, opr_tensor **res)
 {
     const int64_t level = opr_vmap_level_push();
     if (!level) return opr_fail(OPR_ERR_UNSUPPORTED, "opr_vmap: nested more than %d deep", OPR_VMAP_MAX_DEPTH);
+    if (level < 0) return opr_fail(OPR_ERR_NOMEM, "opr_vmap: out of memory");
     vtemps tmp = {0};
     opr_tensor *ins[64] = {NULL}, *outs[64] = {NULL};
     int rc = OPR_OK;
@@ -211,19 +232,22 @@ static int run_chunk(const vmap_args *v, int64_t start, int64_t n, opr_tensor **
         else ins[i]->requires_grad = part->requires_grad;
     }
     if (!rc) {
+        int refs[64];
+        for (int i = 0; i < v->nin; i++) refs[i] = atomic_load(&ins[i]->refs);
         rc = v->fn(v->user, ins, v->nin, outs, v->nout);
-        if (rc && !*opr_last_error()) rc = opr_fail(rc, "opr_vmap: the callback failed (status %s) without a message",
-                                                    opr_status_name(rc));
+        take_returned_inputs(ins, refs, v->nin, outs, v->nout);
+        if (rc < OPR_ERR_MISMATCH || rc > OPR_OK) /* not an opr_status: callers switch on those */
+            rc = opr_fail(OPR_ERR_BACKEND, "opr_vmap: the callback returned %d, which is not an opr_status", rc);
+        else if (rc && !*opr_last_error())
+            rc = opr_fail(rc, "opr_vmap: the callback failed (status %s) without a message", opr_status_name(rc));
     }
     for (int k = 0; k < v->nout && !rc; k++) {
         opr_tensor *o = outs[k];
         const int want = v->out_dims ? v->out_dims[k] : 0;
         if (!o) { rc = opr_fail(OPR_ERR_INVALID, "opr_vmap: the callback left output %d NULL", k); break; }
         const bool batched = o->bt_phys && o->bt_level == level;
-        if (o->bt_phys && !batched && !opr_vmap_level_active(o->bt_level)) {
-            rc = opr_fail(OPR_ERR_INVALID, "opr_vmap: output %d is a batched tensor of an opr_vmap that has returned", k);
-            break;
-        }
+        const char *gone = o->bt_phys && !batched ? opr_vmap_level_gone(o->bt_level) : NULL;
+        if (gone) { rc = opr_fail(OPR_ERR_INVALID, "opr_vmap: output %d is a batched tensor of %s", k, gone); break; }
         if (want == -1) {
             if (batched) { rc = opr_fail(OPR_ERR_INVALID, "opr_vmap: output %d differs by sample but out_dims[%d] is -1 "
                                          "(an unbatched output)", k, k); break; }

@@ -472,9 +472,10 @@ int vmap_call(const opr_op *op, const opr_value *args, int nargs, opr_tensor **r
             if (a->kind == OPR_V_TENSOR) grad |= t->requires_grad;
             else list_grad |= t->requires_grad;
             if (!t->bt_phys) continue;
-            if (!opr_vmap_level_active(t->bt_level))
-                return opr_fail(OPR_ERR_INVALID, "%s: argument '%s' is a batched tensor of an opr_vmap that has "
-                                "returned (batched tensors live only during their callback)", op->name, op->args[i].name);
+            const char *gone = opr_vmap_level_gone(t->bt_level);
+            if (gone)
+                return opr_fail(OPR_ERR_INVALID, "%s: argument '%s' is a batched tensor of %s (batched tensors live "
+                                "only during their callback, on its thread)", op->name, op->args[i].name, gone);
             if (t->bt_level > v.level) { v.level = t->bt_level; v.n = t->bt_phys->m.shape[0]; }
         }
     }

@@ -5,6 +5,7 @@
  * the tree in its broken variants (OPREG_VENDOR_DIR). */
 #include "test_util.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -119,6 +120,46 @@ static const char *square_yaml =
     "  forward: mul(self, self)\n"
     "  self: mul(mul(grad, self), 2)\n"
     "  samples: [{self: [3, 2]}]\n";
+/* Options that would make the check meaningless are refused, 0 still meaning the
+ * default; and NaN gradients never pass (torch.autograd.gradcheck: NaN is a mismatch,
+ * even against NaN). */
+START_TEST(bad_options_and_nan_gradients)
+{
+    opr_ctx *ctx = tu_ctx();
+    const opr_op *op = opr_op_find(ctx, "exp");
+    opr_gradcheck_result res;
+    const double bad_eps[] = {NAN, INFINITY, -1e-6, -INFINITY};
+    for (size_t i = 0; i < sizeof bad_eps / sizeof bad_eps[0]; i++) {
+        opr_gradcheck_opts o = {.struct_size = sizeof o, .eps = bad_eps[i]};
+        ck_assert_int_eq(check_sample(op, 0, OPR_F64, OPR_CPU, &o, &res), OPR_ERR_INVALID);
+        ck_assert_msg(strstr(opr_last_error(), "eps") != NULL, "%s", opr_last_error());
+    }
+    const double bad_tol[] = {NAN, -1e-7, INFINITY};
+    for (size_t i = 0; i < sizeof bad_tol / sizeof bad_tol[0]; i++) {
+        opr_gradcheck_opts a = {.struct_size = sizeof a, .atol = bad_tol[i]}, r = {.struct_size = sizeof r, .rtol = bad_tol[i]};
+        ck_assert_int_eq(check_sample(op, 0, OPR_F64, OPR_CPU, &a, &res), OPR_ERR_INVALID);
+        ck_assert_msg(strstr(opr_last_error(), "atol") != NULL, "%s", opr_last_error());
+        ck_assert_int_eq(check_sample(op, 0, OPR_F64, OPR_CPU, &r, &res), OPR_ERR_INVALID);
+        ck_assert_msg(strstr(opr_last_error(), "rtol") != NULL, "%s", opr_last_error());
+    }
+    opr_gradcheck_opts zero = {.struct_size = sizeof zero}, set = {.struct_size = sizeof set, .eps = 1e-5, .atol = 1e-6, .rtol = 1e-4};
+    ck_assert_int_eq(check_sample(op, 0, OPR_F64, OPR_CPU, &zero, &res), OPR_OK);
+    ck_assert_int_eq(check_sample(op, 0, OPR_F64, OPR_CPU, &set, &res), OPR_OK);
+    ck_assert_int_gt(res.passed, 0);
+
+    /* sqrt at -1: the forward is NaN on both sides (they agree), and so are the analytic
+     * and numeric gradients: a mismatch, not a pass */
+    opr_tensor *x = opr_tensor_from_data(ctx, OPR_F64, 1, (int64_t[]){1}, (double[]){-1}, OPR_CPU);
+    opr_value args[1] = {opr_v_tensor(x)};
+    memset(&res, 0, sizeof res);
+    res.struct_size = sizeof res;
+    ck_assert_int_eq(opr_gradcheck(opr_op_find(ctx, "sqrt"), args, 1, NULL, 0, NULL, &res), OPR_ERR_MISMATCH);
+    ck_assert_int_gt(res.failed, 0);
+    ck_assert_msg(strstr(res.detail, "nan") != NULL, "%s", res.detail);
+    opr_tensor_release(x);
+    tu_ctx_free(ctx);
+}
+END_TEST
 
 START_TEST(wrong_formula_from_yaml)
 {
@@ -218,6 +259,7 @@ int main(void)
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, correct_ops_pass);
     tcase_add_test(tc, candidates_masks_and_options);
+    tcase_add_test(tc, bad_options_and_nan_gradients);
     tcase_add_test(tc, wrong_formula_from_yaml);
     tcase_add_test(tc, vendor_ok_passes);
     tcase_add_test(tc, wrong_fused_kernel);

@@ -5,6 +5,7 @@
 #include "test_util.h"
 
 #include <dlpack/dlpack.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -222,6 +223,140 @@ START_TEST(bool_bytes_are_normalised)
 }
 END_TEST
 
+static int dl_deleted;
+static void dl_count_deleter(DLManagedTensor *m)
+{
+    (void)m;
+    dl_deleted++;
+}
+
+/* A DLManagedTensor is the caller's word about memory: one that cannot describe
+ * readable memory is refused (its deleter not run: the caller still owns it). */
+START_TEST(dlpack_import_checks_its_fields)
+{
+    int64_t shape[2] = {4, 4};
+    DLManagedTensor m = {0};
+    m.dl_tensor.device = (DLDevice){kDLCPU, 0};
+    m.dl_tensor.ndim = 2;
+    m.dl_tensor.dtype = (DLDataType){kDLFloat, 32, 1};
+    m.dl_tensor.shape = shape;
+    m.deleter = dl_count_deleter;
+    dl_deleted = 0;
+    ck_assert_ptr_null(opr_tensor_from_dlpack(ctx, &m)); /* data NULL with 16 elements */
+    ck_assert_msg(strstr(opr_last_error(), "NULL data") != NULL, "%s", opr_last_error());
+    float mem[16] = {0};
+    m.dl_tensor.data = mem;
+    shape[0] = -4;
+    ck_assert_ptr_null(opr_tensor_from_dlpack(ctx, &m));
+    shape[0] = 4;
+    m.dl_tensor.ndim = OPR_MAX_DIMS + 1;
+    ck_assert_ptr_null(opr_tensor_from_dlpack(ctx, &m));
+    m.dl_tensor.ndim = -1;
+    ck_assert_ptr_null(opr_tensor_from_dlpack(ctx, &m));
+    m.dl_tensor.ndim = 2;
+    int64_t strides[2] = {INT64_C(1) << 62, 1};
+    m.dl_tensor.strides = strides;
+    ck_assert_ptr_null(opr_tensor_from_dlpack(ctx, &m));
+    ck_assert_int_eq(dl_deleted, 0);
+    /* no elements: no memory needed, NULL data is fine */
+    m.dl_tensor.strides = NULL;
+    m.dl_tensor.data = NULL;
+    shape[0] = 0;
+    opr_tensor *empty = opr_tensor_from_dlpack(ctx, &m);
+    ck_assert_msg(empty != NULL, "%s", opr_last_error());
+    ck_assert_int_eq(opr_tensor_numel(empty), 0);
+    opr_tensor_release(empty);
+    ck_assert_int_eq(dl_deleted, 1);
+}
+END_TEST
+
+/* ------------------------------------------------------------------ loss weights */
+
+/* The backward ops of the losses take the class weights as the forward ops do: one
+ * weight per class, else refused before the kernel reads past them. */
+START_TEST(loss_backward_weight_sizes)
+{
+    opr_tensor *x = tu_rand(ctx, OPR_F32, 2, (int64_t[]){2, 3}, -1, 1);
+    opr_tensor *target = opr_tensor_from_data(ctx, OPR_I64, 1, (int64_t[]){2}, (int64_t[]){0, 2}, OPR_CPU);
+    opr_tensor *g = opr_tensor_from_data(ctx, OPR_F32, 0, NULL, (float[]){1}, OPR_CPU);
+    opr_tensor *bad[3] = {tu_rand(ctx, OPR_F32, 1, (int64_t[]){0}, 0, 1), tu_rand(ctx, OPR_F32, 2, (int64_t[]){3, 1}, 0, 1),
+                          tu_rand(ctx, OPR_F32, 1, (int64_t[]){2}, 0, 1)};
+    opr_tensor *w3 = tu_rand(ctx, OPR_F32, 1, (int64_t[]){3}, 0, 1);
+    const int64_t sizes[2] = {2, 3};
+    for (int i = 0; i <= 3; i++) {
+        opr_tensor *w = i < 3 ? bad[i] : w3;
+        opr_value nll[6] = {opr_v_tensor(g), opr_v_tensor(target), opr_v_tensor(w), opr_v_ints(sizes, 2),
+                            opr_v_string("mean"), opr_v_int(-100)};
+        opr_value ce[7] = {opr_v_tensor(g), opr_v_tensor(x), opr_v_tensor(target), opr_v_tensor(w),
+                           opr_v_string("mean"), opr_v_int(-100), opr_v_double(0.1)};
+        if (i == 3) { /* the right size still works */
+            opr_tensor_release(tu_call1(ctx, "nll_loss_backward", nll, 6));
+            opr_tensor_release(tu_call1(ctx, "cross_entropy_backward", ce, 7));
+            continue;
+        }
+        tu_expect_fail(ctx, "nll_loss_backward", nll, 6, 1, OPR_ERR_INVALID, "size(weight, 0)");
+        tu_expect_fail(ctx, "cross_entropy_backward", ce, 7, 1, OPR_ERR_INVALID, "size(weight, 0)");
+    }
+    /* self_sizes must name a class dim */
+    tu_expect_fail(ctx, "nll_loss_backward",
+                   (opr_value[]){opr_v_tensor(g), opr_v_tensor(target), opr_v_none(), opr_v_ints(NULL, 0),
+                                 opr_v_string("mean"), opr_v_int(-100)},
+                   6, 1, OPR_ERR_INVALID, "len(self_sizes)");
+    opr_tensor *all[] = {x, target, g, bad[0], bad[1], bad[2], w3};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) opr_tensor_release(all[i]);
+}
+END_TEST
+
+/* ------------------------------------------------------------------ numbers to integers */
+
+/* A number stored into an integer tensor must fit: PyTorch's "value cannot be converted
+ * to type int64_t without overflow", never an out-of-range conversion (undefined
+ * behaviour in C) that returns OPR_OK. */
+START_TEST(numbers_that_do_not_fit_int64)
+{
+    static const char why[] = "value cannot be converted to type int64_t without overflow";
+    opr_tensor *x = opr_tensor_from_data(ctx, OPR_I64, 1, (int64_t[]){3}, (int64_t[]){1, 2, 3}, OPR_CPU);
+    opr_tensor *mask = opr_tensor_from_data(ctx, OPR_BOOL, 1, (int64_t[]){3}, (unsigned char[]){1, 0, 1}, OPR_CPU);
+    const double bad[] = {1e19, -1e19, NAN, INFINITY, -INFINITY, 0x1p63, -0x1.0000000000001p63};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        opr_value a[3] = {opr_v_tensor(x), opr_v_tensor(mask), opr_v_double(bad[i])};
+        tu_expect_fail(ctx, "masked_fill", a, 3, 1, OPR_ERR_INVALID, why);
+        tu_expect_fail(ctx, "masked_fill_", a, 3, 1, OPR_ERR_INVALID, why);
+        tu_expect_fail(ctx, "fill_", (opr_value[]){opr_v_tensor(x), opr_v_double(bad[i])}, 2, 1, OPR_ERR_INVALID, why);
+        tu_expect_fail(ctx, "full",
+                       (opr_value[]){opr_v_ints((int64_t[]){2}, 1), opr_v_double(bad[i]), opr_v_string("i64")}, 3, 1,
+                       OPR_ERR_INVALID, why);
+    }
+    int64_t back[3];
+    ck_assert_int_eq(opr_tensor_copy_to_host(x, back, sizeof back), OPR_OK);
+    ck_assert(back[0] == 1 && back[1] == 2 && back[2] == 3); /* the failed in-place calls wrote nothing */
+    /* the ends of the range, and a fraction (truncated, as PyTorch does) */
+    const double ok[] = {-0x1p63, 0x1.fffffffffffffp62, 2.75};
+    const int64_t want[] = {INT64_MIN, INT64_C(0x7ffffffffffffc00), 2};
+    for (int i = 0; i < 3; i++) {
+        opr_tensor *y = tu_call1(ctx, "masked_fill", (opr_value[]){opr_v_tensor(x), opr_v_tensor(mask), opr_v_double(ok[i])}, 3);
+        ck_assert_int_eq(opr_tensor_copy_to_host(y, back, sizeof back), OPR_OK);
+        ck_assert(back[0] == want[i] && back[1] == 2 && back[2] == want[i]);
+        opr_tensor_release(y);
+    }
+    /* an int Scalar stays exact: INT64_MAX is not rounded through a double (2^63) */
+    opr_tensor *z = opr_tensor_from_data(ctx, OPR_I64, 1, (int64_t[]){1}, (int64_t[]){0}, OPR_CPU);
+    opr_tensor *y = tu_call1(ctx, "add.Scalar", (opr_value[]){opr_v_tensor(z), opr_v_int(INT64_MAX)}, 2);
+    ck_assert_int_eq(opr_tensor_copy_to_host(y, back, sizeof back[0]), OPR_OK);
+    ck_assert(back[0] == INT64_MAX);
+    opr_tensor_release(y);
+    /* bool takes any number (v != 0), as PyTorch's conversion to bool cannot overflow */
+    opr_tensor *b = opr_tensor_from_data(ctx, OPR_BOOL, 1, (int64_t[]){3}, (unsigned char[]){0, 0, 0}, OPR_CPU);
+    opr_tensor_release(tu_call1(ctx, "fill_", (opr_value[]){opr_v_tensor(b), opr_v_double(1e19)}, 2));
+    unsigned char bb[3];
+    ck_assert_int_eq(opr_tensor_copy_to_host(b, bb, sizeof bb), OPR_OK);
+    ck_assert(bb[0] == 1 && bb[1] == 1 && bb[2] == 1);
+    opr_tensor_release(b);
+    opr_tensor *all[] = {x, mask, z};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) opr_tensor_release(all[i]);
+}
+END_TEST
+
 /* ------------------------------------------------------------------ backward */
 
 START_TEST(backward_options_struct_size)
@@ -401,6 +536,9 @@ int main(void)
     tcase_add_test(tc, arange_counts);
     tcase_add_test(tc, plan_queries_check_arguments);
     tcase_add_test(tc, bool_bytes_are_normalised);
+    tcase_add_test(tc, dlpack_import_checks_its_fields);
+    tcase_add_test(tc, loss_backward_weight_sizes);
+    tcase_add_test(tc, numbers_that_do_not_fit_int64);
     tcase_add_test(tc, backward_options_struct_size);
     tcase_add_test(tc, create_graph_into_leaf_frees_its_graph);
     tcase_add_test(tc, struct_size_is_honoured);

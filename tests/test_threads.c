@@ -1,7 +1,8 @@
 /* Threads suite: one context shared by NTHREADS threads, as opreg.h allows. Forward
  * ops on every thread; separate graphs with per-thread grad mode; backward passes that
  * all accumulate into one shared leaf; op listing, lookup and the error log while
- * another thread loads YAML; plan explanation. The suite passes in every build, and
+ * another thread loads YAML; plan explanation; and contexts of their own created on
+ * several threads at once. The suite passes in every build, and
  * the ThreadSanitizer build (make tsan) also finds the races that happen to give the
  * right numbers.
  *
@@ -10,6 +11,7 @@
  * so every sum is exact whatever the order of additions. */
 #include "test_util.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -467,6 +469,50 @@ START_TEST(plan_explain_on_every_thread)
 }
 END_TEST
 
+/* ------------------------------------------------------------------ contexts */
+
+#define CTX_THREADS 4
+#define CTX_PER_THREAD 3
+
+/* Contexts of their own, created and used at the same time on several threads (a
+ * documented use): every creation runs the CPU plugin's init, which must not race with
+ * another's, nor with kernels running in a context already made (the vector-math
+ * dispatch, the error path). */
+static void *context_worker(worker *w)
+{
+    const double x[4] = {0, 0.25, -0.5, 1};
+    for (int k = 0; k < CTX_PER_THREAD && !w->err[0]; k++) {
+        opr_ctx *ctx = opr_ctx_new(NULL);
+        if (!ctx) return wfail(w, "opr_ctx_new: %s", opr_last_error());
+        worker in = {.id = w->id, .ctx = ctx};
+        opr_tensor *t = f64_tensor(ctx, 1, (int64_t[]){4}, x), *e = t ? call(&in, "exp", (opr_value[]){TV(t)}, 1) : NULL;
+        double got[4] = {0}, off = 0; /* the vector loops (SLEEF) are within 1 ulp of libm */
+        if (e && !opr_tensor_copy_to_host(e, got, sizeof got))
+            for (int i = 0; i < 4; i++) off = fmax(off, fabs(got[i] - exp(x[i])) / exp(x[i]));
+        if (!e) wfail(w, "context %d: %s", k, in.err[0] ? in.err : opr_last_error());
+        else if (!(off < 1e-15))
+            wfail(w, "context %d: exp gave %g %g %g %g", k, got[0], got[1], got[2], got[3]);
+        /* a kernel's error goes through the host table the plugin keeps */
+        opr_tensor *bad = NULL, *i64 = opr_tensor_from_data(ctx, OPR_I64, 1, (int64_t[]){1}, (int64_t[]){0}, OPR_CPU);
+        if (!w->err[0] && (!i64 || opr_call_by_name(ctx, "fill_", (opr_value[]){TV(i64), opr_v_double(1e19)}, 2, &bad, 1) !=
+                                       OPR_ERR_INVALID || !strstr(opr_last_error(), "without overflow")))
+            wfail(w, "context %d: fill_ with 1e19 into i64 was not refused: %s", k, opr_last_error());
+        opr_tensor_release(bad);
+        opr_tensor_release(i64);
+        opr_tensor_release(e);
+        opr_tensor_release(t);
+        int live = opr_ctx_free(ctx);
+        if (live) wfail(w, "context %d: %d tensors leaked", k, live);
+    }
+    return NULL;
+}
+
+START_TEST(contexts_created_on_several_threads)
+{
+    run_workers(NULL, NULL, CTX_THREADS, context_worker);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("threads");
@@ -477,5 +523,8 @@ int main(void)
     tcase_add_test(tc, registry_reads_while_loading);
     tcase_add_test(tc, plan_explain_on_every_thread);
     suite_add_tcase(s, tc);
+    TCase *own = tcase_create("own_contexts");
+    tcase_add_test(own, contexts_created_on_several_threads);
+    suite_add_tcase(s, own);
     return tu_run(s);
 }

@@ -4,6 +4,8 @@
 #include "check_supervisor.h"
 #include "cli.h"
 
+#include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -109,6 +111,21 @@ static void gc_describe(int s, check_record *r, void *data)
     r->sample = s;
 }
 
+/* The value of --eps, --atol or --rtol: a whole finite number, not negative (0: the
+ * default); false, with a message, for anything else ("abc", "1e-3x"). */
+static bool parse_option_number(const char *opt, const char *v, double *out)
+{
+    char *end;
+    errno = 0;
+    const double d = strtod(v, &end);
+    if (end == v || *end || errno == ERANGE || !isfinite(d) || d < 0) {
+        fprintf(stderr, "opreg gradcheck: %s takes a finite number >= 0, not '%s'\n", opt, v);
+        return false;
+    }
+    *out = d;
+    return true;
+}
+
 int cmd_gradcheck(int argc, char **argv)
 {
     if (cli_wants_help(argc, argv)) { usage(); return 0; }
@@ -138,9 +155,9 @@ int cmd_gradcheck(int argc, char **argv)
         if (!strcmp(a, "--backend")) backend = v;
         else if (!strcmp(a, "--dtype")) dtype_name = v;
         else if (!strcmp(a, "--inputs")) inputs = v;
-        else if (!strcmp(a, "--eps")) opts.eps = atof(v);
-        else if (!strcmp(a, "--atol")) opts.atol = atof(v);
-        else if (!strcmp(a, "--rtol")) opts.rtol = atof(v);
+        else if (!strcmp(a, "--eps")) { if (!parse_option_number(a, v, &opts.eps)) return 2; }
+        else if (!strcmp(a, "--atol")) { if (!parse_option_number(a, v, &opts.atol)) return 2; }
+        else if (!strcmp(a, "--rtol")) { if (!parse_option_number(a, v, &opts.rtol)) return 2; }
         else if (strcmp(a, "--plugin")) { fprintf(stderr, "opreg gradcheck: unknown option '%s' (see --help)\n", a); return 2; }
     }
     opr_dtype dt;

@@ -394,7 +394,10 @@ OPR_API opr_tensor *opr_tensor_to(opr_tensor *t, opr_device dev);
  * DLManagedTensor's deleter when its storage is freed; on failure the caller keeps
  * ownership of the DLManagedTensor. bool travels as uint8 (DLPack 0.6 has no bool): an
  * imported uint8 tensor becomes bool, and is refused (OPR_ERR_INVALID) if a byte is
- * neither 0 nor 1. Negative strides are refused (OPR_ERR_UNSUPPORTED). */
+ * neither 0 nor 1. Negative strides are refused (OPR_ERR_UNSUPPORTED); so are
+ * (OPR_ERR_INVALID) a NULL data pointer with elements to hold, an ndim outside
+ * 0..OPR_MAX_DIMS, negative sizes, and sizes, strides and offset that reach past
+ * int64 elements. */
 struct DLManagedTensor;
 OPR_API struct DLManagedTensor *opr_tensor_to_dlpack(opr_tensor *t);
 OPR_API opr_tensor *opr_tensor_from_dlpack(opr_ctx *ctx, struct DLManagedTensor *m);
@@ -476,7 +479,14 @@ OPR_API bool opr_jagged_same_structure(const opr_tensor *a, const opr_tensor *b)
  * unbatched input the tensor itself. It calls ordinary ops (opr_call) on them; each op
  * runs once for the whole batch by its YAML `batch:` rule (`opreg ops --batching`), or,
  * without one, by a loop over the samples (correct, slower). It fills out[0..nout-1]
- * with new references and returns OPR_OK, or an error status that opr_vmap returns.
+ * with new references and returns OPR_OK, or an error status. An output may also be
+ * one of the inputs as it is (out[k] = in[i], the identity, batched or not), with or
+ * without a reference of the callback's: the host takes one for it when the input
+ * gained no reference during the callback (so a callback that returns an input
+ * without retaining it must not keep another reference to it meanwhile, e.g. through
+ * an op recorded by autograd that saved it: retain it then). A returned opr_status (OPR_ERR_INVALID .. OPR_ERR_MISMATCH) is what
+ * opr_vmap returns, with the callback's message (or one saying it left none); any
+ * other nonzero value becomes OPR_ERR_BACKEND with a message naming the value.
  *
  * Autograd: inside the callback, opr_autograd_grad of a per-sample loss with respect
  * to tensors from outside (unbatched parameters) gives per-sample gradients (batched
@@ -484,8 +494,9 @@ OPR_API bool opr_jagged_same_structure(const opr_tensor *a, const opr_tensor *b)
  * run on batched tensors through the same rules. Gradients also flow through opr_vmap
  * from outside: the outputs are ordinary tensors recorded from the inputs (vjp of vmap).
  *
- * Batched tensors live as long as the call: one kept and used after opr_vmap returned is
- * refused (OPR_ERR_INVALID). Views (opr_tensor_transpose, ...), DLPack export and host
+ * Batched tensors live as long as the call, on its thread: one kept and used after
+ * opr_vmap returned, or used on another thread while the call runs, is refused
+ * (OPR_ERR_INVALID, the message saying which). Views (opr_tensor_transpose, ...), DLPack export and host
  * copies refuse them: inside the callback use the ops (transpose, reshape, ...).
  * No op of this version draws random numbers; docs/vmap.md states the rule for those
  * that will. Ops with data-dependent output shapes (masked_select) work with an
@@ -906,12 +917,16 @@ typedef enum opr_gradcheck_culprit {
 
 typedef struct opr_gradcheck_opts {
     size_t struct_size;  /* sizeof(opr_gradcheck_opts) */
-    double eps;          /* finite-difference step, in f64; 0: 1e-6 */
+    double eps;          /* finite-difference step, in f64; 0: 1e-6; otherwise finite and
+                            > 0 (NaN, infinite or negative: OPR_ERR_INVALID) */
     double atol, rtol;   /* gradient tolerance, |analytic - numeric| <= atol + rtol *
                             max(|analytic|, |numeric|); each 0: by the dtype of the inputs
-                            (f64 1e-7 / 1e-5, f32 1e-5 / 1e-4, f16 and bf16 1e-2 / 2e-2).
+                            (f64 1e-7 / 1e-5, f32 1e-5 / 1e-4, f16 and bf16 1e-2 / 2e-2);
+                            otherwise finite and > 0 (NaN, infinite or negative:
+                            OPR_ERR_INVALID). A NaN gradient, analytic or numeric, is a
+                            mismatch even against NaN (torch.autograd.gradcheck's rule).
                             The forward output is held to the same dtype table, f64 at
-                            1e-12 / 1e-9. */
+                            1e-12 / 1e-9 (there NaN agrees with NaN). */
     bool one_candidate;  /* false (default): every derivative candidate of the op forced
                             in turn (formulas, fused kernels, `fast:` variants), then the
                             plan chosen by cost. true: only `candidate` (-1: the plan

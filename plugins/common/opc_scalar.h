@@ -22,7 +22,8 @@ static inline bool opc_fits_i64(double v)
 
 /* Writes v converted to dtype dt (f32, f64, i64 or bool; the way fill_ converts) into
  * the first bytes of elem (8 bytes of room). Returns OPR_OK, or an error status with
- * the message for host->set_error in why: OPR_ERR_INVALID for a value i64 cannot hold,
+ * the message for host->set_error in why: OPR_ERR_INVALID for a value i64 cannot hold
+ * (in PyTorch's words: "value cannot be converted to type int64_t without overflow"),
  * OPR_ERR_UNSUPPORTED for another dtype (device names the plugin's device). */
 static inline int opc_encode_scalar(const char *op, opr_dtype dt, double v, void *elem, const char *device, char *why,
                                     size_t why_size)
@@ -36,7 +37,7 @@ static inline int opc_encode_scalar(const char *op, opr_dtype dt, double v, void
     case OPR_F64: memcpy(elem, &v, sizeof v); return OPR_OK;
     case OPR_I64: {
         if (!opc_fits_i64(v)) {
-            snprintf(why, why_size, "%s: value %g cannot be represented as i64", op, v);
+            snprintf(why, why_size, "%s: value cannot be converted to type int64_t without overflow: %g", op, v);
             return OPR_ERR_INVALID;
         }
         const int64_t i = (int64_t)v;

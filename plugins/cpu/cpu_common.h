@@ -21,10 +21,9 @@
  * thread because a parallel region costs microseconds. */
 #define CPU_PAR_THRESHOLD 32768
 
-/* The host table is kept by cpu_plugin.c for error reporting from kernels. */
-extern const opr_host_api *cpu_host;
-
-#define CPU_FAIL(call, status, ...) (cpu_host->set_error((call), __VA_ARGS__), (status))
+/* Errors go to the host table of the call's own context: the plugin keeps no host
+ * pointer of its own, which contexts initialised on several threads would race on. */
+#define CPU_FAIL(call, status, ...) ((call)->host->set_error((call), __VA_ARGS__), (status))
 
 static inline const opr_tensor_view *cpu_arg_t(const opr_kernel_call *c, int i)
 {

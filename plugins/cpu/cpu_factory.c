@@ -33,7 +33,8 @@ static int fill_value(const opr_kernel_call *c, const char *op, opr_tensor_view 
     case OPR_F64: FILL_LOOP(double, out->data, out->numel, v); return OPR_OK;
     case OPR_I64:
         if (!fits_i64(v))
-            return CPU_FAIL(c, OPR_ERR_INVALID, "%s: value %g cannot be represented as i64", op, v);
+            return CPU_FAIL(c, OPR_ERR_INVALID, "%s: value cannot be converted to type int64_t without overflow: %g",
+                            op, v);
         FILL_LOOP(int64_t, out->data, out->numel, (int64_t)v);
         return OPR_OK;
     case OPR_BOOL: memset(out->data, v != 0, (size_t)out->numel); return OPR_OK;

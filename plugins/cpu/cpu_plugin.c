@@ -4,16 +4,22 @@
 #include "cpu_kernels.h"
 #include "cpu_vmath.h"
 
+#include <pthread.h>
 #include <stdio.h>
 
-const opr_host_api *cpu_host;
+/* Contexts may be created on several threads at once, each running this init: what it
+ * sets up must not be a process global written on every call. The host table of the
+ * init under way is per thread (registrations happen inside init, on its thread), and
+ * the vector loops are chosen once per process. */
+static _Thread_local const opr_host_api *init_host;
+static pthread_once_t vmath_once = PTHREAD_ONCE_INIT;
 
 int cpu_register(opr_plugin *self, const char *op, uint32_t dtypes, opr_kernel_fn fn)
 {
     opr_kernel_desc d = {
         .struct_size = sizeof d, .op = op, .device = "cpu", .dtypes = dtypes, .fn = fn,
     };
-    return cpu_host->register_kernel(self, &d);
+    return init_host->register_kernel(self, &d);
 }
 
 OPR_PLUGIN_EXPORT int opr_plugin_probe(char *why, size_t why_len)
@@ -29,8 +35,8 @@ OPR_PLUGIN_EXPORT int opr_plugin_init(const opr_host_api *host, opr_plugin *self
     self->name = "cpu";
     self->version = "0.1.0";
     if (host->abi_major != OPR_ABI_MAJOR) return OPR_ERR_ABI;
-    cpu_host = host;
-    cpu_vmath_init();
+    init_host = host;
+    if (pthread_once(&vmath_once, cpu_vmath_init)) return OPR_ERR_BACKEND;
 
     /* Rough figures for a current x86 core pair with OpenBLAS; the cost model only
      * compares candidates, so the ratios matter more than the absolute values. */

@@ -63,10 +63,12 @@ typedef struct cpu_vmath {
     cpu_vaddrow8_f64 addrow8_f64;
 } cpu_vmath;
 
-/* The loops for this CPU. Valid after cpu_vmath_init; never changes afterwards. */
+/* The loops for this CPU. Valid after cpu_vmath_init (run once per process, with
+ * pthread_once, by the plugin init); never changes afterwards. */
 extern cpu_vmath cpu_vm;
 
-/* Picks the loops (once, from opr_plugin_init, before any kernel can run). */
+/* Picks the loops (from opr_plugin_init, before any kernel can run; not thread-safe
+ * itself: the plugin runs it once through pthread_once). */
 void cpu_vmath_init(void);
 
 /* The sets cpu_vmath_init chooses from (cpu_vmath_sse2.c, cpu_vmath_avx2.c,

@@ -1,9 +1,11 @@
 /* libFuzzer harness: calls of the built-in ops (CPU plugin loaded) with arguments
  * decoded from the input: which op, how many arguments, of which kinds (mostly the
  * schema's, sometimes any other), tensors of any dtype, rank and size (huge, zero and
- * negative sizes included; strided and offset views; bool bytes other than 0 and 1),
- * ints and floats including the extremes, int lists, strings; jagged tensors with
- * offsets from the input). Then the gradient plan (opr_plan_explain,
+ * negative sizes included; strided and offset views; bool bytes other than 0 and 1;
+ * shapes taken from a size of an earlier argument, right or off by one, as optional
+ * weights need), ints and floats including the extremes (int64's edges for the numbers
+ * that meet integer dtypes), int lists, strings; jagged tensors with offsets from the
+ * input). Then the gradient plan (opr_plan_explain,
  * opr_plan_saved_bytes) and, when the result requires grad, backward; sometimes the
  * call first runs under opr_vmap, its tensors batched along dims from the input. The
  * context is made once: calls do not change the registry. */
@@ -49,7 +51,12 @@ static double any_double(input *in)
 {
     static const double special[] = {0.0, -0.0, 1.0, -1.0, 0.5, 2.0, 1e300, -1e300, 1e-310, INFINITY, -INFINITY, NAN,
                                      9.2233720368547758e18, -9.2233720368547758e18, 3.0, 1e20};
+    /* where a number meets an integer dtype (a Scalar, masked_fill's value): the edges
+     * of int64 and just past them, and what has no integer value at all */
+    static const double int_edges[] = {1e19, -1e19, 0x1p63, -0x1p63, 0x1.fffffffffffffp62, -0x1.0000000000001p63,
+                                       0x1p64, NAN, INFINITY, -INFINITY, 0x1p53 + 1, 2.5};
     uint8_t b = byte(in);
+    if (b >= 0xe0 && b < 0xf0) return int_edges[(b - 0xe0) % (sizeof int_edges / sizeof int_edges[0])];
     if (b < 0xf0) return special[b % (sizeof special / sizeof special[0])];
     uint64_t bits = raw64(in);
     double d;
@@ -75,7 +82,36 @@ typedef struct call_state {
     int nleaves;
     opr_tensor *lists[16][4];
     int64_t ints[16][OPR_MAX_DIMS + 2];
+    /* the shapes (and int lists) of the last arguments, so that a later tensor can take
+     * a size from one: a weight with one entry per class of the input, or one too
+     * many, none, or an extra dim (the optional weights of the losses) */
+    int64_t recent[4][OPR_MAX_DIMS];
+    int nrecent_dims[4], nrecent;
 } call_state;
+
+static void remember(call_state *st, const int64_t *shape, int n)
+{
+    if (n < 0 || n > OPR_MAX_DIMS) return;
+    const int at = st->nrecent++ % 4;
+    memcpy(st->recent[at], shape, (size_t)n * sizeof *shape);
+    st->nrecent_dims[at] = n;
+}
+
+/* A shape made from a size of a recent argument (flags 0x10 of any_tensor): [c],
+ * [0], [c, 1], [c + 1], [c - 1], or the argument's whole shape. */
+static int related_shape(call_state *st, input *in, int64_t *shape)
+{
+    const int from = byte(in) % (st->nrecent < 4 ? st->nrecent : 4), nd = st->nrecent_dims[from];
+    const int64_t *src = st->recent[from], c = nd ? src[byte(in) % nd] : 1;
+    switch (byte(in) % 6) {
+    case 0: shape[0] = c; return 1;
+    case 1: shape[0] = 0; return 1;
+    case 2: shape[0] = c; shape[1] = 1; return 2;
+    case 3: shape[0] = (int64_t)((uint64_t)c + 1); return 1; /* wrapping: INT64_MAX + 1 is just a bad size */
+    case 4: shape[0] = (int64_t)((uint64_t)c - 1); return 1;
+    default: memcpy(shape, src, (size_t)nd * sizeof *shape); return nd;
+    }
+}
 
 static opr_tensor *keep(call_state *st, opr_tensor *t)
 {
@@ -109,15 +145,17 @@ static opr_tensor *any_tensor(call_state *st, input *in)
     uint8_t dtb = byte(in);
     /* mostly a valid dtype; 0xff: an invalid one, which must be refused */
     opr_dtype dt = dtb == 0xff ? (opr_dtype)OPR_DTYPE_COUNT : (opr_dtype)(dtb % OPR_DTYPE_COUNT);
-    int ndim = byte(in) % 10; /* 9: one past OPR_MAX_DIMS */
     int64_t shape[10];
+    const bool related = (flags & 0x10) && st->nrecent;
+    int ndim = related ? related_shape(st, in, shape) : byte(in) % 10; /* 9: one past OPR_MAX_DIMS */
     int64_t numel = 1;
     bool huge = false;
     for (int d = 0; d < ndim; d++) {
-        shape[d] = any_dim(in);
+        if (!related) shape[d] = any_dim(in);
         if (shape[d] < 0 || (shape[d] && numel > ((int64_t)1 << 40) / shape[d])) huge = true;
         else numel *= shape[d];
     }
+    remember(st, shape, ndim);
     opr_tensor *t;
     if (huge || numel > 4096) {
         /* no data to fill: an expanded view of one element while kernels can still go
@@ -171,7 +209,8 @@ static opr_tensor *any_tensor(call_state *st, input *in)
 static const char *any_string(input *in)
 {
     static const char *const strings[] = {"f32", "f64", "i64", "bool", "f16", "bf16", "cpu", "cpu:0", "cpu:1",
-                                          "cuda", "cuda:0", "", "float", "long", "nope", "cpu:-1", "cpu:99999999999"};
+                                          "cuda", "cuda:0", "", "float", "long", "nope", "cpu:-1", "cpu:99999999999",
+                                          "mean", "sum", "none"}; /* the losses' reductions */
     return strings[byte(in) % (sizeof strings / sizeof strings[0])];
 }
 
@@ -192,6 +231,7 @@ static opr_value any_value(call_state *st, input *in, int kind, int slot)
         uint8_t b = byte(in);
         int n = b == 0xff ? -1 : b % (OPR_MAX_DIMS + 2); /* up to one past OPR_MAX_DIMS */
         for (int i = 0; i < n; i++) st->ints[slot][i] = any_int(in);
+        remember(st, st->ints[slot], n);
         return opr_v_ints(st->ints[slot], n);
     }
     case OPR_V_STRING: return opr_v_string(any_string(in));
