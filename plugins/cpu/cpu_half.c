@@ -9,6 +9,7 @@
 
 #include "../common/opc_half.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 
 #define UPCAST_MAX 48 /* ops registered through cpu_register_upcast */
@@ -17,6 +18,7 @@
 
 static opr_kernel_fn upcast_fns[UPCAST_MAX];
 static int upcast_n;
+static pthread_mutex_t upcast_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static bool is_half(opr_dtype t) { return t == OPR_F16 || t == OPR_BF16; }
 
@@ -116,8 +118,8 @@ static int k_upcast(const opr_kernel_call *c)
         u->outp[i] = &u->views[k];
         u->nviews++;
     }
-    if (rc == OPR_ERR_UNSUPPORTED) cpu_host->set_error(c, "%s: f16/bf16 output of a data-dependent shape", c->op);
-    else if (rc) cpu_host->set_error(c, "%s: out of memory widening f16/bf16 to f32 (or too many tensors)", c->op);
+    if (rc == OPR_ERR_UNSUPPORTED) c->host->set_error(c, "%s: f16/bf16 output of a data-dependent shape", c->op);
+    else if (rc) c->host->set_error(c, "%s: out of memory widening f16/bf16 to f32 (or too many tensors)", c->op);
     if (!rc) {
         opr_kernel_call wide = *c;
         wide.args = (const opr_kernel_arg *const *)u->argp;
@@ -134,17 +136,14 @@ static int k_upcast(const opr_kernel_call *c)
 int cpu_register_upcast(opr_plugin *self, const char *op, uint32_t dtypes, opr_kernel_fn fn)
 {
     if (!(dtypes & OPR_DTYPE_BIT(OPR_F32))) return cpu_register(self, op, dtypes, fn);
-    if (upcast_n == UPCAST_MAX) {
-        cpu_host->set_error(NULL, "cpu: more than %d ops through cpu_register_upcast", UPCAST_MAX);
-        return OPR_ERR_INVALID;
-    }
-    /* the table is the same for every context (init registers the same kernels each time) */
+    /* the table is the same for every context (init registers the same kernels each
+     * time), and contexts may be initialised on several threads at once */
+    pthread_mutex_lock(&upcast_lock);
     int k;
     for (k = 0; k < upcast_n && upcast_fns[k] != fn; k++) {}
-    if (k == upcast_n) upcast_fns[upcast_n++] = fn;
-    opr_kernel_desc d = {
-        .struct_size = sizeof d, .op = op, .device = "cpu", .fn = k_upcast, .data = &upcast_fns[k],
-        .dtypes = dtypes | OPR_DTYPE_BIT(OPR_F16) | OPR_DTYPE_BIT(OPR_BF16),
-    };
-    return cpu_host->register_kernel(self, &d);
+    if (k == upcast_n && upcast_n < UPCAST_MAX) upcast_fns[upcast_n++] = fn;
+    pthread_mutex_unlock(&upcast_lock);
+    if (k == UPCAST_MAX) return cpu_init_error("cpu: more ops through cpu_register_upcast than UPCAST_MAX");
+    return cpu_register_data(self, op, dtypes | OPR_DTYPE_BIT(OPR_F16) | OPR_DTYPE_BIT(OPR_BF16), k_upcast,
+                             &upcast_fns[k]);
 }

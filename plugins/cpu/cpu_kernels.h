@@ -8,6 +8,11 @@
 
 /* Registers one kernel for device "cpu". Returns the host's status. */
 int cpu_register(opr_plugin *self, const char *op, uint32_t dtypes, opr_kernel_fn fn);
+/* The same with kernel_data (opr_kernel_desc.data). */
+int cpu_register_data(opr_plugin *self, const char *op, uint32_t dtypes, opr_kernel_fn fn, void *data);
+/* Reports msg as the error of the plugin's init (there is no call yet); returns
+ * OPR_ERR_INVALID. */
+int cpu_init_error(const char *msg);
 /* cpu_register for an f32 kernel (among dtypes) that also serves f16 and bf16: their
  * tensors are widened to f32 around the call and the outputs rounded back
  * (cpu_half.c). */

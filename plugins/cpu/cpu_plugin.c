@@ -14,12 +14,23 @@
 static _Thread_local const opr_host_api *init_host;
 static pthread_once_t vmath_once = PTHREAD_ONCE_INIT;
 
-int cpu_register(opr_plugin *self, const char *op, uint32_t dtypes, opr_kernel_fn fn)
+int cpu_register_data(opr_plugin *self, const char *op, uint32_t dtypes, opr_kernel_fn fn, void *data)
 {
     opr_kernel_desc d = {
-        .struct_size = sizeof d, .op = op, .device = "cpu", .dtypes = dtypes, .fn = fn,
+        .struct_size = sizeof d, .op = op, .device = "cpu", .dtypes = dtypes, .fn = fn, .data = data,
     };
     return init_host->register_kernel(self, &d);
+}
+
+int cpu_register(opr_plugin *self, const char *op, uint32_t dtypes, opr_kernel_fn fn)
+{
+    return cpu_register_data(self, op, dtypes, fn, NULL);
+}
+
+int cpu_init_error(const char *msg)
+{
+    init_host->set_error(NULL, "%s", msg);
+    return OPR_ERR_INVALID;
 }
 
 OPR_PLUGIN_EXPORT int opr_plugin_probe(char *why, size_t why_len)
