@@ -279,6 +279,8 @@ bool opr_tensor_is_contiguous(const opr_tensor *t)
     if (!t) return false;
     t = opr_jagged_base(t);
     int64_t expect = 1;
+    for (int d = 0; d < t->m.ndim; d++) /* no elements: nothing is out of order (as in PyTorch) */
+        if (t->m.shape[d] == 0) return true;
     for (int d = t->m.ndim - 1; d >= 0; d--) {
         if (t->m.shape[d] != 1 && t->strides[d] != expect) return false;
         expect *= t->m.shape[d];

@@ -42,12 +42,13 @@ override_no_flag  note  mul \(cpu, f32\): plugin cpu runs it; plugin vendor.s is
 override_no_flag  op\(s\) checked, 0 failure\(s\)$
 override_no_flag  !^  FAIL|FAIL [0-9]
 crash_forward   ^mul +CRASHED
+crash_forward   CRASHED add on vdev: crashed \(SIGSEGV\) in kernel mul on vdev \(plugin vendor\), during add backward
 crash_forward   CRASHED mul on vdev: crashed \(SIGSEGV\) in mul forward, sample 0, f32
 crash_forward   ^vfma +
 crash_forward   ^swish +
 crash_forward   op\(s\) checked, [1-9][0-9]* failure\(s\)
 crash_fused     ^vfma +CRASHED
-crash_fused     CRASHED vfma on vdev: crashed \(SIGSEGV\) in vfma backward \[self, other \(kernel vfma_backward\)\], sample 0, f32
+crash_fused     CRASHED vfma on vdev: crashed \(SIGSEGV\) in kernel vfma_backward on vdev \(plugin vendor\), during vfma backward \[self, other \(kernel vfma_backward\)\], sample 0, f32
 crash_fused     ^mul +pass
 crash_fused     op\(s\) checked, 1 failure\(s\)
 hang            ^relu +TIMED OUT

@@ -16,6 +16,7 @@ typedef struct cell {
     char depends[128];        /* failing ops the failing formulas call */
     char nimpl_dtypes[64];
     char nimpl_cands[512];
+    char nimpl_variants[256];
     char unsupported[2100];   /* the first run-time refusal */
     char unchecked[2100];     /* the first NOT CHECKED reason */
     double perf_ns, perf_ref_ns;
@@ -164,10 +165,10 @@ static void print_row(check_report *rep, int row)
                      x->unchecked[0] ? x->unchecked : "nothing could be compared");
         if (nnotes < MAX_NOTES && rep->o.verbose && x->notes_verbose[0])
             snprintf(notes[nnotes++], sizeof notes[0], "%.2290s", x->notes_verbose);
-        if (nnotes < MAX_NOTES && rep->o.verbose && (x->nimpl_dtypes[0] || x->nimpl_cands[0]))
-            snprintf(notes[nnotes++], sizeof notes[0], "n/i %s on %s:%s%s%s%s", opr_op_name(op), dname,
+        if (nnotes < MAX_NOTES && rep->o.verbose && (x->nimpl_dtypes[0] || x->nimpl_cands[0] || x->nimpl_variants[0]))
+            snprintf(notes[nnotes++], sizeof notes[0], "n/i %s on %s:%s%s%s%s%s%s", opr_op_name(op), dname,
                      x->nimpl_dtypes[0] ? " dtypes " : "", x->nimpl_dtypes, x->nimpl_cands[0] ? " candidates " : "",
-                     x->nimpl_cands);
+                     x->nimpl_cands, x->nimpl_variants[0] ? " variants " : "", x->nimpl_variants);
     }
     if (rep->o.json) return;
     printf("\n");
@@ -217,7 +218,11 @@ void check_report_take(check_report *rep, const check_record *r)
         list_add(x->depends, sizeof x->depends, r->culprit);
         break;
     case CV_NI:
-        if (!strcmp(r->phase, "forward") && r->dtype >= 0)
+        if (!strcmp(r->phase, "forward") && r->variant[0]) {
+            char item[56];
+            snprintf(item, sizeof item, "[%s]", r->variant);
+            list_add(x->nimpl_variants, sizeof x->nimpl_variants, item);
+        } else if (!strcmp(r->phase, "forward") && r->dtype >= 0)
             list_add(x->nimpl_dtypes, sizeof x->nimpl_dtypes, opr_dtype_name((opr_dtype)r->dtype));
         else if (r->candidate[0]) {
             char item[100];

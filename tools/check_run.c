@@ -380,6 +380,37 @@ static void check_backward_one(const check_cfg *c, int u, const opr_op *op, int 
     check_emit(&r);
 }
 
+/* On the CPU, which is every schema's promise: each dtype the schema lists that the
+ * CPU forward is not compared in (all but f32) must at least run the samples there;
+ * a kernel refusing it is a FAIL of the schema, not n/i. */
+static void check_schema_dtypes(const check_cfg *c, int u, const opr_op *op)
+{
+    opr_device cpu = {0, 0};
+    for (int d = 0; d < NDTYPES; d++) {
+        opr_dtype dt = all_dtypes[d];
+        if (dt == OPR_F32 || !opr_op_supports_dtype(op, dt) || (c->dtype_mask && !(c->dtype_mask & (1u << dt))))
+            continue;
+        for (int s = 0; s < opr_op_sample_count(op); s++) {
+            char label[48];
+            sample_run r;
+            check_phase("%s forward, sample %d, %s (the schema's dtypes on the CPU)", opr_op_name(op), s,
+                        opr_dtype_name(dt));
+            if (run_sample(op, s, 0, dt, cpu, &r, label, sizeof label)) { run_free(&r); continue; }
+            if (r.rc == OPR_ERR_UNSUPPORTED || r.rc == OPR_ERR_NOT_FOUND) {
+                check_record rec = new_record(c, u, "forward", dt, s, "");
+                rec.verdict = CV_FAIL;
+                snprintf(rec.culprit, sizeof rec.culprit, "schema %s", opr_op_name(op));
+                snprintf(rec.message, sizeof rec.message,
+                         "the schema lists dtype %s, which the CPU kernel refuses: %.1900s", opr_dtype_name(dt), r.err);
+                check_emit(&rec);
+                run_free(&r);
+                break;
+            }
+            run_free(&r);
+        }
+    }
+}
+
 /* ---------------------------------------------------------------- perf */
 
 static double now_ns(void)
@@ -453,6 +484,7 @@ void check_run_unit(const check_cfg *c, int u)
     opr_dtype dts[NDTYPES];
     int ndts = dtypes_of(c, op, dev, false, dts);
     bool forward_failed = false;
+    if (dev.type == 0) check_schema_dtypes(c, u, op);
     for (int s = 0; s < opr_op_sample_count(op); s++)
         for (int v = 0; v < variant_count(c, op, s); v++)
             for (int k = 0; k < ndts; k++) /* the large variant in the first dtype only: it is the slow one */

@@ -361,6 +361,8 @@ OPR_API const int64_t *opr_tensor_strides(const opr_tensor *t);
 OPR_API int64_t opr_tensor_offset(const opr_tensor *t); /* storage offset in elements */
 OPR_API int64_t opr_tensor_numel(const opr_tensor *t);
 OPR_API opr_device opr_tensor_device(const opr_tensor *t);
+/* True when the elements lie in row-major order without gaps (a tensor without
+ * elements always does). */
 OPR_API bool opr_tensor_is_contiguous(const opr_tensor *t);
 /* Address of element [0,...,0] (device memory for device tensors). */
 OPR_API void *opr_tensor_data(const opr_tensor *t);
@@ -957,12 +959,12 @@ typedef struct opr_gradcheck_result {
     /* What not_available counts, as "[label]" items joined by ", " ("[self, mat2 kernel
      * mm_backward]", "[plan chosen by cost]", "[forward in f16]"). */
     char not_available_list[512];
-    /* 0.2: why the first combination counted in not_available could not run (the
-     * error of the kernel or formula, the plugin's message included), "" if none. */
+    /* Added after the first 0.1 (filled only when struct_size covers it): why the first
+     * combination counted in not_available could not run (the error of the kernel or
+     * formula, the plugin's message included), "" if none. */
     char not_available_why[512];
-} opr_gradcheck_result; /* fields since 0.1 unless marked */
+} opr_gradcheck_result; /* fields since 0.1 */
 #define OPR_GRADCHECK_RESULT_STRUCT_SIZE_0_1 OPR_STRUCT_SIZE(opr_gradcheck_result, not_available_list)
-#define OPR_GRADCHECK_RESULT_STRUCT_SIZE_0_2 OPR_STRUCT_SIZE(opr_gradcheck_result, not_available_why)
 
 /* Checks the gradients of op at the point `args` against central finite differences in
  * f64 (torch.autograd.gradcheck's reference, in its vector-Jacobian form): for a fixed
