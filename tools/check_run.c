@@ -178,12 +178,18 @@ static void compare(const opr_op *op, const opr_tensor *ref, const opr_tensor *g
         r->verdict = ni ? CV_NI : CV_FAIL;
         snprintf(r->message, sizeof r->message, "reading the result back failed: %s", opr_last_error());
     }
+    /* On the large variant an element can be a sum of thousands of products, whose
+     * rounding in f32 is not bounded by its own magnitude (cancellation): there the
+     * relative term is taken against the output's largest |reference|. */
+    double scale = 0;
+    for (int64_t i = 0; rv && gv && !strcmp(r->variant, "large") && i < opr_tensor_numel(ref); i++)
+        if (isfinite(rv[i]) && fabs(rv[i]) > scale) scale = fabs(rv[i]);
     double worst = isnan(r->max_error) ? 0 : r->max_error;
     for (int64_t i = 0; rv && gv && i < opr_tensor_numel(ref); i++) {
         if (isnan(rv[i]) && isnan(gv[i])) continue;
         double err = rv[i] == gv[i] ? 0 : fabs(rv[i] - gv[i]);
         if (!(err <= worst)) worst = isnan(err) ? INFINITY : err;
-        if (!(err <= atol + rtol * fabs(rv[i])) && r->verdict == CV_PASS) {
+        if (!(err <= atol + rtol * fmax(fabs(rv[i]), scale)) && r->verdict == CV_PASS) {
             r->verdict = CV_FAIL;
             snprintf(r->message, sizeof r->message, "output %d element %lld: %.9g, reference %.9g", out, (long long)i,
                      gv[i], rv[i]);
@@ -310,7 +316,7 @@ static bool kernel_registered(const opr_ctx *ctx, const opr_op *op, int cand, in
     if (!k) return false;
     char name[96];
     snprintf(name, sizeof name, "%s", k + 7);
-    name[strcspn(name, " ,]")] = '\0';
+    name[strcspn(name, " ,])")] = '\0';
     const opr_op *slot = opr_op_find((opr_ctx *)ctx, name);
     return slot && registered(slot, dev_type, dt);
 }
@@ -318,8 +324,8 @@ static bool kernel_registered(const opr_ctx *ctx, const opr_op *op, int cand, in
 /* Candidate cand (-1: the plan chosen by cost) of sample s in dtype dt, with
  * opr_gradcheck. A failure is blamed on what opr_gradcheck found, or, where a formula is
  * right on the CPU and wrong here, on the ops it calls that fail here (CV_DEP). */
-static void check_backward_one(const check_cfg *c, int u, const opr_op *op, int s, int cand, opr_dtype dt,
-                               opr_device dev)
+static int check_backward_one(const check_cfg *c, int u, const opr_op *op, int s, int cand, opr_dtype dt,
+                              opr_device dev)
 {
     const char *label = cand < 0 ? "plan chosen by cost" : opr_op_grad_candidate_label(op, cand);
     check_phase("%s backward [%s], sample %d, %s", opr_op_name(op), label, s, opr_dtype_name(dt));
@@ -366,7 +372,7 @@ static void check_backward_one(const check_cfg *c, int u, const opr_op *op, int 
         r.count = res.passed;
         r.verdict = CV_PASS;
     } else if (!res.not_available) {
-        return; /* the candidate covers no input this sample differentiates */
+        return CV_PASS; /* the candidate covers no input this sample differentiates */
     } else {
         bool runtime = cand >= 0 && kernel_registered(c->ctx, op, cand, dev.type, dt);
         r.count = res.not_available;
@@ -377,6 +383,116 @@ static void check_backward_one(const check_cfg *c, int u, const opr_op *op, int 
             snprintf(r.message + strlen(r.message), sizeof r.message - strlen(r.message), " (%s)",
                      res.not_available_why);
     }
+    check_emit(&r);
+    return r.verdict;
+}
+
+/* ---------------------------------------------------------------- fused kernels on variants */
+
+/* Sets requires-grad on the tensor arguments candidate cand covers (its label: "self,
+ * other (kernel vfma_backward)"), collecting them in ins; returns how many, -1 when an
+ * input cannot take it. */
+static int cover_inputs(const opr_op *op, int cand, sample_run *r, opr_tensor **ins)
+{
+    char names[96];
+    snprintf(names, sizeof names, "%s", opr_op_grad_candidate_label(op, cand));
+    names[strcspn(names, "(")] = '\0';
+    int n = 0;
+    for (char *save = NULL, *name = strtok_r(names, ", ", &save); name; name = strtok_r(NULL, ", ", &save)) {
+        int a = opr_op_arg_index(op, name);
+        if (a < 0 || a >= r->nargs || r->args[a].kind != OPR_V_TENSOR) return -1;
+        if (opr_set_requires_grad(r->args[a].u.t, true)) return -1;
+        ins[n++] = r->args[a].u.t;
+    }
+    return n;
+}
+
+/* The gradients of the covered inputs, for grad_outputs of fixed pseudo-random values;
+ * outs and grads (n_in of them) are the caller's to release. */
+static int grads_of(const opr_op *op, sample_run *r, opr_tensor **ins, int n_in, opr_tensor **grads)
+{
+    bool prev = opr_grad_mode_set(true);
+    call_sample(op, r);
+    opr_grad_mode_set(prev);
+    if (r->rc) return r->rc;
+    opr_tensor *gos[MAX_OUTS] = {NULL}, *fouts[MAX_OUTS];
+    int nf = 0, rc = OPR_OK;
+    for (int o = 0; o < r->nouts && !rc; o++) {
+        opr_dtype dt = opr_tensor_dtype(r->outs[o]);
+        if (dt != OPR_F32 && dt != OPR_F64) continue;
+        int64_t n = opr_tensor_numel(r->outs[o]);
+        size_t es = dt == OPR_F32 ? 4 : 8;
+        unsigned char *v = malloc((size_t)(n ? n : 1) * es);
+        if (!v) { rc = OPR_ERR_NOMEM; break; }
+        for (int64_t i = 0; i < n; i++) { /* the same numbers on both sides */
+            double x = 0.5 + 0.5 * sin(0.7 * (double)i + o);
+            if (dt == OPR_F32) ((float *)v)[i] = (float)x;
+            else ((double *)v)[i] = x;
+        }
+        gos[nf] = opr_tensor_from_data(opr_tensor_ctx(r->outs[o]), dt, opr_tensor_ndim(r->outs[o]),
+                                       opr_tensor_shape(r->outs[o]), v, opr_tensor_device(r->outs[o]));
+        free(v);
+        if (!gos[nf]) { rc = OPR_ERR_NOMEM; break; }
+        fouts[nf++] = r->outs[o];
+    }
+    if (!rc) rc = opr_autograd_grad(fouts, gos, nf, ins, n_in, grads, NULL);
+    for (int k = 0; k < nf; k++) opr_tensor_release(gos[k]);
+    return rc;
+}
+
+/* A fused backward kernel (candidate cand) on variant v of sample s: its gradients on
+ * the backend against the plan chosen by cost on the CPU in f64, on the same values. On
+ * the samples as written the kernel was held to finite differences; on a variant
+ * (a large one above all) those would cost two forwards per element, and the CPU's
+ * formulas were held to them. */
+static void check_fused_variant(const check_cfg *c, int u, const opr_op *op, int s, int v, int cand, opr_dtype dt,
+                                opr_device dev)
+{
+    char label[48] = "";
+    sample_run ref, got;
+    if (run_reference(op, s, v, dt, &ref, label, sizeof label) || ref.rc) { run_free(&ref); return; }
+    for (int o = 0; o < ref.nouts; o++) opr_tensor_release(ref.outs[o]);
+    memset(ref.outs, 0, sizeof ref.outs);
+    opr_tensor *ref_in[MAX_ARGS], *got_in[MAX_ARGS], *ref_g[MAX_ARGS] = {NULL}, *got_g[MAX_ARGS] = {NULL};
+    int n_in = cover_inputs(op, cand, &ref, ref_in);
+    int prev = -1;
+    opr_op_force_grad_candidate(op, -1);
+    if (n_in <= 0 || grads_of(op, &ref, ref_in, n_in, ref_g)) { run_free(&ref); return; } /* does not apply */
+    check_phase("%s backward [%s], sample %d [%s], %s", opr_op_name(op), opr_op_grad_candidate_label(op, cand), s, label,
+                opr_dtype_name(dt));
+    check_record r = new_record(c, u, "backward", dt, s, label);
+    snprintf(r.candidate, sizeof r.candidate, "%s", opr_op_grad_candidate_label(op, cand));
+    int rc = build_sample(op, s, v, dt, dev, &got, label, sizeof label);
+    if (!rc && cover_inputs(op, cand, &got, got_in) != n_in) rc = OPR_ERR_INVALID;
+    if (!rc) {
+        opr_op_force_grad_candidate(op, cand);
+        rc = grads_of(op, &got, got_in, n_in, got_g);
+        opr_op_force_grad_candidate(op, prev);
+    }
+    if (rc == OPR_ERR_UNSUPPORTED || rc == OPR_ERR_NOT_FOUND) {
+        r.verdict = CV_NI;
+        snprintf(r.message, sizeof r.message, "%s", opr_last_error());
+    } else if (rc) {
+        r.verdict = CV_FAIL;
+        snprintf(r.culprit, sizeof r.culprit, "fused backward kernel");
+        snprintf(r.message, sizeof r.message, "%s: %s", opr_status_name(rc), opr_last_error());
+    } else {
+        r.count = n_in;
+        for (int k = 0; k < n_in && r.verdict == CV_PASS; k++) {
+            if (!ref_g[k] || !got_g[k]) continue;
+            compare(op, ref_g[k], got_g[k], k, &r);
+        }
+        if (r.verdict == CV_FAIL) { /* compare() says "output K": here K is the K-th covered input */
+            snprintf(r.culprit, sizeof r.culprit, "fused backward kernel %.70s", strstr(r.candidate, "kernel ") + 7);
+            r.culprit[strcspn(r.culprit, ")")] = '\0';
+            char what[sizeof r.message];
+            snprintf(what, sizeof what, "%s", r.message);
+            snprintf(r.message, sizeof r.message, "the gradient, against the CPU's in f64: %.1990s", what);
+        }
+    }
+    for (int k = 0; k < n_in; k++) { opr_tensor_release(ref_g[k]); opr_tensor_release(got_g[k]); }
+    run_free(&ref);
+    run_free(&got);
     check_emit(&r);
 }
 
@@ -483,7 +599,7 @@ void check_run_unit(const check_cfg *c, int u)
     opr_kernel_trace_set(c->ctx, slot, slot_len); /* the supervisor names the kernel a crash was in */
     opr_dtype dts[NDTYPES];
     int ndts = dtypes_of(c, op, dev, false, dts);
-    bool forward_failed = false;
+    bool forward_failed = false, backward_failed = false;
     if (dev.type == 0) check_schema_dtypes(c, u, op);
     for (int s = 0; s < opr_op_sample_count(op); s++)
         for (int v = 0; v < variant_count(c, op, s); v++)
@@ -500,8 +616,24 @@ void check_run_unit(const check_cfg *c, int u)
         for (int s = 0; s < opr_op_sample_count(op); s++)
             for (int k = 0; k < ndts; k++)
                 for (int cand = 0; cand <= opr_op_grad_candidate_count(op); cand++) /* last: the plan */
-                    check_backward_one(c, u, op, s, cand < opr_op_grad_candidate_count(op) ? cand : -1, dts[k], dev);
+                    switch (check_backward_one(c, u, op, s, cand < opr_op_grad_candidate_count(op) ? cand : -1,
+                                               dts[k], dev)) {
+                    case CV_FAIL: case CV_DEP: backward_failed = true; break;
+                    default: break;
+                    }
         if (vendor_only) opr_cpu_fallback_set(c->ctx, prev);
     }
+    /* Then the backend's fused backward kernels on every variant, in f32 and f64, against
+     * the CPU's plan: only when the formulas and kernels passed on the samples (the
+     * CPU's plan is the reference there). */
+    ndts = dtypes_of(c, op, dev, false, dts);
+    for (int cand = 0; c->backward && !forward_failed && !backward_failed && cand < opr_op_grad_candidate_count(op);
+         cand++)
+        for (int k = 0; k < ndts; k++) {
+            if ((dts[k] != OPR_F32 && dts[k] != OPR_F64) || !kernel_registered(c->ctx, op, cand, dev.type, dts[k]))
+                continue;
+            for (int s = 0; s < opr_op_sample_count(op); s++)
+                for (int v = 1; v < variant_count(c, op, s); v++) check_fused_variant(c, u, op, s, v, cand, dts[k], dev);
+        }
     if (c->perf) check_perf(c, u, op, dev);
 }
