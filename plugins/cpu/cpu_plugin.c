@@ -7,11 +7,13 @@
 #include <pthread.h>
 #include <stdio.h>
 
-/* Contexts may be created on several threads at once, each running this init: what it
- * sets up must not be a process global written on every call. The host table of the
- * init under way is per thread (registrations happen inside init, on its thread), and
- * the vector loops are chosen once per process. */
-static _Thread_local const opr_host_api *init_host;
+/* Contexts may be created on several threads at once, each running this init. The
+ * host table the registrations go through is the init's, so inits take turns (a lock
+ * held for the whole init; thread-local storage would do too, but LeakSanitizer's
+ * tracer crashes on the TLS of a dlopen'ed module); kernels get the host from their
+ * call. The vector loops are chosen once per process. */
+static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
+static const opr_host_api *init_host;
 static pthread_once_t vmath_once = PTHREAD_ONCE_INIT;
 
 int cpu_register_data(opr_plugin *self, const char *op, uint32_t dtypes, opr_kernel_fn fn, void *data)
@@ -39,16 +41,8 @@ OPR_PLUGIN_EXPORT int opr_plugin_probe(char *why, size_t why_len)
     return 10;
 }
 
-OPR_PLUGIN_EXPORT int opr_plugin_init(const opr_host_api *host, opr_plugin *self)
+static int register_all(const opr_host_api *host, opr_plugin *self)
 {
-    self->abi_major = OPR_ABI_MAJOR;
-    self->abi_minor = OPR_ABI_MINOR;
-    self->name = "cpu";
-    self->version = "0.1.0";
-    if (host->abi_major != OPR_ABI_MAJOR) return OPR_ERR_ABI;
-    init_host = host;
-    if (pthread_once(&vmath_once, cpu_vmath_init)) return OPR_ERR_BACKEND;
-
     /* Rough figures for a current x86 core pair with OpenBLAS; the cost model only
      * compares candidates, so the ratios matter more than the absolute values. */
     opr_device_desc dev = {
@@ -66,4 +60,20 @@ OPR_PLUGIN_EXPORT int opr_plugin_init(const opr_host_api *host, opr_plugin *self
     for (size_t i = 0; i < sizeof families / sizeof families[0]; i++)
         if ((rc = families[i](self)) != OPR_OK) return rc;
     return OPR_OK;
+}
+
+OPR_PLUGIN_EXPORT int opr_plugin_init(const opr_host_api *host, opr_plugin *self)
+{
+    self->abi_major = OPR_ABI_MAJOR;
+    self->abi_minor = OPR_ABI_MINOR;
+    self->name = "cpu";
+    self->version = "0.1.0";
+    if (host->abi_major != OPR_ABI_MAJOR) return OPR_ERR_ABI;
+    if (pthread_once(&vmath_once, cpu_vmath_init)) return OPR_ERR_BACKEND;
+    pthread_mutex_lock(&init_lock);
+    init_host = host;
+    int rc = register_all(host, self);
+    init_host = NULL;
+    pthread_mutex_unlock(&init_lock);
+    return rc;
 }
