@@ -27,6 +27,20 @@ static void list_free(path_list *l)
 }
 
 /* Appends path (its identity sb) unless that file is listed already; OPR_ERR_NOMEM. */
+/* Hands the list over (rc OK) or frees it (else); returns rc. */
+static int list_finish(path_list *l, int rc, char ***paths, int *n)
+{
+    if (rc) {
+        list_free(l);
+        return rc;
+    }
+    free(l->devs);
+    free(l->inos);
+    *paths = l->items;
+    *n = l->n;
+    return OPR_OK;
+}
+
 static int list_add(path_list *l, const char *path, const struct stat *sb)
 {
     for (int i = 0; sb && i < l->n; i++)
@@ -65,15 +79,7 @@ int plugin_search_path(char ***paths, int *n)
     struct stat sb;
     for (int i = 0; i < ndirs && !rc; i++)
         if (!stat(dirs[i], &sb)) rc = list_add(&l, dirs[i], NULL);
-    if (rc) {
-        list_free(&l);
-        return rc;
-    }
-    free(l.devs);
-    free(l.inos);
-    *paths = l.items;
-    *n = l.n;
-    return OPR_OK;
+    return list_finish(&l, rc, paths, n);
 }
 
 /* The files loading `path` would open: the file itself, or the *.so of a directory the
@@ -111,15 +117,7 @@ opr_status opr_plugin_files(const opr_ctx_opts *opts, char ***paths, int *n)
         for (int i = 0; !rc && i < nsearch; i++) rc = add_path(&l, search[i]);
         dir_list_free(search, nsearch);
     }
-    if (rc) {
-        list_free(&l);
-        return rc;
-    }
-    free(l.devs);
-    free(l.inos);
-    *paths = l.items;
-    *n = l.n;
-    return OPR_OK;
+    return list_finish(&l, rc, paths, n);
 }
 
 void opr_plugin_files_free(char **paths, int n) { dir_list_free(paths, n); }

@@ -1,5 +1,6 @@
 /* One unit of `opreg check` (check_run.h). */
 #include "check_run.h"
+#include "check_sample.h"
 #include "check_supervisor.h"
 
 #include <math.h>
@@ -8,8 +9,8 @@
 #include <string.h>
 #include <time.h>
 
-#define MAX_ARGS 16
-#define MAX_OUTS 4
+#define MAX_ARGS CHECK_MAX_ARGS
+#define MAX_OUTS CHECK_MAX_OUTS
 
 static const opr_dtype all_dtypes[] = {OPR_F32, OPR_F64, OPR_I64, OPR_BOOL, OPR_F16, OPR_BF16};
 #define NDTYPES (int)(sizeof all_dtypes / sizeof all_dtypes[0])
@@ -22,186 +23,12 @@ void check_describe_unit(const check_cfg *c, int u, check_record *r)
     r->dev_type = c->types[u % c->ntypes];
 }
 
-void check_tolerance(const opr_op *op, opr_dtype dt, double *rtol, double *atol)
-{
-    switch (dt) { /* the defaults (docs/conformance.md, "Tolerances") */
-    case OPR_F32: *rtol = 1e-4; *atol = 1e-5; break;
-    case OPR_F16: case OPR_BF16: *rtol = 2e-2; *atol = 1e-2; break;
-    case OPR_F64: *rtol = 1e-9; *atol = 1e-12; break;
-    default: *rtol = 0; *atol = 0; break;
-    }
-    opr_op_tolerance(op, dt, rtol, atol);
-}
-
-static check_record new_record(const check_cfg *c, int u, const char *phase, opr_dtype dt, int sample,
-                               const char *variant)
-{
-    check_record r;
-    memset(&r, 0, sizeof r);
-    r.kind = CR_RESULT;
-    r.unit = u;
-    check_describe_unit(c, u, &r);
-    r.dtype = (int)dt;
-    r.sample = sample;
-    r.count = 1;
-    r.max_error = r.rtol = r.atol = (double)NAN;
-    snprintf(r.phase, sizeof r.phase, "%s", phase);
-    snprintf(r.variant, sizeof r.variant, "%s", variant ? variant : "");
-    return r;
-}
-
-/* ---------------------------------------------------------------- samples */
-
-typedef struct sample_run {
-    opr_value args[MAX_ARGS];
-    int nargs, nowned;
-    opr_tensor *owned[OPR_SAMPLE_MAX_TENSORS];
-    opr_tensor *outs[MAX_OUTS];
-    int nouts;  /* the op's outputs, or the pieces of an op returning Tensor[] */
-    int rc;     /* of the op's call */
-    char err[1024];
-} sample_run;
-
-static void run_free(sample_run *r)
-{
-    for (int i = 0; i < r->nowned; i++) opr_tensor_release(r->owned[i]);
-    for (int i = 0; i < MAX_OUTS; i++) opr_tensor_release(r->outs[i]);
-    memset(r, 0, sizeof *r);
-}
-
 static int variant_count(const check_cfg *c, const opr_op *op, int s)
 {
     return c->variants ? opr_op_sample_variant_count(op, s) : 1;
 }
 
 /* Builds variant v of sample s in dtype dt on dev: 0, or the status (nothing built). */
-static int build_sample(const opr_op *op, int s, int v, opr_dtype dt, opr_device dev, sample_run *r, char *label,
-                        size_t label_len)
-{
-    memset(r, 0, sizeof *r);
-    return opr_op_sample_variant_args(op, s, v, dt, dev, (uint64_t)s + 1, r->args, &r->nargs, r->owned, &r->nowned,
-                                      label, label_len);
-}
-
-/* Runs op on the built sample: its status in r->rc, its error in r->err. */
-static void call_sample(const opr_op *op, sample_run *r)
-{
-    r->rc = opr_op_result_count(op, r->args, r->nargs, &r->nouts);
-    if (!r->rc && r->nouts > MAX_OUTS) r->rc = OPR_ERR_UNSUPPORTED; /* more pieces than compared */
-    if (!r->rc) r->rc = opr_call(op, r->args, r->nargs, r->outs, r->nouts);
-    if (r->rc) snprintf(r->err, sizeof r->err, "%s", opr_last_error());
-}
-
-static int run_sample(const opr_op *op, int s, int v, opr_dtype dt, opr_device dev, sample_run *r, char *label,
-                      size_t label_len)
-{
-    int rc = build_sample(op, s, v, dt, dev, r, label, label_len);
-    if (!rc) call_sample(op, r);
-    return rc;
-}
-
-/* Gives the f64 tensors of ref the values of their twins in low (the same sample built
- * in a narrower floating dtype on the CPU), so that the reference computes in f64 on
- * exactly the inputs the backend gets: a comparison of two values that round to the
- * same f16 must give the same answer on both sides. */
-static int round_like(sample_run *ref, const sample_run *low)
-{
-    for (int a = 0; a < ref->nargs && a < low->nargs; a++) {
-        const opr_value *x = &ref->args[a], *y = &low->args[a];
-        int n = x->kind == OPR_V_TENSOR ? 1 : x->kind == OPR_V_TENSOR_LIST ? x->u.tl.n : 0;
-        if (y->kind != x->kind || (x->kind == OPR_V_TENSOR_LIST && y->u.tl.n != n)) continue;
-        for (int k = 0; k < n; k++) {
-            opr_tensor *t = x->kind == OPR_V_TENSOR ? x->u.t : x->u.tl.items[k];
-            const opr_tensor *lt = y->kind == OPR_V_TENSOR ? y->u.t : y->u.tl.items[k];
-            int64_t numel = opr_tensor_numel(t);
-            if (!t || !lt || opr_tensor_dtype(t) != OPR_F64 || opr_tensor_dtype(lt) == OPR_F64 ||
-                opr_tensor_numel(lt) != numel)
-                continue;
-            double *v = malloc((size_t)(numel ? numel : 1) * sizeof *v);
-            int rc = v ? opr_tensor_copy_to_host_f64(lt, v, numel) : OPR_ERR_NOMEM;
-            if (!rc) rc = opr_tensor_copy_from_host(t, v, (size_t)numel * sizeof *v);
-            free(v);
-            if (rc) return rc;
-        }
-    }
-    return OPR_OK;
-}
-
-/* The CPU reference of variant v of sample s for dtype dt: in f64 on dt's values
- * (integral and bool ops are their own reference). */
-static int run_reference(const opr_op *op, int s, int v, opr_dtype dt, sample_run *ref, char *label, size_t label_len)
-{
-    opr_device cpu = {0, 0};
-    opr_dtype ref_dt = opr_dtype_is_floating(dt) ? OPR_F64 : dt;
-    int rc = build_sample(op, s, v, ref_dt, cpu, ref, label, label_len);
-    if (!rc && ref_dt != dt) {
-        sample_run low;
-        rc = build_sample(op, s, v, dt, cpu, &low, label, label_len);
-        if (!rc) rc = round_like(ref, &low);
-        run_free(&low);
-        if (rc) run_free(ref);
-    }
-    if (!rc) call_sample(op, ref);
-    return rc;
-}
-
-/* read_rc: the status of the copy, when it failed */
-static double *to_f64(const opr_tensor *t, int *read_rc)
-{
-    int64_t n = opr_tensor_numel(t);
-    double *out = malloc((size_t)(n ? n : 1) * sizeof *out);
-    int rc = out ? opr_tensor_copy_to_host_f64(t, out, n) : OPR_ERR_NOMEM;
-    if (rc) { free(out); if (!*read_rc) *read_rc = rc; return NULL; }
-    return out;
-}
-
-/* Compares got with ref into r (verdict, max_error, tolerance, message). A result the
- * backend cannot copy back (a strided view on a device without a copy kernel) is n/i. */
-static void compare(const opr_op *op, const opr_tensor *ref, const opr_tensor *got, int out, check_record *r)
-{
-    char a[96], b[96];
-    if (opr_tensor_ndim(ref) != opr_tensor_ndim(got) ||
-        memcmp(opr_tensor_shape(ref), opr_tensor_shape(got), (size_t)opr_tensor_ndim(ref) * sizeof(int64_t))) {
-        r->verdict = CV_FAIL;
-        snprintf(r->message, sizeof r->message, "output %d: shape %s, reference %s", out,
-                 opr_tensor_describe(got, a, sizeof a), opr_tensor_describe(ref, b, sizeof b));
-        return;
-    }
-    double rtol, atol;
-    check_tolerance(op, opr_tensor_dtype(got), &rtol, &atol);
-    r->rtol = rtol;
-    r->atol = atol;
-    int read_rc = 0;
-    double *rv = to_f64(ref, &read_rc), *gv = to_f64(got, &read_rc);
-    if (!rv || !gv) {
-        bool ni = read_rc == OPR_ERR_NOT_FOUND || read_rc == OPR_ERR_UNSUPPORTED;
-        r->verdict = ni ? CV_NI : CV_FAIL;
-        snprintf(r->message, sizeof r->message, "reading the result back failed: %s", opr_last_error());
-    }
-    /* On the large variant an element can be a sum of thousands of products, whose
-     * rounding in f32 is not bounded by its own magnitude (cancellation): there the
-     * relative term is taken against the output's largest |reference|. */
-    double scale = 0;
-    for (int64_t i = 0; rv && gv && !strcmp(r->variant, "large") && i < opr_tensor_numel(ref); i++)
-        if (isfinite(rv[i]) && fabs(rv[i]) > scale) scale = fabs(rv[i]);
-    double worst = isnan(r->max_error) ? 0 : r->max_error;
-    for (int64_t i = 0; rv && gv && i < opr_tensor_numel(ref); i++) {
-        if (isnan(rv[i]) && isnan(gv[i])) continue;
-        double err = rv[i] == gv[i] ? 0 : fabs(rv[i] - gv[i]);
-        if (!(err <= worst)) worst = isnan(err) ? INFINITY : err;
-        if (!(err <= atol + rtol * fmax(fabs(rv[i]), scale)) && r->verdict == CV_PASS) {
-            r->verdict = CV_FAIL;
-            snprintf(r->message, sizeof r->message, "output %d element %lld: %.9g, reference %.9g", out, (long long)i,
-                     gv[i], rv[i]);
-        }
-    }
-    r->max_error = worst;
-    free(rv);
-    free(gv);
-}
-
-/* Dtypes checked on dev: every one the op allows (and --dtype selects), or f32 alone
- * on the CPU (against f64) for the forward; the CPU's backward also runs in f64. */
 static int dtypes_of(const check_cfg *c, const opr_op *op, opr_device dev, bool backward, opr_dtype *dts)
 {
     int n = 0;
@@ -232,28 +59,28 @@ static int check_forward_one(const check_cfg *c, int u, const opr_op *op, int s,
     char label[48] = "";
     sample_run ref, got;
     check_phase("%s forward, sample %d, %s (the CPU reference)", opr_op_name(op), s, opr_dtype_name(dt));
-    int brc = run_reference(op, s, v, dt, &ref, label, sizeof label);
+    int brc = check_sample_reference(op, s, v, dt, &ref, label, sizeof label);
     if (brc || ref.rc) {
         int verdict = -1;
         /* A variant, or a sample whose arguments the op refuses in this dtype (an alpha
          * of -0.5 for i64), does not apply; a sample the CPU cannot run is not checked. */
         bool refused = brc == OPR_ERR_INVALID || ref.rc == OPR_ERR_INVALID;
         if (v == 0 && emit && !refused) {
-            check_record r = new_record(c, u, "forward", dt, s, label);
+            check_record r = check_new_record(c, u, "forward", dt, s, label);
             r.verdict = CV_NOT_CHECKED;
             snprintf(r.message, sizeof r.message, "the CPU reference could not run the sample: %s",
                      brc ? opr_last_error() : ref.err);
             check_emit(&r);
             verdict = CV_NOT_CHECKED;
         }
-        run_free(&ref);
+        check_sample_free(&ref);
         return verdict;
     }
-    if (!large_ok && !strcmp(label, "large")) { run_free(&ref); return -1; }
+    if (!large_ok && !strcmp(label, "large")) { check_sample_free(&ref); return -1; }
     check_phase("%s forward, sample %d%s%s%s, %s", opr_op_name(op), s, label[0] ? " [" : "", label, label[0] ? "]" : "",
                 opr_dtype_name(dt));
-    check_record r = new_record(c, u, "forward", dt, s, label);
-    brc = run_sample(op, s, v, dt, dev, &got, label, sizeof label);
+    check_record r = check_new_record(c, u, "forward", dt, s, label);
+    brc = check_sample_run(op, s, v, dt, dev, &got, label, sizeof label);
     if (brc) {
         r.verdict = CV_FAIL;
         snprintf(r.message, sizeof r.message, "the sample's arguments could not be made on the backend: %s",
@@ -270,10 +97,10 @@ static int check_forward_one(const check_cfg *c, int u, const opr_op *op, int s,
         snprintf(r.message, sizeof r.message, "%d pieces, the reference %d", got.nouts, ref.nouts);
     } else {
         r.count = ref.nouts;
-        for (int o = 0; o < ref.nouts && r.verdict == CV_PASS; o++) compare(op, ref.outs[o], got.outs[o], o, &r);
+        for (int o = 0; o < ref.nouts && r.verdict == CV_PASS; o++) check_compare(op, ref.outs[o], got.outs[o], o, &r);
     }
-    run_free(&ref);
-    run_free(&got);
+    check_sample_free(&ref);
+    check_sample_free(&got);
     if (emit) check_emit(&r);
     return r.verdict;
 }
@@ -329,7 +156,7 @@ static int check_backward_one(const check_cfg *c, int u, const opr_op *op, int s
 {
     const char *label = cand < 0 ? "plan chosen by cost" : opr_op_grad_candidate_label(op, cand);
     check_phase("%s backward [%s], sample %d, %s", opr_op_name(op), label, s, opr_dtype_name(dt));
-    check_record r = new_record(c, u, "backward", dt, s, "");
+    check_record r = check_new_record(c, u, "backward", dt, s, "");
     snprintf(r.candidate, sizeof r.candidate, "%s", label);
     opr_value args[MAX_ARGS];
     opr_tensor *owned[OPR_SAMPLE_MAX_TENSORS];
@@ -412,7 +239,7 @@ static int cover_inputs(const opr_op *op, int cand, sample_run *r, opr_tensor **
 static int grads_of(const opr_op *op, sample_run *r, opr_tensor **ins, int n_in, opr_tensor **grads)
 {
     bool prev = opr_grad_mode_set(true);
-    call_sample(op, r);
+    check_sample_call(op, r);
     opr_grad_mode_set(prev);
     if (r->rc) return r->rc;
     opr_tensor *gos[MAX_OUTS] = {NULL}, *fouts[MAX_OUTS];
@@ -450,19 +277,19 @@ static void check_fused_variant(const check_cfg *c, int u, const opr_op *op, int
 {
     char label[48] = "";
     sample_run ref, got;
-    if (run_reference(op, s, v, dt, &ref, label, sizeof label) || ref.rc) { run_free(&ref); return; }
+    if (check_sample_reference(op, s, v, dt, &ref, label, sizeof label) || ref.rc) { check_sample_free(&ref); return; }
     for (int o = 0; o < ref.nouts; o++) opr_tensor_release(ref.outs[o]);
     memset(ref.outs, 0, sizeof ref.outs);
     opr_tensor *ref_in[MAX_ARGS], *got_in[MAX_ARGS], *ref_g[MAX_ARGS] = {NULL}, *got_g[MAX_ARGS] = {NULL};
     int n_in = cover_inputs(op, cand, &ref, ref_in);
     int prev = -1;
     opr_op_force_grad_candidate(op, -1);
-    if (n_in <= 0 || grads_of(op, &ref, ref_in, n_in, ref_g)) { run_free(&ref); return; } /* does not apply */
+    if (n_in <= 0 || grads_of(op, &ref, ref_in, n_in, ref_g)) { check_sample_free(&ref); return; } /* does not apply */
     check_phase("%s backward [%s], sample %d [%s], %s", opr_op_name(op), opr_op_grad_candidate_label(op, cand), s, label,
                 opr_dtype_name(dt));
-    check_record r = new_record(c, u, "backward", dt, s, label);
+    check_record r = check_new_record(c, u, "backward", dt, s, label);
     snprintf(r.candidate, sizeof r.candidate, "%s", opr_op_grad_candidate_label(op, cand));
-    int rc = build_sample(op, s, v, dt, dev, &got, label, sizeof label);
+    int rc = check_sample_build(op, s, v, dt, dev, &got, label, sizeof label);
     if (!rc && cover_inputs(op, cand, &got, got_in) != n_in) rc = OPR_ERR_INVALID;
     if (!rc) {
         opr_op_force_grad_candidate(op, cand);
@@ -480,9 +307,9 @@ static void check_fused_variant(const check_cfg *c, int u, const opr_op *op, int
         r.count = n_in;
         for (int k = 0; k < n_in && r.verdict == CV_PASS; k++) {
             if (!ref_g[k] || !got_g[k]) continue;
-            compare(op, ref_g[k], got_g[k], k, &r);
+            check_compare(op, ref_g[k], got_g[k], k, &r);
         }
-        if (r.verdict == CV_FAIL) { /* compare() says "output K": here K is the K-th covered input */
+        if (r.verdict == CV_FAIL) { /* check_compare() says "output K": here K is the K-th covered input */
             snprintf(r.culprit, sizeof r.culprit, "fused backward kernel %.70s", strstr(r.candidate, "kernel ") + 7);
             r.culprit[strcspn(r.culprit, ")")] = '\0';
             char what[sizeof r.message];
@@ -491,8 +318,8 @@ static void check_fused_variant(const check_cfg *c, int u, const opr_op *op, int
         }
     }
     for (int k = 0; k < n_in; k++) { opr_tensor_release(ref_g[k]); opr_tensor_release(got_g[k]); }
-    run_free(&ref);
-    run_free(&got);
+    check_sample_free(&ref);
+    check_sample_free(&got);
     check_emit(&r);
 }
 
@@ -511,18 +338,18 @@ static void check_schema_dtypes(const check_cfg *c, int u, const opr_op *op)
             sample_run r;
             check_phase("%s forward, sample %d, %s (the schema's dtypes on the CPU)", opr_op_name(op), s,
                         opr_dtype_name(dt));
-            if (run_sample(op, s, 0, dt, cpu, &r, label, sizeof label)) { run_free(&r); continue; }
+            if (check_sample_run(op, s, 0, dt, cpu, &r, label, sizeof label)) { check_sample_free(&r); continue; }
             if (r.rc == OPR_ERR_UNSUPPORTED || r.rc == OPR_ERR_NOT_FOUND) {
-                check_record rec = new_record(c, u, "forward", dt, s, "");
+                check_record rec = check_new_record(c, u, "forward", dt, s, "");
                 rec.verdict = CV_FAIL;
                 snprintf(rec.culprit, sizeof rec.culprit, "schema %s", opr_op_name(op));
                 snprintf(rec.message, sizeof rec.message,
                          "the schema lists dtype %s, which the CPU kernel refuses: %.1900s", opr_dtype_name(dt), r.err);
                 check_emit(&rec);
-                run_free(&r);
+                check_sample_free(&r);
                 break;
             }
-            run_free(&r);
+            check_sample_free(&r);
         }
     }
 }
@@ -574,16 +401,16 @@ static void check_perf(const check_cfg *c, int u, const opr_op *op, opr_device d
         }
     check_phase("%s perf, sample %d [%s], f32", opr_op_name(op), s, v ? "large" : "");
     sample_run on_dev, on_cpu;
-    check_record r = new_record(c, u, "perf", OPR_F32, s, v ? "large" : "");
+    check_record r = check_new_record(c, u, "perf", OPR_F32, s, v ? "large" : "");
     r.kind = CR_PERF;
     r.ns = r.ref_ns = NAN;
-    if (!run_sample(op, s, v, OPR_F32, dev, &on_dev, label, sizeof label) && !on_dev.rc && on_dev.nowned)
+    if (!check_sample_run(op, s, v, OPR_F32, dev, &on_dev, label, sizeof label) && !on_dev.rc && on_dev.nowned)
         r.ns = time_call(op, &on_dev, dev);
-    if (!run_sample(op, s, v, OPR_F32, (opr_device){0, 0}, &on_cpu, label, sizeof label) && !on_cpu.rc &&
+    if (!check_sample_run(op, s, v, OPR_F32, (opr_device){0, 0}, &on_cpu, label, sizeof label) && !on_cpu.rc &&
         on_cpu.nowned)
         r.ref_ns = time_call(op, &on_cpu, (opr_device){0, 0});
-    run_free(&on_dev);
-    run_free(&on_cpu);
+    check_sample_free(&on_dev);
+    check_sample_free(&on_cpu);
     check_emit(&r);
 }
 

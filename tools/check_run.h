@@ -30,8 +30,4 @@ void check_run_unit(const check_cfg *c, int u);
 /* Fills the op and backend of a record about unit u. */
 void check_describe_unit(const check_cfg *c, int u, check_record *r);
 
-/* Tolerance of dtype dt against an f64 reference (the op's YAML `tolerance:` where it
- * has one). */
-void check_tolerance(const opr_op *op, opr_dtype dt, double *rtol, double *atol);
-
 #endif

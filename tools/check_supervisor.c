@@ -54,8 +54,6 @@ void check_phase(const char *fmt, ...)
     va_end(ap);
 }
 
-const char *check_phase_now(void) { return (shared ? shared : &local_state)->phase; }
-
 char *check_kernel_slot(size_t *len)
 {
     *len = sizeof local_state.kernel;

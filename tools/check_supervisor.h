@@ -35,8 +35,6 @@ void check_emit(const check_record *r);
 /* Worker side: what the worker is doing now, e.g. "mul forward, sample 0, f32"; the
  * parent names it when the worker dies or hangs. */
 void check_phase(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-/* The phase last announced (for records the worker writes itself). */
-const char *check_phase_now(void);
 /* Worker side: a buffer the parent can read after the worker is gone, for
  * opr_kernel_trace_set; *len gets its size. */
 char *check_kernel_slot(size_t *len);
