@@ -16,6 +16,10 @@
 #include <string.h>
 
 #define GC_MAX_T OPR_SAMPLE_MAX_TENSORS /* tensors of one call, list items included */
+/* Gradient tolerance against finite differences taken in f32 (step 1e-3): their error is
+ * about eps^2 from the truncation and 1e-7 / eps from the rounding (opreg.h). */
+#define GC_F32_REF_ATOL 1e-3
+#define GC_F32_REF_RTOL 1e-2
 
 /* One tensor of the call: a Tensor argument or an item of a Tensor[] one. */
 typedef struct gc_tensor {
@@ -36,6 +40,7 @@ typedef struct gc {
     int nargs;
     opr_device dev, ref_dev;
     opr_dtype dt;              /* floating dtype under test */
+    opr_dtype ref_dt;          /* of the reference: f64, or f32 where ref_dev has no f64 */
     gc_tensor t[GC_MAX_T];
     int nt;
     int in[GC_MAX_T];          /* indices in t of the checked inputs */
@@ -186,8 +191,8 @@ static int numeric(gc *g, int ti)
     if (!num) return opr_fail(OPR_ERR_NOMEM, "gradcheck: out of memory");
     for (int64_t e = 0; e < t->numel; e++) {
         double *vp[OPR_MAX_OUTS] = {NULL}, *vm[OPR_MAX_OUTS] = {NULL};
-        int rc = forward(g, g->ref_dev, OPR_F64, ti, e, g->eps, vp);
-        if (!rc) rc = forward(g, g->ref_dev, OPR_F64, ti, e, -g->eps, vm);
+        int rc = forward(g, g->ref_dev, g->ref_dt, ti, e, g->eps, vp);
+        if (!rc) rc = forward(g, g->ref_dev, g->ref_dt, ti, e, -g->eps, vm);
         double acc = 0;
         for (int k = 0; !rc && k < g->nout; k++) {
             if (!g->out_float[k]) continue;
@@ -413,8 +418,8 @@ static void check_one(gc *g, uint32_t rg, int cand)
     /* a formula: right or wrong where its helper ops are the reference ones? */
     char why_ref[600] = "";
     gc_outcome on_ref = GC_FAIL;
-    if (g->dev.type != g->ref_dev.type || g->dt != OPR_F64)
-        on_ref = analytic(g, g->ref_dev, OPR_F64, rg, judge, why_ref, sizeof why_ref);
+    if (g->dev.type != g->ref_dev.type || g->dt != g->ref_dt)
+        on_ref = analytic(g, g->ref_dev, g->ref_dt, rg, judge, why_ref, sizeof why_ref);
     char helpers[sizeof g->res->helpers];
     helpers_of(op, cand, argmask, helpers, sizeof helpers);
     if (g->res->culprit == OPR_GC_NONE) memcpy(g->res->helpers, helpers, sizeof helpers);
@@ -425,7 +430,8 @@ static void check_one(gc *g, uint32_t rg, int cand)
     } else if (on_ref == GC_FAIL) {
         blame(g, OPR_GC_FORMULA, cand, op->name,
               "%s: the derivative formula [%s] is wrong (mask {%s}, on %s %s%s): %s", op->name, label, mask, devname,
-              dtn, g->dev.type != g->ref_dev.type || g->dt != OPR_F64 ? ", and on the CPU in f64 too" : "", why);
+              dtn, g->dev.type != g->ref_dev.type || g->dt != g->ref_dt ? ", and on the CPU in f64 too" : "",
+              why);
     } else { /* the CPU cannot run it: the formula is all there is to blame */
         blame(g, OPR_GC_FORMULA, cand, op->name,
               "%s: the derivative formula [%s] is wrong on %s %s (mask {%s}; not run on the CPU in f64 to tell it "
@@ -512,15 +518,26 @@ static int setup(gc *g, const char *const *inputs, int n_inputs, const opr_gradc
     g->atol = o->atol;
     g->rtol = o->rtol;
     g->ref_dev = opr_op_has_kernel(op, 0) ? OPR_CPU : g->dev;
+    g->ref_dt = OPR_F64;
+    opr_kernel_info ki = {.struct_size = sizeof ki};
+    if (g->ref_dev.type == g->dev.type && g->dev.type != 0 && opr_op_kernel_info(op, g->dev.type, OPR_F64, &ki)) {
+        /* Only the device runs the op, and not in f64: finite differences in f32 there,
+         * with a step and a gradient tolerance for f32 (opreg.h, opr_gradcheck). */
+        g->ref_dt = OPR_F32;
+        if (!(o->eps > 0)) g->eps = 1e-3;
+        if (!(g->atol > 0)) g->atol = GC_F32_REF_ATOL;
+        if (!(g->rtol > 0)) g->rtol = GC_F32_REF_RTOL;
+    }
     /* the reference forward: the outputs' values, shapes and dtypes */
     g->nout = op->nout;
     gc_call c;
     opr_tensor *outs[OPR_MAX_OUTS] = {NULL};
     bool prev = opr_grad_mode_set(false);
-    int rc = build_call(g, g->ref_dev, OPR_F64, 0, -1, 0, 0, &c);
+    int rc = build_call(g, g->ref_dev, g->ref_dt, 0, -1, 0, 0, &c);
     if (!rc) rc = call_op(g, &c, outs);
     opr_grad_mode_set(prev);
-    if (rc) rc = opr_fail_wrap(rc, "opr_gradcheck: %s: the reference forward in f64 failed", op->name);
+    if (rc) rc = opr_fail_wrap(rc, "opr_gradcheck: %s: the reference forward in %s failed", op->name,
+                               opr_dtype_name(g->ref_dt));
     for (int k = 0; !rc && k < g->nout; k++) {
         g->out_dt[k] = opr_tensor_dtype(outs[k]);
         g->out_float[k] = opr_dtype_is_floating(g->out_dt[k]);
@@ -536,7 +553,7 @@ static int setup(gc *g, const char *const *inputs, int n_inputs, const opr_gradc
     uint64_t s = o->seed ? o->seed : 0x243f6a8885a308d3ull;
     bool any = false;
     for (int k = 0; k < g->nout; k++) {
-        if (g->out_float[k] && g->dt != OPR_F64) g->out_dt[k] = g->dt;
+        if (g->out_float[k] && g->dt != g->ref_dt) g->out_dt[k] = g->dt;
         if (!g->out_float[k]) continue;
         any = true;
         if (!(g->v[k] = malloc((size_t)(g->out_numel[k] ? g->out_numel[k] : 1) * sizeof(double))))

@@ -19,6 +19,7 @@ typedef struct cell {
     char nimpl_variants[256];
     char unsupported[2100];   /* the first run-time refusal */
     char unchecked[2100];     /* the first NOT CHECKED reason */
+    char pass_note[600];      /* how a pass was judged, where it is not the default */
     double perf_ns, perf_ref_ns;
     char notes_verbose[4096]; /* -v: every failure */
 } cell;
@@ -163,6 +164,8 @@ static void print_row(check_report *rep, int row)
         if (nnotes < MAX_NOTES && unchecked && !unsup)
             snprintf(notes[nnotes++], sizeof notes[0], "NOT CHECKED %s on %s: %s", opr_op_name(op), dname,
                      x->unchecked[0] ? x->unchecked : "nothing could be compared");
+        if (nnotes < MAX_NOTES && x->pass_note[0] && !fail && !lost)
+            snprintf(notes[nnotes++], sizeof notes[0], "note %s on %s: %s", opr_op_name(op), dname, x->pass_note);
         if (nnotes < MAX_NOTES && rep->o.verbose && x->notes_verbose[0])
             snprintf(notes[nnotes++], sizeof notes[0], "%.2290s", x->notes_verbose);
         if (nnotes < MAX_NOTES && rep->o.verbose && (x->nimpl_dtypes[0] || x->nimpl_cands[0] || x->nimpl_variants[0]))
@@ -208,6 +211,9 @@ void check_report_take(check_report *rep, const check_record *r)
     if (r->verdict < 0 || r->verdict >= CV_COUNT) return;
     x->count[r->verdict] += r->count > 0 ? r->count : 1;
     switch (r->verdict) {
+    case CV_PASS:
+        if (r->message[0] && !x->pass_note[0]) snprintf(x->pass_note, sizeof x->pass_note, "%.590s", r->message);
+        break;
     case CV_FAIL:
         if (!x->first_fail[0])
             snprintf(x->first_fail, sizeof x->first_fail, "%.500s: %s%.96s%s%.1400s", what,
@@ -282,6 +288,7 @@ static void write_json(check_report *rep, int status)
         printf(", \"error\": ");
         if (r->verdict != CV_PASS && r->message[0]) { printf("\""); check_json_str(stdout, r->message); printf("\""); }
         else printf("null");
+        if (r->verdict == CV_PASS && r->message[0]) { printf(", \"note\": \""); check_json_str(stdout, r->message); printf("\""); }
         printf(", \"culprit\": ");
         if (r->culprit[0]) { printf("\""); check_json_str(stdout, r->culprit); printf("\""); }
         else printf("null");

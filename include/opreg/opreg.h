@@ -971,7 +971,9 @@ typedef struct opr_gradcheck_result {
  * pseudo-random grad_output v of every floating output, sum(v * (f(x + eps e_i) -
  * f(x - eps e_i))) / (2 eps) for every element i of every input checked. The finite
  * differences run the op's forward on the CPU in f64 (on the inputs' own device in f64
- * only when the CPU has no kernel for the op), never another derivative candidate.
+ * only when the CPU has no kernel for the op; in f32 there, with a step of 1e-3 and a
+ * gradient tolerance of atol 1e-3 / rtol 1e-2 unless opts give others, when the device
+ * has no f64 kernel for it either), never another derivative candidate.
  *
  * args: the op's arguments in schema order, as for opr_call; tensors may be on any
  * device and of any dtype, and are left untouched (every call runs on fresh contiguous

@@ -27,6 +27,9 @@
  *                         OPR_ERR_UNSUPPORTED and a message
  *   VENDOR_SWISH_FORMULA  no code change: vendor_ops_swish_formula.yaml gives swish (an op
  *                         only vdev runs) a derivative formula without its factor beta
+ *   VENDOR_SWISH_F32      swish on vdev in f32 only: its formula is checked against finite
+ *                         differences in f32 there (and must pass)
+ *   VENDOR_SWISH_F32_FORMULA  the same with the wrong formula of VENDOR_SWISH_FORMULA
  *   VENDOR_YAML           the absolute path of the op definitions to load */
 #include <opreg/plugin.h>
 
@@ -252,8 +255,12 @@ OPR_PLUGIN_EXPORT int opr_plugin_init(const opr_host_api *host, opr_plugin *self
 #endif
     };
     for (size_t i = 0; !rc && i < sizeof kernels / sizeof kernels[0]; i++) {
+        uint32_t dtypes = OPR_DTYPE_BIT(OPR_F32) | OPR_DTYPE_BIT(OPR_F64);
+#if defined(VENDOR_SWISH_F32) || defined(VENDOR_SWISH_F32_FORMULA)
+        if (!strcmp(kernels[i].op, "swish")) dtypes = OPR_DTYPE_BIT(OPR_F32);
+#endif
         opr_kernel_desc k = {.struct_size = sizeof k, .op = kernels[i].op, .device = kernels[i].device,
-                             .dtypes = OPR_DTYPE_BIT(OPR_F32) | OPR_DTYPE_BIT(OPR_F64), .fn = kernels[i].fn};
+                             .dtypes = dtypes, .fn = kernels[i].fn};
         rc = host->register_kernel(self, &k);
     }
     return rc;
