@@ -9,6 +9,7 @@
 #include "check_run.h"
 #include "check_supervisor.h"
 #include "cli.h"
+#include "plugin_probe.h"
 
 #include <fnmatch.h>
 #include <stdio.h>
@@ -153,7 +154,7 @@ int cmd_check(int argc, char **argv)
         if (opr_dtype_parse(d, &dt)) { fprintf(stderr, "opreg check: --dtype: unknown dtype '%s'\n", d); return 2; }
         st.cfg.dtype_mask |= 1u << dt;
     }
-    opr_ctx *ctx = cli_ctx_new(argc, argv);
+    opr_ctx *ctx = cli_ctx_new_isolated(argc, argv, PROBE_TIMEOUT_DEFAULT);
     if (!ctx) return 1;
     opr_cpu_fallback_set(ctx, false); /* a backend's own kernels are checked, not the cpu's */
     opr_kernel_guards_set(ctx, true);

@@ -3,6 +3,7 @@
  * hangs costs its sample, not the report. */
 #include "check_supervisor.h"
 #include "cli.h"
+#include "plugin_probe.h"
 
 #include <errno.h>
 #include <math.h>
@@ -165,7 +166,7 @@ int cmd_gradcheck(int argc, char **argv)
         fprintf(stderr, "opreg gradcheck: --dtype must be a floating dtype, not '%s'\n", dtype_name);
         return 2;
     }
-    opr_ctx *ctx = cli_ctx_new(argc, argv);
+    opr_ctx *ctx = cli_ctx_new_isolated(argc, argv, PROBE_TIMEOUT_DEFAULT);
     if (!ctx) return 1;
     opr_cpu_fallback_set(ctx, false); /* the backend's own kernels, not the cpu's */
     int status = 2;

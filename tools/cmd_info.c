@@ -8,25 +8,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-/* The context of cli_ctx_new, with every plugin probed in a child process first
- * (plugin_probe.h) and those that crashed or hung there refused. */
-static opr_ctx *info_ctx_isolated(int argc, char **argv, double timeout_s)
-{
-    const char *paths[CLI_MAX_PLUGINS];
-    opr_ctx_opts opts = {.struct_size = sizeof opts, .plugin_paths = paths,
-                         .n_plugin_paths = cli_plugin_paths(argc, argv, paths, CLI_MAX_PLUGINS)};
-    probe_result *r;
-    int n;
-    if (probe_plugins(&opts, timeout_s, &r, &n)) {
-        fprintf(stderr, "opreg: %s\n", opr_last_error());
-        return NULL;
-    }
-    opr_ctx *ctx = probe_ctx_new(&opts, r, n);
-    if (!ctx) fprintf(stderr, "opreg: %s\n", opr_last_error());
-    probe_results_free(r, n);
-    return ctx;
-}
-
 int cmd_info(int argc, char **argv)
 {
     if (cli_wants_help(argc, argv)) {
@@ -64,7 +45,7 @@ int cmd_info(int argc, char **argv)
             }
         }
     }
-    opr_ctx *ctx = isolate ? info_ctx_isolated(argc, argv, timeout_s) : cli_ctx_new(argc, argv);
+    opr_ctx *ctx = isolate ? cli_ctx_new_isolated(argc, argv, timeout_s) : cli_ctx_new(argc, argv);
     if (!ctx) return 1;
     unsigned abi_major, abi_minor;
     opr_abi_version(&abi_major, &abi_minor); /* the library's, which may differ from this header's */

@@ -7,6 +7,8 @@
 #define _POSIX_C_SOURCE 200809L
 #include "plugin_probe.h"
 
+#include "cli.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -174,5 +176,24 @@ opr_ctx *probe_ctx_new(const opr_ctx_opts *opts, const probe_result *r, int n)
         opr_ctx_free(ctx);
         return NULL;
     }
+    return ctx;
+}
+
+/* The context of cli_ctx_new, with every plugin probed in a child process first
+ * (plugin_probe.h) and those that crashed or hung there refused. */
+opr_ctx *cli_ctx_new_isolated(int argc, char **argv, double timeout_s)
+{
+    const char *paths[CLI_MAX_PLUGINS];
+    opr_ctx_opts opts = {.struct_size = sizeof opts, .plugin_paths = paths,
+                         .n_plugin_paths = cli_plugin_paths(argc, argv, paths, CLI_MAX_PLUGINS)};
+    probe_result *r;
+    int n;
+    if (probe_plugins(&opts, timeout_s, &r, &n)) {
+        fprintf(stderr, "opreg: %s\n", opr_last_error());
+        return NULL;
+    }
+    opr_ctx *ctx = probe_ctx_new(&opts, r, n);
+    if (!ctx) fprintf(stderr, "opreg: %s\n", opr_last_error());
+    probe_results_free(r, n);
     return ctx;
 }

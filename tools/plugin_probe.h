@@ -40,4 +40,9 @@ void probe_results_free(probe_result *r, int n);
  * others load as opr_ctx_new would load them. NULL with opr_last_error on failure. */
 opr_ctx *probe_ctx_new(const opr_ctx_opts *opts, const probe_result *r, int n);
 
+/* cli_ctx_new (cli.h) with every plugin probed in a child process first and those that
+ * crashed or hung there refused (listed with the reason, never loaded): for the
+ * commands a vendor runs on an untrusted build. Prints the error and returns NULL on
+ * failure. */
+opr_ctx *cli_ctx_new_isolated(int argc, char **argv, double timeout_s);
 #endif
