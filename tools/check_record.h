@@ -6,6 +6,7 @@
 #ifndef OPREG_CHECK_RECORD_H
 #define OPREG_CHECK_RECORD_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 typedef enum check_verdict {
@@ -22,6 +23,8 @@ typedef enum check_verdict {
 
 /* Lower-case names, as in the JSON ("pass", "fail", ...). */
 const char *check_verdict_name(check_verdict v);
+/* Appends item to the ", "-separated list (room size) unless it is there already. */
+void check_list_add(char *list, size_t size, const char *item);
 
 typedef enum check_kind {
     CR_RESULT,     /* a verdict */

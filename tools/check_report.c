@@ -87,7 +87,7 @@ check_report *check_report_new(const check_cfg *c, const check_report_opts *o)
     return rep;
 }
 
-static void list_add(char *list, size_t size, const char *item)
+void check_list_add(char *list, size_t size, const char *item)
 {
     size_t n = strlen(item), used = strlen(list);
     for (const char *p = list; (p = strstr(p, item)); p += n)
@@ -209,7 +209,7 @@ void check_report_take(check_report *rep, const check_record *r)
         return;
     }
     if (r->verdict < 0 || r->verdict >= CV_COUNT) return;
-    x->count[r->verdict] += r->count > 0 ? r->count : 1;
+    if (r->verdict != CV_DEP) x->count[r->verdict] += r->count > 0 ? r->count : 1; /* dep: neither pass nor fail */
     switch (r->verdict) {
     case CV_PASS:
         if (r->message[0] && !x->pass_note[0]) snprintf(x->pass_note, sizeof x->pass_note, "%.590s", r->message);
@@ -220,20 +220,19 @@ void check_report_take(check_report *rep, const check_record *r)
                      r->culprit[0] ? "culprit: " : "", r->culprit, r->culprit[0] ? ": " : "", r->message);
         break;
     case CV_DEP:
-        x->count[CV_DEP] -= r->count > 0 ? r->count : 1; /* counted as neither pass nor fail */
-        list_add(x->depends, sizeof x->depends, r->culprit);
+        check_list_add(x->depends, sizeof x->depends, r->culprit);
         break;
     case CV_NI:
         if (!strcmp(r->phase, "forward") && r->variant[0]) {
             char item[56];
             snprintf(item, sizeof item, "[%s]", r->variant);
-            list_add(x->nimpl_variants, sizeof x->nimpl_variants, item);
+            check_list_add(x->nimpl_variants, sizeof x->nimpl_variants, item);
         } else if (!strcmp(r->phase, "forward") && r->dtype >= 0)
-            list_add(x->nimpl_dtypes, sizeof x->nimpl_dtypes, opr_dtype_name((opr_dtype)r->dtype));
+            check_list_add(x->nimpl_dtypes, sizeof x->nimpl_dtypes, opr_dtype_name((opr_dtype)r->dtype));
         else if (r->candidate[0]) {
             char item[100];
             snprintf(item, sizeof item, "[%s]", r->candidate);
-            list_add(x->nimpl_cands, sizeof x->nimpl_cands, item);
+            check_list_add(x->nimpl_cands, sizeof x->nimpl_cands, item);
         }
         break;
     case CV_UNSUPPORTED:

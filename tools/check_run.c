@@ -128,15 +128,6 @@ static bool forward_fails(const check_cfg *c, const opr_op *op, opr_device dev)
     return *m == 2;
 }
 
-/* Appends item to a ", "-separated list unless it is there already. */
-static void list_add(char *list, size_t size, const char *item)
-{
-    size_t n = strlen(item), used = strlen(list);
-    for (const char *p = list; (p = strstr(p, item)); p += n)
-        if ((p == list || p[-1] == ' ') && (p[n] == ',' || p[n] == '\0')) return;
-    if (used + n + 3 < size) snprintf(list + used, size - used, "%s%s", used ? ", " : "", item);
-}
-
 /* The fused kernel of candidate cand is registered on dev for dt. */
 static bool kernel_registered(const opr_ctx *ctx, const opr_op *op, int cand, int dev_type, opr_dtype dt)
 {
@@ -189,7 +180,7 @@ static int check_backward_one(const check_cfg *c, int u, const opr_op *op, int s
             snprintf(helpers, sizeof helpers, "%s", res.helpers);
             for (char *save = NULL, *h = strtok_r(helpers, ", ", &save); h; h = strtok_r(NULL, ", ", &save)) {
                 const opr_op *callee = opr_op_find(c->ctx, h);
-                if (callee && callee != op && forward_fails(c, callee, dev)) list_add(failing, sizeof failing, h);
+                if (callee && callee != op && forward_fails(c, callee, dev)) check_list_add(failing, sizeof failing, h);
             }
             if (failing[0]) {
                 r.verdict = CV_DEP;
