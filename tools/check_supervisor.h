@@ -12,6 +12,9 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+/* The per-unit time limit of opreg check and opreg gradcheck (--timeout), in seconds. */
+#define CHECK_TIMEOUT_DEFAULT_S 300
+
 typedef struct check_sup {
     int nunits;
     double timeout_s;   /* per unit; <= 0: none */

@@ -16,8 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define DEFAULT_TIMEOUT_S 300
-
 static void usage(void)
 {
     printf("usage: opreg check [--backend NAME] [--ops LIST]... [--dtype LIST]... [--no-backward]\n"
@@ -56,7 +54,7 @@ static void usage(void)
            "backend is n/i, not the CPU's result.\n\n"
            "Exits 1 if anything failed, crashed or timed out, and when an op could not be\n"
            "checked at all (NOT CHECKED) or a kernel refused arguments at run time (UNSUPPORTED)\n"
-           "unless --allow-unchecked; 2 on bad usage.\n", DEFAULT_TIMEOUT_S);
+           "unless --allow-unchecked; 2 on bad usage.\n", CHECK_TIMEOUT_DEFAULT_S);
 }
 
 /* Kernels of the checked devices and of the CPU reference that shadow another
@@ -115,7 +113,7 @@ int cmd_check(int argc, char **argv)
     char ops_sel[1024] = "", dtype_sel[256] = "";
     run_state st = {.cfg = {.backward = true, .variants = true, .large = true}};
     check_report_opts ro = {0};
-    check_sup sup = {.timeout_s = DEFAULT_TIMEOUT_S};
+    check_sup sup = {.timeout_s = CHECK_TIMEOUT_DEFAULT_S};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         bool takes_value = !strcmp(a, "--backend") || !strcmp(a, "--ops") || !strcmp(a, "--dtype") ||

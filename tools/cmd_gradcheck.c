@@ -25,13 +25,13 @@ static void usage(void)
            "kernel, or the ops a formula calls (right on the CPU, wrong on the backend).\n"
            "--inputs limits the inputs differentiated; the tolerances default by dtype\n"
            "(see opr_gradcheck_opts in opreg.h). Each sample runs in a worker process: a crash\n"
-           "or a sample running past --timeout S seconds (default 300) is reported as such and\n"
+           "or a sample running past --timeout S seconds (default %d) is reported as such and\n"
            "the others still run; --no-fork runs them in this process (for a debugger).\n"
            "A sample where nothing could be compared (every candidate not available on the\n"
            "backend) is NOT CHECKED.\n"
            "Exits 0 when every sample passed, 1 when one failed, crashed or timed out, or when\n"
            "nothing at all was checked (unless --allow-unchecked), 2 on bad usage.\n\n"
-           "example: opreg gradcheck mm --backend cuda --dtype f32\n");
+           "example: opreg gradcheck mm --backend cuda --dtype f32\n", CHECK_TIMEOUT_DEFAULT_S);
 }
 
 static const char *culprit_name(opr_gradcheck_culprit c)
@@ -134,7 +134,7 @@ int cmd_gradcheck(int argc, char **argv)
     const char *op_name = argv[1], *backend = "cpu", *dtype_name = "f64", *inputs = NULL;
     opr_gradcheck_opts opts = {.struct_size = sizeof opts};
     bool allow_unchecked = false;
-    check_sup sup = {.timeout_s = 300};
+    check_sup sup = {.timeout_s = CHECK_TIMEOUT_DEFAULT_S};
     for (int i = 2; i < argc; i += 2) { /* every option but the flags takes a value */
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--no-fork") || !strcmp(a, "--allow-unchecked")) {
@@ -145,12 +145,7 @@ int cmd_gradcheck(int argc, char **argv)
         }
         if (!v) { fprintf(stderr, "opreg gradcheck: unknown option '%s' (see --help)\n", a); return 2; }
         if (!strcmp(a, "--timeout")) {
-            char *end;
-            sup.timeout_s = strtod(v, &end);
-            if (end == v || *end || !(sup.timeout_s >= 0)) {
-                fprintf(stderr, "opreg gradcheck: --timeout: '%s' is not a number of seconds >= 0\n", v);
-                return 2;
-            }
+            if (!parse_option_number(a, v, &sup.timeout_s)) return 2;
             continue;
         }
         if (!strcmp(a, "--backend")) backend = v;
