@@ -63,12 +63,12 @@ fuzz:
 	cd $(BUILD)-fuzz && ctest --output-on-failure -L fuzz
 	FUZZ_BUILD=$(BUILD)-fuzz FUZZ_SEED=$(FUZZ_SEED) sh tests/fuzz/run.sh $(FUZZ_SECONDS)
 
-# The whole project with its default options built by clang (warning-free, as with
-# gcc: -Werror), then only the suites of the emulated CUDA plugin, whose C++ is where
+# The whole project with its default options, benchmarks aside (gcc builds those), built by
+# clang (warning-free, as with gcc: -Werror), then only the suites of the emulated CUDA plugin, whose C++ is where
 # the compilers differ most (half types); the rest is tested by the gcc builds.
 clang:
 	@sh scripts/setup.sh fuzz
-	@CC=clang CXX=clang++ cmake -S . -B $(BUILD)-clang -G Ninja >/dev/null
+	@CC=clang CXX=clang++ cmake -S . -B $(BUILD)-clang -G Ninja -DOPREG_BUILD_BENCH=OFF >/dev/null
 	@cmake --build $(BUILD)-clang -j $(JOBS)
 	cd $(BUILD)-clang && ctest --output-on-failure -j $(JOBS) -R '^(test_gpu_emu|cuda_check_emu)$$'
 
