@@ -21,6 +21,10 @@ static _Thread_local long countdown = -1; /* allocations left before the failing
 static _Thread_local bool fired;
 static _Thread_local bool fired_in_libyaml;
 static atomic_long live_blocks;
+static _Thread_local bool recording;
+static _Thread_local bool *record; /* __libc_realloc'd: never counted, never failed */
+static _Thread_local long record_n, record_cap;
+static _Thread_local bool record_lost;
 
 void alloc_hook_arm(long n) { fired = fired_in_libyaml = false; countdown = n; }
 void alloc_hook_disarm(void) { countdown = -1; }
@@ -34,11 +38,51 @@ static bool called_from(void *caller, const char *library)
     return dladdr(caller, &info) && info.dli_fname && strstr(info.dli_fname, library);
 }
 
+void alloc_hook_record_start(void)
+{
+    record_n = 0;
+    record_lost = false;
+    recording = true;
+}
+
+long alloc_hook_record_stop(bool **from_libyaml)
+{
+    recording = false;
+    if (record_lost) {
+        __libc_free(record);
+        record = NULL;
+        record_cap = 0;
+        *from_libyaml = NULL;
+        return -1;
+    }
+    *from_libyaml = record;
+    record = NULL;
+    record_cap = 0;
+    return record_n;
+}
+
+void alloc_hook_record_free(bool *from_libyaml) { __libc_free(from_libyaml); }
+
+static void note(void *caller)
+{
+    recording = false; /* in case dladdr allocates */
+    if (record_n == record_cap) {
+        long cap = record_cap ? 2 * record_cap : 4096;
+        bool *r = __libc_realloc(record, (size_t)cap * sizeof *r);
+        if (!r) { record_lost = true; recording = true; return; }
+        record = r;
+        record_cap = cap;
+    }
+    record[record_n++] = called_from(caller, "libyaml");
+    recording = true;
+}
+
 /* OpenMP's allocations count towards n but are never the one failed: the next
  * allocation of any other library is (every point is still reached; dladdr, slow, runs
  * only for the allocation about to fail). */
 static bool fail_now_from(void *caller)
 {
+    if (recording && !record_lost) note(caller);
     if (countdown < 0) return false;
     if (countdown > 0) { countdown--; return false; }
     if (called_from(caller, "libgomp")) return false;
@@ -75,17 +119,19 @@ INTERPOSED int posix_memalign(void **out, size_t align, size_t n)
     *out = p;
     return 0;
 }
-/* glibc's own strdup and strndup allocate without passing through malloc above */
+/* glibc's own strdup and strndup allocate without passing through malloc above; the
+ * allocation is their caller's (libyaml's yaml_strdup calls strdup) */
+static void *malloc_from(size_t n, void *caller) { return fail_now_from(caller) ? NULL : counted(__libc_malloc(n)); }
 INTERPOSED char *strdup(const char *s)
 {
     size_t n = strlen(s) + 1;
-    char *d = malloc(n);
+    char *d = malloc_from(n, __builtin_return_address(0));
     return d ? memcpy(d, s, n) : NULL;
 }
 INTERPOSED char *strndup(const char *s, size_t max)
 {
     size_t n = strnlen(s, max);
-    char *d = malloc(n + 1);
+    char *d = malloc_from(n + 1, __builtin_return_address(0));
     if (!d) return NULL;
     memcpy(d, s, n);
     d[n] = '\0';

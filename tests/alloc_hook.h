@@ -17,6 +17,13 @@ void alloc_hook_disarm(void);
  * libyaml's allocations. */
 bool alloc_hook_fired(void);
 bool alloc_hook_fired_in_libyaml(void);
+/* Recording: between alloc_hook_record_start and _stop, every allocation this thread
+ * makes is noted, with whether libyaml made it. _stop returns how many there were and
+ * gives the array (one flag per allocation, in order; free it with
+ * alloc_hook_record_free). NULL and -1 when the record could not be kept. */
+void alloc_hook_record_start(void);
+long alloc_hook_record_stop(bool **from_libyaml);
+void alloc_hook_record_free(bool *from_libyaml);
 /* Blocks allocated and not yet freed, by every thread. */
 long alloc_hook_live_blocks(void);
 
