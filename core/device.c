@@ -23,7 +23,7 @@ void opr_devices_init(opr_ctx *ctx)
         .flops_per_s = 20e9, .bytes_per_s = 10e9, .launch_ns = 200,
         .data = cpu_cache_new(), .alloc = cpu_cache_alloc, .free = cpu_cache_release,
         .copy_to_host = cpu_copy,
-        .copy_from_host = cpu_copy, .copy_device = cpu_copy,
+        .copy_from_host = cpu_copy, .copy_device = cpu_copy, .flags = OPR_DEVICE_HOST_MEMORY,
     };
     atomic_store(&ctx->n_devices, 1);
 }

@@ -15,6 +15,7 @@ void kcall_frame_init(kcall_frame *f, opr_ctx *ctx, opr_device dev, bool may_all
     f->guards = atomic_load_explicit(&ctx->kernel_guards, memory_order_relaxed);
     f->guard_failed = false;
     f->guarded = 0;
+    f->page_guarded = 0;
     atomic_init(&f->error_state, KCALL_ERROR_NONE);
     opr_error_clear();
 }

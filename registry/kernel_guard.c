@@ -1,19 +1,14 @@
 /* Guard mode (opr_kernel_guards_set): around each kernel call, canary bytes before and
  * after every output the host allocates, and a snapshot of every input, both checked
  * when the kernel returns. Everything goes through the device's copy functions, so it
- * works on memory the host cannot touch. */
+ * works on memory the host cannot touch; where the device's memory is host memory,
+ * the output is also followed by guard pages (guard_page.c). */
 #include "registry.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* Bytes of canary on each side of a guarded output: a multiple of every element size,
- * so that the data starts at a whole element offset, and as many elements as a vector
- * store of 16 floats overruns. */
-#define GUARD_BYTES 64
-#define GUARD_FILL 0xdb
 
 bool opr_kernel_guards_set(opr_ctx *ctx, bool on)
 {
@@ -55,6 +50,15 @@ opr_tensor *kcall_output_new(kcall_frame *f, int i, opr_dtype dtype, int ndim, c
     if (!f->guards) return opr_tensor_empty(f->ctx, dtype, ndim, shape, f->dev);
     int64_t numel;
     if (opr_shape_check(shape, ndim, &numel, "tensor")) return NULL;
+    opr_device_entry *e = opr_dev_entry(f->ctx, f->dev);
+    if (e && (e->desc.flags & OPR_DEVICE_HOST_MEMORY)) {
+        opr_tensor *t = guard_page_output(f->ctx, f->dev, dtype, ndim, shape, numel);
+        if (t) {
+            f->guarded |= 1u << i;
+            f->page_guarded |= 1u << i;
+            return t;
+        }
+    }
     const int64_t es = (int64_t)opr_elem_size(dtype), front = GUARD_BYTES / es;
     /* one storage with the guards in it; the output views the middle, so it is freed,
      * viewed and copied like any tensor (its storage offset is not 0) */
@@ -210,12 +214,14 @@ static int check_outputs(kcall_frame *f, const opr_kernel_call *call, const opr_
         if (!(f->guarded >> i & 1)) continue;
         const opr_tensor_view *o = call->outputs[i];
         const size_t es = opr_elem_size(o->dtype);
-        unsigned char before[GUARD_BYTES], after[GUARD_BYTES];
+        const size_t bytes = (size_t)o->numel * es;
+        const size_t after_n = f->page_guarded >> i & 1 ? guard_after_bytes(bytes) : GUARD_BYTES;
+        unsigned char before[GUARD_BYTES], after[2 * GUARD_BYTES];
         const char *data = o->data;
         int rc = device_copy(f->ctx, f->dev, before, data - GUARD_BYTES, GUARD_BYTES, true);
-        if (!rc) rc = device_copy(f->ctx, f->dev, after, data + (size_t)o->numel * es, GUARD_BYTES, true);
+        if (!rc) rc = device_copy(f->ctx, f->dev, after, data + bytes, after_n, true);
         if (rc) return rc;
-        int64_t nb = damaged(before, GUARD_BYTES, es), na = damaged(after, GUARD_BYTES, es);
+        int64_t nb = damaged(before, GUARD_BYTES, es), na = damaged(after, after_n, es);
         char name[96];
         output_name(fwd, cover, call, i, name, sizeof name);
         if (nb && na)

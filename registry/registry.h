@@ -352,6 +352,7 @@ typedef struct kcall_frame {
     bool guards;                    /* opr_kernel_guards_set was on when the call began */
     bool guard_failed;              /* error holds what the guards found, the whole message */
     uint32_t guarded;               /* bit i: output i has guard regions (kcall_output_new) */
+    uint32_t page_guarded;          /* bit i: output i is followed by guard pages */
     char error[1024];               /* read only in state KCALL_ERROR_SET */
 } kcall_frame;
 enum { KCALL_ERROR_NONE, KCALL_ERROR_WRITING, KCALL_ERROR_SET };
@@ -368,6 +369,20 @@ int kcall_fail(const kcall_frame *f, int rc, const char *what);
 /* Output i of a kernel call, contiguous, uninitialised, on f's device: with guard
  * regions around its data when f->guards (kernel_guard.c). */
 opr_tensor *kcall_output_new(kcall_frame *f, int i, opr_dtype dtype, int ndim, const int64_t *shape);
+/* Bytes of canary on each side of a guarded output: a multiple of every element size,
+ * so that the data starts at a whole element offset, and as many elements as a vector
+ * store of 16 floats overruns. */
+#define GUARD_BYTES 64
+#define GUARD_FILL 0xdb
+/* A guarded output on dev, whose memory is host memory, at the end of a mapping of its
+ * own followed by inaccessible pages (GUARD_BYTES of canary before the data,
+ * guard_after_bytes after it); NULL where none can be made (the caller then uses
+ * canaries alone; guard_page.c). */
+opr_tensor *guard_page_output(opr_ctx *ctx, opr_device dev, opr_dtype dtype, int ndim, const int64_t *shape,
+                              int64_t numel);
+/* The canary bytes after the data_bytes of a page-guarded output: GUARD_BYTES, and what
+ * keeps the data GUARD_BYTES-aligned. */
+size_t guard_after_bytes(size_t data_bytes);
 /* Runs kernel k on call. With f->guards, also checks the guard regions of the outputs
  * kcall_output_new made and that the kernel left its inputs as they were (not the
  * argument an in-place forward op writes); what it finds fails the call with

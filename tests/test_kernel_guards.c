@@ -3,15 +3,20 @@
  * kernel gives the same results with guards as without, and its guarded outputs
  * behave as any tensor (views, copies, autograd). The faulty kernels run on device
  * "gdev", whose allocator leaves room on both sides of every block, so that without
- * guards their stray writes land in memory the test owns. */
+ * guards their stray writes land in memory the test owns, and on "hdev", the same
+ * device flagged as host memory, where outputs are followed by guard pages. */
+#define _GNU_SOURCE /* sigaction, siginfo_t */
 #include "test_util.h"
 
 #include <opreg/plugin.h>
 
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "fixtures/fx_copy.h"
 
@@ -37,7 +42,7 @@ static int gdev_copy(void *data, int32_t ordinal, void *dst, const void *src, si
     return OPR_OK;
 }
 
-typedef enum fault { FAULT_NONE, FAULT_PAST, FAULT_PAST3, FAULT_BEFORE, FAULT_BOTH, FAULT_INPUT } fault;
+typedef enum fault { FAULT_NONE, FAULT_PAST, FAULT_PAST3, FAULT_FAR, FAULT_BEFORE, FAULT_BOTH, FAULT_INPUT } fault;
 static fault fault_now;
 
 /* out = -self (f32, contiguous), then the fault. */
@@ -50,6 +55,7 @@ static int k_neg(const opr_kernel_call *call)
     switch (fault_now) {
     case FAULT_PAST: out[o->numel] = 1; break;
     case FAULT_PAST3: out[o->numel] = out[o->numel + 1] = out[o->numel + 4] = 1; break;
+    case FAULT_FAR: out[o->numel + 1000] = 1; break;
     case FAULT_BEFORE: out[-1] = 1; break;
     case FAULT_BOTH: out[-2] = out[o->numel] = 1; break;
     case FAULT_INPUT: in[0] += 1; break;
@@ -78,24 +84,33 @@ static int k_fill_(const opr_kernel_call *call)
     return OPR_OK;
 }
 
-static int init_gdev(const opr_host_api *host, opr_plugin *self)
+/* The faulty kernels on a device `name` of plugin `name`. */
+static int init_device(const opr_host_api *host, opr_plugin *self, const char *name, uint64_t flags)
 {
     self->abi_major = OPR_ABI_MAJOR;
     self->abi_minor = OPR_ABI_MINOR;
-    self->name = "gdev";
+    self->name = name;
     self->version = "0.0.1";
     opr_device_desc dev = {
-        .struct_size = sizeof dev, .name = "gdev", .count = 1, .alloc = gdev_alloc, .free = gdev_free,
-        .copy_to_host = gdev_copy, .copy_from_host = gdev_copy, .copy_device = gdev_copy,
+        .struct_size = sizeof dev, .name = name, .count = 1, .alloc = gdev_alloc, .free = gdev_free,
+        .copy_to_host = gdev_copy, .copy_from_host = gdev_copy, .copy_device = gdev_copy, .flags = flags,
     };
     int rc = host->register_device(self, &dev);
     const struct { const char *op; opr_kernel_fn fn; } ks[] = {{"neg", k_neg}, {"mul", k_mul}, {"fill_", k_fill_}};
     for (size_t i = 0; i < sizeof ks / sizeof ks[0] && !rc; i++) {
-        opr_kernel_desc k = {.struct_size = sizeof k, .op = ks[i].op, .device = "gdev", .dtypes = OPR_DTYPE_BIT(OPR_F32),
+        opr_kernel_desc k = {.struct_size = sizeof k, .op = ks[i].op, .device = name, .dtypes = OPR_DTYPE_BIT(OPR_F32),
                              .fn = ks[i].fn};
         rc = host->register_kernel(self, &k);
     }
-    return rc ? rc : fx_register_copy(host, self, "gdev");
+    return rc ? rc : fx_register_copy(host, self, name);
+}
+
+/* gdev: device memory as far as the host knows (canaries only). */
+static int init_gdev(const opr_host_api *host, opr_plugin *self) { return init_device(host, self, "gdev", 0); }
+/* hdev: the same, flagged as host memory (guard pages too). */
+static int init_hdev(const opr_host_api *host, opr_plugin *self)
+{
+    return init_device(host, self, "hdev", OPR_DEVICE_HOST_MEMORY);
 }
 
 static opr_ctx *gdev_ctx(opr_device *dev)
@@ -158,6 +173,66 @@ START_TEST(test_overrun_caught)
     ck_assert_int_eq(neg_with(ctx, dev, FAULT_PAST, msg, sizeof msg), OPR_OK);
     ck_assert_int_eq(neg_with(ctx, dev, FAULT_BEFORE, msg, sizeof msg), OPR_OK);
     ck_assert_int_eq(neg_with(ctx, dev, FAULT_INPUT, msg, sizeof msg), OPR_OK);
+    tu_ctx_free(ctx);
+}
+END_TEST
+
+/* The child's SIGSEGV handler: exits 42 when the fault lies 4000 bytes past the end of
+ * a guarded output (FAULT_FAR: element numel + 1000 of an f32 output), 43 otherwise. */
+static void on_guard_fault(int sig, siginfo_t *si, void *context)
+{
+    (void)sig; (void)context;
+    _exit(opr_kernel_guard_overrun(si->si_addr) == 4000 ? 42 : 43);
+}
+
+/* On a device flagged OPR_DEVICE_HOST_MEMORY an output is followed by guard pages: a
+ * near overrun is still counted in the canary, a far one faults in the guard page, and
+ * opr_kernel_guard_overrun tells a fault handler how far past the output it was. */
+START_TEST(test_guard_page_fault)
+{
+    opr_device dev;
+    opr_ctx *ctx = tu_ctx();
+    ck_assert_int_eq(opr_plugin_register(ctx, init_hdev, NULL), OPR_OK);
+    ck_assert_int_eq(opr_device_parse(ctx, "hdev", &dev), OPR_OK);
+    opr_kernel_guards_set(ctx, true);
+    char msg[1024];
+    ck_assert_int_eq(neg_with(ctx, dev, FAULT_PAST3, msg, sizeof msg), OPR_ERR_BACKEND);
+    ck_assert_msg(strstr(msg, "neg on hdev wrote 3 elements past its output"), "%s", msg);
+    ck_assert_int_eq(neg_with(ctx, dev, FAULT_PAST, msg, sizeof msg), OPR_ERR_BACKEND);
+    ck_assert_int_eq(neg_with(ctx, dev, FAULT_NONE, msg, sizeof msg), OPR_OK);
+    ck_assert_int_eq(opr_kernel_guard_overrun(msg), -1); /* not a guard page */
+    ck_assert_int_eq(opr_kernel_guard_overrun(NULL), -1);
+
+    /* a CPU output is page-guarded too: its data ends 64 to 127 bytes before a page
+     * that opr_kernel_guard_overrun knows */
+    opr_tensor *x = opr_tensor_from_data(ctx, OPR_F32, 1, (int64_t[]){5}, (const float[]){1, 2, 3, 4, 5}, OPR_CPU);
+    opr_tensor *y = tu_call1(ctx, "neg", (opr_value[]){opr_v_tensor(x)}, 1);
+    const char *end = (const char *)opr_tensor_data(y) + 5 * sizeof(float);
+    int64_t first = -1;
+    for (int64_t k = 0; k < 128 && first < 0; k++)
+        if (opr_kernel_guard_overrun(end + k) >= 0) first = k;
+    ck_assert_int_ge(first, 64);
+    ck_assert_int_eq(opr_kernel_guard_overrun(end + first + 100), first + 100);
+    opr_tensor_release(y); /* its guard pages go with it */
+    ck_assert_int_eq(opr_kernel_guard_overrun(end + first), -1);
+    opr_tensor_release(x);
+
+    fflush(NULL);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_sigaction = on_guard_fault;
+        sa.sa_flags = SA_SIGINFO;
+        sigaction(SIGSEGV, &sa, NULL);
+        neg_with(ctx, dev, FAULT_FAR, msg, sizeof msg);
+        _exit(44); /* the stray write did not fault */
+    }
+    int status = 0;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 42, "child: %s %d",
+                  WIFEXITED(status) ? "exit" : "signal", WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
     tu_ctx_free(ctx);
 }
 END_TEST
@@ -381,6 +456,7 @@ int main(void)
     Suite *s = suite_create("kernel_guards");
     TCase *tc = tcase_create("guards");
     tcase_add_test(tc, test_overrun_caught);
+    tcase_add_test(tc, test_guard_page_fault);
     tcase_add_test(tc, test_changed_input_caught);
     tcase_add_test(tc, test_fused_backward_guarded);
     tcase_add_test(tc, test_correct_kernels_pass);

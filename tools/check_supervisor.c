@@ -5,6 +5,8 @@
 #define _GNU_SOURCE
 #include "check_supervisor.h"
 
+#include <opreg/opreg.h>
+
 #include <errno.h>
 #include <math.h>
 #include <limits.h>
@@ -17,11 +19,13 @@
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
+#include <ucontext.h>
 #include <unistd.h>
 
 typedef struct shared_state {
     char phase[512];
     char kernel[192]; /* opr_kernel_trace_set: the kernel running, "" between kernels */
+    char fault[96];   /* a fault in a guard page: "writing N bytes past the end of an output" */
 } shared_state;
 
 static shared_state *shared;       /* MAP_SHARED: the worker writes, the parent reads */
@@ -70,9 +74,59 @@ static void unit_record(const check_sup *s, int u, check_record *r)
     s->describe_unit(u, r, s->data);
 }
 
+/* Appends the decimal digits of v to p; returns the new end. */
+static char *put_u64(char *p, uint64_t v)
+{
+    char digits[24];
+    int n = 0;
+    do digits[n++] = (char)('0' + v % 10); while ((v /= 10));
+    while (n) *p++ = digits[--n];
+    return p;
+}
+
+static char *put_str(char *p, const char *s)
+{
+    while (*s) *p++ = *s++;
+    return p;
+}
+
+/* SIGSEGV/SIGBUS in the worker: a fault in the guard pages after an output
+ * (opr_kernel_guard_overrun) is described in the shared page for the parent. Returning
+ * retries the access with the default action back (SA_RESETHAND), which ends the
+ * worker with the same signal; a signal sent rather than caused is sent again. Only
+ * async-signal-safe work here. */
+static void on_fault(int sig, siginfo_t *si, void *context)
+{
+    if (si->si_code <= 0) { /* sent (raise, kill): returning would not repeat it */
+        raise(sig);
+        return;
+    }
+    int64_t past = opr_kernel_guard_overrun(si->si_addr);
+    if (past < 0 || !shared) return;
+    const char *access = "reading or writing ";
+#if defined(__x86_64__)
+    const ucontext_t *uc = context;
+    access = uc->uc_mcontext.gregs[REG_ERR] & 2 ? "writing " : "reading "; /* page-fault error code: W */
+#else
+    (void)context;
+#endif
+    char *p = put_str(shared->fault, access);
+    p = put_u64(p, (uint64_t)past);
+    p = put_str(p, past == 1 ? " byte" : " bytes");
+    p = put_str(p, " past the end of an output (guard page)");
+    *p = 0;
+}
+
 static void run_worker(const check_sup *s, int first, int fd)
 {
     emit_fd = fd;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_fault;
+    sa.sa_flags = SA_SIGINFO | SA_RESETHAND | SA_NODEFER;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGSEGV, &sa, NULL);
+    sigaction(SIGBUS, &sa, NULL);
     for (int u = first; u < s->nunits; u++) {
         check_record r;
         unit_record(s, u, &r);
@@ -193,8 +247,10 @@ int check_supervise(const check_sup *s)
         if (current < 0 && !timed_out && WIFEXITED(status) && WEXITSTATUS(status) == 0) continue; /* done */
         int lost = current >= 0 ? current : next;
         if (lost >= s->nunits) break;
-        char why[96];
+        char why[160];
         if (timed_out) snprintf(why, sizeof why, "timed out after %g s", s->timeout_s);
+        else if (WIFSIGNALED(status) && shared->fault[0])
+            snprintf(why, sizeof why, "crashed (%s) %.96s", signal_name(WTERMSIG(status)), shared->fault);
         else if (WIFSIGNALED(status)) snprintf(why, sizeof why, "crashed (%s)", signal_name(WTERMSIG(status)));
         else snprintf(why, sizeof why, "the worker exited with status %d", WEXITSTATUS(status));
         lost_unit(s, lost, timed_out ? CV_TIMEOUT : CV_CRASHED, why);

@@ -159,6 +159,11 @@ OPR_API bool opr_cpu_fallback_set(opr_ctx *ctx, bool on);
  *    fused backward kernel the input whose gradient it is).
  *    The output stays an ordinary tensor: its storage holds the canaries, and its
  *    storage offset (opr_tensor_offset) skips the front one, so it is not 0.
+ *    On a device whose memory is host memory (the CPU, a plugin device flagged
+ *    OPR_DEVICE_HOST_MEMORY) the output also ends its own mapping, followed by 64 KiB
+ *    of inaccessible pages (the canary after it then runs up to them, 64 to 127
+ *    bytes): a kernel reaching further past it faults there (SIGSEGV) instead of
+ *    corrupting other memory, and opr_kernel_guard_overrun names the fault.
  *    Outputs a kernel allocates itself (data-dependent shapes, host->alloc_output) and
  *    the tensor an in-place op writes are not guarded.
  *  - each tensor input (items of Tensor[] too) is copied to the host before the call
@@ -169,6 +174,11 @@ OPR_API bool opr_cpu_fallback_set(opr_ctx *ctx, bool on);
  * kernel call: set it while no call runs to know which calls it covers. Returns the
  * previous setting (false for a NULL ctx). */
 OPR_API bool opr_kernel_guards_set(opr_ctx *ctx, bool on);
+/* For a fault handler (SIGSEGV, SA_SIGINFO): when addr (si_addr) lies in the guard pages
+ * after a guarded output that is still alive, the number of bytes between the end of
+ * that output's data and addr (>= 64); else -1. Async-signal-safe: it reads a fixed
+ * table, takes no lock and allocates nothing. */
+OPR_API int64_t opr_kernel_guard_overrun(const void *addr);
 /* Kernel trace (for conformance supervisors): while buf is set, the host writes "OP on
  * DEVICE (plugin P)" into buf (len bytes, NUL-terminated, truncated) before every
  * kernel call of ctx and empties it when the kernel returns, so that a process that

@@ -39,15 +39,15 @@ extern "C" {
 #endif
 
 #define OPR_ABI_MAJOR 2
-#define OPR_ABI_MINOR 1
+#define OPR_ABI_MINOR 2
 
 /* OPR_STRUCT_SIZE(type, last) (opreg.h) is the size of a struct up to and including
  * its field `last`: what struct_size must at least be for a reader to use `last`. The
  * OPR_*_STRUCT_SIZE_2_0 constants below pin each struct's size at ABI 2.0, the
- * OPR_*_STRUCT_SIZE_2_1 ones at 2.1; a side that fills struct_size with sizeof may give
- * more (a newer minor), never less than 2.0. Fields carry the ABI minor that added
- * them; a plugin reads a 2.1 field of a host struct (or calls a 2.1 host function) only
- * when that struct's struct_size covers it. */
+ * OPR_*_STRUCT_SIZE_2_1 ones at 2.1 and the _2_2 ones at 2.2; a side that fills
+ * struct_size with sizeof may give more (a newer minor), never less than 2.0. Fields carry the ABI minor that added
+ * them; a plugin reads a 2.1 or 2.2 field of a host struct (or calls such a host
+ * function) only when that struct's struct_size covers it. */
 
 #define OPR_PLUGIN_INIT_SYMBOL "opr_plugin_init"
 #define OPR_PLUGIN_PROBE_SYMBOL "opr_plugin_probe"
@@ -192,8 +192,15 @@ typedef struct opr_device_desc {
     int (*sync)(void *data, int32_t ordinal);                            /* 2.0 */
     /* 2.0: bytes the allocator holds, including cached free blocks (optional). */
     uint64_t (*reserved)(void *data, int32_t ordinal);
+    uint64_t flags;        /* 2.2: OPR_DEVICE_* bits below; 0 for a 2.0 or 2.1 plugin */
 } opr_device_desc;
 #define OPR_DEVICE_DESC_STRUCT_SIZE_2_0 OPR_STRUCT_SIZE(opr_device_desc, reserved)
+#define OPR_DEVICE_DESC_STRUCT_SIZE_2_2 OPR_STRUCT_SIZE(opr_device_desc, flags)
+/* 2.2: the device's memory is ordinary host memory, and its kernels take any host
+ * pointer as a tensor's data (not only what its alloc returned): guard mode
+ * (opr_kernel_guards_set) may then put an inaccessible page after each output it
+ * allocates on the device, so that a kernel reaching far past one faults there. */
+#define OPR_DEVICE_HOST_MEMORY (UINT64_C(1) << 0)
 
 /* Filled by the plugin in opr_plugin_init. The host sets struct_size before the call;
  * the plugin sets abi_major/abi_minor first of all. */

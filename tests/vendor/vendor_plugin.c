@@ -20,7 +20,8 @@
  *                         forward and still print every row and its summary)
  *   VENDOR_CRASH_FUSED    the fused backward kernel vfma_backward dies of SIGSEGV
  *   VENDOR_HANG           the relu kernel on vdev never returns (check --timeout)
- *   VENDOR_OVERRUN        the relu kernel writes one element past its output
+ *   VENDOR_OVERRUN        the relu kernel writes one element past its output (into the
+ *                         canary), the exp kernel 100 elements past (into the guard page)
  *   VENDOR_STRIDED_ONLY   mul is off by one, only when an input is not contiguous
  *   VENDOR_SIZE_ONLY      mm is wrong from row 4 on (right on every sample as written)
  *   VENDOR_UNSUPPORTED    mul, registered for f32 and f64, refuses f64 at run time with
@@ -205,7 +206,16 @@ static int k_mm(const opr_kernel_call *call)
     return OPR_OK;
 }
 
-static int k_exp(const opr_kernel_call *call) { return elementwise(call, tensor_arg(call, 0), NULL, 0, call->outputs[0], f_exp); }
+static int k_exp(const opr_kernel_call *call)
+{
+    int rc = elementwise(call, tensor_arg(call, 0), NULL, 0, call->outputs[0], f_exp);
+#ifdef VENDOR_OVERRUN
+    opr_tensor_view *o = call->outputs[0];
+    if (!rc && o->dtype == OPR_F32) ((float *)o->data)[o->numel + 100] = 1; /* far past, on purpose */
+    if (!rc && o->dtype == OPR_F64) ((double *)o->data)[o->numel + 100] = 1;
+#endif
+    return rc;
+}
 static int k_vfma(const opr_kernel_call *call)
 {
     return elementwise(call, tensor_arg(call, 0), tensor_arg(call, 1), 0, call->outputs[0], f_vfma);
@@ -242,6 +252,7 @@ OPR_PLUGIN_EXPORT int opr_plugin_init(const opr_host_api *host, opr_plugin *self
         .flops_per_s = 1e9, .bytes_per_s = 1e9, .launch_ns = 1000,
         .alloc = dev_alloc, .free = dev_free, .copy_to_host = dev_copy,
         .copy_from_host = dev_copy, .copy_device = dev_copy, .sync = dev_sync,
+        .flags = OPR_DEVICE_HOST_MEMORY,
     };
     int rc = host->register_device(self, &dev);
     if (!rc) rc = host->load_yaml(self, VENDOR_YAML);
