@@ -105,11 +105,20 @@ static int run_kernel(expr_run *r, opr_node *n, const deriv_cand *c, uint32_t wa
     kcall_frame_init(&frame, r->ctx, n->dev, false);
     opr_tensor_view outv[OPR_MAX_ARGS];
     opr_tensor *outs[OPR_MAX_ARGS] = {NULL};
+    int64_t unwanted_strides[OPR_MAX_ARGS][OPR_MAX_DIMS];
     uint64_t mask = 0;
     for (int p = 0; p < c->ncover; p++) {
+        if (!((want >> c->cover[p]) & 1)) {
+            /* a gradient not wanted: the input's geometry, no data (plugin.h) */
+            const opr_meta *m = &n->metas[c->cover[p]];
+            opr_contiguous_strides(m->shape, m->ndim, unwanted_strides[p]);
+            outv[p] = (opr_tensor_view){.struct_size = sizeof outv[p], .dtype = m->dtype, .ndim = m->ndim,
+                                        .shape = m->shape, .strides = unwanted_strides[p], .device = n->dev,
+                                        .numel = m->numel};
+            continue;
+        }
         memset(&outv[p], 0, sizeof outv[p]);
         outv[p].struct_size = sizeof outv[p];
-        if (!((want >> c->cover[p]) & 1)) continue;
         outs[p] = kcall_output_new(&frame, p, n->metas[c->cover[p]].dtype, n->metas[c->cover[p]].ndim,
                                    n->metas[c->cover[p]].shape);
         if (!outs[p]) { for (int j = 0; j < p; j++) opr_tensor_release(outs[j]); return OPR_ERR_NOMEM; }
@@ -193,23 +202,39 @@ static int run_per_item(expr_run *r, opr_node *n, const deriv_cand *c, mval *slo
     return OPR_OK;
 }
 
+/* Whether every wanted gradient of kernel candidate c has a composite formula that
+ * reads only what the node saved. */
+static bool composites_cover(const opr_node *n, const deriv_cand *c, uint32_t want)
+{
+    for (int p = 0; p < c->ncover; p++)
+        if ((want >> c->cover[p]) & 1 && !composite_for(n, c->cover[p])) return false;
+    return true;
+}
+
+/* Kernel candidate c's wanted gradients through composite formulas instead (why: what
+ * the error says when one has none). */
+static int run_composites(opr_node *n, const deriv_cand *c, uint32_t want, opr_tensor *const *grads_in,
+                          opr_tensor **grads_out, bool create_graph, const char *why)
+{
+    const opr_op *op = n->op;
+    for (int p = 0; p < c->ncover; p++) {
+        int arg = c->cover[p];
+        if (!((want >> arg) & 1)) continue;
+        const deriv_cand *alt = composite_for(n, arg);
+        if (!alt)
+            return opr_fail(OPR_ERR_UNSUPPORTED, "%s: %s needs a composite formula for '%s' (the plan chose kernel %s)",
+                            op->name, why, op->args[arg].name, c->kernel->name);
+        int rc = ag_run_candidate(n, alt, 1u << arg, grads_in, grads_out, NULL, create_graph);
+        if (rc) return rc;
+    }
+    return OPR_OK;
+}
+
 int ag_run_candidate(opr_node *n, const deriv_cand *c, uint32_t want, opr_tensor *const *grads_in,
                      opr_tensor **grads_out, opr_tensor **item_grads, bool create_graph)
 {
     const opr_op *op = n->op;
-    if (c->kernel && create_graph) {
-        for (int p = 0; p < c->ncover; p++) {
-            int arg = c->cover[p];
-            if (!((want >> arg) & 1)) continue;
-            const deriv_cand *alt = composite_for(n, arg);
-            if (!alt)
-                return opr_fail(OPR_ERR_UNSUPPORTED, "%s: create_graph needs a composite formula for '%s' "
-                                "(the plan chose kernel %s)", op->name, op->args[arg].name, c->kernel->name);
-            int rc = ag_run_candidate(n, alt, 1u << arg, grads_in, grads_out, NULL, true);
-            if (rc) return rc;
-        }
-        return OPR_OK;
-    }
+    if (c->kernel && create_graph) return run_composites(n, c, want, grads_in, grads_out, true, "create_graph");
     expr_run rc_storage;
     expr_run *r = &rc_storage;
     expr_run_init(r, op->ctx, n->dev, n->metas[op->nargs].dtype);
@@ -218,8 +243,17 @@ int ag_run_candidate(opr_node *n, const deriv_cand *c, uint32_t want, opr_tensor
     opr_tensor **pieces = NULL; /* the pieces' gradients, zeros where none flowed */
     int rc = n->npieces ? piece_grads(n, &pieces) : OPR_OK;
     if (!rc) rc = bind_slots(r, n, pieces ? pieces : grads_in, create_graph, slots, grads, results);
+    bool refused = false; /* the fused kernel refused these arguments; formulas stand in */
     if (!rc && c->kernel) {
         rc = run_kernel(r, n, c, want, grads, grads_out);
+        if (rc == OPR_ERR_UNSUPPORTED && !atomic_load(&op->ctx->cpu_fallback_off) && composites_cover(n, c, want)) {
+            char refusal[1024];
+            snprintf(refusal, sizeof refusal, "%s", opr_last_error());
+            fallback_log_refusal(op->ctx, c->kernel->name, n->dev.type, refusal,
+                                 "computing those gradients with the op's derivative formulas");
+            refused = true;
+            rc = OPR_OK;
+        }
     } else if (!rc && c->per_item) {
         rc = item_grads && n->nitems ? run_per_item(r, n, c, slots, item_grads)
                                      : opr_fail(OPR_ERR_INVALID, "%s: no items to differentiate", op->name);
@@ -239,5 +273,6 @@ int ag_run_candidate(opr_node *n, const deriv_cand *c, uint32_t want, opr_tensor
     expr_run_done(r);
     for (int k = 0; pieces && k < n->npieces; k++) opr_tensor_release(pieces[k]);
     free(pieces);
+    if (refused) rc = run_composites(n, c, want, grads_in, grads_out, false, "a refused fused kernel");
     return rc;
 }

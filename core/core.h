@@ -151,6 +151,8 @@ struct opr_ctx {
     int (*device_strided_copy)(opr_ctx *ctx, opr_tensor *dst, const opr_tensor *src);
     const opr_autograd_iface *autograd; /* set with the context; never NULL after */
     _Atomic bool cpu_fallback_off; /* opr_cpu_fallback_set(ctx, false) (registry/fallback.c) */
+    /* hashes of the (op, device, reason) run-time refusals already logged (fallback.c) */
+    _Atomic uint64_t refusals_logged[64];
     _Atomic bool kernel_guards;    /* opr_kernel_guards_set (registry/kernel_guard.c) */
     char *_Atomic kernel_trace;    /* opr_kernel_trace_set: the kernel running now, or NULL */
     size_t kernel_trace_len;

@@ -50,6 +50,36 @@ static int builtin_yaml_dir(const opr_ctx_opts *opts, data_dir found[DATA_DIRS_M
     return opr_fail(OPR_ERR_IO, "opr_ctx_new: cannot find the op definitions in %s (set OPREG_YAML_DIR)", tried);
 }
 
+/* One extra op file or directory (OPREG_YAML_PATH, opts->yaml_paths); from says which. */
+static int load_extra_yaml(opr_ctx *ctx, const char *path, const char *from)
+{
+    int rc = is_dir(path) ? load_yaml_dir(ctx, path) : yaml_load_file(ctx, path, NULL);
+    return rc ? opr_fail_wrap(rc, "opr_ctx_new: %s entry '%s'", from, path) : OPR_OK;
+}
+
+/* The entries of $OPREG_YAML_PATH, then opts->yaml_paths. */
+static int load_extra_yamls(opr_ctx *ctx, const opr_ctx_opts *opts)
+{
+    const char *env = opts->skip_builtin_yaml ? NULL : getenv("OPREG_YAML_PATH");
+    while (env && *env) {
+        size_t n = strcspn(env, ":");
+        if (n) {
+            char path[4096];
+            if (n >= sizeof path) return opr_fail(OPR_ERR_INVALID, "opr_ctx_new: an OPREG_YAML_PATH entry is too long");
+            memcpy(path, env, n);
+            path[n] = 0;
+            int rc = load_extra_yaml(ctx, path, "OPREG_YAML_PATH");
+            if (rc) return rc;
+        }
+        env += n + (env[n] == ':');
+    }
+    for (int i = 0; i < opts->n_yaml_paths && opts->yaml_paths; i++) {
+        int rc = opts->yaml_paths[i] ? load_extra_yaml(ctx, opts->yaml_paths[i], "yaml_paths") : OPR_OK;
+        if (rc) return rc;
+    }
+    return OPR_OK;
+}
+
 opr_ctx *registry_ctx_new(const opr_ctx_opts *opts, const opr_autograd_iface *autograd, reg_record_fn record)
 {
     opr_ctx_opts own; /* the caller's options as this library's struct: NULL means all defaults */
@@ -86,6 +116,10 @@ opr_ctx *registry_ctx_new(const opr_ctx_opts *opts, const opr_autograd_iface *au
             opr_ctx_free(ctx);
             return NULL;
         }
+    }
+    if (load_extra_yamls(ctx, opts)) {
+        opr_ctx_free(ctx);
+        return NULL;
     }
     /* A plugin that is refused leaves the context usable without it; running out of
      * memory while loading one would leave a context that silently lacks kernels. */

@@ -423,7 +423,7 @@ opr_status opr_call(const opr_op *op, const opr_value *args, int nargs, opr_tens
     const kernel_entry *kerns = atomic_load_explicit(&((opr_op *)op)->kernels[c.dev.type], memory_order_acquire);
     if (!kernel_for(kerns, c.common) && fallback_applies(op, c.dev.type, (opr_dtype)c.common)) {
         rc = fallback_call(op, args, nargs, results, nres, c.tensors, c.slots, c.dev, (opr_dtype)c.common, record,
-                           c.list_requires_grad);
+                           c.list_requires_grad, NULL);
         free(c.list_views);
         return rc;
     }
@@ -493,6 +493,16 @@ opr_status opr_call(const opr_op *op, const opr_value *args, int nargs, opr_tens
             char what[256];
             snprintf(what, sizeof what, "%s (%s, plugin %s)", op->name, op->ctx->devices[c.dev.type].name, kern->plugin);
             rc = kcall_fail(&f, rc, what);
+            /* "not for these arguments": the CPU stands in, as for a missing kernel */
+            if (rc == OPR_ERR_UNSUPPORTED && !f.guard_failed && fallback_applies(op, c.dev.type, (opr_dtype)c.common)) {
+                char refusal[1024];
+                snprintf(refusal, sizeof refusal, "%s", opr_last_error());
+                for (int i = 0; i < op->nout; i++) { opr_tensor_release(f.outs[i]); f.outs[i] = NULL; }
+                rc = fallback_call(op, args, nargs, results, nres, c.tensors, c.slots, c.dev, (opr_dtype)c.common,
+                                   record, c.list_requires_grad, refusal);
+                free(c.list_views);
+                return rc;
+            }
         } else if (op->dynamic_shape && !f.outs[0]) {
             rc = opr_fail(OPR_ERR_BACKEND, "%s: kernel did not allocate its data-dependent output", op->name);
         }

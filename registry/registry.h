@@ -399,12 +399,18 @@ int dispatch_alloc_output(const opr_kernel_call *call, int32_t index, int32_t nd
 int dispatch_validate(const opr_op *op, const opr_value *args, int nargs, mval *slots, opr_device *dev,
                       opr_dtype *common);
 void plugins_free(opr_ctx *ctx);
-/* Runs a call of op, validated for device dev where op has no kernel for the common
- * dtype and fallback_applies, on the CPU with copies in and out (fallback.c). Records
- * the node on the device tensors when `record`. */
+/* Runs a call of op, validated for device dev, on the CPU with copies in and out
+ * (fallback.c), where fallback_applies and op has no kernel for the common dtype
+ * (refusal NULL) or its kernel refused these arguments at run time (refusal: the
+ * kernel's message, "mm (npu, plugin P): M > 4 not supported"). Records the node on
+ * the device tensors when `record`. */
 int fallback_call(const opr_op *op, const opr_value *args, int nargs, opr_tensor **results, int nres,
                   opr_tensor *const *tensors, const mval *slots, opr_device dev, opr_dtype common, bool record,
-                  bool list_requires_grad);
+                  bool list_requires_grad, const char *refusal);
+/* Logs a run-time refusal (OPR_ERR_UNSUPPORTED) that something else stands in for,
+ * once per (what, device type, message) in ctx: "mm: ... refused the call (M > 4 not
+ * supported): running it instead (reported once per reason; ...)". */
+void fallback_log_refusal(opr_ctx *ctx, const char *what, int device_type, const char *refusal, const char *instead);
 /* Implicit promotion (promote.c): true when some tensor of the call must be converted
  * to *target, the common dtype PyTorch's rules give for 0-d tensors and numbers. */
 bool promote_target(const opr_op *op, const opr_value *args, int nargs, opr_dtype *target);

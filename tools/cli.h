@@ -20,10 +20,12 @@ int cmd_gradcheck(int argc, char **argv);
 bool cli_wants_help(int argc, char **argv);
 /* Most --plugin options a command takes. */
 #define CLI_MAX_PLUGINS 16
-/* The values of argv's --plugin PATH options, at most max, into paths; their count. */
-int cli_plugin_paths(int argc, char **argv, const char **paths, int max);
-/* Creates a context with default discovery plus --plugin PATH options of argv;
- * prints the error and returns NULL on failure. */
+/* Context options with argv's --plugin PATH and --yaml FILE options (extra op
+ * definitions, loaded after the built-in ones), pointing into the two arrays
+ * (CLI_MAX_PLUGINS entries each; further options are ignored). */
+opr_ctx_opts cli_ctx_opts(int argc, char **argv, const char **plugin_paths, const char **yaml_paths);
+/* Creates a context with default discovery plus the --plugin PATH and --yaml FILE
+ * options of argv; prints the error and returns NULL on failure. */
 opr_ctx *cli_ctx_new(int argc, char **argv);
 
 #endif

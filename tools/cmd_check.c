@@ -20,7 +20,7 @@ static void usage(void)
 {
     printf("usage: opreg check [--backend NAME] [--ops LIST]... [--dtype LIST]... [--no-backward]\n"
            "                   [--no-variants] [--no-large] [--perf] [-v] [--format table|json] [--junit FILE]\n"
-           "                   [--timeout S] [--no-fork] [--allow-unchecked] [--plugin PATH]...\n\n"
+           "                   [--timeout S] [--no-fork] [--allow-unchecked] [--plugin PATH]... [--yaml FILE]...\n\n"
            "Runs every op that has samples in its YAML entry on each loaded backend other than\n"
            "the CPU reference, in every dtype the op allows, and compares the outputs with the\n"
            "CPU plugin in f64: each sample as written and its layout and size variants\n"
@@ -118,7 +118,7 @@ int cmd_check(int argc, char **argv)
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         bool takes_value = !strcmp(a, "--backend") || !strcmp(a, "--ops") || !strcmp(a, "--dtype") ||
                            !strcmp(a, "--format") || !strcmp(a, "--junit") || !strcmp(a, "--timeout") ||
-                           !strcmp(a, "--plugin");
+                           !strcmp(a, "--plugin") || !strcmp(a, "--yaml");
         if (takes_value && !v) { fprintf(stderr, "opreg check: %s needs a value (see --help)\n", a); return 2; }
         if (takes_value) i++;
         if (!strcmp(a, "--backend")) backend = v;
@@ -138,7 +138,7 @@ int cmd_check(int argc, char **argv)
         else if (!strcmp(a, "--allow-unchecked")) ro.allow_unchecked = true;
         else if (!strcmp(a, "--perf")) st.cfg.perf = true;
         else if (!strcmp(a, "-v")) ro.verbose = true;
-        else if (strcmp(a, "--plugin")) { fprintf(stderr, "opreg check: unknown option '%s' (see --help)\n", a); return 2; }
+        else if (strcmp(a, "--plugin") && strcmp(a, "--yaml")) { fprintf(stderr, "opreg check: unknown option '%s' (see --help)\n", a); return 2; }
     }
     if (strcmp(format, "table") && strcmp(format, "json")) {
         fprintf(stderr, "opreg check: --format must be table or json, not '%s'\n", format);

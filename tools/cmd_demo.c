@@ -197,7 +197,7 @@ int cmd_demo(int argc, char **argv)
     for (int i = 1; i + 1 < argc; i++)
         if (!strcmp(argv[i], "--model")) model_name = argv[++i];
     if (cli_wants_help(argc, argv)) {
-        printf("usage: opreg demo [--model mlp|gpt] [OPTIONS] [--plugin PATH]...\n\n"
+        printf("usage: opreg demo [--model mlp|gpt] [OPTIONS] [--plugin PATH]... [--yaml FILE]...\n\n"
                "--model mlp (the default): generates a three-spirals data set (N points per class,\n"
                "default 200) and trains an MLP 2 -> 64 -> 64 -> 3 whose middle layer is frozen, with\n"
                "full-batch SGD (default 600 steps, learning rate 0.5), on the best available backend.\n"

@@ -15,7 +15,7 @@ static void usage(void)
 {
     printf("usage: opreg gradcheck OP [--backend NAME] [--dtype f64|f32|f16|bf16] [--inputs NAME[,NAME...]]\n"
            "                         [--eps E] [--atol A] [--rtol R] [--timeout S] [--no-fork]\n"
-           "                         [--allow-unchecked] [--plugin PATH]...\n\n"
+           "                         [--allow-unchecked] [--plugin PATH]... [--yaml FILE]...\n\n"
            "Checks the gradients of OP on every sample of its YAML entry (`samples:`) with\n"
            "opr_gradcheck: central finite differences in f64, on the CPU, are the reference for\n"
            "every derivative candidate (formulas, fused kernels, fast variants, each forced in\n"
@@ -154,7 +154,7 @@ int cmd_gradcheck(int argc, char **argv)
         else if (!strcmp(a, "--eps")) { if (!parse_option_number(a, v, &opts.eps)) return 2; }
         else if (!strcmp(a, "--atol")) { if (!parse_option_number(a, v, &opts.atol)) return 2; }
         else if (!strcmp(a, "--rtol")) { if (!parse_option_number(a, v, &opts.rtol)) return 2; }
-        else if (strcmp(a, "--plugin")) { fprintf(stderr, "opreg gradcheck: unknown option '%s' (see --help)\n", a); return 2; }
+        else if (strcmp(a, "--plugin") && strcmp(a, "--yaml")) { fprintf(stderr, "opreg gradcheck: unknown option '%s' (see --help)\n", a); return 2; }
     }
     opr_dtype dt;
     if (opr_dtype_parse(dtype_name, &dt) || !opr_dtype_is_floating(dt)) {

@@ -11,7 +11,7 @@
 int cmd_info(int argc, char **argv)
 {
     if (cli_wants_help(argc, argv)) {
-        printf("usage: opreg info [--plugin PATH]... [--no-isolate] [--probe-timeout SECONDS]\n\n"
+        printf("usage: opreg info [--plugin PATH]... [--yaml FILE]... [--no-isolate] [--probe-timeout SECONDS]\n\n"
                "Lists every plugin file considered (explicit paths, OPREG_PLUGIN_PATH, the plugin\n"
                "directory of libopreg.so's installation, or the build tree's), with its name,\n"
                "version, ABI, probe score and whether it was loaded or why not (or its remarks:\n"
@@ -65,8 +65,10 @@ int cmd_info(int argc, char **argv)
             if (!strncmp(base, "opreg_", 6)) base += 6;
             snprintf(guess, sizeof guess, "%.*s", (int)strcspn(base, "."), base);
         }
-        printf("  %-8s %-8s ABI %u.%u  score %-3d %s\n           %s\n", c.name ? c.name : guess,
-               c.version ? c.version : "-", c.abi_major, c.abi_minor, c.score,
+        char score[16] = "-"; /* no probe ran */
+        if (c.score >= 0) snprintf(score, sizeof score, "%d", c.score);
+        printf("  %-8s %-8s ABI %u.%u  score %-3s %s\n           %s\n", c.name ? c.name : guess,
+               c.version ? c.version : "-", c.abi_major, c.abi_minor, score,
                c.loaded ? "loaded" : "not loaded", c.path);
         if (c.why) printf("           %s\n", c.why);
     }

@@ -29,7 +29,7 @@ static void print_op(opr_ctx *ctx, const opr_op *op, bool indent, bool kernels, 
 int cmd_ops(int argc, char **argv)
 {
     if (cli_wants_help(argc, argv)) {
-        printf("usage: opreg ops [--kernels] [--jagged] [--batching] [--plugin PATH]...\n\n"
+        printf("usage: opreg ops [--kernels] [--jagged] [--batching] [--plugin PATH]... [--yaml FILE]...\n\n"
                "Prints the schema of every registered op, one per line. The overloads of a name (max\n"
                "and max.dim, gt and gt.Scalar) are listed together, the later ones indented, where\n"
                "the first was defined. Composite ops (defined in\n"

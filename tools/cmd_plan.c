@@ -9,7 +9,7 @@ static void usage(void)
 {
     printf("usage: opreg plan OP --requires-grad NAME[,NAME...] [--shape NAME=AxBx...]...\n"
            "                   [--arg NAME=VALUE]... [--dtype f32|f64] [--backend NAME] [--fast]\n"
-           "                   [--plugin PATH]...\n\n"
+           "                   [--plugin PATH]... [--yaml FILE]...\n\n"
            "Prints every candidate set that computes the gradients of the named inputs of OP, with\n"
            "its estimated cost, launches and the tensors it saves (and their bytes), then the chosen\n"
            "set and why it won. Every tensor argument needs a --shape; other arguments take their\n"

@@ -25,9 +25,11 @@ static void usage(FILE *out)
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         fprintf(out, "  %-9s %s\n", commands[i].name, commands[i].summary);
     fprintf(out,
-            "\nEvery command accepts --help, and --plugin PATH (repeatable) to load a plugin file\n"
-            "or directory before discovery. Environment: OPREG_PLUGIN_PATH (colon-separated\n"
-            "plugin files or directories), OPREG_YAML_DIR (op definitions).\n");
+            "\nEvery command accepts --help, --plugin PATH (repeatable) to load a plugin file or\n"
+            "directory before discovery, and --yaml FILE (repeatable) to add op definitions\n"
+            "after the built-in ones. Environment: OPREG_PLUGIN_PATH (colon-separated plugin\n"
+            "files or directories), OPREG_YAML_DIR (replaces the built-in op definitions),\n"
+            "OPREG_YAML_PATH (colon-separated op files or directories added after them).\n");
 }
 
 bool cli_wants_help(int argc, char **argv)
@@ -37,19 +39,27 @@ bool cli_wants_help(int argc, char **argv)
     return false;
 }
 
-int cli_plugin_paths(int argc, char **argv, const char **paths, int max)
+/* The values of argv's `option VALUE` pairs, at most max. */
+static int option_values(int argc, char **argv, const char *option, const char **values, int max)
 {
     int n = 0;
     for (int i = 1; i + 1 < argc && n < max; i++)
-        if (!strcmp(argv[i], "--plugin")) paths[n++] = argv[++i];
+        if (!strcmp(argv[i], option)) values[n++] = argv[++i];
     return n;
+}
+
+opr_ctx_opts cli_ctx_opts(int argc, char **argv, const char **plugin_paths, const char **yaml_paths)
+{
+    return (opr_ctx_opts){.struct_size = sizeof(opr_ctx_opts), .plugin_paths = plugin_paths,
+                          .n_plugin_paths = option_values(argc, argv, "--plugin", plugin_paths, CLI_MAX_PLUGINS),
+                          .yaml_paths = yaml_paths,
+                          .n_yaml_paths = option_values(argc, argv, "--yaml", yaml_paths, CLI_MAX_PLUGINS)};
 }
 
 opr_ctx *cli_ctx_new(int argc, char **argv)
 {
-    const char *paths[CLI_MAX_PLUGINS];
-    int n = cli_plugin_paths(argc, argv, paths, CLI_MAX_PLUGINS);
-    opr_ctx_opts opts = {.struct_size = sizeof opts, .plugin_paths = paths, .n_plugin_paths = n};
+    const char *paths[CLI_MAX_PLUGINS], *yamls[CLI_MAX_PLUGINS];
+    opr_ctx_opts opts = cli_ctx_opts(argc, argv, paths, yamls);
     opr_ctx *ctx = opr_ctx_new(&opts);
     if (!ctx) fprintf(stderr, "opreg: %s\n", opr_last_error());
     return ctx;

@@ -47,7 +47,8 @@ static void child_run(const char *path, const opr_ctx_opts *opts, int fd)
     const char *paths[1] = {path};
     opr_ctx_opts o = {.struct_size = sizeof o, .skip_builtin_yaml = opts && opts->skip_builtin_yaml,
                       .yaml_dir = opts ? opts->yaml_dir : NULL, .skip_plugin_discovery = true,
-                      .plugin_paths = paths, .n_plugin_paths = 1};
+                      .plugin_paths = paths, .n_plugin_paths = 1, .yaml_paths = opts ? opts->yaml_paths : NULL,
+                      .n_yaml_paths = opts ? opts->n_yaml_paths : 0};
     opr_ctx *ctx = opr_ctx_new(&o);
     if (write(fd, "i", 1) != 1) _exit(3);
     if (ctx) opr_ctx_free(ctx);
@@ -161,6 +162,8 @@ opr_ctx *probe_ctx_new(const opr_ctx_opts *opts, const probe_result *r, int n)
     if (opts) {
         bare.skip_builtin_yaml = opts->skip_builtin_yaml;
         bare.yaml_dir = opts->yaml_dir;
+        bare.yaml_paths = opts->yaml_paths;
+        bare.n_yaml_paths = opts->n_yaml_paths;
     }
     opr_ctx *ctx = opr_ctx_new(&bare);
     if (!ctx) return NULL;
@@ -183,9 +186,8 @@ opr_ctx *probe_ctx_new(const opr_ctx_opts *opts, const probe_result *r, int n)
  * (plugin_probe.h) and those that crashed or hung there refused. */
 opr_ctx *cli_ctx_new_isolated(int argc, char **argv, double timeout_s)
 {
-    const char *paths[CLI_MAX_PLUGINS];
-    opr_ctx_opts opts = {.struct_size = sizeof opts, .plugin_paths = paths,
-                         .n_plugin_paths = cli_plugin_paths(argc, argv, paths, CLI_MAX_PLUGINS)};
+    const char *paths[CLI_MAX_PLUGINS], *yamls[CLI_MAX_PLUGINS];
+    opr_ctx_opts opts = cli_ctx_opts(argc, argv, paths, yamls);
     probe_result *r;
     int n;
     if (probe_plugins(&opts, timeout_s, &r, &n)) {

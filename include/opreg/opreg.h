@@ -125,8 +125,13 @@ typedef struct opr_ctx opr_ctx;
  * $OPREG_YAML_DIR, else the first that exists of: the share/opreg/ops directory of the
  * installation that libopreg.so belongs to (found from the library's own location, so
  * a moved prefix still works) and, only for the build tree's own library, the source
- * registry/ops; when neither exists, opr_ctx_new fails naming both. Plugins come from
- * plugin_paths, then opr_plugin_discover. */
+ * registry/ops; when neither exists, opr_ctx_new fails naming both. Extra op files are
+ * added after the built-in ones (which they may use: an extra op's formula may call
+ * mul): first the entries of $OPREG_YAML_PATH (colon-separated; only when the built-in
+ * ops are loaded), then yaml_paths; each entry is a YAML file or a directory of *.yaml
+ * files; one that cannot be read, or a file named so with an invalid entry, fails
+ * opr_ctx_new naming it. Plugins come last (their kernels may be for the extra ops): plugin_paths, then
+ * opr_plugin_discover. */
 typedef struct opr_ctx_opts {
     size_t struct_size;            /* sizeof(opr_ctx_opts) */
     bool skip_builtin_yaml;        /* do not load the installed registry/ops YAML files */
@@ -134,7 +139,12 @@ typedef struct opr_ctx_opts {
     const char *yaml_dir;          /* overrides where the built-in op YAML is read from */
     const char *const *plugin_paths; /* explicit plugin files or directories, loaded first */
     int n_plugin_paths;
-} opr_ctx_opts; /* all fields since 0.1 */
+    /* Newer than 0.1.0 (a program built with an older header passes a smaller
+     * struct_size and gets none): extra op files or directories, loaded after the
+     * built-in ops and $OPREG_YAML_PATH. */
+    const char *const *yaml_paths;
+    int n_yaml_paths;
+} opr_ctx_opts;
 #define OPR_CTX_OPTS_STRUCT_SIZE_0_1 OPR_STRUCT_SIZE(opr_ctx_opts, n_plugin_paths)
 
 /* The CPU fallback: a call on a device that has no kernel for the op (or not for its
@@ -260,7 +270,9 @@ typedef struct opr_plugin_candidate {
     const char *name;    /* plugin name, NULL if it never got that far */
     const char *version; /* plugin version string, or NULL */
     unsigned abi_major, abi_minor; /* what the plugin declared (0.0 if unknown) */
-    int score;           /* probe score: 0 unusable here, higher preferred; -1 no probe */
+    int score;           /* probe score: 0 unusable here, higher preferred; -1 when no
+                            probe ran: the file has none, or was refused before its probe
+                            could run (dlopen failed, no opr_plugin_init symbol) */
     bool loaded;         /* true if in use */
     const char *why;     /* reason for refusal or skip; NULL when loaded without remark */
 } opr_plugin_candidate; /* all fields since 0.1 */

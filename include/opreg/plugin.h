@@ -132,7 +132,13 @@ typedef struct opr_kernel_call {
  *            then every forward output (OPR_ARG_NONE unless saved);
  *   outputs: one per input the entry covers, in the order of its YAML key
  *            ("self, mat2"), shaped and typed like that input, contiguous;
- *            grad_input_mask bit p set = output p wanted (the others have data NULL). */
+ *            grad_input_mask bit p set = output p wanted; the others have the same
+ *            dtype, shape and strides with data NULL (nothing to write).
+ * A kernel that cannot take a call's arguments (a shape or layout its hardware lacks)
+ * returns OPR_ERR_UNSUPPORTED after host->set_error: "not for these arguments". With the
+ * CPU fallback on (opr_cpu_fallback_set), the host then runs a forward op on the CPU with
+ * copies and replaces a fused backward kernel by the op's derivative formulas (2.2;
+ * logged once per op, device and message); with it off, the call fails with the message. */
 typedef int (*opr_kernel_fn)(const opr_kernel_call *call);
 
 /* Dtype bit for opr_kernel_desc.dtypes. */

@@ -6,6 +6,7 @@
 #include "opc_why.h"
 
 #include <opreg/plugin.h>
+#include <opreg/plugin_util.h>
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -34,14 +35,10 @@ static inline int32_t opc_coalesce(int32_t nd, int64_t *shape, int nops, int64_t
     return m;
 }
 
-/* Row-major (contiguous) strides of shape, in elements. */
+/* Row-major (contiguous) strides of shape, in elements (opu_contiguous_strides). */
 static inline void opc_contig_strides(int32_t ndim, const int64_t *shape, int64_t *st)
 {
-    int64_t s = 1;
-    for (int32_t d = ndim - 1; d >= 0; d--) {
-        st[d] = s;
-        s *= shape[d];
-    }
+    opu_contiguous_strides(ndim, shape, st);
 }
 
 /* Wraps a possibly negative dim d into [0, ndim), as PyTorch does; false when it is out
@@ -81,23 +78,12 @@ static inline bool opc_broadcast_shape(const opr_tensor_view *a, const opr_tenso
 }
 
 /* Strides that read v as if expanded to out_shape (right-aligned broadcasting; 0 on
- * broadcast dims). Returns false when v does not broadcast to out_shape. */
+ * broadcast dims). Returns false when v does not broadcast to out_shape
+ * (opu_broadcast_strides). */
 static inline bool opc_bcast_strides(const opr_tensor_view *v, int32_t out_ndim, const int64_t *out_shape,
                                      int64_t *strides)
 {
-    const int32_t off = out_ndim - v->ndim;
-    if (off < 0) return false;
-    for (int32_t d = 0; d < out_ndim; d++) {
-        if (d < off) {
-            strides[d] = 0;
-            continue;
-        }
-        const int64_t s = v->shape[d - off];
-        if (s == out_shape[d]) strides[d] = s == 1 ? 0 : v->strides[d - off];
-        else if (s == 1) strides[d] = 0;
-        else return false;
-    }
-    return true;
+    return opu_broadcast_strides(v, out_ndim, out_shape, strides);
 }
 
 /* Whether view v has the shape [shape[0], ..., shape[ndim - 1]]. */

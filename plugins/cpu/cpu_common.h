@@ -1,10 +1,13 @@
 /* Helpers shared by the CPU kernels: argument access, dimension wrapping, broadcast
  * strides, merging of dims and a strided n-d index walker. Header-only so each kernel file stays
- * self-contained; everything is static inline. */
+ * self-contained; everything is static inline. The walker, the contiguity test and the
+ * dtype sizes are those of the installed <opreg/plugin_util.h>, which every plugin can
+ * use: one implementation for opreg's own kernels and everyone else's. */
 #ifndef OPREG_CPU_COMMON_H
 #define OPREG_CPU_COMMON_H
 
 #include <opreg/plugin.h>
+#include <opreg/plugin_util.h>
 
 #include "../common/opc_dtype.h"
 #include "../common/opc_shape.h"
@@ -73,49 +76,17 @@ static inline void cpu_view_strides(const opr_tensor_view *v, int64_t *st)
 }
 
 /* Walks the row-major index space of `shape`, keeping up to 4 element offsets in
- * step (one per operand, each with its own strides). */
-typedef struct cpu_walk {
-    int32_t ndim;
-    int32_t nops;
-    const int64_t *shape;
-    int64_t idx[OPR_MAX_DIMS];
-    int64_t strides[4][OPR_MAX_DIMS];
-    int64_t off[4];
-} cpu_walk;
+ * step (one per operand, each with its own strides): opu_iter of plugin_util.h, whose
+ * fields (ndim, nops, shape, idx, strides, off) the kernels fill and read directly. */
+typedef opu_iter cpu_walk;
 
 /* Positions the walker at linear index `start` (so parallel chunks can start anywhere). */
-static inline void cpu_walk_seek(cpu_walk *w, int64_t start)
-{
-    for (int32_t k = 0; k < w->nops; k++) w->off[k] = 0;
-    for (int32_t d = w->ndim - 1; d >= 0; d--) {
-        int64_t n = w->shape[d];
-        w->idx[d] = n ? start % n : 0;
-        start = n ? start / n : 0;
-        for (int32_t k = 0; k < w->nops; k++) w->off[k] += w->idx[d] * w->strides[k][d];
-    }
-}
+static inline void cpu_walk_seek(cpu_walk *w, int64_t start) { opu_iter_seek(w, start); }
 
-static inline void cpu_walk_next(cpu_walk *w)
-{
-    for (int32_t d = w->ndim - 1; d >= 0; d--) {
-        if (++w->idx[d] < w->shape[d]) {
-            for (int32_t k = 0; k < w->nops; k++) w->off[k] += w->strides[k][d];
-            return;
-        }
-        for (int32_t k = 0; k < w->nops; k++) w->off[k] -= (w->shape[d] - 1) * w->strides[k][d];
-        w->idx[d] = 0;
-    }
-}
+static inline void cpu_walk_next(cpu_walk *w) { opu_iter_next(w); }
 
-static inline bool cpu_is_contiguous(const opr_tensor_view *v)
-{
-    int64_t expect = 1;
-    for (int32_t d = v->ndim - 1; d >= 0; d--) {
-        if (v->shape[d] != 1 && v->strides[d] != expect) return false;
-        expect *= v->shape[d];
-    }
-    return true;
-}
+/* The host's rule (opu_is_contiguous): size-1 dims and empty tensors do not count. */
+static inline bool cpu_is_contiguous(const opr_tensor_view *v) { return opu_is_contiguous(v); }
 
 /* Offset in elements of logical row-major element `i` of v. */
 static inline int64_t cpu_offset_of(const opr_tensor_view *v, int64_t i)
@@ -132,8 +103,8 @@ static inline int64_t cpu_offset_of(const opr_tensor_view *v, int64_t i)
 
 /* Element size and name of a dtype: plugins do not link libopreg, so they cannot call
  * opr_dtype_size / opr_dtype_name. */
-static inline size_t cpu_dtype_size(opr_dtype t) { return opc_dtype_size(t); }
-static inline const char *cpu_dtype_name(opr_dtype t) { return opc_dtype_name(t); }
+static inline size_t cpu_dtype_size(opr_dtype t) { return opu_dtype_size(t); }
+static inline const char *cpu_dtype_name(opr_dtype t) { return opu_dtype_name(t); }
 
 /* First item of chunk c when n items are cut into nchunks nearly equal chunks. */
 static inline int64_t cpu_chunk_lo(int64_t n, int64_t nchunks, int64_t c)

@@ -3,11 +3,10 @@
  * are rounded back (nearest even). That is what PyTorch's CPU kernels do for these
  * dtypes (compute in float, store in half), and it gives every op the schema lists with
  * f16 / bf16 a CPU kernel to compare the GPU kernels against, without a second copy of
- * each loop. Outputs whose shape depends on the data (alloc_output) are not covered. */
+ * each loop. Outputs whose shape depends on the data (alloc_output) are not covered.
+ * The conversions are those of <opreg/plugin_util.h> (opu_f16_to_f32 and the others). */
 #include "cpu_common.h"
 #include "cpu_kernels.h"
-
-#include "../common/opc_half.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -32,7 +31,7 @@ static float *widen(const opr_tensor_view *v, opr_tensor_view *to, int64_t *stri
     for (int64_t i = 0; i < v->numel; i++) {
         int64_t off = 0;
         for (int32_t d = 0; d < v->ndim; d++) off += idx[d] * v->strides[d];
-        buf[i] = v->dtype == OPR_F16 ? opc_f16_to_float(src[off]) : opc_bf16_to_float(src[off]);
+        buf[i] = v->dtype == OPR_F16 ? opu_f16_to_f32(src[off]) : opu_bf16_to_f32(src[off]);
         for (int32_t d = v->ndim - 1; d >= 0 && ++idx[d] == v->shape[d]; d--) idx[d] = 0;
     }
     opc_contig_strides(v->ndim, v->shape, strides);
@@ -51,7 +50,7 @@ static void narrow(const float *from, opr_tensor_view *v)
     for (int64_t i = 0; i < v->numel; i++) {
         int64_t off = 0;
         for (int32_t d = 0; d < v->ndim; d++) off += idx[d] * v->strides[d];
-        dst[off] = v->dtype == OPR_F16 ? opc_f16_from_float(from[i]) : opc_bf16_from_float(from[i]);
+        dst[off] = v->dtype == OPR_F16 ? opu_f32_to_f16(from[i]) : opu_f32_to_bf16(from[i]);
         for (int32_t d = v->ndim - 1; d >= 0 && ++idx[d] == v->shape[d]; d--) idx[d] = 0;
     }
 }

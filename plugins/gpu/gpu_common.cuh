@@ -17,6 +17,7 @@
 #include "gpu_port.h"
 
 #include <opreg/plugin.h>
+#include <opreg/plugin_util.h>
 
 #include "../common/opc_dtype.h"
 #include "../common/opc_shape.h"
@@ -75,16 +76,10 @@ static inline const char *gk_dtype_name(opr_dtype t) { return opc_dtype_name(t);
 #define GK_HALVES (GK_BIT(OPR_F16) | GK_BIT(OPR_BF16))
 #define GK_ALL (GK_NUMERIC | GK_BIT(OPR_BOOL) | GK_HALVES)
 
+/* The host's rule (<opreg/plugin_util.h>): no elements, nothing is out of order. */
 static inline bool gk_strides_contiguous(int32_t ndim, const int64_t *shape, const int64_t *st)
 {
-    for (int32_t d = 0; d < ndim; d++) /* no elements: nothing is out of order (the host's rule) */
-        if (shape[d] == 0) return true;
-    int64_t expect = 1;
-    for (int32_t d = ndim - 1; d >= 0; d--) {
-        if (shape[d] != 1 && st[d] != expect) return false;
-        expect *= shape[d];
-    }
-    return true;
+    return opu_strides_contiguous(ndim, shape, st);
 }
 
 static inline bool gk_is_contiguous(const opr_tensor_view *v)

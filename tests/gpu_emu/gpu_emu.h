@@ -32,7 +32,7 @@
 #include <tuple>
 #include <utility>
 
-#include "../../plugins/common/opc_half.h"
+#include <opreg/plugin_util.h>
 
 #define __global__
 #define __device__
@@ -126,7 +126,7 @@ template <class T> inline T atomicMax(T *p, T v)
     return old;
 }
 
-/* Half types: both as their bits, with float conversions (plugins/common/opc_half.h),
+/* Half types: both as their bits, with float conversions (<opreg/plugin_util.h>),
  * as storage types that the kernels widen to float for arithmetic (gk_conv), like
  * __half on the device. Not _Float16: clang 14 has none on x86-64. */
 struct gpuemu_f16 {
@@ -135,10 +135,10 @@ struct gpuemu_f16 {
 struct gpuemu_bf16 {
     uint16_t bits;
 };
-inline float gpuemu_f16_to_float(gpuemu_f16 v) { return opc_f16_to_float(v.bits); }
-inline gpuemu_f16 gpuemu_float_to_f16(float f) { return gpuemu_f16{opc_f16_from_float(f)}; }
-inline float gpuemu_bf16_to_float(gpuemu_bf16 v) { return opc_bf16_to_float(v.bits); }
-inline gpuemu_bf16 gpuemu_float_to_bf16(float f) { return gpuemu_bf16{opc_bf16_from_float(f)}; }
+inline float gpuemu_f16_to_float(gpuemu_f16 v) { return opu_f16_to_f32(v.bits); }
+inline gpuemu_f16 gpuemu_float_to_f16(float f) { return gpuemu_f16{opu_f32_to_f16(f)}; }
+inline float gpuemu_bf16_to_float(gpuemu_bf16 v) { return opu_bf16_to_f32(v.bits); }
+inline gpuemu_bf16 gpuemu_float_to_bf16(float f) { return gpuemu_bf16{opu_f32_to_bf16(f)}; }
 
 /* Kernel launch: the arguments are converted to the kernel's parameter types once, and
  * each emulated thread calls the kernel with its own copy, as CUDA passes them. */

@@ -1,0 +1,65 @@
+#!/bin/sh
+# The device plugin example (share/opreg/device-example of an installation), copied out
+# of a prefix that was installed and then moved elsewhere, builds against the moved
+# package with find_package(opreg) warning-free (-Werror), links nothing of libopreg,
+# loads with the moved prefix's CLI and passes `opreg check --backend exdev` with 0
+# failures (its copy_, add, mul, mm and new_zeros on its own device, its own op ex_fma
+# with YAML formulas and a fused backward kernel); once installed with `cmake
+# --install` the moved opreg finds it without any path given. No OPREG_* variable, no
+# LD_LIBRARY_PATH.
+#   install_device_example.sh BUILD_DIR
+set -eu
+build=$1
+tmp=$(cd "$(mktemp -d)" && pwd -P)
+trap 'rm -rf "$tmp"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+bare() { env -u OPREG_PLUGIN_PATH -u OPREG_YAML_DIR -u LD_LIBRARY_PATH "$@"; }
+
+cmake --install "$build" --prefix "$tmp/a" >/dev/null
+mv "$tmp/a" "$tmp/prefix"
+p=$tmp/prefix
+example="$p/share/opreg/device-example"
+for f in CMakeLists.txt README.md exdev_plugin.c exdev_ops.yaml; do
+    [ -f "$example/$f" ] || fail "$example/$f is not installed"
+done
+[ -f "$p/include/opreg/plugin_util.h" ] || fail "include/opreg/plugin_util.h is not installed"
+
+# built from a copy, as a user would
+cp -R "$example" "$tmp/src"
+cmake -S "$tmp/src" -B "$tmp/build" -G Ninja -DCMAKE_PREFIX_PATH="$p" -DCMAKE_C_FLAGS=-Werror >/dev/null ||
+    fail "the example does not configure against the moved package"
+cmake --build "$tmp/build" >"$tmp/build.out" 2>&1 || { cat "$tmp/build.out"; fail "the example does not build warning-free"; }
+plugin="$tmp/build/plugin/libopreg_exdev.so"
+[ -f "$plugin" ] && [ -f "$tmp/build/plugin/exdev_ops.yaml" ] || fail "no plugin or YAML in $tmp/build/plugin"
+if command -v readelf >/dev/null 2>&1; then
+    readelf -d -W "$plugin" | grep -q 'NEEDED.*libopreg' && fail "the example links libopreg"
+fi
+
+opreg="$p/bin/opreg"
+info=$(bare "$opreg" info --plugin "$plugin") || fail "opreg info failed"
+printf '%s\n' "$info" | grep -Eq '^  device_example +0\.1\.0 +ABI 2\.[0-9]+ +score 1 +loaded$' ||
+    fail "the example did not load:
+$info"
+
+# Conformance on its own device: every op with a kernel there must be checked (a row
+# that passes, not n/i) and nothing may fail.
+rc=0
+bare "$opreg" check -v --backend exdev --plugin "$plugin" >"$tmp/check.out" 2>&1 || rc=$?
+cat "$tmp/check.out"
+[ "$rc" = 0 ] || fail "opreg check --backend exdev exited $rc"
+grep -Eq '^[0-9]+ op\(s\) checked, 0 failure\(s\)$' "$tmp/check.out" || fail "the check summary does not say 0 failure(s)"
+for op in copy_ new_zeros add mul mm ex_fma; do
+    grep -Eq "^$op +pass" "$tmp/check.out" || fail "opreg check did not pass $op on exdev"
+done
+
+# installed next to the package's own plugins: found without --plugin
+cmake --install "$tmp/build" >/dev/null || fail "the example does not install"
+libdir=$(dirname "$(find "$p" -name 'libopreg.so' | head -n 1)")
+info=$(bare "$opreg" info) || fail "opreg info failed"
+printf '%s\n' "$info" | grep -Eq '^  device_example +0\.1\.0 +ABI 2\.[0-9]+ +score 1 +loaded$' ||
+    fail "the installed example was not found:
+$info"
+printf '%s\n' "$info" | grep -q "$libdir/opreg/plugins/libopreg_exdev.so" ||
+    fail "the example was not installed into $libdir/opreg/plugins:
+$info"
+echo "device example: built against the moved prefix $p, loaded, checked, installed"

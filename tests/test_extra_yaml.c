@@ -1,0 +1,131 @@
+/* Extra op files added after the built-in ones (opr_ctx_opts.yaml_paths and
+ * $OPREG_YAML_PATH): their ops may call built-in ones, plugins loaded afterwards see
+ * them, and an entry that cannot be loaded fails opr_ctx_new naming it. */
+#define _GNU_SOURCE /* setenv */
+#include "test_util.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* swiglu_c(self, gate) = self * sigmoid(gate), composite over built-in ops */
+static const char *swiglu_yaml =
+    "- name: swiglu_c(Tensor self, Tensor gate) -> Tensor\n"
+    "  shape: broadcast(sizes(self), sizes(gate))\n"
+    "  forward: mul(self, sigmoid(gate))\n";
+
+static char dir[64], file[96], bad[96];
+
+static void write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+static void setup(void)
+{
+    snprintf(dir, sizeof dir, "/tmp/opreg_extra_yaml_XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(file, sizeof file, "%s/swiglu.yaml", dir);
+    snprintf(bad, sizeof bad, "%s/bad.yaml", dir);
+    write_file(file, swiglu_yaml);
+    write_file(bad, "- name: broken(Tensor self) -> Tensor\n  nonsense_key: 1\n  shape: sizes(self)\n");
+}
+
+static void teardown(void)
+{
+    unlink(file);
+    unlink(bad);
+    rmdir(dir);
+    unsetenv("OPREG_YAML_PATH");
+}
+
+/* The test environment's options (built-in YAML, the build tree's plugins) plus the
+ * extra paths. */
+static opr_ctx *ctx_with(const char *const *paths, int n)
+{
+    opr_ctx_opts opts = {.struct_size = sizeof opts, .yaml_dir = getenv("OPREG_YAML_DIR"), .yaml_paths = paths,
+                         .n_yaml_paths = n};
+    return opr_ctx_new(&opts);
+}
+
+static void check_swiglu(opr_ctx *ctx)
+{
+    const opr_op *op = opr_op_find(ctx, "swiglu_c");
+    ck_assert_ptr_nonnull(op);
+    ck_assert_ptr_nonnull(opr_op_find(ctx, "mul")); /* added to the built-ins, not instead */
+    opr_tensor *x = opr_tensor_from_data(ctx, OPR_F64, 1, (int64_t[]){2}, (const double[]){2, -1}, OPR_CPU);
+    opr_tensor *g = opr_tensor_from_data(ctx, OPR_F64, 1, (int64_t[]){2}, (const double[]){0, 1}, OPR_CPU);
+    opr_tensor *y = tu_call1(ctx, "swiglu_c", (opr_value[]){opr_v_tensor(x), opr_v_tensor(g)}, 2);
+    double v[2];
+    ck_assert_int_eq(opr_tensor_copy_to_host(y, v, sizeof v), OPR_OK);
+    ck_assert(fabs(v[0] - 1) < 1e-15 && fabs(v[1] + 1 / (1 + exp(-1.0))) < 1e-15);
+    opr_tensor_release(y);
+    opr_tensor_release(g);
+    opr_tensor_release(x);
+}
+
+START_TEST(test_yaml_paths_option)
+{
+    const char *paths[] = {file};
+    opr_ctx *ctx = ctx_with(paths, 1);
+    ck_assert_msg(ctx != NULL, "%s", opr_last_error());
+    check_swiglu(ctx);
+    tu_ctx_free(ctx);
+    const char *dirs[] = {dir}; /* a directory loads its *.yaml, bad.yaml's entry is refused */
+    ctx = ctx_with(dirs, 1);
+    ck_assert_msg(ctx != NULL, "%s", opr_last_error());
+    check_swiglu(ctx);
+    ck_assert_ptr_null(opr_op_find(ctx, "broken"));
+    tu_ctx_free(ctx);
+}
+END_TEST
+
+START_TEST(test_yaml_path_env)
+{
+    char value[256];
+    snprintf(value, sizeof value, "::%s:", file); /* empty entries are skipped */
+    setenv("OPREG_YAML_PATH", value, 1);
+    opr_ctx *ctx = ctx_with(NULL, 0);
+    ck_assert_msg(ctx != NULL, "%s", opr_last_error());
+    check_swiglu(ctx);
+    tu_ctx_free(ctx);
+    /* not without the built-in ops, whose additions they are */
+    opr_ctx_opts bare = {.struct_size = sizeof bare, .skip_builtin_yaml = true, .skip_plugin_discovery = true};
+    ctx = opr_ctx_new(&bare);
+    ck_assert_ptr_nonnull(ctx);
+    ck_assert_ptr_null(opr_op_find(ctx, "swiglu_c"));
+    opr_ctx_free(ctx);
+}
+END_TEST
+
+START_TEST(test_bad_entries_fail)
+{
+    const char *missing[] = {"/nonexistent/ops.yaml"};
+    ck_assert_ptr_null(ctx_with(missing, 1));
+    ck_assert_msg(strstr(opr_last_error(), "opr_ctx_new: yaml_paths entry '/nonexistent/ops.yaml'"), "%s",
+                  opr_last_error());
+    const char *invalid[] = {file, bad};
+    ck_assert_ptr_null(ctx_with(invalid, 2));
+    ck_assert_msg(strstr(opr_last_error(), bad) && strstr(opr_last_error(), "nonsense_key"), "%s", opr_last_error());
+    setenv("OPREG_YAML_PATH", "/nonexistent/env.yaml", 1);
+    ck_assert_ptr_null(ctx_with(NULL, 0));
+    ck_assert_msg(strstr(opr_last_error(), "OPREG_YAML_PATH entry '/nonexistent/env.yaml'"), "%s", opr_last_error());
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("extra_yaml");
+    TCase *tc = tcase_create("extra_yaml");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, test_yaml_paths_option);
+    tcase_add_test(tc, test_yaml_path_env);
+    tcase_add_test(tc, test_bad_entries_fail);
+    suite_add_tcase(s, tc);
+    return tu_run(s);
+}
