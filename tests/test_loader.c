@@ -583,9 +583,11 @@ END_TEST
 START_TEST(test_desc_below_minimum)
 {
     opr_ctx *ctx = bare_ctx();
-    char sizes[96];
-    snprintf(sizes, sizeof sizes, "struct_size %zu, below the ABI 2.0 minimum of %zu bytes",
-             offsetof(opr_kernel_desc, data), (size_t)OPR_KERNEL_DESC_STRUCT_SIZE_2_0);
+    char sizes[160];
+    /* the whole message, as docs/plugin-abi.md quotes it */
+    snprintf(sizes, sizeof sizes, "opr_kernel_desc has struct_size %zu, below the ABI 2.0 minimum of %zu bytes "
+             "(this host's opr_kernel_desc has %zu)", offsetof(opr_kernel_desc, data),
+             (size_t)OPR_KERNEL_DESC_STRUCT_SIZE_2_0, sizeof(opr_kernel_desc));
     opr_plugin_candidate c = expect_refused(ctx, fx("fx_desc_short"), OPR_ERR_INVALID,
                                             PHRASES("register_kernel", "opr_kernel_desc", sizes));
     ck_assert_uint_eq(c.abi_major, OPR_ABI_MAJOR);
