@@ -105,20 +105,13 @@ static int run_kernel(expr_run *r, opr_node *n, const deriv_cand *c, uint32_t wa
     kcall_frame_init(&frame, r->ctx, n->dev, false);
     opr_tensor_view outv[OPR_MAX_ARGS];
     opr_tensor *outs[OPR_MAX_ARGS] = {NULL};
-    int64_t unwanted_strides[OPR_MAX_ARGS][OPR_MAX_DIMS];
     uint64_t mask = 0;
     for (int p = 0; p < c->ncover; p++) {
-        if (!((want >> c->cover[p]) & 1)) {
-            /* a gradient not wanted: the input's geometry, no data (plugin.h) */
-            const opr_meta *m = &n->metas[c->cover[p]];
-            opr_contiguous_strides(m->shape, m->ndim, unwanted_strides[p]);
-            outv[p] = (opr_tensor_view){.struct_size = sizeof outv[p], .dtype = m->dtype, .ndim = m->ndim,
-                                        .shape = m->shape, .strides = unwanted_strides[p], .device = n->dev,
-                                        .numel = m->numel};
-            continue;
-        }
+        /* a gradient not wanted stays all zero (plugin.h): kernels of every 2.x minor
+         * rely on its numel 0 */
         memset(&outv[p], 0, sizeof outv[p]);
         outv[p].struct_size = sizeof outv[p];
+        if (!((want >> c->cover[p]) & 1)) continue;
         outs[p] = kcall_output_new(&frame, p, n->metas[c->cover[p]].dtype, n->metas[c->cover[p]].ndim,
                                    n->metas[c->cover[p]].shape);
         if (!outs[p]) { for (int j = 0; j < p; j++) opr_tensor_release(outs[j]); return OPR_ERR_NOMEM; }

@@ -132,8 +132,9 @@ typedef struct opr_kernel_call {
  *            then every forward output (OPR_ARG_NONE unless saved);
  *   outputs: one per input the entry covers, in the order of its YAML key
  *            ("self, mat2"), shaped and typed like that input, contiguous;
- *            grad_input_mask bit p set = output p wanted; the others have the same
- *            dtype, shape and strides with data NULL (nothing to write).
+ *            grad_input_mask bit p set = output p wanted; the others are all zero
+ *            but struct_size: data and shape NULL, ndim 0, numel 0 (nothing to write;
+ *            take the input's shape from the argument list).
  * A kernel that cannot take a call's arguments (a shape or layout its hardware lacks)
  * returns OPR_ERR_UNSUPPORTED after host->set_error: "not for these arguments". With the
  * CPU fallback on (opr_cpu_fallback_set), the host then runs a forward op on the CPU with
