@@ -11,19 +11,10 @@
 
 #include <math.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "fixtures/fx_copy.h"
-
-static void *rdev_alloc(void *data, int32_t ordinal, size_t n) { (void)data; (void)ordinal; return malloc(n ? n : 1); }
-static void rdev_free(void *data, int32_t ordinal, void *p, size_t n) { (void)data; (void)ordinal; (void)n; free(p); }
-static int rdev_copy(void *data, int32_t ordinal, void *dst, const void *src, size_t n)
-{
-    (void)data; (void)ordinal;
-    if (n) memmove(dst, src, n);
-    return OPR_OK;
-}
+#include "fixtures/fx_hostmem.h"
 
 static int mm_ran, mm_refused, mm_backward_refused;
 
@@ -72,8 +63,8 @@ static int init_rdev(const opr_host_api *host, opr_plugin *self)
     self->name = "rdev";
     self->version = "0.0.1";
     opr_device_desc dev = {
-        .struct_size = sizeof dev, .name = "rdev", .count = 1, .alloc = rdev_alloc, .free = rdev_free,
-        .copy_to_host = rdev_copy, .copy_from_host = rdev_copy, .copy_device = rdev_copy,
+        .struct_size = sizeof dev, .name = "rdev", .count = 1, .alloc = fx_host_alloc, .free = fx_host_free,
+        .copy_to_host = fx_host_copy, .copy_from_host = fx_host_copy, .copy_device = fx_host_copy,
         .flags = OPR_DEVICE_HOST_MEMORY,
     };
     int rc = host->register_device(self, &dev);
@@ -84,6 +75,15 @@ static int init_rdev(const opr_host_api *host, opr_plugin *self)
         rc = host->register_kernel(self, &k);
     }
     return rc ? rc : fx_register_copy(host, self, "rdev");
+}
+
+/* A random f64 rows x cols tensor on dev (tu_rand's values, moved there). */
+static opr_tensor *rand_on(opr_ctx *ctx, opr_device dev, int64_t rows, int64_t cols)
+{
+    opr_tensor *host = tu_rand(ctx, OPR_F64, 2, (int64_t[]){rows, cols}, -1, 1), *t = opr_tensor_to(host, dev);
+    opr_tensor_release(host);
+    ck_assert_msg(t != NULL, "%s", opr_last_error());
+    return t;
 }
 
 /* The log's refusal lines. */
@@ -103,11 +103,9 @@ static void capture(opr_log_level level, const char *source, const char *message
 static void train(opr_ctx *ctx, opr_device dev, int64_t rows, double *losses)
 {
     tu_seed(5);
-    opr_tensor *xc = tu_rand(ctx, OPR_F64, 2, (int64_t[]){rows, 3}, -1, 1);
+    opr_tensor *x = rand_on(ctx, dev, rows, 3);
     double w[6];
     for (int k = 0; k < 6; k++) w[k] = tu_uniform(-1, 1);
-    opr_tensor *x = opr_tensor_to(xc, dev);
-    ck_assert_ptr_nonnull(x);
     for (int step = 0; step < 5; step++) {
         opr_tensor *wc = opr_tensor_from_data(ctx, OPR_F64, 2, (int64_t[]){3, 2}, w, OPR_CPU);
         opr_tensor *W = opr_tensor_to(wc, dev);
@@ -127,7 +125,6 @@ static void train(opr_ctx *ctx, opr_device dev, int64_t rows, double *losses)
         opr_tensor_release(wc);
     }
     opr_tensor_release(x);
-    opr_tensor_release(xc);
 }
 
 static opr_ctx *rdev_ctx(opr_device *dev)
@@ -179,15 +176,12 @@ START_TEST(test_refusal_without_fallback)
     opr_device dev;
     opr_ctx *ctx = rdev_ctx(&dev);
     opr_cpu_fallback_set(ctx, false);
-    opr_tensor *ac = tu_rand(ctx, OPR_F64, 2, (int64_t[]){8, 3}, -1, 1), *bc = tu_rand(ctx, OPR_F64, 2, (int64_t[]){3, 2}, -1, 1);
-    opr_tensor *a = opr_tensor_to(ac, dev), *b = opr_tensor_to(bc, dev);
+    opr_tensor *a = rand_on(ctx, dev, 8, 3), *b = rand_on(ctx, dev, 3, 2);
     tu_expect_fail(ctx, "mm", (opr_value[]){opr_v_tensor(a), opr_v_tensor(b)}, 2, 1, OPR_ERR_UNSUPPORTED,
                    "mm (rdev, plugin rdev): rdev mm: M > 4 not supported by this firmware (M = 8)");
     ck_assert_int_eq(refusal_lines, 0);
     opr_tensor_release(a);
     opr_tensor_release(b);
-    opr_tensor_release(ac);
-    opr_tensor_release(bc);
     opr_log_set(NULL, NULL);
     tu_ctx_free(ctx);
 }
@@ -217,21 +211,17 @@ START_TEST(test_refused_fused_backward)
                   "%s", refusal_log);
 
     opr_cpu_fallback_set(ctx, false);
-    opr_tensor *ac = tu_rand(ctx, OPR_F64, 2, (int64_t[]){3, 3}, -1, 1), *bc = tu_rand(ctx, OPR_F64, 2, (int64_t[]){3, 2}, -1, 1);
-    opr_tensor *a = opr_tensor_to(ac, dev), *b = opr_tensor_to(bc, dev);
+    opr_tensor *a = rand_on(ctx, dev, 3, 3), *b = rand_on(ctx, dev, 3, 2);
     opr_set_requires_grad(b, true);
     opr_tensor *y = tu_call1(ctx, "mm", (opr_value[]){opr_v_tensor(a), opr_v_tensor(b)}, 2);
-    opr_tensor *gc = tu_rand(ctx, OPR_F64, 2, (int64_t[]){3, 2}, -1, 1), *g = opr_tensor_to(gc, dev);
+    opr_tensor *g = rand_on(ctx, dev, 3, 2);
     ck_assert_int_eq(opr_backward(y, g, NULL), OPR_ERR_UNSUPPORTED);
     ck_assert_msg(strstr(opr_last_error(), "rdev mm_backward: not in this firmware"), "%s", opr_last_error());
     opr_op_force_grad_candidate(mm, -1);
     opr_tensor_release(g);
-    opr_tensor_release(gc);
     opr_tensor_release(y);
     opr_tensor_release(a);
     opr_tensor_release(b);
-    opr_tensor_release(ac);
-    opr_tensor_release(bc);
     opr_log_set(NULL, NULL);
     tu_ctx_free(ctx);
 }
