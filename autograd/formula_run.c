@@ -104,6 +104,7 @@ static int run_kernel(expr_run *r, opr_node *n, const deriv_cand *c, uint32_t wa
     kcall_frame frame; /* outputs are preallocated: no alloc_output */
     kcall_frame_init(&frame, r->ctx, n->dev, false);
     opr_tensor_view outv[OPR_MAX_ARGS];
+    int64_t out_strides[OPR_MAX_ARGS][OPR_MAX_DIMS];
     opr_tensor *outs[OPR_MAX_ARGS] = {NULL};
     uint64_t mask = 0;
     for (int p = 0; p < c->ncover; p++) {
@@ -112,10 +113,12 @@ static int run_kernel(expr_run *r, opr_node *n, const deriv_cand *c, uint32_t wa
         memset(&outv[p], 0, sizeof outv[p]);
         outv[p].struct_size = sizeof outv[p];
         if (!((want >> c->cover[p]) & 1)) continue;
-        outs[p] = kcall_output_new(&frame, p, n->metas[c->cover[p]].dtype, n->metas[c->cover[p]].ndim,
-                                   n->metas[c->cover[p]].shape);
-        if (!outs[p]) { for (int j = 0; j < p; j++) opr_tensor_release(outs[j]); return OPR_ERR_NOMEM; }
-        opr_tensor_fill_view(outs[p], &outv[p]);
+        /* metadata without data until supports (ABI 2.2) has seen the call */
+        const opr_meta *m = &n->metas[c->cover[p]];
+        int64_t step = 1;
+        for (int d = m->ndim - 1; d >= 0; d--) { out_strides[p][d] = step; step *= m->shape[d] > 1 ? m->shape[d] : 1; }
+        outv[p] = (opr_tensor_view){.struct_size = sizeof outv[p], .dtype = m->dtype, .ndim = m->ndim,
+                                    .shape = m->shape, .strides = out_strides[p], .device = n->dev, .numel = m->numel};
         mask |= 1ull << p;
     }
     /* the ABI passes arrays of pointers (the structs may grow) */
@@ -128,6 +131,17 @@ static int run_kernel(expr_run *r, opr_node *n, const deriv_cand *c, uint32_t wa
         .nout = c->ncover, .grad_input_mask = mask, .host = plugin_host_api(), .host_call = &frame,
         .kernel_data = k->data,
     };
+    char why[512];
+    const char *refused = kquery_refusal(k, &call, why, sizeof why);
+    if (refused) /* the planner asked on contiguous metadata; these views may be strided */
+        return opr_fail(OPR_ERR_UNSUPPORTED, "%s (plugin %s) supports: %s", c->kernel->name, k->plugin, refused);
+    for (int p = 0; p < c->ncover; p++) {
+        if (!((mask >> p) & 1)) continue;
+        const opr_meta *m = &n->metas[c->cover[p]];
+        outs[p] = kcall_output_new(&frame, p, m->dtype, m->ndim, m->shape);
+        if (!outs[p]) { for (int j = 0; j < p; j++) opr_tensor_release(outs[j]); return OPR_ERR_NOMEM; }
+        opr_tensor_fill_view(outs[p], &outv[p]);
+    }
     int rc = kcall_run(&frame, k, &call, op, c->cover);
     if (rc) {
         char what[256];

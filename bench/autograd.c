@@ -201,8 +201,8 @@ static bool parse_chosen(const char *text, char *set, size_t set_len, char saves
         s = end + 1;
         while (*s == ' ') s++;
     }
-    const char *w = strstr(close, "lowest estimated cost (");
-    *est_us = w ? atof(w + 23) : -1;
+    const char *w = strstr(e, "estimated ");
+    *est_us = w && w < s ? atof(w + 10) : -1;
     return true;
 }
 

@@ -126,6 +126,30 @@ const deriv_plan *plan_get(const opr_op *op, uint32_t mask, opr_device dev, cons
  * times the device's GEMM rate, or, for a composite op, the ops of its forward. */
 int plan_forward_cost(const opr_op *op, const mval *args, opr_device dev, double kernel_rate, double *ns);
 
+/* A kernel call made of metadata alone, for a kernel's supports and cost_ns (ABI 2.2)
+ * before anything runs: every data pointer NULL, every view contiguous, host and
+ * host_call NULL (kernel_query.c). */
+#define KQUERY_MAX_ARGS (2 * OPR_MAX_OUTS + OPR_MAX_ARGS)
+typedef struct kquery {
+    opr_kernel_arg args[KQUERY_MAX_ARGS];
+    opr_tensor_view views[KQUERY_MAX_ARGS];
+    int64_t strides[KQUERY_MAX_ARGS][OPR_MAX_DIMS];
+    const opr_kernel_arg *arg_ptrs[KQUERY_MAX_ARGS];
+    opr_tensor_view outv[OPR_MAX_ARGS];
+    int64_t out_strides[OPR_MAX_ARGS][OPR_MAX_DIMS];
+    opr_tensor_view *out_ptrs[OPR_MAX_ARGS];
+    opr_kernel_call call;
+} kquery;
+/* q->call as kernel k of op would get a forward call with these argument slots and
+ * outputs; false when an argument is a Tensor[] (not asked then). */
+bool kquery_forward(kquery *q, const opr_op *op, const mval *slots, const opr_meta *const *outs, opr_device dev,
+                    const dtype_kernel *k);
+/* q->call as fused backward kernel k of candidate c would get it computing the
+ * gradients of the inputs in want (slots: the op's arguments and outputs); false for
+ * an op returning Tensor[]. */
+bool kquery_backward(kquery *q, const opr_op *op, const deriv_cand *c, uint32_t want, const mval *slots,
+                     opr_device dev, const dtype_kernel *k);
+
 /* Writes a human-readable account of every candidate set for the given shapes. */
 int plan_explain(const opr_op *op, uint32_t mask, opr_device dev, const mval *slots, unsigned flags, char *buf,
                  size_t len);

@@ -443,19 +443,19 @@ opr_status opr_call(const opr_op *op, const opr_value *args, int nargs, opr_tens
 
     kcall_frame f;
     kcall_frame_init(&f, op->ctx, c.dev, op->dynamic_shape);
+    /* The outputs' metadata first, with no data: a kernel's supports (ABI 2.2) sees the
+     * call before anything is allocated. */
     opr_tensor_view out_views[OPR_MAX_OUTS];
+    int64_t out_shapes[OPR_MAX_OUTS][OPR_MAX_DIMS], out_strides[OPR_MAX_OUTS][OPR_MAX_DIMS];
     for (int i = 0; i < op->nout && !rc; i++) {
         if ((rc = out_dtype(op, i, &c, &f.out_dtype[i]))) break;
         if (op->inplace) {
-            f.outs[0] = opr_tensor_retain(c.tensors[0]);
             out_views[0] = c.views[0];
             continue;
         }
-        if (op->dynamic_shape) {
-            memset(&out_views[i], 0, sizeof out_views[i]);
-            out_views[i].struct_size = sizeof out_views[i];
-            continue;
-        }
+        memset(&out_views[i], 0, sizeof out_views[i]);
+        out_views[i].struct_size = sizeof out_views[i];
+        if (op->dynamic_shape) continue;
         mval shape;
         const opr_meta *a = op->same_shape_args[0] >= 0 ? c.slots[op->same_shape_args[0]].u.t : NULL;
         const opr_meta *b = a ? c.slots[op->same_shape_args[1]].u.t : NULL;
@@ -471,23 +471,50 @@ opr_status opr_call(const opr_op *op, const opr_value *args, int nargs, opr_tens
         for (int d = 0; d < shape.n && !rc; d++)
             if (shape.u.l[d] < 0) rc = opr_fail(OPR_ERR_INVALID, "%s: negative output size %lld", op->name, (long long)shape.u.l[d]);
         if (rc) break;
-        if (!(f.outs[i] = kcall_output_new(&f, i, f.out_dtype[i], shape.n, shape.u.l))) {
+        memcpy(out_shapes[i], shape.u.l, (size_t)shape.n * sizeof(int64_t));
+        int64_t step = 1;
+        for (int d = shape.n - 1; d >= 0; d--) { out_strides[i][d] = step; step *= shape.u.l[d] > 1 ? shape.u.l[d] : 1; }
+        out_views[i] = (opr_tensor_view){.struct_size = sizeof out_views[i], .dtype = f.out_dtype[i], .ndim = shape.n,
+                                         .shape = out_shapes[i], .strides = out_strides[i], .device = c.dev,
+                                         .numel = opr_meta_numel(shape.u.l, shape.n)};
+    }
+    /* the ABI passes arrays of pointers (the structs may grow): built on the stack */
+    const opr_kernel_arg *arg_ptrs[OPR_MAX_ARGS];
+    opr_tensor_view *out_ptrs[OPR_MAX_OUTS];
+    for (int i = 0; i < op->nargs; i++) arg_ptrs[i] = &c.kargs[i];
+    for (int i = 0; i < op->nout; i++) out_ptrs[i] = &out_views[i];
+    opr_kernel_call call = {
+        .struct_size = sizeof call, .op = op->name, .args = arg_ptrs, .nargs = op->nargs,
+        .outputs = out_ptrs, .nout = op->nout, .host = plugin_host_api(), .host_call = &f,
+        .kernel_data = kern->data,
+    };
+    char why[512];
+    const char *refused = rc ? NULL : kquery_refusal(kern, &call, why, sizeof why);
+    if (refused) {
+        char refusal[1024];
+        snprintf(refusal, sizeof refusal, "%s (%s, plugin %s) supports: %s", op->name,
+                 op->ctx->devices[c.dev.type].name, kern->plugin, refused);
+        if (fallback_applies(op, c.dev.type, (opr_dtype)c.common)) { /* as for a refusal at run time */
+            rc = fallback_call(op, args, nargs, results, nres, c.tensors, c.slots, c.dev, (opr_dtype)c.common, record,
+                               c.list_requires_grad, refusal);
+            free(c.list_views);
+            return rc;
+        }
+        rc = opr_fail(OPR_ERR_UNSUPPORTED, "%s", refusal);
+    }
+    for (int i = 0; i < op->nout && !rc; i++) {
+        if (op->inplace) {
+            f.outs[0] = opr_tensor_retain(c.tensors[0]);
+            continue;
+        }
+        if (op->dynamic_shape) continue;
+        if (!(f.outs[i] = kcall_output_new(&f, i, f.out_dtype[i], out_views[i].ndim, out_shapes[i]))) {
             rc = opr_fail_wrap(opr_error_status(), "%s", op->name);
             break;
         }
         opr_tensor_fill_view(f.outs[i], &out_views[i]);
     }
     if (!rc) {
-        /* the ABI passes arrays of pointers (the structs may grow): built on the stack */
-        const opr_kernel_arg *arg_ptrs[OPR_MAX_ARGS];
-        opr_tensor_view *out_ptrs[OPR_MAX_OUTS];
-        for (int i = 0; i < op->nargs; i++) arg_ptrs[i] = &c.kargs[i];
-        for (int i = 0; i < op->nout; i++) out_ptrs[i] = &out_views[i];
-        opr_kernel_call call = {
-            .struct_size = sizeof call, .op = op->name, .args = arg_ptrs, .nargs = op->nargs,
-            .outputs = out_ptrs, .nout = op->nout, .host = plugin_host_api(), .host_call = &f,
-            .kernel_data = kern->data,
-        };
         rc = kcall_run(&f, kern, &call, op, NULL);
         if (rc) {
             char what[256];

@@ -3,9 +3,12 @@
  * A candidate's cost is estimated on metadata: every op its formula calls contributes
  * flops / flop-rate + bytes / bandwidth + one launch on the backend's description
  * (views are free); a kernel entry contributes its own flops expression, its bytes and
- * one launch. Selection tries every set of candidates that covers the requested
- * inputs exactly once and takes the cheapest; within TIE_FRACTION, fewer saved bytes
- * win, then fewer launches. Plans are cached per (mask, device, argument metadata). */
+ * one launch. Where the kernel that would run has a cost_ns (ABI 2.2), its estimate
+ * replaces that figure; a fused kernel whose supports refuses the call is not a
+ * candidate. Selection tries every set of candidates that covers the requested inputs
+ * exactly once and takes the cheapest; within TIE_FRACTION, fewer saved bytes win,
+ * then fewer launches, then the set with more fused kernels. Plans are cached per
+ * (mask, device, argument metadata). */
 #include "composite.h"
 #include "deriv.h"
 
@@ -42,11 +45,38 @@ int deriv_bind(const opr_op *callee, const expr *call, int *pos)
 
 typedef struct cost_ctx {
     const opr_device_desc *dev;
+    opr_device device;
     double flops, bytes;
     int launches;
+    double plugin_ns;     /* the estimates of kernels' cost_ns, */
+    int plugin_launches;  /* for this many of the launches */
+    char plugin_note[160];/* "mm (plugin P)", the kernels whose estimate was used */
     opr_tensor fakes[MAX_FAKES]; /* metadata holders for intermediate results */
     int nfakes;
 } cost_ctx;
+
+static void note_plugin_cost(cost_ctx *cc, const char *kernel, const char *plugin, double ns)
+{
+    cc->plugin_ns += ns;
+    cc->plugin_launches++;
+    size_t used = strlen(cc->plugin_note);
+    if (strstr(cc->plugin_note, kernel)) return; /* named once */
+    snprintf(cc->plugin_note + used, sizeof cc->plugin_note - used, "%s%s (plugin %s)", used ? ", " : "", kernel, plugin);
+}
+
+/* The estimate of the kernel op would run on cc's device, when it has a cost_ns. */
+static bool plugin_forward_cost(cost_ctx *cc, const opr_op *op, const mval *slots, opr_dtype dt, const opr_meta *res)
+{
+    const dtype_kernel *k = kernel_for(atomic_load(&((opr_op *)op)->kernels[cc->device.type]), dt);
+    if (!k || !k->cost_ns || op->nout > OPR_MAX_OUTS) return false;
+    const opr_meta *outs[OPR_MAX_OUTS];
+    for (int o = 0; o < op->nout; o++) outs[o] = res; /* costed on output 0's shape, as below */
+    kquery q;
+    double ns;
+    if (!kquery_forward(&q, op, slots, outs, cc->device, k) || !kquery_cost(k, &q.call, &ns)) return false;
+    note_plugin_cost(cc, op->name, k->plugin, ns);
+    return true;
+}
 
 static opr_tensor *fake_new(cost_ctx *cc, opr_dtype dt, int ndim, const int64_t *shape)
 {
@@ -98,7 +128,9 @@ static int cost_op(cost_ctx *cc, const opr_op *op, mval *slots, mval *out)
     slots[op->nargs + op->nout] = slots[op->nargs];
     mval same;
     bool identity = op->identity_if && !expr_eval(op->identity_if, slots, &same) && same.k == MV_BOOL && same.u.b;
-    if (!op->view && !identity) {
+    if (!op->view && !identity && plugin_forward_cost(cc, op, slots, dt, &res->m)) {
+        cc->launches++;
+    } else if (!op->view && !identity) {
         mval f;
         double flops = (double)res->m.numel;
         if (op->flops && !expr_eval(op->flops, slots, &f)) flops = f.k == MV_INT ? (double)f.u.i : f.u.d;
@@ -129,7 +161,8 @@ static int cost_call(void *ud, const expr *call, const mval *args, int n, mval *
 static double cost_ns(const cost_ctx *cc)
 {
     const opr_device_desc *d = cc->dev;
-    return cc->flops / d->flops_per_s * 1e9 + cc->bytes / d->bytes_per_s * 1e9 + cc->launches * d->launch_ns;
+    return cc->flops / d->flops_per_s * 1e9 + cc->bytes / d->bytes_per_s * 1e9 +
+           (cc->launches - cc->plugin_launches) * d->launch_ns + cc->plugin_ns;
 }
 
 int plan_forward_cost(const opr_op *op, const mval *args, opr_device dev, double kernel_rate, double *ns)
@@ -137,6 +170,7 @@ int plan_forward_cost(const opr_op *op, const mval *args, opr_device dev, double
     cost_ctx *cc = calloc(1, sizeof *cc);
     if (!cc) return opr_fail(OPR_ERR_NOMEM, "out of memory costing %s", op->name);
     cc->dev = &op->ctx->devices[dev.type].desc;
+    cc->device = dev;
     mval vals[OPR_MAX_ARGS + OPR_MAX_OUTS + 1 + COMPOSITE_MAX_LETS], out;
     memcpy(vals, args, (size_t)op->nargs * sizeof *vals);
     int rc = OPR_OK;
@@ -156,11 +190,6 @@ int plan_forward_cost(const opr_op *op, const mval *args, opr_device dev, double
     return rc;
 }
 
-static bool kernel_available(const deriv_cand *c, opr_device dev, opr_dtype dt)
-{
-    return kernel_for(atomic_load(&c->kernel->kernels[dev.type]), dt) != NULL;
-}
-
 static uint64_t slot_bytes(const opr_op *op, const mval *slots, uint64_t save)
 {
     uint64_t total = 0;
@@ -170,14 +199,28 @@ static uint64_t slot_bytes(const opr_op *op, const mval *slots, uint64_t save)
     return total;
 }
 
-/* Cost of candidate c computing the inputs in `want` (a subset of its covers). */
+/* What costing one candidate found. */
+typedef struct cand_eval {
+    double ns;
+    int launches;
+    uint64_t save, meta;
+    char plugin_note[160]; /* the kernels whose cost_ns gave the estimate, or "" */
+    char refusal[512];     /* OPR_ERR_UNSUPPORTED: why its kernel's supports refused */
+    const char *plugin;    /*   and whose kernel */
+} cand_eval;
+
+/* Cost of candidate c computing the inputs in `want` (a subset of its covers):
+ * OPR_ERR_NOT_FOUND when its fused kernel is not on dev, OPR_ERR_UNSUPPORTED when
+ * (ask_supports) the kernel's supports refuses the call. */
 static int cand_cost(const opr_op *op, const deriv_cand *c, uint32_t want, opr_device dev, const mval *in_slots,
-                     double *ns, int *launches, uint64_t *save, uint64_t *meta)
+                     bool ask_supports, cand_eval *ev)
 {
     const opr_device_desc *d = &op->ctx->devices[dev.type].desc;
     cost_ctx *cc = calloc(1, sizeof *cc);
     if (!cc) return opr_fail(OPR_ERR_NOMEM, "out of memory costing %s", op->name);
     cc->dev = d;
+    cc->device = dev;
+    uint64_t *save = &ev->save, *meta = &ev->meta;
     mval slots[DERIV_MAX_SLOTS];
     memcpy(slots, in_slots, sizeof slots);
     /* gradients have their outputs' metadata */
@@ -200,7 +243,12 @@ static int cand_cost(const opr_op *op, const deriv_cand *c, uint32_t want, opr_d
     *meta = 0;
     if (c->kernel) {
         opr_dtype dt = slots[op->nargs].u.t->dtype;
-        if (!kernel_available(c, dev, dt)) { free(cc); return OPR_ERR_NOT_FOUND; }
+        const dtype_kernel *k = kernel_for(atomic_load(&c->kernel->kernels[dev.type]), dt);
+        if (!k) { free(cc); return OPR_ERR_NOT_FOUND; }
+        kquery q;
+        bool asked = (k->supports || k->cost_ns) && kquery_backward(&q, op, c, want, slots, dev, k);
+        const char *why = ask_supports && asked ? kquery_refusal(k, &q.call, ev->refusal, sizeof ev->refusal) : NULL;
+        if (why) { ev->plugin = k->plugin; free(cc); return OPR_ERR_UNSUPPORTED; }
         mval f;
         double flops = 0;
         if (c->flops && !expr_eval(c->flops, slots, &f)) flops = f.k == MV_INT ? (double)f.u.i : f.u.d;
@@ -219,6 +267,11 @@ static int cand_cost(const opr_op *op, const deriv_cand *c, uint32_t want, opr_d
         cc->bytes = (bytes + (double)slots[op->nargs].u.t->numel) * (double)opr_dtype_size(dt) +
                     (double)slot_bytes(op, slots, *save);
         cc->launches = 1;
+        double ns;
+        if (asked && kquery_cost(k, &q.call, &ns)) {
+            cc->flops = cc->bytes = 0;
+            note_plugin_cost(cc, c->kernel->name, k->plugin, ns);
+        }
     } else {
         expr_hooks h = {cc, cost_call};
         for (int k = 0; k < c->nlets && !rc; k++) rc = expr_eval_with(c->lets[k], slots, &h, &slots[slot_let0(op) + k]);
@@ -239,7 +292,11 @@ static int cand_cost(const opr_op *op, const deriv_cand *c, uint32_t want, opr_d
             *meta |= c->out_meta[k];
         }
     }
-    if (!rc) { *ns = cost_ns(cc); *launches = cc->launches; }
+    if (!rc) {
+        ev->ns = cost_ns(cc);
+        ev->launches = cc->launches;
+        memcpy(ev->plugin_note, cc->plugin_note, sizeof ev->plugin_note);
+    }
     free(cc);
     return rc;
 }
@@ -252,7 +309,9 @@ typedef struct choice {
     uint32_t part[OPR_MAX_ARGS];
     double ns;
     int launches;
+    int kernels;           /* fused kernels in the set */
     uint64_t save, meta, bytes;
+    char plugin_note[160]; /* kernels whose cost_ns gave their part of ns */
 } choice;
 
 typedef struct search {
@@ -260,15 +319,18 @@ typedef struct search {
     opr_device dev;
     const mval *slots;
     uint32_t mask;
-    choice cur, best;
-    bool have_best;
+    choice cur, best, runner_up;
+    bool have_best, have_runner_up;
     void (*visit)(void *ud, const choice *c);
+    /* a fused kernel's supports refused the call (each time a set holds it) */
+    void (*refused)(void *ud, int cand, const char *plugin, const char *why);
     void *ud;
     int forced;
     bool fast;                /* a fast-mode node: fast candidates are eligible */
     bool strict;              /* fast: normal candidates of inputs with a fast one are not */
     bool formulas_only;       /* PLAN_FORMULAS_ONLY: no fused backward kernel */
     int status;
+    char refusal[640];        /* the first refusal of a supports, for the error when nothing is left */
 } search;
 
 static bool eligible(const search *s, const deriv_cand *c)
@@ -279,12 +341,16 @@ static bool eligible(const search *s, const deriv_cand *c)
     return !(s->fast && s->strict && (c->covers & s->op->deriv->fast_covers));
 }
 
-static bool better(const choice *a, const choice *b)
+/* Whether a beats b. prefer_kernels: a tie that bytes and launches leave goes to the
+ * set with more fused kernels (off while a test forces a formula: the inputs it does
+ * not cover then keep to formulas too, so that the check of a formula runs no kernel). */
+static bool better(const choice *a, const choice *b, bool prefer_kernels)
 {
     double hi = a->ns > b->ns ? a->ns : b->ns;
     if (fabs(a->ns - b->ns) > TIE_FRACTION * hi) return a->ns < b->ns;
     if (a->bytes != b->bytes) return a->bytes < b->bytes;
     if (a->launches != b->launches) return a->launches < b->launches;
+    if (a->kernels != b->kernels) return prefer_kernels ? a->kernels > b->kernels : a->kernels < b->kernels;
     return a->ns < b->ns;
 }
 
@@ -298,24 +364,44 @@ static void enumerate(search *s, uint32_t covered)
         if (!forced_ok) return;
         choice c = s->cur;
         c.ns = 0;
-        c.launches = 0;
+        c.launches = c.kernels = 0;
         c.save = c.meta = 0;
+        c.plugin_note[0] = '\0';
         for (int i = 0; i < c.n; i++) {
-            double ns;
-            int launches;
-            uint64_t save, meta;
-            int rc = cand_cost(s->op, &d->cands[c.cand[i]], c.part[i], s->dev, s->slots, &ns, &launches, &save, &meta);
+            cand_eval ev;
+            const deriv_cand *k = &d->cands[c.cand[i]];
+            /* a forced candidate is tried whatever its supports says: the call reports it */
+            int rc = cand_cost(s->op, k, c.part[i], s->dev, s->slots, c.cand[i] != s->forced, &ev);
             if (rc == OPR_ERR_NOT_FOUND) return; /* kernel not on this backend */
+            if (rc == OPR_ERR_UNSUPPORTED) {
+                if (!s->refusal[0])
+                    snprintf(s->refusal, sizeof s->refusal, " (%s, plugin %s, supports: %.500s)", k->kernel->name,
+                             ev.plugin, ev.refusal);
+                if (s->refused) s->refused(s->ud, c.cand[i], ev.plugin, ev.refusal);
+                return;
+            }
             if (rc) { s->status = rc; return; }
-            c.ns += ns;
-            c.launches += launches;
-            c.save |= save;
-            c.meta |= meta;
+            c.ns += ev.ns;
+            c.launches += ev.launches;
+            c.kernels += k->kernel != NULL;
+            c.save |= ev.save;
+            c.meta |= ev.meta;
+            size_t used = strlen(c.plugin_note);
+            if (ev.plugin_note[0] && used + 3 < sizeof c.plugin_note)
+                snprintf(c.plugin_note + used, sizeof c.plugin_note - used, "%s%.150s", used ? ", " : "", ev.plugin_note);
         }
         c.meta &= ~c.save;
         c.bytes = slot_bytes(s->op, s->slots, c.save);
         if (s->visit) s->visit(s->ud, &c);
-        if (!s->have_best || better(&c, &s->best)) { s->best = c; s->have_best = true; }
+        const bool prefer_kernels = s->forced < 0 || d->cands[s->forced].kernel;
+        if (!s->have_best || better(&c, &s->best, prefer_kernels)) {
+            if (s->have_best) { s->runner_up = s->best; s->have_runner_up = true; }
+            s->best = c;
+            s->have_best = true;
+        } else if (!s->have_runner_up || better(&c, &s->runner_up, prefer_kernels)) {
+            s->runner_up = c;
+            s->have_runner_up = true;
+        }
         return;
     }
     uint32_t rest = s->mask & ~covered;
@@ -334,8 +420,17 @@ static void enumerate(search *s, uint32_t covered)
     }
 }
 
+/* What plan_explain hooks into the search; NULL for plan_get. */
+typedef struct search_hooks {
+    void (*visit)(void *ud, const choice *c);
+    void (*refused)(void *ud, int cand, const char *plugin, const char *why);
+    void *ud;
+    choice best, runner_up; /* filled */
+    bool have_runner_up;
+} search_hooks;
+
 static int select_plan(const opr_op *op, uint32_t mask, opr_device dev, const mval *slots, unsigned flags,
-                       deriv_plan *out, void (*visit)(void *, const choice *), void *ud)
+                       deriv_plan *out, search_hooks *hooks)
 {
     const bool fast = flags & PLAN_FAST;
     deriv_info *d = op->deriv;
@@ -346,8 +441,9 @@ static int select_plan(const opr_op *op, uint32_t mask, opr_device dev, const mv
     }
     search *s = calloc(1, sizeof *s);
     if (!s) return opr_fail(OPR_ERR_NOMEM, "out of memory planning %s", op->name);
-    *s = (search){.op = op, .dev = dev, .slots = slots, .mask = mask, .visit = visit, .ud = ud, .forced = d->forced,
+    *s = (search){.op = op, .dev = dev, .slots = slots, .mask = mask, .forced = d->forced,
                   .fast = fast && (mask & d->fast_covers), .strict = true, .formulas_only = flags & PLAN_FORMULAS_ONLY};
+    if (hooks) { s->visit = hooks->visit; s->refused = hooks->refused; s->ud = hooks->ud; }
     enumerate(s, 0);
     if (s->fast && !s->status && !s->have_best) { /* the fast ones leave an input uncovered: mix them */
         s->strict = false;
@@ -355,14 +451,15 @@ static int select_plan(const opr_op *op, uint32_t mask, opr_device dev, const mv
     }
     int rc = s->status;
     if (!rc && !s->have_best)
-        rc = opr_fail(OPR_ERR_NOT_FOUND, "%s: no candidate set computes the requested gradients on %s%s", op->name,
-                      op->ctx->devices[dev.type].name, d->forced >= 0 ? " with the forced candidate" : "");
+        rc = opr_fail(OPR_ERR_NOT_FOUND, "%s: no candidate set computes the requested gradients on %s%s%s", op->name,
+                      op->ctx->devices[dev.type].name, d->forced >= 0 ? " with the forced candidate" : "", s->refusal);
     if (!rc) {
         const choice *b = &s->best;
         *out = (deriv_plan){.mask = mask, .fast = fast, .nchosen = b->n, .save = b->save, .save_meta = b->meta, .cost_ns = b->ns,
                          .saved_bytes = b->bytes};
         memcpy(out->chosen, b->cand, sizeof b->cand);
         memcpy(out->chosen_mask, b->part, sizeof b->part);
+        if (hooks) { hooks->best = s->best; hooks->runner_up = s->runner_up; hooks->have_runner_up = s->have_runner_up; }
     }
     free(s);
     return rc;
@@ -459,7 +556,7 @@ const deriv_plan *plan_get(const opr_op *op, uint32_t mask, opr_device dev, cons
     pthread_mutex_lock(&op->ctx->lock);
     int rc = deriv_link(op->ctx, (opr_op *)op);
     pthread_mutex_unlock(&op->ctx->lock);
-    if (!rc) rc = select_plan(op, mask, dev, slots, flags, &fresh->plan, NULL, NULL);
+    if (!rc) rc = select_plan(op, mask, dev, slots, flags, &fresh->plan, NULL);
     if (rc) { free(fresh); return NULL; }
     pthread_mutex_lock(&cache->lock);
     plan_entry *old = atomic_exchange(&cache->slots[h], fresh);
@@ -494,6 +591,7 @@ typedef struct explain_buf {
     char *buf;
     size_t len, used;
     opr_device dev;
+    uint64_t refusals_told; /* bit per candidate (the first 64) */
 } explain_buf;
 
 static void appendf(explain_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -571,7 +669,8 @@ static void explain_visit(void *ud, const choice *c)
     fmt_bytes(bytes, sizeof bytes, c->bytes);
     appendf(b, "  candidate ");
     describe_set(b, c);
-    appendf(b, "\n      cost %.1f us, %d launch(es), ", c->ns / 1000, c->launches);
+    appendf(b, "\n      cost %.1f us%s%s%s, %d launch(es), ", c->ns / 1000, c->plugin_note[0] ? " (the estimate of " : "",
+            c->plugin_note, c->plugin_note[0] ? ")" : "", c->launches);
     describe_saves(b, c->save, c->meta);
     appendf(b, " = %s", bytes);
     const opr_op *seen[16];
@@ -585,11 +684,49 @@ static void explain_visit(void *ud, const choice *c)
     appendf(b, "\n");
 }
 
+static void explain_refused(void *ud, int cand, const char *plugin, const char *why)
+{
+    explain_buf *b = ud;
+    if (cand < 64 && (b->refusals_told >> cand) & 1) return;
+    if (cand < 64) b->refusals_told |= 1ull << cand;
+    const deriv_cand *k = &b->op->deriv->cands[cand];
+    appendf(b, "  not a candidate: [%s], kernel %s (plugin %s) refuses these arguments (supports: %s)\n", k->label,
+            k->kernel->name, plugin, why);
+}
+
+/* Why the chosen set beat the next best, by the rule that decided it (better()). */
+static void explain_why(explain_buf *b, const search_hooks *h)
+{
+    const choice *w = &h->best, *r = &h->runner_up;
+    appendf(b, "  why: ");
+    double hi = w->ns > r->ns ? w->ns : r->ns;
+    if (!h->have_runner_up) appendf(b, "the only candidate set (%.1f us)", w->ns / 1000);
+    else if (fabs(w->ns - r->ns) > TIE_FRACTION * hi) appendf(b, "lowest estimated cost (%.1f us", w->ns / 1000);
+    else {
+        appendf(b, "a tie within %.0f%% with ", TIE_FRACTION * 100);
+        describe_set(b, r);
+        appendf(b, " (%.1f us against %.1f us), won on ", w->ns / 1000, r->ns / 1000);
+        if (w->bytes != r->bytes) appendf(b, "fewer saved bytes");
+        else if (w->launches != r->launches) appendf(b, "fewer launches (%d against %d)", w->launches, r->launches);
+        else if (w->kernels > r->kernels) appendf(b, "a fused kernel over formulas (equal bytes and launches)");
+        else if (w->kernels < r->kernels) appendf(b, "formulas, as the forced candidate is one (equal bytes and launches)");
+        else appendf(b, "the lower estimate");
+    }
+    if (h->have_runner_up && fabs(w->ns - r->ns) > TIE_FRACTION * hi) {
+        appendf(b, " against %.1f us for ", r->ns / 1000);
+        describe_set(b, r);
+        appendf(b, ")");
+    }
+    if (w->plugin_note[0]) appendf(b, "; costed with the estimate of %s", w->plugin_note);
+    appendf(b, "\n  (ties within %.0f%% go to fewer saved bytes, then fewer launches, then a fused kernel)\n",
+            TIE_FRACTION * 100);
+}
+
 int plan_explain(const opr_op *op, uint32_t mask, opr_device dev, const mval *slots, unsigned flags, char *buf,
                  size_t len)
 {
     const bool fast = flags & PLAN_FAST;
-    explain_buf b = {op, slots, buf, len, 0, dev};
+    explain_buf b = {op, slots, buf, len, 0, dev, 0};
     if (len) buf[0] = '\0';
     if (op->composite) {
         appendf(&b, "composite op: forward = %s\n", op->composite->text);
@@ -611,18 +748,16 @@ int plan_explain(const opr_op *op, uint32_t mask, opr_device dev, const mval *sl
         appendf(&b, "fast mode (special gradients off): the fast variants replace the normal formulas of their inputs\n");
     else if (fast)
         appendf(&b, "fast mode (special gradients off): no fast variant for these inputs, the normal formulas run\n");
-    rc = select_plan(op, mask, dev, slots, flags, &p, explain_visit, &b);
+    search_hooks h = {.visit = explain_visit, .refused = explain_refused, .ud = &b};
+    rc = select_plan(op, mask, dev, slots, flags, &p, &h);
     if (rc) return rc;
     char bytes[32];
     fmt_bytes(bytes, sizeof bytes, p.saved_bytes);
-    choice best = {.n = p.nchosen, .ns = p.cost_ns, .save = p.save, .meta = p.save_meta, .bytes = p.saved_bytes};
-    memcpy(best.cand, p.chosen, sizeof best.cand);
-    memcpy(best.part, p.chosen_mask, sizeof best.part);
     appendf(&b, "chosen: ");
-    describe_set(&b, &best);
-    appendf(&b, "\n  ");
+    describe_set(&b, &h.best);
+    appendf(&b, "\n  estimated %.1f us, ", p.cost_ns / 1000);
     describe_saves(&b, p.save, p.save_meta);
-    appendf(&b, " = %s\n  why: lowest estimated cost (%.1f us); ties within %.0f%% go to fewer saved bytes, then fewer launches\n",
-            bytes, p.cost_ns / 1000, TIE_FRACTION * 100);
+    appendf(&b, " = %s\n", bytes);
+    explain_why(&b, &h);
     return OPR_OK;
 }

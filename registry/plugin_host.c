@@ -133,6 +133,8 @@ static int host_register_kernel(opr_plugin *self, const opr_kernel_desc *desc)
     k->data = d->data;
     k->dtypes = d->dtypes;
     k->override_dtypes = d->override_dtypes;
+    k->supports = d->supports;
+    k->cost_ns = d->cost_ns;
     return OPR_OK;
 }
 

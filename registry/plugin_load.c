@@ -175,6 +175,12 @@ static int commit(opr_ctx *ctx, staging *st, candidate *c)
         e->desc = *d; /* staged through abi_struct_in: fields the plugin lacks are zero */
         e->desc.struct_size = sizeof e->desc;
         e->desc.name = e->name;
+        /* a speed left at 0 (or NaN) would make every estimate on the device inf or NaN:
+         * it takes the built-in CPU device's defaults instead */
+        const opr_device_desc *cpu = &ctx->devices[0].desc;
+        if (!(d->flops_per_s > 0)) e->desc.flops_per_s = cpu->flops_per_s;
+        if (!(d->bytes_per_s > 0)) e->desc.bytes_per_s = cpu->bytes_per_s;
+        if (!(d->launch_ns >= 0)) e->desc.launch_ns = cpu->launch_ns;
         e->plugin_name = c->name;
         atomic_store(&ctx->n_devices, t + 1);
     }
@@ -190,7 +196,8 @@ static int commit(opr_ctx *ctx, staging *st, candidate *c)
         if (old) *e = *old;
         else memset(e, 0, sizeof *e);
         e->replaced = old;
-        const dtype_kernel mine = {.fn = k->fn, .data = k->data, .plugin = c->name};
+        const dtype_kernel mine = {.fn = k->fn, .data = k->data, .plugin = c->name, .supports = k->supports,
+                                   .cost_ns = k->cost_ns};
         for (int dt = 0; dt < OPR_DTYPE_COUNT; dt++) {
             uint32_t bit = OPR_DTYPE_BIT(dt);
             dtype_kernel *slot = &e->by_dtype[dt];

@@ -15,6 +15,8 @@ typedef struct staged_kernel {
     void *data;
     uint32_t dtypes;
     uint32_t override_dtypes; /* within dtypes */
+    bool (*supports)(const opr_kernel_call *call, char *why, size_t why_len); /* 2.2, may be NULL */
+    double (*cost_ns)(const opr_kernel_call *call);                          /* 2.2, may be NULL */
 } staged_kernel;
 
 typedef struct candidate {

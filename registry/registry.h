@@ -31,6 +31,8 @@ typedef struct dtype_kernel {
     const char *plugin;     /* name of the plugin providing it (owned by the plugin set) */
     const char *shadowed;   /* a plugin whose kernel for this dtype is not used, or NULL */
     bool overrides;         /* plugin took the dtype from shadowed by an explicit override */
+    bool (*supports)(const opr_kernel_call *call, char *why, size_t why_len); /* 2.2, may be NULL */
+    double (*cost_ns)(const opr_kernel_call *call);                          /* 2.2, may be NULL */
 } dtype_kernel;
 
 /* The kernels of one (op, device type), one slot per dtype: precedence is per dtype
@@ -48,6 +50,12 @@ static inline const dtype_kernel *kernel_for(const kernel_entry *k, int dt)
 {
     return k && dt >= 0 && dt < OPR_DTYPE_COUNT && (k->dtypes & OPR_DTYPE_BIT(dt)) ? &k->by_dtype[dt] : NULL;
 }
+
+/* Asking kernel k about a call before it runs (ABI 2.2; kernel_query.c): NULL when k
+ * takes call (or has no supports), else its reason, in why; true with *ns when its
+ * cost_ns gives an estimate for call. */
+const char *kquery_refusal(const dtype_kernel *k, const opr_kernel_call *call, char *why, size_t why_len);
+bool kquery_cost(const dtype_kernel *k, const opr_kernel_call *call, double *ns);
 
 /* Output dtype rules. */
 #define OUT_DTYPE_T (-1)    /* the common dtype of the plain tensor arguments */

@@ -4,7 +4,8 @@
 # package with find_package(opreg) warning-free (-Werror), links nothing of libopreg,
 # loads with the moved prefix's CLI and passes `opreg check --backend exdev` with 0
 # failures (its copy_, add, mul, mm and new_zeros on its own device, its own op ex_fma
-# with YAML formulas and a fused backward kernel); once installed with `cmake
+# with YAML formulas and a fused backward kernel), and `opreg plan` heeds the fused
+# kernel's supports and cost_ns; once installed with `cmake
 # --install` the moved opreg finds it without any path given. No OPREG_* variable, no
 # LD_LIBRARY_PATH.
 #   install_device_example.sh BUILD_DIR
@@ -51,6 +52,21 @@ grep -Eq '^[0-9]+ op\(s\) checked, 0 failure\(s\)$' "$tmp/check.out" || fail "th
 for op in copy_ new_zeros add mul mm ex_fma; do
     grep -Eq "^$op +pass" "$tmp/check.out" || fail "opreg check did not pass $op on exdev"
 done
+
+# The planner asks the fused kernel (ABI 2.2): its cost_ns prices it, and its supports
+# refuses a gradient larger than the device's buffer, with the reason in the plan.
+plan() { bare "$opreg" plan ex_fma --requires-grad self,other --shape "self=$1" --shape "other=$1" \
+    --backend exdev --plugin "$plugin"; }
+out=$(plan 8x8) || fail "opreg plan ex_fma --backend exdev failed"
+printf '%s\n' "$out" | grep -q '^chosen: \[self, other (kernel ex_fma_backward)\]' &&
+    printf '%s\n' "$out" | grep -q 'costed with the estimate of ex_fma_backward (plugin device_example)' ||
+    fail "the plan did not use the kernel's cost_ns:
+$out"
+out=$(plan 2048x1024) || fail "opreg plan ex_fma (2048x1024) failed"
+printf '%s\n' "$out" | grep -q 'not a candidate: \[self, other (kernel ex_fma_backward)\], kernel ex_fma_backward (plugin device_example) refuses these arguments (supports: exdev ex_fma_backward: 2097152 elements exceed the 1048576-element buffer)' &&
+    printf '%s\n' "$out" | grep -q '^chosen: \[self\] + \[other\]' ||
+    fail "the plan did not heed the kernel's supports:
+$out"
 
 # installed next to the package's own plugins: found without --plugin
 cmake --install "$tmp/build" >/dev/null || fail "the example does not install"

@@ -69,6 +69,7 @@ size_only       !FAIL mm on vdev: mm sample [0-9]+ f(32|64) forward
 unsupported     ^mul +pass [0-9]+ .*\+unsup
 unsupported     UNSUPPORTED mul on vdev: mul sample 0 f64 forward: unsupported at run time: .*vdev mul: this firmware takes no f64 tensors
 unsupported     [0-9]+ unsupported at run time$
+unsupported     unsupported mm sample 0 \[transposed self\] f32 forward: unsupported at run time: mm \(vdev, plugin vendor\) supports: vdev mm: self must be row-major \(its strides are 1, [0-9]+\)
 swish_formula   ^swish +FAIL
 swish_formula   FAIL swish on vdev: .*culprit: derivative formula swish
 swish_formula   !FAIL (mul|exp|add|vfma) on vdev

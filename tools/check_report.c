@@ -21,7 +21,7 @@ typedef struct cell {
     char unchecked[2100];     /* the first NOT CHECKED reason */
     char pass_note[600];      /* how a pass was judged, where it is not the default */
     double perf_ns, perf_ref_ns;
-    char notes_verbose[4096]; /* -v: every failure */
+    char notes_verbose[4096]; /* -v: every failure and refusal */
 } cell;
 
 struct check_report {
@@ -247,11 +247,15 @@ void check_report_take(check_report *rep, const check_record *r)
         break;
     default: break;
     }
-    if (rep->o.verbose && (r->verdict == CV_FAIL || r->verdict == CV_DEP)) {
+    /* -v: every failure and every refusal (a kernel's supports or OPR_ERR_UNSUPPORTED), with its reason */
+    if (rep->o.verbose && (r->verdict == CV_FAIL || r->verdict == CV_DEP || r->verdict == CV_UNSUPPORTED)) {
         size_t used = strlen(x->notes_verbose);
-        if (used + 8 < sizeof x->notes_verbose)
+        const char *tag = r->verdict == CV_FAIL ? "FAIL" : r->verdict == CV_DEP ? "dep" : "unsupported";
+        /* a refusal's reason once, not once per sample and variant */
+        bool told = r->verdict == CV_UNSUPPORTED && r->message[0] && strstr(x->notes_verbose, r->message);
+        if (used + 8 < sizeof x->notes_verbose && !told)
             snprintf(x->notes_verbose + used, sizeof x->notes_verbose - used, "%s%s %s: %s%s%s", used ? "\n  " : "",
-                     r->verdict == CV_FAIL ? "FAIL" : "dep", what, r->culprit, r->culprit[0] ? ": " : "", r->message);
+                     tag, what, r->culprit, r->culprit[0] ? ": " : "", r->message);
     }
 }
 

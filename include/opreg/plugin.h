@@ -162,9 +162,32 @@ typedef struct opr_kernel_desc {
                                  replaces the one an earlier plugin provides (0: fill
                                  only the missing dtypes); a bit outside `dtypes` is
                                  refused */
+    /* 2.2, optional: whether fn takes a call, asked before it runs. `call` is the call
+     * as fn would get it (args, outputs with their dtypes, shapes and strides,
+     * grad_input_mask, kernel_data), except that no data may be read or written:
+     * output data is NULL (an in-place op's output is its self argument). When the
+     * planner asks (before it picks a fused backward kernel, on metadata alone) every
+     * data pointer is NULL, every view contiguous, every tensor argument given (the
+     * call itself may get OPR_ARG_NONE for one the plan does not save) and host and
+     * host_call are NULL. Return true to take the call; false after writing the
+     * reason (NUL-terminated, at most why_len bytes) into why. Must be fast,
+     * thread-safe, free of side effects and depend on the call's metadata alone:
+     * plans are cached per metadata. A refused forward call runs on the CPU with
+     * copies when the CPU fallback is on (else it fails with OPR_ERR_UNSUPPORTED and
+     * the reason); a refused fused backward kernel is not chosen, its gradients come
+     * from the op's derivative formulas. */
+    bool (*supports)(const opr_kernel_call *call, char *why, size_t why_len);
+    /* 2.2, optional: the estimated time of fn on `call` (given as to supports), in ns,
+     * which replaces the registry's estimate (flops and bytes at the device's rates,
+     * plus one launch) wherever the planner costs this kernel on this device: a fused
+     * backward kernel against the formulas, a forward op a formula calls, an op
+     * against its alternative. NaN or a negative value: no estimate (the registry's
+     * is used). Same rules as supports: fast, thread-safe, no side effects. */
+    double (*cost_ns)(const opr_kernel_call *call);
 } opr_kernel_desc;
 #define OPR_KERNEL_DESC_STRUCT_SIZE_2_0 OPR_STRUCT_SIZE(opr_kernel_desc, data)
 #define OPR_KERNEL_DESC_STRUCT_SIZE_2_1 OPR_STRUCT_SIZE(opr_kernel_desc, override_dtypes)
+#define OPR_KERNEL_DESC_STRUCT_SIZE_2_2 OPR_STRUCT_SIZE(opr_kernel_desc, cost_ns)
 
 /* A device type a plugin provides, with its allocator, copies and its speed (the
  * autograd cost model compares candidates with these). For "cpu", which the host

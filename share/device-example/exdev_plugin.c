@@ -14,7 +14,10 @@
  *   ex_fma         self * other + self, an op this plugin defines (exdev_ops.yaml),
  *                  on exdev and on the cpu (the reference `opreg check` compares with
  *                  is the CPU in f64, so an op of one's own needs a CPU kernel too);
- *   ex_fma_backward  the fused backward kernel of ex_fma that the YAML names.
+ *   ex_fma_backward  the fused backward kernel of ex_fma that the YAML names, with
+ *                  the two questions the planner may ask a kernel before it picks it
+ *                  (ABI 2.2): supports (does it take these arguments?) and cost_ns
+ *                  (what would it cost?).
  *
  * Arithmetic is in f32 and f64; copy_ and new_zeros move bytes and take every dtype.
  * The kernels read and write elements through opu_load_f64 / opu_store_f64, so one
@@ -165,6 +168,33 @@ static int k_ex_fma_backward(const opr_kernel_call *call)
         return elementwise(call, call->outputs[1], grad, self, 0, ew_grad_other);
     }
     return OPR_OK;
+}
+
+/* Asked by the planner, on metadata alone (no data), before it picks the fused kernel:
+ * a device limit (here made up: a 1 Mi-element working buffer) is said up front, and
+ * the formulas compute those gradients instead. `opreg plan --backend exdev` prints the
+ * reason. */
+#define EXDEV_BUFFER_ELEMENTS (INT64_C(1) << 20)
+static bool ex_fma_backward_supports(const opr_kernel_call *call, char *why, size_t why_len)
+{
+    const opr_tensor_view *grad = tensor_arg(call, 0);
+    if (!grad || grad->numel <= EXDEV_BUFFER_ELEMENTS) return true;
+    snprintf(why, why_len, "exdev ex_fma_backward: %lld elements exceed the %lld-element buffer",
+             (long long)grad->numel, (long long)EXDEV_BUFFER_ELEMENTS);
+    return false;
+}
+
+/* The plugin's own estimate of the kernel, in ns, replacing the registry's (flops and
+ * bytes at the device's rates): one pass reading grad and the saved inputs and writing
+ * each wanted gradient, at the device's 5 GB/s, plus its 100 ns launch. It may use
+ * only the call's metadata. */
+static double ex_fma_backward_cost_ns(const opr_kernel_call *call)
+{
+    const opr_tensor_view *grad = tensor_arg(call, 0);
+    if (!grad) return -1; /* no estimate: the registry's is used */
+    int wanted = (call->grad_input_mask & 1) + ((call->grad_input_mask >> 1) & 1);
+    double bytes = (double)grad->numel * (double)opu_dtype_size(grad->dtype) * (3 + wanted);
+    return bytes / 5e9 * 1e9 + 100;
 }
 
 /* ------------------------------------------------------------------ mm */
@@ -330,8 +360,12 @@ OPR_PLUGIN_EXPORT int opr_plugin_init(const opr_host_api *host, opr_plugin *self
         {"ex_fma", "cpu", k_ex_fma, false},
     };
     for (size_t i = 0; !rc && i < sizeof kernels / sizeof kernels[0]; i++) {
-        const opr_kernel_desc k = {.struct_size = sizeof k, .op = kernels[i].op, .device = kernels[i].device,
-                                   .dtypes = kernels[i].any_dtype ? all : floats, .fn = kernels[i].fn};
+        opr_kernel_desc k = {.struct_size = sizeof k, .op = kernels[i].op, .device = kernels[i].device,
+                             .dtypes = kernels[i].any_dtype ? all : floats, .fn = kernels[i].fn};
+        if (kernels[i].fn == k_ex_fma_backward) { /* ABI 2.2 fields: a 2.1 host reads no further than override_dtypes */
+            k.supports = ex_fma_backward_supports;
+            k.cost_ns = ex_fma_backward_cost_ns;
+        }
         rc = host->register_kernel(self, &k);
     }
     if (!rc) host->log(self, OPR_LOG_DEBUG, "device exdev ready: %zu kernel(s)", sizeof kernels / sizeof kernels[0]);

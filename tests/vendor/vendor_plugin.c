@@ -25,7 +25,8 @@
  *   VENDOR_STRIDED_ONLY   mul is off by one, only when an input is not contiguous
  *   VENDOR_SIZE_ONLY      mm is wrong from row 4 on (right on every sample as written)
  *   VENDOR_UNSUPPORTED    mul, registered for f32 and f64, refuses f64 at run time with
- *                         OPR_ERR_UNSUPPORTED and a message
+ *                         OPR_ERR_UNSUPPORTED and a message; mm's supports (ABI 2.2)
+ *                         refuses a column-major self before the kernel runs
  *   VENDOR_SWISH_FORMULA  no code change: vendor_ops_swish_formula.yaml gives swish (an op
  *                         only vdev runs) a derivative formula without its factor beta
  *   VENDOR_SWISH_F32      swish on vdev in f32 only: its formula is checked against finite
@@ -36,6 +37,7 @@
 
 #include <math.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -206,6 +208,19 @@ static int k_mm(const opr_kernel_call *call)
     return OPR_OK;
 }
 
+#ifdef VENDOR_UNSUPPORTED
+/* Asked before k_mm runs, on metadata: a transposed self is refused (the kernel is not
+ * called, opreg check -v says why). */
+static bool mm_supports(const opr_kernel_call *call, char *why, size_t why_len)
+{
+    const opr_tensor_view *a = tensor_arg(call, 0);
+    if (!a || a->ndim != 2 || a->strides[1] == 1 || a->shape[1] < 2) return true;
+    snprintf(why, why_len, "vdev mm: self must be row-major (its strides are %lld, %lld)", (long long)a->strides[0],
+             (long long)a->strides[1]);
+    return false;
+}
+#endif
+
 static int k_exp(const opr_kernel_call *call)
 {
     int rc = elementwise(call, tensor_arg(call, 0), NULL, 0, call->outputs[0], f_exp);
@@ -272,6 +287,9 @@ OPR_PLUGIN_EXPORT int opr_plugin_init(const opr_host_api *host, opr_plugin *self
 #endif
         opr_kernel_desc k = {.struct_size = sizeof k, .op = kernels[i].op, .device = kernels[i].device,
                              .dtypes = dtypes, .fn = kernels[i].fn};
+#ifdef VENDOR_UNSUPPORTED
+        if (kernels[i].fn == k_mm) k.supports = mm_supports;
+#endif
         rc = host->register_kernel(self, &k);
     }
     return rc;

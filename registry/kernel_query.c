@@ -1,0 +1,111 @@
+/* Asking a kernel about a call before it runs (ABI 2.2): its supports and cost_ns
+ * callbacks. The planner has only metadata, so it asks with a call made of that alone:
+ * no data, contiguous views, every tensor argument given. */
+#include "deriv.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+static void contiguous_strides(int ndim, const int64_t *shape, int64_t *strides)
+{
+    int64_t step = 1;
+    for (int d = ndim - 1; d >= 0; d--) {
+        strides[d] = step;
+        step *= shape[d] > 1 ? shape[d] : 1;
+    }
+}
+
+static void meta_view(opr_tensor_view *v, int64_t *strides, const opr_meta *m, opr_device dev)
+{
+    contiguous_strides(m->ndim, m->shape, strides);
+    *v = (opr_tensor_view){.struct_size = sizeof *v, .data = NULL, .dtype = m->dtype, .ndim = m->ndim,
+                           .shape = m->shape, .strides = strides, .device = dev, .numel = m->numel};
+}
+
+/* Argument i of q from v (its tensor as metadata); false for a Tensor[], which a
+ * query does not carry. */
+static bool query_arg(kquery *q, int i, const mval *v, opr_device dev)
+{
+    opr_kernel_arg *a = &q->args[i];
+    *a = (opr_kernel_arg){.struct_size = sizeof *a, .kind = OPR_ARG_NONE};
+    switch (v->k) {
+    case MV_TENSOR:
+        meta_view(&q->views[i], q->strides[i], v->u.t, dev);
+        a->kind = OPR_ARG_TENSOR;
+        a->u.t = &q->views[i];
+        break;
+    case MV_INT: a->kind = OPR_ARG_INT; a->u.i = v->u.i; break;
+    case MV_FLOAT: a->kind = OPR_ARG_DOUBLE; a->u.d = v->u.d; break;
+    case MV_BOOL: a->kind = OPR_ARG_BOOL; a->u.b = v->u.b; break;
+    case MV_LIST: a->kind = OPR_ARG_INT_LIST; a->u.il.items = v->u.l; a->u.il.n = v->n; break;
+    case MV_STR: a->kind = OPR_ARG_STRING; a->u.s = v->u.s; break;
+    case MV_NONE: break;
+    default: return false;
+    }
+    q->arg_ptrs[i] = a;
+    return true;
+}
+
+static void query_finish(kquery *q, const char *name, int nargs, int nout, uint64_t mask, const dtype_kernel *k)
+{
+    for (int p = 0; p < nout; p++) q->out_ptrs[p] = &q->outv[p];
+    q->call = (opr_kernel_call){.struct_size = sizeof q->call, .op = name, .args = q->arg_ptrs, .nargs = nargs,
+                                .outputs = q->out_ptrs, .nout = nout, .grad_input_mask = mask,
+                                .kernel_data = k->data};
+}
+
+bool kquery_forward(kquery *q, const opr_op *op, const mval *slots, const opr_meta *const *outs, opr_device dev,
+                    const dtype_kernel *k)
+{
+    for (int i = 0; i < op->nargs; i++)
+        if (!query_arg(q, i, &slots[i], dev)) return false;
+    for (int o = 0; o < op->nout; o++) meta_view(&q->outv[o], q->out_strides[o], outs[o], dev);
+    query_finish(q, op->name, op->nargs, op->nout, 0, k);
+    return true;
+}
+
+bool kquery_backward(kquery *q, const opr_op *op, const deriv_cand *c, uint32_t want, const mval *slots,
+                     opr_device dev, const dtype_kernel *k)
+{
+    int na = 0;
+    /* the gradients of the outputs have the outputs' metadata (plugin.h, fused backward) */
+    for (int o = 0; o < op->nout; o++, na++) {
+        if (slots[op->nargs + o].k != MV_TENSOR) return false; /* an op returning Tensor[] */
+        if (!query_arg(q, na, &slots[op->nargs + o], dev)) return false;
+    }
+    for (int s = 0; s < op->nargs + op->nout; s++, na++) {
+        static const mval none = {.k = MV_NONE}; /* a Tensor[] argument: NONE, as in the call */
+        const bool list = s < op->nargs && op->args[s].type == ARG_TENSOR_LIST;
+        if (!query_arg(q, na, list ? &none : &slots[s], dev)) return false;
+    }
+    uint64_t mask = 0;
+    for (int p = 0; p < c->ncover; p++) {
+        memset(&q->outv[p], 0, sizeof q->outv[p]);
+        q->outv[p].struct_size = sizeof q->outv[p];
+        if (!((want >> c->cover[p]) & 1) || slots[c->cover[p]].k != MV_TENSOR) continue;
+        meta_view(&q->outv[p], q->out_strides[p], slots[c->cover[p]].u.t, dev);
+        mask |= 1ull << p;
+    }
+    query_finish(q, c->kernel->name, na, c->ncover, mask, k);
+    return true;
+}
+
+const char *kquery_refusal(const dtype_kernel *k, const opr_kernel_call *call, char *why, size_t why_len)
+{
+    if (!k->supports || !why_len) return NULL;
+    why[0] = '\0';
+    if (k->supports(call, why, why_len)) return NULL;
+    why[why_len - 1] = '\0'; /* a plugin that filled the buffer to the end */
+    if (!why[0]) snprintf(why, why_len, "no reason given");
+    return why;
+}
+
+bool kquery_cost(const dtype_kernel *k, const opr_kernel_call *call, double *ns)
+{
+    if (!k->cost_ns) return false;
+    double v = k->cost_ns(call);
+    if (!isfinite(v) || v < 0) return false;
+    *ns = v;
+    return true;
+}
