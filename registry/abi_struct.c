@@ -23,6 +23,8 @@ _Static_assert(OPR_HOST_API_STRUCT_SIZE_2_1 <= sizeof(opr_host_api), "opr_host_a
 /* And the 2.2 ones (this host is 2.2). */
 _Static_assert(OPR_DEVICE_DESC_STRUCT_SIZE_2_2 <= sizeof(opr_device_desc), "opr_device_desc 2.2");
 _Static_assert(OPR_KERNEL_DESC_STRUCT_SIZE_2_2 <= sizeof(opr_kernel_desc), "opr_kernel_desc 2.2");
+_Static_assert(OPR_HOST_API_STRUCT_SIZE_2_2 <= sizeof(opr_host_api), "opr_host_api 2.2");
+_Static_assert(OPR_GROUP_PROVIDER_STRUCT_SIZE_2_2 <= sizeof(opr_group_provider), "opr_group_provider 2.2");
 
 int abi_struct_in(void *dst, size_t dst_size, const void *src, size_t min_size, const char *name, char *why,
                   size_t why_len)

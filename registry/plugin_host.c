@@ -220,6 +220,23 @@ static void host_log(opr_plugin *self, int level, const char *fmt, ...)
     va_end(ap);
 }
 
+static int host_register_group_provider(opr_plugin *self, const opr_group_provider *p)
+{
+    opr_group_provider own;
+    staging *st = desc_in(self, &own, sizeof own, p, OPR_GROUP_PROVIDER_STRUCT_SIZE_2_2, "opr_group_provider",
+                          "register_group_provider");
+    if (!st) return OPR_ERR_INVALID;
+    if (!own.name || !own.world || !own.split || !own.group_free || !own.set_timeout || !own.all_reduce_start ||
+        !own.wait || !own.finalize) {
+        stage_error(st, "register_group_provider: a NULL name or function");
+        return OPR_ERR_INVALID;
+    }
+    if (st->has_group) { stage_error(st, "register_group_provider: registered twice"); return OPR_ERR_INVALID; }
+    st->group = own;
+    st->has_group = true;
+    return OPR_OK;
+}
+
 static const opr_host_api host_api = {
     .struct_size = sizeof(opr_host_api),
     .abi_major = OPR_ABI_MAJOR,
@@ -231,6 +248,7 @@ static const opr_host_api host_api = {
     .log = host_log,
     .alloc_output = dispatch_alloc_output,
     .load_yaml_string = host_load_yaml_string,
+    .register_group_provider = host_register_group_provider,
 };
 
 const opr_host_api *plugin_host_api(void) { return &host_api; }

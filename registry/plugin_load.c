@@ -246,6 +246,13 @@ static int commit(opr_ctx *ctx, staging *st, candidate *c)
     if (st->nskipped)
         plugin_remark(c, "skipped %d kernel(s) for ops the registry does not define: %s%s", st->nskipped, st->skipped,
                st->skipped_more ? ", ..." : "");
+    if (st->has_group && ctx->group_plugin) {
+        plugin_remark(c, "its process groups (%s) are not used: plugin %s provides them", st->group.name,
+                      ctx->group_plugin);
+    } else if (st->has_group) {
+        ctx->group_provider = st->group;
+        ctx->group_plugin = c->name;
+    }
     check_device_contract(ctx, st, c);
     return OPR_OK;
 }

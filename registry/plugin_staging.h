@@ -47,6 +47,8 @@ typedef struct staging {
     int nskipped;            /* kernels for ops the registry does not define */
     char skipped[256];       /* their op names, comma-separated (as many as fit) */
     bool skipped_more;       /* some did not fit */
+    opr_group_provider group; /* register_group_provider (2.2) */
+    bool has_group;
 } staging;
 
 /* Appends a remark to a loaded plugin's `why` ("; " between remarks). Without memory

@@ -232,6 +232,41 @@ typedef struct opr_device_desc {
  * allocates on the device, so that a kernel reaching far past one faults there. */
 #define OPR_DEVICE_HOST_MEMORY (UINT64_C(1) << 0)
 
+/* 2.2: process groups for collective ops (all_reduce, all_gather, ...: registry/ops/
+ * dist.yaml), provided by a plugin on an existing engine (MPI). One per context; the
+ * public API (opreg/dist.h) calls these. A group is an int64 id of the provider's
+ * choosing; the collective ops' `group` argument carries it to the kernels, 0 meaning
+ * the world group. Every function returns OPR_OK or an error status after writing
+ * the reason into why (NUL-terminated, at most why_len bytes); a collective that
+ * waits on a peer longer than the time-out returns OPR_ERR_BACKEND with a reason that
+ * says so, never hangs. Called from any thread. */
+typedef struct opr_group_provider {
+    size_t struct_size;   /* 2.2 */
+    const char *name;     /* 2.2: the engine, "mpi" */
+    void *data;           /* 2.2: handed back to every function below */
+    /* 2.2: the world group of this process as its launcher started it (mpirun),
+     * initialising the engine on the first call: id (0), this process's rank, size. */
+    int (*world)(void *data, int32_t *rank, int32_t *size, char *why, size_t why_len);
+    /* 2.2: a sub-group of `group`: the members giving the same color, ranked by key
+     * (MPI_Comm_split); collective over `group`. A negative color: not a member
+     * (*out = -1). */
+    int (*split)(void *data, int64_t group, int32_t color, int32_t key, int64_t *out, int32_t *rank,
+                 int32_t *size, char *why, size_t why_len);
+    int (*group_free)(void *data, int64_t group); /* 2.2: not the world group */
+    /* 2.2: how long a collective waits for its peers before it fails (seconds > 0). */
+    int (*set_timeout)(void *data, double seconds);
+    /* 2.2: a non-blocking sum or mean all-reduce, in place, of n contiguous elements of
+     * dtype at buf (host memory), for the data-parallel helper; *req for wait. op is
+     * "sum" or "mean". */
+    int (*all_reduce_start)(void *data, int64_t group, void *buf, int64_t n, opr_dtype dtype, const char *op,
+                            int64_t *req, char *why, size_t why_len);
+    /* 2.2: waits for req (within the time-out) and frees it. */
+    int (*wait)(void *data, int64_t req, char *why, size_t why_len);
+    /* 2.2: ends the engine in this process (MPI_Finalize): no group is usable after. */
+    int (*finalize)(void *data, char *why, size_t why_len);
+} opr_group_provider;
+#define OPR_GROUP_PROVIDER_STRUCT_SIZE_2_2 OPR_STRUCT_SIZE(opr_group_provider, finalize)
+
 /* Filled by the plugin in opr_plugin_init. The host sets struct_size before the call;
  * the plugin sets abi_major/abi_minor first of all. */
 typedef struct opr_plugin {
@@ -280,9 +315,13 @@ typedef struct opr_host_api {
     /* 2.1: loads op definitions from YAML text the plugin carries (name stands for the
      * file in error messages, may be NULL); otherwise as load_yaml. Init only. */
     int (*load_yaml_string)(opr_plugin *self, const char *text, const char *name);
+    /* 2.2: offers the context's process groups (one provider per context: a second is
+     * refused). Init only; committed with the plugin's other registrations. */
+    int (*register_group_provider)(opr_plugin *self, const opr_group_provider *provider);
 } opr_host_api;
 #define OPR_HOST_API_STRUCT_SIZE_2_0 OPR_STRUCT_SIZE(opr_host_api, alloc_output)
 #define OPR_HOST_API_STRUCT_SIZE_2_1 OPR_STRUCT_SIZE(opr_host_api, load_yaml_string)
+#define OPR_HOST_API_STRUCT_SIZE_2_2 OPR_STRUCT_SIZE(opr_host_api, register_group_provider)
 
 typedef int (*opr_plugin_init_fn)(const opr_host_api *host, opr_plugin *self);
 typedef int (*opr_plugin_probe_fn)(char *why, size_t why_len);

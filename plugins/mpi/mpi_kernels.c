@@ -1,0 +1,224 @@
+/* The collectives of registry/ops/dist.yaml on CPU tensors, f32 and f64, over MPI's
+ * non-blocking collectives waited on with the time-out (mpi_groups.c). Inputs may be
+ * strided: they are packed into contiguous buffers first (outputs are contiguous). */
+#include "mpi_state.h"
+
+#include <opreg/plugin_util.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const opr_tensor_view *tensor_arg(const opr_kernel_call *call, int i)
+{
+    return call->args[i]->kind == OPR_ARG_TENSOR ? call->args[i]->u.t : NULL;
+}
+
+/* Copies the elements of src, in row-major order, to the contiguous dst. */
+static void pack(void *dst, const opr_tensor_view *src)
+{
+    const size_t es = opu_dtype_size(src->dtype);
+    if (opu_is_contiguous(src)) {
+        memcpy(dst, src->data, (size_t)src->numel * es);
+        return;
+    }
+    opu_iter it;
+    memset(&it, 0, sizeof it);
+    it.ndim = src->ndim;
+    it.nops = 1;
+    it.shape = src->shape;
+    for (int d = 0; d < src->ndim; d++) it.strides[0][d] = src->strides[d];
+    opu_iter_seek(&it, 0);
+    for (int64_t i = 0; i < src->numel; i++, opu_iter_next(&it))
+        memcpy((char *)dst + (size_t)i * es, (const char *)src->data + (size_t)it.off[0] * es, es);
+}
+
+static void scale(void *buf, opr_dtype dt, int64_t n, int by)
+{
+    if (by <= 1) return;
+    if (dt == OPR_F32) for (int64_t i = 0; i < n; i++) ((float *)buf)[i] /= (float)by;
+    else for (int64_t i = 0; i < n; i++) ((double *)buf)[i] /= by;
+}
+
+/* What every collective starts with: its group's communicator, size and rank, the MPI
+ * type; fails the call with the reason. */
+typedef struct coll {
+    const char *name;
+    MPI_Comm comm;
+    int size, rank;
+    MPI_Datatype type;
+    int64_t group;
+    char what[96];
+} coll;
+
+static int fail(const opr_kernel_call *call, int rc, const char *why)
+{
+    call->host->set_error(call, "%s", why);
+    return rc;
+}
+
+static int coll_begin(const opr_kernel_call *call, int group_arg, const opr_tensor_view *self, coll *c)
+{
+    char why[512];
+    c->name = call->op;
+    c->group = call->args[group_arg]->u.i;
+    c->comm = mpid_comm(c->group, why, sizeof why);
+    if (c->comm == MPI_COMM_NULL) return fail(call, OPR_ERR_INVALID, why);
+    MPI_Comm_size(c->comm, &c->size);
+    MPI_Comm_rank(c->comm, &c->rank);
+    c->type = mpid_type(self->dtype);
+    if (c->type == MPI_DATATYPE_NULL) return fail(call, OPR_ERR_UNSUPPORTED, "f32 and f64 only");
+    if (self->numel > 0x7fffffff) return fail(call, OPR_ERR_UNSUPPORTED, "more than 2^31 - 1 elements");
+    snprintf(c->what, sizeof c->what, "%s on group %lld (rank %d of %d)", c->name, (long long)c->group, c->rank,
+             c->size);
+    return OPR_OK;
+}
+
+/* Waits for req; a failure fails the call with the reason. */
+static int coll_wait(const opr_kernel_call *call, coll *c, int mrc, MPI_Request *req)
+{
+    char why[640];
+    int rc = mrc == MPI_SUCCESS ? mpid_wait(req, c->what, why, sizeof why) : mpid_error(mrc, c->what, why, sizeof why);
+    return rc ? fail(call, rc, why) : OPR_OK;
+}
+
+static MPI_Op reduce_op(const char *op)
+{
+    return !strcmp(op, "max") ? MPI_MAX : !strcmp(op, "min") ? MPI_MIN : MPI_SUM;
+}
+
+/* all_reduce(self, op, group): in place in the output. */
+static int k_all_reduce(const opr_kernel_call *call)
+{
+    const opr_tensor_view *self = tensor_arg(call, 0);
+    opr_tensor_view *out = call->outputs[0];
+    const char *op = call->args[1]->u.s;
+    coll c;
+    int rc = coll_begin(call, 2, self, &c);
+    if (rc) return rc;
+    pack(out->data, self);
+    MPI_Request req;
+    mpid_lock();
+    int mrc = MPI_Iallreduce(MPI_IN_PLACE, out->data, (int)self->numel, c.type, reduce_op(op), c.comm, &req);
+    mpid_unlock();
+    if ((rc = coll_wait(call, &c, mrc, &req))) return rc;
+    if (!strcmp(op, "mean")) scale(out->data, out->dtype, out->numel, c.size);
+    return OPR_OK;
+}
+
+/* all_gather(self, group): [size * n, ...], this rank's rows packed in place. */
+static int k_all_gather(const opr_kernel_call *call)
+{
+    const opr_tensor_view *self = tensor_arg(call, 0);
+    coll c;
+    int rc = coll_begin(call, 1, self, &c);
+    if (rc) return rc;
+    int64_t shape[OPR_MAX_DIMS];
+    memcpy(shape, self->shape, (size_t)self->ndim * sizeof *shape);
+    shape[0] *= c.size;
+    if ((rc = call->host->alloc_output(call, 0, self->ndim, shape))) return rc;
+    opr_tensor_view *out = call->outputs[0];
+    const size_t es = opu_dtype_size(self->dtype);
+    pack((char *)out->data + (size_t)c.rank * (size_t)self->numel * es, self);
+    MPI_Request req;
+    mpid_lock();
+    int mrc = MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, out->data, (int)self->numel, c.type, c.comm, &req);
+    mpid_unlock();
+    return coll_wait(call, &c, mrc, &req);
+}
+
+/* reduce_scatter(self, op, group): rows [rank * n, (rank + 1) * n) of the sum. */
+static int k_reduce_scatter(const opr_kernel_call *call)
+{
+    const opr_tensor_view *self = tensor_arg(call, 0);
+    const char *op = call->args[1]->u.s;
+    coll c;
+    int rc = coll_begin(call, 2, self, &c);
+    if (rc) return rc;
+    if (self->shape[0] % c.size) {
+        char why[160];
+        snprintf(why, sizeof why, "size(self, 0) = %lld is not a multiple of the group's %d members",
+                 (long long)self->shape[0], c.size);
+        return fail(call, OPR_ERR_INVALID, why);
+    }
+    int64_t shape[OPR_MAX_DIMS];
+    memcpy(shape, self->shape, (size_t)self->ndim * sizeof *shape);
+    shape[0] /= c.size;
+    if ((rc = call->host->alloc_output(call, 0, self->ndim, shape))) return rc;
+    opr_tensor_view *out = call->outputs[0];
+    void *packed = malloc((size_t)self->numel * opu_dtype_size(self->dtype) + 1);
+    if (!packed) return fail(call, OPR_ERR_NOMEM, "out of memory");
+    pack(packed, self);
+    MPI_Request req;
+    mpid_lock();
+    int mrc = MPI_Ireduce_scatter_block(packed, out->data, (int)out->numel, c.type, MPI_SUM, c.comm, &req);
+    mpid_unlock();
+    rc = coll_wait(call, &c, mrc, &req);
+    if (!rc && !strcmp(op, "mean")) scale(out->data, out->dtype, out->numel, c.size);
+    if (!rc) free(packed); /* a timed-out one stays MPI's */
+    return rc;
+}
+
+static int root_of(const opr_kernel_call *call, const coll *c, int *root)
+{
+    int64_t r = call->args[1]->u.i;
+    if (r < 0 || r >= c->size) {
+        char why[128];
+        snprintf(why, sizeof why, "root %lld is not a member (the group has %d)", (long long)r, c->size);
+        return fail(call, OPR_ERR_INVALID, why);
+    }
+    *root = (int)r;
+    return OPR_OK;
+}
+
+/* broadcast(self, root, group): root's self everywhere. */
+static int k_broadcast(const opr_kernel_call *call)
+{
+    const opr_tensor_view *self = tensor_arg(call, 0);
+    opr_tensor_view *out = call->outputs[0];
+    coll c;
+    int root, rc = coll_begin(call, 2, self, &c);
+    if (rc || (rc = root_of(call, &c, &root))) return rc;
+    if (c.rank == root) pack(out->data, self);
+    MPI_Request req;
+    mpid_lock();
+    int mrc = MPI_Ibcast(out->data, (int)self->numel, c.type, root, c.comm, &req);
+    mpid_unlock();
+    return coll_wait(call, &c, mrc, &req);
+}
+
+/* reduce(self, root, group): the sum on root, zeros elsewhere. */
+static int k_reduce(const opr_kernel_call *call)
+{
+    const opr_tensor_view *self = tensor_arg(call, 0);
+    opr_tensor_view *out = call->outputs[0];
+    coll c;
+    int root, rc = coll_begin(call, 2, self, &c);
+    if (rc || (rc = root_of(call, &c, &root))) return rc;
+    void *packed = malloc((size_t)self->numel * opu_dtype_size(self->dtype) + 1);
+    if (!packed) return fail(call, OPR_ERR_NOMEM, "out of memory");
+    pack(packed, self);
+    memset(out->data, 0, (size_t)out->numel * opu_dtype_size(out->dtype));
+    MPI_Request req;
+    mpid_lock();
+    int mrc = MPI_Ireduce(packed, out->data, (int)self->numel, c.type, MPI_SUM, root, c.comm, &req);
+    mpid_unlock();
+    rc = coll_wait(call, &c, mrc, &req);
+    if (!rc) free(packed);
+    return rc;
+}
+
+int mpid_register_kernels(const opr_host_api *host, opr_plugin *self)
+{
+    static const struct { const char *op; opr_kernel_fn fn; } kernels[] = {
+        {"all_reduce", k_all_reduce}, {"all_gather", k_all_gather}, {"reduce_scatter", k_reduce_scatter},
+        {"broadcast", k_broadcast}, {"reduce", k_reduce},
+    };
+    int rc = OPR_OK;
+    for (size_t i = 0; !rc && i < sizeof kernels / sizeof kernels[0]; i++) {
+        opr_kernel_desc k = {.struct_size = sizeof k, .op = kernels[i].op, .device = "cpu",
+                             .dtypes = OPR_DTYPE_BIT(OPR_F32) | OPR_DTYPE_BIT(OPR_F64), .fn = kernels[i].fn};
+        rc = host->register_kernel(self, &k);
+    }
+    return rc;
+}
