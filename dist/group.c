@@ -75,7 +75,8 @@ opr_status opr_dist_set_timeout(opr_ctx *ctx, double seconds)
     const opr_group_provider *p = dist_provider(ctx);
     if (!p) return opr_error_status();
     if (!(seconds > 0)) return opr_fail(OPR_ERR_INVALID, "opr_dist_set_timeout: %g s is not a time-out (> 0)", seconds);
-    return p->set_timeout(p->data, seconds);
+    int rc = p->set_timeout(p->data, seconds);
+    return rc ? opr_fail(rc, "opr_dist_set_timeout: the %s provider refused %g s", p->name, seconds) : OPR_OK;
 }
 
 opr_status opr_dist_finalize(opr_ctx *ctx)

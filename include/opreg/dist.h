@@ -2,7 +2,7 @@
  * opreg across processes: process groups for the collective ops.
  *
  * The collectives are ops like any other (registry/ops/dist.yaml: all_reduce,
- * all_gather, reduce_scatter, broadcast, reduce), with derivative formulas, run with
+ * all_gather, reduce_scatter, broadcast_from, reduce_to), with derivative formulas, run with
  * opr_call; their `group` argument is an opr_group's id (0: the world group). A plugin
  * provides the groups on an existing engine: the MPI plugin (plugins/mpi) for a
  * process started by mpirun, with CPU kernels on MPI. docs/distributed.md has the

@@ -171,7 +171,7 @@ static int root_of(const opr_kernel_call *call, const coll *c, int *root)
     return OPR_OK;
 }
 
-/* broadcast(self, root, group): root's self everywhere. */
+/* broadcast_from(self, root, group): root's self everywhere. */
 static int k_broadcast(const opr_kernel_call *call)
 {
     const opr_tensor_view *self = tensor_arg(call, 0);
@@ -187,7 +187,7 @@ static int k_broadcast(const opr_kernel_call *call)
     return coll_wait(call, &c, mrc, &req);
 }
 
-/* reduce(self, root, group): the sum on root, zeros elsewhere. */
+/* reduce_to(self, root, group): the sum on root, zeros elsewhere. */
 static int k_reduce(const opr_kernel_call *call)
 {
     const opr_tensor_view *self = tensor_arg(call, 0);
@@ -212,7 +212,7 @@ int mpid_register_kernels(const opr_host_api *host, opr_plugin *self)
 {
     static const struct { const char *op; opr_kernel_fn fn; } kernels[] = {
         {"all_reduce", k_all_reduce}, {"all_gather", k_all_gather}, {"reduce_scatter", k_reduce_scatter},
-        {"broadcast", k_broadcast}, {"reduce", k_reduce},
+        {"broadcast_from", k_broadcast}, {"reduce_to", k_reduce},
     };
     int rc = OPR_OK;
     for (size_t i = 0; !rc && i < sizeof kernels / sizeof kernels[0]; i++) {

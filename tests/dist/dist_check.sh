@@ -1,0 +1,47 @@
+#!/bin/sh
+# The collectives across processes (test_dist) under mpirun, on one host.
+#   dist_check.sh TEST_DIST NP          values, gradients, a sub-group: every rank must
+#                                        say "all K checks passed"
+#   dist_check.sh TEST_DIST NP --die    the last rank exits mid-step: every other rank
+#                                        must report the dead peer within the time-out
+# As root, OpenMPI needs its allow-run-as-root settings; --oversubscribe lets more ranks
+# than cores run.
+set -u
+bin=$1
+np=$2
+mode=${3:-}
+command -v mpirun >/dev/null 2>&1 || { echo "SKIP: no mpirun (scripts/setup.sh installs openmpi-bin)"; exit 77; }
+if [ "$(id -u)" -eq 0 ]; then
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+fi
+# no network interface but loopback in containers: keep OpenMPI on shared memory and
+# TCP over lo, and quiet about what it does not find
+export OMPI_MCA_btl=self,vader,tcp OMPI_MCA_btl_tcp_if_include=lo OMPI_MCA_oob_tcp_if_include=lo
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+status=0
+if [ "$mode" = --die ]; then
+    # a rank that exits with status 3 must not make mpirun kill the others at once:
+    # they are to find out by themselves
+    timeout 60 mpirun --oversubscribe --mca orte_abort_on_non_zero_status 0 -np "$np" "$bin" "$np" --die >"$out" 2>&1
+    cat "$out"
+    last=$((np - 1))
+    r=0
+    while [ "$r" -lt "$last" ]; do
+        grep -Eq "^rank $r/$np: a dead peer was reported after [0-9.]* s: .*all_reduce on group 0 \(rank $r of $np\): timed out after 2 s waiting for the other members" "$out" ||
+            { echo "FAIL: rank $r did not report the dead peer"; status=1; }
+        r=$((r + 1))
+    done
+    grep -q "FAIL" "$out" && status=1
+else
+    timeout 300 mpirun --oversubscribe -np "$np" "$bin" "$np" >"$out" 2>&1
+    rc=$?
+    cat "$out"
+    [ "$rc" = 0 ] || { echo "FAIL: mpirun -np $np exited $rc"; status=1; }
+    r=0
+    while [ "$r" -lt "$np" ]; do
+        grep -Eq "^rank $r/$np: all [0-9]+ checks passed$" "$out" || { echo "FAIL: rank $r did not pass"; status=1; }
+        r=$((r + 1))
+    done
+fi
+exit $status
