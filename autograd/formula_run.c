@@ -115,8 +115,7 @@ static int run_kernel(expr_run *r, opr_node *n, const deriv_cand *c, uint32_t wa
         if (!((want >> c->cover[p]) & 1)) continue;
         /* metadata without data until supports (ABI 2.2) has seen the call */
         const opr_meta *m = &n->metas[c->cover[p]];
-        int64_t step = 1;
-        for (int d = m->ndim - 1; d >= 0; d--) { out_strides[p][d] = step; step *= m->shape[d] > 1 ? m->shape[d] : 1; }
+        opr_contiguous_strides(m->shape, m->ndim, out_strides[p]);
         outv[p] = (opr_tensor_view){.struct_size = sizeof outv[p], .dtype = m->dtype, .ndim = m->ndim,
                                     .shape = m->shape, .strides = out_strides[p], .device = n->dev, .numel = m->numel};
         mask |= 1ull << p;

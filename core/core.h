@@ -215,7 +215,8 @@ static inline int64_t opr_diagonal_length(int64_t rows, int64_t cols, int64_t of
     if (offset >= 0) return offset >= cols ? 0 : (cols - offset < rows ? cols - offset : rows);
     return offset <= -rows ? 0 : (rows + offset < cols ? rows + offset : cols);
 }
-/* Product of sizes already checked by opr_shape_check (hot paths). */
+/* The product of the sizes (saturating at INT64_MAX, for shapes not checked yet), and
+ * the row-major strides of a contiguous tensor of that shape (saturating too). */
 int64_t opr_meta_numel(const int64_t *shape, int ndim);
 void opr_contiguous_strides(const int64_t *shape, int ndim, int64_t *strides);
 

@@ -8,7 +8,8 @@
 int64_t opr_meta_numel(const int64_t *shape, int ndim)
 {
     int64_t n = 1;
-    for (int i = 0; i < ndim; i++) n *= shape[i];
+    for (int i = 0; i < ndim; i++) /* saturating, for shapes not checked yet */
+        if (__builtin_mul_overflow(n, shape[i], &n)) n = shape[i] ? INT64_MAX : 0;
     return n;
 }
 
@@ -40,7 +41,9 @@ void opr_contiguous_strides(const int64_t *shape, int ndim, int64_t *strides)
     int64_t s = 1;
     for (int i = ndim - 1; i >= 0; i--) {
         strides[i] = s;
-        s *= shape[i] > 1 ? shape[i] : 1;
+        /* saturating: a shape not yet checked (what a kernel's supports is shown before
+         * the allocation refuses it) must not overflow */
+        if (__builtin_mul_overflow(s, shape[i] > 1 ? shape[i] : 1, &s)) s = INT64_MAX;
     }
 }
 

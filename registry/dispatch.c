@@ -472,8 +472,7 @@ opr_status opr_call(const opr_op *op, const opr_value *args, int nargs, opr_tens
             if (shape.u.l[d] < 0) rc = opr_fail(OPR_ERR_INVALID, "%s: negative output size %lld", op->name, (long long)shape.u.l[d]);
         if (rc) break;
         memcpy(out_shapes[i], shape.u.l, (size_t)shape.n * sizeof(int64_t));
-        int64_t step = 1;
-        for (int d = shape.n - 1; d >= 0; d--) { out_strides[i][d] = step; step *= shape.u.l[d] > 1 ? shape.u.l[d] : 1; }
+        opr_contiguous_strides(shape.u.l, shape.n, out_strides[i]);
         out_views[i] = (opr_tensor_view){.struct_size = sizeof out_views[i], .dtype = f.out_dtype[i], .ndim = shape.n,
                                          .shape = out_shapes[i], .strides = out_strides[i], .device = c.dev,
                                          .numel = opr_meta_numel(shape.u.l, shape.n)};

@@ -7,18 +7,9 @@
 #include <stdio.h>
 #include <string.h>
 
-static void contiguous_strides(int ndim, const int64_t *shape, int64_t *strides)
-{
-    int64_t step = 1;
-    for (int d = ndim - 1; d >= 0; d--) {
-        strides[d] = step;
-        step *= shape[d] > 1 ? shape[d] : 1;
-    }
-}
-
 static void meta_view(opr_tensor_view *v, int64_t *strides, const opr_meta *m, opr_device dev)
 {
-    contiguous_strides(m->ndim, m->shape, strides);
+    opr_contiguous_strides(m->shape, m->ndim, strides);
     *v = (opr_tensor_view){.struct_size = sizeof *v, .data = NULL, .dtype = m->dtype, .ndim = m->ndim,
                            .shape = m->shape, .strides = strides, .device = dev, .numel = m->numel};
 }
