@@ -122,8 +122,46 @@ static int add_to_leaf_grad(opr_tensor *leaf, opr_tensor *g)
     }
 }
 
+/* opr_backward_opts.leaf_ready: the edges into each leaf still to deliver in this
+ * pass, counted by collect(); a leaf whose count reaches 0 has its whole gradient. */
+typedef struct leaf_watch {
+    opr_tensor **leaves;
+    int *left;
+    int n, cap;
+    void (*ready)(opr_tensor *leaf, void *user);
+    void *user;
+} leaf_watch;
+
+static int watch_add(leaf_watch *w, opr_tensor *leaf)
+{
+    for (int i = 0; i < w->n; i++)
+        if (w->leaves[i] == leaf) { w->left[i]++; return OPR_OK; }
+    if (w->n == w->cap) {
+        int cap = w->cap ? 2 * w->cap : 64;
+        opr_tensor **l = realloc(w->leaves, (size_t)cap * sizeof *l);
+        if (l) w->leaves = l;
+        int *c = l ? realloc(w->left, (size_t)cap * sizeof *c) : NULL;
+        if (!c) return opr_fail(OPR_ERR_NOMEM, "backward: out of memory watching leaves");
+        w->left = c;
+        w->cap = cap;
+    }
+    w->leaves[w->n] = leaf;
+    w->left[w->n++] = 1;
+    return OPR_OK;
+}
+
+/* One edge into leaf delivered: the callback when it was the last. */
+static void watch_delivered(leaf_watch *w, opr_tensor *leaf)
+{
+    for (int i = 0; w && i < w->n; i++)
+        if (w->leaves[i] == leaf) {
+            if (--w->left[i] == 0) w->ready(leaf, w->user);
+            return;
+        }
+}
+
 /* Gradient g (consumed) arriving at a leaf. */
-static int deliver_leaf(opr_tensor *leaf, opr_tensor *g, const capture *cap)
+static int deliver_leaf(opr_tensor *leaf, opr_tensor *g, const capture *cap, leaf_watch *watch)
 {
     int ci = capture_index(cap, leaf);
     if (ci >= 0) return accumulate(&cap->grads[ci], g);
@@ -133,7 +171,9 @@ static int deliver_leaf(opr_tensor *leaf, opr_tensor *g, const capture *cap)
         return opr_fail(OPR_ERR_UNSUPPORTED, "backward inside opr_vmap into a tensor from outside it: use "
                         "opr_autograd_grad for per-sample gradients and return them from the callback");
     }
-    return add_to_leaf_grad(leaf, g);
+    int rc = add_to_leaf_grad(leaf, g);
+    if (!rc) watch_delivered(watch, leaf);
+    return rc;
 }
 
 /* item: the item of the node's Tensor[] argument arg, or -1 for a plain argument. */
@@ -152,9 +192,9 @@ static int check_grad_shape(const opr_node *n, int arg, int item, const opr_tens
 
 /* Sends g (consumed) along edge e: into a leaf, or into the pending gradient of the
  * node it leads to, which becomes ready when this was its last edge. */
-static int send(ag_edge *e, opr_tensor *g, const capture *cap, node_list *ready)
+static int send(ag_edge *e, opr_tensor *g, const capture *cap, leaf_watch *watch, node_list *ready)
 {
-    if (e->leaf) return deliver_leaf(e->leaf, g, cap);
+    if (e->leaf) return deliver_leaf(e->leaf, g, cap, watch);
     if (!e->node) { opr_tensor_release(g); return OPR_OK; }
     int rc = accumulate(ag_pending(e->node, e->out_nr), g);
     if (!rc && --e->node->deps == 0) rc = push(ready, e->node);
@@ -168,7 +208,7 @@ static void release_pending(opr_node *n)
     for (int k = 0; k < n->npieces; k++) { opr_tensor_release(n->piece_pending[k]); n->piece_pending[k] = NULL; }
 }
 
-static int run_node(opr_node *n, const opr_backward_opts *o, const capture *cap, node_list *ready)
+static int run_node(opr_node *n, const opr_backward_opts *o, const capture *cap, leaf_watch *watch, node_list *ready)
 {
     const opr_op *op = n->op;
     if (n->released)
@@ -202,13 +242,13 @@ static int run_node(opr_node *n, const opr_backward_opts *o, const capture *cap,
         if (!grads[a]) continue;
         if (!rc) rc = check_grad_shape(n, a, -1, grads[a]);
         if (rc) opr_tensor_release(grads[a]);
-        else rc = send(&n->next[a], grads[a], cap, ready);
+        else rc = send(&n->next[a], grads[a], cap, watch, ready);
     }
     for (int j = 0; j < n->nitems; j++) { /* an item given twice gets both gradients, summed */
         if (!item_grads[j]) continue;
         if (!rc) rc = check_grad_shape(n, n->list_arg, j, item_grads[j]);
         if (rc) opr_tensor_release(item_grads[j]);
-        else rc = send(&n->items[j], item_grads[j], cap, ready);
+        else rc = send(&n->items[j], item_grads[j], cap, watch, ready);
     }
     free(item_grads);
     if (!o->retain_graph) {
@@ -218,8 +258,9 @@ static int run_node(opr_node *n, const opr_backward_opts *o, const capture *cap,
     return rc;
 }
 
-/* Counts, for every node reachable from the roots, how many edges lead into it. */
-static int collect(node_list *all, opr_node *const *roots, int nroots)
+/* Counts, for every node reachable from the roots, how many edges lead into it (and
+ * into each leaf, when watched). */
+static int collect(node_list *all, opr_node *const *roots, int nroots, leaf_watch *watch)
 {
     node_list stack;
     list_init(&stack);
@@ -229,8 +270,10 @@ static int collect(node_list *all, opr_node *const *roots, int nroots)
     while (!rc && stack.n) {
         opr_node *n = stack.items[--stack.n];
         if ((rc = push(all, n))) break;
-        for (int a = 0; a < n->op->nargs + n->nitems; a++) {
-            opr_node *next = a < n->op->nargs ? n->next[a].node : n->items[a - n->op->nargs].node;
+        for (int a = 0; a < n->op->nargs + n->nitems && !rc; a++) {
+            const ag_edge *e = a < n->op->nargs ? &n->next[a] : &n->items[a - n->op->nargs];
+            if (watch && e->leaf) rc = watch_add(watch, e->leaf);
+            opr_node *next = e->node;
             if (!next) continue;
             next->deps++;
             if (!next->queued) { next->queued = true; rc = push(&stack, next); }
@@ -296,18 +339,26 @@ static int backward(opr_tensor *const *outputs, opr_tensor *const *grad_outputs,
     node_list all, ready;
     list_init(&all);
     list_init(&ready);
-    if (!rc) rc = collect(&all, roots, n_outputs);
+    leaf_watch watch_storage = {.ready = o.leaf_ready, .user = o.leaf_ready_user};
+    leaf_watch *watch = o.leaf_ready && !cap ? &watch_storage : NULL; /* opr_autograd_grad leaves .grad alone */
+    for (int i = 0; i < n_outputs && !rc && watch; i++)
+        if (!outputs[i]->grad_fn) rc = watch_add(watch, outputs[i]);
+    if (!rc) rc = collect(&all, roots, n_outputs, watch);
     /* seed: gradients of the outputs themselves */
     for (int i = 0; i < n_outputs && !rc; i++) {
         opr_tensor *t = outputs[i];
         opr_tensor *g = seeds[i];
         seeds[i] = NULL;
         if (t->grad_fn) rc = accumulate(ag_pending(t->grad_fn, t->output_nr), g);
-        else rc = deliver_leaf(t, g, cap);
+        else rc = deliver_leaf(t, g, cap, watch);
     }
     for (int i = 0; i < all.n && !rc; i++)
         if (all.items[i]->deps == 0) rc = push(&ready, all.items[i]);
-    while (!rc && ready.n) rc = run_node(ready.items[--ready.n], &o, cap, &ready);
+    while (!rc && ready.n) rc = run_node(ready.items[--ready.n], &o, cap, watch, &ready);
+    /* a leaf some edge of which carried no gradient is done too, now */
+    for (int i = 0; !rc && watch && i < watch->n; i++)
+        if (watch->left[i] > 0) { watch->left[i] = 0; watch->ready(watch->leaves[i], watch->user); }
+    if (watch) { free(watch->leaves); free(watch->left); }
     for (int i = 0; i < all.n; i++) { /* reset scratch, also after an error */
         opr_node *n = all.items[i];
         n->deps = 0;

@@ -100,6 +100,47 @@ START_TEST(accumulate_mul_x_x)
 }
 END_TEST
 
+/* opr_backward_opts.leaf_ready: once per leaf, when its gradient is whole (x reaches
+ * the loss through two paths, w through one), before the pass ends. */
+static int ready_calls[2];
+static double ready_grad0[2];
+static opr_tensor *ready_leaves[2];
+static void on_ready(opr_tensor *leaf, void *user)
+{
+    (void)user;
+    for (int i = 0; i < 2; i++)
+        if (leaf == ready_leaves[i]) {
+            double g[5] = {0};
+            ready_calls[i]++;
+            ck_assert_int_eq(opr_tensor_copy_to_host_f64(opr_grad(leaf), g, 5), OPR_OK);
+            ready_grad0[i] = g[0];
+        }
+}
+
+START_TEST(leaf_ready_once_when_whole)
+{
+    int64_t s[1] = {5};
+    opr_tensor *x = leaf(1, s, true), *w = leaf(1, s, true);
+    opr_tensor *xx = CALL("mul", TV(x), TV(x)), *xw = CALL("mul", TV(xx), TV(w)), *y = CALL("add", TV(xw), TV(x));
+    opr_tensor *z = sum_all(y);
+    ready_leaves[0] = x;
+    ready_leaves[1] = w;
+    ready_calls[0] = ready_calls[1] = 0;
+    opr_backward_opts o = {.struct_size = sizeof o, .leaf_ready = on_ready};
+    ck_assert_int_eq(opr_backward(z, NULL, &o), OPR_OK);
+    ck_assert_int_eq(ready_calls[0], 1);
+    ck_assert_int_eq(ready_calls[1], 1);
+    double *xv = tu_to_f64(x), *wv = tu_to_f64(w);
+    /* d/dx (x^2 w + x) = 2 x w + 1, all of it by the time of the call */
+    ck_assert(fabs(ready_grad0[0] - (2 * xv[0] * wv[0] + 1)) < 1e-14);
+    ck_assert(fabs(ready_grad0[1] - xv[0] * xv[0]) < 1e-14);
+    free(xv);
+    free(wv);
+    opr_tensor *all[] = {z, y, xw, xx, w, x};
+    for (int i = 0; i < 6; i++) opr_tensor_release(all[i]);
+}
+END_TEST
+
 START_TEST(accumulate_add_x_x)
 {
     int64_t s[1] = {5};
@@ -778,6 +819,7 @@ int main(void)
     tcase_add_checked_fixture(eng, setup, teardown);
     tcase_add_test(eng, accumulate_mul_x_x);
     tcase_add_test(eng, accumulate_add_x_x);
+    tcase_add_test(eng, leaf_ready_once_when_whole);
     tcase_add_test(eng, diamond);
     tcase_add_test(eng, second_backward_without_retain_graph_fails);
     tcase_add_test(eng, retain_graph_accumulates);

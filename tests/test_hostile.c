@@ -371,7 +371,7 @@ START_TEST(backward_options_struct_size)
     opr_tensor *g = NULL;
     ck_assert_int_eq(opr_autograd_grad(&s, NULL, 1, &w, 1, &g, &bad), OPR_ERR_INVALID);
     ck_assert_ptr_null(g);
-    opr_backward_opts ok = {sizeof ok, false, false};
+    opr_backward_opts ok = {.struct_size = sizeof ok};
     ck_assert_int_eq(opr_backward(s, NULL, &ok), OPR_OK);
     ck_assert_ptr_nonnull(opr_grad(w));
     opr_tensor_release(s);
@@ -387,7 +387,7 @@ START_TEST(create_graph_into_leaf_frees_its_graph)
     opr_set_requires_grad(w, true);
     opr_tensor *sq = tu_call1(ctx, "mul", (opr_value[]){opr_v_tensor(w), opr_v_tensor(w)}, 2);
     opr_tensor *s = tu_call1(ctx, "sum", (opr_value[]){opr_v_tensor(sq)}, 1);
-    opr_backward_opts o = {sizeof o, false, true};
+    opr_backward_opts o = {.struct_size = sizeof o, .create_graph = true};
     ck_assert_int_eq(opr_backward(s, NULL, &o), OPR_OK);
     opr_tensor *g = opr_grad(w);
     ck_assert_ptr_nonnull(g);

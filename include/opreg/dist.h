@@ -49,6 +49,54 @@ OPR_API opr_status opr_dist_set_timeout(opr_ctx *ctx, double seconds);
  * collective; no group of any context is usable after, nor again in this process. */
 OPR_API opr_status opr_dist_finalize(opr_ctx *ctx);
 
+/* ------------------------------------------------------------------ data parallel */
+
+/* Data-parallel training over a group, as PyTorch's DistributedDataParallel: every
+ * member holds the same parameters and runs its share of the batch; opr_ddp_backward
+ * averages the parameters' gradients over the group. The gradients are reduced in
+ * buckets (about bucket_mib each, parameters in reverse order, since backward reaches
+ * the last ones first), each bucket's non-blocking all-reduce starting as soon as the
+ * backward engine has its last gradient (opr_backward_opts.leaf_ready), while the
+ * backward goes on; the call returns once every bucket is in. CPU parameters, f32 or
+ * f64. */
+typedef struct opr_ddp opr_ddp;
+
+typedef struct opr_ddp_opts {
+    size_t struct_size;
+    double bucket_mib;  /* bucket capacity in MiB (a parameter larger than it gets a
+                           bucket of its own); 0: 25, PyTorch's default */
+} opr_ddp_opts;
+#define OPR_DDP_OPTS_STRUCT_SIZE_0_1 OPR_STRUCT_SIZE(opr_ddp_opts, bucket_mib)
+
+/* Makes the helper for the n parameters (leaves that require grad) and broadcasts
+ * their values from the group's rank 0 to the others (collective over group). The
+ * tensors stay the caller's; opts may be NULL. */
+OPR_API opr_status opr_ddp_new(opr_ctx *ctx, const opr_group *group, opr_tensor *const *params, int n,
+                               const opr_ddp_opts *opts, opr_ddp **out);
+/* opr_backward(loss, grad, NULL), then every parameter's .grad is its mean over the
+ * group (a parameter this member's loss did not reach counts as zeros; one with no
+ * .grad here keeps none). Accumulates into .grad like opr_backward: zero the
+ * gradients between steps (opr_zero_grad). */
+OPR_API opr_status opr_ddp_backward(opr_ddp *ddp, opr_tensor *loss, opr_tensor *grad);
+/* Buckets, and the bucket of parameter i. */
+OPR_API int opr_ddp_bucket_count(const opr_ddp *ddp);
+OPR_API int opr_ddp_bucket_of(const opr_ddp *ddp, int param);
+
+/* What the last opr_ddp_backward did, in order (to check the overlap): a parameter's
+ * gradient ready (index: the parameter), a bucket's reduction started or waited for
+ * (index: the bucket), the backward engine finished (index -1). */
+typedef enum opr_ddp_event_kind {
+    OPR_DDP_GRAD_READY, OPR_DDP_BUCKET_STARTED, OPR_DDP_BACKWARD_DONE, OPR_DDP_BUCKET_DONE
+} opr_ddp_event_kind;
+typedef struct opr_ddp_event {
+    opr_ddp_event_kind kind;
+    int index;
+    double t_us; /* since the call began */
+} opr_ddp_event;
+/* The events of the last opr_ddp_backward (valid until the next call or the free). */
+OPR_API const opr_ddp_event *opr_ddp_events(const opr_ddp *ddp, int *n);
+OPR_API void opr_ddp_free(opr_ddp *ddp);
+
 #ifdef __cplusplus
 }
 #endif

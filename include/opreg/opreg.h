@@ -589,8 +589,16 @@ typedef struct opr_backward_opts {
                            Into a leaf, this makes a loop (the gradient's graph holds the
                            leaf): it is freed once nothing outside the loop holds the
                            leaf, so releasing the leaf is enough. */
-} opr_backward_opts; /* all fields since 0.1 */
+    /* 0.2, optional (opr_backward only): called once for each leaf of the pass when its
+     * .grad holds every contribution of this pass, on the thread running backward,
+     * while the rest of the backward still runs (the data-parallel helper starts its
+     * reductions from it). It may read opr_grad(leaf); it must not run backward, nor
+     * change the leaf or its gradient. */
+    void (*leaf_ready)(opr_tensor *leaf, void *user);
+    void *leaf_ready_user; /* 0.2: handed to leaf_ready */
+} opr_backward_opts; /* fields since 0.1 unless marked */
 #define OPR_BACKWARD_OPTS_STRUCT_SIZE_0_1 OPR_STRUCT_SIZE(opr_backward_opts, create_graph)
+#define OPR_BACKWARD_OPTS_STRUCT_SIZE_0_2 OPR_STRUCT_SIZE(opr_backward_opts, leaf_ready_user)
 
 /* Accumulates d(root)/d(leaf), weighted by grad, into every leaf that requires grad and
  * that root depends on. grad may be NULL when root has one element (it is then 1).

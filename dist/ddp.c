@@ -1,0 +1,249 @@
+/* The data-parallel helper (opreg/dist.h, opr_ddp_*): parameters broadcast from rank 0
+ * at the start, gradients averaged over the group in buckets whose non-blocking
+ * all-reduce (the group provider's all_reduce_start) starts from the backward engine's
+ * leaf_ready callback, as soon as a bucket's last gradient is in. */
+#include "dist.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define DEFAULT_BUCKET_MIB 25.0
+
+typedef struct bucket {
+    opr_dtype dtype;
+    int64_t numel;
+    void *buf;           /* the gradients, packed; reduced in place */
+    int nparams, ready;
+    bool started;
+    int64_t req;
+} bucket;
+
+struct opr_ddp {
+    opr_ctx *ctx;
+    const opr_group_provider *provider;
+    opr_group group;
+    int n;
+    opr_tensor **params;  /* retained */
+    int *bucket_of;
+    int64_t *offset;      /* in its bucket, in elements */
+    bool *got;            /* this backward delivered its gradient */
+    bucket *buckets;
+    int nbuckets;
+    opr_ddp_event *events;
+    int nevents, cap;
+    double t0;
+    int error;            /* the first failure inside leaf_ready */
+    char error_msg[640];
+};
+
+static double now_us(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e6 + (double)t.tv_nsec * 1e-3;
+}
+
+static void event(opr_ddp *d, opr_ddp_event_kind kind, int index)
+{
+    if (d->nevents == d->cap) {
+        int cap = d->cap ? 2 * d->cap : 64;
+        opr_ddp_event *e = realloc(d->events, (size_t)cap * sizeof *e);
+        if (!e) return; /* the log is for tests: a lost event is not an error */
+        d->events = e;
+        d->cap = cap;
+    }
+    d->events[d->nevents++] = (opr_ddp_event){kind, index, now_us() - d->t0};
+}
+
+void opr_ddp_free(opr_ddp *d)
+{
+    if (!d) return;
+    for (int i = 0; i < d->n; i++) opr_tensor_release(d->params[i]);
+    for (int b = 0; b < d->nbuckets; b++) free(d->buckets[b].buf);
+    free(d->params);
+    free(d->bucket_of);
+    free(d->offset);
+    free(d->got);
+    free(d->buckets);
+    free(d->events);
+    free(d);
+}
+
+/* Reverse parameter order, one dtype per bucket, at most cap_bytes each. */
+static int make_buckets(opr_ddp *d, double cap_bytes)
+{
+    d->buckets = calloc((size_t)d->n, sizeof *d->buckets);
+    if (!d->buckets) return opr_fail(OPR_ERR_NOMEM, "opr_ddp_new: out of memory");
+    for (int i = d->n - 1; i >= 0; i--) {
+        opr_tensor *p = d->params[i];
+        opr_dtype dt = opr_tensor_dtype(p);
+        int64_t numel = opr_tensor_numel(p);
+        bucket *b = d->nbuckets ? &d->buckets[d->nbuckets - 1] : NULL;
+        double bytes = (double)(b ? b->numel + numel : numel) * (double)opr_dtype_size(dt);
+        if (!b || b->dtype != dt || (bytes > cap_bytes && b->nparams)) {
+            b = &d->buckets[d->nbuckets++];
+            b->dtype = dt;
+        }
+        d->bucket_of[i] = (int)(b - d->buckets);
+        d->offset[i] = b->numel;
+        b->numel += numel;
+        b->nparams++;
+    }
+    for (int k = 0; k < d->nbuckets; k++)
+        if (!(d->buckets[k].buf = calloc((size_t)d->buckets[k].numel + 1, opr_dtype_size(d->buckets[k].dtype))))
+            return opr_fail(OPR_ERR_NOMEM, "opr_ddp_new: out of memory for %lld gradient elements",
+                            (long long)d->buckets[k].numel);
+    return OPR_OK;
+}
+
+/* Parameter i's value from rank 0 (collective). */
+static int broadcast_param(opr_ddp *d, int i)
+{
+    opr_tensor *p = d->params[i], *got = NULL;
+    opr_value a[3] = {opr_v_tensor(p), opr_v_int(0), opr_v_int(d->group.id)};
+    bool mode = opr_grad_mode_set(false);
+    int rc = opr_call(opr_op_find(d->ctx, "broadcast_from"), a, 3, &got, 1);
+    opr_grad_mode_set(mode);
+    size_t bytes = (size_t)opr_tensor_numel(p) * opr_dtype_size(opr_tensor_dtype(p));
+    void *host = rc ? NULL : malloc(bytes + 1);
+    if (!rc && !host) rc = opr_fail(OPR_ERR_NOMEM, "opr_ddp_new: out of memory");
+    if (!rc) rc = opr_tensor_copy_to_host(got, host, bytes);
+    if (!rc) rc = opr_tensor_copy_from_host(p, host, bytes);
+    free(host);
+    opr_tensor_release(got);
+    return rc ? opr_fail_wrap(rc, "opr_ddp_new: broadcasting parameter %d from rank 0", i) : OPR_OK;
+}
+
+opr_status opr_ddp_new(opr_ctx *ctx, const opr_group *group, opr_tensor *const *params, int n,
+                       const opr_ddp_opts *opts, opr_ddp **out)
+{
+    if (!out) return opr_fail(OPR_ERR_INVALID, "opr_ddp_new: NULL out");
+    *out = NULL;
+    const opr_group_provider *provider = dist_provider(ctx);
+    if (!provider) return opr_error_status();
+    if (!group || group->id < 0) return opr_fail(OPR_ERR_INVALID, "opr_ddp_new: no group (this process is not a member)");
+    if (!params || n < 1) return opr_fail(OPR_ERR_INVALID, "opr_ddp_new: no parameters (%d)", n);
+    opr_ddp_opts o = {.struct_size = sizeof o};
+    int rc = opts ? opr_struct_in(&o, sizeof o, opts, OPR_DDP_OPTS_STRUCT_SIZE_0_1, "opr_ddp_new", "opr_ddp_opts") : OPR_OK;
+    if (rc) return rc;
+    if (o.bucket_mib < 0) return opr_fail(OPR_ERR_INVALID, "opr_ddp_new: bucket_mib %g is negative", o.bucket_mib);
+    for (int i = 0; i < n; i++) {
+        opr_tensor *p = params[i];
+        if (!p) return opr_fail(OPR_ERR_INVALID, "opr_ddp_new: parameter %d is NULL", i);
+        opr_dtype dt = opr_tensor_dtype(p);
+        if (!opr_requires_grad(p) || opr_tensor_device(p).type != OPR_CPU.type || (dt != OPR_F32 && dt != OPR_F64))
+            return opr_fail(OPR_ERR_INVALID, "opr_ddp_new: parameter %d must be a CPU f32 or f64 tensor that "
+                            "requires grad", i);
+    }
+    opr_ddp *d = calloc(1, sizeof *d);
+    if (!d) return opr_fail(OPR_ERR_NOMEM, "opr_ddp_new: out of memory");
+    *d = (opr_ddp){.ctx = ctx, .provider = provider, .group = *group, .n = n};
+    d->params = calloc((size_t)n, sizeof *d->params);
+    d->bucket_of = calloc((size_t)n, sizeof *d->bucket_of);
+    d->offset = calloc((size_t)n, sizeof *d->offset);
+    d->got = calloc((size_t)n, sizeof *d->got);
+    if (!d->params || !d->bucket_of || !d->offset || !d->got) { opr_ddp_free(d); return opr_fail(OPR_ERR_NOMEM, "opr_ddp_new: out of memory"); }
+    for (int i = 0; i < n; i++) d->params[i] = opr_tensor_retain(params[i]);
+    rc = make_buckets(d, (o.bucket_mib > 0 ? o.bucket_mib : DEFAULT_BUCKET_MIB) * 1024 * 1024);
+    for (int i = 0; i < n && !rc; i++) rc = broadcast_param(d, i);
+    if (rc) { opr_ddp_free(d); return rc; }
+    *out = d;
+    return OPR_OK;
+}
+
+int opr_ddp_bucket_count(const opr_ddp *d) { return d ? d->nbuckets : 0; }
+int opr_ddp_bucket_of(const opr_ddp *d, int param) { return d && param >= 0 && param < d->n ? d->bucket_of[param] : -1; }
+
+const opr_ddp_event *opr_ddp_events(const opr_ddp *d, int *n)
+{
+    if (n) *n = d ? d->nevents : 0;
+    return d ? d->events : NULL;
+}
+
+static void fail_once(opr_ddp *d, int rc, const char *fmt, const char *detail)
+{
+    if (d->error) return;
+    d->error = rc ? rc : OPR_ERR_BACKEND;
+    snprintf(d->error_msg, sizeof d->error_msg, fmt, detail);
+}
+
+static void start_bucket(opr_ddp *d, int k)
+{
+    bucket *b = &d->buckets[k];
+    char why[512] = "";
+    int rc = d->provider->all_reduce_start(d->provider->data, d->group.id, b->buf, b->numel, b->dtype, "mean", &b->req,
+                                           why, sizeof why);
+    if (rc) { fail_once(d, rc, "opr_ddp_backward: starting a bucket's reduction: %s", why); return; }
+    b->started = true;
+    event(d, OPR_DDP_BUCKET_STARTED, k);
+}
+
+/* A parameter's gradient is complete: into its bucket, which starts when full. */
+static void leaf_ready(opr_tensor *leaf, void *user)
+{
+    opr_ddp *d = user;
+    int i = 0;
+    while (i < d->n && d->params[i] != leaf) i++;
+    if (i == d->n || d->got[i]) return; /* not a parameter of ours */
+    const opr_tensor *g = opr_grad(leaf);
+    if (!g) return;
+    bucket *b = &d->buckets[d->bucket_of[i]];
+    size_t es = opr_dtype_size(b->dtype);
+    int rc = opr_tensor_copy_to_host(g, (char *)b->buf + (size_t)d->offset[i] * es,
+                                     (size_t)opr_tensor_numel(leaf) * es);
+    if (rc) { fail_once(d, rc, "opr_ddp_backward: reading a gradient: %s", opr_last_error()); return; }
+    d->got[i] = true;
+    event(d, OPR_DDP_GRAD_READY, i);
+    if (++b->ready == b->nparams && !d->error) start_bucket(d, d->bucket_of[i]);
+}
+
+opr_status opr_ddp_backward(opr_ddp *d, opr_tensor *loss, opr_tensor *grad)
+{
+    if (!d) return opr_fail(OPR_ERR_INVALID, "opr_ddp_backward: NULL helper");
+    d->nevents = 0;
+    d->error = 0;
+    d->t0 = now_us();
+    for (int i = 0; i < d->n; i++) d->got[i] = false;
+    for (int k = 0; k < d->nbuckets; k++) { d->buckets[k].ready = 0; d->buckets[k].started = false; }
+    /* a parameter already holding a gradient from before counts it too: .grad accumulates */
+    opr_backward_opts o = {.struct_size = sizeof o, .leaf_ready = leaf_ready, .leaf_ready_user = d};
+    int rc = opr_backward(loss, grad, &o);
+    event(d, OPR_DDP_BACKWARD_DONE, -1);
+    /* every member reduces every bucket, whatever its loss reached: the missing
+     * gradients are zeros (or what .grad held) */
+    for (int i = 0; i < d->n && !d->error; i++) {
+        if (d->got[i]) continue;
+        bucket *b = &d->buckets[d->bucket_of[i]];
+        size_t es = opr_dtype_size(b->dtype), bytes = (size_t)opr_tensor_numel(d->params[i]) * es;
+        const opr_tensor *g = opr_grad(d->params[i]);
+        char *at = (char *)b->buf + (size_t)d->offset[i] * es;
+        if (g) { if (opr_tensor_copy_to_host(g, at, bytes)) fail_once(d, OPR_ERR_BACKEND, "%s", opr_last_error()); }
+        else memset(at, 0, bytes);
+        d->got[i] = true;
+        if (++b->ready == b->nparams) start_bucket(d, d->bucket_of[i]);
+    }
+    /* wait for each started bucket even after an error, so that no reduction is left
+     * writing into the buffers */
+    for (int k = 0; k < d->nbuckets; k++) {
+        bucket *b = &d->buckets[k];
+        if (!b->started) continue;
+        char why[640] = "";
+        int wrc = d->provider->wait(d->provider->data, b->req, why, sizeof why);
+        if (wrc) fail_once(d, wrc, "opr_ddp_backward: %s", why);
+        else event(d, OPR_DDP_BUCKET_DONE, k);
+    }
+    if (rc) return rc;
+    if (d->error) return opr_fail(d->error, "%s", d->error_msg);
+    for (int i = 0; i < d->n; i++) { /* the means back into .grad */
+        opr_tensor *g = opr_grad(d->params[i]);
+        if (!g) continue;
+        bucket *b = &d->buckets[d->bucket_of[i]];
+        size_t es = opr_dtype_size(b->dtype);
+        if ((rc = opr_tensor_copy_from_host(g, (char *)b->buf + (size_t)d->offset[i] * es,
+                                            (size_t)opr_tensor_numel(d->params[i]) * es)))
+            return opr_fail_wrap(rc, "opr_ddp_backward: writing parameter %d's gradient", i);
+    }
+    return OPR_OK;
+}

@@ -1,0 +1,209 @@
+/* Data-parallel training (opr_ddp_*) under mpirun (tests/dist/dist_check.sh):
+ *
+ *   test_ddp SIZE    a two-layer MLP trained 20 SGD steps, each rank on its share of
+ *                    the batch through opr_ddp_backward, against the same steps in
+ *                    this process on the whole batch: losses within 1e-5 (f32) and
+ *                    1e-12 (f64), parameters within 1e-5 / 1e-12; with one bucket
+ *                    per parameter, the first bucket's reduction starts before the
+ *                    backward is over (the overlap), every bucket is waited for
+ *
+ * Each rank prints "rank R/N: all K checks passed" or the failures. */
+#include <opreg/dist.h>
+#include <opreg/opreg.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define BATCH 12 /* divisible by 2 and 3 ranks */
+#define IN 4
+#define HID 8
+#define OUT 3
+#define STEPS 20
+#define NPARAMS 4
+
+static opr_ctx *ctx;
+static opr_group world;
+static int checks, failures;
+
+#define CHECK(cond, ...)                                                                                            \
+    do {                                                                                                            \
+        checks++;                                                                                                   \
+        if (!(cond)) {                                                                                              \
+            failures++;                                                                                             \
+            printf("rank %d/%d: FAIL %s:%d: ", world.rank, world.size, __FILE__, __LINE__);                         \
+            printf(__VA_ARGS__);                                                                                    \
+            printf("\n");                                                                                           \
+        }                                                                                                           \
+    } while (0)
+
+static opr_tensor *call(const char *op, opr_value *a, int n)
+{
+    opr_tensor *out = NULL;
+    if (opr_call(opr_op_find(ctx, op), a, n, &out, 1)) {
+        printf("rank %d/%d: FAIL %s: %s\n", world.rank, world.size, op, opr_last_error());
+        failures++;
+    }
+    return out;
+}
+
+static opr_tensor *bin(const char *op, opr_tensor *a, opr_tensor *b)
+{
+    return call(op, (opr_value[]){opr_v_tensor(a), opr_v_tensor(b)}, 2);
+}
+
+/* Rows [first, first + rows) of the batch: inputs and targets, in dt. */
+static opr_tensor *rows_of(bool target, int first, int rows, opr_dtype dt)
+{
+    const int w = target ? OUT : IN;
+    double v[BATCH * IN];
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < w; c++)
+            v[r * w + c] = target ? cos(0.7 * (first + r) + 1.3 * c) : sin(0.9 * (first + r) - 0.4 * c + 0.2);
+    opr_tensor *d = opr_tensor_from_data(ctx, OPR_F64, 2, (int64_t[]){rows, w}, v, OPR_CPU);
+    if (dt == OPR_F64) return d;
+    opr_tensor *f = call("to", (opr_value[]){opr_v_tensor(d), opr_v_string("f32")}, 2);
+    opr_tensor_release(d);
+    return f;
+}
+
+static const int64_t shapes[NPARAMS][2] = {{IN, HID}, {HID, 1}, {HID, OUT}, {OUT, 1}};
+
+/* The same initial parameters everywhere except on rank 0 in the data-parallel run
+ * (offset): the helper's broadcast from rank 0 must fix the others'. */
+static void make_params(opr_tensor **p, opr_dtype dt, double offset)
+{
+    for (int k = 0; k < NPARAMS; k++) {
+        int ndim = shapes[k][1] == 1 ? 1 : 2;
+        int64_t n = shapes[k][0] * shapes[k][1];
+        double v[IN * HID + HID * OUT];
+        for (int64_t i = 0; i < n; i++) v[i] = 0.5 * sin(1.0 + 3.1 * k + 0.77 * (double)i) + offset;
+        opr_tensor *d = opr_tensor_from_data(ctx, OPR_F64, ndim, shapes[k], v, OPR_CPU);
+        p[k] = dt == OPR_F64 ? d : call("to", (opr_value[]){opr_v_tensor(d), opr_v_string("f32")}, 2);
+        if (dt != OPR_F64) opr_tensor_release(d);
+        opr_set_requires_grad(p[k], true);
+    }
+}
+
+/* mean((tanh(x W1 + b1) W2 + b2 - y)^2) */
+static opr_tensor *loss_of(opr_tensor *const *p, opr_tensor *x, opr_tensor *y)
+{
+    opr_tensor *a = bin("mm", x, p[0]), *h0 = bin("add", a, p[1]);
+    opr_tensor *h = call("tanh", (opr_value[]){opr_v_tensor(h0)}, 1);
+    opr_tensor *o0 = bin("mm", h, p[2]), *o = bin("add", o0, p[3]), *d = bin("sub", o, y), *d2 = bin("mul", d, d);
+    opr_tensor *l = call("mean", (opr_value[]){opr_v_tensor(d2)}, 1);
+    opr_tensor *tmp[] = {a, h0, h, o0, o, d, d2};
+    for (size_t i = 0; i < sizeof tmp / sizeof tmp[0]; i++) opr_tensor_release(tmp[i]);
+    return l;
+}
+
+static double scalar(opr_tensor *t)
+{
+    double v = NAN;
+    opr_tensor_copy_to_host_f64(t, &v, 1);
+    return v;
+}
+
+/* p -= lr * grad, then the gradients zeroed. */
+static void sgd(opr_tensor **p, opr_dtype dt)
+{
+    for (int k = 0; k < NPARAMS; k++) {
+        int64_t n = opr_tensor_numel(p[k]);
+        double v[IN * HID + HID * OUT], g[IN * HID + HID * OUT];
+        opr_tensor_copy_to_host_f64(p[k], v, n);
+        opr_tensor_copy_to_host_f64(opr_grad(p[k]), g, n);
+        for (int64_t i = 0; i < n; i++) v[i] -= 0.1 * g[i];
+        if (dt == OPR_F64) opr_tensor_copy_from_host(p[k], v, (size_t)n * sizeof *v);
+        else {
+            float f[IN * HID + HID * OUT];
+            for (int64_t i = 0; i < n; i++) f[i] = (float)v[i];
+            opr_tensor_copy_from_host(p[k], f, (size_t)n * sizeof *f);
+        }
+        opr_zero_grad(p[k]);
+    }
+}
+
+static void train(opr_dtype dt, double bucket_mib)
+{
+    const double tol = dt == OPR_F64 ? 1e-12 : 1e-5;
+    const char *dn = dt == OPR_F64 ? "f64" : "f32";
+    opr_tensor *ref[NPARAMS], *par[NPARAMS];
+    make_params(ref, dt, 0);
+    make_params(par, dt, world.rank ? 0.25 : 0); /* fixed by the broadcast */
+    opr_ddp *ddp = NULL;
+    opr_ddp_opts o = {.struct_size = sizeof o, .bucket_mib = bucket_mib};
+    int rc = opr_ddp_new(ctx, &world, par, NPARAMS, &o, &ddp);
+    CHECK(rc == OPR_OK, "opr_ddp_new: %s", opr_last_error());
+    if (rc) return;
+    const int share = BATCH / world.size;
+    opr_tensor *xall = rows_of(false, 0, BATCH, dt), *yall = rows_of(true, 0, BATCH, dt);
+    opr_tensor *x = rows_of(false, world.rank * share, share, dt), *y = rows_of(true, world.rank * share, share, dt);
+    double worst_loss = 0;
+    for (int step = 0; step < STEPS; step++) {
+        opr_tensor *lr = loss_of(ref, xall, yall); /* one process, the whole batch */
+        opr_backward(lr, NULL, NULL);
+        double want = scalar(lr);
+        opr_tensor *l = loss_of(par, x, y); /* this rank's share */
+        rc = opr_ddp_backward(ddp, l, NULL);
+        CHECK(rc == OPR_OK, "opr_ddp_backward: %s", opr_last_error());
+        opr_tensor *lmean = call("all_reduce", (opr_value[]){opr_v_tensor(l), opr_v_string("mean"), opr_v_int(0)}, 3);
+        double got = scalar(lmean);
+        worst_loss = fmax(worst_loss, fabs(got - want) / fmax(1, fabs(want)));
+        if (step == 0 && bucket_mib > 0 && bucket_mib < 1e-3) { /* one bucket per parameter */
+            int n;
+            const opr_ddp_event *ev = opr_ddp_events(ddp, &n);
+            int first_start = -1, done = -1, waited = 0;
+            for (int i = 0; i < n; i++) {
+                if (ev[i].kind == OPR_DDP_BUCKET_STARTED && first_start < 0) first_start = i;
+                if (ev[i].kind == OPR_DDP_BACKWARD_DONE) done = i;
+                if (ev[i].kind == OPR_DDP_BUCKET_DONE) waited++;
+            }
+            CHECK(opr_ddp_bucket_count(ddp) == NPARAMS, "%d buckets, want one per parameter", opr_ddp_bucket_count(ddp));
+            CHECK(first_start >= 0 && first_start < done, "the first reduction started at event %d, the backward "
+                  "ended at %d: no overlap", first_start, done);
+            CHECK(waited == NPARAMS, "%d buckets waited for", waited);
+            /* the last layer's gradients are ready first: its bucket is the first to start */
+            int first = first_start >= 0 ? ev[first_start].index : -1;
+            CHECK(first >= 0 && (first == opr_ddp_bucket_of(ddp, 3) || first == opr_ddp_bucket_of(ddp, 2)),
+                  "the first bucket started is %d, not the last layer's", first);
+        }
+        if (step == 0 && bucket_mib == 0) CHECK(opr_ddp_bucket_count(ddp) == 1, "%d buckets at 25 MiB", opr_ddp_bucket_count(ddp));
+        sgd(ref, dt);
+        sgd(par, dt);
+        opr_tensor_release(lmean);
+        opr_tensor_release(l);
+        opr_tensor_release(lr);
+    }
+    CHECK(worst_loss <= tol, "%s: losses differ from one process on the whole batch by %g", dn, worst_loss);
+    double worst = 0;
+    for (int k = 0; k < NPARAMS; k++) {
+        int64_t n = opr_tensor_numel(par[k]);
+        double a[IN * HID + HID * OUT], b[IN * HID + HID * OUT];
+        opr_tensor_copy_to_host_f64(par[k], a, n);
+        opr_tensor_copy_to_host_f64(ref[k], b, n);
+        for (int64_t i = 0; i < n; i++) worst = fmax(worst, fabs(a[i] - b[i]));
+    }
+    CHECK(worst <= tol, "%s: parameters after %d steps differ by %g", dn, STEPS, worst);
+    opr_ddp_free(ddp);
+    opr_tensor *all[] = {xall, yall, x, y};
+    for (int i = 0; i < 4; i++) opr_tensor_release(all[i]);
+    for (int k = 0; k < NPARAMS; k++) { opr_tensor_release(ref[k]); opr_tensor_release(par[k]); }
+}
+
+int main(int argc, char **argv)
+{
+    int want = argc > 1 ? atoi(argv[1]) : 0;
+    ctx = opr_ctx_new(NULL);
+    if (!ctx) { printf("FAIL: opr_ctx_new: %s\n", opr_last_error()); return 1; }
+    if (opr_dist_world(ctx, &world)) { printf("FAIL: opr_dist_world: %s\n", opr_last_error()); return 1; }
+    CHECK(want == 0 || world.size == want, "the world has %d ranks, want %d", world.size, want);
+    train(OPR_F64, 1e-6); /* a bucket per parameter */
+    train(OPR_F64, 0);    /* the default: one bucket */
+    train(OPR_F32, 0);
+    if (failures) printf("rank %d/%d: %d of %d checks failed\n", world.rank, world.size, failures, checks);
+    else printf("rank %d/%d: all %d checks passed\n", world.rank, world.size, checks);
+    fflush(stdout);
+    opr_ctx_free(ctx);
+    return failures ? 1 : 0;
+}
