@@ -34,7 +34,10 @@ void gpt_demo_options_help(FILE *out)
             "  --sample N        characters to generate after training (default 240; 0: none)\n"
             "  --temperature X   sampling temperature (default 0.8)\n"
             "  --text PATH       training text (default: Shakespeare's sonnets shipped with opreg,\n"
-            "                    examples/data/sonnets.txt; also $OPREG_GPT_TEXT)\n");
+            "                    examples/data/sonnets.txt; also $OPREG_GPT_TEXT)\n"
+            "Started by mpirun -np N (N > 1), it trains data-parallel: every rank runs its share of\n"
+            "each batch (--batch must divide by N), the gradients are averaged in buckets while the\n"
+            "backward runs (opr_ddp_backward), and rank 0 prints the group's loss and global tokens/s.\n");
 }
 
 /* The shipped text: $OPREG_GPT_TEXT, the installed share/opreg/data next to the running
@@ -128,6 +131,24 @@ int gpt_demo_run(opr_ctx *ctx, int argc, char **argv, const char *prog)
         return 1;
     }
     o.cfg.vocab_size = text.vocab_size;
+    /* under a launcher (mpirun sets these), data parallel over the world */
+    opr_group world = {.id = 0, .rank = 0, .size = 1};
+    const char *launched = getenv("OMPI_COMM_WORLD_SIZE") ? getenv("OMPI_COMM_WORLD_SIZE") : getenv("PMI_SIZE");
+    if (launched && atoi(launched) > 1 && opr_dist_world(ctx, &world)) {
+        fprintf(stderr, "%s: started by a launcher, but: %s\n", prog, opr_last_error());
+        gpt_text_free(&text);
+        return 1;
+    }
+    if (o.train.batch % world.size) {
+        fprintf(stderr, "%s: --batch %d does not split over %d ranks\n", prog, o.train.batch, world.size);
+        gpt_text_free(&text);
+        return 2;
+    }
+    const bool lead = world.rank == 0; /* the one that prints */
+    if (!lead) {
+        o.train.log_every = 0;
+        o.sample_chars = 0;
+    }
     opr_manual_seed(ctx, o.train.seed); /* the dropout masks (--dropout) */
     gpt_model *m = gpt_model_new(ctx, &o.cfg, o.train.seed, OPR_CPU);
     double *losses = m ? malloc((size_t)o.train.steps * sizeof *losses) : NULL;
@@ -138,12 +159,26 @@ int gpt_demo_run(opr_ctx *ctx, int argc, char **argv, const char *prog)
         return 1;
     }
     o.train.losses = losses;
-    printf("%s: character-level GPT on %s (%lld characters, %d distinct)\n"
+    if (world.size > 1) {
+        o.train.rank = world.rank;
+        o.train.ranks = world.size;
+        if (opr_ddp_new(ctx, &world, m->params, m->n_params, NULL, &o.train.ddp)) {
+            fprintf(stderr, "%s: data parallel: %s\n", prog, opr_last_error());
+            free(losses);
+            gpt_model_free(m);
+            gpt_text_free(&text);
+            return 1;
+        }
+    }
+    if (lead) printf("%s: character-level GPT on %s (%lld characters, %d distinct)\n"
            "  %d layers, %d heads, width %d, context %d: %lld parameters, %s on cpu\n"
            "  %d AdamW steps (lr %g, weight decay %g) of %d sequences, seed %llu\n",
            prog, o.text, (long long)text.n, text.vocab_size, o.cfg.n_layer, o.cfg.n_head, o.cfg.n_embd,
            o.cfg.block_size, (long long)gpt_model_numel(m), opr_dtype_name(o.cfg.dtype), o.train.steps, o.train.lr,
            o.train.weight_decay, o.train.batch, (unsigned long long)o.train.seed);
+    if (lead && world.size > 1)
+        printf("  data parallel: %d ranks (MPI), %d of the %d sequences each, gradients averaged in %d bucket(s)\n",
+               world.size, o.train.batch / world.size, o.train.batch, opr_ddp_bucket_count(o.train.ddp));
     fflush(stdout);
     double rate = 0;
     rc = 1;
@@ -151,7 +186,26 @@ int gpt_demo_run(opr_ctx *ctx, int argc, char **argv, const char *prog)
         fprintf(stderr, "%s: training: %s\n", prog, gpt_error());
         goto out;
     }
-    printf("trained: loss %.4f -> %.4f, %.0f tokens/s over the run\n", losses[0], losses[o.train.steps - 1], rate);
+    if (lead)
+        printf("trained: loss %.4f -> %.4f, %.0f tokens/s over the run%s\n", losses[0], losses[o.train.steps - 1], rate,
+               world.size > 1 ? " (all ranks)" : "");
+    if (lead && o.train.ddp) { /* the last step's reductions: how much ran while the backward did */
+        int n;
+        const opr_ddp_event *ev = opr_ddp_events(o.train.ddp, &n);
+        double backward_done = 0, comm = 0, overlapped = 0, start[64] = {0};
+        for (int i = 0; i < n; i++)
+            if (ev[i].kind == OPR_DDP_BACKWARD_DONE) backward_done = ev[i].t_us;
+        for (int i = 0; i < n; i++) {
+            if (ev[i].kind == OPR_DDP_BUCKET_STARTED && ev[i].index < 64) start[ev[i].index] = ev[i].t_us;
+            if (ev[i].kind == OPR_DDP_BUCKET_DONE && ev[i].index < 64) {
+                double s = start[ev[i].index], e = ev[i].t_us;
+                comm += e - s;
+                overlapped += (backward_done < e ? backward_done : e) > s ? (backward_done < e ? backward_done : e) - s : 0;
+            }
+        }
+        printf("data parallel, last step: gradients reduced over %.2f ms, %.0f%% of it while the backward ran\n",
+               comm / 1000, comm > 0 ? 100 * overlapped / comm : 0);
+    }
     if (o.sample_chars > 0) {
         char *sample = malloc((size_t)o.sample_chars + 1);
         if (!sample || gpt_sample(m, &text, o.train.seed, o.sample_chars, o.temperature, sample)) {
@@ -165,6 +219,7 @@ int gpt_demo_run(opr_ctx *ctx, int argc, char **argv, const char *prog)
     rc = o.train.steps == 1 || losses[o.train.steps - 1] < losses[0] ? 0 : 1;
     if (rc) fprintf(stderr, "%s: the loss did not go down\n", prog);
 out:
+    opr_ddp_free(o.train.ddp);
     free(losses);
     gpt_model_free(m);
     gpt_text_free(&text);

@@ -23,6 +23,8 @@ static opr_tensor *token_tensor(opr_ctx *ctx, const int64_t *tokens, int64_t row
 opr_status gpt_train(gpt_model *m, const gpt_text *text, const gpt_train_opts *o, double *tokens_per_s)
 {
     const int B = o->batch, T = m->cfg.block_size;
+    const int ranks = o->ddp && o->ranks > 1 ? o->ranks : 1, share = B / ranks, first = o->ddp ? o->rank * share : 0;
+    if (B % ranks) return gpt_fail(OPR_ERR_INVALID, "gpt_train: a batch of %d does not split over %d ranks", B, ranks);
     FILE *log = o->log ? o->log : stdout;
     opr_ctx *ctx = opr_tensor_ctx(m->params[0]);
     const opr_device dev = opr_tensor_device(m->params[0]);
@@ -35,13 +37,25 @@ opr_status gpt_train(gpt_model *m, const gpt_text *text, const gpt_train_opts *o
     int step_last = 0;
     for (int step = 1; !rc && step <= o->steps; step++) {
         rc = gpt_text_batch(text, &batches, B, T, x, y);
-        opr_tensor *xt = rc ? NULL : token_tensor(ctx, x, B, T, dev), *yt = xt ? token_tensor(ctx, y, B, T, dev) : NULL;
+        opr_tensor *xt = rc ? NULL : token_tensor(ctx, x + (size_t)first * T, share, T, dev);
+        opr_tensor *yt = xt ? token_tensor(ctx, y + (size_t)first * T, share, T, dev) : NULL;
         opr_tensor *loss = NULL;
         if (!rc && (!xt || !yt)) rc = OPR_ERR_NOMEM;
         if (!rc) rc = gpt_model_forward(m, xt, yt, true, &loss, NULL);
-        if (!rc && opr_backward(loss, NULL, NULL)) rc = gpt_fail(OPR_ERR_BACKEND, "gpt_train: backward: %s", opr_last_error());
+        if (!rc && (o->ddp ? opr_ddp_backward(o->ddp, loss, NULL) : opr_backward(loss, NULL, NULL)))
+            rc = gpt_fail(OPR_ERR_BACKEND, "gpt_train: backward: %s", opr_last_error());
         if (!rc) rc = gpt_adamw_step(&opt, m);
         double lv = NAN;
+        if (!rc && o->ddp) { /* the group's mean: the loss of the whole batch */
+            opr_value a[3] = {opr_v_tensor(loss), opr_v_string("mean"), opr_v_int(0)};
+            opr_tensor *mean = NULL;
+            const bool grad_was = opr_grad_mode_set(false);
+            if (opr_call(opr_op_find(ctx, "all_reduce"), a, 3, &mean, 1))
+                rc = gpt_fail(OPR_ERR_BACKEND, "gpt_train: the group's loss: %s", opr_last_error());
+            opr_grad_mode_set(grad_was);
+            GPT_RELEASE(loss);
+            loss = mean;
+        }
         if (!rc && opr_tensor_copy_to_host_f64(loss, &lv, 1)) rc = gpt_fail(OPR_ERR_BACKEND, "gpt_train: %s", opr_last_error());
         GPT_RELEASE(xt, yt, loss);
         if (rc) break;

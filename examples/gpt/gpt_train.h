@@ -7,6 +7,8 @@
 #include "gpt_data.h"
 #include "gpt_model.h"
 
+#include <opreg/dist.h>
+
 #include <stdio.h>
 
 /* torch.optim.AdamW(params, lr, betas, eps, weight_decay) with amsgrad off, in the
@@ -35,6 +37,11 @@ typedef struct gpt_train_opts {
     int log_every;   /* print the loss and tokens/s every N steps (and the first); 0: silent */
     FILE *log;       /* where; NULL: stdout */
     double *losses;  /* NULL, or room for `steps` losses, one per step */
+    /* data parallel (NULL: one process): every member draws the same batch and runs
+     * its rows [rank * batch / ranks, ...) through opr_ddp_backward; the losses are
+     * the group's means, the rate counts the whole batch */
+    opr_ddp *ddp;
+    int rank, ranks;
 } gpt_train_opts;
 
 /* Trains m on text for o->steps steps of o->batch sequences of block_size tokens:

@@ -4,6 +4,8 @@
 #                                        say "all K checks passed"
 #   dist_check.sh TEST_DIST NP --die    the last rank exits mid-step: every other rank
 #                                        must report the dead peer within the time-out
+#   dist_check.sh OPREG NP --demo       `opreg demo --model gpt` data-parallel: rank 0
+#                                        alone reports, the loss goes down
 # As root, OpenMPI needs its allow-run-as-root settings; --oversubscribe lets more ranks
 # than cores run.
 set -u
@@ -20,7 +22,16 @@ export OMPI_MCA_btl=self,vader,tcp OMPI_MCA_btl_tcp_if_include=lo OMPI_MCA_oob_t
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 status=0
-if [ "$mode" = --die ]; then
+if [ "$mode" = --demo ]; then
+    timeout 300 mpirun --oversubscribe -np "$np" "$bin" demo --model gpt --steps 6 --sample 0 --log-every 3 \
+        --batch 12 >"$out" 2>&1
+    rc=$?
+    cat "$out"
+    [ "$rc" = 0 ] || { echo "FAIL: mpirun -np $np opreg demo exited $rc"; status=1; }
+    grep -q "^  data parallel: $np ranks (MPI), $((12 / np)) of the 12 sequences each" "$out" ||
+        { echo "FAIL: the demo did not run data-parallel"; status=1; }
+    [ "$(grep -c '^trained: loss' "$out")" = 1 ] || { echo "FAIL: not exactly one rank reported"; status=1; }
+elif [ "$mode" = --die ]; then
     # a rank that exits with status 3 must not make mpirun kill the others at once:
     # they are to find out by themselves
     timeout 60 mpirun --oversubscribe --mca orte_abort_on_non_zero_status 0 -np "$np" "$bin" "$np" --die >"$out" 2>&1
