@@ -23,16 +23,18 @@ for p in "${OPREG_PYTHON:-}" python3 /usr/bin/python3; do
     [ -n "$p" ] && "$p" -c 'import torch' 2>/dev/null && { python=$p; break; }
 done
 [ -n "$python" ] || { echo "bench/ddp.sh: no python3 with torch (scripts/setup.sh installs python3-torch)" >&2; exit 1; }
-rate() { sed -n 's/^trained: .*, \([0-9]*\) tokens\/s over the run.*/\1/p'; }
+# the rate of the last logged window (steps after the first half): no warm-up in it
+rate() { sed -n 's/^  step  *[0-9]*\/[0-9]*  loss [0-9.]*  *\([0-9]*\) tokens\/s$/\1/p' | tail -n 1; }
+half=$((steps / 2))
 # shellcheck disable=SC2086 # $model is a list of options
-o1=$("$opreg" demo --model gpt $model --steps "$steps" --sample 0 --log-every 0 --text "$text" | rate)
+o1=$("$opreg" demo --model gpt $model --steps "$steps" --sample 0 --log-every "$half" --text "$text" | rate)
 # shellcheck disable=SC2086
-out2=$(mpirun --oversubscribe -np 2 "$opreg" demo --model gpt $model --steps "$steps" --sample 0 --log-every 0 \
-    --text "$text")
+out2=$(mpirun --oversubscribe -np 2 "$opreg" demo --model gpt $model --steps "$steps" --sample 0 \
+    --log-every "$half" --text "$text")
 o2=$(printf '%s\n' "$out2" | rate)
 overlap=$(printf '%s\n' "$out2" | sed -n 's/.*, \([0-9]*\)% of it while the backward ran/\1/p')
-t1=$("$python" "$src/bench/ddp_torch.py" "$text" 1 3 "$steps" 2 4 128 64 16 | sed -n 's/^torch_ddp_tokens_per_s //p')
-t2=$("$python" "$src/bench/ddp_torch.py" "$text" 2 3 "$steps" 2 4 128 64 16 | sed -n 's/^torch_ddp_tokens_per_s //p')
+t1=$("$python" "$src/bench/ddp_torch.py" "$text" 1 "$half" "$half" 2 4 128 64 16 | sed -n 's/^torch_ddp_tokens_per_s //p')
+t2=$("$python" "$src/bench/ddp_torch.py" "$text" 2 "$half" "$half" 2 4 128 64 16 | sed -n 's/^torch_ddp_tokens_per_s //p')
 awk -v o1="$o1" -v o2="$o2" -v t1="$t1" -v t2="$t2" -v ov="$overlap" 'BEGIN {
     printf "demo GPT (2 layers, width 128, context 64, batch 16, f32), one thread per rank\n"
     printf "%-22s %12s %12s %12s\n", "", "1 rank", "2 ranks", "efficiency"

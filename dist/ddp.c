@@ -10,13 +10,16 @@
 #include <time.h>
 
 #define DEFAULT_BUCKET_MIB 25.0
+/* The first bucket (the last layers, ready first) is small, as in PyTorch's DDP, so
+ * that a reduction is in flight early in the backward. */
+#define FIRST_BUCKET_BYTES (1024.0 * 1024.0)
 
 typedef struct bucket {
     opr_dtype dtype;
     int64_t numel;
     void *buf;           /* the gradients, packed; reduced in place */
     int nparams, ready;
-    bool started;
+    bool started, done; /* done: a poll saw it complete */
     int64_t req;
 } bucket;
 
@@ -82,7 +85,8 @@ static int make_buckets(opr_ddp *d, double cap_bytes)
         int64_t numel = opr_tensor_numel(p);
         bucket *b = d->nbuckets ? &d->buckets[d->nbuckets - 1] : NULL;
         double bytes = (double)(b ? b->numel + numel : numel) * (double)opr_dtype_size(dt);
-        if (!b || b->dtype != dt || (bytes > cap_bytes && b->nparams)) {
+        double cap = d->nbuckets == 1 && cap_bytes > FIRST_BUCKET_BYTES ? FIRST_BUCKET_BYTES : cap_bytes;
+        if (!b || b->dtype != dt || (bytes > cap && b->nparams)) {
             b = &d->buckets[d->nbuckets++];
             b->dtype = dt;
         }
@@ -180,6 +184,23 @@ static void start_bucket(opr_ddp *d, int k)
     event(d, OPR_DDP_BUCKET_STARTED, k);
 }
 
+/* Drives the reductions in flight (an MPI progresses them only inside its calls). */
+static void poll_started(opr_ddp *d)
+{
+    if (!d->provider->poll) return;
+    for (int k = 0; k < d->nbuckets; k++) {
+        bucket *b = &d->buckets[k];
+        if (!b->started || b->done) continue;
+        char why[256];
+        int done = 0;
+        if (d->provider->poll(d->provider->data, b->req, &done, why, sizeof why)) continue; /* wait reports it */
+        if (done) {
+            b->done = true;
+            event(d, OPR_DDP_BUCKET_DONE, k);
+        }
+    }
+}
+
 /* A parameter's gradient is complete: into its bucket, which starts when full. */
 static void leaf_ready(opr_tensor *leaf, void *user)
 {
@@ -197,6 +218,7 @@ static void leaf_ready(opr_tensor *leaf, void *user)
     d->got[i] = true;
     event(d, OPR_DDP_GRAD_READY, i);
     if (++b->ready == b->nparams && !d->error) start_bucket(d, d->bucket_of[i]);
+    poll_started(d);
 }
 
 opr_status opr_ddp_backward(opr_ddp *d, opr_tensor *loss, opr_tensor *grad)
@@ -206,7 +228,10 @@ opr_status opr_ddp_backward(opr_ddp *d, opr_tensor *loss, opr_tensor *grad)
     d->error = 0;
     d->t0 = now_us();
     for (int i = 0; i < d->n; i++) d->got[i] = false;
-    for (int k = 0; k < d->nbuckets; k++) { d->buckets[k].ready = 0; d->buckets[k].started = false; }
+    for (int k = 0; k < d->nbuckets; k++) {
+        d->buckets[k].ready = 0;
+        d->buckets[k].started = d->buckets[k].done = false;
+    }
     /* a parameter already holding a gradient from before counts it too: .grad accumulates */
     opr_backward_opts o = {.struct_size = sizeof o, .leaf_ready = leaf_ready, .leaf_ready_user = d};
     int rc = opr_backward(loss, grad, &o);
@@ -232,7 +257,7 @@ opr_status opr_ddp_backward(opr_ddp *d, opr_tensor *loss, opr_tensor *grad)
         char why[640] = "";
         int wrc = d->provider->wait(d->provider->data, b->req, why, sizeof why);
         if (wrc) fail_once(d, wrc, "opr_ddp_backward: %s", why);
-        else event(d, OPR_DDP_BUCKET_DONE, k);
+        else if (!b->done) event(d, OPR_DDP_BUCKET_DONE, k);
     }
     if (rc) return rc;
     if (d->error) return opr_fail(d->error, "%s", d->error_msg);

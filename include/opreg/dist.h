@@ -54,11 +54,11 @@ OPR_API opr_status opr_dist_finalize(opr_ctx *ctx);
 /* Data-parallel training over a group, as PyTorch's DistributedDataParallel: every
  * member holds the same parameters and runs its share of the batch; opr_ddp_backward
  * averages the parameters' gradients over the group. The gradients are reduced in
- * buckets (about bucket_mib each, parameters in reverse order, since backward reaches
- * the last ones first), each bucket's non-blocking all-reduce starting as soon as the
- * backward engine has its last gradient (opr_backward_opts.leaf_ready), while the
- * backward goes on; the call returns once every bucket is in. CPU parameters, f32 or
- * f64. */
+ * buckets (about bucket_mib each, the first at most 1 MiB as in PyTorch; parameters in
+ * reverse order, since backward reaches the last ones first), each bucket's
+ * non-blocking all-reduce starting as soon as the backward engine has its last
+ * gradient (opr_backward_opts.leaf_ready) and polled as the backward goes on; the call
+ * returns once every bucket is in. CPU parameters, f32 or f64. */
 typedef struct opr_ddp opr_ddp;
 
 typedef struct opr_ddp_opts {

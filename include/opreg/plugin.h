@@ -264,8 +264,12 @@ typedef struct opr_group_provider {
     int (*wait)(void *data, int64_t req, char *why, size_t why_len);
     /* 2.2: ends the engine in this process (MPI_Finalize): no group is usable after. */
     int (*finalize)(void *data, char *why, size_t why_len);
+    /* 2.2, optional: drives req forward without blocking (MPI_Test): *done = 1 when it
+     * is complete (then wait returns at once). An engine that progresses collectives
+     * only inside its calls needs this for communication to overlap computation. */
+    int (*poll)(void *data, int64_t req, int *done, char *why, size_t why_len);
 } opr_group_provider;
-#define OPR_GROUP_PROVIDER_STRUCT_SIZE_2_2 OPR_STRUCT_SIZE(opr_group_provider, finalize)
+#define OPR_GROUP_PROVIDER_STRUCT_SIZE_2_2 OPR_STRUCT_SIZE(opr_group_provider, poll)
 
 /* Filled by the plugin in opr_plugin_init. The host sets struct_size before the call;
  * the plugin sets abi_major/abi_minor first of all. */

@@ -269,6 +269,21 @@ static int p_wait(void *data, int64_t req, char *why, size_t why_len)
     return rc;
 }
 
+static int p_poll(void *data, int64_t req, int *done, char *why, size_t why_len)
+{
+    (void)data;
+    *done = 0;
+    if (req < 0 || req >= MPID_MAX_REQUESTS || !pending[req].used) {
+        snprintf(why, why_len, "poll: request %lld is not outstanding", (long long)req);
+        return OPR_ERR_INVALID;
+    }
+    if (pending[req].req == MPI_REQUEST_NULL) { *done = 1; return OPR_OK; } /* completed by an earlier poll */
+    mpid_lock();
+    int rc = MPI_Test(&pending[req].req, done, MPI_STATUS_IGNORE);
+    mpid_unlock();
+    return rc == MPI_SUCCESS ? OPR_OK : mpid_error(rc, "poll", why, why_len);
+}
+
 static int finalize_locked(char *why, size_t why_len)
 {
     if (!inited || finalized) return OPR_OK;
@@ -309,5 +324,5 @@ void mpid_context_closed(void)
 const opr_group_provider mpid_provider = {
     .struct_size = sizeof(opr_group_provider), .name = "mpi", .world = p_world, .split = p_split,
     .group_free = p_group_free, .set_timeout = p_set_timeout, .all_reduce_start = p_all_reduce_start,
-    .wait = p_wait, .finalize = p_finalize,
+    .wait = p_wait, .finalize = p_finalize, .poll = p_poll,
 };
