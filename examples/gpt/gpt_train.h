@@ -37,9 +37,10 @@ typedef struct gpt_train_opts {
     int log_every;   /* print the loss and tokens/s every N steps (and the first); 0: silent */
     FILE *log;       /* where; NULL: stdout */
     double *losses;  /* NULL, or room for `steps` losses, one per step */
-    /* data parallel (NULL: one process): every member draws the same batch and runs
-     * its rows [rank * batch / ranks, ...) through opr_ddp_backward; the losses are
-     * the group's means, the rate counts the whole batch */
+    /* data parallel over the world group (NULL: one process; rank and ranks are the
+     * world's): every member draws the same batch and runs its rows
+     * [rank * batch / ranks, ...) through opr_ddp_backward; the losses are the group's
+     * means, the rate counts the whole batch */
     opr_ddp *ddp;
     int rank, ranks;
 } gpt_train_opts;
