@@ -254,8 +254,33 @@ static void check_gradients(void)
     }
 }
 
+/* Bad arguments fail on every rank with a message, before any data moves (the
+ * checks are local, so no rank waits for another). */
+static void check_errors(void)
+{
+    opr_tensor *x = make_input(world.rank, OPR_F64, false, -1, 0), *y = NULL;
+    coll c = {"all_reduce", "sum", -1};
+    CHECK(run(&c, x, 7, &y) == OPR_ERR_INVALID && strstr(opr_last_error(), "group 7 is not a live group"),
+          "unknown group: %s", opr_last_error());
+    coll b = {"broadcast_from", NULL, world.size};
+    CHECK(run(&b, x, 0, &y) == OPR_ERR_INVALID && strstr(opr_last_error(), "is not a member"), "root: %s",
+          opr_last_error());
+    coll m = {"all_reduce", "prod", -1};
+    CHECK(run(&m, x, 0, &y) == OPR_ERR_INVALID, "op prod was accepted");
+    if (ROWS % world.size == 0 && world.size > 1) { /* 5 rows do not split */
+        double v[5 * COLS] = {0};
+        opr_tensor *odd = opr_tensor_from_data(ctx, OPR_F64, 2, (int64_t[]){5, COLS}, v, OPR_CPU);
+        coll r = {"reduce_scatter", "sum", -1};
+        CHECK(run(&r, odd, 0, &y) == OPR_ERR_INVALID && strstr(opr_last_error(), "is not a multiple of the group's"),
+              "reduce_scatter of 5 rows: %s", opr_last_error());
+        opr_tensor_release(odd);
+    }
+    opr_tensor_release(x);
+}
+
 static int normal_run(void)
 {
+    check_errors();
     int members[64];
     for (int r = 0; r < world.size; r++) members[r] = r;
     check_values(&world, members, world.rank);
