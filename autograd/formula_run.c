@@ -86,15 +86,8 @@ static int run_kernel(expr_run *r, opr_node *n, const deriv_cand *c, uint32_t wa
     for (int s = 0; s < op->nargs + op->nout; s++, na++) {
         const mval *v = &n->slots[s];
         args[na].struct_size = sizeof args[na];
-        if (s < op->nargs && op->args[s].type != ARG_TENSOR) {
-            switch (v->k) {
-            case MV_INT: args[na] = (opr_kernel_arg){.struct_size = sizeof(opr_kernel_arg), .kind = OPR_ARG_INT, .u.i = v->u.i}; break;
-            case MV_FLOAT: args[na] = (opr_kernel_arg){.struct_size = sizeof(opr_kernel_arg), .kind = OPR_ARG_DOUBLE, .u.d = v->u.d}; break;
-            case MV_BOOL: args[na] = (opr_kernel_arg){.struct_size = sizeof(opr_kernel_arg), .kind = OPR_ARG_BOOL, .u.b = v->u.b}; break;
-            case MV_LIST: args[na] = (opr_kernel_arg){.struct_size = sizeof(opr_kernel_arg), .kind = OPR_ARG_INT_LIST, .u.il = {v->u.l, v->n}}; break;
-            case MV_STR: args[na] = (opr_kernel_arg){.struct_size = sizeof(opr_kernel_arg), .kind = OPR_ARG_STRING, .u.s = v->u.s}; break;
-            default: args[na].kind = OPR_ARG_NONE; break;
-            }
+        if (s < op->nargs && op->args[s].type != ARG_TENSOR) { /* as in the forward call; a Tensor[]: NONE */
+            kernel_arg_of_mval(v, &args[na]);
             continue;
         }
         if (!n->saved[s]) { args[na].kind = OPR_ARG_NONE; continue; }
@@ -114,10 +107,7 @@ static int run_kernel(expr_run *r, opr_node *n, const deriv_cand *c, uint32_t wa
         outv[p].struct_size = sizeof outv[p];
         if (!((want >> c->cover[p]) & 1)) continue;
         /* metadata without data until supports (ABI 2.2) has seen the call */
-        const opr_meta *m = &n->metas[c->cover[p]];
-        opr_contiguous_strides(m->shape, m->ndim, out_strides[p]);
-        outv[p] = (opr_tensor_view){.struct_size = sizeof outv[p], .dtype = m->dtype, .ndim = m->ndim,
-                                    .shape = m->shape, .strides = out_strides[p], .device = n->dev, .numel = m->numel};
+        opr_meta_fill_view(&n->metas[c->cover[p]], n->dev, out_strides[p], &outv[p]);
         mask |= 1ull << p;
     }
     /* the ABI passes arrays of pointers (the structs may grow) */

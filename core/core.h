@@ -231,6 +231,10 @@ opr_tensor *opr_tensor_make_view(opr_tensor *base, int ndim, const int64_t *shap
                                  const int64_t *strides, int64_t offset);
 /* Fills a plugin view of t (shape/strides point into t). */
 void opr_tensor_fill_view(const opr_tensor *t, opr_tensor_view *v);
+/* The view of a contiguous tensor of metadata m on dev with no data (what a kernel's
+ * supports and cost_ns see before anything is allocated): its strides are written to
+ * strides (OPR_MAX_DIMS entries), which, like m, must outlive the view. */
+void opr_meta_fill_view(const opr_meta *m, opr_device dev, int64_t *strides, opr_tensor_view *v);
 /* A tensor over memory opreg did not allocate (not counted in memory statistics).
  * With an owner (DLPack import) the owner's deleter runs when the storage is freed;
  * without one the memory is the caller's and is never freed here. strides NULL means

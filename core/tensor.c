@@ -254,6 +254,13 @@ void opr_tensor_fill_view(const opr_tensor *t, opr_tensor_view *v)
     v->numel = t->m.numel;
 }
 
+void opr_meta_fill_view(const opr_meta *m, opr_device dev, int64_t *strides, opr_tensor_view *v)
+{
+    opr_contiguous_strides(m->shape, m->ndim, strides);
+    *v = (opr_tensor_view){.struct_size = sizeof *v, .dtype = m->dtype, .ndim = m->ndim, .shape = m->shape,
+                           .strides = strides, .device = dev, .numel = m->numel};
+}
+
 opr_ctx *opr_tensor_ctx(const opr_tensor *t) { return t ? t->ctx : NULL; }
 opr_dtype opr_tensor_dtype(const opr_tensor *t) { return t ? t->m.dtype : OPR_DTYPE_COUNT; }
 int opr_tensor_ndim(const opr_tensor *t) { return t ? t->m.ndim : -1; }

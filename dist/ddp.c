@@ -201,23 +201,30 @@ static void poll_started(opr_ddp *d)
     }
 }
 
-/* A parameter's gradient is complete: into its bucket, which starts when full. */
+/* Parameter i's gradient (zeros without one) into its bucket, which starts when
+ * full. */
+static void stage(opr_ddp *d, int i)
+{
+    bucket *b = &d->buckets[d->bucket_of[i]];
+    const size_t es = opr_dtype_size(b->dtype), bytes = (size_t)opr_tensor_numel(d->params[i]) * es;
+    char *at = (char *)b->buf + (size_t)d->offset[i] * es;
+    const opr_tensor *g = opr_grad(d->params[i]);
+    int rc = g ? opr_tensor_copy_to_host(g, at, bytes) : OPR_OK;
+    if (!g) memset(at, 0, bytes);
+    if (rc) { fail_once(d, rc, "opr_ddp_backward: reading a gradient: %s", opr_last_error()); return; }
+    d->got[i] = true;
+    if (++b->ready == b->nparams && !d->error) start_bucket(d, d->bucket_of[i]);
+}
+
+/* A parameter's gradient is complete. */
 static void leaf_ready(opr_tensor *leaf, void *user)
 {
     opr_ddp *d = user;
     int i = 0;
     while (i < d->n && d->params[i] != leaf) i++;
-    if (i == d->n || d->got[i]) return; /* not a parameter of ours */
-    const opr_tensor *g = opr_grad(leaf);
-    if (!g) return;
-    bucket *b = &d->buckets[d->bucket_of[i]];
-    size_t es = opr_dtype_size(b->dtype);
-    int rc = opr_tensor_copy_to_host(g, (char *)b->buf + (size_t)d->offset[i] * es,
-                                     (size_t)opr_tensor_numel(leaf) * es);
-    if (rc) { fail_once(d, rc, "opr_ddp_backward: reading a gradient: %s", opr_last_error()); return; }
-    d->got[i] = true;
+    if (i == d->n || d->got[i] || !opr_grad(leaf)) return; /* not a parameter of ours */
     event(d, OPR_DDP_GRAD_READY, i);
-    if (++b->ready == b->nparams && !d->error) start_bucket(d, d->bucket_of[i]);
+    stage(d, i);
     poll_started(d);
 }
 
@@ -238,17 +245,8 @@ opr_status opr_ddp_backward(opr_ddp *d, opr_tensor *loss, opr_tensor *grad)
     event(d, OPR_DDP_BACKWARD_DONE, -1);
     /* every member reduces every bucket, whatever its loss reached: the missing
      * gradients are zeros (or what .grad held) */
-    for (int i = 0; i < d->n && !d->error; i++) {
-        if (d->got[i]) continue;
-        bucket *b = &d->buckets[d->bucket_of[i]];
-        size_t es = opr_dtype_size(b->dtype), bytes = (size_t)opr_tensor_numel(d->params[i]) * es;
-        const opr_tensor *g = opr_grad(d->params[i]);
-        char *at = (char *)b->buf + (size_t)d->offset[i] * es;
-        if (g) { if (opr_tensor_copy_to_host(g, at, bytes)) fail_once(d, OPR_ERR_BACKEND, "%s", opr_last_error()); }
-        else memset(at, 0, bytes);
-        d->got[i] = true;
-        if (++b->ready == b->nparams) start_bucket(d, d->bucket_of[i]);
-    }
+    for (int i = 0; i < d->n && !d->error; i++)
+        if (!d->got[i]) stage(d, i);
     /* wait for each started bucket even after an error, so that no reduction is left
      * writing into the buffers */
     for (int k = 0; k < d->nbuckets; k++) {

@@ -446,7 +446,8 @@ opr_status opr_call(const opr_op *op, const opr_value *args, int nargs, opr_tens
     /* The outputs' metadata first, with no data: a kernel's supports (ABI 2.2) sees the
      * call before anything is allocated. */
     opr_tensor_view out_views[OPR_MAX_OUTS];
-    int64_t out_shapes[OPR_MAX_OUTS][OPR_MAX_DIMS], out_strides[OPR_MAX_OUTS][OPR_MAX_DIMS];
+    opr_meta out_metas[OPR_MAX_OUTS];
+    int64_t out_strides[OPR_MAX_OUTS][OPR_MAX_DIMS];
     for (int i = 0; i < op->nout && !rc; i++) {
         if ((rc = out_dtype(op, i, &c, &f.out_dtype[i]))) break;
         if (op->inplace) {
@@ -471,11 +472,10 @@ opr_status opr_call(const opr_op *op, const opr_value *args, int nargs, opr_tens
         for (int d = 0; d < shape.n && !rc; d++)
             if (shape.u.l[d] < 0) rc = opr_fail(OPR_ERR_INVALID, "%s: negative output size %lld", op->name, (long long)shape.u.l[d]);
         if (rc) break;
-        memcpy(out_shapes[i], shape.u.l, (size_t)shape.n * sizeof(int64_t));
-        opr_contiguous_strides(shape.u.l, shape.n, out_strides[i]);
-        out_views[i] = (opr_tensor_view){.struct_size = sizeof out_views[i], .dtype = f.out_dtype[i], .ndim = shape.n,
-                                         .shape = out_shapes[i], .strides = out_strides[i], .device = c.dev,
-                                         .numel = opr_meta_numel(shape.u.l, shape.n)};
+        opr_meta *m = &out_metas[i];
+        *m = (opr_meta){.dtype = f.out_dtype[i], .ndim = shape.n, .numel = opr_meta_numel(shape.u.l, shape.n)};
+        memcpy(m->shape, shape.u.l, (size_t)shape.n * sizeof(int64_t));
+        opr_meta_fill_view(m, c.dev, out_strides[i], &out_views[i]);
     }
     /* the ABI passes arrays of pointers (the structs may grow): built on the stack */
     const opr_kernel_arg *arg_ptrs[OPR_MAX_ARGS];
@@ -487,19 +487,15 @@ opr_status opr_call(const opr_op *op, const opr_value *args, int nargs, opr_tens
         .outputs = out_ptrs, .nout = op->nout, .host = plugin_host_api(), .host_call = &f,
         .kernel_data = kern->data,
     };
+    /* "not for these arguments", said by the kernel's supports (before anything is
+     * allocated) or by the kernel itself: the CPU stands in, as for a missing kernel */
+    bool refused = false;
     char why[512];
-    const char *refused = rc ? NULL : kquery_refusal(kern, &call, why, sizeof why);
-    if (refused) {
-        char refusal[1024];
-        snprintf(refusal, sizeof refusal, "%s (%s, plugin %s) supports: %s", op->name,
-                 op->ctx->devices[c.dev.type].name, kern->plugin, refused);
-        if (fallback_applies(op, c.dev.type, (opr_dtype)c.common)) { /* as for a refusal at run time */
-            rc = fallback_call(op, args, nargs, results, nres, c.tensors, c.slots, c.dev, (opr_dtype)c.common, record,
-                               c.list_requires_grad, refusal);
-            free(c.list_views);
-            return rc;
-        }
-        rc = opr_fail(OPR_ERR_UNSUPPORTED, "%s", refusal);
+    const char *no = rc ? NULL : kquery_refusal(kern, &call, why, sizeof why);
+    if (no) {
+        rc = opr_fail(OPR_ERR_UNSUPPORTED, "%s (%s, plugin %s) supports: %s", op->name,
+                      op->ctx->devices[c.dev.type].name, kern->plugin, no);
+        refused = true;
     }
     for (int i = 0; i < op->nout && !rc; i++) {
         if (op->inplace) {
@@ -507,7 +503,7 @@ opr_status opr_call(const opr_op *op, const opr_value *args, int nargs, opr_tens
             continue;
         }
         if (op->dynamic_shape) continue;
-        if (!(f.outs[i] = kcall_output_new(&f, i, f.out_dtype[i], out_views[i].ndim, out_shapes[i]))) {
+        if (!(f.outs[i] = kcall_output_new(&f, i, f.out_dtype[i], out_metas[i].ndim, out_metas[i].shape))) {
             rc = opr_fail_wrap(opr_error_status(), "%s", op->name);
             break;
         }
@@ -519,19 +515,19 @@ opr_status opr_call(const opr_op *op, const opr_value *args, int nargs, opr_tens
             char what[256];
             snprintf(what, sizeof what, "%s (%s, plugin %s)", op->name, op->ctx->devices[c.dev.type].name, kern->plugin);
             rc = kcall_fail(&f, rc, what);
-            /* "not for these arguments": the CPU stands in, as for a missing kernel */
-            if (rc == OPR_ERR_UNSUPPORTED && !f.guard_failed && fallback_applies(op, c.dev.type, (opr_dtype)c.common)) {
-                char refusal[1024];
-                snprintf(refusal, sizeof refusal, "%s", opr_last_error());
-                for (int i = 0; i < op->nout; i++) { opr_tensor_release(f.outs[i]); f.outs[i] = NULL; }
-                rc = fallback_call(op, args, nargs, results, nres, c.tensors, c.slots, c.dev, (opr_dtype)c.common,
-                                   record, c.list_requires_grad, refusal);
-                free(c.list_views);
-                return rc;
-            }
+            refused = rc == OPR_ERR_UNSUPPORTED && !f.guard_failed;
         } else if (op->dynamic_shape && !f.outs[0]) {
             rc = opr_fail(OPR_ERR_BACKEND, "%s: kernel did not allocate its data-dependent output", op->name);
         }
+    }
+    if (refused && fallback_applies(op, c.dev.type, (opr_dtype)c.common)) {
+        char refusal[1024];
+        snprintf(refusal, sizeof refusal, "%s", opr_last_error());
+        for (int i = 0; i < op->nout; i++) { opr_tensor_release(f.outs[i]); f.outs[i] = NULL; }
+        rc = fallback_call(op, args, nargs, results, nres, c.tensors, c.slots, c.dev, (opr_dtype)c.common, record,
+                           c.list_requires_grad, refusal);
+        free(c.list_views);
+        return rc;
     }
     /* The autograd step (docs/architecture.md, "One opr_call"): a node with the plan for
      * the inputs that require grad, saving only what its formulas read. */

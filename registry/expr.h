@@ -115,6 +115,10 @@ static inline bool mval_is_list(const mval *v) { return v->k == MV_TENSORS || v-
 
 /* The metadata view of a kernel argument (tensors are not converted). */
 void mval_of_kernel_arg(const opr_kernel_arg *k, mval *m);
+/* The other way, for a value that is not a tensor (a number, bool, int list, string
+ * or none: *k refers to m's list and string); false, with *k OPR_ARG_NONE, for a
+ * tensor or a tensor list. */
+bool kernel_arg_of_mval(const mval *m, opr_kernel_arg *k);
 
 /* Appends the source-like text of e to buf (for error messages). */
 void expr_format(const expr *e, char *buf, size_t len);

@@ -781,6 +781,20 @@ void mval_of_kernel_arg(const opr_kernel_arg *k, mval *m)
     }
 }
 
+bool kernel_arg_of_mval(const mval *m, opr_kernel_arg *k)
+{
+    *k = (opr_kernel_arg){.struct_size = sizeof *k, .kind = OPR_ARG_NONE};
+    switch (m->k) {
+    case MV_INT: k->kind = OPR_ARG_INT; k->u.i = m->u.i; return true;
+    case MV_FLOAT: k->kind = OPR_ARG_DOUBLE; k->u.d = m->u.d; return true;
+    case MV_BOOL: k->kind = OPR_ARG_BOOL; k->u.b = m->u.b; return true;
+    case MV_LIST: k->kind = OPR_ARG_INT_LIST; k->u.il.items = m->u.l; k->u.il.n = m->n; return true;
+    case MV_STR: k->kind = OPR_ARG_STRING; k->u.s = m->u.s; return true;
+    case MV_NONE: return true;
+    default: return false;
+    }
+}
+
 static const char *op_text(int op)
 {
     static const char *t[] = {"", "+", "-", "*", "/", "%", "==", "!=", "<", "<=", ">", ">=", "&&", "||", "-", "!"};

@@ -7,34 +7,15 @@
 #include <stdio.h>
 #include <string.h>
 
-static void meta_view(opr_tensor_view *v, int64_t *strides, const opr_meta *m, opr_device dev)
-{
-    opr_contiguous_strides(m->shape, m->ndim, strides);
-    *v = (opr_tensor_view){.struct_size = sizeof *v, .data = NULL, .dtype = m->dtype, .ndim = m->ndim,
-                           .shape = m->shape, .strides = strides, .device = dev, .numel = m->numel};
-}
-
 /* Argument i of q from v (its tensor as metadata); false for a Tensor[], which a
  * query does not carry. */
 static bool query_arg(kquery *q, int i, const mval *v, opr_device dev)
 {
     opr_kernel_arg *a = &q->args[i];
-    *a = (opr_kernel_arg){.struct_size = sizeof *a, .kind = OPR_ARG_NONE};
-    switch (v->k) {
-    case MV_TENSOR:
-        meta_view(&q->views[i], q->strides[i], v->u.t, dev);
-        a->kind = OPR_ARG_TENSOR;
-        a->u.t = &q->views[i];
-        break;
-    case MV_INT: a->kind = OPR_ARG_INT; a->u.i = v->u.i; break;
-    case MV_FLOAT: a->kind = OPR_ARG_DOUBLE; a->u.d = v->u.d; break;
-    case MV_BOOL: a->kind = OPR_ARG_BOOL; a->u.b = v->u.b; break;
-    case MV_LIST: a->kind = OPR_ARG_INT_LIST; a->u.il.items = v->u.l; a->u.il.n = v->n; break;
-    case MV_STR: a->kind = OPR_ARG_STRING; a->u.s = v->u.s; break;
-    case MV_NONE: break;
-    default: return false;
-    }
     q->arg_ptrs[i] = a;
+    if (v->k != MV_TENSOR) return kernel_arg_of_mval(v, a);
+    opr_meta_fill_view(v->u.t, dev, q->strides[i], &q->views[i]);
+    *a = (opr_kernel_arg){.struct_size = sizeof *a, .kind = OPR_ARG_TENSOR, .u.t = &q->views[i]};
     return true;
 }
 
@@ -51,7 +32,7 @@ bool kquery_forward(kquery *q, const opr_op *op, const mval *slots, const opr_me
 {
     for (int i = 0; i < op->nargs; i++)
         if (!query_arg(q, i, &slots[i], dev)) return false;
-    for (int o = 0; o < op->nout; o++) meta_view(&q->outv[o], q->out_strides[o], outs[o], dev);
+    for (int o = 0; o < op->nout; o++) opr_meta_fill_view(outs[o], dev, q->out_strides[o], &q->outv[o]);
     query_finish(q, op->name, op->nargs, op->nout, 0, k);
     return true;
 }
@@ -75,7 +56,7 @@ bool kquery_backward(kquery *q, const opr_op *op, const deriv_cand *c, uint32_t 
         memset(&q->outv[p], 0, sizeof q->outv[p]);
         q->outv[p].struct_size = sizeof q->outv[p];
         if (!((want >> c->cover[p]) & 1) || slots[c->cover[p]].k != MV_TENSOR) continue;
-        meta_view(&q->outv[p], q->out_strides[p], slots[c->cover[p]].u.t, dev);
+        opr_meta_fill_view(slots[c->cover[p]].u.t, dev, q->out_strides[p], &q->outv[p]);
         mask |= 1ull << p;
     }
     query_finish(q, c->kernel->name, na, c->ncover, mask, k);

@@ -3,6 +3,7 @@
 
 #include "gpt_train.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -200,7 +201,7 @@ int gpt_demo_run(opr_ctx *ctx, int argc, char **argv, const char *prog)
             if (ev[i].kind == OPR_DDP_BUCKET_DONE && ev[i].index < 64) {
                 double s = start[ev[i].index], e = ev[i].t_us;
                 comm += e - s;
-                overlapped += (backward_done < e ? backward_done : e) > s ? (backward_done < e ? backward_done : e) - s : 0;
+                overlapped += fmax(0, fmin(backward_done, e) - s); /* in flight while the backward ran */
             }
         }
         printf("data parallel, last step: gradients reduced over %.2f ms, %.0f%% of it while the backward ran\n",

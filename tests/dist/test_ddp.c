@@ -8,8 +8,7 @@
  *                    backward is over (the overlap), every bucket is waited for
  *
  * Each rank prints "rank R/N: all K checks passed" or the failures. */
-#include <opreg/dist.h>
-#include <opreg/opreg.h>
+#include "dist_test.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -23,20 +22,6 @@
 #define STEPS 20
 #define NPARAMS 4
 
-static opr_ctx *ctx;
-static opr_group world;
-static int checks, failures;
-
-#define CHECK(cond, ...)                                                                                            \
-    do {                                                                                                            \
-        checks++;                                                                                                   \
-        if (!(cond)) {                                                                                              \
-            failures++;                                                                                             \
-            printf("rank %d/%d: FAIL %s:%d: ", world.rank, world.size, __FILE__, __LINE__);                         \
-            printf(__VA_ARGS__);                                                                                    \
-            printf("\n");                                                                                           \
-        }                                                                                                           \
-    } while (0)
 
 static opr_tensor *call(const char *op, opr_value *a, int n)
 {
@@ -201,9 +186,7 @@ int main(int argc, char **argv)
     train(OPR_F64, 1e-6); /* a bucket per parameter */
     train(OPR_F64, 0);    /* the default: one bucket */
     train(OPR_F32, 0);
-    if (failures) printf("rank %d/%d: %d of %d checks failed\n", world.rank, world.size, failures, checks);
-    else printf("rank %d/%d: all %d checks passed\n", world.rank, world.size, checks);
-    fflush(stdout);
-    opr_ctx_free(ctx);
-    return failures ? 1 : 0;
+    int status = report();
+    opr_ctx_free(ctx); /* the last context finalises MPI */
+    return status;
 }

@@ -10,8 +10,7 @@
  *
  * Each rank prints "rank R/N: all K checks passed" or the failures; exit status 1 on a
  * failure. Links libopreg only: the MPI plugin is found in the build tree. */
-#include <opreg/dist.h>
-#include <opreg/opreg.h>
+#include "dist_test.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -24,20 +23,6 @@
 #define COLS 2
 #define N (ROWS * COLS)
 
-static opr_ctx *ctx;
-static opr_group world;
-static int checks, failures;
-
-#define CHECK(cond, ...)                                                                                            \
-    do {                                                                                                            \
-        checks++;                                                                                                   \
-        if (!(cond)) {                                                                                              \
-            failures++;                                                                                             \
-            printf("rank %d/%d: FAIL %s:%d: ", world.rank, world.size, __FILE__, __LINE__);                         \
-            printf(__VA_ARGS__);                                                                                    \
-            printf("\n");                                                                                           \
-        }                                                                                                           \
-    } while (0)
 
 /* Rank r's input, element i: distinct on every rank and element (no ties for max). */
 static double input(int r, int i) { return sin(1.0 + 7.3 * r + 0.37 * i) + 0.01 * r; }
@@ -347,9 +332,7 @@ int main(int argc, char **argv)
         _exit(failures ? 1 : 0); /* MPI_Finalize would wait for the dead rank */
     }
     normal_run();
-    if (failures) printf("rank %d/%d: %d of %d checks failed\n", world.rank, world.size, failures, checks);
-    else printf("rank %d/%d: all %d checks passed\n", world.rank, world.size, checks);
-    fflush(stdout);
+    int status = report();
     opr_ctx_free(ctx); /* the last context finalises MPI */
-    return failures ? 1 : 0;
+    return status;
 }
