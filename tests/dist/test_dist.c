@@ -4,7 +4,8 @@
  *                           single-process reference (each rank can make every rank's
  *                           input), in f32 and f64, contiguous and strided; their
  *                           gradients against finite differences across ranks (f64);
- *                           a sub-group split by parity
+ *                           a sub-group split by parity; members that call
+ *                           different collectives all fail, naming the one that differs
  *   test_dist SIZE --die    the last rank exits mid-step; every other rank's next
  *                           collective must fail within the time-out, with a message
  *
@@ -239,8 +240,8 @@ static void check_gradients(void)
     }
 }
 
-/* Bad arguments fail on every rank with a message, before any data moves (the
- * checks are local, so no rank waits for another). */
+/* Bad arguments fail on every rank with a message, before any data moves (every rank
+ * makes the same bad call). */
 static void check_errors(void)
 {
     opr_tensor *x = make_input(world.rank, OPR_F64, false, -1, 0), *y = NULL;
@@ -263,9 +264,34 @@ static void check_errors(void)
     opr_tensor_release(x);
 }
 
+/* Members that call different collectives, or one on other shapes, all fail with a
+ * message naming the one that differs; the group stays usable. */
+static void check_mismatch(void)
+{
+    if (world.size < 2) return;
+    opr_tensor *x = make_input(world.rank, OPR_F64, false, -1, 0), *y = NULL;
+    coll sum = {"all_reduce", "sum", -1}, gather = {"all_gather", NULL, -1};
+    int rc = run(world.rank == 0 ? &sum : &gather, x, 0, &y);
+    const char *other = world.rank == 0 ? "rank 1 all_gather() f64 [6, 2]" : "rank 0 all_reduce(sum) f64 [6, 2]";
+    CHECK(rc == OPR_ERR_INVALID && strstr(opr_last_error(), "the members called different collectives") &&
+              strstr(opr_last_error(), other),
+          "all_reduce against all_gather: %d %s", rc, opr_last_error());
+    double v[3] = {1, 2, 3};
+    opr_tensor *small = opr_tensor_from_data(ctx, OPR_F64, 1, (int64_t[]){3}, v, OPR_CPU);
+    rc = run(&sum, world.rank == world.size - 1 ? small : x, 0, &y);
+    CHECK(rc == OPR_ERR_INVALID && strstr(opr_last_error(), world.rank == world.size - 1 ? "f64 [6, 2]" : "f64 [3]"),
+          "all_reduce of other shapes: %d %s", rc, opr_last_error());
+    rc = run(&sum, x, 0, &y);
+    CHECK(rc == OPR_OK, "all_reduce after the mismatches: %s", opr_last_error());
+    opr_tensor_release(y);
+    opr_tensor_release(small);
+    opr_tensor_release(x);
+}
+
 static int normal_run(void)
 {
     check_errors();
+    check_mismatch();
     int members[64];
     for (int r = 0; r < world.size; r++) members[r] = r;
     check_values(&world, members, world.rank);
