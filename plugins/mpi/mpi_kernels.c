@@ -81,17 +81,17 @@ static void describe(const opr_kernel_call *call, int group_arg, const opr_tenso
  * differs, instead. It costs one small collective per call. */
 static int same_collective(const opr_kernel_call *call, int group_arg, const opr_tensor_view *self, coll *c)
 {
-    char mine[COLL_SIG] = "";
-    describe(call, group_arg, self, mine);
-    char *all = calloc((size_t)c->size, COLL_SIG);
+    char *all = calloc((size_t)c->size + 1, COLL_SIG); /* every member's, then this one's */
     if (!all) return fail(call, OPR_ERR_NOMEM, "out of memory");
+    char *mine = all + (size_t)c->size * COLL_SIG;
+    describe(call, group_arg, self, mine);
     MPI_Request req;
     mpid_lock();
     int mrc = MPI_Iallgather(mine, COLL_SIG, MPI_CHAR, all, COLL_SIG, MPI_CHAR, c->comm, &req);
     mpid_unlock();
     char why[640];
     int rc = mrc == MPI_SUCCESS ? mpid_wait(&req, c->what, why, sizeof why) : mpid_error(mrc, c->what, why, sizeof why);
-    if (rc) return fail(call, rc, why); /* a timed-out buffer stays MPI's */
+    if (rc) return fail(call, rc, why); /* a timed-out request keeps its buffer */
     for (int r = 0; r < c->size && !rc; r++) {
         const char *theirs = all + (size_t)r * COLL_SIG;
         if (memcmp(theirs, mine, COLL_SIG)) {
