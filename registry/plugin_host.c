@@ -237,6 +237,65 @@ static int host_register_group_provider(opr_plugin *self, const opr_group_provid
     return OPR_OK;
 }
 
+/* The context's provider for a kernel call's group service, or NULL with the call's
+ * detail set. */
+static const opr_group_provider *call_provider(const opr_kernel_call *call, const char *fn, bool has_fn)
+{
+    const kcall_frame *f = call ? call->host_call : NULL;
+    if (!f) {
+        host_set_error(call, "%s: only during a kernel call", fn);
+        return NULL;
+    }
+    if (!f->ctx->group_plugin) {
+        host_set_error(call, "no process groups: no loaded plugin provides them (the MPI plugin is built where MPI "
+                        "is found)");
+        return NULL;
+    }
+    if (!has_fn) {
+        host_set_error(call, "%s: the %s provider (plugin %s) does not offer it", fn, f->ctx->group_provider.name,
+                        f->ctx->group_plugin);
+        return NULL;
+    }
+    return &f->ctx->group_provider;
+}
+
+static int host_group_info(const opr_kernel_call *call, int64_t group, int32_t *rank, int32_t *size,
+                           double *timeout_s)
+{
+    const kcall_frame *f = call ? call->host_call : NULL;
+    const opr_group_provider *p =
+        call_provider(call, "group_info", f && f->ctx->group_plugin && f->ctx->group_provider.group_info);
+    if (!p) return OPR_ERR_NOT_FOUND;
+    int32_t r = -1, n = 0;
+    double t = 0;
+    char why[512] = "";
+    int rc = p->group_info(p->data, group, &r, &n, &t, why, sizeof why);
+    if (rc) {
+        host_set_error(call, "%s", why[0] ? why : "group_info failed without detail");
+        return rc < 0 ? rc : OPR_ERR_BACKEND;
+    }
+    if (rank) *rank = r;
+    if (size) *size = n;
+    if (timeout_s) *timeout_s = t;
+    return OPR_OK;
+}
+
+static int host_group_all_gather(const opr_kernel_call *call, int64_t group, const void *mine, void *all, size_t bytes)
+{
+    const kcall_frame *f = call ? call->host_call : NULL;
+    const opr_group_provider *p =
+        call_provider(call, "group_all_gather", f && f->ctx->group_plugin && f->ctx->group_provider.all_gather_bytes);
+    if (!p) return OPR_ERR_NOT_FOUND;
+    if (!mine || !all) {
+        host_set_error(call, "group_all_gather: NULL buffer");
+        return OPR_ERR_INVALID;
+    }
+    char why[512] = "";
+    int rc = p->all_gather_bytes(p->data, group, mine, all, bytes, why, sizeof why);
+    if (rc) host_set_error(call, "%s", why[0] ? why : "all_gather_bytes failed without detail");
+    return rc < 0 ? rc : rc ? OPR_ERR_BACKEND : OPR_OK;
+}
+
 static const opr_host_api host_api = {
     .struct_size = sizeof(opr_host_api),
     .abi_major = OPR_ABI_MAJOR,
@@ -249,6 +308,8 @@ static const opr_host_api host_api = {
     .alloc_output = dispatch_alloc_output,
     .load_yaml_string = host_load_yaml_string,
     .register_group_provider = host_register_group_provider,
+    .group_info = host_group_info,
+    .group_all_gather = host_group_all_gather,
 };
 
 const opr_host_api *plugin_host_api(void) { return &host_api; }

@@ -236,7 +236,8 @@ typedef struct opr_device_desc {
  * dist.yaml), provided by a plugin on an existing engine (MPI). One per context; the
  * public API (opreg/dist.h) calls these. A group is an int64 id of the provider's
  * choosing; the collective ops' `group` argument carries it to the kernels, 0 meaning
- * the world group. Every function returns OPR_OK or an error status after writing
+ * the world group; an id is not reused after group_free, so that a plugin may keep
+ * state per group id (an NCCL communicator). Every function returns OPR_OK or an error status after writing
  * the reason into why (NUL-terminated, at most why_len bytes); a collective that
  * waits on a peer longer than the time-out returns OPR_ERR_BACKEND with a reason that
  * says so, never hangs. Called from any thread. */
@@ -268,8 +269,17 @@ typedef struct opr_group_provider {
      * is complete (then wait returns at once). An engine that progresses collectives
      * only inside its calls needs this for communication to overlap computation. */
     int (*poll)(void *data, int64_t req, int *done, char *why, size_t why_len);
+    /* 2.2, optional: this process's rank in group, the group's size, and the time-out
+     * (seconds), for the kernels of other plugins (host->group_info). */
+    int (*group_info)(void *data, int64_t group, int32_t *rank, int32_t *size, double *timeout_s, char *why,
+                      size_t why_len);
+    /* 2.2, optional: every member's `bytes` bytes at mine, gathered into all (size *
+     * bytes, in rank order) within the time-out; collective over group
+     * (host->group_all_gather). */
+    int (*all_gather_bytes)(void *data, int64_t group, const void *mine, void *all, size_t bytes, char *why,
+                            size_t why_len);
 } opr_group_provider;
-#define OPR_GROUP_PROVIDER_STRUCT_SIZE_2_2 OPR_STRUCT_SIZE(opr_group_provider, poll)
+#define OPR_GROUP_PROVIDER_STRUCT_SIZE_2_2 OPR_STRUCT_SIZE(opr_group_provider, all_gather_bytes)
 
 /* Filled by the plugin in opr_plugin_init. The host sets struct_size before the call;
  * the plugin sets abi_major/abi_minor first of all. */
@@ -322,10 +332,20 @@ typedef struct opr_host_api {
     /* 2.2: offers the context's process groups (one provider per context: a second is
      * refused). Init only; committed with the plugin's other registrations. */
     int (*register_group_provider)(opr_plugin *self, const opr_group_provider *provider);
+    /* 2.2: during a kernel call, for collectives that run on an engine of the plugin's
+     * own (NCCL) over the provider's groups: this process's rank in group, the group's
+     * size and the collectives' time-out in seconds (any output may be NULL). Fails,
+     * with the call's detail set, where the context has no provider or the provider
+     * lacks group_info. */
+    int (*group_info)(const opr_kernel_call *call, int64_t group, int32_t *rank, int32_t *size, double *timeout_s);
+    /* 2.2: during a kernel call: every member's `bytes` bytes at mine, gathered into
+     * all (size * bytes, rank order) over group, within the time-out (a bootstrap id,
+     * a check that the members run the same collective). Collective; blocking. */
+    int (*group_all_gather)(const opr_kernel_call *call, int64_t group, const void *mine, void *all, size_t bytes);
 } opr_host_api;
 #define OPR_HOST_API_STRUCT_SIZE_2_0 OPR_STRUCT_SIZE(opr_host_api, alloc_output)
 #define OPR_HOST_API_STRUCT_SIZE_2_1 OPR_STRUCT_SIZE(opr_host_api, load_yaml_string)
-#define OPR_HOST_API_STRUCT_SIZE_2_2 OPR_STRUCT_SIZE(opr_host_api, register_group_provider)
+#define OPR_HOST_API_STRUCT_SIZE_2_2 OPR_STRUCT_SIZE(opr_host_api, group_all_gather)
 
 typedef int (*opr_plugin_init_fn)(const opr_host_api *host, opr_plugin *self);
 typedef int (*opr_plugin_probe_fn)(char *why, size_t why_len);

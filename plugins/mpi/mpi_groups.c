@@ -18,7 +18,10 @@ static pthread_mutex_t call_lock = PTHREAD_MUTEX_INITIALIZER;  /* MPI calls, bel
 static bool inited, finalized, we_inited, serialise;
 static int contexts;
 static double timeout_s = 60;
-static MPI_Comm comms[MPID_MAX_GROUPS];
+static MPI_Comm comms[MPID_MAX_GROUPS]; /* slot 0: the world */
+static int64_t ids[MPID_MAX_GROUPS];    /* the id of each live slot: never reused, so that other plugins may key
+                                           state on it (the CUDA plugin's NCCL communicators) */
+static int64_t next_id = 1;
 static struct pending {
     bool used, mean;
     MPI_Request req;
@@ -77,6 +80,7 @@ int mpid_ensure(char *why, size_t why_len)
         if (!rc) {
             serialise = provided < MPI_THREAD_MULTIPLE;
             comms[0] = MPI_COMM_WORLD;
+            ids[0] = 0;
             for (int i = 1; i < MPID_MAX_GROUPS; i++) comms[i] = MPI_COMM_NULL; /* not 0 in every MPI */
             MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
             inited = true;
@@ -86,10 +90,21 @@ int mpid_ensure(char *why, size_t why_len)
     return rc;
 }
 
+/* The slot of live group id, or -1. Called with state_lock held. */
+static int slot_of(int64_t id)
+{
+    for (int i = 0; i < MPID_MAX_GROUPS; i++)
+        if (comms[i] != MPI_COMM_NULL && ids[i] == id) return i;
+    return -1;
+}
+
 MPI_Comm mpid_comm(int64_t id, char *why, size_t why_len)
 {
     if (mpid_ensure(why, why_len)) return MPI_COMM_NULL;
-    MPI_Comm c = id >= 0 && id < MPID_MAX_GROUPS ? comms[id] : MPI_COMM_NULL;
+    pthread_mutex_lock(&state_lock);
+    int slot = slot_of(id);
+    MPI_Comm c = slot >= 0 ? comms[slot] : MPI_COMM_NULL;
+    pthread_mutex_unlock(&state_lock);
     if (c == MPI_COMM_NULL) snprintf(why, why_len, "group %lld is not a live group of this process", (long long)id);
     return c;
 }
@@ -162,11 +177,15 @@ static int p_split(void *data, int64_t group, int32_t color, int32_t key, int64_
     *size = 0;
     if (c == MPI_COMM_NULL) return OPR_OK;
     pthread_mutex_lock(&state_lock);
-    int id = 1;
-    while (id < MPID_MAX_GROUPS && comms[id] != MPI_COMM_NULL) id++;
-    if (id < MPID_MAX_GROUPS) comms[id] = c;
+    int slot = 1;
+    while (slot < MPID_MAX_GROUPS && comms[slot] != MPI_COMM_NULL) slot++;
+    int64_t id = -1;
+    if (slot < MPID_MAX_GROUPS) {
+        comms[slot] = c;
+        ids[slot] = id = next_id++;
+    }
     pthread_mutex_unlock(&state_lock);
-    if (id == MPID_MAX_GROUPS) {
+    if (slot == MPID_MAX_GROUPS) {
         MPI_Comm_free(&c);
         snprintf(why, why_len, "split: %d groups are live already (free some with opr_dist_group_free)",
                  MPID_MAX_GROUPS - 1);
@@ -188,9 +207,10 @@ static int p_group_free(void *data, int64_t group)
     char why[256];
     if (mpid_ensure(why, sizeof why)) return OPR_ERR_INVALID;
     pthread_mutex_lock(&state_lock);
-    bool live = group > 0 && group < MPID_MAX_GROUPS && comms[group] != MPI_COMM_NULL;
-    MPI_Comm c = live ? comms[group] : MPI_COMM_NULL;
-    if (live) comms[group] = MPI_COMM_NULL;
+    int slot = group > 0 ? slot_of(group) : -1;
+    bool live = slot > 0;
+    MPI_Comm c = live ? comms[slot] : MPI_COMM_NULL;
+    if (live) comms[slot] = MPI_COMM_NULL;
     pthread_mutex_unlock(&state_lock);
     if (!live) return OPR_ERR_INVALID;
     mpid_lock();
@@ -284,6 +304,42 @@ static int p_poll(void *data, int64_t req, int *done, char *why, size_t why_len)
     return rc == MPI_SUCCESS ? OPR_OK : mpid_error(rc, "poll", why, why_len);
 }
 
+static int p_group_info(void *data, int64_t group, int32_t *rank, int32_t *size, double *timeout, char *why,
+                        size_t why_len)
+{
+    (void)data;
+    MPI_Comm c = mpid_comm(group, why, why_len);
+    if (c == MPI_COMM_NULL) return OPR_ERR_INVALID;
+    int r = 0, n = 0;
+    MPI_Comm_rank(c, &r);
+    MPI_Comm_size(c, &n);
+    *rank = r;
+    *size = n;
+    pthread_mutex_lock(&state_lock);
+    *timeout = timeout_s;
+    pthread_mutex_unlock(&state_lock);
+    return OPR_OK;
+}
+
+static int p_all_gather_bytes(void *data, int64_t group, const void *mine, void *all, size_t bytes, char *why,
+                              size_t why_len)
+{
+    (void)data;
+    MPI_Comm c = mpid_comm(group, why, why_len);
+    if (c == MPI_COMM_NULL) return OPR_ERR_INVALID;
+    if (bytes > 0x7fffffff) {
+        snprintf(why, why_len, "all_gather_bytes: more than 2^31 - 1 bytes");
+        return OPR_ERR_INVALID;
+    }
+    char what[64];
+    snprintf(what, sizeof what, "all_gather_bytes on group %lld", (long long)group);
+    MPI_Request req;
+    mpid_lock();
+    int mrc = MPI_Iallgather(mine, (int)bytes, MPI_BYTE, all, (int)bytes, MPI_BYTE, c, &req);
+    mpid_unlock();
+    return mrc == MPI_SUCCESS ? mpid_wait(&req, what, why, why_len) : mpid_error(mrc, what, why, why_len);
+}
+
 static int finalize_locked(char *why, size_t why_len)
 {
     if (!inited || finalized) return OPR_OK;
@@ -324,5 +380,6 @@ void mpid_context_closed(void)
 const opr_group_provider mpid_provider = {
     .struct_size = sizeof(opr_group_provider), .name = "mpi", .world = p_world, .split = p_split,
     .group_free = p_group_free, .set_timeout = p_set_timeout, .all_reduce_start = p_all_reduce_start,
-    .wait = p_wait, .finalize = p_finalize, .poll = p_poll,
+    .wait = p_wait, .finalize = p_finalize, .poll = p_poll, .group_info = p_group_info,
+    .all_gather_bytes = p_all_gather_bytes,
 };

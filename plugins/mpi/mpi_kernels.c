@@ -5,6 +5,8 @@
 
 #include <opreg/plugin_util.h>
 
+#include "../common/opc_collective.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,49 +59,22 @@ static int fail(const opr_kernel_call *call, int rc, const char *why)
     return rc;
 }
 
-/* What this rank is about to run, as every member must run it: the op, its arguments
- * but the group, the dtype and shape of self ("all_reduce(sum) f32 [6, 2]"). */
-#define COLL_SIG 64
-static void describe(const opr_kernel_call *call, int group_arg, const opr_tensor_view *self, char *sig)
-{
-    int n = snprintf(sig, COLL_SIG, "%s(", call->op);
-    for (int i = 1; i < group_arg && n < COLL_SIG; i++) {
-        const opr_kernel_arg *a = call->args[i];
-        const char *sep = i > 1 ? ", " : "";
-        if (a->kind == OPR_ARG_STRING) n += snprintf(sig + n, COLL_SIG - (size_t)n, "%s%s", sep, a->u.s);
-        else if (a->kind == OPR_ARG_INT) n += snprintf(sig + n, COLL_SIG - (size_t)n, "%s%lld", sep, (long long)a->u.i);
-    }
-    if (n < COLL_SIG) n += snprintf(sig + n, COLL_SIG - (size_t)n, ") %s [", opu_dtype_name(self->dtype));
-    for (int d = 0; d < self->ndim && n < COLL_SIG; d++)
-        n += snprintf(sig + n, COLL_SIG - (size_t)n, "%s%lld", d ? ", " : "", (long long)self->shape[d]);
-    if (n < COLL_SIG) snprintf(sig + n, COLL_SIG - (size_t)n, "]");
-}
-
-/* MPI leaves members that call different collectives (or the same one on other shapes)
- * undefined: a hang, a truncation, or wrong values. So every member first gathers what
- * the others are about to run, and all of them fail, naming the first member that
- * differs, instead. It costs one small collective per call. */
+/* Every member gathers what the others are about to run and fails where one differs
+ * (plugins/common/opc_collective.h): one small collective per call. */
 static int same_collective(const opr_kernel_call *call, int group_arg, const opr_tensor_view *self, coll *c)
 {
-    char *all = calloc((size_t)c->size + 1, COLL_SIG); /* every member's, then this one's */
+    char *all = calloc((size_t)c->size + 1, OPC_COLL_SIG); /* every member's, then this one's */
     if (!all) return fail(call, OPR_ERR_NOMEM, "out of memory");
-    char *mine = all + (size_t)c->size * COLL_SIG;
-    describe(call, group_arg, self, mine);
+    char *mine = all + (size_t)c->size * OPC_COLL_SIG;
+    opc_coll_describe(call, group_arg, self, mine);
     MPI_Request req;
     mpid_lock();
-    int mrc = MPI_Iallgather(mine, COLL_SIG, MPI_CHAR, all, COLL_SIG, MPI_CHAR, c->comm, &req);
+    int mrc = MPI_Iallgather(mine, OPC_COLL_SIG, MPI_CHAR, all, OPC_COLL_SIG, MPI_CHAR, c->comm, &req);
     mpid_unlock();
     char why[640];
     int rc = mrc == MPI_SUCCESS ? mpid_wait(&req, c->what, why, sizeof why) : mpid_error(mrc, c->what, why, sizeof why);
     if (rc) return fail(call, rc, why); /* a timed-out request keeps its buffer */
-    for (int r = 0; r < c->size && !rc; r++) {
-        const char *theirs = all + (size_t)r * COLL_SIG;
-        if (memcmp(theirs, mine, COLL_SIG)) {
-            snprintf(why, sizeof why, "%s: the members called different collectives: this rank %s, rank %d %.*s",
-                     c->what, mine, r, COLL_SIG, theirs);
-            rc = fail(call, OPR_ERR_INVALID, why);
-        }
-    }
+    if (opc_coll_mismatch(all, c->size, mine, c->what, why, sizeof why) >= 0) rc = fail(call, OPR_ERR_INVALID, why);
     free(all);
     return rc;
 }

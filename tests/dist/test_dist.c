@@ -305,7 +305,12 @@ static int normal_run(void)
         CHECK(sub.size == n && sub.rank == me && sub.id > 0, "split: rank %d of %d (id %lld), want %d of %d", sub.rank,
               sub.size, (long long)sub.id, me, n);
         check_values(&sub, members, me);
+        int64_t freed = sub.id;
         CHECK(opr_dist_group_free(ctx, &sub) == OPR_OK, "group_free: %s", opr_last_error());
+        /* ids are not reused: plugins keep state per id (NCCL communicators) */
+        CHECK(opr_dist_split(ctx, &world, 0, world.rank, &sub) == OPR_OK && sub.id != freed,
+              "a split after group_free got id %lld again", (long long)freed);
+        opr_dist_group_free(ctx, &sub);
     }
     check_gradients();
     return failures;
