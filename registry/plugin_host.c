@@ -237,63 +237,61 @@ static int host_register_group_provider(opr_plugin *self, const opr_group_provid
     return OPR_OK;
 }
 
-/* The context's provider for a kernel call's group service, or NULL with the call's
- * detail set. */
-static const opr_group_provider *call_provider(const opr_kernel_call *call, const char *fn, bool has_fn)
+/* The context's provider for a kernel call's group service (has_fn: the provider
+ * offers it), or NULL with the reason in why. */
+static const opr_group_provider *call_provider(const opr_kernel_call *call, const char *fn,
+                                               bool (*has_fn)(const opr_group_provider *), char *why, size_t why_len)
 {
     const kcall_frame *f = call ? call->host_call : NULL;
-    if (!f) {
-        host_set_error(call, "%s: only during a kernel call", fn);
-        return NULL;
-    }
-    if (!f->ctx->group_plugin) {
-        host_set_error(call, "no process groups: no loaded plugin provides them (the MPI plugin is built where MPI "
-                        "is found)");
-        return NULL;
-    }
-    if (!has_fn) {
-        host_set_error(call, "%s: the %s provider (plugin %s) does not offer it", fn, f->ctx->group_provider.name,
-                        f->ctx->group_plugin);
-        return NULL;
-    }
-    return &f->ctx->group_provider;
+    if (!why || !why_len) return NULL;
+    if (!f) snprintf(why, why_len, "%s: only during a kernel call", fn);
+    else if (!f->ctx->group_plugin)
+        snprintf(why, why_len, "no process groups: no loaded plugin provides them (the MPI plugin is built where "
+                 "MPI is found)");
+    else if (!has_fn(&f->ctx->group_provider))
+        snprintf(why, why_len, "%s: the %s provider (plugin %s) does not offer it", fn, f->ctx->group_provider.name,
+                 f->ctx->group_plugin);
+    else return &f->ctx->group_provider;
+    return NULL;
+}
+
+static bool has_group_info(const opr_group_provider *p) { return p->group_info != NULL; }
+static bool has_all_gather(const opr_group_provider *p) { return p->all_gather_bytes != NULL; }
+
+static int provider_status(int rc, char *why, size_t why_len, const char *fn)
+{
+    if (rc && !why[0]) snprintf(why, why_len, "%s failed without detail", fn);
+    return rc < 0 ? rc : rc ? OPR_ERR_BACKEND : OPR_OK;
 }
 
 static int host_group_info(const opr_kernel_call *call, int64_t group, int32_t *rank, int32_t *size,
-                           double *timeout_s)
+                           double *timeout_s, char *why, size_t why_len)
 {
-    const kcall_frame *f = call ? call->host_call : NULL;
-    const opr_group_provider *p =
-        call_provider(call, "group_info", f && f->ctx->group_plugin && f->ctx->group_provider.group_info);
+    const opr_group_provider *p = call_provider(call, "group_info", has_group_info, why, why_len);
     if (!p) return OPR_ERR_NOT_FOUND;
     int32_t r = -1, n = 0;
     double t = 0;
-    char why[512] = "";
-    int rc = p->group_info(p->data, group, &r, &n, &t, why, sizeof why);
-    if (rc) {
-        host_set_error(call, "%s", why[0] ? why : "group_info failed without detail");
-        return rc < 0 ? rc : OPR_ERR_BACKEND;
-    }
+    why[0] = '\0';
+    int rc = provider_status(p->group_info(p->data, group, &r, &n, &t, why, why_len), why, why_len, "group_info");
+    if (rc) return rc;
     if (rank) *rank = r;
     if (size) *size = n;
     if (timeout_s) *timeout_s = t;
     return OPR_OK;
 }
 
-static int host_group_all_gather(const opr_kernel_call *call, int64_t group, const void *mine, void *all, size_t bytes)
+static int host_group_all_gather(const opr_kernel_call *call, int64_t group, const void *mine, void *all, size_t bytes,
+                                 char *why, size_t why_len)
 {
-    const kcall_frame *f = call ? call->host_call : NULL;
-    const opr_group_provider *p =
-        call_provider(call, "group_all_gather", f && f->ctx->group_plugin && f->ctx->group_provider.all_gather_bytes);
+    const opr_group_provider *p = call_provider(call, "group_all_gather", has_all_gather, why, why_len);
     if (!p) return OPR_ERR_NOT_FOUND;
     if (!mine || !all) {
-        host_set_error(call, "group_all_gather: NULL buffer");
+        snprintf(why, why_len, "group_all_gather: NULL buffer");
         return OPR_ERR_INVALID;
     }
-    char why[512] = "";
-    int rc = p->all_gather_bytes(p->data, group, mine, all, bytes, why, sizeof why);
-    if (rc) host_set_error(call, "%s", why[0] ? why : "all_gather_bytes failed without detail");
-    return rc < 0 ? rc : rc ? OPR_ERR_BACKEND : OPR_OK;
+    why[0] = '\0';
+    return provider_status(p->all_gather_bytes(p->data, group, mine, all, bytes, why, why_len), why, why_len,
+                           "all_gather_bytes");
 }
 
 static const opr_host_api host_api = {

@@ -334,14 +334,16 @@ typedef struct opr_host_api {
     int (*register_group_provider)(opr_plugin *self, const opr_group_provider *provider);
     /* 2.2: during a kernel call, for collectives that run on an engine of the plugin's
      * own (NCCL) over the provider's groups: this process's rank in group, the group's
-     * size and the collectives' time-out in seconds (any output may be NULL). Fails,
-     * with the call's detail set, where the context has no provider or the provider
-     * lacks group_info. */
-    int (*group_info)(const opr_kernel_call *call, int64_t group, int32_t *rank, int32_t *size, double *timeout_s);
+     * size and the collectives' time-out in seconds (any output may be NULL). An error
+     * status with the reason in why where the context has no provider, the provider
+     * lacks group_info, or the group is not live. */
+    int (*group_info)(const opr_kernel_call *call, int64_t group, int32_t *rank, int32_t *size, double *timeout_s,
+                      char *why, size_t why_len);
     /* 2.2: during a kernel call: every member's `bytes` bytes at mine, gathered into
      * all (size * bytes, rank order) over group, within the time-out (a bootstrap id,
      * a check that the members run the same collective). Collective; blocking. */
-    int (*group_all_gather)(const opr_kernel_call *call, int64_t group, const void *mine, void *all, size_t bytes);
+    int (*group_all_gather)(const opr_kernel_call *call, int64_t group, const void *mine, void *all, size_t bytes,
+                            char *why, size_t why_len);
 } opr_host_api;
 #define OPR_HOST_API_STRUCT_SIZE_2_0 OPR_STRUCT_SIZE(opr_host_api, alloc_output)
 #define OPR_HOST_API_STRUCT_SIZE_2_1 OPR_STRUCT_SIZE(opr_host_api, load_yaml_string)

@@ -367,5 +367,8 @@ int gk_register_nn(opr_plugin *self);          /* gpu_nn.cu: embedding, dropout,
 int gk_register_norm(opr_plugin *self);        /* gpu_norm.cu: layer_norm, gelu */
 int gk_register_loss(opr_plugin *self);        /* gpu_loss.cu: nll_loss, cross_entropy */
 int gk_register_attention(opr_plugin *self);   /* gpu_attention.cu: scaled dot-product attention */
+int gk_register_collective(opr_plugin *self);  /* gpu_nccl.cu: all_reduce, ... on NCCL */
+/* Destroys the NCCL communicators (gpu_nccl.cu), with the last context. */
+void gk_collective_shutdown(void);
 
 #endif /* OPREG_CUDA_COMMON_CUH */

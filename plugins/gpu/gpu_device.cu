@@ -337,6 +337,7 @@ void plugin_shutdown(opr_plugin *)
 {
     std::lock_guard<std::mutex> g(g_refs_lock);
     if (--g_refs > 0) return;
+    gk_collective_shutdown();
     for (int i = 0; i < GK_MAX_ORDINALS; i++) {
         device_state &d = g_dev[i];
         std::lock_guard<std::mutex> lk(d.lock);
@@ -422,7 +423,7 @@ extern "C" OPR_PLUGIN_EXPORT int opr_plugin_init(const opr_host_api *host, opr_p
     int (*const families[])(opr_plugin *) = {
         gk_register_elementwise, gk_register_compare, gk_register_reduce, gk_register_linalg,
         gk_register_index, gk_register_copy, gk_register_sort, gk_register_segment, gk_register_convert, gk_register_nn,
-        gk_register_norm, gk_register_loss, gk_register_attention,
+        gk_register_norm, gk_register_loss, gk_register_attention, gk_register_collective,
     };
     for (size_t i = 0; i < sizeof families / sizeof families[0]; i++)
         if ((rc = families[i](self)) != OPR_OK) return rc;

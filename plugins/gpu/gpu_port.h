@@ -12,6 +12,8 @@
  *   GPU_NAME          "cuda" or "rocm": the device name
  *   GPU_PLUGIN_NAME   the plugin name: GPU_NAME, or "cuda-emu" for the emulation
  *   GPU_BLAS_HEADER   the BLAS header to include where GPU_HAVE_BLAS is 1
+ *   GPU_HAVE_NCCL     defined by the build where NCCL's header is found (CUDA, and the
+ *                     emulation's stand-in); GPU_NCCL_HEADER is then the one to include
  *   GPU_DYNAMIC_SHARED(T, name)  declares the block's dynamic shared memory as T name[]
  *   gk_launch(kernel, grid, block, smem, stream, args...)  launches a kernel; the one
  *                     launch syntax all three builds understand
@@ -33,6 +35,7 @@
 #define GPU_PLUGIN_NAME "cuda-emu"
 #define GPU_RUNTIME_NAME "emulated CUDA"
 #define GPU_BLAS_HEADER "gpu_emu_blas.h"
+#define GPU_NCCL_HEADER "gpu_emu_nccl.h" /* over MPI: tests/gpu_emu/gpu_emu_nccl.c */
 
 typedef gpuemu_error gpuError_t;
 typedef gpuemu_stream_t gpuStream_t;
@@ -58,6 +61,12 @@ typedef gpuemu_bf16 gpu_bf16;
 #define gpuStreamCreateWithFlags gpuemuStreamCreateWithFlags
 #define gpuStreamNonBlocking 1u
 #define gpuStreamSynchronize gpuemuStreamSynchronize
+#define gpuStreamQuery gpuemuStreamQuery
+/* A vendor library's call that moves device memory (NCCL: its stand-in does the work
+ * in the call, on the host): device memory is opened around it. */
+#define gpu_library_access_begin gpuemu_device_access_begin
+#define gpu_library_access_end gpuemu_device_access_end
+#define gpuErrorNotReady gpuemuErrorNotReady
 #define gpuStreamDestroy gpuemuStreamDestroy
 #define gpuDevAttrMultiProcessorCount gpuemuDevAttrMultiProcessorCount
 #define gpuDevAttrClockRate gpuemuDevAttrClockRate
@@ -143,6 +152,7 @@ static __host__ __device__ inline gpu_bf16 gpu_float_to_bf16(float v) { return g
 #define GPU_PLUGIN_NAME "cuda"
 #define GPU_RUNTIME_NAME "CUDA"
 #define GPU_BLAS_HEADER "gpu_cublas.h" /* cuBLAS loaded at first use, not linked */
+#define GPU_NCCL_HEADER <nccl.h>       /* where GPU_HAVE_NCCL; NCCL too is loaded at first use */
 
 typedef cudaError_t gpuError_t;
 typedef cudaStream_t gpuStream_t;
@@ -168,6 +178,10 @@ typedef __nv_bfloat16 gpu_bf16;
 #define gpuStreamCreateWithFlags cudaStreamCreateWithFlags
 #define gpuStreamNonBlocking cudaStreamNonBlocking
 #define gpuStreamSynchronize cudaStreamSynchronize
+#define gpuStreamQuery cudaStreamQuery
+static inline void gpu_library_access_begin(void) {}
+static inline void gpu_library_access_end(void) {}
+#define gpuErrorNotReady cudaErrorNotReady
 #define gpuStreamDestroy cudaStreamDestroy
 #define gpuDevAttrMultiProcessorCount cudaDevAttrMultiProcessorCount
 #define gpuDevAttrClockRate cudaDevAttrClockRate

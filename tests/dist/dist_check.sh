@@ -6,12 +6,16 @@
 #                                        must report the dead peer within the time-out
 #   dist_check.sh OPREG NP --demo       `opreg demo --model gpt` data-parallel: rank 0
 #                                        alone reports, the loss goes down
+#   ... --device D                      (after the above) test_dist on device D's tensors
 # As root, OpenMPI needs its allow-run-as-root settings; --oversubscribe lets more ranks
 # than cores run.
 set -u
 bin=$1
 np=$2
 mode=${3:-}
+device=
+if [ "$mode" = --device ]; then mode=; device="--device ${4:-}"; fi
+if [ "${4:-}" = --device ]; then device="--device ${5:-}"; fi
 command -v mpirun >/dev/null 2>&1 || { echo "SKIP: no mpirun (scripts/setup.sh installs openmpi-bin)"; exit 77; }
 if [ "$(id -u)" -eq 0 ]; then
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -34,18 +38,18 @@ if [ "$mode" = --demo ]; then
 elif [ "$mode" = --die ]; then
     # a rank that exits with status 3 must not make mpirun kill the others at once:
     # they are to find out by themselves
-    timeout 60 mpirun --oversubscribe --mca orte_abort_on_non_zero_status 0 -np "$np" "$bin" "$np" --die >"$out" 2>&1
+    timeout 60 mpirun --oversubscribe --mca orte_abort_on_non_zero_status 0 -np "$np" "$bin" "$np" --die $device >"$out" 2>&1
     cat "$out"
     last=$((np - 1))
     r=0
     while [ "$r" -lt "$last" ]; do
-        grep -Eq "^rank $r/$np: a dead peer was reported after [0-9.]* s: .*all_reduce on group 0 \(rank $r of $np\): timed out after 2 s waiting for the other members" "$out" ||
+        grep -Eq "^rank $r/$np: a dead peer was reported after [0-9.]* s: .*all_reduce on group 0 \(rank $r of $np(, [a-z]+ device [0-9]+)?\): (all_gather_bytes on group 0: )?timed out after 2 s waiting for the other members" "$out" ||
             { echo "FAIL: rank $r did not report the dead peer"; status=1; }
         r=$((r + 1))
     done
     grep -q "FAIL" "$out" && status=1
 else
-    timeout 300 mpirun --oversubscribe -np "$np" "$bin" "$np" >"$out" 2>&1
+    timeout 300 mpirun --oversubscribe -np "$np" "$bin" "$np" $device >"$out" 2>&1
     rc=$?
     cat "$out"
     [ "$rc" = 0 ] || { echo "FAIL: mpirun -np $np exited $rc"; status=1; }

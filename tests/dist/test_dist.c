@@ -8,6 +8,9 @@
  *                           different collectives all fail, naming the one that differs
  *   test_dist SIZE --die    the last rank exits mid-step; every other rank's next
  *                           collective must fail within the time-out, with a message
+ *   ... --device D          the same on device D's tensors (cuda: the NCCL kernels),
+ *                           rank r on ordinal r modulo D's count, with the CPU fallback
+ *                           off, so that no collective can run on the CPU instead
  *
  * Each rank prints "rank R/N: all K checks passed" or the failures; exit status 1 on a
  * failure. Links libopreg only: the MPI plugin is found in the build tree. */
@@ -24,6 +27,16 @@
 #define COLS 2
 #define N (ROWS * COLS)
 
+static opr_device dev = OPR_CPU; /* where the inputs live (--device) */
+
+/* t moved to dev (t released). */
+static opr_tensor *on_dev(opr_tensor *t)
+{
+    if (!t || dev.type == OPR_CPU.type) return t;
+    opr_tensor *d = opr_tensor_to(t, dev);
+    opr_tensor_release(t);
+    return d;
+}
 
 /* Rank r's input, element i: distinct on every rank and element (no ties for max). */
 static double input(int r, int i) { return sin(1.0 + 7.3 * r + 0.37 * i) + 0.01 * r; }
@@ -35,7 +48,7 @@ static opr_tensor *make_input(int r, opr_dtype dt, bool strided, int at, double 
     double v[N];
     for (int i = 0; i < N; i++) v[i] = input(r, i) + (i == at ? perturb : 0);
     if (!strided) {
-        opr_tensor *d = opr_tensor_from_data(ctx, OPR_F64, 2, (int64_t[]){ROWS, COLS}, v, OPR_CPU);
+        opr_tensor *d = on_dev(opr_tensor_from_data(ctx, OPR_F64, 2, (int64_t[]){ROWS, COLS}, v, OPR_CPU));
         if (dt == OPR_F64) return d;
         opr_value a[2] = {opr_v_tensor(d), opr_v_string("f32")};
         opr_tensor *f = NULL;
@@ -46,7 +59,8 @@ static opr_tensor *make_input(int r, opr_dtype dt, bool strided, int at, double 
     double tv[N]; /* [COLS, ROWS] holding v transposed */
     for (int i = 0; i < ROWS; i++)
         for (int j = 0; j < COLS; j++) tv[j * ROWS + i] = v[i * COLS + j];
-    opr_tensor *base = opr_tensor_from_data(ctx, OPR_F64, 2, (int64_t[]){COLS, ROWS}, tv, OPR_CPU), *cast = base;
+    opr_tensor *base = on_dev(opr_tensor_from_data(ctx, OPR_F64, 2, (int64_t[]){COLS, ROWS}, tv, OPR_CPU));
+    opr_tensor *cast = base;
     if (dt == OPR_F32) {
         opr_value a[2] = {opr_v_tensor(base), opr_v_string("f32")};
         opr_call(opr_op_find(ctx, "to"), a, 2, &cast, 1);
@@ -163,6 +177,7 @@ static void check_values(const opr_group *g, const int *members, int me)
                 opr_tensor *x = make_input(world.rank, dt ? OPR_F64 : OPR_F32, strided, -1, 0), *y;
                 int rc = run(&c, x, g->id, &y);
                 CHECK(rc == OPR_OK, "%s (group %lld): %s", what, (long long)g->id, opr_last_error());
+                CHECK(rc || opr_tensor_device(y).type == dev.type, "%s: the result left the device", what);
                 if (!rc) {
                     int64_t n;
                     double *got = read_host(y, &n);
@@ -212,7 +227,7 @@ static void check_gradients(void)
         int64_t ny = opr_tensor_numel(y);
         double *w = calloc((size_t)ny, sizeof *w);
         for (int64_t i = 0; i < ny; i++) w[i] = cos(0.3 + 1.7 * world.rank + 0.61 * (double)i);
-        opr_tensor *wt = opr_tensor_from_data(ctx, OPR_F64, opr_tensor_ndim(y), opr_tensor_shape(y), w, OPR_CPU);
+        opr_tensor *wt = on_dev(opr_tensor_from_data(ctx, OPR_F64, opr_tensor_ndim(y), opr_tensor_shape(y), w, OPR_CPU));
         rc = opr_backward(y, wt, NULL);
         CHECK(rc == OPR_OK, "%s backward: %s", what, opr_last_error());
         double g[N] = {0};
@@ -255,7 +270,7 @@ static void check_errors(void)
     CHECK(run(&m, x, 0, &y) == OPR_ERR_INVALID, "op prod was accepted");
     if (ROWS % world.size == 0 && world.size > 1) { /* 5 rows do not split */
         double v[5 * COLS] = {0};
-        opr_tensor *odd = opr_tensor_from_data(ctx, OPR_F64, 2, (int64_t[]){5, COLS}, v, OPR_CPU);
+        opr_tensor *odd = on_dev(opr_tensor_from_data(ctx, OPR_F64, 2, (int64_t[]){5, COLS}, v, OPR_CPU));
         coll r = {"reduce_scatter", "sum", -1};
         CHECK(run(&r, odd, 0, &y) == OPR_ERR_INVALID && strstr(opr_last_error(), "is not a multiple of the group's"),
               "reduce_scatter of 5 rows: %s", opr_last_error());
@@ -277,7 +292,7 @@ static void check_mismatch(void)
               strstr(opr_last_error(), other),
           "all_reduce against all_gather: %d %s", rc, opr_last_error());
     double v[3] = {1, 2, 3};
-    opr_tensor *small = opr_tensor_from_data(ctx, OPR_F64, 1, (int64_t[]){3}, v, OPR_CPU);
+    opr_tensor *small = on_dev(opr_tensor_from_data(ctx, OPR_F64, 1, (int64_t[]){3}, v, OPR_CPU));
     rc = run(&sum, world.rank == world.size - 1 ? small : x, 0, &y);
     CHECK(rc == OPR_ERR_INVALID && strstr(opr_last_error(), world.rank == world.size - 1 ? "f64 [6, 2]" : "f64 [3]"),
           "all_reduce of other shapes: %d %s", rc, opr_last_error());
@@ -350,12 +365,23 @@ static void die_run(void)
 int main(int argc, char **argv)
 {
     int want = argc > 1 ? atoi(argv[1]) : 0;
-    bool die = argc > 2 && !strcmp(argv[2], "--die");
+    bool die = false;
+    const char *device = NULL;
+    for (int i = 2; i < argc; i++) {
+        if (!strcmp(argv[i], "--die")) die = true;
+        else if (!strcmp(argv[i], "--device") && i + 1 < argc) device = argv[++i];
+    }
     ctx = opr_ctx_new(NULL);
     if (!ctx) { printf("FAIL: opr_ctx_new: %s\n", opr_last_error()); return 1; }
     char why[256];
     if (!opr_dist_available(ctx, why, sizeof why)) { printf("FAIL: %s\n", why); return 1; }
     if (opr_dist_world(ctx, &world)) { printf("FAIL: opr_dist_world: %s\n", opr_last_error()); return 1; }
+    if (device) {
+        if (opr_device_parse(ctx, device, &dev)) { printf("FAIL: --device %s: %s\n", device, opr_last_error()); return 1; }
+        int count = opr_device_type_ordinals(ctx, dev.type);
+        dev.index = count > 0 ? world.rank % count : 0;
+        opr_cpu_fallback_set(ctx, false);
+    }
     CHECK(want == 0 || world.size == want, "the world has %d ranks, want %d", world.size, want);
     if (die) {
         die_run();

@@ -386,6 +386,7 @@ const char *gpuemuGetErrorString(gpuemu_error e)
     case gpuemuErrorInvalidDevice: return "invalid device ordinal";
     case gpuemuErrorInvalidDevicePointer: return "invalid device pointer";
     case gpuemuErrorLaunchFailure: return "unspecified launch failure";
+    case gpuemuErrorNotReady: return "device not ready";
     }
     return "unknown error";
 }
@@ -468,6 +469,11 @@ gpuemu_error gpuemuStreamCreateWithFlags(gpuemu_stream_t *s, unsigned)
 }
 
 gpuemu_error gpuemuStreamSynchronize(gpuemu_stream_t s)
+{
+    return s ? gpuemuSuccess : fail(gpuemuErrorInvalidValue);
+}
+
+gpuemu_error gpuemuStreamQuery(gpuemu_stream_t s)
 {
     return s ? gpuemuSuccess : fail(gpuemuErrorInvalidValue);
 }

@@ -62,6 +62,7 @@ typedef enum gpuemu_error {
     gpuemuErrorInvalidDevice = 101,
     gpuemuErrorInvalidDevicePointer = 17,
     gpuemuErrorLaunchFailure = 719,
+    gpuemuErrorNotReady = 600,
 } gpuemu_error;
 
 typedef struct gpuemu_stream *gpuemu_stream_t;
@@ -94,6 +95,8 @@ gpuemu_error gpuemuMemcpyAsync(void *dst, const void *src, size_t n, gpuemu_memc
 gpuemu_error gpuemuMemsetAsync(void *dst, int value, size_t n, gpuemu_stream_t s);
 gpuemu_error gpuemuStreamCreateWithFlags(gpuemu_stream_t *s, unsigned flags);
 gpuemu_error gpuemuStreamSynchronize(gpuemu_stream_t s);
+/* Work on an emulated stream is done when its call returns: always complete. */
+gpuemu_error gpuemuStreamQuery(gpuemu_stream_t s);
 gpuemu_error gpuemuStreamDestroy(gpuemu_stream_t s);
 
 /* Runs body(arg) as every thread of a grid (see the file comment). */

@@ -1,0 +1,424 @@
+/* The collectives of registry/ops/dist.yaml on CUDA tensors, on NCCL, over the process
+ * groups of the context's provider (the MPI plugin):
+ *
+ *  - NCCL is opened with dlopen on the first collective, as cuBLAS is: a machine
+ *    without it loads the plugin and runs everything else. Without it a collective
+ *    returns OPR_ERR_UNSUPPORTED with the reason, so that dispatch runs it on the CPU
+ *    (the MPI kernels, on copies) where the fallback is on;
+ *  - one communicator per group id and device, made on the group's first collective:
+ *    rank 0's ncclGetUniqueId goes to every member through host->group_all_gather
+ *    (the provider's MPI), then ncclCommInitRank. Group ids are never reused, so a
+ *    communicator never outlives its group's members;
+ *  - before the data moves, the members check that they run the same collective
+ *    (plugins/common/opc_collective.h), through the same host call;
+ *  - the collective runs on the device's stream, after the kernels before it, and the
+ *    call waits for it against the provider's time-out: a peer that died makes it
+ *    fail with a message (the communicator is aborted and made again next time),
+ *    never hang.
+ *
+ * f32 and f64; strided inputs are packed on the device first; outputs are contiguous.
+ * HIP builds register nothing here (RCCL has the same API; not wired). The emulated
+ * plugin runs this file against tests/gpu_emu's stand-in, an NCCL over MPI. */
+#include "gpu_common.cuh"
+
+#if defined(GPU_BACKEND_HIP) || !defined(GPU_HAVE_NCCL)
+
+int gk_register_collective(opr_plugin *self)
+{
+    (void)self;
+    return OPR_OK;
+}
+void gk_collective_shutdown(void) {}
+
+#else
+
+#include GPU_NCCL_HEADER
+
+#include "../common/opc_collective.h"
+
+#include <dlfcn.h>
+#include <map>
+#include <mutex>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+#include <utility>
+
+namespace {
+
+/* The NCCL functions this file calls, loaded with dlopen. */
+struct nccl_api {
+    ncclResult_t (*get_version)(int *);
+    ncclResult_t (*get_unique_id)(ncclUniqueId *);
+    ncclResult_t (*comm_init_rank)(ncclComm_t *, int, ncclUniqueId, int);
+    ncclResult_t (*comm_destroy)(ncclComm_t);
+    ncclResult_t (*comm_abort)(ncclComm_t);
+    ncclResult_t (*comm_get_async_error)(ncclComm_t, ncclResult_t *);
+    const char *(*get_error_string)(ncclResult_t);
+    const char *(*get_last_error)(ncclComm_t);
+    ncclResult_t (*all_reduce)(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, gpuStream_t);
+    ncclResult_t (*broadcast)(const void *, void *, size_t, ncclDataType_t, int, ncclComm_t, gpuStream_t);
+    ncclResult_t (*reduce)(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t, int, ncclComm_t, gpuStream_t);
+    ncclResult_t (*all_gather)(const void *, void *, size_t, ncclDataType_t, ncclComm_t, gpuStream_t);
+    ncclResult_t (*reduce_scatter)(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, gpuStream_t);
+};
+
+nccl_api nccl;
+std::once_flag nccl_once;
+char nccl_error[512] = "NCCL not loaded"; /* empty once loaded */
+int nccl_version;
+
+/* ncclAvg (the mean) came with NCCL 2.10. */
+constexpr int kMinVersion = 21000;
+
+void load_nccl()
+{
+    const char *env = getenv("OPREG_NCCL_LIBRARY"); /* a library of the user's choosing */
+    const char *name = env && env[0] ? env : OPREG_NCCL_LIBRARY;
+    if (!name[0]) {
+        snprintf(nccl_error, sizeof nccl_error, "no NCCL library was found when this plugin was built "
+                 "(OPREG_NCCL_LIBRARY names one)");
+        return;
+    }
+    void *h = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+    if (!h && name != env) h = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        snprintf(nccl_error, sizeof nccl_error, "cannot load NCCL (%s): %s", name, dlerror());
+        return;
+    }
+    static const struct {
+        const char *name;
+        size_t offset;
+    } syms[] = {
+        {"ncclGetVersion", offsetof(nccl_api, get_version)},
+        {"ncclGetUniqueId", offsetof(nccl_api, get_unique_id)},
+        {"ncclCommInitRank", offsetof(nccl_api, comm_init_rank)},
+        {"ncclCommDestroy", offsetof(nccl_api, comm_destroy)},
+        {"ncclCommAbort", offsetof(nccl_api, comm_abort)},
+        {"ncclCommGetAsyncError", offsetof(nccl_api, comm_get_async_error)},
+        {"ncclGetErrorString", offsetof(nccl_api, get_error_string)},
+        {"ncclGetLastError", offsetof(nccl_api, get_last_error)},
+        {"ncclAllReduce", offsetof(nccl_api, all_reduce)},
+        {"ncclBroadcast", offsetof(nccl_api, broadcast)},
+        {"ncclReduce", offsetof(nccl_api, reduce)},
+        {"ncclAllGather", offsetof(nccl_api, all_gather)},
+        {"ncclReduceScatter", offsetof(nccl_api, reduce_scatter)},
+    };
+    nccl_api api;
+    for (const auto &s : syms) {
+        void *f = dlsym(h, s.name);
+        if (!f) {
+            snprintf(nccl_error, sizeof nccl_error, "%s lacks %s", name, s.name);
+            dlclose(h);
+            return;
+        }
+        memcpy((char *)&api + s.offset, &f, sizeof f); /* object to function pointer */
+    }
+    int v = 0;
+    if (api.get_version(&v) != ncclSuccess || v < kMinVersion) {
+        snprintf(nccl_error, sizeof nccl_error, "%s is NCCL %d.%d; the collectives need 2.10 or newer (ncclAvg)", name,
+                 v / 10000, v / 100 % 100);
+        dlclose(h);
+        return;
+    }
+    nccl = api;
+    nccl_version = v;
+    nccl_error[0] = '\0';
+}
+
+/* Communicators by (group id, device ordinal). */
+std::mutex comms_lock;
+std::map<std::pair<int64_t, int>, ncclComm_t> comms;
+
+double now_s()
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* What every collective starts with. */
+struct coll {
+    gk_ctx k;
+    const opr_tensor_view *self;
+    int64_t group;
+    int32_t rank, size;
+    double timeout_s;
+    ncclDataType_t type;
+    ncclComm_t comm;
+    char what[96];
+};
+
+int fail_nccl(const coll *c, const char *where, ncclResult_t r)
+{
+    const char *last = nccl.get_last_error ? nccl.get_last_error(c->comm) : "";
+    return GK_FAIL(c->k.call, OPR_ERR_BACKEND, "%s: NCCL error in %s: %s%s%s", c->what, where,
+                   nccl.get_error_string(r), last && last[0] ? ": " : "", last ? last : "");
+}
+
+/* The members' signatures gathered and compared; then the group's communicator on this
+ * device, made on first use from rank 0's id. */
+int same_collective_and_comm(coll *c, int group_arg)
+{
+    const opr_kernel_call *call = c->k.call;
+    size_t bytes = (size_t)c->size + 1;
+    char *all = (char *)calloc(bytes, OPC_COLL_SIG); /* every member's, then this one's */
+    if (!all) return GK_FAIL(call, OPR_ERR_NOMEM, "%s: out of memory", c->what);
+    char *mine = all + (size_t)c->size * OPC_COLL_SIG;
+    opc_coll_describe(call, group_arg, c->self, mine);
+    char why[640];
+    int rc = gk_host->group_all_gather(call, c->group, mine, all, OPC_COLL_SIG, why, sizeof why);
+    if (rc) rc = GK_FAIL(call, rc, "%s: %s", c->what, why);
+    else if (opc_coll_mismatch(all, c->size, mine, c->what, why, sizeof why) >= 0)
+        rc = GK_FAIL(call, OPR_ERR_INVALID, "%s", why);
+    free(all);
+    if (rc) return rc;
+
+    const auto key = std::make_pair(c->group, c->k.ordinal);
+    {
+        std::lock_guard<std::mutex> g(comms_lock);
+        auto it = comms.find(key);
+        if (it != comms.end()) {
+            c->comm = it->second;
+            return OPR_OK;
+        }
+    }
+    ncclUniqueId id;
+    memset(&id, 0, sizeof id);
+    c->comm = nullptr;
+    if (c->rank == 0) {
+        ncclResult_t r = nccl.get_unique_id(&id);
+        if (r != ncclSuccess) return fail_nccl(c, "ncclGetUniqueId", r); /* the others time out in the gather */
+    }
+    ncclUniqueId *ids = (ncclUniqueId *)calloc((size_t)c->size, sizeof id);
+    if (!ids) return GK_FAIL(call, OPR_ERR_NOMEM, "%s: out of memory", c->what);
+    rc = gk_host->group_all_gather(call, c->group, &id, ids, sizeof id, why, sizeof why);
+    if (!rc) id = ids[0];
+    free(ids);
+    if (rc) return GK_FAIL(call, rc, "%s: the NCCL bootstrap: %s", c->what, why);
+    ncclComm_t comm = nullptr;
+    ncclResult_t r = nccl.comm_init_rank(&comm, c->size, id, c->rank);
+    if (r != ncclSuccess) return fail_nccl(c, "ncclCommInitRank", r);
+    std::lock_guard<std::mutex> g(comms_lock);
+    comms[key] = comm;
+    c->comm = comm;
+    return OPR_OK;
+}
+
+int coll_begin(const opr_kernel_call *call, int group_arg, coll *c)
+{
+    c->self = gk_arg_t(call, 0);
+    c->group = gk_arg_i(call, group_arg);
+    c->comm = nullptr;
+    snprintf(c->what, sizeof c->what, "%s on group %lld", call->op, (long long)c->group);
+    int rc = gk_begin(call, call->op, &c->k);
+    if (rc) return rc;
+    std::call_once(nccl_once, load_nccl);
+    if (nccl_error[0]) return GK_FAIL(call, OPR_ERR_UNSUPPORTED, "%s", nccl_error);
+    if (c->self->numel > 0x7fffffff) return GK_FAIL(call, OPR_ERR_UNSUPPORTED, "more than 2^31 - 1 elements");
+    c->type = c->self->dtype == OPR_F64 ? ncclFloat64 : ncclFloat32;
+    char why[512];
+    if ((rc = gk_host->group_info(call, c->group, &c->rank, &c->size, &c->timeout_s, why, sizeof why)))
+        return GK_FAIL(call, rc, "%s: %s", c->what, why);
+    snprintf(c->what, sizeof c->what, "%s on group %lld (rank %d of %d, %s device %d)", call->op, (long long)c->group,
+             c->rank, c->size, GPU_NAME, c->k.ordinal);
+    return same_collective_and_comm(c, group_arg);
+}
+
+/* self's elements, contiguous: its own data or a packed copy in buf. */
+int contiguous(coll *c, gk_buf *buf, const void **data)
+{
+    if (gk_is_contiguous(c->self)) {
+        *data = c->self->data;
+        return OPR_OK;
+    }
+    int64_t strides[GK_MAXD];
+    int rc = gk_contiguous_copy(&c->k, c->self, buf, strides);
+    *data = buf->p;
+    return rc;
+}
+
+/* Runs an NCCL call that enqueues a collective (the emulation's stand-in moves the
+ * data in the call, so device memory is opened around it). */
+template <class F> ncclResult_t enqueue(F f)
+{
+    gpu_library_access_begin();
+    ncclResult_t r = f();
+    gpu_library_access_end();
+    return r;
+}
+
+/* Waits for the collective just enqueued (r: what enqueuing it returned), polling the
+ * stream and the communicator against the time-out. A failed or timed-out
+ * communicator is aborted and forgotten: the group's next collective makes a new one. */
+int coll_wait(coll *c, const char *where, ncclResult_t r)
+{
+    if (r != ncclSuccess && r != ncclInProgress) return fail_nccl(c, where, r);
+    const double deadline = now_s() + c->timeout_s;
+    long pause_ns = 1000;
+    for (;;) {
+        gpuError_t e = gpuStreamQuery(c->k.stream);
+        if (e == gpuSuccess) return OPR_OK;
+        if (e != gpuErrorNotReady) return gk_fail_gpu(&c->k, where, e);
+        ncclResult_t async = ncclSuccess;
+        nccl.comm_get_async_error(c->comm, &async);
+        const bool late = now_s() > deadline;
+        if ((async != ncclSuccess && async != ncclInProgress) || late) {
+            int rc = late ? GK_FAIL(c->k.call, OPR_ERR_BACKEND,
+                                    "%s: timed out after %g s waiting for the other members (one may have died, or "
+                                    "not called the same collective; opr_dist_set_timeout sets the limit)",
+                                    c->what, c->timeout_s)
+                          : fail_nccl(c, where, async);
+            {
+                std::lock_guard<std::mutex> g(comms_lock);
+                comms.erase(std::make_pair(c->group, c->k.ordinal));
+            }
+            nccl.comm_abort(c->comm);
+            return rc;
+        }
+        struct timespec pause = {0, pause_ns};
+        nanosleep(&pause, nullptr);
+        if (pause_ns < 200000) pause_ns *= 2;
+    }
+}
+
+ncclRedOp_t red_op(const char *op)
+{
+    return !strcmp(op, "max") ? ncclMax : !strcmp(op, "min") ? ncclMin : !strcmp(op, "mean") ? ncclAvg : ncclSum;
+}
+
+/* all_reduce(self, op, group) */
+int k_all_reduce(const opr_kernel_call *call)
+{
+    coll c;
+    int rc = coll_begin(call, 2, &c);
+    if (rc) return rc;
+    gk_buf packed;
+    const void *send = nullptr;
+    if ((rc = contiguous(&c, &packed, &send))) return rc;
+    opr_tensor_view *out = call->outputs[0];
+    const ncclRedOp_t op = red_op(call->args[1]->u.s);
+    ncclResult_t r = enqueue([&] {
+        return nccl.all_reduce(send, out->data, (size_t)out->numel, c.type, op, c.comm, c.k.stream);
+    });
+    return coll_wait(&c, "ncclAllReduce", r);
+}
+
+/* all_gather(self, group): [size * n, ...] */
+int k_all_gather(const opr_kernel_call *call)
+{
+    coll c;
+    int rc = coll_begin(call, 1, &c);
+    if (rc) return rc;
+    int64_t shape[GK_MAXD];
+    memcpy(shape, c.self->shape, sizeof(int64_t) * (size_t)c.self->ndim);
+    shape[0] *= c.size;
+    if ((rc = gk_host->alloc_output(call, 0, c.self->ndim, shape))) return rc;
+    gk_buf packed;
+    const void *send = nullptr;
+    if ((rc = contiguous(&c, &packed, &send))) return rc;
+    void *recv = call->outputs[0]->data;
+    ncclResult_t r = enqueue([&] {
+        return nccl.all_gather(send, recv, (size_t)c.self->numel, c.type, c.comm, c.k.stream);
+    });
+    return coll_wait(&c, "ncclAllGather", r);
+}
+
+/* reduce_scatter(self, op, group): rows [rank * n, (rank + 1) * n) of the sum or mean */
+int k_reduce_scatter(const opr_kernel_call *call)
+{
+    coll c;
+    int rc = coll_begin(call, 2, &c);
+    if (rc) return rc;
+    if (c.self->shape[0] % c.size)
+        return GK_FAIL(call, OPR_ERR_INVALID, "size(self, 0) = %lld is not a multiple of the group's %d members",
+                       (long long)c.self->shape[0], c.size);
+    int64_t shape[GK_MAXD];
+    memcpy(shape, c.self->shape, sizeof(int64_t) * (size_t)c.self->ndim);
+    shape[0] /= c.size;
+    if ((rc = gk_host->alloc_output(call, 0, c.self->ndim, shape))) return rc;
+    gk_buf packed;
+    const void *send = nullptr;
+    if ((rc = contiguous(&c, &packed, &send))) return rc;
+    opr_tensor_view *out = call->outputs[0];
+    const ncclRedOp_t op = red_op(call->args[1]->u.s);
+    ncclResult_t r = enqueue([&] {
+        return nccl.reduce_scatter(send, out->data, (size_t)out->numel, c.type, op, c.comm, c.k.stream);
+    });
+    return coll_wait(&c, "ncclReduceScatter", r);
+}
+
+int root_of(const coll *c, int *root)
+{
+    int64_t r = gk_arg_i(c->k.call, 1);
+    if (r < 0 || r >= c->size)
+        return GK_FAIL(c->k.call, OPR_ERR_INVALID, "root %lld is not a member (the group has %d)", (long long)r,
+                       c->size);
+    *root = (int)r;
+    return OPR_OK;
+}
+
+/* broadcast_from(self, root, group): root's self everywhere */
+int k_broadcast(const opr_kernel_call *call)
+{
+    coll c;
+    int root = 0, rc = coll_begin(call, 2, &c);
+    if (rc || (rc = root_of(&c, &root))) return rc;
+    opr_tensor_view *out = call->outputs[0];
+    gk_buf packed;
+    const void *send = out->data; /* only root's is read */
+    if (c.rank == root && (rc = contiguous(&c, &packed, &send))) return rc;
+    ncclResult_t r = enqueue([&] {
+        return nccl.broadcast(send, out->data, (size_t)out->numel, c.type, root, c.comm, c.k.stream);
+    });
+    return coll_wait(&c, "ncclBroadcast", r);
+}
+
+/* reduce_to(self, root, group): the sum on root, zeros on the others */
+int k_reduce(const opr_kernel_call *call)
+{
+    coll c;
+    int root = 0, rc = coll_begin(call, 2, &c);
+    if (rc || (rc = root_of(&c, &root))) return rc;
+    opr_tensor_view *out = call->outputs[0];
+    gk_buf packed;
+    const void *send = nullptr;
+    if ((rc = contiguous(&c, &packed, &send))) return rc;
+    ncclResult_t r = enqueue([&] {
+        return nccl.reduce(send, out->data, (size_t)out->numel, c.type, ncclSum, root, c.comm, c.k.stream);
+    });
+    if ((rc = coll_wait(&c, "ncclReduce", r))) return rc;
+    if (c.rank != root)
+        GK_TRY(&c.k, gpuMemsetAsync(out->data, 0, (size_t)out->numel * gk_dtype_size(out->dtype), c.k.stream));
+    return OPR_OK;
+}
+
+} // namespace
+
+int gk_register_collective(opr_plugin *self)
+{
+    /* a host without the kernel-time group services (before they came in 2.2) gets none */
+    if (gk_host->struct_size < OPR_STRUCT_SIZE(opr_host_api, group_all_gather)) return OPR_OK;
+    static const struct {
+        const char *op;
+        opr_kernel_fn fn;
+    } kernels[] = {
+        {"all_reduce", k_all_reduce}, {"all_gather", k_all_gather}, {"reduce_scatter", k_reduce_scatter},
+        {"broadcast_from", k_broadcast}, {"reduce_to", k_reduce},
+    };
+    for (const auto &k : kernels) {
+        int rc = gk_register(self, k.op, GK_FLOATS, k.fn);
+        if (rc) return rc;
+    }
+    return OPR_OK;
+}
+
+/* The communicators go with the last context (gpu_device.cu's plugin_shutdown). */
+void gk_collective_shutdown(void)
+{
+    std::lock_guard<std::mutex> g(comms_lock);
+    for (auto &kv : comms) nccl.comm_destroy(kv.second);
+    comms.clear();
+}
+
+#endif
