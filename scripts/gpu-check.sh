@@ -4,7 +4,8 @@
 #     sh scripts/gpu-check.sh
 # It unpacks the .deb files into /tmp/deps (a prefix of its own, never /), builds with
 # the CUDA plugin, runs `opreg info`, the test suites, `opreg check --backend cuda`, the
-# GPU benchmark, the tiled GEMM and compute-sanitizer's race and memory checks, and
+# GPU benchmark, the NCCL collectives (where MPI was found), the tiled GEMM and
+# compute-sanitizer's race and memory checks, and
 # writes everything to $OUT/gpu-check.log.
 set -u
 cd "$(dirname "$0")/.."
@@ -36,6 +37,13 @@ run "./$build/tools/opreg" info
 (cd "$build" && run ctest --output-on-failure -j 8)
 run "./$build/tools/opreg" check --backend cuda
 if [ -x "./$build/bench/opreg_bench_gpu" ]; then run "./$build/bench/opreg_bench_gpu"; fi
+# The collectives on NCCL: one process on the one device (NCCL wants a device per
+# rank); MPI starts as a singleton. Built only where CMake found MPI.
+if [ -x "./$build/tests/test_dist" ]; then
+    run env OPREG_PLUGIN_PATH="$PWD/$build/plugins" timeout 120 "./$build/tests/test_dist" 1 --device cuda
+else
+    say "no MPI in this build (test_dist not built): the NCCL collectives were not run"
+fi
 # What the CPU emulation cannot show: the tiled GEMM (the ROCm path) on real hardware,
 # and races and memory errors under compute-sanitizer (plugins/cuda/VALIDATION.md).
 export OPREG_PLUGIN_PATH="$PWD/$build/plugins"
