@@ -2,7 +2,7 @@
 # One prepared run on a GPU machine without network access. Carry deps/ (made by
 # scripts/fetch-gpu-deps.sh) with the working tree, then:
 #     sh scripts/gpu-check.sh
-# It unpacks the .deb files into /tmp/deps (a prefix of its own, never /), builds with
+# It unpacks the .deb files into /tmp/deps (scripts/gpu-deps-env.sh), builds with
 # the CUDA plugin, runs `opreg info`, the test suites, `opreg check --backend cuda`, the
 # GPU benchmark, the NCCL collectives (where MPI was found), the tiled GEMM and
 # compute-sanitizer's race and memory checks, and
@@ -16,22 +16,13 @@ say() { echo "== $*" | tee -a "$log"; }
 run() { say "$*"; "$@" >> "$log" 2>&1; rc=$?; echo "   exit $rc" | tee -a "$log"; return $rc; }
 
 deps=/tmp/deps
-mkdir -p "$deps"
-for deb in deps/*.deb; do
-    [ -e "$deb" ] || { say "no deps/*.deb: run scripts/fetch-gpu-deps.sh on a machine with network first"; exit 1; }
-    dpkg -x "$deb" "$deps"
-done
-# Debian's OpenBLAS is reached through alternatives symlinks that dpkg -x does not make.
-ln -sf openblas-pthread/libopenblas.so.0 "$deps/usr/lib/x86_64-linux-gnu/libopenblas.so.0"
-export PKG_CONFIG_SYSROOT_DIR="$deps"
-export PKG_CONFIG_PATH="$deps/usr/lib/x86_64-linux-gnu/pkgconfig:$deps/usr/share/pkgconfig"
-export LD_LIBRARY_PATH="$deps/usr/lib/x86_64-linux-gnu:$deps/usr/lib/x86_64-linux-gnu/openblas-pthread:${LD_LIBRARY_PATH:-}"
+. scripts/gpu-deps-env.sh || { say "no deps/*.deb: run scripts/fetch-gpu-deps.sh on a machine with network first"; exit 1; }
 export PATH="$PATH:/usr/local/cuda/bin" # compute-sanitizer ships with the toolkit
 nvidia-smi >> "$log" 2>&1
 
 build=build-gpu
 run cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DOPREG_BUILD_CUDA=ON \
-    -DCMAKE_PREFIX_PATH="$deps/usr" -DCMAKE_CUDA_ARCHITECTURES=90 || exit 1
+    $deps_cmake_args -DCMAKE_CUDA_ARCHITECTURES=90 || exit 1
 run cmake --build "$build" -j "$(nproc)" || exit 1
 run "./$build/tools/opreg" info
 (cd "$build" && run ctest --output-on-failure -j 8)
@@ -40,7 +31,7 @@ if [ -x "./$build/bench/opreg_bench_gpu" ]; then run "./$build/bench/opreg_bench
 # The collectives on NCCL: one process on the one device (NCCL wants a device per
 # rank); MPI starts as a singleton. Built only where CMake found MPI.
 if [ -x "./$build/tests/test_dist" ]; then
-    run env OPREG_PLUGIN_PATH="$PWD/$build/plugins" timeout 120 "./$build/tests/test_dist" 1 --device cuda
+    run env OPREG_PLUGIN_PATH="$PWD/$build/plugins" OMPI_MCA_btl=self,vader timeout 120 "./$build/tests/test_dist" 1 --device cuda
 else
     say "no MPI in this build (test_dist not built): the NCCL collectives were not run"
 fi
