@@ -1,5 +1,6 @@
-/* The check that every member of a group is about to run the same collective, shared
- * by the MPI and the NCCL kernels. Engines leave members that call different
+/* What the MPI and the NCCL kernels of the collectives share: their arguments' checks,
+ * the output shapes of all_gather and reduce_scatter, and the check that every member
+ * of a group is about to run the same collective. Engines leave members that call different
  * collectives (or the same one on other shapes) undefined: a hang, a truncation, wrong
  * values. So each member first gathers every member's signature (a short text of the
  * op, its arguments but the group, and self's dtype and shape), and all of them fail,
@@ -53,6 +54,35 @@ static inline int opc_coll_mismatch(const char *all, int size, const char *mine,
         }
     }
     return -1;
+}
+
+/* The root argument (arg 1 of broadcast_from and reduce_to) of a group of size members
+ * into root; 0, or -1 with the reason in why. */
+static inline int opc_coll_root(const opr_kernel_call *call, int size, int *root, char *why, size_t why_len)
+{
+    const int64_t r = call->args[1]->u.i;
+    if (r < 0 || r >= size) {
+        snprintf(why, why_len, "root %lld is not a member (the group has %d)", (long long)r, size);
+        return -1;
+    }
+    *root = (int)r;
+    return 0;
+}
+
+/* The output shape of all_gather (gather: dim 0 times size) or reduce_scatter (dim 0
+ * divided by size, which must divide it) of self into shape (self->ndim entries); 0, or
+ * -1 with the reason in why. */
+static inline int opc_coll_dim0_shape(const opr_tensor_view *self, int size, int gather, int64_t *shape, char *why,
+                                      size_t why_len)
+{
+    if (!gather && self->shape[0] % size) {
+        snprintf(why, why_len, "size(self, 0) = %lld is not a multiple of the group's %d members",
+                 (long long)self->shape[0], size);
+        return -1;
+    }
+    memcpy(shape, self->shape, sizeof(int64_t) * (size_t)self->ndim);
+    shape[0] = gather ? shape[0] * size : shape[0] / size;
+    return 0;
 }
 
 #endif

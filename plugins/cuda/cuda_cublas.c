@@ -5,10 +5,10 @@
 #define _GNU_SOURCE
 #include "../gpu/gpu_cublas.h"
 
-#include <dlfcn.h>
+#include "../common/opc_dlsyms.h"
+
 #include <pthread.h>
 #include <stdio.h>
-#include <string.h>
 
 #define CUBLAS_STR_(x) #x
 #define CUBLAS_STR(x) CUBLAS_STR_(x)
@@ -30,10 +30,7 @@ static void load(void)
         snprintf(load_error, sizeof load_error, "cannot load cuBLAS (%s): %s", CUBLAS_SONAME, dlerror());
         return;
     }
-    static const struct {
-        const char *name;
-        size_t offset;
-    } syms[] = {
+    static const opc_dlsym syms[] = {
         {"cublasCreate_v2", offsetof(gk_cublas_api, create)},
         {"cublasDestroy_v2", offsetof(gk_cublas_api, destroy)},
         {"cublasSetStream_v2", offsetof(gk_cublas_api, set_stream)},
@@ -42,15 +39,7 @@ static void load(void)
         {"cublasGetStatusString", offsetof(gk_cublas_api, status_string)},
     };
     gk_cublas_api api;
-    for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
-        void *f = dlsym(h, syms[i].name);
-        if (!f) {
-            snprintf(load_error, sizeof load_error, "%s lacks %s", CUBLAS_SONAME, syms[i].name);
-            dlclose(h);
-            return;
-        }
-        memcpy((char *)&api + syms[i].offset, &f, sizeof f); /* object to function pointer */
-    }
+    if (opc_dlsyms(h, CUBLAS_SONAME, syms, sizeof syms / sizeof syms[0], &api, load_error, sizeof load_error)) return;
     gk_cublas = api;
     load_error[0] = '\0';
 }

@@ -35,8 +35,8 @@ void gk_collective_shutdown(void) {}
 #include GPU_NCCL_HEADER
 
 #include "../common/opc_collective.h"
+#include "../common/opc_dlsyms.h"
 
-#include <dlfcn.h>
 #include <map>
 #include <mutex>
 #include <stdio.h>
@@ -86,10 +86,7 @@ void load_nccl()
         snprintf(nccl_error, sizeof nccl_error, "cannot load NCCL (%s): %s", name, dlerror());
         return;
     }
-    static const struct {
-        const char *name;
-        size_t offset;
-    } syms[] = {
+    static const opc_dlsym syms[] = {
         {"ncclGetVersion", offsetof(nccl_api, get_version)},
         {"ncclGetUniqueId", offsetof(nccl_api, get_unique_id)},
         {"ncclCommInitRank", offsetof(nccl_api, comm_init_rank)},
@@ -105,15 +102,7 @@ void load_nccl()
         {"ncclReduceScatter", offsetof(nccl_api, reduce_scatter)},
     };
     nccl_api api;
-    for (const auto &s : syms) {
-        void *f = dlsym(h, s.name);
-        if (!f) {
-            snprintf(nccl_error, sizeof nccl_error, "%s lacks %s", name, s.name);
-            dlclose(h);
-            return;
-        }
-        memcpy((char *)&api + s.offset, &f, sizeof f); /* object to function pointer */
-    }
+    if (opc_dlsyms(h, name, syms, sizeof syms / sizeof syms[0], &api, nccl_error, sizeof nccl_error)) return;
     int v = 0;
     if (api.get_version(&v) != ncclSuccess || v < kMinVersion) {
         snprintf(nccl_error, sizeof nccl_error, "%s is NCCL %d.%d; the collectives need 2.10 or newer (ncclAvg)", name,
@@ -143,10 +132,19 @@ struct coll {
     const opr_tensor_view *self;
     int64_t group;
     int32_t rank, size;
+    int root; /* of a rooted collective */
     double timeout_s;
     ncclDataType_t type;
     ncclComm_t comm;
+    const void *send; /* self's elements, contiguous: self's data or packed */
+    gk_buf packed;
     char what[96];
+};
+
+/* How coll_begin reads a collective's arguments. */
+enum coll_flags {
+    COLL_ROOTED = 1,     /* argument 1 is the root */
+    COLL_ROOT_SENDS = 2, /* only the root's self is read (broadcast): the others do not pack it */
 };
 
 int fail_nccl(const coll *c, const char *where, ncclResult_t r)
@@ -205,11 +203,15 @@ int same_collective_and_comm(coll *c, int group_arg)
     return OPR_OK;
 }
 
-int coll_begin(const opr_kernel_call *call, int group_arg, coll *c)
+/* Checks the call, finds or makes the group's communicator after the same-collective
+ * check, and packs self into c->send (unless COLL_ROOT_SENDS and not the root). */
+int coll_begin(const opr_kernel_call *call, int group_arg, int flags, coll *c)
 {
     c->self = gk_arg_t(call, 0);
     c->group = gk_arg_i(call, group_arg);
     c->comm = nullptr;
+    c->send = nullptr;
+    c->root = 0;
     snprintf(c->what, sizeof c->what, "%s on group %lld", call->op, (long long)c->group);
     int rc = gk_begin(call, call->op, &c->k);
     if (rc) return rc;
@@ -222,19 +224,19 @@ int coll_begin(const opr_kernel_call *call, int group_arg, coll *c)
         return GK_FAIL(call, rc, "%s: %s", c->what, why);
     snprintf(c->what, sizeof c->what, "%s on group %lld (rank %d of %d, %s device %d)", call->op, (long long)c->group,
              c->rank, c->size, GPU_NAME, c->k.ordinal);
-    return same_collective_and_comm(c, group_arg);
-}
-
-/* self's elements, contiguous: its own data or a packed copy in buf. */
-int contiguous(coll *c, gk_buf *buf, const void **data)
-{
+    if ((rc = same_collective_and_comm(c, group_arg))) return rc;
+    /* after the check, which compares the roots too: a member alone with a bad one
+     * would leave the others waiting */
+    if ((flags & COLL_ROOTED) && opc_coll_root(call, c->size, &c->root, why, sizeof why))
+        return GK_FAIL(call, OPR_ERR_INVALID, "%s: %s", c->what, why);
+    if ((flags & COLL_ROOT_SENDS) && c->rank != c->root) return OPR_OK;
     if (gk_is_contiguous(c->self)) {
-        *data = c->self->data;
+        c->send = c->self->data;
         return OPR_OK;
     }
     int64_t strides[GK_MAXD];
-    int rc = gk_contiguous_copy(&c->k, c->self, buf, strides);
-    *data = buf->p;
+    rc = gk_contiguous_copy(&c->k, c->self, &c->packed, strides);
+    c->send = c->packed.p;
     return rc;
 }
 
@@ -291,15 +293,12 @@ ncclRedOp_t red_op(const char *op)
 int k_all_reduce(const opr_kernel_call *call)
 {
     coll c;
-    int rc = coll_begin(call, 2, &c);
+    int rc = coll_begin(call, 2, 0, &c);
     if (rc) return rc;
-    gk_buf packed;
-    const void *send = nullptr;
-    if ((rc = contiguous(&c, &packed, &send))) return rc;
     opr_tensor_view *out = call->outputs[0];
     const ncclRedOp_t op = red_op(call->args[1]->u.s);
     ncclResult_t r = enqueue([&] {
-        return nccl.all_reduce(send, out->data, (size_t)out->numel, c.type, op, c.comm, c.k.stream);
+        return nccl.all_reduce(c.send, out->data, (size_t)out->numel, c.type, op, c.comm, c.k.stream);
     });
     return coll_wait(&c, "ncclAllReduce", r);
 }
@@ -308,18 +307,15 @@ int k_all_reduce(const opr_kernel_call *call)
 int k_all_gather(const opr_kernel_call *call)
 {
     coll c;
-    int rc = coll_begin(call, 1, &c);
+    int rc = coll_begin(call, 1, 0, &c);
     if (rc) return rc;
     int64_t shape[GK_MAXD];
-    memcpy(shape, c.self->shape, sizeof(int64_t) * (size_t)c.self->ndim);
-    shape[0] *= c.size;
+    char why[160];
+    opc_coll_dim0_shape(c.self, c.size, 1, shape, why, sizeof why);
     if ((rc = gk_host->alloc_output(call, 0, c.self->ndim, shape))) return rc;
-    gk_buf packed;
-    const void *send = nullptr;
-    if ((rc = contiguous(&c, &packed, &send))) return rc;
     void *recv = call->outputs[0]->data;
     ncclResult_t r = enqueue([&] {
-        return nccl.all_gather(send, recv, (size_t)c.self->numel, c.type, c.comm, c.k.stream);
+        return nccl.all_gather(c.send, recv, (size_t)c.self->numel, c.type, c.comm, c.k.stream);
     });
     return coll_wait(&c, "ncclAllGather", r);
 }
@@ -328,48 +324,31 @@ int k_all_gather(const opr_kernel_call *call)
 int k_reduce_scatter(const opr_kernel_call *call)
 {
     coll c;
-    int rc = coll_begin(call, 2, &c);
+    int rc = coll_begin(call, 2, 0, &c);
     if (rc) return rc;
-    if (c.self->shape[0] % c.size)
-        return GK_FAIL(call, OPR_ERR_INVALID, "size(self, 0) = %lld is not a multiple of the group's %d members",
-                       (long long)c.self->shape[0], c.size);
     int64_t shape[GK_MAXD];
-    memcpy(shape, c.self->shape, sizeof(int64_t) * (size_t)c.self->ndim);
-    shape[0] /= c.size;
+    char why[160];
+    if (opc_coll_dim0_shape(c.self, c.size, 0, shape, why, sizeof why))
+        return GK_FAIL(call, OPR_ERR_INVALID, "%s: %s", c.what, why);
     if ((rc = gk_host->alloc_output(call, 0, c.self->ndim, shape))) return rc;
-    gk_buf packed;
-    const void *send = nullptr;
-    if ((rc = contiguous(&c, &packed, &send))) return rc;
     opr_tensor_view *out = call->outputs[0];
     const ncclRedOp_t op = red_op(call->args[1]->u.s);
     ncclResult_t r = enqueue([&] {
-        return nccl.reduce_scatter(send, out->data, (size_t)out->numel, c.type, op, c.comm, c.k.stream);
+        return nccl.reduce_scatter(c.send, out->data, (size_t)out->numel, c.type, op, c.comm, c.k.stream);
     });
     return coll_wait(&c, "ncclReduceScatter", r);
-}
-
-int root_of(const coll *c, int *root)
-{
-    int64_t r = gk_arg_i(c->k.call, 1);
-    if (r < 0 || r >= c->size)
-        return GK_FAIL(c->k.call, OPR_ERR_INVALID, "root %lld is not a member (the group has %d)", (long long)r,
-                       c->size);
-    *root = (int)r;
-    return OPR_OK;
 }
 
 /* broadcast_from(self, root, group): root's self everywhere */
 int k_broadcast(const opr_kernel_call *call)
 {
     coll c;
-    int root = 0, rc = coll_begin(call, 2, &c);
-    if (rc || (rc = root_of(&c, &root))) return rc;
+    int rc = coll_begin(call, 2, COLL_ROOTED | COLL_ROOT_SENDS, &c);
+    if (rc) return rc;
     opr_tensor_view *out = call->outputs[0];
-    gk_buf packed;
-    const void *send = out->data; /* only root's is read */
-    if (c.rank == root && (rc = contiguous(&c, &packed, &send))) return rc;
+    const void *send = c.send ? c.send : out->data; /* only the root's is read */
     ncclResult_t r = enqueue([&] {
-        return nccl.broadcast(send, out->data, (size_t)out->numel, c.type, root, c.comm, c.k.stream);
+        return nccl.broadcast(send, out->data, (size_t)out->numel, c.type, c.root, c.comm, c.k.stream);
     });
     return coll_wait(&c, "ncclBroadcast", r);
 }
@@ -378,17 +357,14 @@ int k_broadcast(const opr_kernel_call *call)
 int k_reduce(const opr_kernel_call *call)
 {
     coll c;
-    int root = 0, rc = coll_begin(call, 2, &c);
-    if (rc || (rc = root_of(&c, &root))) return rc;
+    int rc = coll_begin(call, 2, COLL_ROOTED, &c);
+    if (rc) return rc;
     opr_tensor_view *out = call->outputs[0];
-    gk_buf packed;
-    const void *send = nullptr;
-    if ((rc = contiguous(&c, &packed, &send))) return rc;
     ncclResult_t r = enqueue([&] {
-        return nccl.reduce(send, out->data, (size_t)out->numel, c.type, ncclSum, root, c.comm, c.k.stream);
+        return nccl.reduce(c.send, out->data, (size_t)out->numel, c.type, ncclSum, c.root, c.comm, c.k.stream);
     });
     if ((rc = coll_wait(&c, "ncclReduce", r))) return rc;
-    if (c.rank != root)
+    if (c.rank != c.root)
         GK_TRY(&c.k, gpuMemsetAsync(out->data, 0, (size_t)out->numel * gk_dtype_size(out->dtype), c.k.stream));
     return OPR_OK;
 }

@@ -136,8 +136,8 @@ static int k_all_gather(const opr_kernel_call *call)
     int rc = coll_begin(call, 1, self, &c);
     if (rc) return rc;
     int64_t shape[OPR_MAX_DIMS];
-    memcpy(shape, self->shape, (size_t)self->ndim * sizeof *shape);
-    shape[0] *= c.size;
+    char why[160];
+    opc_coll_dim0_shape(self, c.size, 1, shape, why, sizeof why);
     if ((rc = call->host->alloc_output(call, 0, self->ndim, shape))) return rc;
     opr_tensor_view *out = call->outputs[0];
     const size_t es = opu_dtype_size(self->dtype);
@@ -157,15 +157,9 @@ static int k_reduce_scatter(const opr_kernel_call *call)
     coll c;
     int rc = coll_begin(call, 2, self, &c);
     if (rc) return rc;
-    if (self->shape[0] % c.size) {
-        char why[160];
-        snprintf(why, sizeof why, "size(self, 0) = %lld is not a multiple of the group's %d members",
-                 (long long)self->shape[0], c.size);
-        return fail(call, OPR_ERR_INVALID, why);
-    }
     int64_t shape[OPR_MAX_DIMS];
-    memcpy(shape, self->shape, (size_t)self->ndim * sizeof *shape);
-    shape[0] /= c.size;
+    char why[160];
+    if (opc_coll_dim0_shape(self, c.size, 0, shape, why, sizeof why)) return fail(call, OPR_ERR_INVALID, why);
     if ((rc = call->host->alloc_output(call, 0, self->ndim, shape))) return rc;
     opr_tensor_view *out = call->outputs[0];
     void *packed = malloc((size_t)self->numel * opu_dtype_size(self->dtype) + 1);
@@ -183,14 +177,8 @@ static int k_reduce_scatter(const opr_kernel_call *call)
 
 static int root_of(const opr_kernel_call *call, const coll *c, int *root)
 {
-    int64_t r = call->args[1]->u.i;
-    if (r < 0 || r >= c->size) {
-        char why[128];
-        snprintf(why, sizeof why, "root %lld is not a member (the group has %d)", (long long)r, c->size);
-        return fail(call, OPR_ERR_INVALID, why);
-    }
-    *root = (int)r;
-    return OPR_OK;
+    char why[128];
+    return opc_coll_root(call, c->size, root, why, sizeof why) ? fail(call, OPR_ERR_INVALID, why) : OPR_OK;
 }
 
 /* broadcast_from(self, root, group): root's self everywhere. */
