@@ -151,9 +151,10 @@ static const deriv_cand *composite_for(const opr_node *n, int arg)
     const deriv_info *d = n->op->deriv;
     for (int i = 0; i < d->ncands; i++) {
         const deriv_cand *c = &d->cands[i];
-        if (!c->kernel && c->ncover == 1 && c->cover[0] == arg && (!c->fast || n->fast) &&
-            !(c->out_needs[0] & ~n->plan->save))
-            return c;
+        if (c->kernel || c->ncover != 1 || c->cover[0] != arg || (c->fast && !n->fast)) continue;
+        uint64_t needs = 0, meta = 0;
+        deriv_reads(n->op, c, 0, n->slots, &needs, &meta);
+        if (!(needs & ~n->plan->save)) return c;
     }
     return NULL;
 }

@@ -17,7 +17,31 @@ static uint64_t saved_bit(const opr_op *op, int slot)
     return 0;
 }
 
-static void analyze(const opr_op *op, const expr *e, bool meta_only, uint64_t *needs, uint64_t *meta)
+/* Whether e reads only the op's arguments and outputs (no grad, result, lets, item). */
+static bool reads_only_call(const opr_op *op, const expr *e)
+{
+    if (e->kind == EXPR_NAME && e->slot >= op->nargs + op->nout) return false;
+    if (e->kind == EXPR_CALL && e->builtin < 0) return false; /* an op: not evaluable on metadata */
+    for (int i = 0; i < e->nargs; i++)
+        if (!reads_only_call(op, e->args[i])) return false;
+    return true;
+}
+
+/* The branch (1 or 2) select e takes on the call in slots, or 0 when that is not known
+ * before the backward runs: its condition reads more than the call's arguments and
+ * outputs, or cannot be evaluated. The backward evaluates the same condition on the
+ * same values (scalars are kept, tensors' metadata too), so it takes the same one. */
+static int select_taken(const opr_op *op, const expr *e, const mval *slots)
+{
+    if (!slots || !reads_only_call(op, e->args[0])) return 0;
+    mval c;
+    return expr_eval(e->args[0], slots, &c) ? 0 : expr_truthy(&c) ? 1 : 2;
+}
+
+/* What e reads: slots read as tensors into needs, through built-ins only into meta.
+ * slots (or NULL): the call, whose selects then count only the branch they take. */
+static void analyze(const opr_op *op, const expr *e, bool meta_only, const mval *slots, uint64_t *needs,
+                    uint64_t *meta)
 {
     switch (e->kind) {
     case EXPR_NAME:
@@ -41,20 +65,50 @@ static void analyze(const opr_op *op, const expr *e, bool meta_only, uint64_t *n
             if (e->args[0]->slot == slot_grads(op)) return;
         }
         if (e->args[0]->kind == EXPR_NAME && e->args[0]->slot < op->nargs) { /* tensors[i]: read as the list is */
-            analyze(op, e->args[0], meta_only, needs, meta);
-            analyze(op, e->args[1], false, needs, meta);
+            analyze(op, e->args[0], meta_only, slots, needs, meta);
+            analyze(op, e->args[1], false, slots, needs, meta);
             return;
         }
         break;
-    case EXPR_CALL:
+    case EXPR_CALL: {
+        const bool select = expr_builtin_is_select(e->builtin);
+        const int taken = select ? select_taken(op, e, slots) : 0;
         for (int i = 0; i < e->nargs; i++)
-            analyze(op, e->args[i], expr_builtin_is_select(e->builtin) ? meta_only : expr_builtin_reads_meta(e->builtin),
-                    needs, meta);
+            if (!taken || i == 0 || i == taken)
+                analyze(op, e->args[i], select ? meta_only : expr_builtin_reads_meta(e->builtin), slots, needs, meta);
         return;
+    }
     default:
         break;
     }
-    for (int i = 0; i < e->nargs; i++) analyze(op, e->args[i], false, needs, meta);
+    for (int i = 0; i < e->nargs; i++) analyze(op, e->args[i], false, slots, needs, meta);
+}
+
+/* Whether e holds a select whose branch the call decides (select_taken). */
+static bool has_call_select(const opr_op *op, const expr *e)
+{
+    if (e->kind == EXPR_CALL && expr_builtin_is_select(e->builtin) && reads_only_call(op, e->args[0])) return true;
+    for (int i = 0; i < e->nargs; i++)
+        if (has_call_select(op, e->args[i])) return true;
+    return false;
+}
+
+void deriv_reads(const opr_op *op, const deriv_cand *c, int cover_pos, const mval *slots, uint64_t *needs,
+                 uint64_t *meta)
+{
+    if (cover_pos < 0) {
+        if (slots && c->lets_call_select) {
+            for (int k = 0; k < c->nlets; k++) analyze(op, c->lets[k], false, slots, needs, meta);
+        } else {
+            *needs |= c->let_needs;
+            *meta |= c->let_meta;
+        }
+    } else if (slots && (c->call_select >> cover_pos) & 1) {
+        analyze(op, c->formula[cover_pos], false, slots, needs, meta);
+    } else {
+        *needs |= c->out_needs[cover_pos];
+        *meta |= c->out_meta[cover_pos];
+    }
 }
 
 /* The first node of e that reads slot, or NULL. */
@@ -78,14 +132,17 @@ int deriv_add_formula(opr_op *op, deriv_cand *c, int cover_pos, expr *e, const c
         return opr_fail(OPR_ERR_PARSE, "%s:%d:%d: 'i' (an item's index) is known only in a 'LIST[i]:' derivative "
                         "entry", src->file, item->line, item->col);
     uint64_t needs = 0, meta = 0;
-    analyze(op, e, false, &needs, &meta);
+    analyze(op, e, false, NULL, &needs, &meta);
+    const bool call_select = has_call_select(op, e);
     if (cover_pos < 0) { /* a shared `let` */
         c->let_needs |= needs;
         c->let_meta |= meta;
+        c->lets_call_select |= call_select;
     } else {
         c->formula[cover_pos] = e;
         c->out_needs[cover_pos] = needs;
         c->out_meta[cover_pos] = meta;
+        if (call_select) c->call_select |= 1u << cover_pos;
     }
     return OPR_OK;
 }

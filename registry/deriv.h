@@ -52,6 +52,10 @@ typedef struct deriv_cand {
     uint64_t out_needs[OPR_MAX_ARGS];
     uint64_t out_meta[OPR_MAX_ARGS];
     uint64_t let_needs, let_meta;
+    /* formulas (bit per cover position) and lets holding a select whose branch the
+     * call's arguments decide: what they read depends on the call (deriv_reads) */
+    uint32_t call_select;
+    bool lets_call_select;
 } deriv_cand;
 
 typedef struct deriv_info {
@@ -104,6 +108,14 @@ int deriv_check_calls(opr_ctx *ctx, const opr_op *op, const char *label, const e
  * index of the call argument bound to parameter p, or -1 (use its default). */
 int deriv_bind(const opr_op *callee, const expr *call, int *pos);
 
+/* What candidate c's formula for cover position cover_pos (-1: its lets) reads, added
+ * to needs (as tensors) and meta (metadata only). With slots (the call's arguments and
+ * outputs as metadata, op->nargs + op->nout of them), a select whose condition reads
+ * only those counts only the branch it takes; without, both (the formula's static
+ * analysis). */
+void deriv_reads(const opr_op *op, const deriv_cand *c, int cover_pos, const mval *slots, uint64_t *needs,
+                 uint64_t *meta);
+
 int plan_cache_new(deriv_info *d);
 void plan_cache_free(struct plan_cache *cache);
 /* Drops cached plans (after forcing a candidate). */
@@ -114,6 +126,9 @@ void plan_cache_clear(deriv_info *d);
  * batched tensors of opr_vmap, whose views a kernel cannot read). */
 #define PLAN_FAST 1u
 #define PLAN_FORMULAS_ONLY 2u
+/* Internal to the cache: the saves of every branch of the formulas' selects, for a
+ * plan shared by calls its key cannot tell apart. */
+#define PLAN_STATIC_SAVES 4u
 
 /* The plan for a call; cached. slots: an array of DERIV_MAX_SLOTS whose first
  * op_nslots(op) hold the op's arguments and outputs as metadata; the planner writes the

@@ -103,6 +103,9 @@ int expr_eval_with(const expr *e, const mval *slots, const expr_hooks *h, mval *
 bool expr_builtin_reads_meta(int builtin);
 /* True for select(cond, a, b), whose value is one of its arguments as it is. */
 bool expr_builtin_is_select(int builtin);
+/* Whether select takes its first branch on v: true, nonzero, not None; lists,
+ * strings and tensors count as true. */
+bool expr_truthy(const mval *v);
 
 /* Item k of a tensor list (MV_TENSORS or MV_METAS) as metadata: NULL for a None item
  * (`grads[k]` of an output that got no gradient). k must be in range. */

@@ -659,7 +659,7 @@ static bool values_equal(const mval *x, const mval *y)
     return as_num(x, &a) && as_num(y, &b) && a == b;
 }
 
-static bool truthy(const mval *v)
+bool expr_truthy(const mval *v)
 {
     switch (v->k) {
     case MV_BOOL: return v->u.b;
@@ -700,7 +700,7 @@ int expr_eval_with(const expr *e, const mval *slots, const expr_hooks *h, mval *
         if (expr_builtin_is_select(e->builtin)) {
             mval c;
             int rc = expr_eval_with(e->args[0], slots, h, &c);
-            return rc ? rc : expr_eval_with(e->args[truthy(&c) ? 1 : 2], slots, h, out);
+            return rc ? rc : expr_eval_with(e->args[expr_truthy(&c) ? 1 : 2], slots, h, out);
         }
         for (int i = 0; i < e->nargs; i++) {
             int rc = expr_eval_with(e->args[i], slots, h, &a[i]);
@@ -712,7 +712,7 @@ int expr_eval_with(const expr *e, const mval *slots, const expr_hooks *h, mval *
         mval v;
         int rc = expr_eval_with(e->args[0], slots, h, &v);
         if (rc) return rc;
-        if (e->op == EOP_NOT) { out->k = MV_BOOL; out->u.b = !truthy(&v); return OPR_OK; }
+        if (e->op == EOP_NOT) { out->k = MV_BOOL; out->u.b = !expr_truthy(&v); return OPR_OK; }
         mval zero = {.k = MV_INT};
         return arith(EOP_SUB, &zero, &v, out);
     }
@@ -744,11 +744,11 @@ int expr_eval_with(const expr *e, const mval *slots, const expr_hooks *h, mval *
         int rc = expr_eval_with(e->args[0], slots, h, &x);
         if (rc) return rc;
         if (e->op == EOP_AND || e->op == EOP_OR) { /* short-circuit */
-            bool tx = truthy(&x);
+            bool tx = expr_truthy(&x);
             if ((e->op == EOP_AND && !tx) || (e->op == EOP_OR && tx)) { out->k = MV_BOOL; out->u.b = tx; return OPR_OK; }
             if ((rc = expr_eval_with(e->args[1], slots, h, &y))) return rc;
             out->k = MV_BOOL;
-            out->u.b = truthy(&y);
+            out->u.b = expr_truthy(&y);
             return OPR_OK;
         }
         if ((rc = expr_eval_with(e->args[1], slots, h, &y))) return rc;

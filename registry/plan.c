@@ -213,7 +213,7 @@ typedef struct cand_eval {
  * OPR_ERR_NOT_FOUND when its fused kernel is not on dev, OPR_ERR_UNSUPPORTED when
  * (ask_supports) the kernel's supports refuses the call. */
 static int cand_cost(const opr_op *op, const deriv_cand *c, uint32_t want, opr_device dev, const mval *in_slots,
-                     bool ask_supports, cand_eval *ev)
+                     bool ask_supports, bool by_call, cand_eval *ev)
 {
     const opr_device_desc *d = &op->ctx->devices[dev.type].desc;
     cost_ctx *cc = calloc(1, sizeof *cc);
@@ -258,8 +258,7 @@ static int cand_cost(const opr_op *op, const deriv_cand *c, uint32_t want, opr_d
             frac += 1.0 / c->ncover;
             if (c->out_flops[k] && !expr_eval(c->out_flops[k], slots, &f))
                 per_output += f.k == MV_INT ? (double)f.u.i : f.u.d;
-            *save |= c->out_needs[k];
-            *meta |= c->out_meta[k];
+            deriv_reads(op, c, k, NULL, save, meta); /* a kernel entry's `needs` */
             bytes += (double)slots[c->cover[k]].u.t->numel; /* the gradient written */
         }
         /* per-output figures when the entry gives them, else a share of the whole */
@@ -275,7 +274,8 @@ static int cand_cost(const opr_op *op, const deriv_cand *c, uint32_t want, opr_d
     } else {
         expr_hooks h = {cc, cost_call};
         for (int k = 0; k < c->nlets && !rc; k++) rc = expr_eval_with(c->lets[k], slots, &h, &slots[slot_let0(op) + k]);
-        if (c->nlets) { *save |= c->let_needs; *meta |= c->let_meta; }
+        const mval *call = by_call ? in_slots : NULL; /* what the selects read: this call's branches */
+        if (c->nlets) deriv_reads(op, c, -1, call, save, meta);
         for (int k = 0; k < c->ncover && !rc; k++) {
             if (!((want >> c->cover[k]) & 1)) continue;
             mval out;
@@ -288,8 +288,7 @@ static int cand_cost(const opr_op *op, const deriv_cand *c, uint32_t want, opr_d
             } else {
                 rc = expr_eval_with(c->formula[k], slots, &h, &out);
             }
-            *save |= c->out_needs[k];
-            *meta |= c->out_meta[k];
+            deriv_reads(op, c, k, call, save, meta);
         }
     }
     if (!rc) {
@@ -329,6 +328,7 @@ typedef struct search {
     bool fast;                /* a fast-mode node: fast candidates are eligible */
     bool strict;              /* fast: normal candidates of inputs with a fast one are not */
     bool formulas_only;       /* PLAN_FORMULAS_ONLY: no fused backward kernel */
+    bool by_call;             /* saves follow the branches this call's selects take (not PLAN_STATIC_SAVES) */
     int status;
     char refusal[640];        /* the first refusal of a supports, for the error when nothing is left */
 } search;
@@ -371,7 +371,7 @@ static void enumerate(search *s, uint32_t covered)
             cand_eval ev;
             const deriv_cand *k = &d->cands[c.cand[i]];
             /* a forced candidate is tried whatever its supports says: the call reports it */
-            int rc = cand_cost(s->op, k, c.part[i], s->dev, s->slots, c.cand[i] != s->forced, &ev);
+            int rc = cand_cost(s->op, k, c.part[i], s->dev, s->slots, c.cand[i] != s->forced, s->by_call, &ev);
             if (rc == OPR_ERR_NOT_FOUND) return; /* kernel not on this backend */
             if (rc == OPR_ERR_UNSUPPORTED) {
                 if (!s->refusal[0])
@@ -442,7 +442,8 @@ static int select_plan(const opr_op *op, uint32_t mask, opr_device dev, const mv
     search *s = calloc(1, sizeof *s);
     if (!s) return opr_fail(OPR_ERR_NOMEM, "out of memory planning %s", op->name);
     *s = (search){.op = op, .dev = dev, .slots = slots, .mask = mask, .forced = d->forced,
-                  .fast = fast && (mask & d->fast_covers), .strict = true, .formulas_only = flags & PLAN_FORMULAS_ONLY};
+                  .fast = fast && (mask & d->fast_covers), .strict = true, .formulas_only = flags & PLAN_FORMULAS_ONLY,
+                  .by_call = !(flags & PLAN_STATIC_SAVES)};
     if (hooks) { s->visit = hooks->visit; s->refused = hooks->refused; s->ud = hooks->ud; }
     enumerate(s, 0);
     if (s->fast && !s->status && !s->have_best) { /* the fast ones leave an input uncovered: mix them */
@@ -491,14 +492,23 @@ void plan_cache_free(plan_cache *c)
     free(c);
 }
 
-static int make_key(const opr_op *op, uint32_t mask, opr_device dev, const mval *slots, unsigned flags, int64_t *key)
+/* The cache key of a call: everything the plan depends on. *whole is false when some
+ * slots did not fit (a long Tensor[]): calls that differ only there share the plan, so
+ * it must not depend on them (PLAN_STATIC_SAVES). */
+static int make_key(const opr_op *op, uint32_t mask, opr_device dev, const mval *slots, unsigned flags, int64_t *key,
+                    bool *whole)
 {
     int n = 0;
+    *whole = true;
     key[n++] = mask;
     key[n++] = dev.type;
     key[n++] = op->deriv->forced;
     key[n++] = flags;
-    for (int s = 0; s < op->nargs + op->nout && n + OPR_MAX_DIMS + 2 < KEY_MAX; s++) {
+    for (int s = 0; s < op->nargs + op->nout; s++) {
+        if (n + OPR_MAX_DIMS + 2 >= KEY_MAX) {
+            *whole = false;
+            break;
+        }
         const mval *v = &slots[s];
         key[n++] = v->k;
         /* a drawn seed (`random:`) changes with every call but never the plan: keyed on
@@ -518,13 +528,19 @@ static int make_key(const opr_op *op, uint32_t mask, opr_device dev, const mval 
         } else if (v->k == MV_LIST) {
             key[n++] = v->n;
             for (int d = 0; d < v->n; d++) key[n++] = v->u.l[d];
+        } else if (v->k == MV_STR) { /* all_reduce's op: a select may read it */
+            uint64_t h = 1469598103934665603ull;
+            for (const char *c = v->u.s; *c; c++) h = (h ^ (unsigned char)*c) * 1099511628211ull;
+            key[n++] = (int64_t)h;
         } else if (mval_is_list(v)) { /* a Tensor[]: its length and as many item shapes as fit */
             key[n++] = v->n;
-            for (int i = 0; i < v->n && n + 2 * OPR_MAX_DIMS + 4 < KEY_MAX; i++) {
+            int i = 0;
+            for (; i < v->n && n + 2 * OPR_MAX_DIMS + 4 < KEY_MAX; i++) {
                 const opr_meta *m = mval_item(v, i);
                 key[n++] = m->dtype * 16 + m->ndim;
                 for (int d = 0; d < m->ndim; d++) key[n++] = m->shape[d];
             }
+            if (i < v->n) *whole = false;
         }
     }
     return n;
@@ -543,7 +559,8 @@ const deriv_plan *plan_get(const opr_op *op, uint32_t mask, opr_device dev, cons
     if (!d) { opr_fail(OPR_ERR_UNSUPPORTED, "%s is not differentiable", op->name); return NULL; }
     plan_cache *cache = d->cache;
     int64_t key[KEY_MAX];
-    int klen = make_key(op, mask, dev, slots, flags, key);
+    bool whole;
+    int klen = make_key(op, mask, dev, slots, flags, key, &whole);
     uint64_t h = hash_key(key, klen) % CACHE_SLOTS;
     plan_entry *e = atomic_load_explicit(&cache->slots[h], memory_order_acquire);
     if (e && e->klen == klen && !memcmp(e->key, key, (size_t)klen * sizeof *key)) return &e->plan;
@@ -556,7 +573,7 @@ const deriv_plan *plan_get(const opr_op *op, uint32_t mask, opr_device dev, cons
     pthread_mutex_lock(&op->ctx->lock);
     int rc = deriv_link(op->ctx, (opr_op *)op);
     pthread_mutex_unlock(&op->ctx->lock);
-    if (!rc) rc = select_plan(op, mask, dev, slots, flags, &fresh->plan, NULL);
+    if (!rc) rc = select_plan(op, mask, dev, slots, whole ? flags : flags | PLAN_STATIC_SAVES, &fresh->plan, NULL);
     if (rc) { free(fresh); return NULL; }
     pthread_mutex_lock(&cache->lock);
     plan_entry *old = atomic_exchange(&cache->slots[h], fresh);
