@@ -17,8 +17,7 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
-import gpt_reference  # noqa: E402
+import gpt_setup  # noqa: E402
 
 
 def run(rank, args):
@@ -28,26 +27,14 @@ def run(rank, args):
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", "29517")
     dist.init_process_group("gloo", rank=rank, world_size=ranks)
-    data = open(text, "rb").read()
-    chars = sorted(set(data))
-    token_of = {c: i for i, c in enumerate(chars)}
-    tokens = torch.tensor([token_of[c] for c in data], dtype=torch.int64)
-    model = gpt_reference.GPT(len(chars), embd, heads, layers, context)
-    model.draw_weights(gpt_reference.SplitMix64(1337))
+    training = gpt_setup.Training(text, layers, heads, embd, context)
+    model = training.model
     ddp = torch.nn.parallel.DistributedDataParallel(model) if ranks > 1 else model
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01, foreach=False)
-    batches = gpt_reference.SplitMix64(1338)
-    starts = len(tokens) - context
     share = batch // ranks
 
     def step():
-        pos = [batches.next() % starts for _ in range(batch)][rank * share:(rank + 1) * share]
-        x = torch.stack([tokens[s:s + context] for s in pos])
-        y = torch.stack([tokens[s + 1:s + 1 + context] for s in pos])
-        loss = ddp(x, y)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
+        x, y = training.batch(batch, rank * share, (rank + 1) * share)
+        training.step(ddp, x, y)
 
     for _ in range(warmup):
         step()

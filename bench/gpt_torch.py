@@ -7,7 +7,6 @@ Prints `NAME VALUE` lines: torch_tokens_per_s (over STEPS steps after WARMUP) an
 torch_peak (bytes above what was live before the timed steps, counted by bench/memhook.c
 when it is preloaded; -1 without it)."""
 import ctypes
-import os
 import sys
 import time
 
@@ -16,35 +15,19 @@ openblas_threads.limit(sys.argv[2])
 
 import torch  # noqa: E402
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
-import gpt_reference  # noqa: E402
+import gpt_setup  # noqa: E402
 
 text, threads, warmup, steps, layers, heads, embd, context, batch = sys.argv[1:10]
 threads, warmup, steps = int(threads), int(warmup), int(steps)
 layers, heads, embd, context, batch = int(layers), int(heads), int(embd), int(context), int(batch)
 torch.set_num_threads(threads)
 torch.set_default_dtype(torch.float32)
-
-data = open(text, "rb").read()
-chars = sorted(set(data))
-token_of = {c: i for i, c in enumerate(chars)}
-tokens = torch.tensor([token_of[c] for c in data], dtype=torch.int64)
-model = gpt_reference.GPT(len(chars), embd, heads, layers, context)
-model.draw_weights(gpt_reference.SplitMix64(1337))
-opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01, foreach=False)
-batches = gpt_reference.SplitMix64(1338)
-starts = len(tokens) - context
+training = gpt_setup.Training(text, layers, heads, embd, context)
 
 
 def step():
-    pos = [batches.next() % starts for _ in range(batch)]
-    x = torch.stack([tokens[s:s + context] for s in pos])
-    y = torch.stack([tokens[s + 1:s + 1 + context] for s in pos])
-    loss = model(x, y)
-    opt.zero_grad(set_to_none=True)
-    loss.backward()
-    opt.step()
-    return loss.item()
+    x, y = training.batch(batch)
+    return training.step(training.model, x, y).item()
 
 
 try:
