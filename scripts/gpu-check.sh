@@ -8,7 +8,7 @@
 # compute-sanitizer's race and memory checks, and
 # writes everything to $OUT/gpu-check.log.
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 out=${OUT:-/tmp}
 log="$out/gpu-check.log"
 : > "$log"
@@ -16,11 +16,13 @@ say() { echo "== $*" | tee -a "$log"; }
 run() { say "$*"; "$@" >> "$log" 2>&1; rc=$?; echo "   exit $rc" | tee -a "$log"; return $rc; }
 
 deps=/tmp/deps
+# shellcheck source=scripts/gpu-deps-env.sh
 . scripts/gpu-deps-env.sh || { say "no deps/*.deb: run scripts/fetch-gpu-deps.sh on a machine with network first"; exit 1; }
 export PATH="$PATH:/usr/local/cuda/bin" # compute-sanitizer ships with the toolkit
 nvidia-smi >> "$log" 2>&1
 
 build=build-gpu
+# shellcheck disable=SC2086 # $deps_cmake_args is a list of options
 run cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DOPREG_BUILD_CUDA=ON \
     $deps_cmake_args -DCMAKE_CUDA_ARCHITECTURES=90 || exit 1
 run cmake --build "$build" -j "$(nproc)" || exit 1

@@ -1,3 +1,4 @@
+# shellcheck shell=sh
 # Sourced by scripts/gpu-check.sh: unpacks deps/*.deb (made by scripts/fetch-gpu-deps.sh)
 # into $deps (a prefix of its own, never /) and points the build and the run at it:
 # pkg-config, the loader, CMake's prefix and, where OpenMPI was fetched, its wrapper

@@ -11,10 +11,8 @@
 #   install_device_example.sh BUILD_DIR
 set -eu
 build=$1
-tmp=$(cd "$(mktemp -d)" && pwd -P)
-trap 'rm -rf "$tmp"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
-bare() { env -u OPREG_PLUGIN_PATH -u OPREG_YAML_DIR -u LD_LIBRARY_PATH "$@"; }
+# shellcheck source=tests/install_example_lib.sh
+. "$(dirname "$0")/install_example_lib.sh"
 
 cmake --install "$build" --prefix "$tmp/a" >/dev/null
 mv "$tmp/a" "$tmp/prefix"
@@ -25,22 +23,10 @@ for f in CMakeLists.txt README.md exdev_plugin.c exdev_ops.yaml; do
 done
 [ -f "$p/include/opreg/plugin_util.h" ] || fail "include/opreg/plugin_util.h is not installed"
 
-# built from a copy, as a user would
-cp -R "$example" "$tmp/src"
-cmake -S "$tmp/src" -B "$tmp/build" -G Ninja -DCMAKE_PREFIX_PATH="$p" -DCMAKE_C_FLAGS=-Werror >/dev/null ||
-    fail "the example does not configure against the moved package"
-cmake --build "$tmp/build" >"$tmp/build.out" 2>&1 || { cat "$tmp/build.out"; fail "the example does not build warning-free"; }
-plugin="$tmp/build/plugin/libopreg_exdev.so"
-[ -f "$plugin" ] && [ -f "$tmp/build/plugin/exdev_ops.yaml" ] || fail "no plugin or YAML in $tmp/build/plugin"
-if command -v readelf >/dev/null 2>&1; then
-    readelf -d -W "$plugin" | grep -q 'NEEDED.*libopreg' && fail "the example links libopreg"
-fi
-
+# warning-free
+example_build "$example" "$p" libopreg_exdev.so exdev_ops.yaml -DCMAKE_C_FLAGS=-Werror
 opreg="$p/bin/opreg"
-info=$(bare "$opreg" info --plugin "$plugin") || fail "opreg info failed"
-printf '%s\n' "$info" | grep -Eq '^  device_example +0\.1\.0 +ABI 2\.[0-9]+ +score 1 +loaded$' ||
-    fail "the example did not load:
-$info"
+example_loaded "$opreg" device_example --plugin "$plugin"
 
 # Conformance on its own device: every op with a kernel there must be checked (a row
 # that passes, not n/i) and nothing may fail.
@@ -69,13 +55,5 @@ printf '%s\n' "$out" | grep -q 'not a candidate: \[self, other (kernel ex_fma_ba
 $out"
 
 # installed next to the package's own plugins: found without --plugin
-cmake --install "$tmp/build" >/dev/null || fail "the example does not install"
-libdir=$(dirname "$(find "$p" -name 'libopreg.so' | head -n 1)")
-info=$(bare "$opreg" info) || fail "opreg info failed"
-printf '%s\n' "$info" | grep -Eq '^  device_example +0\.1\.0 +ABI 2\.[0-9]+ +score 1 +loaded$' ||
-    fail "the installed example was not found:
-$info"
-printf '%s\n' "$info" | grep -q "$libdir/opreg/plugins/libopreg_exdev.so" ||
-    fail "the example was not installed into $libdir/opreg/plugins:
-$info"
+example_installed "$opreg" device_example "$p" libopreg_exdev.so
 echo "device example: built against the moved prefix $p, loaded, checked, installed"

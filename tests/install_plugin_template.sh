@@ -7,32 +7,17 @@
 #   install_plugin_template.sh BUILD_DIR
 set -eu
 build=$1
-tmp=$(cd "$(mktemp -d)" && pwd -P)
-trap 'rm -rf "$tmp"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
-bare() { env -u OPREG_PLUGIN_PATH -u OPREG_YAML_DIR -u LD_LIBRARY_PATH "$@"; }
+# shellcheck source=tests/install_example_lib.sh
+. "$(dirname "$0")/install_example_lib.sh"
 
 cmake --install "$build" --prefix "$tmp/prefix" >/dev/null
 template="$tmp/prefix/share/opreg/plugin-template"
 for f in CMakeLists.txt README.md template_plugin.c template_ops.yaml; do
     [ -f "$template/$f" ] || fail "$template/$f is not installed"
 done
-# built from a copy, as a user would
-cp -R "$template" "$tmp/src"
-cmake -S "$tmp/src" -B "$tmp/build" -G Ninja -DCMAKE_PREFIX_PATH="$tmp/prefix" >/dev/null ||
-    fail "the template does not configure against the installed package"
-cmake --build "$tmp/build" >/dev/null || fail "the template does not build"
-plugin="$tmp/build/plugin/libopreg_template.so"
-[ -f "$plugin" ] && [ -f "$tmp/build/plugin/template_ops.yaml" ] || fail "no plugin or YAML in $tmp/build/plugin"
-if command -v readelf >/dev/null 2>&1; then
-    readelf -d -W "$plugin" | grep -q 'NEEDED.*libopreg' && fail "the template links libopreg"
-fi
-
+example_build "$template" "$tmp/prefix" libopreg_template.so template_ops.yaml
 opreg="$tmp/prefix/bin/opreg"
-info=$(bare "$opreg" info --plugin "$plugin") || fail "opreg info failed"
-printf '%s\n' "$info" | grep -Eq '^  template +0\.1\.0 +ABI 2\.[0-9]+ +score 1 +loaded$' ||
-    fail "the template did not load:
-$info"
+example_loaded "$opreg" template --plugin "$plugin"
 
 # forward and backward from C, through the plugin file
 libdir=$(dirname "$(find "$tmp/prefix" -name 'libopreg.so' | head -n 1)")
@@ -68,11 +53,4 @@ echo "$out"
 [ "$out" = "y: 3 -6 12; grad: 3 3 3" ] || fail "unexpected result: $out"
 
 # installed next to the package's own plugins: found without --plugin
-cmake --install "$tmp/build" >/dev/null || fail "the template does not install"
-info=$(bare "$opreg" info) || fail "opreg info failed"
-printf '%s\n' "$info" | grep -Eq '^  template +0\.1\.0 +ABI 2\.[0-9]+ +score 1 +loaded$' ||
-    fail "the installed template was not found:
-$info"
-printf '%s\n' "$info" | grep -q "$libdir/opreg/plugins/libopreg_template.so" ||
-    fail "the template was not installed into $libdir/opreg/plugins:
-$info"
+example_installed "$opreg" template "$tmp/prefix" libopreg_template.so
