@@ -142,6 +142,30 @@ START_TEST(incomplete_provider_refused)
 }
 END_TEST
 
+/* all_reduce saves for backward only what its op's formula reads: nothing for sum and
+ * mean, self and the result for max and min (no kernel needed to plan it). */
+START_TEST(all_reduce_saves_by_op)
+{
+    opr_ctx *ctx = tu_ctx();
+    const opr_op *op = opr_op_find(ctx, "all_reduce");
+    ck_assert_ptr_nonnull(op);
+    opr_tensor *x = opr_tensor_new(ctx, OPR_F32, 2, (int64_t[]){8, 4}, OPR_CPU);
+    const char *self_name = "self";
+    static const struct { const char *op; uint64_t bytes; } want[] = {
+        {"sum", 0}, {"max", 2 * 32 * sizeof(float)}, {"mean", 0}, {"min", 2 * 32 * sizeof(float)},
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        opr_value args[3] = {opr_v_tensor(x), opr_v_string(want[i].op), opr_v_int(0)};
+        uint64_t bytes = 1;
+        ck_assert_int_eq(opr_plan_saved_bytes(op, args, 3, &self_name, 1, &bytes), OPR_OK);
+        ck_assert_msg(bytes == want[i].bytes, "all_reduce(%s) saves %llu bytes, want %llu", want[i].op,
+                      (unsigned long long)bytes, (unsigned long long)want[i].bytes);
+    }
+    opr_tensor_release(x);
+    tu_ctx_free(ctx);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("dist_api");
@@ -149,6 +173,7 @@ int main(void)
     tcase_add_test(tc, no_provider);
     tcase_add_test(tc, provider_registered_and_used);
     tcase_add_test(tc, incomplete_provider_refused);
+    tcase_add_test(tc, all_reduce_saves_by_op);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }
