@@ -131,70 +131,35 @@ typedef struct leaf_watch {
     opr_tensor **leaves;
     int *left;
     int n, cap;
-    int *index; /* icap slots (a power of 2, at least twice n): position in leaves, or -1 */
-    int icap;
+    opr_ptr_index index; /* of leaves */
     void (*ready)(opr_tensor *leaf, void *user);
     void *user;
 } leaf_watch;
 
-static unsigned watch_slot(const leaf_watch *w, const opr_tensor *leaf)
-{
-    uint64_t h = (uint64_t)(uintptr_t)leaf * 0x9e3779b97f4a7c15ull;
-    return (unsigned)(h >> 32) & (unsigned)(w->icap - 1);
-}
-
-/* The position of leaf in w->leaves, or -1; *slot: its index slot, or the free one. */
-static int watch_find(const leaf_watch *w, const opr_tensor *leaf, unsigned *slot)
-{
-    unsigned i = watch_slot(w, leaf);
-    while (w->index[i] >= 0 && w->leaves[w->index[i]] != leaf) i = (i + 1) & (unsigned)(w->icap - 1);
-    *slot = i;
-    return w->index[i];
-}
-
-static int watch_grow(leaf_watch *w)
-{
-    int cap = w->cap ? 2 * w->cap : 64;
-    opr_tensor **l = realloc(w->leaves, (size_t)cap * sizeof *l);
-    if (l) w->leaves = l;
-    int *c = l ? realloc(w->left, (size_t)cap * sizeof *c) : NULL;
-    if (c) w->left = c;
-    int *ix = c ? malloc((size_t)cap * 2 * sizeof *ix) : NULL;
-    if (!ix) return opr_fail(OPR_ERR_NOMEM, "backward: out of memory watching leaves");
-    free(w->index);
-    w->index = ix;
-    w->icap = 2 * cap;
-    w->cap = cap;
-    memset(ix, -1, (size_t)w->icap * sizeof *ix);
-    for (int k = 0; k < w->n; k++) {
-        unsigned slot;
-        watch_find(w, w->leaves[k], &slot);
-        ix[slot] = k;
-    }
-    return OPR_OK;
-}
-
 static int watch_add(leaf_watch *w, opr_tensor *leaf)
 {
-    unsigned slot;
-    int k = w->icap ? watch_find(w, leaf, &slot) : -1;
+    int k = opr_ptr_index_find(&w->index, (void *const *)w->leaves, leaf);
     if (k >= 0) { w->left[k]++; return OPR_OK; }
     if (w->n == w->cap) {
-        int rc = watch_grow(w);
-        if (rc) return rc;
+        int cap = w->cap ? 2 * w->cap : 64;
+        opr_tensor **l = realloc(w->leaves, (size_t)cap * sizeof *l);
+        if (l) w->leaves = l;
+        int *c = l ? realloc(w->left, (size_t)cap * sizeof *c) : NULL;
+        if (c) w->left = c;
+        if (!c || opr_ptr_index_build(&w->index, (void *const *)w->leaves, w->n, cap))
+            return opr_fail(OPR_ERR_NOMEM, "backward: out of memory watching leaves");
+        w->cap = cap;
     }
-    watch_find(w, leaf, &slot);
-    w->index[slot] = w->n;
     w->leaves[w->n] = leaf;
-    w->left[w->n++] = 1;
+    w->left[w->n] = 1;
+    opr_ptr_index_add(&w->index, (void *const *)w->leaves, w->n++);
     return OPR_OK;
 }
 
 /* One edge into leaf delivered: the callback when it was the last. */
 static void watch_delivered(leaf_watch *w, opr_tensor *leaf)
 {
-    unsigned slot;
-    int k = w && w->icap ? watch_find(w, leaf, &slot) : -1;
+    int k = w ? opr_ptr_index_find(&w->index, (void *const *)w->leaves, leaf) : -1;
     if (k >= 0 && --w->left[k] == 0) w->ready(leaf, w->user);
 }
 
@@ -396,7 +361,7 @@ static int backward(opr_tensor *const *outputs, opr_tensor *const *grad_outputs,
     /* a leaf some edge of which carried no gradient is done too, now */
     for (int i = 0; !rc && watch && i < watch->n; i++)
         if (watch->left[i] > 0) { watch->left[i] = 0; watch->ready(watch->leaves[i], watch->user); }
-    if (watch) { free(watch->leaves); free(watch->left); free(watch->index); }
+    if (watch) { free(watch->leaves); free(watch->left); opr_ptr_index_free(&watch->index); }
     for (int i = 0; i < all.n; i++) { /* reset scratch, also after an error */
         opr_node *n = all.items[i];
         n->deps = 0;

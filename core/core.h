@@ -163,6 +163,19 @@ struct opr_ctx {
     const char *group_plugin;
 };
 
+/* An index of the positions of pointers in a caller's array, which keeps its order
+ * (core/ptr_index.c): zero-initialised it is empty. build indexes items[0, n) with
+ * room for `room` items in all (OPR_ERR_NOMEM with a message); find gives p's
+ * position or -1; add records items[pos] (the caller's new last item, within room). */
+typedef struct opr_ptr_index {
+    int *slots; /* cap entries: a position in the caller's array, or -1 */
+    int cap;
+} opr_ptr_index;
+int opr_ptr_index_build(opr_ptr_index *ix, void *const *items, int n, int room);
+int opr_ptr_index_find(const opr_ptr_index *ix, void *const *items, const void *p);
+void opr_ptr_index_add(opr_ptr_index *ix, void *const *items, int pos);
+void opr_ptr_index_free(opr_ptr_index *ix);
+
 /* The next seed of the context's random generator (core/rng.c): one SplitMix64 step,
  * atomic, so concurrent calls each get their own. */
 uint64_t opr_rng_next_seed(opr_ctx *ctx);

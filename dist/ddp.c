@@ -29,6 +29,7 @@ struct opr_ddp {
     opr_group group;
     int n;
     opr_tensor **params;  /* retained */
+    opr_ptr_index index;  /* of params */
     int *bucket_of;
     int64_t *offset;      /* in its bucket, in elements */
     bool *got;            /* this backward delivered its gradient */
@@ -66,6 +67,7 @@ void opr_ddp_free(opr_ddp *d)
     for (int i = 0; i < d->n; i++) opr_tensor_release(d->params[i]);
     for (int b = 0; b < d->nbuckets; b++) free(d->buckets[b].buf);
     free(d->params);
+    opr_ptr_index_free(&d->index);
     free(d->bucket_of);
     free(d->offset);
     free(d->got);
@@ -150,7 +152,12 @@ opr_status opr_ddp_new(opr_ctx *ctx, const opr_group *group, opr_tensor *const *
     d->got = calloc((size_t)n, sizeof *d->got);
     if (!d->params || !d->bucket_of || !d->offset || !d->got) { opr_ddp_free(d); return opr_fail(OPR_ERR_NOMEM, "opr_ddp_new: out of memory"); }
     for (int i = 0; i < n; i++) d->params[i] = opr_tensor_retain(params[i]);
-    rc = make_buckets(d, (o.bucket_mib > 0 ? o.bucket_mib : DEFAULT_BUCKET_MIB) * 1024 * 1024);
+    rc = opr_ptr_index_build(&d->index, (void *const *)d->params, n, n);
+    for (int i = 0; i < n && !rc; i++) { /* the index holds a tensor's last position */
+        int last = opr_ptr_index_find(&d->index, (void *const *)d->params, d->params[i]);
+        if (last != i) rc = opr_fail(OPR_ERR_INVALID, "opr_ddp_new: parameter %d is parameter %d again", last, i);
+    }
+    if (!rc) rc = make_buckets(d, (o.bucket_mib > 0 ? o.bucket_mib : DEFAULT_BUCKET_MIB) * 1024 * 1024);
     for (int i = 0; i < n && !rc; i++) rc = broadcast_param(d, i);
     if (rc) { opr_ddp_free(d); return rc; }
     *out = d;
@@ -220,9 +227,8 @@ static void stage(opr_ddp *d, int i)
 static void leaf_ready(opr_tensor *leaf, void *user)
 {
     opr_ddp *d = user;
-    int i = 0;
-    while (i < d->n && d->params[i] != leaf) i++;
-    if (i == d->n || d->got[i] || !opr_grad(leaf)) return; /* not a parameter of ours */
+    int i = opr_ptr_index_find(&d->index, (void *const *)d->params, leaf);
+    if (i < 0 || d->got[i] || !opr_grad(leaf)) return; /* not a parameter of ours */
     event(d, OPR_DDP_GRAD_READY, i);
     stage(d, i);
     poll_started(d);

@@ -176,6 +176,37 @@ static void train(opr_dtype dt, double bucket_mib)
     for (int k = 0; k < NPARAMS; k++) { opr_tensor_release(ref[k]); opr_tensor_release(par[k]); }
 }
 
+/* opr_ddp_new refuses bad arguments with a message, before any collective (every rank
+ * refuses alike). */
+static void bad_arguments(void)
+{
+    opr_tensor *p[NPARAMS];
+    make_params(p, OPR_F64, 0);
+    opr_ddp *ddp = NULL;
+    static const struct { const char *needle; int case_; } cases[] = {
+        {"no parameters (0)", 0}, {"parameter 1 is NULL", 1}, {"bucket_mib -1 is negative", 2},
+        {"parameter 2 is parameter 0 again", 3}, {"must be a CPU f32 or f64 tensor that requires grad", 4},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        opr_tensor *q[NPARAMS] = {p[0], p[1], p[2], p[3]};
+        opr_ddp_opts o = {.struct_size = sizeof o};
+        int n = NPARAMS;
+        opr_tensor *frozen = NULL;
+        switch (cases[i].case_) {
+        case 0: n = 0; break;
+        case 1: q[1] = NULL; break;
+        case 2: o.bucket_mib = -1; break;
+        case 3: q[2] = p[0]; break;
+        case 4: frozen = opr_tensor_new(ctx, OPR_F64, 1, (int64_t[]){3}, OPR_CPU); q[3] = frozen; break;
+        }
+        int rc = opr_ddp_new(ctx, &world, q, n, &o, &ddp);
+        CHECK(rc == OPR_ERR_INVALID && !ddp && strstr(opr_last_error(), cases[i].needle),
+              "opr_ddp_new, case %d: rc %d, %s", cases[i].case_, rc, opr_last_error());
+        opr_tensor_release(frozen);
+    }
+    for (int k = 0; k < NPARAMS; k++) opr_tensor_release(p[k]);
+}
+
 int main(int argc, char **argv)
 {
     int want = argc > 1 ? atoi(argv[1]) : 0;
@@ -183,6 +214,7 @@ int main(int argc, char **argv)
     if (!ctx) { printf("FAIL: opr_ctx_new: %s\n", opr_last_error()); return 1; }
     if (opr_dist_world(ctx, &world)) { printf("FAIL: opr_dist_world: %s\n", opr_last_error()); return 1; }
     CHECK(want == 0 || world.size == want, "the world has %d ranks, want %d", world.size, want);
+    bad_arguments();
     train(OPR_F64, 1e-6); /* a bucket per parameter */
     train(OPR_F64, 0);    /* the default: one bucket */
     train(OPR_F32, 0);
