@@ -9,6 +9,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static int ready;
 static void on_ready(opr_tensor *leaf, void *user)
@@ -64,7 +65,7 @@ int main(int argc, char **argv)
     if (argc > 1) {
         printf("usage: opreg_bench_leaf_ready\n\nPrints the backward time of a chain of N leaves "
                "with and without opr_backward_opts.leaf_ready, and the hook's cost per leaf.\n");
-        return argv[1][0] == '-' && argv[1][1] == 'h' ? 0 : 2;
+        return !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") ? 0 : 2;
     }
     opr_ctx *ctx = opr_ctx_new(NULL);
     if (!ctx) return fail("opr_ctx_new");
