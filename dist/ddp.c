@@ -1,7 +1,10 @@
 /* The data-parallel helper (opreg/dist.h, opr_ddp_*): parameters broadcast from rank 0
- * at the start, gradients averaged over the group in buckets whose non-blocking
- * all-reduce (the group provider's all_reduce_start) starts from the backward engine's
- * leaf_ready callback, as soon as a bucket's last gradient is in. */
+ * at the start, gradients averaged over the group in buckets whose reduction starts
+ * from the backward engine's leaf_ready callback, as soon as a bucket's last gradient
+ * is in. CPU parameters: host buckets, reduced with the group provider's non-blocking
+ * all_reduce_start, waited for before the step. Parameters on another device (CUDA):
+ * buckets on that device, reduced by the all_reduce op there (NCCL), whose call
+ * returns once the reduction is done. */
 #include "dist.h"
 
 #include <stdio.h>
@@ -17,7 +20,8 @@
 typedef struct bucket {
     opr_dtype dtype;
     int64_t numel;
-    void *buf;           /* the gradients, packed; reduced in place */
+    void *buf;           /* CPU: the gradients, packed; reduced in place */
+    opr_tensor *dev;     /* another device: the same, a 1-d tensor there */
     int nparams, ready;
     bool started, done; /* done: a poll saw it complete */
     int64_t req;
@@ -27,6 +31,7 @@ struct opr_ddp {
     opr_ctx *ctx;
     const opr_group_provider *provider;
     opr_group group;
+    opr_device device;    /* the parameters' */
     int n;
     opr_tensor **params;  /* retained */
     opr_ptr_index index;  /* of params */
@@ -65,7 +70,10 @@ void opr_ddp_free(opr_ddp *d)
 {
     if (!d) return;
     for (int i = 0; i < d->n; i++) opr_tensor_release(d->params[i]);
-    for (int b = 0; b < d->nbuckets; b++) free(d->buckets[b].buf);
+    for (int b = 0; b < d->nbuckets; b++) {
+        free(d->buckets[b].buf);
+        opr_tensor_release(d->buckets[b].dev);
+    }
     free(d->params);
     opr_ptr_index_free(&d->index);
     free(d->bucket_of);
@@ -97,10 +105,17 @@ static int make_buckets(opr_ddp *d, double cap_bytes)
         b->numel += numel;
         b->nparams++;
     }
-    for (int k = 0; k < d->nbuckets; k++)
-        if (!(d->buckets[k].buf = calloc((size_t)d->buckets[k].numel + 1, opr_dtype_size(d->buckets[k].dtype))))
+    for (int k = 0; k < d->nbuckets; k++) {
+        bucket *b = &d->buckets[k];
+        if (d->device.type != OPR_CPU.type) {
+            if (!(b->dev = opr_tensor_new(d->ctx, b->dtype, 1, &b->numel, d->device)))
+                return opr_fail_wrap(opr_error_status(), "opr_ddp_new: a bucket of %lld elements",
+                                     (long long)b->numel);
+        } else if (!(b->buf = calloc((size_t)b->numel + 1, opr_dtype_size(b->dtype)))) {
             return opr_fail(OPR_ERR_NOMEM, "opr_ddp_new: out of memory for %lld gradient elements",
-                            (long long)d->buckets[k].numel);
+                            (long long)b->numel);
+        }
+    }
     return OPR_OK;
 }
 
@@ -112,12 +127,7 @@ static int broadcast_param(opr_ddp *d, int i)
     bool mode = opr_grad_mode_set(false);
     int rc = opr_call(opr_op_find(d->ctx, "broadcast_from"), a, 3, &got, 1);
     opr_grad_mode_set(mode);
-    size_t bytes = (size_t)opr_tensor_numel(p) * opr_dtype_size(opr_tensor_dtype(p));
-    void *host = rc ? NULL : malloc(bytes + 1);
-    if (!rc && !host) rc = opr_fail(OPR_ERR_NOMEM, "opr_ddp_new: out of memory");
-    if (!rc) rc = opr_tensor_copy_to_host(got, host, bytes);
-    if (!rc) rc = opr_tensor_copy_from_host(p, host, bytes);
-    free(host);
+    if (!rc) rc = opr_tensor_copy_into(p, got);
     opr_tensor_release(got);
     return rc ? opr_fail_wrap(rc, "opr_ddp_new: broadcasting parameter %d from rank 0", i) : OPR_OK;
 }
@@ -139,13 +149,16 @@ opr_status opr_ddp_new(opr_ctx *ctx, const opr_group *group, opr_tensor *const *
         opr_tensor *p = params[i];
         if (!p) return opr_fail(OPR_ERR_INVALID, "opr_ddp_new: parameter %d is NULL", i);
         opr_dtype dt = opr_tensor_dtype(p);
-        if (!opr_requires_grad(p) || opr_tensor_device(p).type != OPR_CPU.type || (dt != OPR_F32 && dt != OPR_F64))
-            return opr_fail(OPR_ERR_INVALID, "opr_ddp_new: parameter %d must be a CPU f32 or f64 tensor that "
+        opr_device dev = opr_tensor_device(p), first = params[0] ? opr_tensor_device(params[0]) : dev;
+        if (!opr_requires_grad(p) || (dt != OPR_F32 && dt != OPR_F64))
+            return opr_fail(OPR_ERR_INVALID, "opr_ddp_new: parameter %d must be an f32 or f64 tensor that "
                             "requires grad", i);
+        if (dev.type != first.type || dev.index != first.index)
+            return opr_fail(OPR_ERR_INVALID, "opr_ddp_new: parameter %d is not on parameter 0's device", i);
     }
     opr_ddp *d = calloc(1, sizeof *d);
     if (!d) return opr_fail(OPR_ERR_NOMEM, "opr_ddp_new: out of memory");
-    *d = (opr_ddp){.ctx = ctx, .provider = provider, .group = *group, .n = n};
+    *d = (opr_ddp){.ctx = ctx, .provider = provider, .group = *group, .device = opr_tensor_device(params[0]), .n = n};
     d->params = calloc((size_t)n, sizeof *d->params);
     d->bucket_of = calloc((size_t)n, sizeof *d->bucket_of);
     d->offset = calloc((size_t)n, sizeof *d->offset);
@@ -180,9 +193,28 @@ static void fail_once(opr_ddp *d, int rc, const char *fmt, const char *detail)
     snprintf(d->error_msg, sizeof d->error_msg, fmt, detail);
 }
 
+/* A device bucket's mean through the all_reduce op on its device: done on return. */
+static void reduce_on_device(opr_ddp *d, int k)
+{
+    bucket *b = &d->buckets[k];
+    opr_value a[3] = {opr_v_tensor(b->dev), opr_v_string("mean"), opr_v_int(d->group.id)};
+    opr_tensor *mean = NULL;
+    bool mode = opr_grad_mode_set(false);
+    int rc = opr_call(opr_op_find(d->ctx, "all_reduce"), a, 3, &mean, 1);
+    opr_grad_mode_set(mode);
+    b->started = true;
+    event(d, OPR_DDP_BUCKET_STARTED, k);
+    if (!rc) rc = opr_tensor_copy_into(b->dev, mean);
+    opr_tensor_release(mean);
+    if (rc) { fail_once(d, rc, "opr_ddp_backward: a bucket's reduction: %s", opr_last_error()); return; }
+    b->done = true;
+    event(d, OPR_DDP_BUCKET_DONE, k);
+}
+
 static void start_bucket(opr_ddp *d, int k)
 {
     bucket *b = &d->buckets[k];
+    if (b->dev) { reduce_on_device(d, k); return; }
     char why[512] = "";
     int rc = d->provider->all_reduce_start(d->provider->data, d->group.id, b->buf, b->numel, b->dtype, "mean", &b->req,
                                            why, sizeof why);
@@ -197,7 +229,7 @@ static void poll_started(opr_ddp *d)
     if (!d->provider->poll) return;
     for (int k = 0; k < d->nbuckets; k++) {
         bucket *b = &d->buckets[k];
-        if (!b->started || b->done) continue;
+        if (!b->started || b->done) continue; /* device buckets are done when started */
         char why[256];
         int done = 0;
         if (d->provider->poll(d->provider->data, b->req, &done, why, sizeof why)) continue; /* wait reports it */
@@ -208,16 +240,42 @@ static void poll_started(opr_ddp *d)
     }
 }
 
+/* Parameter i's slot in its device bucket, shaped like the parameter (a new view). */
+static opr_tensor *slot_view(opr_ddp *d, int i)
+{
+    const opr_tensor *p = d->params[i];
+    int64_t strides[OPR_MAX_DIMS];
+    opr_contiguous_strides(p->m.shape, p->m.ndim, strides);
+    return opr_tensor_make_view(d->buckets[d->bucket_of[i]].dev, p->m.ndim, p->m.shape, strides, d->offset[i]);
+}
+
+/* Parameter i's gradient (zeros without one) into its device bucket. */
+static int stage_on_device(opr_ddp *d, int i)
+{
+    opr_tensor *slot = slot_view(d, i), *g = opr_grad(d->params[i]), *zeros = NULL;
+    if (!g) g = zeros = opr_tensor_new(d->ctx, d->params[i]->m.dtype, d->params[i]->m.ndim, d->params[i]->m.shape,
+                                       d->device);
+    int rc = slot && g ? opr_tensor_copy_into(slot, g) : opr_error_status();
+    opr_tensor_release(zeros);
+    opr_tensor_release(slot);
+    return rc;
+}
+
 /* Parameter i's gradient (zeros without one) into its bucket, which starts when
  * full. */
 static void stage(opr_ddp *d, int i)
 {
     bucket *b = &d->buckets[d->bucket_of[i]];
     const size_t es = opr_dtype_size(b->dtype), bytes = (size_t)opr_tensor_numel(d->params[i]) * es;
-    char *at = (char *)b->buf + (size_t)d->offset[i] * es;
     const opr_tensor *g = opr_grad(d->params[i]);
-    int rc = g ? opr_tensor_copy_to_host(g, at, bytes) : OPR_OK;
-    if (!g) memset(at, 0, bytes);
+    int rc = OPR_OK;
+    if (b->dev) {
+        rc = stage_on_device(d, i);
+    } else {
+        char *at = (char *)b->buf + (size_t)d->offset[i] * es;
+        if (g) rc = opr_tensor_copy_to_host(g, at, bytes);
+        else memset(at, 0, bytes);
+    }
     if (rc) { fail_once(d, rc, "opr_ddp_backward: reading a gradient: %s", opr_last_error()); return; }
     d->got[i] = true;
     if (++b->ready == b->nparams && !d->error) start_bucket(d, d->bucket_of[i]);
@@ -257,7 +315,7 @@ opr_status opr_ddp_backward(opr_ddp *d, opr_tensor *loss, opr_tensor *grad)
      * writing into the buffers */
     for (int k = 0; k < d->nbuckets; k++) {
         bucket *b = &d->buckets[k];
-        if (!b->started) continue;
+        if (!b->started || b->dev) continue; /* a device bucket's call waited */
         char why[640] = "";
         int wrc = d->provider->wait(d->provider->data, b->req, why, sizeof why);
         if (wrc) fail_once(d, wrc, "opr_ddp_backward: %s", why);
@@ -270,9 +328,15 @@ opr_status opr_ddp_backward(opr_ddp *d, opr_tensor *loss, opr_tensor *grad)
         if (!g) continue;
         bucket *b = &d->buckets[d->bucket_of[i]];
         size_t es = opr_dtype_size(b->dtype);
-        if ((rc = opr_tensor_copy_from_host(g, (char *)b->buf + (size_t)d->offset[i] * es,
-                                            (size_t)opr_tensor_numel(d->params[i]) * es)))
-            return opr_fail_wrap(rc, "opr_ddp_backward: writing parameter %d's gradient", i);
+        if (b->dev) {
+            opr_tensor *slot = slot_view(d, i);
+            rc = slot ? opr_tensor_copy_into(g, slot) : opr_error_status();
+            opr_tensor_release(slot);
+        } else {
+            rc = opr_tensor_copy_from_host(g, (char *)b->buf + (size_t)d->offset[i] * es,
+                                           (size_t)opr_tensor_numel(d->params[i]) * es);
+        }
+        if (rc) return opr_fail_wrap(rc, "opr_ddp_backward: writing parameter %d's gradient", i);
     }
     return OPR_OK;
 }

@@ -4,9 +4,9 @@
 #     sh scripts/gpu-check.sh
 # It unpacks the .deb files into /tmp/deps (scripts/gpu-deps-env.sh), builds with
 # the CUDA plugin, runs `opreg info`, the test suites, `opreg check --backend cuda`, the
-# GPU benchmark, the NCCL collectives (where MPI was found), the tiled GEMM and
-# compute-sanitizer's race and memory checks, and
-# writes everything to $OUT/gpu-check.log.
+# GPU benchmark, the NCCL collectives and data-parallel training on them (where MPI was
+# found), the tiled GEMM and compute-sanitizer's race and memory checks, and writes
+# everything to $OUT/gpu-check.log.
 set -u
 cd "$(dirname "$0")/.." || exit 1
 out=${OUT:-/tmp}
@@ -34,6 +34,7 @@ if [ -x "./$build/bench/opreg_bench_gpu" ]; then run "./$build/bench/opreg_bench
 # rank); MPI starts as a singleton. Built only where CMake found MPI.
 if [ -x "./$build/tests/test_dist" ]; then
     run env OPREG_PLUGIN_PATH="$PWD/$build/plugins" OMPI_MCA_btl=self,vader timeout 120 "./$build/tests/test_dist" 1 --device cuda
+    run env OPREG_PLUGIN_PATH="$PWD/$build/plugins" OMPI_MCA_btl=self,vader timeout 120 "./$build/tests/test_ddp" 1 --device cuda
 else
     say "no MPI in this build (test_dist not built): the NCCL collectives were not run"
 fi

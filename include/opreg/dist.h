@@ -68,9 +68,12 @@ typedef struct opr_ddp_opts {
 } opr_ddp_opts;
 #define OPR_DDP_OPTS_STRUCT_SIZE_0_1 OPR_STRUCT_SIZE(opr_ddp_opts, bucket_mib)
 
-/* Makes the helper for the n parameters (leaves that require grad) and broadcasts
- * their values from the group's rank 0 to the others (collective over group). The
- * tensors stay the caller's; opts may be NULL. */
+/* Makes the helper for the n parameters (f32 or f64 leaves that require grad, all on
+ * one device, each given once) and broadcasts their values from the group's rank 0 to
+ * the others (collective over group). CPU parameters are reduced in host buckets
+ * through the group provider's non-blocking all-reduce; parameters on another device
+ * (CUDA) in buckets on that device, by the all_reduce op there (NCCL), each call
+ * waiting for its bucket. The tensors stay the caller's; opts may be NULL. */
 OPR_API opr_status opr_ddp_new(opr_ctx *ctx, const opr_group *group, opr_tensor *const *params, int n,
                                const opr_ddp_opts *opts, opr_ddp **out);
 /* opr_backward(loss, grad, NULL), then every parameter's .grad is its mean over the

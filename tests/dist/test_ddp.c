@@ -6,6 +6,9 @@
  *                    1e-12 (f64), parameters within 1e-5 / 1e-12; with one bucket
  *                    per parameter, the first bucket's reduction starts before the
  *                    backward is over (the overlap), every bucket is waited for
+ *   ... --device D   the data-parallel run's parameters and batch on device D (cuda:
+ *                    device buckets reduced by the all_reduce op there, NCCL); the
+ *                    reference stays on the CPU
  *
  * Each rank prints "rank R/N: all K checks passed" or the failures. */
 #include "dist_test.h"
@@ -21,6 +24,8 @@
 #define OUT 3
 #define STEPS 20
 #define NPARAMS 4
+
+static opr_device dev = OPR_CPU; /* of the data-parallel run (--device) */
 
 
 static opr_tensor *call(const char *op, opr_value *a, int n)
@@ -109,6 +114,17 @@ static void sgd(opr_tensor **p, opr_dtype dt)
     }
 }
 
+/* t moved to dev (consumed); a parameter again when grad. */
+static opr_tensor *on_dev(opr_tensor *t, bool grad)
+{
+    if (dev.type == OPR_CPU.type) return t;
+    opr_tensor *m = opr_tensor_to(t, dev);
+    CHECK(m != NULL, "to %d: %s", dev.type, opr_last_error());
+    opr_tensor_release(t);
+    if (m && grad) opr_set_requires_grad(m, true);
+    return m;
+}
+
 static void train(opr_dtype dt, double bucket_mib)
 {
     const double tol = dt == OPR_F64 ? 1e-12 : 1e-5;
@@ -116,6 +132,7 @@ static void train(opr_dtype dt, double bucket_mib)
     opr_tensor *ref[NPARAMS], *par[NPARAMS];
     make_params(ref, dt, 0);
     make_params(par, dt, world.rank ? 0.25 : 0); /* fixed by the broadcast */
+    for (int k = 0; k < NPARAMS; k++) par[k] = on_dev(par[k], true);
     opr_ddp *ddp = NULL;
     opr_ddp_opts o = {.struct_size = sizeof o, .bucket_mib = bucket_mib};
     int rc = opr_ddp_new(ctx, &world, par, NPARAMS, &o, &ddp);
@@ -123,7 +140,8 @@ static void train(opr_dtype dt, double bucket_mib)
     if (rc) return;
     const int share = BATCH / world.size;
     opr_tensor *xall = rows_of(false, 0, BATCH, dt), *yall = rows_of(true, 0, BATCH, dt);
-    opr_tensor *x = rows_of(false, world.rank * share, share, dt), *y = rows_of(true, world.rank * share, share, dt);
+    opr_tensor *x = on_dev(rows_of(false, world.rank * share, share, dt), false);
+    opr_tensor *y = on_dev(rows_of(true, world.rank * share, share, dt), false);
     double worst_loss = 0;
     for (int step = 0; step < STEPS; step++) {
         opr_tensor *lr = loss_of(ref, xall, yall); /* one process, the whole batch */
@@ -185,9 +203,11 @@ static void bad_arguments(void)
     opr_ddp *ddp = NULL;
     static const struct { const char *needle; int case_; } cases[] = {
         {"no parameters (0)", 0}, {"parameter 1 is NULL", 1}, {"bucket_mib -1 is negative", 2},
-        {"parameter 2 is parameter 0 again", 3}, {"must be a CPU f32 or f64 tensor that requires grad", 4},
+        {"parameter 2 is parameter 0 again", 3}, {"must be an f32 or f64 tensor that requires grad", 4},
+        {"parameter 1 is not on parameter 0's device", 5},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        if (cases[i].case_ == 5 && dev.type == OPR_CPU.type) continue;
         opr_tensor *q[NPARAMS] = {p[0], p[1], p[2], p[3]};
         opr_ddp_opts o = {.struct_size = sizeof o};
         int n = NPARAMS;
@@ -198,6 +218,7 @@ static void bad_arguments(void)
         case 2: o.bucket_mib = -1; break;
         case 3: q[2] = p[0]; break;
         case 4: frozen = opr_tensor_new(ctx, OPR_F64, 1, (int64_t[]){3}, OPR_CPU); q[3] = frozen; break;
+        case 5: frozen = on_dev(opr_tensor_retain(p[0]), true); q[0] = frozen; break;
         }
         int rc = opr_ddp_new(ctx, &world, q, n, &o, &ddp);
         CHECK(rc == OPR_ERR_INVALID && !ddp && strstr(opr_last_error(), cases[i].needle),
@@ -210,9 +231,16 @@ static void bad_arguments(void)
 int main(int argc, char **argv)
 {
     int want = argc > 1 ? atoi(argv[1]) : 0;
+    const char *device = argc > 3 && !strcmp(argv[2], "--device") ? argv[3] : NULL;
     ctx = opr_ctx_new(NULL);
     if (!ctx) { printf("FAIL: opr_ctx_new: %s\n", opr_last_error()); return 1; }
     if (opr_dist_world(ctx, &world)) { printf("FAIL: opr_dist_world: %s\n", opr_last_error()); return 1; }
+    if (device) { /* rank r on ordinal r % count; nothing falls back to the CPU */
+        if (opr_device_parse(ctx, device, &dev)) { printf("FAIL: --device %s: %s\n", device, opr_last_error()); return 1; }
+        int count = opr_device_type_ordinals(ctx, dev.type);
+        dev.index = count > 0 ? world.rank % count : 0;
+        opr_cpu_fallback_set(ctx, false);
+    }
     CHECK(want == 0 || world.size == want, "the world has %d ranks, want %d", world.size, want);
     bad_arguments();
     train(OPR_F64, 1e-6); /* a bucket per parameter */
