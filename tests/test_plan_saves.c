@@ -27,14 +27,19 @@ static const char *yaml =
     "  shape: sizes(self)\n"
     "  forward: mul(self, other)\n"
     "  # the condition reads grad: decided only in the backward, so both branches count\n"
-    "  self: select(dim(grad) > 5, grad, mul(grad, other))\n";
+    "  self: select(dim(grad) > 5, grad, mul(grad, other))\n"
+    "- name: sel_item(Tensor[] ts, Tensor other) -> Tensor\n"
+    "  shape: sizes(other)\n"
+    "  forward: mul(other, 1)\n"
+    "  # item 70 of a long list is past what the plan cache's key holds\n"
+    "  other: select(dim(ts[70]) == 1, grad, mul(grad, other))\n";
 
 static opr_ctx *ctx_with_ops(void)
 {
     opr_ctx *ctx = tu_ctx();
     int n = 0;
     ck_assert_msg(opr_registry_load_yaml_string(ctx, yaml, "sel.yaml", &n) == OPR_OK, "%s", opr_last_error());
-    ck_assert_int_eq(n, 3);
+    ck_assert_int_eq(n, 4);
     return ctx;
 }
 
@@ -100,6 +105,41 @@ START_TEST(test_undecided_saves_both)
 }
 END_TEST
 
+/* Calls whose condition reads what the plan's key leaves out (item 70 of a list of 72)
+ * share a plan: it must save for both branches, or the second call's backward would
+ * lack `other`. */
+START_TEST(test_key_cut_short_saves_both)
+{
+    opr_ctx *ctx = ctx_with_ops();
+    tu_seed(4);
+    enum { N = 72 };
+    opr_tensor *items[N];
+    for (int round = 0; round < 2; round++) {
+        for (int i = 0; i < N; i++) /* round 1: item 70 is 2-d, the other branch */
+            items[i] = round && i == 70 ? tu_rand(ctx, OPR_F64, 2, (int64_t[]){1, 2}, 0, 1)
+                                        : tu_rand(ctx, OPR_F64, 1, (int64_t[]){2}, 0, 1);
+        opr_tensor *w = tu_rand(ctx, OPR_F64, 1, (int64_t[]){3}, -1, 1);
+        ck_assert_int_eq(opr_set_requires_grad(w, true), OPR_OK);
+        opr_value args[] = {opr_v_tensors(items, N), opr_v_tensor(w)};
+        opr_tensor *y = tu_call1(ctx, "sel_item", args, 2);
+        uint64_t saved = ~0ull;
+        ck_assert_int_eq(opr_autograd_walk(y, on_node, &saved), 1);
+        ck_assert_uint_eq(saved, 3 * sizeof(double)); /* both branches: other */
+        opr_tensor *ones = tu_rand(ctx, OPR_F64, 1, (int64_t[]){3}, 1, 1), *gw = NULL;
+        ck_assert_msg(opr_autograd_grad(&y, &ones, 1, &w, 1, &gw, NULL) == OPR_OK, "round %d: %s", round,
+                      opr_last_error());
+        double *g = tu_to_f64(gw), *wv = tu_to_f64(w);
+        for (int i = 0; i < 3; i++) ck_assert(fabs(g[i] - (round ? wv[i] : 1.0)) < 1e-15);
+        free(g);
+        free(wv);
+        opr_tensor *r[] = {w, y, ones, gw};
+        for (size_t i = 0; i < sizeof r / sizeof r[0]; i++) opr_tensor_release(r[i]);
+        for (int i = 0; i < N; i++) opr_tensor_release(items[i]);
+    }
+    tu_ctx_free(ctx);
+}
+END_TEST
+
 /* opr_plan_saved_bytes and the explanation follow the call's branch too. */
 START_TEST(test_plan_queries)
 {
@@ -134,6 +174,7 @@ int main(void)
     tcase_add_test(tc, test_branch_by_string);
     tcase_add_test(tc, test_branch_by_bool);
     tcase_add_test(tc, test_undecided_saves_both);
+    tcase_add_test(tc, test_key_cut_short_saves_both);
     tcase_add_test(tc, test_plan_queries);
     suite_add_tcase(s, tc);
     return tu_run(s);
