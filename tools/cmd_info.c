@@ -2,6 +2,7 @@
 #include "cli.h"
 #include "plugin_probe.h"
 
+#include <opreg/dist.h>
 #include <opreg/plugin.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -85,6 +86,11 @@ int cmd_info(int argc, char **argv)
                opr_device_type_ordinals(ctx, t), with_kernel, nops,
                no_copy ? " (no copy_ kernel: views cannot be read back, not counted)" : "");
     }
+    char why[256];
+    if (opr_dist_available(ctx, why, sizeof why))
+        printf("\nprocess groups: available (mpirun -np N starts a world of N; docs/distributed.md)\n");
+    else
+        printf("\nprocess groups: none (%s)\n", why);
     bool header = false;
     for (int i = 0; i < nops; i++)
         for (int t = 0; t < opr_device_type_count(ctx); t++)

@@ -27,6 +27,7 @@ out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 status=0
 if [ "$mode" = --demo ]; then
+    "$bin" info | grep -q '^process groups: available' || { echo "FAIL: opreg info does not list process groups"; status=1; }
     timeout 300 mpirun --oversubscribe -np "$np" "$bin" demo --model gpt --steps 6 --sample 0 --log-every 3 \
         --batch 12 >"$out" 2>&1
     rc=$?
