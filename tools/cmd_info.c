@@ -88,7 +88,7 @@ int cmd_info(int argc, char **argv)
     }
     char why[256];
     if (opr_dist_available(ctx, why, sizeof why))
-        printf("\nprocess groups: available (mpirun -np N starts a world of N; docs/distributed.md)\n");
+        printf("\nprocess groups: available, %s; mpirun -np N starts a world of N\n", why);
     else
         printf("\nprocess groups: none (%s)\n", why);
     bool header = false;
