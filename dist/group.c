@@ -25,7 +25,7 @@ bool opr_dist_available(opr_ctx *ctx, char *why, size_t len)
 {
     bool ok = ctx && ctx->group_plugin;
     if (why && len) {
-        if (ok) snprintf(why, len, "process groups by plugin %s (%s)", ctx->group_plugin, ctx->group_provider.name);
+        if (ok) snprintf(why, len, "provided by plugin %s (%s)", ctx->group_plugin, ctx->group_provider.name);
         else snprintf(why, len, "no loaded plugin provides process groups (the MPI plugin is built where MPI is found)");
     }
     return ok;

@@ -29,8 +29,9 @@ typedef struct opr_group {
     int32_t size;
 } opr_group;
 
-/* Whether ctx has process groups (a loaded plugin provides them); when not, why says
- * what to load (NUL-terminated, at most len bytes; why may be NULL). */
+/* Whether ctx has process groups (a loaded plugin provides them). why (may be NULL;
+ * NUL-terminated, at most len bytes) says which plugin provides them, or when none
+ * does, what to load. */
 OPR_API bool opr_dist_available(opr_ctx *ctx, char *why, size_t len);
 /* The world group (id 0) of this process as its launcher started it, initialising the
  * engine on the first call (a process started without mpirun is a world of one).
