@@ -199,11 +199,11 @@ static void reduce_on_device(opr_ddp *d, int k)
     bucket *b = &d->buckets[k];
     opr_value a[3] = {opr_v_tensor(b->dev), opr_v_string("mean"), opr_v_int(d->group.id)};
     opr_tensor *mean = NULL;
+    b->started = true;
+    event(d, OPR_DDP_BUCKET_STARTED, k);
     bool mode = opr_grad_mode_set(false);
     int rc = opr_call(opr_op_find(d->ctx, "all_reduce"), a, 3, &mean, 1);
     opr_grad_mode_set(mode);
-    b->started = true;
-    event(d, OPR_DDP_BUCKET_STARTED, k);
     if (!rc) rc = opr_tensor_copy_into(b->dev, mean);
     opr_tensor_release(mean);
     if (rc) { fail_once(d, rc, "opr_ddp_backward: a bucket's reduction: %s", opr_last_error()); return; }
