@@ -149,7 +149,7 @@ opr_status opr_ddp_new(opr_ctx *ctx, const opr_group *group, opr_tensor *const *
         opr_tensor *p = params[i];
         if (!p) return opr_fail(OPR_ERR_INVALID, "opr_ddp_new: parameter %d is NULL", i);
         opr_dtype dt = opr_tensor_dtype(p);
-        opr_device dev = opr_tensor_device(p), first = params[0] ? opr_tensor_device(params[0]) : dev;
+        opr_device dev = opr_tensor_device(p), first = opr_tensor_device(params[0]); /* checked at i = 0 */
         if (!opr_requires_grad(p) || (dt != OPR_F32 && dt != OPR_F64))
             return opr_fail(OPR_ERR_INVALID, "opr_ddp_new: parameter %d must be an f32 or f64 tensor that "
                             "requires grad", i);
