@@ -147,6 +147,10 @@ static int check_args(const opr_op *op, const opr_value *args, int nargs, checke
                 if (v->u.il.n < 0 || v->u.il.n > OPR_MAX_DIMS)
                     return opr_fail(OPR_ERR_INVALID, "%s: argument '%s' must be a list of 0 to %d ints", op->name,
                                     a->name, OPR_MAX_DIMS);
+                for (int j = 0; a->bool_items && j < v->u.il.n; j++)
+                    if (v->u.il.items[j] != 0 && v->u.il.items[j] != 1)
+                        return opr_fail(OPR_ERR_INVALID, "%s: argument '%s' is a bool list: item %d is %lld, not 0 or 1",
+                                        op->name, a->name, j, (long long)v->u.il.items[j]);
                 k->kind = OPR_ARG_INT_LIST;
                 k->u.il.items = v->u.il.items;
                 k->u.il.n = v->u.il.n;

@@ -22,6 +22,9 @@ typedef struct op_arg {
     int64_t def_ints[OPR_MAX_DIMS];
     char *def_str;
     int fixed_dtype;        /* tensor args: -1 = takes part in the common dtype T */
+    int list_len;           /* `int[N]`, `bool[N]`: N (an int default stands for N copies), else 0 */
+    bool bool_items;        /* `bool[N]`: an int list of 0 / 1 items */
+    bool written;           /* `Tensor(a!)`: the op writes this argument in place */
 } op_arg;
 
 /* The kernel of one (op, device type) for one dtype. */
@@ -267,7 +270,7 @@ typedef struct sample_tensor {
 
 typedef struct sample_arg {
     bool given;
-    int ntensors;            /* Tensor[]: how many; Tensor: 1 */
+    int ntensors;            /* Tensor[]: how many; Tensor: 1, or 0 for a None sample */
     sample_tensor *tensors;
     mval value;              /* scalars */
 } sample_arg;

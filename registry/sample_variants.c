@@ -130,7 +130,7 @@ static void outputs_numel(const opr_op *op, const op_sample *s, const size_scan 
         const op_arg *oa = &op->args[a];
         const sample_arg *sa = &s->args[a];
         if (oa->type == ARG_TENSOR || oa->type == ARG_TENSOR_LIST) {
-            if (!sa->given) continue;
+            if (!sa->given || (oa->type == ARG_TENSOR && sa->ntensors == 0)) continue; /* absent, None */
             if (k + sa->ntensors > OPR_SAMPLE_MAX_TENSORS) return;
             if (oa->type == ARG_TENSOR) slots[a] = (mval){.k = MV_TENSOR, .u.t = &sc->metas[k]};
             else slots[a] = (mval){.k = MV_METAS, .n = sa->ntensors, .u.ms = &sc->metas[k]};

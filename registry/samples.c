@@ -158,7 +158,11 @@ static int parse_one(const loader *l, const opr_op *op, const yaml_node_t *n, op
         if (a < 0) return yaml_fail_at(l, kn, OPR_ERR_PARSE, "samples: no argument named '%s'", k ? k : "?");
         sample_arg *sa = &s->args[a];
         sa->given = true;
-        if (op->args[a].type == ARG_TENSOR) {
+        const char *none = yaml_scalar(v);
+        if (op->args[a].type == ARG_TENSOR && none && !strcmp(none, "None")) { /* ntensors 0: a None argument */
+            if (!op->args[a].optional) return yaml_fail_at(l, v, OPR_ERR_PARSE, "samples: '%s' is not optional", k);
+            sa->value.k = MV_NONE;
+        } else if (op->args[a].type == ARG_TENSOR) {
             sa->ntensors = 1;
             if (!(sa->tensors = malloc(sizeof *sa->tensors))) return opr_fail(OPR_ERR_NOMEM, "out of memory");
             rc = parse_tensor(l, v, sa->tensors);
@@ -276,6 +280,7 @@ int samples_build(const opr_op *op, int i, const sample_tweak *tw, opr_dtype dty
                       : oa->def.kind == OPR_ARG_STRING ? opr_v_string(oa->def.u.s) : opr_v_none();
             continue;
         }
+        if (oa->type == ARG_TENSOR && sa->ntensors == 0) { args[a] = opr_v_none(); continue; }
         if (oa->type == ARG_TENSOR || oa->type == ARG_TENSOR_LIST) {
             opr_tensor **dst = owned + *nowned;
             if (*nowned + sa->ntensors > OPR_SAMPLE_MAX_TENSORS)

@@ -1,7 +1,8 @@
 /* Schema strings: "name(Type arg=default, ...) -> Ret" where name may carry an
  * overload ("max.dim": op max, overload dim), Type is Tensor, Tensor?, Tensor[], int,
- * int?, int[], int[]?, float, float?, Scalar, Scalar?, bool or str, and Ret is Tensor or
- * "(Tensor a, Tensor b)". Defaults are literals of the expression language. */
+ * int?, int[], int[]?, float, float?, Scalar, Scalar?, bool or str (and ATen's spellings
+ * of some: parse_type), and Ret is Tensor or "(Tensor a, Tensor b)". Defaults are
+ * literals of the expression language. */
 #include "composite.h"
 #include "deriv.h"
 
@@ -102,6 +103,9 @@ static int parse_default(cursor *c, op_arg *a, const char *at)
     } else if (a->type == ARG_STR && e->kind == EXPR_STR) {
         if (!(a->def_str = strdup(e->name))) rc = opr_fail(OPR_ERR_NOMEM, "out of memory");
         a->def.kind = OPR_ARG_STRING; a->def.u.s = a->def_str;
+    } else if (a->type == ARG_INT_LIST && a->list_len && e->kind == EXPR_INT) { /* int[2] padding=0 */
+        for (int i = 0; i < a->list_len; i++) a->def_ints[i] = e->i;
+        a->def.kind = OPR_ARG_INT_LIST; a->def.u.il.items = a->def_ints; a->def.u.il.n = a->list_len;
     } else if (a->type == ARG_INT_LIST && e->kind == EXPR_LIST && e->nargs <= OPR_MAX_DIMS) {
         for (int i = 0; i < e->nargs && !rc; i++) {
             if (e->args[i]->kind != EXPR_INT) rc = fail(c, at, "int list default must hold ints");
@@ -115,21 +119,59 @@ static int parse_default(cursor *c, op_arg *a, const char *at)
     return rc;
 }
 
+/* The type of an argument, as ATen writes it too: `SymInt` is `int` (sizes are concrete
+ * here); `int[N]` and `SymInt[N]` are int lists whose int default stands for N copies
+ * (`int[2] padding=0` is [0, 0]); `bool[N]` is an int list of 0 / 1 items (ATen's
+ * `bool[3] output_mask`); `Tensor(a!)` is a Tensor the op writes in place (batch norm's
+ * running statistics), `Tensor(a)` an alias annotation, which changes nothing here. */
+static int parse_type(cursor *c, op_arg *a)
+{
+    const char *at = c->p, *p = c->p;
+    char text[16];
+    size_t n = 0;
+    if (!strncmp(p, "SymInt", 6)) { memcpy(text, "int", 3); n = 3; p += 6; }
+    while ((isalpha((unsigned char)*p)) && n < sizeof text - 4) text[n++] = *p++;
+    if (n == 6 && !memcmp(text, "Tensor", 6) && *p == '(') { /* alias annotation */
+        const char *q = p + 1;
+        while (isalpha((unsigned char)*q)) q++;
+        if (*q == '!') { a->written = true; q++; }
+        if (*q != ')' || q == p + 1) return fail(c, at, "expected an alias annotation such as Tensor(a!)");
+        p = q + 1;
+    }
+    if (*p == '[') {
+        const char *q = p + 1;
+        while (isdigit((unsigned char)*q)) q++;
+        if (*q != ']') return fail(c, at, "unknown argument type");
+        if (q > p + 1) {
+            long len = strtol(p + 1, NULL, 10);
+            if (len < 1 || len > OPR_MAX_DIMS || (n == 6 && !memcmp(text, "Tensor", 6)))
+                return fail(c, at, "unknown argument type");
+            a->list_len = (int)len;
+            if (n == 4 && !memcmp(text, "bool", 4)) { memcpy(text, "int", 3); n = 3; a->bool_items = true; }
+        }
+        text[n++] = '[';
+        text[n++] = ']';
+        p = q + 1;
+    }
+    if (*p == '?') text[n++] = *p++;
+    text[n] = '\0';
+    if (!isspace((unsigned char)*p)) return fail(c, at, "unknown argument type");
+    for (size_t i = 0; i < sizeof type_names / sizeof type_names[0]; i++)
+        if (!strcmp(text, type_names[i].text)) {
+            a->type = type_names[i].type;
+            a->optional = type_names[i].optional;
+            if (a->written && (a->type != ARG_TENSOR || a->optional)) break;
+            c->p = p;
+            return OPR_OK;
+        }
+    return fail(c, at, "unknown argument type");
+}
+
 static int parse_arg(cursor *c, op_arg *a, const char **name_pos)
 {
     skip(c);
-    const char *at = c->p;
-    size_t i;
-    for (i = 0; i < sizeof type_names / sizeof type_names[0]; i++) {
-        size_t n = strlen(type_names[i].text);
-        if (!strncmp(c->p, type_names[i].text, n) && (isspace((unsigned char)c->p[n]))) {
-            a->type = type_names[i].type;
-            a->optional = type_names[i].optional;
-            c->p += n;
-            break;
-        }
-    }
-    if (i == sizeof type_names / sizeof type_names[0]) return fail(c, at, "unknown argument type");
+    int rc = parse_type(c, a);
+    if (rc) return rc;
     a->fixed_dtype = -1;
     skip(c);
     const char *name_at = c->p;

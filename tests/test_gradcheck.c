@@ -92,6 +92,32 @@ static void trim_copy(char *dst, size_t len, const char *s, size_t n)
     dst[n] = '\0';
 }
 
+/* An argument's text with ATen's spellings of types made plain, as the registry reads
+ * them: SymInt is int, int[2] and bool[3] are int lists, Tensor(a!) is a Tensor. */
+static void plain_type(char *a)
+{
+    char out[160];
+    size_t n = 0;
+    for (const char *p = a; *p && n < sizeof out - 1;) {
+        if (!strncmp(p, "SymInt", 6)) { memcpy(out + n, "int", 3); n += 3; p += 6; continue; }
+        if (!strncmp(p, "bool[", 5) && isdigit((unsigned char)p[5])) { memcpy(out + n, "int", 3); n += 3; p += 4; continue; }
+        if (*p == '[' && isdigit((unsigned char)p[1])) { /* [N] */
+            out[n++] = '[';
+            p++;
+            while (isdigit((unsigned char)*p)) p++;
+            continue;
+        }
+        if (*p == '(' && n >= 6 && !strncmp(out + n - 6, "Tensor", 6)) { /* Tensor(a!) */
+            while (*p && *p != ')') p++;
+            if (*p) p++;
+            continue;
+        }
+        out[n++] = *p++;
+    }
+    out[n] = '\0';
+    strcpy(a, out);
+}
+
 /* "mm(Tensor self, Tensor mat2) -> Tensor" */
 static bool parse_schema(const char *s, schema *sc, char *err, size_t errlen)
 {
@@ -109,6 +135,7 @@ static bool parse_schema(const char *s, schema *sc, char *err, size_t errlen)
         else if ((*p == ',' || *p == ')') && depth == 0) {
             char a[160];
             trim_copy(a, sizeof a, start, (size_t)(p - start));
+            plain_type(a);
             if (a[0]) {
                 if (sc->nargs == MAXA) { snprintf(err, errlen, "too many arguments in '%s'", s); return false; }
                 sarg *g = &sc->args[sc->nargs++];
