@@ -94,7 +94,7 @@ static int parse_tensor(const loader *l, const yaml_node_t *n, sample_tensor *t)
 static int parse_scalar(const loader *l, const op_arg *a, const yaml_node_t *n, mval *out)
 {
     const char *s = yaml_scalar(n);
-    if (a->type == ARG_INT_LIST) {
+    if (a->type == ARG_INT_LIST && !(a->optional && s && !strcmp(s, "None"))) {
         sample_tensor t;
         int rc = parse_ints(l, n, &t, true);
         if (rc) return rc;

@@ -699,9 +699,10 @@ OPR_API const char *opr_op_arg_name(const opr_op *op, int i);
  * A float argument also takes OPR_V_INT; a Scalar (reported as OPR_V_DOUBLE) takes
  * OPR_V_INT, OPR_V_DOUBLE or OPR_V_BOOL; an optional one also takes OPR_V_NONE. */
 OPR_API int opr_op_arg_kind(const opr_op *op, int i);
-/* The argument's type as the schema writes it: "Tensor", "Tensor?", "Tensor[]", "int",
- * "int?", "int[]", "int[]?", "float", "float?", "Scalar", "Scalar?", "bool" or "str";
- * NULL when out of range. A Scalar is a number (int, float or bool): with tensors of
+/* The argument's type as the registry reads the schema: "Tensor", "Tensor?", "Tensor[]",
+ * "int", "int?", "int[]", "int[]?", "bool[]" (ATen's bool[N]: an int list of 0 / 1),
+ * "float", "float?", "Scalar", "Scalar?", "bool" or "str" (ATen's SymInt reads as int,
+ * int[N] as int[]); NULL when out of range. A Scalar is a number (int, float or bool): with tensors of
  * another category it promotes them as PyTorch does for wrapped numbers (opr_call). */
 OPR_API const char *opr_op_arg_type(const opr_op *op, int i);
 /* True when argument i accepts None (OPR_V_NONE): its type ends in '?'. */

@@ -1,0 +1,154 @@
+"""Oracle: ATen ops called by name on opreg's YAML samples (test_aten_samples.c).
+
+The input file holds cases, each one call of an ATen op with the arguments opreg built
+from a sample, and the gradients of the outputs to back-propagate:
+
+    case ID NAME                   NAME: "convolution", "max_pool2d_with_indices", or
+                                   with an overload, "upsample_nearest2d.vec"
+    arg tensor RG DTYPE NDIM D..   then one line of values; RG 1: it requires grad
+    arg int V | arg float V | arg bool 0|1 | arg ints N V.. | arg bools N 0|1..
+                                   | arg none | arg str S
+    gradout NDIM D..               then one line of values: the gradient of an output
+                                   (one per output, in order; "gradout none" for one
+                                   that gets none, integer outputs)
+    end
+
+Without an overload, the op's overloads are tried in turn (default first) until one
+accepts the arguments. The output file holds, per case, either
+
+    case ID ok NOUT
+    out K NDIM D.. (values line) | out K none
+    grad I NDIM D.. (values line) | grad I none       for each argument I with RG 1
+
+or `case ID error MESSAGE` (the op failed in PyTorch) or `case ID missing` (no such
+ATen op). Values are written as %.17g (integers exactly).
+"""
+import sys
+
+import torch
+
+DTYPES = {"f64": torch.float64, "f32": torch.float32, "i64": torch.int64, "bool": torch.bool}
+
+
+def read_cases(path):
+    with open(path) as f:
+        lines = f.read().split("\n")
+    i, cases = 0, []
+    while i < len(lines):
+        head = lines[i].split()
+        i += 1
+        if not head:
+            continue
+        assert head[0] == "case", lines[i - 1]
+        case = {"id": head[1], "name": head[2], "args": [], "rg": [], "gradouts": []}
+        while True:
+            w = lines[i].split()
+            i += 1
+            if w[0] == "end":
+                break
+            if w[0] == "gradout":
+                if w[1] == "none":
+                    case["gradouts"].append(None)
+                    continue
+                shape = [int(d) for d in w[2:2 + int(w[1])]]
+                vals = [float(v) for v in lines[i].split()]
+                i += 1
+                case["gradouts"].append(torch.tensor(vals, dtype=torch.float64).reshape(shape))
+                continue
+            kind = w[1]
+            if kind == "tensor":
+                rg, dt, nd = w[2] == "1", DTYPES[w[3]], int(w[4])
+                shape = [int(d) for d in w[5:5 + nd]]
+                vals = [float(v) for v in lines[i].split()]
+                i += 1
+                t = torch.tensor(vals, dtype=torch.float64).to(dt).reshape(shape)
+                if rg:
+                    t.requires_grad_(True)
+                    case["rg"].append(len(case["args"]))
+                case["args"].append(t)
+            elif kind == "int":
+                case["args"].append(int(w[2]))
+            elif kind == "float":
+                case["args"].append(float(w[2]))
+            elif kind == "bool":
+                case["args"].append(w[2] == "1")
+            elif kind == "ints":
+                case["args"].append([int(v) for v in w[3:3 + int(w[2])]])
+            elif kind == "bools":
+                case["args"].append([v != "0" for v in w[3:3 + int(w[2])]])
+            elif kind == "none":
+                case["args"].append(None)
+            elif kind == "str":
+                case["args"].append(w[2] if len(w) > 2 else "")
+            else:
+                raise ValueError("bad arg line %r" % lines[i - 1])
+        cases.append(case)
+    return cases
+
+
+def overloads(name):
+    base, _, ov = name.partition(".")
+    packet = getattr(torch.ops.aten, base, None)
+    if packet is None:
+        return None
+    if ov:
+        return [getattr(packet, ov)]
+    names = packet.overloads()
+    names.sort(key=lambda n: n != "default")
+    return [getattr(packet, n) for n in names]
+
+
+def call(case):
+    ops = overloads(case["name"])
+    if not ops:
+        return None, None
+    err = None
+    for op in ops:
+        try:
+            return op(*case["args"]), None
+        except (RuntimeError, TypeError, ValueError, IndexError) as e:
+            err = e
+    return None, err
+
+
+def fmt(t):
+    t = t.detach().to(torch.float64).contiguous().reshape(-1)
+    return " ".join("%.17g" % v for v in t.tolist())
+
+
+def write_tensor(f, tag, k, t):
+    if t is None:
+        f.write("%s %d none\n" % (tag, k))
+        return
+    f.write("%s %d %d %s\n%s\n" % (tag, k, t.dim(), " ".join(str(d) for d in t.shape), fmt(t)))
+
+
+def main():
+    cases = read_cases(sys.argv[1])
+    with open(sys.argv[2], "w") as f:
+        for case in cases:
+            try:
+                res, err = call(case)
+            except Exception as e:  # anything else PyTorch raises is a result too
+                res, err = None, e
+            if res is None and err is None:
+                f.write("case %s missing\n" % case["id"])
+                continue
+            if err is not None:
+                f.write("case %s error %s\n" % (case["id"], " ".join(str(err).split())[:300]))
+                continue
+            outs = list(res) if isinstance(res, (tuple, list)) else [res]
+            f.write("case %s ok %d\n" % (case["id"], len(outs)))
+            for k, t in enumerate(outs):
+                write_tensor(f, "out", k, t)
+            grads = [None] * len(case["rg"])
+            pairs = [(o, g) for o, g in zip(outs, case["gradouts"])
+                     if g is not None and o is not None and o.requires_grad]
+            if case["rg"] and pairs:
+                grads = torch.autograd.grad([o for o, _ in pairs], [case["args"][a] for a in case["rg"]],
+                                            [g.to(o.dtype) for o, g in pairs], allow_unused=True)
+            for a, g in zip(case["rg"], grads):
+                write_tensor(f, "grad", a, g)
+
+
+main()

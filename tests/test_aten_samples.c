@@ -1,0 +1,308 @@
+/* PyTorch as the oracle of single ops, called by their ATen names on the samples of
+ * their YAML entries: for each op named on the command line and each of its samples,
+ * the arguments opreg builds for the sample (opr_op_sample_args, f64 on the CPU) are
+ * written down, and oracle/aten_samples.py calls torch.ops.aten.NAME on the same
+ * values. Compared: every output, and, for ops that are differentiable here, the
+ * gradient of every floating tensor argument for fixed random output gradients
+ * (opr_autograd_grad against torch.autograd.grad), within 1e-9 * (1 + |reference|).
+ *
+ * All cases go to PyTorch in one run (one interpreter start). An op PyTorch does not
+ * know or refuses the arguments of fails the test: the list names ATen ops only.
+ * Without python3 or torch the suite is skipped (77), as test_oracle.c says. */
+#include "oracle_files.h"
+#include "test_util.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#ifndef OPREG_ORACLE_DIR
+#error "OPREG_ORACLE_DIR must name tests/oracle"
+#endif
+
+#define TOL 1e-9
+#define MAX_CASES 1024
+#define MAX_OUT 4
+#define MAX_ARGS 12 /* arguments of an op (the registry's limit) */
+
+static char **op_names;
+static int n_ops;
+
+typedef struct ocase {
+    const opr_op *op;
+    int sample;
+    opr_tensor *outs[MAX_OUT];
+    int nout;
+    opr_tensor *grads[MAX_ARGS]; /* opreg's gradient of argument a, NULL where none */
+    bool rg[MAX_ARGS];
+} ocase;
+
+static ocase cases[MAX_CASES];
+static int n_cases;
+
+static const char *dtype_word(opr_dtype dt)
+{
+    return dt == OPR_F64 ? "f64" : dt == OPR_F32 ? "f32" : dt == OPR_I64 ? "i64" : dt == OPR_BOOL ? "bool" : "?";
+}
+
+static void write_values(FILE *f, const opr_tensor *t)
+{
+    double *v = tu_to_f64(t);
+    for (int64_t i = 0; i < opr_tensor_numel(t); i++) fprintf(f, "%s%.17g", i ? " " : "", v[i]);
+    fprintf(f, "\n");
+    free(v);
+}
+
+static void write_shape(FILE *f, const opr_tensor *t)
+{
+    fprintf(f, "%d", opr_tensor_ndim(t));
+    for (int d = 0; d < opr_tensor_ndim(t); d++) fprintf(f, " %lld", (long long)opr_tensor_size(t, d));
+    fprintf(f, "\n");
+}
+
+/* Output gradients: fixed values in [-1, 1), so that a permuted or mis-scaled gradient
+ * shows (a gradient of ones would hide them). */
+static opr_tensor *grad_like(opr_ctx *ctx, const opr_tensor *t)
+{
+    int64_t shape[OPR_MAX_DIMS];
+    for (int d = 0; d < opr_tensor_ndim(t); d++) shape[d] = opr_tensor_size(t, d);
+    return tu_rand(ctx, OPR_F64, opr_tensor_ndim(t), shape, -1, 1);
+}
+
+/* Runs sample s of op through opreg (keeping its outputs and gradients in cases[]) and
+ * writes the case for PyTorch. */
+static void add_case(opr_ctx *ctx, FILE *f, const opr_op *op, int s)
+{
+    ck_assert_msg(n_cases < MAX_CASES, "too many cases");
+    ocase *c = &cases[n_cases];
+    memset(c, 0, sizeof *c);
+    c->op = op;
+    c->sample = s;
+    opr_value args[MAX_ARGS];
+    opr_tensor *owned[OPR_SAMPLE_MAX_TENSORS];
+    int nargs = 0, nowned = 0;
+    ck_assert_msg(!opr_op_sample_args(op, s, OPR_F64, OPR_CPU, 1234 + (uint64_t)s, args, &nargs, owned, &nowned),
+                  "%s sample %d: %s", opr_op_name(op), s, opr_last_error());
+    const bool differentiable = opr_op_grad_candidate_count(op) > 0 || opr_op_is_composite(op);
+    opr_tensor *inputs[MAX_ARGS];
+    int ninputs = 0, input_arg[MAX_ARGS];
+    for (int a = 0; a < nargs; a++)
+        if (differentiable && args[a].kind == OPR_V_TENSOR && opr_tensor_dtype(args[a].u.t) == OPR_F64) {
+            ck_assert(!opr_set_requires_grad(args[a].u.t, true));
+            c->rg[a] = true;
+            input_arg[ninputs] = a;
+            inputs[ninputs++] = args[a].u.t;
+        }
+    c->nout = opr_op_num_outputs(op);
+    ck_assert(c->nout <= MAX_OUT);
+    ck_assert_msg(!opr_call(op, args, nargs, c->outs, c->nout), "%s sample %d: %s", opr_op_name(op), s, opr_last_error());
+    fprintf(f, "case %d %s\n", n_cases, opr_op_name(op));
+    for (int a = 0; a < nargs; a++) {
+        const opr_value *v = &args[a];
+        switch (v->kind) {
+        case OPR_V_TENSOR:
+            fprintf(f, "arg tensor %d %s ", c->rg[a], dtype_word(opr_tensor_dtype(v->u.t)));
+            write_shape(f, v->u.t);
+            write_values(f, v->u.t);
+            break;
+        case OPR_V_INT: fprintf(f, "arg int %lld\n", (long long)v->u.i); break;
+        case OPR_V_DOUBLE: fprintf(f, "arg float %.17g\n", v->u.d); break;
+        case OPR_V_BOOL: fprintf(f, "arg bool %d\n", v->u.b); break;
+        case OPR_V_INT_LIST:
+            fprintf(f, "arg %s %d", strncmp(opr_op_arg_type(op, a), "bool[", 5) ? "ints" : "bools", v->u.il.n);
+            for (int k = 0; k < v->u.il.n; k++) fprintf(f, " %lld", (long long)v->u.il.items[k]);
+            fprintf(f, "\n");
+            break;
+        case OPR_V_STRING: fprintf(f, "arg str %s\n", v->u.s); break;
+        default: fprintf(f, "arg none\n"); break;
+        }
+    }
+    opr_tensor *gouts[MAX_OUT], *gfor[MAX_OUT];
+    int ng = 0;
+    for (int k = 0; k < c->nout; k++) {
+        if (!opr_requires_grad(c->outs[k])) {
+            fprintf(f, "gradout none\n");
+            continue;
+        }
+        gouts[ng] = grad_like(ctx, c->outs[k]);
+        gfor[ng] = c->outs[k];
+        fprintf(f, "gradout ");
+        write_shape(f, gouts[ng]);
+        write_values(f, gouts[ng]);
+        ng++;
+    }
+    fprintf(f, "end\n");
+    if (ninputs && ng) {
+        opr_tensor *grads[MAX_ARGS] = {0};
+        ck_assert_msg(!opr_autograd_grad(gfor, gouts, ng, inputs, ninputs, grads, NULL), "%s sample %d backward: %s",
+                      opr_op_name(op), s, opr_last_error());
+        for (int i = 0; i < ninputs; i++) c->grads[input_arg[i]] = grads[i];
+    }
+    for (int k = 0; k < ng; k++) opr_tensor_release(gouts[k]);
+    for (int k = 0; k < nowned; k++) opr_tensor_release(owned[k]);
+    n_cases++;
+}
+
+/* Reads "NDIM D..", then the values line, into *vals (malloc'd); false for "none". */
+static bool read_tensor(FILE *f, int *ndim, int64_t *shape, int64_t *numel, double **vals)
+{
+    char word[32];
+    ck_assert_int_eq(fscanf(f, "%31s", word), 1);
+    if (!strcmp(word, "none")) return false;
+    *ndim = atoi(word);
+    *numel = 1;
+    for (int d = 0; d < *ndim; d++) {
+        long long s;
+        ck_assert_int_eq(fscanf(f, "%lld", &s), 1);
+        shape[d] = s;
+        *numel *= s;
+    }
+    *vals = malloc((size_t)(*numel ? *numel : 1) * sizeof **vals);
+    ck_assert_ptr_nonnull(*vals);
+    for (int64_t i = 0; i < *numel; i++) ck_assert_int_eq(fscanf(f, "%lf", &(*vals)[i]), 1);
+    return true;
+}
+
+/* Compares opreg's t (NULL: none) with the reference read from f; 1 with a message in
+ * bad (unless bad already holds one) when they differ, else 0. */
+static int compare(const ocase *c, const char *what, int k, const opr_tensor *t, FILE *f, char *bad, size_t bad_len)
+{
+    int ndim;
+    int64_t shape[OPR_MAX_DIMS], numel;
+    double *ref = NULL;
+    char msg[512];
+    const size_t len = sizeof msg;
+    const bool have = read_tensor(f, &ndim, shape, &numel, &ref);
+    const char *op = opr_op_name(c->op);
+    if (!have) { /* PyTorch gives none: an unused input, or an output the mask left out */
+        if (t && opr_tensor_numel(t) != 0) {
+            double *v = tu_to_f64(t);
+            bool zero = true;
+            for (int64_t i = 0; i < opr_tensor_numel(t); i++) zero = zero && v[i] == 0;
+            free(v);
+            if (!zero && !bad[0]) snprintf(bad, bad_len, "%s sample %d: %s %d: PyTorch gives none, opreg a nonzero tensor", op, c->sample, what, k);
+            return !zero;
+        }
+        return 0;
+    }
+    int fails = 0;
+    if (!t) {
+        fails = snprintf(msg, len, "%s sample %d: %s %d: opreg gives none, PyTorch a tensor", op, c->sample, what, k) > 0;
+    } else if (opr_tensor_ndim(t) != ndim || opr_tensor_numel(t) != numel) {
+        fails = snprintf(msg, len, "%s sample %d: %s %d: shape differs (%d dims, %lld elements; PyTorch %d dims, %lld elements)", op,
+                         c->sample, what, k, opr_tensor_ndim(t), (long long)opr_tensor_numel(t), ndim, (long long)numel) > 0;
+    } else {
+        double *v = tu_to_f64(t);
+        for (int64_t i = 0; i < numel && !fails; i++) {
+            const bool both_nan = isnan(v[i]) && isnan(ref[i]);
+            if (!both_nan && !(fabs(v[i] - ref[i]) <= TOL * (1 + fabs(ref[i]))))
+                fails = snprintf(msg, len, "%s sample %d: %s %d element %lld: opreg %.17g, PyTorch %.17g", op, c->sample, what, k,
+                                 (long long)i, v[i], ref[i]) > 0;
+        }
+        free(v);
+    }
+    free(ref);
+    if (fails && !bad[0]) snprintf(bad, bad_len, "%s", msg);
+    return fails;
+}
+
+START_TEST(test_aten_samples)
+{
+    char why[256];
+    if (!of_find_python(why, sizeof why)) {
+        printf("SKIP: no python3 with torch (tried %s)\n", why);
+        return;
+    }
+    opr_ctx *ctx = tu_ctx();
+    tu_seed(7);
+    char dir[] = "/tmp/opreg_aten_XXXXXX", in[64], out[64], err[64], cmd[1024];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(in, sizeof in, "%s/in.txt", dir);
+    snprintf(out, sizeof out, "%s/out.txt", dir);
+    snprintf(err, sizeof err, "%s/err.txt", dir);
+    FILE *f = fopen(in, "w");
+    ck_assert_ptr_nonnull(f);
+    for (int i = 0; i < n_ops; i++) {
+        const opr_op *op = opr_op_find(ctx, op_names[i]);
+        ck_assert_msg(op != NULL, "no op %s", op_names[i]);
+        ck_assert_msg(opr_op_sample_count(op) > 0, "%s has no samples", op_names[i]);
+        for (int s = 0; s < opr_op_sample_count(op); s++) add_case(ctx, f, op, s);
+    }
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "'%s' -B '%s/aten_samples.py' '%s' '%s' 2>'%s'", of_python(), OPREG_ORACLE_DIR, in, out, err);
+    ck_assert_msg(system(cmd) == 0, "aten_samples.py failed; see %s", err);
+    f = fopen(out, "r");
+    ck_assert_ptr_nonnull(f);
+    int failures = 0;
+    char first[512] = "";
+    for (int i = 0; i < n_cases; i++) {
+        ocase *c = &cases[i];
+        char word[16], status[16], bad[512] = "";
+        int id, nout;
+        ck_assert_int_eq(fscanf(f, "%15s %d %15s", word, &id, status), 3);
+        ck_assert_int_eq(id, i);
+        if (strcmp(status, "ok")) {
+            char msg[400] = "";
+            if (!fgets(msg, sizeof msg, f)) msg[0] = '\0';
+            msg[strcspn(msg, "\n")] = '\0';
+            snprintf(bad, sizeof bad, "%s sample %d: PyTorch: %s%s", opr_op_name(c->op), c->sample,
+                     strcmp(status, "missing") ? "" : "no such ATen op", msg);
+            failures++;
+        } else {
+            ck_assert_int_eq(fscanf(f, "%d", &nout), 1);
+            if (nout != c->nout) {
+                snprintf(bad, sizeof bad, "%s: PyTorch gives %d outputs, opreg %d", opr_op_name(c->op), nout, c->nout);
+                failures++;
+                nout = 0;
+            }
+            for (int k = 0; k < nout; k++) {
+                int kk;
+                ck_assert_int_eq(fscanf(f, "%15s %d", word, &kk), 2);
+                failures += compare(c, "output", k, c->outs[k], f, bad, sizeof bad);
+            }
+            for (int a = 0; a < MAX_ARGS; a++) {
+                if (!c->rg[a]) continue;
+                int aa;
+                ck_assert_int_eq(fscanf(f, "%15s %d", word, &aa), 2);
+                ck_assert_int_eq(aa, a);
+                failures += compare(c, "gradient of argument", a, c->grads[a], f, bad, sizeof bad);
+            }
+        }
+        if (bad[0]) {
+            printf("FAIL %s\n", bad);
+            if (!first[0]) snprintf(first, sizeof first, "%s", bad);
+        }
+    }
+    fclose(f);
+    unlink(in);
+    unlink(out);
+    unlink(err);
+    rmdir(dir);
+    for (int i = 0; i < n_cases; i++) {
+        for (int k = 0; k < cases[i].nout; k++) opr_tensor_release(cases[i].outs[k]);
+        for (int a = 0; a < MAX_ARGS; a++) opr_tensor_release(cases[i].grads[a]);
+    }
+    printf("%d op(s), %d case(s) against PyTorch (%s): %d failure(s)\n", n_ops, n_cases, of_python(), failures);
+    tu_ctx_free(ctx);
+    ck_assert_msg(failures == 0, "%d failure(s); the first: %s", failures, first);
+}
+END_TEST
+
+int main(int argc, char **argv)
+{
+    op_names = argv + 1;
+    n_ops = argc - 1;
+    char why[256];
+    if (!of_find_python(why, sizeof why)) {
+        printf("SKIP: no python3 with torch (tried %s)\n", why);
+        return 77;
+    }
+    Suite *s = suite_create("aten_samples");
+    TCase *tc = tcase_create("aten_samples");
+    tcase_set_timeout(tc, 600);
+    tcase_add_test(tc, test_aten_samples);
+    suite_add_tcase(s, tc);
+    return tu_run(s);
+}
