@@ -104,30 +104,30 @@ int expr_bi_conv_transpose_padding(const mval *a, int n, mval *out)
     return OPR_OK;
 }
 
-/* pool_shape(self, kernel_size, stride, padding, dilation, ceil_mode): the output shape
- * of a max or average pooling over the last len(kernel_size) dims of self (the dims
- * before them are kept: [N, C] or [C]). stride [] means kernel_size; ceil_mode rounds
- * up, but a window may not start in the right padding (PyTorch's pooling_output_shape). */
+/* pool_shape(self, nd, kernel_size, stride, padding, dilation, ceil_mode): the output
+ * shape of an nd-d max or average pooling over the last nd dims of self (the dims before
+ * them are kept: [N, C] or [C]). stride [] means kernel_size; ceil_mode rounds up, but a
+ * window may not start in the right padding (PyTorch's pooling_output_shape). */
 int expr_bi_pool_shape(const mval *a, int n, mval *out)
 {
     (void)n;
     static const char fn[] = "pool_shape";
-    int64_t ceil_mode = 0;
-    int rc = want(a[0].k == MV_TENSOR && a[1].k == MV_LIST && is_int(&a[5], &ceil_mode), fn,
-                  "(tensor, kernel_size, stride, padding, dilation, ceil_mode)");
+    int64_t ceil_mode = 0, nd64 = 0;
+    int rc = want(a[0].k == MV_TENSOR && is_int(&a[1], &nd64) && a[2].k == MV_LIST && is_int(&a[6], &ceil_mode), fn,
+                  "(tensor, nd, kernel_size, stride, padding, dilation, ceil_mode)");
     if (rc) return rc;
     const opr_meta *x = a[0].u.t;
-    const int nd = a[1].n;
-    if (nd < 1 || x->ndim < nd + 1 || x->ndim > nd + 2)
-        return opr_fail(OPR_ERR_INVALID, "%s: a %d-d pooling takes a %d-d or %d-d input, got %d dims", fn, nd, nd + 1, nd + 2,
-                        x->ndim);
+    const int nd = nd64 >= 1 && nd64 <= 3 ? (int)nd64 : 0;
+    if (!nd || x->ndim < nd + 1 || x->ndim > nd + 2)
+        return opr_fail(OPR_ERR_INVALID, "%s: a %lld-d pooling takes a %lld-d or %lld-d input, got %d dims", fn, (long long)nd64,
+                        (long long)nd64 + 1, (long long)nd64 + 2, x->ndim);
     out_list(out, x->ndim);
     const int lead = x->ndim - nd;
     for (int i = 0; i < lead; i++) out->u.l[i] = x->shape[i];
     for (int d = 0; d < nd; d++) {
-        int64_t k = a[1].u.l[d], s, p, dl;
-        if ((rc = param(&a[2], d, nd, k, fn, "stride", &s)) || (rc = param(&a[3], d, nd, 0, fn, "padding", &p)) ||
-            (rc = param(&a[4], d, nd, 1, fn, "dilation", &dl)))
+        int64_t k, s, p, dl;
+        if ((rc = param(&a[2], d, nd, 0, fn, "kernel_size", &k)) || (rc = param(&a[3], d, nd, k, fn, "stride", &s)) ||
+            (rc = param(&a[4], d, nd, 0, fn, "padding", &p)) || (rc = param(&a[5], d, nd, 1, fn, "dilation", &dl)))
             return rc;
         if (k < 1 || s < 1 || dl < 1 || p < 0)
             return opr_fail(OPR_ERR_INVALID, "%s: kernel_size, stride and dilation must be positive, padding not negative", fn);

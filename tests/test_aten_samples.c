@@ -71,6 +71,21 @@ static opr_tensor *grad_like(opr_ctx *ctx, const opr_tensor *t)
     return tu_rand(ctx, OPR_F64, opr_tensor_ndim(t), shape, -1, 1);
 }
 
+/* Whether argument a of op can require grad: a composite's every tensor (its parts
+ * record), else those its derivative candidates name ("self, mat2 (kernel mm_backward)"). */
+static bool differentiable_arg(const opr_op *op, int a)
+{
+    if (opr_op_is_composite(op) && opr_op_grad_candidate_count(op) == 0) return true;
+    const char *name = opr_op_arg_name(op, a);
+    const size_t n = strlen(name);
+    for (int i = 0; i < opr_op_grad_candidate_count(op); i++) {
+        const char *l = opr_op_grad_candidate_label(op, i);
+        for (const char *p = l; (p = strstr(p, name)) != NULL; p += n)
+            if ((p == l || p[-1] == ' ') && (p[n] == '\0' || p[n] == ',' || p[n] == ' ')) return true;
+    }
+    return false;
+}
+
 /* Runs sample s of op through opreg (keeping its outputs and gradients in cases[]) and
  * writes the case for PyTorch. */
 static void add_case(opr_ctx *ctx, FILE *f, const opr_op *op, int s)
@@ -85,11 +100,10 @@ static void add_case(opr_ctx *ctx, FILE *f, const opr_op *op, int s)
     int nargs = 0, nowned = 0;
     ck_assert_msg(!opr_op_sample_args(op, s, OPR_F64, OPR_CPU, 1234 + (uint64_t)s, args, &nargs, owned, &nowned),
                   "%s sample %d: %s", opr_op_name(op), s, opr_last_error());
-    const bool differentiable = opr_op_grad_candidate_count(op) > 0 || opr_op_is_composite(op);
     opr_tensor *inputs[MAX_ARGS];
     int ninputs = 0, input_arg[MAX_ARGS];
     for (int a = 0; a < nargs; a++)
-        if (differentiable && args[a].kind == OPR_V_TENSOR && opr_tensor_dtype(args[a].u.t) == OPR_F64) {
+        if (args[a].kind == OPR_V_TENSOR && opr_tensor_dtype(args[a].u.t) == OPR_F64 && differentiable_arg(op, a)) {
             ck_assert(!opr_set_requires_grad(args[a].u.t, true));
             c->rg[a] = true;
             input_arg[ninputs] = a;
@@ -188,8 +202,11 @@ static int compare(const ocase *c, const char *what, int k, const opr_tensor *t,
         return 0;
     }
     int fails = 0;
-    if (!t) {
-        fails = snprintf(msg, len, "%s sample %d: %s %d: opreg gives none, PyTorch a tensor", op, c->sample, what, k) > 0;
+    if (!t) { /* opreg has no gradient where PyTorch's is zeros (an argument read for its shape) */
+        for (int64_t i = 0; i < numel && !fails; i++)
+            if (ref[i] != 0)
+                fails = snprintf(msg, len, "%s sample %d: %s %d: opreg gives none, PyTorch a nonzero tensor", op, c->sample, what,
+                                 k) > 0;
     } else if (opr_tensor_ndim(t) != ndim || opr_tensor_numel(t) != numel) {
         fails = snprintf(msg, len, "%s sample %d: %s %d: shape differs (%d dims, %lld elements; PyTorch %d dims, %lld elements)", op,
                          c->sample, what, k, opr_tensor_ndim(t), (long long)opr_tensor_numel(t), ndim, (long long)numel) > 0;

@@ -174,8 +174,9 @@ static bool parse_schema(const char *s, schema *sc, char *err, size_t errlen)
             while (*e && *e != ',' && *e != ')') e++;
             char item[96];
             trim_copy(item, sizeof item, r, (size_t)(e - r));
-            const char *sp = strrchr(item, ' ');
-            snprintf(sc->outs[sc->nout++], 64, "%s", sp ? sp + 1 : "result");
+            const char *sp = strrchr(item, ' '); /* an unnamed output is resultK, as the registry names it */
+            if (sp) snprintf(sc->outs[sc->nout++], 64, "%s", sp + 1);
+            else snprintf(sc->outs[sc->nout], 64, "result%d", sc->nout), sc->nout++;
             r = *e == ',' ? e + 1 : e;
         }
     } else {
@@ -791,7 +792,12 @@ static bool sdata_make(const yop *y, const sample *s, int sample_idx, sdata *sd,
                 else if (t->spec->dt == OPR_I64) ((int64_t *)t->data)[e] = (int64_t)floor(u);
                 else ((uint8_t *)t->data)[e] = rng_uniform(0, 1) < 0.5;
             }
-            if (t->spec->dt == OPR_F64) sd->gi[sd->ng++] = sd->nt;
+            /* an input no candidate names (avg_pool2d_backward's self, read for its shape)
+             * is not differentiable: requiring grad on it is refused */
+            bool named = false;
+            for (int ci = 0; ci < y->nc && !named; ci++)
+                for (int i = 0; i < y->c[ci].ncover; i++) named = named || y->c[ci].cover[i] == a;
+            if (t->spec->dt == OPR_F64 && named) sd->gi[sd->ng++] = sd->nt;
             sd->nt++;
         }
     }

@@ -54,5 +54,6 @@ int cpu_register_norm(opr_plugin *self);        /* cpu_norm.c: layer_norm, gelu 
 int cpu_register_loss(opr_plugin *self);        /* cpu_loss.c: nll_loss, cross_entropy */
 int cpu_register_attention(opr_plugin *self);   /* cpu_attention.c: scaled dot-product attention */
 int cpu_register_conv(opr_plugin *self);        /* cpu_conv.c: convolution and its backward */
+int cpu_register_pool(opr_plugin *self);        /* cpu_pool.c: max, average and adaptive pooling */
 
 #endif

@@ -55,7 +55,7 @@ static int register_all(const opr_host_api *host, opr_plugin *self)
         cpu_register_elementwise, cpu_register_reduce, cpu_register_softmax, cpu_register_linalg,
         cpu_register_index, cpu_register_sort, cpu_register_factory, cpu_register_grad,
         cpu_register_backward, cpu_register_segment, cpu_register_convert, cpu_register_nn, cpu_register_norm,
-        cpu_register_loss, cpu_register_attention, cpu_register_conv,
+        cpu_register_loss, cpu_register_attention, cpu_register_conv, cpu_register_pool,
     };
     for (size_t i = 0; i < sizeof families / sizeof families[0]; i++)
         if ((rc = families[i](self)) != OPR_OK) return rc;
