@@ -388,6 +388,12 @@ opr_status opr_call(const opr_op *op, const opr_value *args, int nargs, opr_tens
         return opr_fail(OPR_ERR_UNSUPPORTED, "%s: in-place ops on tensors that require grad are not recorded by "
                         "autograd; use the out-of-place op or no_grad", op->name);
     }
+    for (int i = 0; op->has_written && i < op->nargs; i++)
+        if (op->args[i].written && c.tensors[i] && c.tensors[i]->requires_grad && opr_grad_mode_enabled()) {
+            free(c.list_views);
+            return opr_fail(OPR_ERR_UNSUPPORTED, "%s: argument '%s' is written in place and must not require grad", op->name,
+                            op->args[i].name);
+        }
 
     if (op->alt.name) { /* the cheaper of its kernel and its alternative */
         const opr_op *run;
@@ -536,6 +542,9 @@ opr_status opr_call(const opr_op *op, const opr_value *args, int nargs, opr_tens
     /* The autograd step (docs/architecture.md, "One opr_call"): a node with the plan for
      * the inputs that require grad, saving only what its formulas read. */
     if (!rc && op->inplace) atomic_fetch_add_explicit(&f.outs[0]->storage->version, 1, memory_order_relaxed);
+    for (int i = 0; !rc && op->has_written && i < op->nargs; i++) /* saved copies of it are stale now */
+        if (op->args[i].written && c.tensors[i])
+            atomic_fetch_add_explicit(&c.tensors[i]->storage->version, 1, memory_order_relaxed);
     if (!rc && record) rc = op->ctx->reg->record(op, c.tensors, c.slots, f.outs, c.dev, c.list_requires_grad);
     if (c.list_views) free(c.list_views);
     if (rc) {

@@ -123,11 +123,12 @@ void mval_of_kernel_arg(const opr_kernel_arg *k, mval *m);
  * tensor or a tensor list. */
 bool kernel_arg_of_mval(const mval *m, opr_kernel_arg *k);
 
-/* The built-ins of the convolution and pooling shapes (expr_conv.c). */
+/* The built-ins of the convolution, pooling and normalization shapes (expr_conv.c). */
 int expr_bi_conv_shape(const mval *a, int n, mval *out);
 int expr_bi_conv_transpose_padding(const mval *a, int n, mval *out);
 int expr_bi_pool_shape(const mval *a, int n, mval *out);
 int expr_bi_dims_except(const mval *a, int n, mval *out);
+int expr_bi_channel_shape(const mval *a, int n, mval *out);
 
 /* Appends the source-like text of e to buf (for error messages). */
 void expr_format(const expr *e, char *buf, size_t len);

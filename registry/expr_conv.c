@@ -161,3 +161,16 @@ int expr_bi_dims_except(const mval *a, int n, mval *out)
         if (i != d) out->u.l[out->n++] = i;
     return OPR_OK;
 }
+
+/* channel_shape(t): [size(t, 1), 1, ..., 1], dim(t) - 1 items: the shape a per-channel
+ * vector ([C]) takes to broadcast against t ([N, C, *spatial]). */
+int expr_bi_channel_shape(const mval *a, int n, mval *out)
+{
+    (void)n;
+    int rc = want(a[0].k == MV_TENSOR && a[0].u.t->ndim >= 2, "channel_shape", "a tensor of at least 2 dims ([N, C, ...])");
+    if (rc) return rc;
+    out_list(out, a[0].u.t->ndim - 1);
+    out->u.l[0] = a[0].u.t->shape[1];
+    for (int i = 1; i < out->n; i++) out->u.l[i] = 1;
+    return OPR_OK;
+}

@@ -19,7 +19,7 @@ bool opr_cpu_fallback_set(opr_ctx *ctx, bool on)
 
 bool fallback_applies(const opr_op *op, int device_type, opr_dtype common)
 {
-    if (device_type == OPR_CPU.type || op->inplace || op->view || op->composite) return false;
+    if (device_type == OPR_CPU.type || op->inplace || op->has_written || op->view || op->composite) return false;
     if (atomic_load(&op->ctx->cpu_fallback_off)) return false;
     return kernel_for(atomic_load(&((opr_op *)op)->kernels[OPR_CPU.type]), common) != NULL;
 }

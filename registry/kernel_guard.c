@@ -160,13 +160,16 @@ static int snap(kcall_frame *f, guard_run *g, const opr_tensor_view *v, int arg,
     return device_copy(f->ctx, v->device, s->bytes, lo, n, true);
 }
 
-static int snap_inputs(kcall_frame *f, guard_run *g, const opr_kernel_call *call, bool inplace)
+/* written: the op's arguments a forward call writes (`Tensor(a!)`), left out like an
+ * in-place op's self; NULL for a fused backward call. */
+static int snap_inputs(kcall_frame *f, guard_run *g, const opr_kernel_call *call, bool inplace, const op_arg *written)
 {
     const char *skip_lo = NULL;
     size_t skip_n = 0;
     if (inplace && call->nargs && call->args[0]->kind == OPR_ARG_TENSOR) view_span(call->args[0]->u.t, &skip_lo, &skip_n);
     for (int j = inplace ? 1 : 0; j < call->nargs; j++) {
         const opr_kernel_arg *a = call->args[j];
+        if (written && written[j].written) continue;
         int rc = OPR_OK;
         if (a->kind == OPR_ARG_TENSOR) rc = snap(f, g, a->u.t, j, -1, skip_lo, skip_n);
         for (int k = 0; a->kind == OPR_ARG_TENSOR_LIST && k < a->u.tl.n && !rc; k++)
@@ -271,7 +274,7 @@ int kcall_run(kcall_frame *f, const dtype_kernel *k, const opr_kernel_call *call
 {
     if (!f->guards) return run_traced(f, k, call);
     guard_run g = {NULL, 0, 0};
-    int rc = snap_inputs(f, &g, call, !cover && fwd->inplace);
+    int rc = snap_inputs(f, &g, call, !cover && fwd->inplace, !cover && fwd->has_written ? fwd->args : NULL);
     if (!rc) {
         rc = run_traced(f, k, call);
         char found[768];

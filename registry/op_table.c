@@ -193,6 +193,12 @@ const opr_op *opr_op_at(const opr_ctx *ctx, int i)
 const char *opr_op_name(const opr_op *op) { return op ? op->name : NULL; }
 const char *opr_op_schema(const opr_op *op) { return op ? op->schema : NULL; }
 int opr_op_num_args(const opr_op *op) { return op ? op->nargs : -1; }
+
+bool opr_op_output_differentiable(const opr_op *op, int k)
+{
+    /* the dtype is the call's: only the YAML's own verdicts are known here */
+    return op && k >= 0 && k < op->nout && !op->nondifferentiable && !((op->out_nondiff >> k) & 1);
+}
 int opr_op_num_outputs(const opr_op *op) { return op ? op->nout : -1; }
 
 const char *opr_op_arg_name(const opr_op *op, int i)
@@ -220,6 +226,8 @@ const char *opr_op_arg_type(const opr_op *op, int i)
     if (op && i >= 0 && i < op->nargs && op->args[i].bool_items) return "bool[]";
     return op && i >= 0 && i < op->nargs ? types[op->args[i].type][op->args[i].optional] : NULL;
 }
+
+bool opr_op_arg_written(const opr_op *op, int i) { return op && i >= 0 && i < op->nargs && op->args[i].written; }
 
 bool opr_op_arg_optional(const opr_op *op, int i) { return op && i >= 0 && i < op->nargs && op->args[i].optional; }
 

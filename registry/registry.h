@@ -139,10 +139,12 @@ struct opr_op {
     char *out_names[OPR_MAX_OUTS];
     int nout;
     bool inplace;              /* name ends in '_': output 0 is `self` */
+    bool has_written;          /* some argument is `Tensor(a!)`: the op writes it in place */
     bool list_out;             /* `-> Tensor[]`: `count` pieces, piece i the `forward` with `i`
                                   bound (list_call.c); nout is 1, its slot the pieces' list */
     expr *count;               /* list_out: the number of pieces, over the arguments */
     bool nondifferentiable;    /* `differentiable: false`: outputs are constants */
+    uint32_t out_nondiff;      /* `output_differentiability`: bit k set: output k is a constant */
     uint32_t dtypes;           /* OPR_DTYPE_BIT mask allowed for T */
     int out_dtype[OPR_MAX_OUTS];
     int dtype_arg;             /* str argument naming the output dtype, or -1 */

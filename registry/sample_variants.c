@@ -218,7 +218,7 @@ static bool list_layouts(void *ud, int k, int arg, int item, const sample_tensor
     if (n >= 1) { v.kind = VK_OFFSET; add(l, v); }
     /* an expanded view repeats values: not for given values, nor for the tensor an
      * in-place op writes (its elements would overlap) */
-    bool mutated = l->op->inplace && arg == 0;
+    bool mutated = (l->op->inplace && arg == 0) || l->op->args[arg].written;
     for (int d = st->ndim - 1; d >= 0 && st->nvalues < 0 && !mutated; d--)
         if (st->shape[d] > 1) {
             v.kind = VK_STRIDE0;

@@ -160,7 +160,7 @@ static int parse_type(cursor *c, op_arg *a)
         if (!strcmp(text, type_names[i].text)) {
             a->type = type_names[i].type;
             a->optional = type_names[i].optional;
-            if (a->written && (a->type != ARG_TENSOR || a->optional)) break;
+            if (a->written && a->type != ARG_TENSOR) break;
             c->p = p;
             return OPR_OK;
         }
@@ -261,7 +261,10 @@ int schema_parse(opr_op *op, const char *schema, const expr_src *src)
     skip(&c);
     if (*c.p) return fail(&c, c.p, "unexpected text after the schema");
     op->inplace = op->name[op->base_len - 1] == '_';
-    for (int i = 0; i < op->nargs; i++) op->has_scalars |= op->args[i].type == ARG_SCALAR;
+    for (int i = 0; i < op->nargs; i++) {
+        op->has_scalars |= op->args[i].type == ARG_SCALAR;
+        op->has_written |= op->args[i].written;
+    }
     if (op->inplace && (op->nargs == 0 || op->args[0].type != ARG_TENSOR || op->nout != 1))
         return fail(&c, schema, "in-place op must take a Tensor first and return one Tensor");
     return OPR_OK;

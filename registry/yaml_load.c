@@ -160,6 +160,18 @@ static int parse_key(const loader *l, opr_op *op, const yaml_node_t *k, const ya
         op->nondifferentiable = !strcmp(b, "false");
         return OPR_OK;
     }
+    if (!strcmp(key, "output_differentiability")) { /* PyTorch's key: [True, False, False] */
+        const int n = v->type == YAML_SEQUENCE_NODE ? (int)(v->data.sequence.items.top - v->data.sequence.items.start) : -1;
+        if (n != op->nout)
+            return yaml_fail_at(l, v, OPR_ERR_PARSE, "output_differentiability needs one true / false per output%s", "");
+        for (int k = 0; k < n; k++) {
+            const char *b = yaml_scalar(yaml_document_get_node(l->doc, v->data.sequence.items.start[k]));
+            const bool t = b && (!strcmp(b, "true") || !strcmp(b, "True")), f = b && (!strcmp(b, "false") || !strcmp(b, "False"));
+            if (!t && !f) return yaml_fail_at(l, v, OPR_ERR_PARSE, "output_differentiability: '%s' is not true or false", b ? b : "?");
+            if (f) op->out_nondiff |= 1u << k;
+        }
+        return OPR_OK;
+    }
     if (!strcmp(key, "shape") || !strcmp(key, "shapes")) {
         /* the duplicate-key check does not see `shape` and `shapes` as the same key */
         if (op->shapes[0] || op->dynamic_shape)

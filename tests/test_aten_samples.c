@@ -4,7 +4,9 @@
  * written down, and oracle/aten_samples.py calls torch.ops.aten.NAME on the same
  * values. Compared: every output, and, for ops that are differentiable here, the
  * gradient of every floating tensor argument for fixed random output gradients
- * (opr_autograd_grad against torch.autograd.grad), within 1e-9 * (1 + |reference|).
+ * (opr_autograd_grad against torch.autograd.grad), and every tensor argument as the call
+ * left it (an op may write some: batch norm's running statistics), within
+ * 1e-9 * (1 + |reference|).
  *
  * All cases go to PyTorch in one run (one interpreter start). An op PyTorch does not
  * know or refuses the arguments of fails the test: the list names ATen ops only.
@@ -36,6 +38,7 @@ typedef struct ocase {
     opr_tensor *outs[MAX_OUT];
     int nout;
     opr_tensor *grads[MAX_ARGS]; /* opreg's gradient of argument a, NULL where none */
+    opr_tensor *after[MAX_ARGS]; /* tensor argument a as the call left it */
     bool rg[MAX_ARGS];
 } ocase;
 
@@ -75,6 +78,7 @@ static opr_tensor *grad_like(opr_ctx *ctx, const opr_tensor *t)
  * record), else those its derivative candidates name ("self, mat2 (kernel mm_backward)"). */
 static bool differentiable_arg(const opr_op *op, int a)
 {
+    if (opr_op_arg_written(op, a)) return false;
     if (opr_op_is_composite(op) && opr_op_grad_candidate_count(op) == 0) return true;
     const char *name = opr_op_arg_name(op, a);
     const size_t n = strlen(name);
@@ -109,9 +113,6 @@ static void add_case(opr_ctx *ctx, FILE *f, const opr_op *op, int s)
             input_arg[ninputs] = a;
             inputs[ninputs++] = args[a].u.t;
         }
-    c->nout = opr_op_num_outputs(op);
-    ck_assert(c->nout <= MAX_OUT);
-    ck_assert_msg(!opr_call(op, args, nargs, c->outs, c->nout), "%s sample %d: %s", opr_op_name(op), s, opr_last_error());
     fprintf(f, "case %d %s\n", n_cases, opr_op_name(op));
     for (int a = 0; a < nargs; a++) {
         const opr_value *v = &args[a];
@@ -133,6 +134,10 @@ static void add_case(opr_ctx *ctx, FILE *f, const opr_op *op, int s)
         default: fprintf(f, "arg none\n"); break;
         }
     }
+    /* after the arguments are written: an op may write some of them (running statistics) */
+    c->nout = opr_op_num_outputs(op);
+    ck_assert(c->nout <= MAX_OUT);
+    ck_assert_msg(!opr_call(op, args, nargs, c->outs, c->nout), "%s sample %d: %s", opr_op_name(op), s, opr_last_error());
     opr_tensor *gouts[MAX_OUT], *gfor[MAX_OUT];
     int ng = 0;
     for (int k = 0; k < c->nout; k++) {
@@ -155,6 +160,8 @@ static void add_case(opr_ctx *ctx, FILE *f, const opr_op *op, int s)
         for (int i = 0; i < ninputs; i++) c->grads[input_arg[i]] = grads[i];
     }
     for (int k = 0; k < ng; k++) opr_tensor_release(gouts[k]);
+    for (int a = 0; a < nargs; a++)
+        if (args[a].kind == OPR_V_TENSOR) c->after[a] = opr_tensor_retain(args[a].u.t);
     for (int k = 0; k < nowned; k++) opr_tensor_release(owned[k]);
     n_cases++;
 }
@@ -286,6 +293,13 @@ START_TEST(test_aten_samples)
                 ck_assert_int_eq(aa, a);
                 failures += compare(c, "gradient of argument", a, c->grads[a], f, bad, sizeof bad);
             }
+            for (int a = 0; a < MAX_ARGS; a++) { /* what the call left in its arguments */
+                if (!c->after[a]) continue;
+                int aa;
+                ck_assert_int_eq(fscanf(f, "%15s %d", word, &aa), 2);
+                ck_assert_int_eq(aa, a);
+                failures += compare(c, "argument after the call", a, c->after[a], f, bad, sizeof bad);
+            }
         }
         if (bad[0]) {
             printf("FAIL %s\n", bad);
@@ -300,6 +314,7 @@ START_TEST(test_aten_samples)
     for (int i = 0; i < n_cases; i++) {
         for (int k = 0; k < cases[i].nout; k++) opr_tensor_release(cases[i].outs[k]);
         for (int a = 0; a < MAX_ARGS; a++) opr_tensor_release(cases[i].grads[a]);
+        for (int a = 0; a < MAX_ARGS; a++) opr_tensor_release(cases[i].after[a]);
     }
     printf("%d op(s), %d case(s) against PyTorch (%s): %d failure(s)\n", n_ops, n_cases, of_python(), failures);
     tu_ctx_free(ctx);

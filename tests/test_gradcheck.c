@@ -201,7 +201,7 @@ static const char *const META_BUILTINS[] = {
     "size", "sizes", "dim", "dtype_name", "numel", "broadcast", "broadcastable", "broadcastable_to", "reduce", "set",
     "matmul_shape", "cat_shape", "diag_shape", "max", "min", "ceil", "floor", "transpose_shape",
     "permute_shape", "reshape_shape", "expand_shape", "unsqueeze_shape", "squeeze_shape", "diagonal_shape",
-    "cat_offset", "stack_shape", "len", "conv_shape", "conv_transpose_padding", "pool_shape", "dims_except",
+    "cat_offset", "stack_shape", "len", "conv_shape", "conv_transpose_padding", "pool_shape", "dims_except", "channel_shape",
 };
 
 static bool is_meta_builtin(const char *name)
@@ -224,42 +224,100 @@ static uint32_t slot_bits(const schema *sc, const char *name)
     return 0;
 }
 
-/* Slots a formula reads directly (as tensor data) and only through built-ins. */
-static void formula_uses(const schema *sc, const char *text, uint32_t *direct, uint32_t *meta)
+/* The value of a select's condition on a call: `NAME` (a bool argument), `!NAME`,
+ * `NAME == None` or `NAME != None`; 1 true, 0 false, -1 when the call does not decide it
+ * here (the registry decides more; then both branches count, which can only say more). */
+static int select_taken(const schema *sc, const opr_value *v, int nv, const char *s, const char *e)
+{
+    while (s < e && isspace((unsigned char)*s)) s++;
+    while (e > s && isspace((unsigned char)e[-1])) e--;
+    bool neg = false;
+    if (s < e && *s == '!') { neg = true; s++; }
+    const char *id = s;
+    while (s < e && (isalnum((unsigned char)*s) || *s == '_')) s++;
+    char name[64];
+    trim_copy(name, sizeof name, id, (size_t)(s - id));
+    const int a = arg_index(sc, name);
+    if (a < 0) return -1;
+    const sarg *g = &sc->args[a];
+    const bool given = a < nv;
+    while (s < e && isspace((unsigned char)*s)) s++;
+    const bool is_none = given ? v[a].kind == OPR_V_NONE : (g->has_def && !strcmp(g->def, "None"));
+    if (s == e) { /* a bool argument */
+        bool b;
+        if (given && v[a].kind == OPR_V_BOOL) b = v[a].u.b;
+        else if (!given && g->has_def) b = !strcmp(g->def, "True") || !strcmp(g->def, "true");
+        else return -1;
+        return b != neg;
+    }
+    if (neg) return -1;
+    const bool eq = e - s > 2 && !strncmp(s, "==", 2), ne = e - s > 2 && !strncmp(s, "!=", 2);
+    if (!eq && !ne) return -1;
+    s += 2;
+    while (s < e && isspace((unsigned char)*s)) s++;
+    if (e - s != 4 || strncmp(s, "None", 4)) return -1;
+    return eq ? is_none : !is_none;
+}
+
+/* Slots the formula text [p, end) reads directly (as tensor data) and only through
+ * built-ins; cur: inside a metadata built-in. With the call's values v (nv of them; v
+ * NULL: none), a select the call decides counts only the branch it takes, as the
+ * registry saves for it. */
+static void uses_span(const schema *sc, const char *p, const char *end, bool cur, const opr_value *v, int nv, uint32_t *direct,
+                      uint32_t *meta)
 {
     bool stack[128];
     int top = 0;
-    bool cur = false; /* inside a metadata built-in */
-    const char *p = text;
-    while (*p) {
+    while (p < end) {
         if (isspace((unsigned char)*p)) { p++; continue; }
         if (isdigit((unsigned char)*p) || (*p == '.' && isdigit((unsigned char)p[1]))) {
-            while (isalnum((unsigned char)*p) || *p == '.' ||
-                   ((*p == '+' || *p == '-') && (p[-1] == 'e' || p[-1] == 'E')))
+            while (p < end && (isalnum((unsigned char)*p) || *p == '.' ||
+                               ((*p == '+' || *p == '-') && (p[-1] == 'e' || p[-1] == 'E'))))
                 p++;
             continue;
         }
         if (*p == '"' || *p == '\'') {
             char q = *p++;
-            while (*p && *p != q) p++;
-            if (*p) p++;
+            while (p < end && *p != q) p++;
+            if (p < end) p++;
             continue;
         }
         if (isalpha((unsigned char)*p) || *p == '_') {
             const char *s = p;
-            while (isalnum((unsigned char)*p) || *p == '_') p++;
+            while (p < end && (isalnum((unsigned char)*p) || *p == '_')) p++;
             char id[64];
             trim_copy(id, sizeof id, s, (size_t)(p - s));
             const char *n = p;
-            while (isspace((unsigned char)*n)) n++;
-            if (*n == '(') { /* a call */
+            while (n < end && isspace((unsigned char)*n)) n++;
+            if (n < end && *n == '(' && v && !strcmp(id, "select")) { /* split its three arguments */
+                const char *arg[4] = {n + 1, NULL, NULL, NULL};
+                int k = 1, depth = 0;
+                const char *q = n + 1;
+                for (; q < end && k < 4; q++) {
+                    if (*q == '(' || *q == '[') depth++;
+                    else if ((*q == ')' || *q == ']') && depth > 0) depth--;
+                    else if (depth == 0 && (*q == ',' || *q == ')')) {
+                        arg[k++] = q + 1;
+                        if (*q == ')') break; /* the select's own closing parenthesis */
+                    }
+                }
+                const int taken = k == 4 ? select_taken(sc, v, nv, arg[0], arg[1] - 1) : -1;
+                if (taken >= 0) {
+                    uses_span(sc, arg[0], arg[1] - 1, true, v, nv, direct, meta); /* None tests read metadata */
+                    const int b = taken ? 1 : 2;
+                    uses_span(sc, arg[b], arg[b + 1] - 1, cur, v, nv, direct, meta);
+                    p = arg[3];
+                    continue;
+                }
+            }
+            if (n < end && *n == '(') { /* a call */
                 if (top < 128) stack[top++] = cur;
                 cur = cur || is_meta_builtin(id);
                 p = n + 1;
                 continue;
             }
-            if (*n == '=' && n[1] != '=') continue; /* keyword argument name */
-            if (!strcmp(id, "results") && *n == '[') { /* results[k] */
+            if (n < end && *n == '=' && n[1] != '=') continue; /* keyword argument name */
+            if (!strcmp(id, "results") && n < end && *n == '[') { /* results[k] */
                 const char *d = n + 1;
                 while (isspace((unsigned char)*d)) d++;
                 if (isdigit((unsigned char)*d)) {
@@ -286,6 +344,13 @@ static void formula_uses(const schema *sc, const char *text, uint32_t *direct, u
     }
 }
 
+/* Slots a formula reads directly (as tensor data) and only through built-ins, both
+ * branches of every select counted. */
+static void formula_uses(const schema *sc, const char *text, uint32_t *direct, uint32_t *meta)
+{
+    uses_span(sc, text, text + strlen(text), false, NULL, 0, direct, meta);
+}
+
 /* ------------------------------------------------------------------ YAML model */
 
 typedef struct dcand {
@@ -293,6 +358,8 @@ typedef struct dcand {
     int cover[MAXA], ncover;
     bool kernel;
     uint32_t needs[MAXA]; /* per cover position: slots read directly */
+    char *formula[MAXA];  /* per cover position: the formula's text (NULL for a kernel), for
+                             needs that follow the call's selects (call_needs) */
     uint32_t let_needs;
     bool has_lets;
 } dcand;
@@ -545,6 +612,7 @@ static bool read_deriv(const yreader *r, const schema *sc, const char *key, cons
     if (v->type == YAML_SCALAR_NODE) {
         if (c->ncover != 1) return rfail(r, v, "several inputs with one formula:", key);
         formula_uses(sc, yscalar(v), &c->needs[0], &meta);
+        c->formula[0] = strdup(yscalar(v));
         return true;
     }
     if (v->type != YAML_MAPPING_NODE) return rfail(r, v, "derivative must be a formula or a mapping:", key);
@@ -575,6 +643,7 @@ static bool read_deriv(const yreader *r, const schema *sc, const char *key, cons
             if (pos < 0) return rfail(r, val, "not one of this entry's inputs:", k);
             if (!yscalar(val)) return rfail(r, val, "a formula must be an expression", NULL);
             formula_uses(sc, yscalar(val), &c->needs[pos], &meta);
+            c->formula[pos] = strdup(yscalar(val));
         }
     }
     if (c->kernel) {
@@ -968,7 +1037,7 @@ static bool forward_plain(opstate *st, const sample *s, const sdata *sd, int per
         opr_dtype dt = opr_tensor_dtype(outs[k]);
         if (om) {
             om->n = nout;
-            om->floating[k] = dt == OPR_F32 || dt == OPR_F64;
+            om->floating[k] = (dt == OPR_F32 || dt == OPR_F64) && opr_op_output_differentiable(st->op, k);
             om->numel[k] = opr_tensor_numel(outs[k]);
             om->esize[k] = opr_dtype_size(dt);
             om->ndim[k] = opr_tensor_ndim(outs[k]);
@@ -1072,12 +1141,18 @@ static int check_saves(opstate *st, const sdata *sd, const callargs *c, const ou
     for (int i = 0; i < nchosen; i++) {
         const dcand *d = &st->y->c[chosen[i]];
         if (d->has_lets && !d->kernel) expect |= d->let_needs;
-        for (int p = 0; p < d->ncover; p++)
-            if ((wants[i] >> d->cover[p]) & 1) expect |= d->needs[p];
+        for (int p = 0; p < d->ncover; p++) {
+            if (!((wants[i] >> d->cover[p]) & 1)) continue;
+            uint32_t direct = 0, meta = 0;
+            if (d->formula[p] && !d->kernel) uses_span(sc, d->formula[p], d->formula[p] + strlen(d->formula[p]), false, c->v, c->n, &direct, &meta);
+            expect |= d->formula[p] && !d->kernel ? direct : d->needs[p];
+        }
     }
     uint32_t tensors = ((1u << sc->nout) - 1) << sc->nargs;
-    for (int a = 0; a < sc->nargs; a++)
-        if (is_tensor_type(sc->args[a].type)) tensors |= 1u << a;
+    for (int a = 0; a < sc->nargs; a++) /* an optional tensor given as None is never saved */
+        if (is_tensor_type(sc->args[a].type) &&
+            !(a < c->n ? c->v[a].kind == OPR_V_NONE : sc->args[a].has_def && !strcmp(sc->args[a].def, "None")))
+            tensors |= 1u << a;
     expect &= tensors;
     char a[256], b[256];
     if ((saved & tensors) & ~expect) {
@@ -1176,6 +1251,10 @@ static result run_combo(opstate *st, const sample *s, const sdata *sd, const out
     for (int i = 0; i < sd->nt; i++)
         if ((rg >> i) & 1) { tin[nin] = i; inputs[nin++] = c.t[i]; }
     rc = opr_autograd_grad(fouts, gos, nf, inputs, nin, grads, NULL);
+    if (rc == OPR_ERR_UNSUPPORTED && strstr(opr_last_error(), ") supports: ")) { /* a forced kernel declined the call */
+        res = R_NA;
+        goto done;
+    }
     if (rc) { snprintf(err, errlen, "backward: %s: %s", opr_status_name(rc), opr_last_error()); goto done; }
     for (int j = 0; j < nin; j++) {
         int ti = tin[j];

@@ -705,6 +705,11 @@ OPR_API int opr_op_arg_kind(const opr_op *op, int i);
  * int[N] as int[]); NULL when out of range. A Scalar is a number (int, float or bool): with tensors of
  * another category it promotes them as PyTorch does for wrapped numbers (opr_call). */
 OPR_API const char *opr_op_arg_type(const opr_op *op, int i);
+/* Whether the op writes Tensor argument i in place although it is not an in-place op's
+ * self (ATen's `Tensor(a!)`: batch norm's running statistics). Such an argument must not
+ * require grad while grad mode is on; each call that completes bumps its version, so a
+ * graph that saved it refuses to run backward (docs/formulas.md, "Schemas"). */
+OPR_API bool opr_op_arg_written(const opr_op *op, int i);
 /* True when argument i accepts None (OPR_V_NONE): its type ends in '?'. */
 OPR_API bool opr_op_arg_optional(const opr_op *op, int i);
 /* True when argument i has a default, which *out (may be NULL) receives: lists and
@@ -752,6 +757,11 @@ OPR_API opr_status opr_op_kernel_info(const opr_op *op, int device_type, opr_dty
  * derivative entries is recorded by autograd as one node with its own formulas;
  * without them its parts are recorded. */
 OPR_API bool opr_op_is_composite(const opr_op *op);
+/* Whether output k of op may carry gradients (when floating): false for every
+ * output of an op with `differentiable: false`, and for those its YAML's
+ * `output_differentiability` lists as false (batch norm's saved statistics); false for
+ * a NULL op or k out of range. */
+OPR_API bool opr_op_output_differentiable(const opr_op *op, int k);
 /* The forward expression of a composite op as written ("a = EXPR; EXPR" when it has
  * lets), or NULL for other ops. Lives as long as the op. */
 OPR_API const char *opr_op_forward(const opr_op *op);

@@ -10,6 +10,10 @@
 int cpu_register(opr_plugin *self, const char *op, uint32_t dtypes, opr_kernel_fn fn);
 /* The same with kernel_data (opr_kernel_desc.data). */
 int cpu_register_data(opr_plugin *self, const char *op, uint32_t dtypes, opr_kernel_fn fn, void *data);
+/* cpu_register with a `supports` callback (opr_kernel_desc.supports): the calls the
+ * kernel takes, asked before it runs. */
+int cpu_register_supports(opr_plugin *self, const char *op, uint32_t dtypes, opr_kernel_fn fn,
+                          bool (*supports)(const opr_kernel_call *call, char *why, size_t why_len));
 /* Reports msg as the error of the plugin's init (there is no call yet); returns
  * OPR_ERR_INVALID. */
 int cpu_init_error(const char *msg);
@@ -55,5 +59,6 @@ int cpu_register_loss(opr_plugin *self);        /* cpu_loss.c: nll_loss, cross_e
 int cpu_register_attention(opr_plugin *self);   /* cpu_attention.c: scaled dot-product attention */
 int cpu_register_conv(opr_plugin *self);        /* cpu_conv.c: convolution and its backward */
 int cpu_register_pool(opr_plugin *self);        /* cpu_pool.c: max, average and adaptive pooling */
+int cpu_register_batch_norm(opr_plugin *self);  /* cpu_batch_norm.c: batch and group norm */
 
 #endif

@@ -24,6 +24,15 @@ int cpu_register_data(opr_plugin *self, const char *op, uint32_t dtypes, opr_ker
     return init_host->register_kernel(self, &d);
 }
 
+int cpu_register_supports(opr_plugin *self, const char *op, uint32_t dtypes, opr_kernel_fn fn,
+                          bool (*supports)(const opr_kernel_call *call, char *why, size_t why_len))
+{
+    opr_kernel_desc d = {
+        .struct_size = sizeof d, .op = op, .device = "cpu", .dtypes = dtypes, .fn = fn, .supports = supports,
+    };
+    return init_host->register_kernel(self, &d);
+}
+
 int cpu_register(opr_plugin *self, const char *op, uint32_t dtypes, opr_kernel_fn fn)
 {
     return cpu_register_data(self, op, dtypes, fn, NULL);
@@ -56,6 +65,7 @@ static int register_all(const opr_host_api *host, opr_plugin *self)
         cpu_register_index, cpu_register_sort, cpu_register_factory, cpu_register_grad,
         cpu_register_backward, cpu_register_segment, cpu_register_convert, cpu_register_nn, cpu_register_norm,
         cpu_register_loss, cpu_register_attention, cpu_register_conv, cpu_register_pool,
+        cpu_register_batch_norm,
     };
     for (size_t i = 0; i < sizeof families / sizeof families[0]; i++)
         if ((rc = families[i](self)) != OPR_OK) return rc;

@@ -19,6 +19,8 @@ accepts the arguments. The output file holds, per case, either
     case ID ok NOUT
     out K NDIM D.. (values line) | out K none
     grad I NDIM D.. (values line) | grad I none       for each argument I with RG 1
+    after I NDIM D.. (values line)                    each tensor argument as the call
+                                                      left it (running statistics)
 
 or `case ID error MESSAGE` (the op failed in PyTorch) or `case ID missing` (no such
 ATen op). Values are written as %.17g (integers exactly).
@@ -149,6 +151,9 @@ def main():
                                             [g.to(o.dtype) for o, g in pairs], allow_unused=True)
             for a, g in zip(case["rg"], grads):
                 write_tensor(f, "grad", a, g)
+            for a, t in enumerate(case["args"]):
+                if isinstance(t, torch.Tensor):
+                    write_tensor(f, "after", a, t)
 
 
 main()
