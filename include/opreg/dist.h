@@ -44,7 +44,11 @@ OPR_API opr_status opr_dist_split(opr_ctx *ctx, const opr_group *parent, int32_t
                                   opr_group *out);
 /* Frees a group split off (the world group is not freed). */
 OPR_API opr_status opr_dist_group_free(opr_ctx *ctx, opr_group *group);
-/* How long a collective waits for its peers before it fails, in seconds (> 0). */
+/* How long a collective (and opr_dist_split, and the shutdown's check that every member
+ * is there) waits for its peers before it fails, in seconds: more than 0, at most
+ * OPR_DIST_TIMEOUT_MAX_S (a week); infinity, NaN and larger values are refused
+ * (OPR_ERR_INVALID), so that a dead peer always ends in an error. Process-wide. */
+#define OPR_DIST_TIMEOUT_MAX_S 604800.0
 OPR_API opr_status opr_dist_set_timeout(opr_ctx *ctx, double seconds);
 /* Ends the engine in this process (MPI_Finalize): call once, after the last
  * collective; no group of any context is usable after, nor again in this process. */
@@ -82,6 +86,13 @@ OPR_API opr_status opr_ddp_new(opr_ctx *ctx, const opr_group *group, opr_tensor 
  * .grad here keeps none). Accumulates into .grad like opr_backward: zero the
  * gradients between steps (opr_zero_grad). */
 OPR_API opr_status opr_ddp_backward(opr_ddp *ddp, opr_tensor *loss, opr_tensor *grad);
+/* The step the next opr_ddp_backward belongs to (>= 0; by default 0 for the first call,
+ * then one more per call). Every member checks the others' step with every call: give
+ * each call the training step (opr_ddp_set_step(ddp, step) before it), and a member that
+ * skipped a step fails every member, naming it, instead of averaging unlike steps. */
+OPR_API opr_status opr_ddp_set_step(opr_ddp *ddp, int64_t step);
+/* The step the next opr_ddp_backward belongs to (-1 for NULL). */
+OPR_API int64_t opr_ddp_step(const opr_ddp *ddp);
 /* Buckets, and the bucket of parameter i. */
 OPR_API int opr_ddp_bucket_count(const opr_ddp *ddp);
 OPR_API int opr_ddp_bucket_of(const opr_ddp *ddp, int param);
