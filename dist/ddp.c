@@ -147,7 +147,7 @@ static int agree_layout(opr_ddp *d, const layout *mine)
             rc = opr_fail(OPR_ERR_INVALID, "opr_ddp_new: rank %d refused its arguments (its own error says why)", r);
         else if (o->n != mine->n || o->nbuckets != mine->nbuckets || o->bucket_mib != mine->bucket_mib)
             rc = opr_fail(OPR_ERR_INVALID, "opr_ddp_new: the members' layouts differ: this rank (%d) has %d parameters "
-                          "in %d buckets of %g MiB, rank %d %d parameters in %d buckets of %g MiB", d->group.rank,
+                          "in %d buckets of %g MiB, rank %d has %d parameters in %d buckets of %g MiB", d->group.rank,
                           mine->n, mine->nbuckets, mine->bucket_mib, r, o->n, o->nbuckets, o->bucket_mib);
         else if (o->hash != mine->hash)
             rc = opr_fail(OPR_ERR_INVALID, "opr_ddp_new: the members' layouts differ: rank %d's parameters differ from "

@@ -5,7 +5,7 @@
  * reached: buckets start in index order (a full bucket waits for the ones before it, as
  * in PyTorch's reducer), a parameter this member's loss did not reach goes in as zeros
  * after the backward, and a member whose own step failed still reduces every bucket.
- * After the last bucket every member gathers every member's step number and status,
+ * After the last bucket is in, every member gathers every member's step number and status,
  * so that a member out of step (one that skipped a step), or one that failed, fails
  * them all, naming it. A reduction that failed in flight (a time-out) keeps its bucket
  * (MPI may still write it) and breaks the helper: every later call says so.
@@ -276,13 +276,6 @@ opr_status opr_ddp_backward(opr_ddp *d, opr_tensor *loss, opr_tensor *grad)
      * gradients are zeros (or what .grad held) */
     for (int i = 0; i < d->n; i++)
         if (!d->got[i]) stage(d, i);
-    /* the order of reductions is the same on every member only if every start
-     * succeeded: then the step check joins it */
-    bool all_started = d->next_start == d->nbuckets;
-    for (int k = 0; k < d->nbuckets && all_started; k++) all_started = d->buckets[k].started;
-    int src = all_started ? agree_step(d, rc ? rc : d->error) : OPR_OK;
-    char step_msg[900] = "";
-    if (src) snprintf(step_msg, sizeof step_msg, "%s", opr_last_error());
     /* wait for each started bucket even after an error: a reduction left running would
      * write into the buffers later */
     for (int k = 0; k < d->nbuckets; k++) {
@@ -298,6 +291,13 @@ opr_status opr_ddp_backward(opr_ddp *d, opr_tensor *loss, opr_tensor *grad)
             event(d, OPR_DDP_BUCKET_DONE, k);
         }
     }
+    /* the order of reductions is the same on every member only if every start and wait
+     * succeeded: then the step check comes next on every member */
+    bool all_done = d->next_start == d->nbuckets && !d->broken[0];
+    for (int k = 0; k < d->nbuckets && all_done; k++) all_done = d->buckets[k].started;
+    int src = all_done ? agree_step(d, rc ? rc : d->error) : OPR_OK;
+    char step_msg[1024] = "";
+    if (src) snprintf(step_msg, sizeof step_msg, "%s", opr_last_error());
     const int64_t step = d->step++;
     if (rc) return opr_fail(rc, "%s", own);
     if (d->error) return opr_fail(d->error, "%s", d->error_msg);

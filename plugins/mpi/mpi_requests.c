@@ -45,6 +45,9 @@ static double now_s(void)
 int mpid_wait(MPI_Request *req, int64_t group, uint64_t seq, const char *op, const char *what, char *why,
               size_t why_len)
 {
+    MPI_Comm c;
+    int brc = mpid_group(group, false, &c, NULL, why, why_len);
+    if (brc == OPR_ERR_BACKEND) return brc; /* broken meanwhile: waiting could only time out again */
     const double limit = mpid_timeout(), deadline = now_s() + limit;
     long pause_ns = 1000;
     for (;;) {
