@@ -296,6 +296,7 @@ opr_status opr_ddp_backward(opr_ddp *d, opr_tensor *loss, opr_tensor *grad)
     bool all_done = d->next_start == d->nbuckets && !d->broken[0];
     for (int k = 0; k < d->nbuckets && all_done; k++) all_done = d->buckets[k].started;
     int src = all_done ? agree_step(d, rc ? rc : d->error) : OPR_OK;
+    if (all_done) event(d, OPR_DDP_STEP_CHECKED, -1);
     char step_msg[1024] = "";
     if (src) snprintf(step_msg, sizeof step_msg, "%s", opr_last_error());
     const int64_t step = d->step++;

@@ -133,9 +133,10 @@ OPR_API int opr_ddp_bucket_of(const opr_ddp *ddp, int param);
 
 /* What the last opr_ddp_backward did, in order (to check the overlap): a parameter's
  * gradient ready (index: the parameter), a bucket's reduction started or waited for
- * (index: the bucket), the backward engine finished (index -1). */
+ * (index: the bucket), the backward engine finished (index -1), the members' step
+ * check done (index -1; it starts after the last bucket is in). */
 typedef enum opr_ddp_event_kind {
-    OPR_DDP_GRAD_READY, OPR_DDP_BUCKET_STARTED, OPR_DDP_BACKWARD_DONE, OPR_DDP_BUCKET_DONE
+    OPR_DDP_GRAD_READY, OPR_DDP_BUCKET_STARTED, OPR_DDP_BACKWARD_DONE, OPR_DDP_BUCKET_DONE, OPR_DDP_STEP_CHECKED
 } opr_ddp_event_kind;
 typedef struct opr_ddp_event {
     opr_ddp_event_kind kind;
