@@ -11,6 +11,10 @@
 #                                        test_dist_faults.c): every rank must say "all K
 #                                        checks passed"; a rank whose group broke exits
 #                                        without MPI_Finalize, which mpirun is told to allow
+#   dist_check.sh TEST_DDP NP --torch SCRIPT
+#                                        PyTorch DDP (SCRIPT, find_unused_parameters) at NP
+#                                        processes, then test_ddp NP --torch with its
+#                                        parameters; skipped (77) without a python3 with torch
 #   ... --device D                      (after the above) test_dist on device D's tensors
 # As root, OpenMPI needs its allow-run-as-root settings; --oversubscribe lets more ranks
 # than cores run.
@@ -41,6 +45,26 @@ if [ "$mode" = --demo ]; then
     grep -q "^  data parallel: $np ranks (MPI), $((12 / np)) of the 12 sequences each" "$out" ||
         { echo "FAIL: the demo did not run data-parallel"; status=1; }
     [ "$(grep -c '^trained: loss' "$out")" = 1 ] || { echo "FAIL: not exactly one rank reported"; status=1; }
+elif [ "$mode" = --torch ]; then
+    python=
+    for p in "${OPREG_PYTHON:-}" python3 /usr/bin/python3; do
+        [ -n "$p" ] && "$p" -c 'import torch' 2>/dev/null && { python=$p; break; }
+    done
+    [ -n "$python" ] || { echo "SKIP: no python3 with torch (scripts/setup.sh installs python3-torch)"; exit 77; }
+    ref=$(mktemp)
+    trap 'rm -f "$out" "$ref"' EXIT
+    OMP_NUM_THREADS=1 timeout 120 "$python" "$4" "$np" "$ref" || { echo "FAIL: PyTorch DDP did not run"; exit 1; }
+    timeout 120 mpirun --oversubscribe -np "$np" "$bin" "$np" --torch "$ref" >"$out" 2>&1
+    rc=$?
+    cat "$out"
+    [ "$rc" = 0 ] || { echo "FAIL: mpirun -np $np exited $rc"; status=1; }
+    r=0
+    while [ "$r" -lt "$np" ]; do
+        grep -Eq "^rank $r/$np: all [0-9]+ checks passed$" "$out" || { echo "FAIL: rank $r did not pass"; status=1; }
+        grep -q "^rank $r/$np: bucket_mib 0: the parameters are PyTorch DDP's within" "$out" ||
+            { echo "FAIL: rank $r did not compare with PyTorch"; status=1; }
+        r=$((r + 1))
+    done
 elif [ "$mode" = --fault ]; then
     start=$(date +%s.%N)
     timeout 60 mpirun --oversubscribe --mca orte_allowed_exit_without_sync 1 -np "$np" "$bin" "$np" "$4" >"$out" 2>&1

@@ -10,6 +10,8 @@
  *                    reaches (5 steps, f64): every rank's parameters equal one
  *                    process's that averages every rank's gradients (zeros for the
  *                    unused one), as PyTorch's DDP with find_unused_parameters
+ *   ... --torch F    also those parameters against PyTorch DDP's in file F
+ *                    (tests/dist/ddp_unused_torch.py), within 1e-12
  *   ... --device D   the data-parallel run's parameters and batch on device D (cuda:
  *                    device buckets reduced by the all_reduce op there, NCCL); the
  *                    reference stays on the CPU
@@ -212,6 +214,23 @@ static void sgd_n(opr_tensor **p, int n, double lr)
     }
 }
 
+/* With --torch FILE: PyTorch DDP's parameters after train_unused's steps
+ * (tests/dist/ddp_unused_torch.py), one line per parameter. */
+static double torch_ref[NPARAMS + 2][IN * HID + HID * OUT];
+static bool have_torch_ref;
+
+static bool read_torch_ref(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return false;
+    static const int64_t counts[NPARAMS + 2] = {IN * HID, HID, HID * OUT, OUT, OUT, 2};
+    bool ok = true;
+    for (int k = 0; k < NPARAMS + 2 && ok; k++)
+        for (int64_t i = 0; i < counts[k] && ok; i++) ok = fscanf(f, "%lf", &torch_ref[k][i]) == 1;
+    fclose(f);
+    return ok;
+}
+
 /* A parameter q only rank 0's loss reaches (+ sum(q * q)) and one, z, no loss reaches:
  * every rank must get q's mean gradient (rank 0's over the size) and zeros for z, so that
  * the replicas stay identical, as PyTorch's DDP with find_unused_parameters. The
@@ -282,6 +301,19 @@ static void train_unused(double bucket_mib)
     }
     CHECK(worst <= 1e-12, "with unused parameters (bucket_mib %g), the parameters after 5 steps differ from one "
           "process's by %g on rank %d", bucket_mib, worst, world.rank);
+    if (have_torch_ref) {
+        double off = 0;
+        for (int k = 0; k < NU; k++) {
+            int64_t n = opr_tensor_numel(par[k]);
+            double a[IN * HID + HID * OUT];
+            opr_tensor_copy_to_host_f64(par[k], a, n);
+            for (int64_t i = 0; i < n; i++) off = fmax(off, fabs(a[i] - torch_ref[k][i]));
+        }
+        CHECK(off <= 1e-12, "with unused parameters (bucket_mib %g), the parameters after 5 steps differ from "
+              "PyTorch DDP's (find_unused_parameters) by %g on rank %d", bucket_mib, off, world.rank);
+        printf("rank %d/%d: bucket_mib %g: the parameters are PyTorch DDP's within %.1e\n", world.rank, world.size,
+               bucket_mib, off);
+    }
     opr_ddp_free(ddp);
     for (int k = 0; k < NU; k++) { opr_tensor_release(ref[k]); opr_tensor_release(par[k]); }
 }
@@ -324,6 +356,7 @@ int main(int argc, char **argv)
 {
     int want = argc > 1 ? atoi(argv[1]) : 0;
     const char *device = argc > 3 && !strcmp(argv[2], "--device") ? argv[3] : NULL;
+    const char *torch_file = argc > 3 && !strcmp(argv[2], "--torch") ? argv[3] : NULL;
     ctx = opr_ctx_new(NULL);
     if (!ctx) { printf("FAIL: opr_ctx_new: %s\n", opr_last_error()); return 1; }
     if (opr_dist_world(ctx, &world)) { printf("FAIL: opr_dist_world: %s\n", opr_last_error()); return 1; }
@@ -334,6 +367,10 @@ int main(int argc, char **argv)
         opr_cpu_fallback_set(ctx, false);
     }
     CHECK(want == 0 || world.size == want, "the world has %d ranks, want %d", world.size, want);
+    if (torch_file) {
+        have_torch_ref = read_torch_ref(torch_file);
+        CHECK(have_torch_ref, "cannot read PyTorch's parameters from %s", torch_file);
+    }
     bad_arguments();
     train(OPR_F64, 1e-6); /* a bucket per parameter */
     train(OPR_F64, 0);    /* the default: one bucket */
