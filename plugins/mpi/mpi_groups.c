@@ -218,8 +218,8 @@ static int p_split(void *data, int64_t group, int32_t color, int32_t key, int64_
     uint64_t seq = 0;
     int rc = mpid_group(group, true, &parent, &seq, why, why_len);
     if (rc) return rc;
-    int slot = reserve_slot(); /* whether this member leaves the group or not: all agree on one rule */
-    if ((rc = agree_to_split(parent, group, seq, slot >= 0, why, why_len))) {
+    int slot = color < 0 ? -1 : reserve_slot(); /* a member that stays out needs no room */
+    if ((rc = agree_to_split(parent, group, seq, color < 0 || slot >= 0, why, why_len))) {
         release_slot(slot);
         return rc;
     }
