@@ -1,8 +1,8 @@
 /* Private to the data-parallel helper: its state, shared by its construction
  * (ddp.c: the buckets, the layout agreed by every member, the broadcast) and its step
  * (ddp_backward.c: the buckets' reductions, the step agreed with them). */
-#ifndef OPREG_DIST_DDP_H
-#define OPREG_DIST_DDP_H
+#ifndef OPREG_DISTRIBUTED_DDP_H
+#define OPREG_DISTRIBUTED_DDP_H
 
 #include "dist.h"
 
