@@ -20,7 +20,8 @@
  *   test_dist_faults N agree    helpers with different bucket sizes or parameters on
  *                               one rank fail at opr_ddp_new on every rank, naming it,
  *                               the group usable after; a rank that skips a step makes
- *                               every rank fail, naming the rank and the steps
+ *                               every rank fail, naming the rank and the steps; a rank
+ *                               whose own step fails makes the others fail, naming it
  *
  * Each rank prints "rank R/N: all K checks passed" or its failures. A process whose
  * group broke exits without MPI_Finalize: mpirun runs with orte_allowed_exit_without_sync. */
@@ -345,6 +346,34 @@ static void agree_run(void)
     }
     opr_ddp_free(ddp);
     CHECK(sum_on(0, c, NULL) == OPR_OK, "the world after the skipped step: %s", opr_last_error());
+    /* the last rank's own step fails (a gradient of the wrong shape): it still reduces
+     * its buckets (zeros), and every other rank fails naming it */
+    ddp = NULL;
+    rc = opr_ddp_new(ctx, &world, p, 2, NULL, &ddp);
+    CHECK(rc == OPR_OK, "opr_ddp_new again: %s", opr_last_error());
+    if (ddp) {
+        opr_tensor *l = loss_of(p, 2, c), *bad = world.rank == last ? filled(3, 1) : NULL;
+        rc = opr_ddp_backward(ddp, l, bad);
+        if (world.rank == last) {
+            CHECK(rc != OPR_OK && !strstr(opr_last_error(), "failed step"), "the failing rank: %d %s", rc,
+                  opr_last_error());
+        } else {
+            char want[96];
+            snprintf(want, sizeof want, "rank %d failed step 0 (its own error says why)", last);
+            CHECK(rc == OPR_ERR_BACKEND && strstr(opr_last_error(), want), "after rank %d failed its step: %d %s", last,
+                  rc, opr_last_error());
+            if (world.rank == 0) printf("rank 0/%d: %s\n", world.size, opr_last_error());
+        }
+        for (int k = 0; k < 2; k++) opr_zero_grad(p[k]);
+        opr_tensor_release(bad);
+        opr_tensor_release(l);
+        /* and the helper goes on: the next step succeeds everywhere */
+        l = loss_of(p, 2, c);
+        rc = opr_ddp_backward(ddp, l, NULL);
+        CHECK(rc == OPR_OK, "the step after a rank failed one: %s", opr_last_error());
+        opr_tensor_release(l);
+        opr_ddp_free(ddp);
+    }
     release_all(p, 2);
     opr_tensor_release(c);
 }
