@@ -70,7 +70,9 @@ OPR_API opr_status opr_dist_set_timeout(opr_ctx *ctx, double seconds);
  * OPR_ERR_BACKEND within the time-out, saying what happened ("MPI_Finalize skipped ...:
  * group 0 is broken: ..."). The process should then exit; mpirun counts a process
  * that exits without MPI_Finalize as failed and ends the others, unless run with
- * --mca orte_allowed_exit_without_sync 1. */
+ * --mca orte_allowed_exit_without_sync 1. A member that gets here more than the time-out
+ * after the others counts as stalled: raise the time-out before long work on one rank
+ * alone at the end. */
 OPR_API opr_status opr_dist_finalize(opr_ctx *ctx);
 
 /* ------------------------------------------------------------------ data parallel */
