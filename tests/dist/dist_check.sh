@@ -3,7 +3,9 @@
 #   dist_check.sh TEST_DIST NP          values, gradients, a sub-group: every rank must
 #                                        say "all K checks passed"
 #   dist_check.sh TEST_DIST NP --die    the last rank exits mid-step: every other rank
-#                                        must report the dead peer within the time-out
+#                                        must report the dead peer within the time-out,
+#                                        and its opr_ctx_free return, saying why it
+#                                        skipped MPI_Finalize
 #   dist_check.sh OPREG NP --demo       `opreg demo --model gpt` data-parallel: rank 0
 #                                        alone reports, the loss goes down
 #   dist_check.sh TEST_DIST_FAULTS NP --fault MODE
