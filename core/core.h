@@ -157,7 +157,7 @@ struct opr_ctx {
     char *_Atomic kernel_trace;    /* opr_kernel_trace_set: the kernel running now, or NULL */
     size_t kernel_trace_len;
     _Atomic uint64_t rng_state;    /* the random generator (core/rng.c): 0 in a new context */
-    /* process groups (dist/group.c): the provider a plugin registered, whose plugin
+    /* process groups (distributed/group.c): the provider a plugin registered, whose plugin
      * name is group_plugin (NULL: none); set at commit, under lock */
     opr_group_provider group_provider;
     const char *group_plugin;

@@ -6,6 +6,7 @@
 #include <opreg/dist.h>
 #include <opreg/plugin.h>
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -105,6 +106,12 @@ START_TEST(provider_registered_and_used)
     ck_assert_int_eq(opr_dist_world(ctx, &g), OPR_OK);
     ck_assert(g.id == 0 && g.rank == 0 && g.size == 1 && world_calls == 1);
     ck_assert_int_eq(opr_dist_set_timeout(ctx, 0), OPR_ERR_INVALID); /* refused before the provider */
+    /* a collective must end: no infinite, NaN or astronomic time-out */
+    const double endless[] = {INFINITY, NAN, 1e308, OPR_DIST_TIMEOUT_MAX_S * 2};
+    for (size_t i = 0; i < sizeof endless / sizeof endless[0]; i++) {
+        ck_assert_int_eq(opr_dist_set_timeout(ctx, endless[i]), OPR_ERR_INVALID);
+        ck_assert_msg(strstr(opr_last_error(), "at most 604800 s"), "%s", opr_last_error());
+    }
     ck_assert_int_eq(set_timeouts, 0);
     ck_assert_int_eq(opr_dist_set_timeout(ctx, 2.5), OPR_OK);
     ck_assert(set_timeouts == 1 && last_timeout == 2.5);

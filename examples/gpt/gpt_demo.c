@@ -206,6 +206,16 @@ int gpt_demo_run(opr_ctx *ctx, int argc, char **argv, const char *prog)
         }
         printf("data parallel, last step: gradients reduced over %.2f ms, %.0f%% of it while the backward ran\n",
                comm / 1000, comm > 0 ? 100 * overlapped / comm : 0);
+        /* the members' step check: from the last event before it (the last bucket in) */
+        double before = 0, checked = -1;
+        for (int i = 0; i < n; i++) {
+            if (ev[i].kind == OPR_DDP_STEP_CHECKED) checked = ev[i].t_us;
+            else if (checked < 0) before = fmax(before, ev[i].t_us);
+        }
+        double step_us = rate > 0 ? 1e6 * (double)o.train.batch * (double)o.cfg.block_size / rate : 0;
+        if (checked >= 0)
+            printf("data parallel, last step: the members' step check took %.0f us, %.2f%% of a step (%.1f ms)\n",
+                   checked - before, step_us > 0 ? 100 * (checked - before) / step_us : 0, step_us / 1000);
     }
     if (o.sample_chars > 0) {
         char *sample = malloc((size_t)o.sample_chars + 1);

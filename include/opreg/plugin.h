@@ -249,19 +249,24 @@ typedef struct opr_group_provider {
      * initialising the engine on the first call: id (0), this process's rank, size. */
     int (*world)(void *data, int32_t *rank, int32_t *size, char *why, size_t why_len);
     /* 2.2: a sub-group of `group`: the members giving the same color, ranked by key
-     * (MPI_Comm_split); collective over `group`. A negative color: not a member
-     * (*out = -1). */
+     * (MPI_Comm_split); collective over `group`, within the time-out; a limit on live
+     * groups is agreed by every member before any of them makes the group. A negative
+     * color: not a member (*out = -1). */
     int (*split)(void *data, int64_t group, int32_t color, int32_t key, int64_t *out, int32_t *rank,
                  int32_t *size, char *why, size_t why_len);
     int (*group_free)(void *data, int64_t group); /* 2.2: not the world group */
-    /* 2.2: how long a collective waits for its peers before it fails (seconds > 0). */
+    /* 2.2: how long a collective waits for its peers before it fails (seconds > 0,
+     * finite; the host passes at most OPR_DIST_TIMEOUT_MAX_S of opreg/dist.h). */
     int (*set_timeout)(void *data, double seconds);
     /* 2.2: a non-blocking sum or mean all-reduce, in place, of n contiguous elements of
      * dtype at buf (host memory), for the data-parallel helper; *req for wait. op is
      * "sum" or "mean". */
     int (*all_reduce_start)(void *data, int64_t group, void *buf, int64_t n, opr_dtype dtype, const char *op,
                             int64_t *req, char *why, size_t why_len);
-    /* 2.2: waits for req (within the time-out) and frees it. */
+    /* 2.2: waits for req (within the time-out) and frees it. On a failure (a time-out)
+     * the transport may still write buf (a late peer completes the reduction): the
+     * caller keeps buf allocated to the end of the process, and the provider treats
+     * the group as broken (every later call on it fails, saying why). */
     int (*wait)(void *data, int64_t req, char *why, size_t why_len);
     /* 2.2: ends the engine in this process (MPI_Finalize): no group is usable after. */
     int (*finalize)(void *data, char *why, size_t why_len);

@@ -39,6 +39,7 @@ void gk_collective_shutdown(void) {}
 
 #include <map>
 #include <mutex>
+#include <string>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -118,6 +119,10 @@ void load_nccl()
 /* Communicators by (group id, device ordinal). */
 std::mutex comms_lock;
 std::map<std::pair<int64_t, int>, ncclComm_t> comms;
+/* Groups whose NCCL collective failed or timed out, and how: the communicator was
+ * aborted, and a member that is only late would meet a new one out of step, so no
+ * collective runs on the group again (the MPI plugin's groups break alike). */
+std::map<int64_t, std::string> broken;
 
 double now_s()
 {
@@ -222,6 +227,13 @@ int coll_begin(const opr_kernel_call *call, int group_arg, int flags, coll *c)
     char why[512];
     if ((rc = gk_host->group_info(call, c->group, &c->rank, &c->size, &c->timeout_s, why, sizeof why)))
         return GK_FAIL(call, rc, "%s: %s", c->what, why);
+    {
+        std::lock_guard<std::mutex> g(comms_lock);
+        auto b = broken.find(c->group);
+        if (b != broken.end())
+            return GK_FAIL(call, OPR_ERR_BACKEND, "%s: group %lld is broken: %s; it cannot be used again (exit, and let "
+                           "the launcher restart the job)", c->what, (long long)c->group, b->second.c_str());
+    }
     snprintf(c->what, sizeof c->what, "%s on group %lld (rank %d of %d, %s device %d)", call->op, (long long)c->group,
              c->rank, c->size, GPU_NAME, c->k.ordinal);
     if ((rc = same_collective_and_comm(c, group_arg))) return rc;
@@ -252,7 +264,8 @@ template <class F> ncclResult_t enqueue(F f)
 
 /* Waits for the collective just enqueued (r: what enqueuing it returned), polling the
  * stream and the communicator against the time-out. A failed or timed-out
- * communicator is aborted and forgotten: the group's next collective makes a new one. */
+ * communicator is aborted (NCCL then writes its buffers no more, so the host may free
+ * them) and its group broken: every later NCCL collective on it fails at once. */
 int coll_wait(coll *c, const char *where, ncclResult_t r)
 {
     if (r != ncclSuccess && r != ncclInProgress) return fail_nccl(c, where, r);
@@ -274,7 +287,12 @@ int coll_wait(coll *c, const char *where, ncclResult_t r)
             {
                 std::lock_guard<std::mutex> g(comms_lock);
                 comms.erase(std::make_pair(c->group, c->k.ordinal));
+                char how[160];
+                snprintf(how, sizeof how, "%s %s on %s device %d", c->k.call->op,
+                         late ? "timed out" : "failed", GPU_NAME, c->k.ordinal);
+                broken.emplace(c->group, how);
             }
+            /* stops NCCL's kernels and proxy: nothing writes the buffers once it returns */
             nccl.comm_abort(c->comm);
             return rc;
         }

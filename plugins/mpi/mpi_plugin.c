@@ -7,10 +7,14 @@
 
 #include <stdio.h>
 
+static const opr_host_api *host_api; /* the same table for every context */
+
+/* A context's free cannot fail: what went wrong at the end (MPI_Finalize skipped after
+ * a fault) goes to the log, as a warning. */
 static void mpi_shutdown(opr_plugin *self)
 {
-    (void)self;
-    mpid_context_closed();
+    char why[768] = "";
+    if (mpid_context_closed(why, sizeof why) && host_api) host_api->log(self, OPR_LOG_WARN, "%s", why);
 }
 
 OPR_PLUGIN_EXPORT int opr_plugin_probe(char *why, size_t why_len)
@@ -31,6 +35,7 @@ OPR_PLUGIN_EXPORT int opr_plugin_init(const opr_host_api *host, opr_plugin *self
                         host->abi_major, host->abi_minor);
         return OPR_ERR_ABI;
     }
+    host_api = host;
     self->shutdown = mpi_shutdown;
     int rc = host->register_group_provider(self, &mpid_provider);
     if (!rc) rc = mpid_register_kernels(host, self);

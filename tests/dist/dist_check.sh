@@ -3,9 +3,20 @@
 #   dist_check.sh TEST_DIST NP          values, gradients, a sub-group: every rank must
 #                                        say "all K checks passed"
 #   dist_check.sh TEST_DIST NP --die    the last rank exits mid-step: every other rank
-#                                        must report the dead peer within the time-out
+#                                        must report the dead peer within the time-out,
+#                                        and its opr_ctx_free return, saying why it
+#                                        skipped MPI_Finalize
 #   dist_check.sh OPREG NP --demo       `opreg demo --model gpt` data-parallel: rank 0
 #                                        alone reports, the loss goes down
+#   dist_check.sh TEST_DIST_FAULTS NP --fault MODE
+#                                        a fault (late, stall, limits, agree: see
+#                                        test_dist_faults.c): every rank must say "all K
+#                                        checks passed"; a rank whose group broke exits
+#                                        without MPI_Finalize, which mpirun is told to allow
+#   dist_check.sh TEST_DDP NP --torch SCRIPT
+#                                        PyTorch DDP (SCRIPT, find_unused_parameters) at NP
+#                                        processes, then test_ddp NP --torch with its
+#                                        parameters; skipped (77) without a python3 with torch
 #   ... --device D                      (after the above) test_dist on device D's tensors
 # As root, OpenMPI needs its allow-run-as-root settings; --oversubscribe lets more ranks
 # than cores run.
@@ -36,16 +47,52 @@ if [ "$mode" = --demo ]; then
     grep -q "^  data parallel: $np ranks (MPI), $((12 / np)) of the 12 sequences each" "$out" ||
         { echo "FAIL: the demo did not run data-parallel"; status=1; }
     [ "$(grep -c '^trained: loss' "$out")" = 1 ] || { echo "FAIL: not exactly one rank reported"; status=1; }
+elif [ "$mode" = --torch ]; then
+    python=
+    for p in "${OPREG_PYTHON:-}" python3 /usr/bin/python3; do
+        [ -n "$p" ] && "$p" -c 'import torch' 2>/dev/null && { python=$p; break; }
+    done
+    [ -n "$python" ] || { echo "SKIP: no python3 with torch (scripts/setup.sh installs python3-torch)"; exit 77; }
+    ref=$(mktemp)
+    trap 'rm -f "$out" "$ref"' EXIT
+    OMP_NUM_THREADS=1 timeout 120 "$python" "$4" "$np" "$ref" || { echo "FAIL: PyTorch DDP did not run"; exit 1; }
+    timeout 120 mpirun --oversubscribe -np "$np" "$bin" "$np" --torch "$ref" >"$out" 2>&1
+    rc=$?
+    cat "$out"
+    [ "$rc" = 0 ] || { echo "FAIL: mpirun -np $np exited $rc"; status=1; }
+    r=0
+    while [ "$r" -lt "$np" ]; do
+        grep -Eq "^rank $r/$np: all [0-9]+ checks passed$" "$out" || { echo "FAIL: rank $r did not pass"; status=1; }
+        grep -q "^rank $r/$np: bucket_mib 0: the parameters are PyTorch DDP's within" "$out" ||
+            { echo "FAIL: rank $r did not compare with PyTorch"; status=1; }
+        r=$((r + 1))
+    done
+elif [ "$mode" = --fault ]; then
+    start=$(date +%s.%N)
+    timeout 60 mpirun --oversubscribe --mca orte_allowed_exit_without_sync 1 -np "$np" "$bin" "$np" "$4" >"$out" 2>&1
+    rc=$?
+    cat "$out"
+    echo "wall time: $(awk "BEGIN { print $(date +%s.%N) - $start }") s"
+    [ "$rc" = 0 ] || { echo "FAIL: mpirun -np $np exited $rc"; status=1; }
+    r=0
+    while [ "$r" -lt "$np" ]; do
+        grep -Eq "^rank $r/$np: all [0-9]+ checks passed$" "$out" || { echo "FAIL: rank $r did not pass"; status=1; }
+        r=$((r + 1))
+    done
 elif [ "$mode" = --die ]; then
     # a rank that exits with status 3 must not make mpirun kill the others at once:
     # they are to find out by themselves
-    timeout 60 mpirun --oversubscribe --mca orte_abort_on_non_zero_status 0 -np "$np" "$bin" "$np" --die $device >"$out" 2>&1
+    # the survivors exit without MPI_Finalize (it would wait for the dead rank)
+    timeout 60 mpirun --oversubscribe --mca orte_abort_on_non_zero_status 0 --mca orte_allowed_exit_without_sync 1 \
+        -np "$np" "$bin" "$np" --die $device >"$out" 2>&1
     cat "$out"
     last=$((np - 1))
     r=0
     while [ "$r" -lt "$last" ]; do
         grep -Eq "^rank $r/$np: a dead peer was reported after [0-9.]* s: .*all_reduce on group 0 \(rank $r of $np(, [a-z]+ device [0-9]+)?\): (all_gather_bytes on group 0: )?timed out after 2 s waiting for the other members" "$out" ||
             { echo "FAIL: rank $r did not report the dead peer"; status=1; }
+        grep -Eq "^rank $r/$np: opr_ctx_free returned after [0-9.]* s, logging mpi: MPI_Finalize skipped" "$out" ||
+            { echo "FAIL: rank $r's opr_ctx_free did not return, or did not say why it skipped MPI_Finalize"; status=1; }
         r=$((r + 1))
     done
     grep -q "FAIL" "$out" && status=1

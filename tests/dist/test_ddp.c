@@ -6,6 +6,12 @@
  *                    1e-12 (f64), parameters within 1e-5 / 1e-12; with one bucket
  *                    per parameter, the first bucket's reduction starts before the
  *                    backward is over (the overlap), every bucket is waited for
+ *                    with a parameter only rank 0's loss reaches and one no loss
+ *                    reaches (5 steps, f64): every rank's parameters equal one
+ *                    process's that averages every rank's gradients (zeros for the
+ *                    unused one), as PyTorch's DDP with find_unused_parameters
+ *   ... --torch F    also those parameters against PyTorch DDP's in file F
+ *                    (tests/dist/ddp_unused_torch.py), within 1e-12
  *   ... --device D   the data-parallel run's parameters and batch on device D (cuda:
  *                    device buckets reduced by the all_reduce op there, NCCL); the
  *                    reference stays on the CPU
@@ -194,6 +200,124 @@ static void train(opr_dtype dt, double bucket_mib)
     for (int k = 0; k < NPARAMS; k++) { opr_tensor_release(ref[k]); opr_tensor_release(par[k]); }
 }
 
+/* p -= lr * grad over n parameters (any size up to the MLP's), gradients zeroed. */
+static void sgd_n(opr_tensor **p, int n, double lr)
+{
+    for (int k = 0; k < n; k++) {
+        int64_t m = opr_tensor_numel(p[k]);
+        double v[IN * HID + HID * OUT], g[IN * HID + HID * OUT] = {0};
+        opr_tensor_copy_to_host_f64(p[k], v, m);
+        if (opr_grad(p[k])) opr_tensor_copy_to_host_f64(opr_grad(p[k]), g, m);
+        for (int64_t i = 0; i < m; i++) v[i] -= lr * g[i];
+        opr_tensor_copy_from_host(p[k], v, (size_t)m * sizeof *v);
+        opr_zero_grad(p[k]);
+    }
+}
+
+/* With --torch FILE: PyTorch DDP's parameters after train_unused's steps
+ * (tests/dist/ddp_unused_torch.py), one line per parameter. */
+static double torch_ref[NPARAMS + 2][IN * HID + HID * OUT];
+static bool have_torch_ref;
+
+static bool read_torch_ref(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return false;
+    static const int64_t counts[NPARAMS + 2] = {IN * HID, HID, HID * OUT, OUT, OUT, 2};
+    bool ok = true;
+    for (int k = 0; k < NPARAMS + 2 && ok; k++)
+        for (int64_t i = 0; i < counts[k] && ok; i++) ok = fscanf(f, "%lf", &torch_ref[k][i]) == 1;
+    fclose(f);
+    return ok;
+}
+
+/* A parameter q only rank 0's loss reaches (+ sum(q * q)) and one, z, no loss reaches:
+ * every rank must get q's mean gradient (rank 0's over the size) and zeros for z, so that
+ * the replicas stay identical, as PyTorch's DDP with find_unused_parameters. The
+ * reference: one process summing every rank's loss's gradients, divided by the size.
+ * f64, 5 steps, with a bucket per parameter (q's bucket fills after the backward on the
+ * ranks other than 0: the buckets must still reduce in the same order everywhere) and
+ * with one bucket. */
+static void train_unused(double bucket_mib)
+{
+    enum { NU = NPARAMS + 2 };
+    opr_tensor *ref[NU], *par[NU];
+    make_params(ref, OPR_F64, 0);
+    make_params(par, OPR_F64, world.rank ? 0.25 : 0);
+    const double qv[OUT] = {0.3, -0.2, 0.1}, zv[2] = {1, 2};
+    ref[NPARAMS] = opr_tensor_from_data(ctx, OPR_F64, 1, (int64_t[]){OUT}, qv, OPR_CPU);
+    par[NPARAMS] = opr_tensor_from_data(ctx, OPR_F64, 1, (int64_t[]){OUT}, qv, OPR_CPU);
+    ref[NPARAMS + 1] = opr_tensor_from_data(ctx, OPR_F64, 1, (int64_t[]){2}, zv, OPR_CPU);
+    par[NPARAMS + 1] = opr_tensor_from_data(ctx, OPR_F64, 1, (int64_t[]){2}, zv, OPR_CPU);
+    for (int k = NPARAMS; k < NU; k++) {
+        opr_set_requires_grad(ref[k], true);
+        opr_set_requires_grad(par[k], true);
+    }
+    opr_ddp *ddp = NULL;
+    opr_ddp_opts o = {.struct_size = sizeof o, .bucket_mib = bucket_mib};
+    int rc = opr_ddp_new(ctx, &world, par, NU, &o, &ddp);
+    CHECK(rc == OPR_OK, "opr_ddp_new (unused): %s", opr_last_error());
+    if (rc) return;
+    const int share = BATCH / world.size;
+    for (int step = 0; step < 5; step++) {
+        for (int r = 0; r < world.size; r++) { /* the reference: every rank's share in turn */
+            opr_tensor *x = rows_of(false, r * share, share, OPR_F64), *y = rows_of(true, r * share, share, OPR_F64);
+            opr_tensor *l = loss_of(ref, x, y), *q2 = NULL, *sq = NULL, *t = NULL;
+            if (r == 0) {
+                q2 = bin("mul", ref[NPARAMS], ref[NPARAMS]);
+                sq = call("sum", (opr_value[]){opr_v_tensor(q2)}, 1);
+                t = bin("add", l, sq);
+            }
+            opr_backward(t ? t : l, NULL, NULL);
+            opr_tensor *tmp[] = {x, y, l, q2, sq, t};
+            for (int i = 0; i < 6; i++) opr_tensor_release(tmp[i]);
+        }
+        sgd_n(ref, NU, 0.1 / world.size);
+        opr_tensor *x = rows_of(false, world.rank * share, share, OPR_F64);
+        opr_tensor *y = rows_of(true, world.rank * share, share, OPR_F64);
+        opr_tensor *l = loss_of(par, x, y), *q2 = NULL, *sq = NULL, *t = NULL;
+        if (world.rank == 0) {
+            q2 = bin("mul", par[NPARAMS], par[NPARAMS]);
+            sq = call("sum", (opr_value[]){opr_v_tensor(q2)}, 1);
+            t = bin("add", l, sq);
+        }
+        rc = opr_ddp_backward(ddp, t ? t : l, NULL);
+        CHECK(rc == OPR_OK, "opr_ddp_backward (unused, step %d): %s", step, opr_last_error());
+        double zg[2] = {NAN, NAN};
+        CHECK(!rc && opr_grad(par[NPARAMS + 1]) && !opr_tensor_copy_to_host_f64(opr_grad(par[NPARAMS + 1]), zg, 2) &&
+                  zg[0] == 0 && zg[1] == 0, "the parameter no rank used has gradient %g %g, want zeros", zg[0], zg[1]);
+        CHECK(!rc && opr_grad(par[NPARAMS]), "the parameter rank 0 alone used has no gradient on rank %d", world.rank);
+        sgd_n(par, NU, 0.1);
+        opr_tensor *tmp[] = {x, y, l, q2, sq, t};
+        for (int i = 0; i < 6; i++) opr_tensor_release(tmp[i]);
+    }
+    double worst = 0;
+    for (int k = 0; k < NU; k++) {
+        int64_t n = opr_tensor_numel(par[k]);
+        double a[IN * HID + HID * OUT], b[IN * HID + HID * OUT];
+        opr_tensor_copy_to_host_f64(par[k], a, n);
+        opr_tensor_copy_to_host_f64(ref[k], b, n);
+        for (int64_t i = 0; i < n; i++) worst = fmax(worst, fabs(a[i] - b[i]));
+    }
+    CHECK(worst <= 1e-12, "with unused parameters (bucket_mib %g), the parameters after 5 steps differ from one "
+          "process's by %g on rank %d", bucket_mib, worst, world.rank);
+    if (have_torch_ref) {
+        double off = 0;
+        for (int k = 0; k < NU; k++) {
+            int64_t n = opr_tensor_numel(par[k]);
+            double a[IN * HID + HID * OUT];
+            opr_tensor_copy_to_host_f64(par[k], a, n);
+            for (int64_t i = 0; i < n; i++) off = fmax(off, fabs(a[i] - torch_ref[k][i]));
+        }
+        CHECK(off <= 1e-12, "with unused parameters (bucket_mib %g), the parameters after 5 steps differ from "
+              "PyTorch DDP's (find_unused_parameters) by %g on rank %d", bucket_mib, off, world.rank);
+        printf("rank %d/%d: bucket_mib %g: the parameters are PyTorch DDP's within %.1e\n", world.rank, world.size,
+               bucket_mib, off);
+    }
+    opr_ddp_free(ddp);
+    for (int k = 0; k < NU; k++) { opr_tensor_release(ref[k]); opr_tensor_release(par[k]); }
+}
+
 /* opr_ddp_new refuses bad arguments with a message, before any collective (every rank
  * refuses alike). */
 static void bad_arguments(void)
@@ -232,6 +356,7 @@ int main(int argc, char **argv)
 {
     int want = argc > 1 ? atoi(argv[1]) : 0;
     const char *device = argc > 3 && !strcmp(argv[2], "--device") ? argv[3] : NULL;
+    const char *torch_file = argc > 3 && !strcmp(argv[2], "--torch") ? argv[3] : NULL;
     ctx = opr_ctx_new(NULL);
     if (!ctx) { printf("FAIL: opr_ctx_new: %s\n", opr_last_error()); return 1; }
     if (opr_dist_world(ctx, &world)) { printf("FAIL: opr_dist_world: %s\n", opr_last_error()); return 1; }
@@ -242,10 +367,18 @@ int main(int argc, char **argv)
         opr_cpu_fallback_set(ctx, false);
     }
     CHECK(want == 0 || world.size == want, "the world has %d ranks, want %d", world.size, want);
+    if (torch_file) {
+        have_torch_ref = read_torch_ref(torch_file);
+        CHECK(have_torch_ref, "cannot read PyTorch's parameters from %s", torch_file);
+    }
     bad_arguments();
     train(OPR_F64, 1e-6); /* a bucket per parameter */
     train(OPR_F64, 0);    /* the default: one bucket */
     train(OPR_F32, 0);
+    if (dev.type == OPR_CPU.type) {
+        train_unused(1e-6);
+        train_unused(0);
+    }
     int status = report();
     opr_ctx_free(ctx); /* the last context finalises MPI */
     return status;

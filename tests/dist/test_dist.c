@@ -7,7 +7,9 @@
  *                           a sub-group split by parity; members that call
  *                           different collectives all fail, naming the one that differs
  *   test_dist SIZE --die    the last rank exits mid-step; every other rank's next
- *                           collective must fail within the time-out, with a message
+ *                           collective must fail within the time-out, with a message,
+ *                           and its opr_ctx_free return at once, logging why it
+ *                           skipped MPI_Finalize
  *   ... --device D          the same on device D's tensors (cuda: the NCCL kernels),
  *                           rank r on ordinal r modulo D's count, with the CPU fallback
  *                           off, so that no collective can run on the CPU instead
@@ -362,6 +364,31 @@ static void die_run(void)
     opr_tensor_release(x);
 }
 
+static char logged[2048];
+
+static void capture(opr_log_level level, const char *source, const char *message, void *user)
+{
+    (void)user;
+    if (level >= OPR_LOG_WARN && !logged[0]) snprintf(logged, sizeof logged, "%s: %s", source, message);
+}
+
+/* After the dead peer: opr_ctx_free (the last context: MPI's shutdown) returns at once on
+ * the survivors, logging that it skipped MPI_Finalize and why. */
+static void shutdown_after_death(void)
+{
+    opr_log_set(capture, NULL);
+    double t0 = now();
+    opr_ctx_free(ctx);
+    ctx = NULL;
+    double took = now() - t0;
+    opr_log_set(NULL, NULL);
+    CHECK(took < 2, "opr_ctx_free took %.2f s after the dead peer", took);
+    CHECK(strstr(logged, "MPI_Finalize skipped") && strstr(logged, "group 0 is broken: "), "opr_ctx_free logged: %s",
+          logged);
+    if (!failures) printf("rank %d/%d: opr_ctx_free returned after %.2f s, logging %s\n", world.rank, world.size, took,
+                          logged);
+}
+
 int main(int argc, char **argv)
 {
     int want = argc > 1 ? atoi(argv[1]) : 0;
@@ -383,10 +410,10 @@ int main(int argc, char **argv)
         opr_cpu_fallback_set(ctx, false);
     }
     CHECK(want == 0 || world.size == want, "the world has %d ranks, want %d", world.size, want);
-    if (die) {
+    if (die) { /* the survivors end as usual: the shutdown knows the world is broken */
         die_run();
-        fflush(stdout);
-        _exit(failures ? 1 : 0); /* MPI_Finalize would wait for the dead rank */
+        shutdown_after_death();
+        return report();
     }
     normal_run();
     int status = report();

@@ -1,6 +1,6 @@
-/* Private definitions of the dist layer: process groups over a plugin's provider. */
-#ifndef OPREG_DIST_DIST_H
-#define OPREG_DIST_DIST_H
+/* Private definitions of the distributed layer: process groups over a plugin's provider. */
+#ifndef OPREG_DISTRIBUTED_DIST_H
+#define OPREG_DISTRIBUTED_DIST_H
 
 #include "../core/core.h"
 

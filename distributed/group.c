@@ -3,6 +3,7 @@
  * provider owns its groups, so every context in the process sees the same world. */
 #include "dist.h"
 
+#include <math.h>
 #include <stdio.h>
 
 const opr_group_provider *dist_provider(opr_ctx *ctx)
@@ -74,7 +75,11 @@ opr_status opr_dist_set_timeout(opr_ctx *ctx, double seconds)
 {
     const opr_group_provider *p = dist_provider(ctx);
     if (!p) return opr_error_status();
-    if (!(seconds > 0)) return opr_fail(OPR_ERR_INVALID, "opr_dist_set_timeout: %g s is not a time-out (> 0)", seconds);
+    /* a collective must end: no infinite or astronomic wait, which would make a dead
+     * peer hang every member */
+    if (!(seconds > 0) || !isfinite(seconds) || seconds > OPR_DIST_TIMEOUT_MAX_S)
+        return opr_fail(OPR_ERR_INVALID, "opr_dist_set_timeout: %g s is not a time-out (more than 0, at most %g s)",
+                        seconds, OPR_DIST_TIMEOUT_MAX_S);
     int rc = p->set_timeout(p->data, seconds);
     return rc ? opr_fail(rc, "opr_dist_set_timeout: the %s provider refused %g s", p->name, seconds) : OPR_OK;
 }
