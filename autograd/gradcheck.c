@@ -540,7 +540,7 @@ static int setup(gc *g, const char *const *inputs, int n_inputs, const opr_gradc
                                opr_dtype_name(g->ref_dt));
     for (int k = 0; !rc && k < g->nout; k++) {
         g->out_dt[k] = opr_tensor_dtype(outs[k]);
-        g->out_float[k] = opr_dtype_is_floating(g->out_dt[k]);
+        g->out_float[k] = opr_dtype_is_floating(g->out_dt[k]) && opr_op_output_differentiable(op, k);
         g->out_ndim[k] = opr_tensor_ndim(outs[k]);
         memcpy(g->out_shape[k], opr_tensor_shape(outs[k]), (size_t)g->out_ndim[k] * sizeof(int64_t));
         g->out_numel[k] = opr_tensor_numel(outs[k]);
@@ -553,7 +553,7 @@ static int setup(gc *g, const char *const *inputs, int n_inputs, const opr_gradc
     uint64_t s = o->seed ? o->seed : 0x243f6a8885a308d3ull;
     bool any = false;
     for (int k = 0; k < g->nout; k++) {
-        if (g->out_float[k] && g->dt != g->ref_dt) g->out_dt[k] = g->dt;
+        if (opr_dtype_is_floating(g->out_dt[k]) && g->dt != g->ref_dt) g->out_dt[k] = g->dt;
         if (!g->out_float[k]) continue;
         any = true;
         if (!(g->v[k] = malloc((size_t)(g->out_numel[k] ? g->out_numel[k] : 1) * sizeof(double))))

@@ -284,6 +284,7 @@ static int record(const opr_op *op, opr_tensor *const *tensors, const mval *slot
         if (((mask >> i) & 1) && tensors[i]) edge_to(&n->next[i], tensors[i]);
     for (int k = 0; k < nouts; k++) {
         if (!opr_dtype_is_floating(outs[k]->m.dtype)) continue; /* indices and masks carry no gradient */
+        if ((op->out_nondiff >> k) & 1) continue;                /* nor outputs said to be constants */
         atomic_fetch_add(&n->refs, 1);
         outs[k]->grad_fn = n;
         outs[k]->output_nr = k;

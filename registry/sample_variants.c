@@ -210,7 +210,7 @@ static bool list_layouts(void *ud, int k, int arg, int item, const sample_tensor
     lister *l = ud;
     int64_t n = numel_of(st);
     variant v = {.k = k, .arg = arg, .item = item};
-    if (st->ndim >= 2 && st->shape[st->ndim - 1] > 1 && st->shape[st->ndim - 2] > 1) {
+    if (n > 0 && st->ndim >= 2 && st->shape[st->ndim - 1] > 1 && st->shape[st->ndim - 2] > 1) { /* (an empty one has no layout) */
         v.kind = VK_TRANSPOSED;
         add(l, v);
     }

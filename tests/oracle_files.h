@@ -9,7 +9,7 @@
 
 #include <stdbool.h>
 
-#define OF_MAXREC 48
+#define OF_MAXREC 128
 
 typedef struct of_rec {
     char name[64];

@@ -167,7 +167,7 @@ START_TEST(test_layout_values)
                             ck_assert_msg(opr_tensor_is_contiguous(t) && opr_tensor_offset(t) == 0 && zero_dim < 0,
                                           "%s sample %d %s: tensor %d has a layout too", opr_op_name(op), i, b.label, k);
                         } else if (starts(b.label, "transposed ")) {
-                            ck_assert(!opr_tensor_is_contiguous(t));
+                            ck_assert_msg(!opr_tensor_is_contiguous(t), "%s sample %d %s: contiguous", opr_op_name(op), i, b.label);
                             ck_assert_int_eq(opr_tensor_stride(t, nd - 2), 1); /* memory is [..., n, m] */
                             ck_assert_int_eq(opr_tensor_stride(t, nd - 1), opr_tensor_size(t, nd - 2));
                             seen[0]++;

@@ -12,6 +12,8 @@ int cmd_ops(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
 /* opreg demo --model gpt (cmd_demo_gpt.c); argv as cmd_demo's. */
 int cmd_demo_gpt(int argc, char **argv);
+/* opreg demo --model resnet (cmd_demo_resnet.c); argv as cmd_demo's. */
+int cmd_demo_resnet(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
 int cmd_check(int argc, char **argv);
 int cmd_gradcheck(int argc, char **argv);

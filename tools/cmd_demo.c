@@ -5,6 +5,7 @@
 #include "cli.h"
 
 #include "gpt/gpt_demo.h"
+#include "resnet/resnet_demo.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -197,7 +198,7 @@ int cmd_demo(int argc, char **argv)
     for (int i = 1; i + 1 < argc; i++)
         if (!strcmp(argv[i], "--model")) model_name = argv[++i];
     if (cli_wants_help(argc, argv)) {
-        printf("usage: opreg demo [--model mlp|gpt] [OPTIONS] [--plugin PATH]... [--yaml FILE]...\n\n"
+        printf("usage: opreg demo [--model mlp|gpt|resnet] [OPTIONS] [--plugin PATH]... [--yaml FILE]...\n\n"
                "--model mlp (the default): generates a three-spirals data set (N points per class,\n"
                "default 200) and trains an MLP 2 -> 64 -> 64 -> 3 whose middle layer is frozen, with\n"
                "full-batch SGD (default 600 steps, learning rate 0.5), on the best available backend.\n"
@@ -212,11 +213,18 @@ int cmd_demo(int argc, char **argv)
                "loss and tokens/s, then samples a few seeded lines (the code of examples/gpt.c).\n"
                "Options:\n");
         gpt_demo_options_help(stdout);
+        printf("\n--model resnet: trains a ResNet of BasicBlocks (torchvision's layout: 7x7 stem, batch\n"
+               "norm, max pool, four stages, average pool, linear head) on generated 32x32 images of\n"
+               "four shapes with SGD on the CPU, printing the loss and images/s, what the first step\n"
+               "saved per op, and the accuracy on held-out images (the code of examples/resnet.c).\n"
+               "Options:\n");
+        resnet_demo_options_help(stdout);
         return 0;
     }
     if (!strcmp(model_name, "gpt")) return cmd_demo_gpt(argc, argv);
+    if (!strcmp(model_name, "resnet")) return cmd_demo_resnet(argc, argv);
     if (strcmp(model_name, "mlp")) {
-        fprintf(stderr, "opreg demo: --model %s: mlp or gpt\n", model_name);
+        fprintf(stderr, "opreg demo: --model %s: mlp, gpt or resnet\n", model_name);
         return 2;
     }
     int per_class = 200, steps = 600;

@@ -899,7 +899,7 @@ OPR_API opr_status opr_op_sample_args(const opr_op *op, int i, opr_dtype dtype, 
 /* Variants of sample i, for conformance checks: its count (0 for a bad op or index),
  * variant 0 being the sample itself as opr_op_sample_args builds it. Then, per tensor
  * argument NAME (an item of a Tensor[] is NAME[k]), as applies:
- *   "transposed NAME"   (last two sizes > 1) a view whose memory has the last two dims
+ *   "transposed NAME"   (last two sizes > 1, not empty) a view whose memory has the last two dims
  *                        swapped;
  *   "step-2 slice NAME" (more than one element) every second element, along each dim,
  *                        of a larger buffer;

@@ -1,0 +1,125 @@
+/* The ResNet example (examples/resnet) against torchvision's ResNet class with the same
+ * weights (oracle/resnet.py): ResNet(BasicBlock, [1, 1, 1, 1], num_classes=4), width 64.
+ *   - f64, training mode, one batch: the loss, the gradient of every parameter and every
+ *     running statistic after the forward, within 1e-10 (relative to 1 + |reference|);
+ *   - f32: the losses of three SGD steps (momentum 0.9, weight decay 1e-4) from the same
+ *     weights, within 1e-5.
+ * Skipped (77) without a python3 that has torch and torchvision. */
+#include "oracle_files.h"
+#include "test_util.h"
+
+#include "resnet/resnet_model.h"
+#include "resnet/resnet_train.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifndef OPREG_ORACLE_DIR
+#error "OPREG_ORACLE_DIR must name tests/oracle"
+#endif
+
+#define MAXT 96
+
+static const resnet_config cfg64 = {.blocks = {1, 1, 1, 1}, .width = 64, .num_classes = 4, .in_channels = 3,
+                                    .bn_momentum = 0.1, .bn_eps = 1e-5, .dtype = OPR_F64};
+
+static void expect_close(const of_recs *rs, const char *name, const opr_tensor *t, double tol)
+{
+    of_expect_close_case(rs, "resnet", name, t, tol, OF_NAN_FAILS);
+}
+
+START_TEST(resnet_matches_torchvision)
+{
+    opr_ctx *ctx = tu_ctx();
+    resnet_model *m = resnet_model_new(ctx, &cfg64, 5, OPR_CPU);
+    ck_assert_msg(m != NULL, "%s", resnet_error());
+    /* the inputs: the weights as built, then the batches */
+    const char *names[MAXT];
+    opr_tensor *ts[MAXT];
+    char keys[MAXT][96];
+    int n = 0;
+    for (int i = 0; i < m->n_params; i++) names[n] = m->param_names[i], ts[n++] = m->params[i];
+    for (int i = 0; i < m->n_buffers; i++) names[n] = m->buffer_names[i], ts[n++] = m->buffers[i];
+    opr_tensor *batch[8];
+    for (int k = 0; k < 4; k++) {
+        ck_assert(!resnet_batch(ctx, OPR_F64, OPR_CPU, 77, k * 8, k ? 8 : 4, &batch[2 * k], &batch[2 * k + 1]));
+        snprintf(keys[2 * k], sizeof keys[0], "x%d", k);
+        snprintf(keys[2 * k + 1], sizeof keys[0], "y%d", k);
+        names[n] = keys[2 * k], ts[n++] = batch[2 * k];
+        names[n] = keys[2 * k + 1], ts[n++] = batch[2 * k + 1];
+    }
+    ck_assert(n <= MAXT);
+    of_recs rs;
+    of_run(OPREG_ORACLE_DIR, "resnet", names, ts, n, &rs);
+
+    /* f64: loss, gradients, running statistics */
+    opr_tensor *loss = NULL;
+    ck_assert_msg(!resnet_model_forward(m, batch[0], batch[1], true, &loss, NULL), "%s", resnet_error());
+    ck_assert_msg(!opr_backward(loss, NULL, NULL), "%s", opr_last_error());
+    expect_close(&rs, "loss", loss, 1e-10);
+    for (int i = 0; i < m->n_params; i++) {
+        char key[128];
+        snprintf(key, sizeof key, "g.%s", m->param_names[i]);
+        ck_assert_msg(opr_grad(m->params[i]) != NULL, "no gradient for %s", m->param_names[i]);
+        expect_close(&rs, key, opr_grad(m->params[i]), 1e-10);
+    }
+    for (int i = 0; i < m->n_buffers; i++) {
+        char key[128];
+        snprintf(key, sizeof key, "b.%s", m->buffer_names[i]);
+        expect_close(&rs, key, m->buffers[i], 1e-10);
+    }
+    opr_tensor_release(loss);
+    resnet_model_free(m);
+
+    /* f32: three SGD steps from the same weights (the same draws, rounded) */
+    resnet_config c32 = cfg64;
+    c32.dtype = OPR_F32;
+    m = resnet_model_new(ctx, &c32, 5, OPR_CPU);
+    ck_assert_msg(m != NULL, "%s", resnet_error());
+    resnet_sgd opt;
+    ck_assert(!resnet_sgd_init(&opt, m, 0.05, 0.9, 1e-4));
+    double losses[3];
+    for (int k = 1; k <= 3; k++) {
+        opr_tensor *x32 = NULL;
+        ck_assert(!opr_call(opr_op_find(ctx, "to"), (opr_value[]){opr_v_tensor(batch[2 * k]), opr_v_string("f32")}, 2, &x32, 1));
+        ck_assert_msg(!resnet_model_forward(m, x32, batch[2 * k + 1], true, &loss, NULL), "%s", resnet_error());
+        ck_assert_msg(!opr_backward(loss, NULL, NULL), "%s", opr_last_error());
+        ck_assert(!opr_tensor_copy_to_host_f64(loss, &losses[k - 1], 1));
+        ck_assert(!resnet_sgd_step(&opt, m));
+        opr_tensor_release(loss);
+        opr_tensor_release(x32);
+    }
+    opr_tensor *l32 = opr_tensor_from_data(ctx, OPR_F64, 1, (int64_t[]){3}, losses, OPR_CPU);
+    expect_close(&rs, "losses32", l32, 1e-5);
+    printf("resnet: f64 loss and %d gradients match torchvision; f32 SGD losses %.6f %.6f %.6f match\n", m->n_params,
+           losses[0], losses[1], losses[2]);
+    opr_tensor_release(l32);
+    resnet_sgd_free(&opt);
+    resnet_model_free(m);
+    for (int k = 0; k < 8; k++) opr_tensor_release(batch[k]);
+    of_recs_free(&rs);
+    tu_ctx_free(ctx);
+}
+END_TEST
+
+int main(void)
+{
+    char why[256], cmd[600];
+    if (!of_find_python(why, sizeof why)) {
+        printf("SKIP: no python3 with torch (tried %s)\n", why);
+        return 77;
+    }
+    snprintf(cmd, sizeof cmd, "'%s' -c 'import torchvision' >/dev/null 2>&1", of_python());
+    if (system(cmd) != 0) {
+        printf("SKIP: %s has torch but not torchvision (Debian: python3-torchvision)\n", of_python());
+        return 77;
+    }
+    Suite *s = suite_create("resnet");
+    TCase *tc = tcase_create("resnet");
+    tcase_set_timeout(tc, 600);
+    tcase_add_test(tc, resnet_matches_torchvision);
+    suite_add_tcase(s, tc);
+    return tu_run(s);
+}
