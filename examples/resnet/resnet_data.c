@@ -35,7 +35,7 @@ void resnet_data_draw(uint64_t seed, int64_t first, int n, double *x, int64_t *l
                 mean_fg += fg[ch] / 3;
             }
         } while (fabs(mean_bg - mean_fg) < 0.4);
-        const double rad = 5 + 6 * gpt_rng_uniform(&rng);
+        const double rad = 7 + 6 * gpt_rng_uniform(&rng);
         const double cr = rad + (S - 2 * rad) * gpt_rng_uniform(&rng), cc = rad + (S - 2 * rad) * gpt_rng_uniform(&rng);
         double *img = x + (int64_t)i * 3 * plane;
         for (int r = 0; r < S; r++)

@@ -2,7 +2,7 @@
  * downloaded): 32x32 RGB images of one filled shape each, the class being the shape:
  * 0 disc, 1 square, 2 triangle, 3 plus sign. Each image has a random background
  * colour, a shape colour at least 0.4 away from it in every channel's mean, a random
- * centre and size (radius 5 to 11 pixels), and uniform noise of +-0.1. Image i of a
+ * centre and size (radius 7 to 13 pixels), and uniform noise of +-0.1. Image i of a
  * set depends only on (seed, i), so a training run and a test set never overlap when
  * their seeds differ. */
 #ifndef OPREG_EXAMPLE_RESNET_DATA_H

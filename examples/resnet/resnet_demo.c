@@ -13,8 +13,8 @@ typedef struct demo_opts {
     unsigned long long seed;
 } demo_opts;
 
-static const demo_opts defaults = {.steps = 120, .batch = 32, .width = 16, .blocks = 1, .test = 512, .log_every = 20,
-                                   .lr = 0.05, .seed = 1};
+static const demo_opts defaults = {.steps = 400, .batch = 32, .width = 16, .blocks = 1, .test = 512, .log_every = 50,
+                                   .lr = 0.03, .seed = 1};
 
 void resnet_demo_options_help(FILE *out)
 {
@@ -23,7 +23,7 @@ void resnet_demo_options_help(FILE *out)
             "  --batch N       images per step (default %d)\n"
             "  --width N       channels of the first stage; stage s has N << s (default %d; torchvision's 64)\n"
             "  --blocks N      BasicBlocks per stage (default %d; resnet18 has 2)\n"
-            "  --lr X          SGD learning rate, momentum 0.9, weight decay 1e-4 (default %g)\n"
+            "  --lr X          SGD learning rate, falling linearly to 0; momentum 0.9, weight decay 1e-4 (default %g)\n"
             "  --test N        held-out images to measure the accuracy on (default %d)\n"
             "  --seed N        weights and data (default %llu)\n"
             "  --log-every N   print the loss every N steps (default %d)\n",
@@ -117,12 +117,12 @@ int resnet_demo_run(opr_ctx *ctx, int argc, char **argv, const char *prog)
     int64_t numel = 0;
     for (int i = 0; i < m->n_params; i++) numel += opr_tensor_numel(m->params[i]);
     printf("ResNet of BasicBlocks (%d per stage, widths %d-%d), %lld parameters, f32 on the cpu;\n"
-           "%d steps of %d generated 32x32 images (4 shapes), SGD lr %g momentum 0.9\n",
+           "%d steps of %d generated 32x32 images (4 shapes), SGD lr %g (falling linearly to 0) momentum 0.9\n",
            o.blocks, o.width, o.width << 3, (long long)numel, o.steps, o.batch, o.lr);
     double *losses = calloc((size_t)o.steps, sizeof *losses);
     op_table table = {.n = 0};
     const resnet_train_opts to = {.steps = o.steps, .batch = o.batch, .lr = o.lr, .momentum = 0.9, .weight_decay = 1e-4,
-                                  .data_seed = o.seed + 1, .log_every = o.log_every, .losses = losses, .walk = collect,
+                                  .decay = true, .data_seed = o.seed + 1, .log_every = o.log_every, .losses = losses, .walk = collect,
                                   .walk_ud = &table};
     double rate = 0, acc = 0;
     opr_status st = losses ? resnet_train(m, &to, &rate) : OPR_ERR_NOMEM;

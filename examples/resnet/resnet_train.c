@@ -127,6 +127,9 @@ opr_status resnet_train(resnet_model *m, const resnet_train_opts *o, double *ima
         if (!rc) rc = opr_backward(loss, NULL, NULL);
         double lv = 0;
         if (!rc) rc = opr_tensor_copy_to_host_f64(loss, &lv, 1);
+        /* the learning rate falls linearly to 0 over the run (o->decay), which settles the
+         * weights the batch norms' running statistics describe */
+        if (o->decay) opt.lr = o->lr * (1 - (double)step / o->steps);
         if (!rc) rc = resnet_sgd_step(&opt, m);
         if (!rc && o->losses) o->losses[step] = lv;
         if (!rc && o->log_every && (step % o->log_every == 0 || step == o->steps - 1)) {

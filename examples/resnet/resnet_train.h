@@ -32,6 +32,7 @@ opr_status resnet_batch(opr_ctx *ctx, opr_dtype dtype, opr_device dev, uint64_t 
 typedef struct resnet_train_opts {
     int steps, batch;
     double lr, momentum, weight_decay;
+    bool decay;          /* lr falls linearly from lr to 0 over the steps */
     uint64_t data_seed;  /* training images: set data_seed, drawn in order */
     int log_every;       /* print the loss and images/s every N steps (and the first); 0: silent */
     FILE *log;           /* where; NULL: stdout */

@@ -7,7 +7,7 @@ y0, and three f32 training batches x1..x3 / y1..y3. Writes
     loss        the f64 training-mode cross-entropy of x0
     g.NAME      the f64 gradient of each parameter
     b.NAME      each buffer after that forward (running statistics)
-    losses32    the losses of three torch.optim.SGD steps (lr 0.05, momentum 0.9,
+    losses32    the losses of three torch.optim.SGD steps (lr 0.01, momentum 0.9,
                 weight decay 1e-4) in f32 from the same weights, one per batch
 """
 import sys
@@ -41,7 +41,7 @@ for name, b in m.named_buffers():
         out["b." + name] = b
 
 m = model(torch.float32)
-opt = torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9, weight_decay=1e-4)
+opt = torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9, weight_decay=1e-4)
 losses = []
 for k in (1, 2, 3):
     loss = F.cross_entropy(m(inp["x%d" % k].float()), inp["y%d" % k])
