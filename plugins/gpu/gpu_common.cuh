@@ -352,8 +352,21 @@ int gk_sum_to(const gk_ctx *k, const opr_tensor_view *g, const opr_tensor_view *
  * anything is written. (gpu_index.cu) */
 int gk_index_range(const gk_ctx *k, const opr_tensor_view *index, int64_t *min, int64_t *max);
 
+/* Strided-batched GEMM for kernels outside gpu_linalg.cu: C[b] = alpha * A[b] @ B[b] +
+ * beta * C[b] for b < count (beta 0: C is only written). A[b] (m x kk) starts at
+ * a + b * a_bs elements, with row stride a_rs and column stride a_cs, one of them 1 (a
+ * row-major matrix or the transpose of one: what cuBLAS reads in place); B[b] (kk x n)
+ * likewise; C[b] row-major with row stride n at c + b * c_bs. cuBLAS where the build has
+ * it, else (or with OPREG_CUDA_TILED_GEMM=1) the tiled kernel. (gpu_linalg.cu) */
+int gk_gemm(const gk_ctx *k, opr_dtype dt, int64_t m, int64_t n, int64_t kk, double alpha, const void *a, int64_t a_rs,
+            int64_t a_cs, int64_t a_bs, const void *b, int64_t b_rs, int64_t b_cs, int64_t b_bs, double beta, void *c,
+            int64_t c_bs, int64_t count);
+
 /* Registration of each kernel family. */
 int gk_register(opr_plugin *self, const char *op, uint32_t dtypes, opr_kernel_fn fn);
+/* Same, with a `supports` callback (opr_kernel_desc) that may decline a call. */
+int gk_register_supports(opr_plugin *self, const char *op, uint32_t dtypes, opr_kernel_fn fn,
+                         bool (*supports)(const opr_kernel_call *call, char *why, size_t why_len));
 int gk_register_elementwise(opr_plugin *self); /* gpu_elementwise.cu */
 int gk_register_compare(opr_plugin *self);     /* gpu_compare.cu */
 int gk_register_reduce(opr_plugin *self);      /* gpu_reduce.cu */
@@ -367,6 +380,9 @@ int gk_register_nn(opr_plugin *self);          /* gpu_nn.cu: embedding, dropout,
 int gk_register_norm(opr_plugin *self);        /* gpu_norm.cu: layer_norm, gelu */
 int gk_register_loss(opr_plugin *self);        /* gpu_loss.cu: nll_loss, cross_entropy */
 int gk_register_attention(opr_plugin *self);   /* gpu_attention.cu: scaled dot-product attention */
+int gk_register_conv(opr_plugin *self);        /* gpu_conv.cu: convolution and its backward */
+int gk_register_pool(opr_plugin *self);        /* gpu_pool.cu: max, average and adaptive average pooling */
+int gk_register_batch_norm(opr_plugin *self);  /* gpu_batch_norm.cu: native_batch_norm, native_group_norm */
 int gk_register_collective(opr_plugin *self);  /* gpu_nccl.cu: all_reduce, ... on NCCL */
 /* Destroys the NCCL communicators (gpu_nccl.cu), with the last context. */
 void gk_collective_shutdown(void);

@@ -378,6 +378,20 @@ int gk_register(opr_plugin *self, const char *op, uint32_t dtypes, opr_kernel_fn
     return gk_host->register_kernel(self, &d);
 }
 
+int gk_register_supports(opr_plugin *self, const char *op, uint32_t dtypes, opr_kernel_fn fn,
+                         bool (*supports)(const opr_kernel_call *call, char *why, size_t why_len))
+{
+    opr_kernel_desc d;
+    memset(&d, 0, sizeof d);
+    d.struct_size = sizeof d;
+    d.op = op;
+    d.device = GPU_NAME;
+    d.dtypes = dtypes;
+    d.fn = fn;
+    d.supports = supports;
+    return gk_host->register_kernel(self, &d);
+}
+
 extern "C" OPR_PLUGIN_EXPORT int opr_plugin_init(const opr_host_api *host, opr_plugin *self)
 {
     self->abi_major = OPR_ABI_MAJOR;
@@ -423,7 +437,8 @@ extern "C" OPR_PLUGIN_EXPORT int opr_plugin_init(const opr_host_api *host, opr_p
     int (*const families[])(opr_plugin *) = {
         gk_register_elementwise, gk_register_compare, gk_register_reduce, gk_register_linalg,
         gk_register_index, gk_register_copy, gk_register_sort, gk_register_segment, gk_register_convert, gk_register_nn,
-        gk_register_norm, gk_register_loss, gk_register_attention, gk_register_collective,
+        gk_register_norm, gk_register_loss, gk_register_attention, gk_register_conv, gk_register_pool,
+        gk_register_batch_norm, gk_register_collective,
     };
     for (size_t i = 0; i < sizeof families / sizeof families[0]; i++)
         if ((rc = families[i](self)) != OPR_OK) return rc;

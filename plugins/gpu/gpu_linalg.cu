@@ -557,6 +557,17 @@ int mm_family_backward(const opr_kernel_call *c, int need_ndim)
 
 } // namespace
 
+int gk_gemm(const gk_ctx *k, opr_dtype dt, int64_t m, int64_t n, int64_t kk, double alpha, const void *a, int64_t a_rs,
+            int64_t a_cs, int64_t a_bs, const void *b, int64_t b_rs, int64_t b_cs, int64_t b_bs, double beta, void *c,
+            int64_t c_bs, int64_t count)
+{
+    if (m == 0 || n == 0 || count == 0) return OPR_OK;
+    if (!use_tiled() && (m > BLAS_INT_MAX || n > BLAS_INT_MAX || kk > BLAS_INT_MAX))
+        return GK_FAIL(k->call, OPR_ERR_UNSUPPORTED, "%s: a matrix dimension exceeds what cuBLAS accepts", k->op);
+    const gop ga = {(const char *)a, a_rs, a_cs, a_bs}, gb = {(const char *)b, b_rs, b_cs, b_bs};
+    return gemm_call(k, dt, m, n, kk, alpha, ga, gb, beta, (char *)c, c_bs, count);
+}
+
 int gk_register_linalg(opr_plugin *self)
 {
     const struct {

@@ -28,7 +28,9 @@ function(opreg_gpu_yaml_definitions target)
     "linear_backward|LINEAR|input, weight, bias/input, weight"
     "addmm_backward|ADDMM|self, mat1, mat2"
     "layer_norm_backward|LAYER_NORM|input, weight, bias"
-    "scaled_dot_product_attention_backward|SDPA|query, key, value")
+    "scaled_dot_product_attention_backward|SDPA|query, key, value"
+    "convolution_backward_fused|CONVOLUTION|input, weight, bias"
+    "native_batch_norm_backward_fused|BATCH_NORM|input, weight, bias")
   foreach(entry IN LISTS backward)
     string(REPLACE "|" ";" parts "${entry}")
     list(GET parts 0 kname)
