@@ -3,7 +3,8 @@
  *   - f64, training mode, one batch: the loss, the gradient of every parameter and every
  *     running statistic after the forward, within 1e-10 (relative to 1 + |reference|);
  *   - f32: the losses of three SGD steps (lr 0.01, momentum 0.9, weight decay 1e-4) from the same
- *     weights, within 1e-5.
+ *     weights, within 1e-5;
+ *   - with the backbone frozen, the graph holds the head only and saves what it reads.
  * Skipped (77) without a python3 that has torch and torchvision. */
 #include "oracle_files.h"
 #include "test_util.h"
@@ -104,6 +105,58 @@ START_TEST(resnet_matches_torchvision)
 }
 END_TEST
 
+/* Per-op totals of a graph (opr_autograd_walk). */
+typedef struct walk_sum {
+    int nodes, convs, norms, pools;
+    uint64_t saved;
+} walk_sum;
+
+static void sum_node(void *ud, const opr_node_info *info)
+{
+    walk_sum *w = ud;
+    w->nodes++;
+    w->convs += !strcmp(info->op, "convolution");
+    w->norms += !strcmp(info->op, "native_batch_norm");
+    w->pools += !strcmp(info->op, "max_pool2d_with_indices") || !strcmp(info->op, "_adaptive_avg_pool2d");
+    w->saved += info->saved_bytes;
+}
+
+/* Fine-tuning the head of a frozen backbone: no node of the backbone is recorded, and the
+ * graph saves only what the head's gradients read (the head's input, the logits, the
+ * targets), however large the activations behind it. */
+START_TEST(frozen_backbone_saves_only_the_head)
+{
+    opr_ctx *ctx = tu_ctx();
+    resnet_config c = cfg64;
+    c.width = 16;
+    c.dtype = OPR_F32;
+    resnet_model *m = resnet_model_new(ctx, &c, 3, OPR_CPU);
+    ck_assert_msg(m != NULL, "%s", resnet_error());
+    for (int i = 0; i < m->n_params; i++)
+        if (strncmp(m->param_names[i], "fc.", 3)) ck_assert(!opr_set_requires_grad(m->params[i], false));
+    opr_tensor *x, *y, *loss = NULL;
+    const int n = 16;
+    ck_assert(!resnet_batch(ctx, OPR_F32, OPR_CPU, 9, 0, n, &x, &y));
+    ck_assert_msg(!resnet_model_forward(m, x, y, true, &loss, NULL), "%s", resnet_error());
+    walk_sum w = {0};
+    ck_assert_int_ge(opr_autograd_walk(loss, sum_node, &w), 1);
+    const uint64_t head_in = (uint64_t)n * (uint64_t)(c.width << 3) * 4, logits = (uint64_t)n * 4 * 4, targets = (uint64_t)n * 8;
+    ck_assert_msg(w.convs == 0 && w.norms == 0 && w.pools == 0, "the frozen backbone recorded %d convolutions, %d batch norms, %d pools",
+                  w.convs, w.norms, w.pools);
+    ck_assert_msg(w.saved <= head_in + logits + targets, "%d nodes saved %llu bytes; the head reads at most %llu", w.nodes,
+                  (unsigned long long)w.saved, (unsigned long long)(head_in + logits + targets));
+    ck_assert(!opr_backward(loss, NULL, NULL));
+    ck_assert(opr_grad(resnet_model_tensor(m, "fc.weight", false)) != NULL);
+    ck_assert(opr_grad(resnet_model_tensor(m, "conv1.weight", false)) == NULL);
+    printf("resnet, frozen backbone: %d node(s) recorded, %llu bytes saved\n", w.nodes, (unsigned long long)w.saved);
+    opr_tensor_release(loss);
+    opr_tensor_release(x);
+    opr_tensor_release(y);
+    resnet_model_free(m);
+    tu_ctx_free(ctx);
+}
+END_TEST
+
 int main(void)
 {
     char why[256], cmd[600];
@@ -120,6 +173,7 @@ int main(void)
     TCase *tc = tcase_create("resnet");
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, resnet_matches_torchvision);
+    tcase_add_test(tc, frozen_backbone_saves_only_the_head);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }
