@@ -5,7 +5,15 @@
 # build must pass; each deliberately broken one must fail, the run must still end with
 # its summary, and the output must name the culprit: the lines below, one assertion each,
 # say what each variant's output must (or, with a leading !, must not) contain, as grep
-# -E patterns. The JUnit file of every run must parse as JUnit XML (tests/junit_check.py).
+# -E patterns, matched against stdout and stderr together. The JUnit file of every run
+# must parse as JUnit XML (tests/junit_check.py).
+#
+# Every run reads opreg's output through a pipe, as a CI does, and must end within
+# the time limit below: a process a kernel left behind must neither keep the pipe open
+# nor the run alive. The hostile variant runs with --format json, whose stdout must
+# parse as JSON whatever its kernels print.
+#
+# VENDOR_CHECK_ONLY="v1 v2" runs those variants alone (while working on one).
 #
 # A variant is added with one #ifdef VENDOR_<NAME> in vendor/vendor_plugin.c (or a
 # vendor/vendor_ops_<name>.yaml) and its lines here.
@@ -78,31 +86,52 @@ swish_f32       note swish on vdev: gradients against finite differences in f32 
 swish_f32       op\(s\) checked, 0 failure\(s\)$
 swish_f32_formula  ^swish +FAIL
 swish_f32_formula  FAIL swish on vdev: .*culprit: derivative formula swish
+hostile         "op": "relu", "backend": "vdev", .*"verdict": "timed out".*timed out after 3 s in relu forward, sample 0, f32
+hostile         "op": "exp", "backend": "vdev", .*"verdict": "pass"
+hostile         "op": "mm", "backend": "vdev", .*"verdict": "pass"
+hostile         ^vdev exp: a kernel writing to stdout$
+hostile         ^vdev exp: a kernel writing to stderr$
 '
 
 cmake --install "$build" --prefix "$tmp/prefix" >/dev/null
 opreg="$tmp/prefix/bin/opreg"
 status=0
 for variant in $(printf '%s\n' "$expectations" | awk 'NF { print $1 }' | uniq); do
+    case " ${VENDOR_CHECK_ONLY:-$variant} " in *" $variant "*) ;; *) continue ;; esac
     cmake -S "$src/tests/vendor" -B "$tmp/$variant" -G Ninja -DCMAKE_PREFIX_PATH="$tmp/prefix" \
         -DVENDOR_VARIANT="$variant" >/dev/null
     cmake --build "$tmp/$variant" >/dev/null
     extra=
-    case $variant in hang) extra="--timeout 3" ;; esac
-    rc=0
+    case $variant in
+    hang) extra="--timeout 3" ;;
+    hostile) extra="--timeout 3 --format json" ;;
+    esac
+    started=$(date +%s)
     # shellcheck disable=SC2086 # $extra is a list of options
-    env -u OPREG_PLUGIN_PATH -u OPREG_YAML_DIR -u LD_LIBRARY_PATH \
+    { rc=0; env -u OPREG_PLUGIN_PATH -u OPREG_YAML_DIR -u LD_LIBRARY_PATH timeout 240 \
         "$opreg" check -v --backend vdev --plugin "$tmp/$variant/libvendor.so" --junit "$tmp/$variant.xml" $extra \
-        >"$tmp/$variant.out" 2>&1 || rc=$?
-    echo "=== variant $variant: opreg check exited $rc"
+        2>"$tmp/$variant.err" || rc=$?; echo $rc >"$tmp/$variant.rc"; } | cat >"$tmp/$variant.stdout"
+    took=$(($(date +%s) - started))
+    rc=$(cat "$tmp/$variant.rc")
+    cat "$tmp/$variant.stdout" "$tmp/$variant.err" >"$tmp/$variant.out"
+    echo "=== variant $variant: opreg check exited $rc after ${took} s"
     cat "$tmp/$variant.out"
+    if [ "$took" -ge 100 ]; then
+        echo "FAIL variant $variant: the run took $took s (a kernel's background process kept it alive?)"
+        status=1
+    fi
     want=1
     case $variant in ok | override_no_flag | swish_f32) want=0 ;; esac
     if [ "$rc" != "$want" ]; then
         echo "FAIL variant $variant: opreg check exited $rc, expected $want"
         status=1
     fi
-    if ! grep -Eq "^[0-9]+ op\(s\) checked" "$tmp/$variant.out"; then
+    if [ "$variant" = hostile ]; then
+        if ! python3 -c 'import json, sys; json.load(open(sys.argv[1]))' "$tmp/$variant.stdout"; then
+            echo "FAIL variant $variant: stdout is not one JSON document"
+            status=1
+        fi
+    elif ! grep -Eq "^[0-9]+ op\(s\) checked" "$tmp/$variant.out"; then
         echo "FAIL variant $variant: the run did not end with its summary"
         status=1
     fi

@@ -32,6 +32,11 @@
  *   VENDOR_SWISH_F32      swish on vdev in f32 only: its formula is checked against finite
  *                         differences in f32 there (and must pass)
  *   VENDOR_SWISH_F32_FORMULA  the same with the wrong formula of VENDOR_SWISH_FORMULA
+ *   VENDOR_HOSTILE        kernels that attack the worker rather than compute wrong: relu
+ *                         closes every fd the worker has and then never returns; exp
+ *                         prints to stdout and stderr and starts a background process
+ *                         that outlives it (check must time relu out, not wait for the
+ *                         background process, and keep --format json parseable)
  *   VENDOR_YAML           the absolute path of the op definitions to load */
 #include <opreg/plugin.h>
 
@@ -166,6 +171,10 @@ static int k_relu(const opr_kernel_call *call)
 #ifdef VENDOR_HANG
     for (;;) sleep(1); /* on purpose */
 #endif
+#ifdef VENDOR_HOSTILE
+    for (int fd = 0; fd < 1024; fd++) close(fd); /* the worker's pipes among them, on purpose */
+    for (;;) sleep(1);
+#endif
     int rc = elementwise(call, tensor_arg(call, 0), NULL, 0, call->outputs[0], f_relu);
 #ifdef VENDOR_OVERRUN
     opr_tensor_view *o = call->outputs[0];
@@ -223,6 +232,16 @@ static bool mm_supports(const opr_kernel_call *call, char *why, size_t why_len)
 
 static int k_exp(const opr_kernel_call *call)
 {
+#ifdef VENDOR_HOSTILE
+    static bool started; /* once per worker process */
+    if (!started) {
+        started = true;
+        printf("vdev exp: a kernel writing to stdout\n");
+        fflush(stdout);
+        fprintf(stderr, "vdev exp: a kernel writing to stderr\n");
+        if (system("sleep 120 &")) return OPR_ERR_INVALID; /* a daemon holding whatever it inherited */
+    }
+#endif
     int rc = elementwise(call, tensor_arg(call, 0), NULL, 0, call->outputs[0], f_exp);
 #ifdef VENDOR_OVERRUN
     opr_tensor_view *o = call->outputs[0];
