@@ -55,6 +55,7 @@ typedef struct gc {
     double *v[OPR_MAX_OUTS];   /* grad_output weights (floating outputs) */
     double eps, atol, rtol;
     opr_gradcheck_result *res;
+    bool na_declined;      /* the last GC_NA: a kernel's supports declined the call */
 } gc;
 
 /* A built call: arguments and the tensors made for it. */
@@ -284,6 +285,7 @@ static gc_outcome analytic(gc *g, opr_device dev, opr_dtype dt, uint32_t rg, uin
     opr_grad_mode_set(prev);
     if (rc == OPR_ERR_NOT_FOUND || rc == OPR_ERR_UNSUPPORTED) {
         snprintf(why, len, "%s", opr_last_error());
+        g->na_declined = rc == OPR_ERR_UNSUPPORTED && opr_last_error_declined();
         res = GC_NA;
         goto done;
     }
@@ -400,7 +402,13 @@ static void check_one(gc *g, uint32_t rg, int cand)
     gc_outcome r = analytic(g, g->dev, g->dt, rg, judge, why, sizeof why);
     g->res->checked++;
     if (r == GC_PASS) { g->res->passed++; goto out; }
-    if (r == GC_NA) { g->res->not_available++; g->res->checked--; na_add(g, cand, why); goto out; }
+    if (r == GC_NA) {
+        g->res->not_available++;
+        g->res->declined += g->na_declined;
+        g->res->checked--;
+        na_add(g, cand, why);
+        goto out;
+    }
     char lb[128];
     const char *label = cand_label(op, cand, lb, sizeof lb);
     const char *dtn = opr_dtype_name(g->dt);

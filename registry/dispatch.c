@@ -495,6 +495,7 @@ opr_status opr_call(const opr_op *op, const opr_value *args, int nargs, opr_tens
     if (no) {
         rc = opr_fail(OPR_ERR_UNSUPPORTED, "%s (%s, plugin %s) supports: %s", op->name,
                       op->ctx->devices[c.dev.type].name, kern->plugin, no);
+        opr_error_mark_declined();
         refused = true;
     }
     for (int i = 0; i < op->nout && !rc; i++) {

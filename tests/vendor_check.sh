@@ -29,9 +29,11 @@ ok              ^exp +pass
 ok              ^mm +pass
 ok              ^relu +pass
 ok              ^swish +pass
-ok              op\(s\) checked, 0 failure\(s\)$
+ok              op\(s\) checked, 0 failure\(s\)(,|$)
 ok              n/i mul on vdev: dtypes i64, f16, bf16 candidates .*\[other\]
-ok              !^  (FAIL|CRASHED|TIMED OUT|UNSUPPORTED)
+ok              !^  (FAIL|CRASHED|TIMED OUT|UNSUPPORTED|STRICT)
+ok              NOT CHECKED swish on vdev: swish sample 0 f32 forward: the CPU reference could not run the sample
+ok              , 2 not checked \(allowed\)$
 wrong_forward   ^mul +FAIL
 wrong_forward   FAIL mul on vdev: mul sample 0 f32 forward
 wrong_forward   exp on vdev: depends on failing mul$
@@ -47,7 +49,7 @@ wrong_fused     FAIL vfma on vdev: .*culprit: fused backward kernel vfma_backwar
 wrong_fused     !culprit: derivative formula
 wrong_fused     !FAIL (mul|exp|add) on vdev
 override_no_flag  note  mul \(cpu, f32\): plugin cpu runs it; plugin vendor.s is not used
-override_no_flag  op\(s\) checked, 0 failure\(s\)$
+override_no_flag  op\(s\) checked, 0 failure\(s\)(,|$)
 override_no_flag  !^  FAIL|FAIL [0-9]
 crash_forward   ^mul +CRASHED
 crash_forward   CRASHED add on vdev: crashed \(SIGSEGV\) in kernel mul on vdev \(plugin vendor\), during add backward
@@ -76,14 +78,23 @@ size_only       FAIL mm on vdev: mm sample [0-9]+ \[large\] f32 forward: output 
 size_only       !FAIL mm on vdev: mm sample [0-9]+ f(32|64) forward
 unsupported     ^mul +pass [0-9]+ .*\+unsup
 unsupported     UNSUPPORTED mul on vdev: mul sample 0 f64 forward: unsupported at run time: .*vdev mul: this firmware takes no f64 tensors
-unsupported     [0-9]+ unsupported at run time$
-unsupported     unsupported mm sample 0 \[transposed self\] f32 forward: unsupported at run time: mm \(vdev, plugin vendor\) supports: vdev mm: self must be row-major \(its strides are 1, [0-9]+\)
+unsupported     [0-9]+ unsupported at run time(,|$)
+unsupported     ^mm +pass [0-9]+ .*\+declined
+unsupported     declined mm on vdev: [0-9]+ call\(s\) its kernels. supports declined, the first: mm sample 0 \[transposed self\] f32 forward: mm \(vdev, plugin vendor\) supports: vdev mm: self must be row-major \(its strides are 1, [0-9]+\)
+unsupported     declined mm sample 0 f32 backward \[mat2\]: .*supports: vdev mm: self must be row-major
+unsupported     [0-9]+ declined by supports(,|$)
+unsupported     !UNSUPPORTED mm|unsupported mm
+strict          ^vfma +pass
+strict          STRICT plugin vendor skipped 1 kernel\(s\) for ops the registry does not define: reluu
+strict          STRICT kernel vfma on vdev \(plugin vendor\) in i64: no comparison ran it \(the op.s schema does not list the dtype\)
+strict          NOT CHECKED swish on vdev
+strict          , 2 not checked, 2 --strict finding\(s\)$
 swish_formula   ^swish +FAIL
 swish_formula   FAIL swish on vdev: .*culprit: derivative formula swish
 swish_formula   !FAIL (mul|exp|add|vfma) on vdev
 swish_f32       ^swish +pass
 swish_f32       note swish on vdev: gradients against finite differences in f32 on the backend .*atol 1e-3, rtol 1e-2
-swish_f32       op\(s\) checked, 0 failure\(s\)$
+swish_f32       op\(s\) checked, 0 failure\(s\)(,|$)
 swish_f32_formula  ^swish +FAIL
 swish_f32_formula  FAIL swish on vdev: .*culprit: derivative formula swish
 hostile         "op": "relu", "backend": "vdev", .*"verdict": "timed out".*timed out after 3 s in relu forward, sample 0, f32
@@ -101,10 +112,14 @@ for variant in $(printf '%s\n' "$expectations" | awk 'NF { print $1 }' | uniq); 
     cmake -S "$src/tests/vendor" -B "$tmp/$variant" -G Ninja -DCMAKE_PREFIX_PATH="$tmp/prefix" \
         -DVENDOR_VARIANT="$variant" >/dev/null
     cmake --build "$tmp/$variant" >/dev/null
-    extra=
+    # swish has no CPU kernel: its forward is NOT CHECKED (that fails the run unless
+    # allowed); every variant but strict allows it and is --strict, the strict one is not
+    # allowed it
+    extra="--strict --allow-unchecked"
     case $variant in
-    hang) extra="--timeout 3" ;;
-    hostile) extra="--timeout 3 --format json" ;;
+    hang) extra="$extra --timeout 3" ;;
+    hostile) extra="$extra --timeout 3 --format json" ;;
+    strict) extra="--strict" ;;
     esac
     started=$(date +%s)
     # shellcheck disable=SC2086 # $extra is a list of options

@@ -1,6 +1,7 @@
 /* The table, JSON and JUnit output of opreg check (check_report.h). The parent keeps
  * every record: a run of all ops over two backends makes a few thousand. */
 #include "check_report.h"
+#include "check_strict.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -19,6 +20,7 @@ typedef struct cell {
     char nimpl_variants[256];
     char unsupported[2100];   /* the first run-time refusal */
     char unchecked[2100];     /* the first NOT CHECKED reason */
+    char declined[2100];      /* the first refusal a kernel's supports declared */
     char pass_note[600];      /* how a pass was judged, where it is not the default */
     double perf_ns, perf_ref_ns;
     char notes_verbose[4096]; /* -v: every failure and refusal */
@@ -31,14 +33,16 @@ struct check_report {
     check_record *recs;
     size_t nrecs, cap;
     int next_row;             /* the first op whose row is not printed yet */
-    int failures, dependents, unchecked_units, unsupported;
+    int failures, dependents, unchecked, unsupported, declined;
     bool any_perf;
+    char (*strict)[512];      /* --strict: the findings (check_strict.h) */
+    int nstrict, strict_cap;
 };
 
 const char *check_verdict_name(check_verdict v)
 {
-    static const char *const names[CV_COUNT] = {"pass", "fail", "dep", "n/i", "unsupported", "not checked",
-                                                "crashed", "timed out"};
+    static const char *const names[CV_COUNT] = {"pass", "fail", "dep", "n/i", "unsupported", "declined",
+                                                "not checked", "crashed", "timed out"};
     return v >= 0 && v < CV_COUNT ? names[v] : "?";
 }
 
@@ -134,6 +138,7 @@ static void print_row(check_report *rep, int row)
         const char *dname = opr_device_type_name(c->ctx, c->types[k]);
         int pass = x->count[CV_PASS], fail = x->count[CV_FAIL], ni = x->count[CV_NI];
         int unsup = x->count[CV_UNSUPPORTED], lost = x->count[CV_CRASHED] + x->count[CV_TIMEOUT];
+        int declined = x->count[CV_DECLINED], unchecked = x->count[CV_NOT_CHECKED];
         char txt[64];
         bool ran = opr_op_sample_count(op) && opr_op_has_kernel(op, c->types[k]);
         if (!opr_op_sample_count(op)) snprintf(txt, sizeof txt, "-");
@@ -141,14 +146,19 @@ static void print_row(check_report *rep, int row)
         else if (lost) snprintf(txt, sizeof txt, "%s", x->count[CV_CRASHED] ? "CRASHED" : "TIMED OUT");
         else if (fail) snprintf(txt, sizeof txt, "FAIL %d/%d", fail, pass + fail);
         else if (x->depends[0]) snprintf(txt, sizeof txt, "dep %.18s", x->depends);
-        else if (pass) snprintf(txt, sizeof txt, "pass %d%s%s", pass, ni ? " +n/i" : "", unsup ? " +unsup" : "");
+        else if (pass)
+            snprintf(txt, sizeof txt, "pass %d%s%s%s%s", pass, ni ? " +n/i" : "", unsup ? " +unsup" : "",
+                     unchecked ? " +unchecked" : "", declined ? " +declined" : "");
         else if (unsup) snprintf(txt, sizeof txt, "UNSUPPORTED");
+        else if (declined && !unchecked) snprintf(txt, sizeof txt, "declined");
         else snprintf(txt, sizeof txt, "NOT CHECKED");
-        bool unchecked = ran && !lost && !fail && !x->depends[0] && !pass;
+        /* a unit that ran and left no record at all compared nothing either */
+        if (ran && !lost && !fail && !x->depends[0] && !pass && !unsup && !declined && !unchecked) unchecked = 1;
         rep->failures += fail + lost;
         if (!fail && !lost && x->depends[0]) rep->dependents++;
-        if (unchecked) rep->unchecked_units++;
+        rep->unchecked += unchecked;
         rep->unsupported += unsup;
+        rep->declined += declined;
         if (!rep->o.json) printf(" %-22s", txt);
         if (nnotes < MAX_NOTES && lost)
             snprintf(notes[nnotes++], sizeof notes[0], "%s %s on %s: %s", x->count[CV_CRASHED] ? "CRASHED" : "TIMED OUT",
@@ -161,9 +171,12 @@ static void print_row(check_report *rep, int row)
         if (nnotes < MAX_NOTES && unsup)
             snprintf(notes[nnotes++], sizeof notes[0], "UNSUPPORTED %s on %s: %s", opr_op_name(op), dname,
                      x->unsupported);
-        if (nnotes < MAX_NOTES && unchecked && !unsup)
+        if (nnotes < MAX_NOTES && unchecked && !lost)
             snprintf(notes[nnotes++], sizeof notes[0], "NOT CHECKED %s on %s: %s", opr_op_name(op), dname,
                      x->unchecked[0] ? x->unchecked : "nothing could be compared");
+        if (nnotes < MAX_NOTES && declined && !lost)
+            snprintf(notes[nnotes++], sizeof notes[0], "declined %s on %s: %d call(s) its kernels' supports declined, "
+                     "the first: %.2150s", opr_op_name(op), dname, declined, x->declined);
         if (nnotes < MAX_NOTES && x->pass_note[0] && !fail && !lost)
             snprintf(notes[nnotes++], sizeof notes[0], "note %s on %s: %s", opr_op_name(op), dname, x->pass_note);
         if (nnotes < MAX_NOTES && rep->o.verbose && x->notes_verbose[0])
@@ -238,6 +251,9 @@ void check_report_take(check_report *rep, const check_record *r)
     case CV_UNSUPPORTED:
         if (!x->unsupported[0]) snprintf(x->unsupported, sizeof x->unsupported, "%.600s: %.1400s", what, r->message);
         break;
+    case CV_DECLINED:
+        if (!x->declined[0]) snprintf(x->declined, sizeof x->declined, "%.600s: %.1400s", what, r->message);
+        break;
     case CV_NOT_CHECKED:
         if (!x->unchecked[0]) snprintf(x->unchecked, sizeof x->unchecked, "%.600s: %.1400s", what, r->message);
         break;
@@ -248,11 +264,13 @@ void check_report_take(check_report *rep, const check_record *r)
     default: break;
     }
     /* -v: every failure and every refusal (a kernel's supports or OPR_ERR_UNSUPPORTED), with its reason */
-    if (rep->o.verbose && (r->verdict == CV_FAIL || r->verdict == CV_DEP || r->verdict == CV_UNSUPPORTED)) {
+    if (rep->o.verbose && (r->verdict == CV_FAIL || r->verdict == CV_DEP || r->verdict == CV_UNSUPPORTED ||
+                           r->verdict == CV_DECLINED || r->verdict == CV_NOT_CHECKED)) {
         size_t used = strlen(x->notes_verbose);
-        const char *tag = r->verdict == CV_FAIL ? "FAIL" : r->verdict == CV_DEP ? "dep" : "unsupported";
+        const char *tag = r->verdict == CV_FAIL ? "FAIL" : r->verdict == CV_DEP ? "dep" : check_verdict_name(r->verdict);
         /* a refusal's reason once, not once per sample and variant */
-        bool told = r->verdict == CV_UNSUPPORTED && r->message[0] && strstr(x->notes_verbose, r->message);
+        bool refusal = r->verdict == CV_UNSUPPORTED || r->verdict == CV_DECLINED || r->verdict == CV_NOT_CHECKED;
+        bool told = refusal && r->message[0] && strstr(x->notes_verbose, r->message);
         if (used + 8 < sizeof x->notes_verbose && !told)
             snprintf(x->notes_verbose + used, sizeof x->notes_verbose - used, "%s%s %s: %s%s%s", used ? "\n  " : "",
                      tag, what, r->culprit, r->culprit[0] ? ": " : "", r->message);
@@ -268,7 +286,7 @@ static void json_num(FILE *f, const char *key, double v)
 static void write_json(check_report *rep, int status)
 {
     const check_cfg *c = rep->cfg;
-    printf("{\"schema\": \"opreg-check\", \"version\": 1, \"opreg\": \"%s\",\n \"backends\": [", opr_version());
+    printf("{\"schema\": \"opreg-check\", \"version\": 2, \"opreg\": \"%s\",\n \"backends\": [", opr_version());
     for (int k = 0; k < c->ntypes; k++) printf("%s\"%s\"", k ? ", " : "", opr_device_type_name(c->ctx, c->types[k]));
     printf("],\n \"records\": [");
     size_t n = 0;
@@ -313,9 +331,16 @@ static void write_json(check_report *rep, int status)
         json_num(stdout, "ratio", r->ns / r->ref_ns);
         printf("}");
     }
-    printf("\n ],\n \"summary\": {\"ops\": %d, \"failures\": %d, \"dependents\": %d, \"not_checked\": %d, "
-           "\"unsupported\": %d, \"exit_status\": %d}}\n",
-           c->nops, rep->failures, rep->dependents, rep->unchecked_units, rep->unsupported, status);
+    printf("\n ],\n \"strict\": [");
+    for (int i = 0; i < rep->nstrict; i++) {
+        printf("%s\n  \"", i ? "," : "");
+        check_json_str(stdout, rep->strict[i]);
+        printf("\"");
+    }
+    printf("%s],\n \"summary\": {\"ops\": %d, \"failures\": %d, \"dependents\": %d, \"not_checked\": %d, "
+           "\"unsupported\": %d, \"declined\": %d, \"strict\": %d, \"exit_status\": %d}}\n",
+           rep->nstrict ? "\n " : "", c->nops, rep->failures, rep->dependents, rep->unchecked, rep->unsupported,
+           rep->declined, rep->nstrict, status);
 }
 
 /* One testcase per op x backend x dtype (the records without a dtype: their own, "op"). */
@@ -345,8 +370,8 @@ static int write_junit(check_report *rep)
                         opi = r->op;
                         nrec++;
                         bool is_bad = r->verdict == CV_FAIL || r->verdict == CV_DEP || r->verdict == CV_CRASHED ||
-                                      r->verdict == CV_TIMEOUT ||
-                                      (!rep->o.allow_unchecked && (r->verdict == CV_UNSUPPORTED));
+                                      r->verdict == CV_TIMEOUT || r->verdict == CV_UNSUPPORTED ||
+                                      (!rep->o.allow_unchecked && r->verdict == CV_NOT_CHECKED);
                         if (r->verdict == CV_PASS) good++;
                         if (r->verdict == CV_NOT_CHECKED) unchecked++;
                         if (is_bad && !bad++) first_bad = r;
@@ -413,24 +438,43 @@ static void print_perf(const check_report *rep)
     }
 }
 
+static void take_finding(const char *message, void *data)
+{
+    check_report *rep = data;
+    if (rep->nstrict == rep->strict_cap) {
+        int cap = rep->strict_cap ? rep->strict_cap * 2 : 16;
+        char(*grown)[512] = realloc(rep->strict, (size_t)cap * sizeof *grown);
+        if (!grown) return;
+        rep->strict = grown;
+        rep->strict_cap = cap;
+    }
+    snprintf(rep->strict[rep->nstrict++], sizeof rep->strict[0], "%s", message);
+    if (!rep->o.json) printf("  STRICT %s\n", message);
+}
+
 int check_report_finish(check_report *rep)
 {
     flush_rows(rep, rep->cfg->nops);
-    int status = rep->failures || rep->dependents ? 1 : 0;
-    if (!rep->o.allow_unchecked && (rep->unchecked_units || rep->unsupported)) status = 1;
+    if (rep->o.strict) check_strict(rep->cfg, rep->recs, rep->nrecs, take_finding, rep);
+    int status = rep->failures || rep->dependents || rep->unsupported || rep->nstrict ? 1 : 0;
+    if (!rep->o.allow_unchecked && rep->unchecked) status = 1;
     if (!rep->o.json) {
         if (rep->any_perf) print_perf(rep);
-        printf("\nlegend: pass N = N comparisons agreed (+n/i: some dtypes or candidates are not implemented,\n"
-               "  +unsup: a kernel refused some arguments at run time); FAIL f/t = f of t comparisons wrong;\n"
-               "  dep OP = wrong only through OP, which its formulas call and which fails here; n/i = no\n"
-               "  kernel on this backend; UNSUPPORTED = the kernels refused every sample (OPR_ERR_UNSUPPORTED);\n"
-               "  NOT CHECKED = kernels exist but nothing could be compared; CRASHED / TIMED OUT = the worker\n"
-               "  died or ran past --timeout in this op; - = the op has no samples\n");
+        printf("\nlegend: pass N = N comparisons agreed (+n/i: some dtypes or candidates are not implemented;\n"
+               "  +declined: a kernel's supports declined some arguments, not a failure; +unsup: a kernel\n"
+               "  refused some at run time without declaring it; +unchecked: some could not be compared);\n"
+               "  dep OP = wrong only through OP, which its formulas call and which fails here; FAIL f/t =\n"
+               "  f of t comparisons wrong; n/i = no kernel on this backend; declined = its supports\n"
+               "  declined every sample; UNSUPPORTED = the kernels refused every sample at run time; NOT\n"
+               "  CHECKED = kernels exist but nothing could be compared; CRASHED / TIMED OUT = the worker\n"
+               "  died or ran past --timeout in this op; - = the op has no samples. +unsup, UNSUPPORTED,\n"
+               "  +unchecked and NOT CHECKED fail the run (the last two allowed by --allow-unchecked)\n");
         printf("%d op(s) checked, %d failure(s)", rep->cfg->nops, rep->failures);
         if (rep->dependents) printf(", %d op(s) failing only through ops their formulas call", rep->dependents);
-        if (rep->unchecked_units) printf(", %d not checked", rep->unchecked_units);
         if (rep->unsupported) printf(", %d unsupported at run time", rep->unsupported);
-        if ((rep->unchecked_units || rep->unsupported) && rep->o.allow_unchecked) printf(" (allowed)");
+        if (rep->unchecked) printf(", %d not checked%s", rep->unchecked, rep->o.allow_unchecked ? " (allowed)" : "");
+        if (rep->declined) printf(", %d declined by supports", rep->declined);
+        if (rep->nstrict) printf(", %d --strict finding(s)", rep->nstrict);
         printf("\n");
     }
     if (rep->o.junit && write_junit(rep)) status = 1;
@@ -444,5 +488,6 @@ void check_report_free(check_report *rep)
     if (!rep) return;
     free(rep->cells);
     free(rep->recs);
+    free(rep->strict);
     free(rep);
 }

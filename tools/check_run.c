@@ -86,6 +86,9 @@ static int check_forward_one(const check_cfg *c, int u, const opr_op *op, int s,
         r.verdict = CV_FAIL;
         snprintf(r.message, sizeof r.message, "the sample's arguments could not be made on the backend: %s",
                  opr_last_error());
+    } else if (got.declined) { /* the plugin said so up front: its own verdict, not a failure */
+        r.verdict = CV_DECLINED;
+        snprintf(r.message, sizeof r.message, "%s", got.err);
     } else if (got.rc == OPR_ERR_UNSUPPORTED || got.rc == OPR_ERR_NOT_FOUND) {
         bool runtime = got.rc == OPR_ERR_UNSUPPORTED && registered(op, dev.type, dt);
         r.verdict = runtime ? CV_UNSUPPORTED : CV_NI;
@@ -159,10 +162,11 @@ static int check_backward_one(const check_cfg *c, int u, const opr_op *op, int s
     if (!rc) rc = opr_gradcheck(op, args, nargs, NULL, 0, &o, &res);
     char err[1024];
     snprintf(err, sizeof err, "%s", opr_last_error());
+    bool declined = rc == OPR_ERR_UNSUPPORTED && opr_last_error_declined();
     for (int i = 0; i < nowned; i++) opr_tensor_release(owned[i]);
     if (rc && rc != OPR_ERR_MISMATCH) {
         bool ni = rc == OPR_ERR_NOT_FOUND || rc == OPR_ERR_UNSUPPORTED;
-        r.verdict = ni ? CV_NI : CV_FAIL;
+        r.verdict = declined ? CV_DECLINED : ni ? CV_NI : CV_FAIL;
         snprintf(r.message, sizeof r.message, "%s%s", ni ? "" : "could not be checked: ", err);
     } else if (res.failed) {
         r.count = res.failed + res.passed;
@@ -201,9 +205,9 @@ static int check_backward_one(const check_cfg *c, int u, const opr_op *op, int s
     } else {
         bool runtime = cand >= 0 && kernel_registered(c->ctx, op, cand, dev.type, dt);
         r.count = res.not_available;
-        r.verdict = runtime ? CV_UNSUPPORTED : CV_NI;
-        snprintf(r.message, sizeof r.message, "%snot available: %s", runtime ? "unsupported at run time: " : "",
-                 res.not_available_list);
+        r.verdict = res.declined == res.not_available ? CV_DECLINED : runtime ? CV_UNSUPPORTED : CV_NI;
+        snprintf(r.message, sizeof r.message, "%snot available: %s",
+                 r.verdict == CV_UNSUPPORTED ? "unsupported at run time: " : "", res.not_available_list);
         if (res.not_available_why[0])
             snprintf(r.message + strlen(r.message), sizeof r.message - strlen(r.message), " (%s)",
                      res.not_available_why);
@@ -295,7 +299,7 @@ static void check_fused_variant(const check_cfg *c, int u, const opr_op *op, int
         opr_op_force_grad_candidate(op, prev);
     }
     if (rc == OPR_ERR_UNSUPPORTED || rc == OPR_ERR_NOT_FOUND) {
-        r.verdict = CV_NI;
+        r.verdict = rc == OPR_ERR_UNSUPPORTED && opr_last_error_declined() ? CV_DECLINED : CV_NI;
         snprintf(r.message, sizeof r.message, "%s", opr_last_error());
     } else if (rc) {
         r.verdict = CV_FAIL;

@@ -58,6 +58,7 @@ void check_sample_call(const opr_op *op, sample_run *r)
     if (!r->rc && r->nouts > CHECK_MAX_OUTS) r->rc = OPR_ERR_UNSUPPORTED; /* more pieces than compared */
     if (!r->rc) r->rc = opr_call(op, r->args, r->nargs, r->outs, r->nouts);
     if (r->rc) snprintf(r->err, sizeof r->err, "%s", opr_last_error());
+    r->declined = r->rc == OPR_ERR_UNSUPPORTED && opr_last_error_declined();
 }
 
 int check_sample_run(const opr_op *op, int s, int v, opr_dtype dt, opr_device dev, sample_run *r, char *label,

@@ -16,6 +16,7 @@ typedef struct sample_run {
     opr_tensor *outs[CHECK_MAX_OUTS];
     int nouts;  /* the op's outputs, or the pieces of an op returning Tensor[] */
     int rc;     /* of the op's call */
+    bool declined; /* rc is a kernel's supports declining the call (opr_last_error_declined) */
     char err[1024];
 } sample_run;
 

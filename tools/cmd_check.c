@@ -20,7 +20,7 @@ static void usage(void)
 {
     printf("usage: opreg check [--backend NAME] [--ops LIST]... [--dtype LIST]... [--no-backward]\n"
            "                   [--no-variants] [--no-large] [--perf] [-v] [--format table|json] [--junit FILE]\n"
-           "                   [--timeout S] [--no-fork] [--allow-unchecked] [--plugin PATH]... [--yaml FILE]...\n\n"
+           "                   [--timeout S] [--no-fork] [--allow-unchecked] [--strict] [--plugin PATH]... [--yaml FILE]...\n\n"
            "Runs every op that has samples in its YAML entry on each loaded backend other than\n"
            "the CPU reference, in every dtype the op allows, and compares the outputs with the\n"
            "CPU plugin in f64: each sample as written and its layout and size variants\n"
@@ -52,9 +52,14 @@ static void usage(void)
            "against the CPU. The CPU fallback (opr_cpu_fallback_set) is off, except for the ops\n"
            "a formula of an op only the backend runs calls: an op without a kernel on the\n"
            "backend is n/i, not the CPU's result.\n\n"
-           "Exits 1 if anything failed, crashed or timed out, and when an op could not be\n"
-           "checked at all (NOT CHECKED) or a kernel refused arguments at run time (UNSUPPORTED)\n"
-           "unless --allow-unchecked; 2 on bad usage.\n", CHECK_TIMEOUT_DEFAULT_S);
+           "A call a kernel's supports (ABI 2.2) declines up front is 'declined': counted and\n"
+           "listed with its reason, not a failure. Exits 1 if anything failed, crashed or timed\n"
+           "out, when a kernel returned OPR_ERR_UNSUPPORTED without declaring it (UNSUPPORTED),\n"
+           "and when anything could not be compared (NOT CHECKED) unless --allow-unchecked.\n"
+           "--strict also fails on kernels a plugin registered for ops the registry does not\n"
+           "define (skipped at load), on ops with a kernel on the backend of which nothing was\n"
+           "compared, and on kernels (dtypes, fused backward kernels) no comparison ran. 2 on\n"
+           "bad usage.\n", CHECK_TIMEOUT_DEFAULT_S);
 }
 
 /* Kernels of the checked devices and of the CPU reference that shadow another
@@ -136,6 +141,7 @@ int cmd_check(int argc, char **argv)
         else if (!strcmp(a, "--no-large")) st.cfg.large = false;
         else if (!strcmp(a, "--no-fork")) sup.no_fork = true;
         else if (!strcmp(a, "--allow-unchecked")) ro.allow_unchecked = true;
+        else if (!strcmp(a, "--strict")) ro.strict = true;
         else if (!strcmp(a, "--perf")) st.cfg.perf = true;
         else if (!strcmp(a, "-v")) ro.verbose = true;
         else if (strcmp(a, "--plugin") && strcmp(a, "--yaml")) { fprintf(stderr, "opreg check: unknown option '%s' (see --help)\n", a); return 2; }

@@ -68,6 +68,13 @@ OPR_API const char *opr_status_name(int status);
  * on this thread fails. Never NULL; "" when nothing has failed yet. */
 OPR_API const char *opr_last_error(void);
 
+/* True when the last failure on this thread (an OPR_ERR_UNSUPPORTED) is a refusal a
+ * kernel declared in advance through its `supports` (ABI 2.2), as opposed to a kernel
+ * that ran and returned OPR_ERR_UNSUPPORTED itself, or no kernel at all; a failure
+ * wrapped in context by an outer call keeps it. opreg check makes the first a
+ * `declined` verdict and the second a failure (docs/conformance.md). */
+OPR_API bool opr_last_error_declined(void);
+
 /* ------------------------------------------------------------------ version, log */
 
 /* Version of the library that is running (which may be newer than the header a
@@ -993,6 +1000,10 @@ typedef struct opr_gradcheck_result {
      * combination counted in not_available could not run (the error of the kernel or
      * formula, the plugin's message included), "" if none. */
     char not_available_why[512];
+    /* Added after not_available_why: how many of not_available a kernel's supports
+     * (ABI 2.2) declined in advance (opr_last_error_declined), rather than a kernel
+     * missing or refusing at run time. */
+    int declined;
 } opr_gradcheck_result; /* fields since 0.1 */
 #define OPR_GRADCHECK_RESULT_STRUCT_SIZE_0_1 OPR_STRUCT_SIZE(opr_gradcheck_result, not_available_list)
 

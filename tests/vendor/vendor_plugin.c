@@ -32,6 +32,9 @@
  *   VENDOR_SWISH_F32      swish on vdev in f32 only: its formula is checked against finite
  *                         differences in f32 there (and must pass)
  *   VENDOR_SWISH_F32_FORMULA  the same with the wrong formula of VENDOR_SWISH_FORMULA
+ *   VENDOR_STRICT         kernels that a run without --strict never notices: relu also
+ *                         registered under a misspelt op name (reluu, skipped at load),
+ *                         vfma also for i64, which its schema does not list
  *   VENDOR_HOSTILE        kernels that attack the worker rather than compute wrong: relu
  *                         closes every fd the worker has and then never returns; exp
  *                         prints to stdout and stderr and starts a background process
@@ -298,11 +301,17 @@ OPR_PLUGIN_EXPORT int opr_plugin_init(const opr_host_api *host, opr_plugin *self
 #ifdef VENDOR_OVERRIDE_NO_FLAG
         {"mul", "cpu", k_mul_wrong},
 #endif
+#ifdef VENDOR_STRICT
+        {"reluu", "vdev", k_relu}, /* misspelt on purpose */
+#endif
     };
     for (size_t i = 0; !rc && i < sizeof kernels / sizeof kernels[0]; i++) {
         uint32_t dtypes = OPR_DTYPE_BIT(OPR_F32) | OPR_DTYPE_BIT(OPR_F64);
 #if defined(VENDOR_SWISH_F32) || defined(VENDOR_SWISH_F32_FORMULA)
         if (!strcmp(kernels[i].op, "swish")) dtypes = OPR_DTYPE_BIT(OPR_F32);
+#endif
+#ifdef VENDOR_STRICT
+        if (kernels[i].fn == k_vfma && !strcmp(kernels[i].device, "vdev")) dtypes |= OPR_DTYPE_BIT(OPR_I64);
 #endif
         opr_kernel_desc k = {.struct_size = sizeof k, .op = kernels[i].op, .device = kernels[i].device,
                              .dtypes = dtypes, .fn = kernels[i].fn};
