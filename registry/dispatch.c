@@ -429,8 +429,9 @@ opr_status opr_call(const opr_op *op, const opr_value *args, int nargs, opr_tens
     }
     if (!kerns) {
         free(c.list_views);
-        return opr_fail(OPR_ERR_NOT_FOUND, "%s: no kernel for device %s (is its plugin loaded?)", op->name,
-                        op->ctx->devices[c.dev.type].name);
+        /* the device is in the table, so a plugin registered it: what is missing is the kernel */
+        return opr_fail(OPR_ERR_NOT_FOUND, "%s: no kernel for device %s: no loaded plugin registers %s there", op->name,
+                        op->ctx->devices[c.dev.type].name, op->name);
     }
     const dtype_kernel *kern = kernel_for(kerns, c.common);
     if (!kern) {

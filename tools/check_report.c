@@ -23,7 +23,8 @@ typedef struct cell {
     char declined[2100];      /* the first refusal a kernel's supports declared */
     char pass_note[600];      /* how a pass was judged, where it is not the default */
     double perf_ns, perf_ref_ns;
-    char notes_verbose[4096]; /* -v: every failure and refusal */
+    char notes_verbose[2200]; /* -v: every failure and refusal, whole lines (fits a note) */
+    int verbose_dropped;      /* -v lines that did not fit: said as "... N more" */
 } cell;
 
 struct check_report {
@@ -73,6 +74,15 @@ void check_xml_str(FILE *f, const char *s)
     }
 }
 
+/* The backend's name as given: "npu", or "npu:1" on another ordinal than 0. */
+static const char *backend_label(const check_cfg *c, int k, char *buf, size_t len)
+{
+    const char *name = opr_device_type_name(c->ctx, c->types[k]);
+    if (!c->ordinals[k]) return name;
+    snprintf(buf, len, "%s:%d", name, c->ordinals[k]);
+    return buf;
+}
+
 check_report *check_report_new(const check_cfg *c, const check_report_opts *o)
 {
     check_report *rep = calloc(1, sizeof *rep);
@@ -84,7 +94,8 @@ check_report *check_report_new(const check_cfg *c, const check_report_opts *o)
     for (int i = 0; i < c->nops * c->ntypes; i++) rep->cells[i].perf_ns = rep->cells[i].perf_ref_ns = NAN;
     if (!o->json) {
         printf("%-18s", "op");
-        for (int k = 0; k < c->ntypes; k++) printf(" %-22s", opr_device_type_name(c->ctx, c->types[k]));
+        char label[48];
+        for (int k = 0; k < c->ntypes; k++) printf(" %-22s", backend_label(c, k, label, sizeof label));
         printf("\n");
         fflush(stdout);
     }
@@ -180,7 +191,10 @@ static void print_row(check_report *rep, int row)
         if (nnotes < MAX_NOTES && x->pass_note[0] && !fail && !lost)
             snprintf(notes[nnotes++], sizeof notes[0], "note %s on %s: %s", opr_op_name(op), dname, x->pass_note);
         if (nnotes < MAX_NOTES && rep->o.verbose && x->notes_verbose[0])
-            snprintf(notes[nnotes++], sizeof notes[0], "%.2290s", x->notes_verbose);
+            snprintf(notes[nnotes++], sizeof notes[0], "%s", x->notes_verbose);
+        if (nnotes < MAX_NOTES && rep->o.verbose && x->verbose_dropped)
+            snprintf(notes[nnotes++], sizeof notes[0], "... %d more for %s on %s (every record: --format json)",
+                     x->verbose_dropped, opr_op_name(op), dname);
         if (nnotes < MAX_NOTES && rep->o.verbose && (x->nimpl_dtypes[0] || x->nimpl_cands[0] || x->nimpl_variants[0]))
             snprintf(notes[nnotes++], sizeof notes[0], "n/i %s on %s:%s%s%s%s%s%s", opr_op_name(op), dname,
                      x->nimpl_dtypes[0] ? " dtypes " : "", x->nimpl_dtypes, x->nimpl_cands[0] ? " candidates " : "",
@@ -271,9 +285,11 @@ void check_report_take(check_report *rep, const check_record *r)
         /* a refusal's reason once, not once per sample and variant */
         bool refusal = r->verdict == CV_UNSUPPORTED || r->verdict == CV_DECLINED || r->verdict == CV_NOT_CHECKED;
         bool told = refusal && r->message[0] && strstr(x->notes_verbose, r->message);
-        if (used + 8 < sizeof x->notes_verbose && !told)
-            snprintf(x->notes_verbose + used, sizeof x->notes_verbose - used, "%s%s %s: %s%s%s", used ? "\n  " : "",
-                     tag, what, r->culprit, r->culprit[0] ? ": " : "", r->message);
+        char line[sizeof x->notes_verbose];
+        int n = snprintf(line, sizeof line, "%s%s %s: %s%s%s", used ? "\n  " : "", tag, what, r->culprit,
+                         r->culprit[0] ? ": " : "", r->message);
+        if (!told && n >= 0 && used + (size_t)n < sizeof x->notes_verbose) memcpy(x->notes_verbose + used, line, (size_t)n + 1);
+        else if (!told) x->verbose_dropped++; /* whole lines or none: a cut one would read as the whole */
     }
 }
 
@@ -287,7 +303,8 @@ static void write_json(check_report *rep, int status)
 {
     const check_cfg *c = rep->cfg;
     printf("{\"schema\": \"opreg-check\", \"version\": 2, \"opreg\": \"%s\",\n \"backends\": [", opr_version());
-    for (int k = 0; k < c->ntypes; k++) printf("%s\"%s\"", k ? ", " : "", opr_device_type_name(c->ctx, c->types[k]));
+    char label[48];
+    for (int k = 0; k < c->ntypes; k++) printf("%s\"%s\"", k ? ", " : "", backend_label(c, k, label, sizeof label));
     printf("],\n \"records\": [");
     size_t n = 0;
     for (size_t i = 0; i < rep->nrecs; i++) {

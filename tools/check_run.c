@@ -421,7 +421,7 @@ static void check_perf(const check_cfg *c, int u, const opr_op *op, opr_device d
 void check_run_unit(const check_cfg *c, int u)
 {
     const opr_op *op = c->ops[u / c->ntypes];
-    opr_device dev = {c->types[u % c->ntypes], 0};
+    opr_device dev = {c->types[u % c->ntypes], c->ordinals[u % c->ntypes]};
     if (!opr_op_sample_count(op) || !opr_op_has_kernel(op, dev.type)) return; /* the table says "-" / "n/i" */
     size_t slot_len;
     char *slot = check_kernel_slot(&slot_len);

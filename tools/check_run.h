@@ -16,6 +16,7 @@
 typedef struct check_cfg {
     opr_ctx *ctx;
     int types[CHECK_MAX_TYPES], ntypes;  /* the backends under test (device types) */
+    int ordinals[CHECK_MAX_TYPES];       /* the ordinal each runs on (--backend xpu:1) */
     const opr_op **ops;                  /* the selected ops, in registry order */
     int nops;
     bool backward;                       /* false: --no-backward */

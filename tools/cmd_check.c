@@ -127,14 +127,21 @@ int cmd_check(int argc, char **argv)
         if (takes_value && !v) { fprintf(stderr, "opreg check: %s needs a value (see --help)\n", a); return 2; }
         if (takes_value) i++;
         if (!strcmp(a, "--backend")) backend = v;
-        else if (!strcmp(a, "--ops")) { if (!add_items(ops_sel, sizeof ops_sel, v)) { fprintf(stderr, "opreg check: --ops: too long\n"); return 2; } }
+        else if (!strcmp(a, "--ops")) {
+            if (!v[strspn(v, ", ")]) { fprintf(stderr, "opreg check: --ops '%s' names no op\n", v); return 2; } /* not "every op" */
+            if (!add_items(ops_sel, sizeof ops_sel, v)) { fprintf(stderr, "opreg check: --ops: too long\n"); return 2; }
+        }
         else if (!strcmp(a, "--dtype")) { if (!add_items(dtype_sel, sizeof dtype_sel, v)) { fprintf(stderr, "opreg check: --dtype: too long\n"); return 2; } }
         else if (!strcmp(a, "--format")) format = v;
         else if (!strcmp(a, "--junit")) ro.junit = v;
         else if (!strcmp(a, "--timeout")) {
             char *end;
             sup.timeout_s = strtod(v, &end);
-            if (end == v || *end || !(sup.timeout_s >= 0)) { fprintf(stderr, "opreg check: --timeout: '%s' is not a number of seconds >= 0\n", v); return 2; }
+            /* inf is refused, not taken as "none" (that is 0): a typo must not remove the limit */
+            if (end == v || *end || !(sup.timeout_s >= 0 && sup.timeout_s <= 1e6)) {
+                fprintf(stderr, "opreg check: --timeout: '%s' is not a number of seconds from 0 (no limit) to 1e6\n", v);
+                return 2;
+            }
         }
         else if (!strcmp(a, "--no-backward")) st.cfg.backward = false;
         else if (!strcmp(a, "--no-variants")) st.cfg.variants = false;
@@ -171,6 +178,7 @@ int cmd_check(int argc, char **argv)
             fprintf(stderr, "opreg check: %s (see opreg info)\n", opr_last_error());
             goto out;
         }
+        c->ordinals[c->ntypes] = d.index; /* validated by opr_device_parse against the device's count */
         c->types[c->ntypes++] = d.type;
     } else {
         for (int t = 1; t < opr_device_type_count(ctx) && c->ntypes < CHECK_MAX_TYPES; t++) c->types[c->ntypes++] = t;

@@ -99,8 +99,8 @@ typedef enum opr_dtype {
     OPR_F64 = 1,
     OPR_I64 = 2,
     OPR_BOOL = 3, /* one byte, 0 or 1 */
-    OPR_F16 = 4,  /* storage only in this version */
-    OPR_BF16 = 5, /* storage only in this version */
+    OPR_F16 = 4,  /* IEEE binary16; ops whose schema lists it compute it (the CPU plugin: in f32, rounded back) */
+    OPR_BF16 = 5, /* bfloat16; the same */
     OPR_DTYPE_COUNT
 } opr_dtype;
 

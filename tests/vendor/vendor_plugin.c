@@ -35,6 +35,8 @@
  *   VENDOR_STRICT         kernels that a run without --strict never notices: relu also
  *                         registered under a misspelt op name (reluu, skipped at load),
  *                         vfma also for i64, which its schema does not list
+ *   VENDOR_ORDINALS       vdev has two ordinals and mul is wrong on ordinal 0 only: checked
+ *                         with --backend vdev:1, it must pass (the run is on ordinal 1)
  *   VENDOR_HOSTILE        kernels that attack the worker rather than compute wrong: relu
  *                         closes every fd the worker has and then never returns; exp
  *                         prints to stdout and stderr and starts a background process
@@ -159,6 +161,10 @@ static int k_mul(const opr_kernel_call *call)
 #ifdef VENDOR_STRIDED_ONLY
     if (!contiguous(tensor_arg(call, 0)) || !contiguous(tensor_arg(call, 1)))
         return elementwise(call, tensor_arg(call, 0), tensor_arg(call, 1), 0, call->outputs[0], f_mul_off_by_one);
+#endif
+#ifdef VENDOR_ORDINALS
+    if (call->outputs[0]->device.index == 0) /* wrong on ordinal 0, on purpose */
+        return elementwise(call, tensor_arg(call, 0), tensor_arg(call, 1), 0, call->outputs[0], f_add);
 #endif
     return elementwise(call, tensor_arg(call, 0), tensor_arg(call, 1), 0, call->outputs[0], f_mul);
 }
@@ -291,6 +297,9 @@ OPR_PLUGIN_EXPORT int opr_plugin_init(const opr_host_api *host, opr_plugin *self
         .copy_from_host = dev_copy, .copy_device = dev_copy, .sync = dev_sync,
         .flags = OPR_DEVICE_HOST_MEMORY,
     };
+#ifdef VENDOR_ORDINALS
+    dev.count = 2;
+#endif
     int rc = host->register_device(self, &dev);
     if (!rc) rc = host->load_yaml(self, VENDOR_YAML);
     static const struct { const char *op, *device; opr_kernel_fn fn; } kernels[] = {
