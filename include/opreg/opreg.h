@@ -136,8 +136,9 @@ typedef struct opr_ctx opr_ctx;
  * added after the built-in ones (which they may use: an extra op's formula may call
  * mul): first the entries of $OPREG_YAML_PATH (colon-separated; only when the built-in
  * ops are loaded), then yaml_paths; each entry is a YAML file or a directory of *.yaml
- * files; one that cannot be read, or a file named so with an invalid entry, fails
- * opr_ctx_new naming it. Plugins come last (their kernels may be for the extra ops): plugin_paths, then
+ * files; one that cannot be read, is not a regular file (a FIFO, a link to a device),
+ * or has an invalid entry, fails opr_ctx_new naming the file, whether it is named
+ * itself or lies in a directory named. Plugins come last (their kernels may be for the extra ops): plugin_paths, then
  * opr_plugin_discover. */
 typedef struct opr_ctx_opts {
     size_t struct_size;            /* sizeof(opr_ctx_opts) */
