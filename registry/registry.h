@@ -56,6 +56,9 @@ static inline const dtype_kernel *kernel_for(const kernel_entry *k, int dt)
  * cost_ns gives an estimate for call. */
 const char *kquery_refusal(const dtype_kernel *k, const opr_kernel_call *call, char *why, size_t why_len);
 bool kquery_cost(const dtype_kernel *k, const opr_kernel_call *call, double *ns);
+/* The largest estimate kquery_cost gives (1e15 ns, about 11.6 days): larger answers,
+ * infinity included, are taken as this. */
+#define KQUERY_COST_MAX_NS 1e15
 
 /* Output dtype rules. */
 #define OUT_DTYPE_T (-1)    /* the common dtype of the plain tensor arguments */
