@@ -36,7 +36,9 @@ ok              NOT CHECKED swish on vdev: swish sample 0 f32 forward: the CPU r
 ok              !is its plugin loaded
 ok              , 2 not checked \(allowed\)$
 wrong_forward   ^mul +FAIL
-wrong_forward   FAIL mul on vdev: mul sample 0 f32 forward
+wrong_forward   FAIL mul on vdev: mul sample 0 f32 forward: culprit: forward kernel mul: output 0 element
+wrong_forward   ^mul\.Scalar +dep mul
+wrong_forward   mul\.Scalar on vdev: depends on failing mul$
 wrong_forward   exp on vdev: depends on failing mul$
 wrong_forward   vfma on vdev: depends on failing mul$
 wrong_forward   swish on vdev: depends on failing mul$
@@ -49,6 +51,7 @@ wrong_formula   !culprit: fused backward kernel
 wrong_fused     ^vfma +FAIL
 wrong_fused     FAIL vfma on vdev: .*culprit: fused backward kernel vfma_backward: .*kernel vfma_backward is wrong on vdev
 wrong_fused     !culprit: derivative formula
+wrong_fused     FAIL vfma sample 0 f32 backward \[plan chosen by cost\]: fused backward kernel vfma_backward: .*\[plan chosen by cost, which ran \[self, other \(kernel vfma_backward\)\]\]
 wrong_fused     !FAIL (mul|exp|add) on vdev
 override_no_flag  note  mul \(cpu, f32\): plugin cpu runs it; plugin vendor.s is not used
 override_no_flag  op\(s\) checked, 0 failure\(s\)(,|$)
@@ -76,7 +79,7 @@ strided_only    ^mul +FAIL
 strided_only    FAIL mul on vdev: mul sample 0 \[(transposed|step-2 slice|offset|stride-0) (self|other)\] f32 forward
 strided_only    !FAIL mul on vdev: mul sample [0-9]+ f(32|64) forward
 size_only       ^mm +FAIL
-size_only       FAIL mm on vdev: mm sample [0-9]+ \[large\] f32 forward: output 0 element
+size_only       FAIL mm on vdev: mm sample [0-9]+ \[large\] f32 forward: culprit: forward kernel mm: output 0 element
 size_only       !FAIL mm on vdev: mm sample [0-9]+ f(32|64) forward
 unsupported     ^mul +pass [0-9]+ .*\+unsup
 unsupported     UNSUPPORTED mul on vdev: mul sample 0 f64 forward: unsupported at run time: .*vdev mul: this firmware takes no f64 tensors

@@ -3,6 +3,7 @@
 #include "check_sample.h"
 #include "check_supervisor.h"
 
+#include <ctype.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,6 +49,43 @@ static bool registered(const opr_op *op, int dev_type, opr_dtype dt)
 {
     opr_kernel_info info = {.struct_size = sizeof info};
     return opr_op_kernel_info(op, dev_type, dt, &info) == OPR_OK;
+}
+
+static bool forward_fails(const check_cfg *c, const opr_op *op, opr_device dev);
+
+/* The ops the forward expression of a composite op calls that fail on dev, ", "-joined
+ * into failing (room len). */
+static void failing_callees(const check_cfg *c, const opr_op *op, opr_device dev, char *failing, size_t len)
+{
+    failing[0] = '\0';
+    for (const char *p = opr_op_forward(op); p && *p;) {
+        if (!isalpha((unsigned char)*p) && *p != '_') { p++; continue; }
+        const char *start = p;
+        while (isalnum((unsigned char)*p) || *p == '_' || *p == '.') p++;
+        if (*p != '(') continue; /* an argument's name, not a call */
+        char name[96];
+        snprintf(name, sizeof name, "%.*s", (int)(p - start), start);
+        const opr_op *callee = opr_op_find(c->ctx, name);
+        if (callee && callee != op && forward_fails(c, callee, dev)) check_list_add(failing, len, name);
+    }
+}
+
+/* Who a wrong forward is held to: the op's kernel; for a composite op, the failing ops
+ * its forward calls (a dep record: it is wrong only through them), else its formula. */
+static void blame_forward(const check_cfg *c, const opr_op *op, opr_device dev, check_record *r)
+{
+    if (!opr_op_is_composite(op)) {
+        snprintf(r->culprit, sizeof r->culprit, "forward kernel %s", opr_op_name(op));
+        return;
+    }
+    char failing[sizeof r->culprit];
+    failing_callees(c, op, dev, failing, sizeof failing);
+    if (failing[0]) {
+        r->verdict = CV_DEP;
+        snprintf(r->culprit, sizeof r->culprit, "%s", failing);
+    } else {
+        snprintf(r->culprit, sizeof r->culprit, "forward formula %s", opr_op_name(op));
+    }
 }
 
 /* The forward of sample s, variant v, dtype dt on dev against the CPU in f64: a record,
@@ -105,6 +143,8 @@ static int check_forward_one(const check_cfg *c, int u, const opr_op *op, int s,
     }
     check_sample_free(&ref);
     check_sample_free(&got);
+    /* the callees of a composite are looked at only for a record (not from forward_fails) */
+    if (r.verdict == CV_FAIL && brc == OPR_OK && emit) blame_forward(c, op, dev, &r);
     if (emit) check_emit(&r);
     return r.verdict;
 }
@@ -433,8 +473,10 @@ void check_run_unit(const check_cfg *c, int u)
     for (int s = 0; s < opr_op_sample_count(op); s++)
         for (int v = 0; v < variant_count(c, op, s); v++)
             for (int k = 0; k < ndts; k++) /* the large variant in the first dtype only: it is the slow one */
-                if (check_forward_one(c, u, op, s, v, dts[k], dev, true, k == 0 && c->large) == CV_FAIL)
-                    forward_failed = true;
+                switch (check_forward_one(c, u, op, s, v, dts[k], dev, true, k == 0 && c->large)) {
+                case CV_FAIL: case CV_DEP: forward_failed = true; break;
+                default: break;
+                }
     /* a wrong forward is the culprit of its own wrong gradients */
     if (c->backward && !forward_failed && opr_op_grad_candidate_count(op) > 0) {
         /* An op only this backend runs: its formula is still checked, the ops it calls
