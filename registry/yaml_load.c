@@ -500,8 +500,10 @@ int yaml_load_file(opr_ctx *ctx, const char *path, int *n_loaded)
     }
     FILE *f = fdopen(fd, "rb");
     if (!f) {
+        int e = errno;
         close(fd);
-        return opr_fail(errno == ENOMEM ? OPR_ERR_NOMEM : OPR_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+        if (e == ENOMEM) return opr_fail(OPR_ERR_NOMEM, "%s: out of memory opening it", path);
+        return opr_fail(OPR_ERR_IO, "%s: cannot open: %s", path, strerror(e));
     }
     char *buf = NULL;
     size_t len = 0, cap = 0;
