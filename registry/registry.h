@@ -128,6 +128,9 @@ typedef enum view_kind {
 struct opr_op {
     char *name;                /* as written: "max.dim", "gt" */
     int base_len;              /* length of the overload set's name, "max" */
+    /* the name index (op_table.c): the next op of the overload set, in registration
+     * order; for a set's first op, the next set's first op in its hash bucket */
+    _Atomic(opr_op *) set_next, bucket_next;
     char *overload;            /* "dim" (after the '.'), or the `overload:` key, or NULL */
     bool has_scalars;          /* a Scalar argument: wrapped-number promotion applies */
     char *schema;
@@ -192,6 +195,9 @@ static inline int op_nslots(const opr_op *op) { return op->nargs + op->nout + 1;
  * entries, each allocated once and never moved, so readers need no lock (op_table.c). */
 #define OPS_CHUNK0 64
 #define OPS_NCHUNKS 24
+/* Hash buckets of the name index: lookups by name cost a chain, not the table (20k ops
+ * loaded in one file were quadratic). */
+#define OPS_BUCKETS 4096
 
 /* Records a call into the autograd graph (tensors[i]: argument i, NULL for
  * non-tensors; slots: the arguments' metadata values; sets the outputs' grad_fn). The
@@ -215,6 +221,7 @@ enum { ENGINE_OP_ADD, ENGINE_OP_RESHAPE, ENGINE_OP_SEGMENT_EXPAND, ENGINE_OP_JAG
 typedef struct opr_registry {
     _Atomic(opr_op *) *chunks[OPS_NCHUNKS];
     _Atomic int n;             /* entries visible to readers */
+    _Atomic(opr_op *) buckets[OPS_BUCKETS]; /* first ops of overload sets, by hash of the set's name */
     opr_op **retired;          /* dropped by registry_truncate: readers may still hold them */
     int nretired, cap_retired;
     pthread_mutex_t errors_lock;
