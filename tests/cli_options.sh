@@ -25,6 +25,10 @@ expect 2 check --ops ','
 expect 2 check --timeout inf
 expect 2 check --timeout nan
 expect 2 check --backend cpu:1 --ops relu
+expect 2 check --ops relu --sample x
+expect 2 check --ops relu --sample 99
+expect 2 check --ops relu --variant 'no such variant'
+expect 0 check --ops relu --sample 0 --variant 'odd size 13' --no-backward
 expect 0 info --require cpu
 expect 1 info --require no_such_plugin
 exit $status

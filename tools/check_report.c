@@ -13,6 +13,7 @@ typedef struct cell {
     int count[CV_COUNT];
     int units_done;
     char first_fail[2200];
+    char rerun[200];          /* the options that rerun the first failure (or dep) alone */
     char lost[2100];          /* crashed / timed out: the supervisor's message */
     char depends[128];        /* failing ops the failing formulas call */
     char nimpl_dtypes[64];
@@ -137,6 +138,22 @@ static int type_col(const check_report *rep, int dev_type)
     return -1;
 }
 
+/* "--backend npu --ops mul --sample 0 --variant 'transposed self' --dtype f32": the
+ * selection that reruns record r alone (with the run's own --plugin and --yaml). */
+static void rerun_options(const check_report *rep, const check_record *r, char *buf, size_t len)
+{
+    const check_cfg *c = rep->cfg;
+    int k = type_col(rep, r->dev_type);
+    char label[48];
+    int n = snprintf(buf, len, "--backend %s --ops '%s'", k >= 0 ? backend_label(c, k, label, sizeof label) : "?",
+                     opr_op_name(opr_op_at(c->ctx, r->op)));
+    if (r->sample >= 0 && n >= 0 && (size_t)n < len)
+        n += snprintf(buf + n, len - (size_t)n, " --sample %d --variant '%s'", r->sample, r->variant);
+    if (r->dtype >= 0 && n >= 0 && (size_t)n < len)
+        snprintf(buf + n, len - (size_t)n, " --dtype %s%s", opr_dtype_name((opr_dtype)r->dtype),
+                 strcmp(r->phase, "forward") ? "" : " --no-backward");
+}
+
 static void print_row(check_report *rep, int row)
 {
     const check_cfg *c = rep->cfg;
@@ -176,6 +193,8 @@ static void print_row(check_report *rep, int row)
                      opr_op_name(op), dname, x->lost);
         if (nnotes < MAX_NOTES && fail)
             snprintf(notes[nnotes++], sizeof notes[0], "FAIL %s on %s: %s", opr_op_name(op), dname, x->first_fail);
+        if (nnotes < MAX_NOTES && (fail || x->depends[0]) && !lost && x->rerun[0])
+            snprintf(notes[nnotes++], sizeof notes[0], "rerun it alone: opreg check %s", x->rerun);
         if (nnotes < MAX_NOTES && !fail && !lost && x->depends[0])
             snprintf(notes[nnotes++], sizeof notes[0], "%s on %s: depends on failing %s", opr_op_name(op), dname,
                      x->depends);
@@ -242,11 +261,13 @@ void check_report_take(check_report *rep, const check_record *r)
         if (r->message[0] && !x->pass_note[0]) snprintf(x->pass_note, sizeof x->pass_note, "%.590s", r->message);
         break;
     case CV_FAIL:
+        if (!x->rerun[0]) rerun_options(rep, r, x->rerun, sizeof x->rerun);
         if (!x->first_fail[0])
             snprintf(x->first_fail, sizeof x->first_fail, "%.500s: %s%.96s%s%.1400s", what,
                      r->culprit[0] ? "culprit: " : "", r->culprit, r->culprit[0] ? ": " : "", r->message);
         break;
     case CV_DEP:
+        if (!x->rerun[0]) rerun_options(rep, r, x->rerun, sizeof x->rerun);
         check_list_add(x->depends, sizeof x->depends, r->culprit);
         break;
     case CV_NI:

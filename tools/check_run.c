@@ -98,6 +98,10 @@ static int check_forward_one(const check_cfg *c, int u, const opr_op *op, int s,
     sample_run ref, got;
     check_phase("%s forward, sample %d, %s (the CPU reference)", opr_op_name(op), s, opr_dtype_name(dt));
     int brc = check_sample_reference(op, s, v, dt, &ref, label, sizeof label);
+    if (emit && c->only_variant && strcmp(label, c->only_variant)) { /* --variant: another one */
+        check_sample_free(&ref);
+        return -1;
+    }
     if (brc || ref.rc) {
         int verdict = -1;
         /* A variant, or a sample whose arguments the op refuses in this dtype (an alpha
@@ -140,6 +144,12 @@ static int check_forward_one(const check_cfg *c, int u, const opr_op *op, int s,
     } else {
         r.count = ref.nouts;
         for (int o = 0; o < ref.nouts && r.verdict == CV_PASS; o++) check_compare(op, ref.outs[o], got.outs[o], o, &r);
+    }
+    if (r.verdict == CV_FAIL && !brc) { /* what the kernel got, to tell the layout at a glance */
+        char args[700];
+        size_t used = strlen(r.message);
+        check_describe_args(op, &got, args, sizeof args);
+        if (args[0]) snprintf(r.message + used, sizeof r.message - used, " (arguments: %s)", args);
     }
     check_sample_free(&ref);
     check_sample_free(&got);
@@ -319,7 +329,11 @@ static void check_fused_variant(const check_cfg *c, int u, const opr_op *op, int
 {
     char label[48] = "";
     sample_run ref, got;
-    if (check_sample_reference(op, s, v, dt, &ref, label, sizeof label) || ref.rc) { check_sample_free(&ref); return; }
+    if (check_sample_reference(op, s, v, dt, &ref, label, sizeof label) || ref.rc ||
+        (c->only_variant && strcmp(label, c->only_variant))) {
+        check_sample_free(&ref);
+        return;
+    }
     for (int o = 0; o < ref.nouts; o++) opr_tensor_release(ref.outs[o]);
     memset(ref.outs, 0, sizeof ref.outs);
     opr_tensor *ref_in[MAX_ARGS], *got_in[MAX_ARGS], *ref_g[MAX_ARGS] = {NULL}, *got_g[MAX_ARGS] = {NULL};
@@ -458,6 +472,9 @@ static void check_perf(const check_cfg *c, int u, const opr_op *op, opr_device d
 
 /* ---------------------------------------------------------------- the unit */
 
+/* --sample N selects sample s. */
+static bool selected_sample(const check_cfg *c, int s) { return c->only_sample < 0 || s == c->only_sample; }
+
 void check_run_unit(const check_cfg *c, int u)
 {
     const opr_op *op = c->ops[u / c->ntypes];
@@ -471,21 +488,23 @@ void check_run_unit(const check_cfg *c, int u)
     bool forward_failed = false, backward_failed = false;
     if (dev.type == 0) check_schema_dtypes(c, u, op);
     for (int s = 0; s < opr_op_sample_count(op); s++)
-        for (int v = 0; v < variant_count(c, op, s); v++)
+        for (int v = 0; v < variant_count(c, op, s) && selected_sample(c, s); v++)
             for (int k = 0; k < ndts; k++) /* the large variant in the first dtype only: it is the slow one */
                 switch (check_forward_one(c, u, op, s, v, dts[k], dev, true, k == 0 && c->large)) {
                 case CV_FAIL: case CV_DEP: forward_failed = true; break;
                 default: break;
                 }
     /* a wrong forward is the culprit of its own wrong gradients */
-    if (c->backward && !forward_failed && opr_op_grad_candidate_count(op) > 0) {
+    /* the backward runs on the samples as written: not for --variant LABEL */
+    bool as_written = !c->only_variant || !c->only_variant[0];
+    if (c->backward && as_written && !forward_failed && opr_op_grad_candidate_count(op) > 0) {
         /* An op only this backend runs: its formula is still checked, the ops it calls
          * falling back to the CPU where the backend lacks them. */
         bool vendor_only = !opr_op_has_kernel(op, 0);
         bool prev = vendor_only ? opr_cpu_fallback_set(c->ctx, true) : false;
         ndts = dtypes_of(c, op, dev, true, dts);
         for (int s = 0; s < opr_op_sample_count(op); s++)
-            for (int k = 0; k < ndts; k++)
+            for (int k = 0; k < ndts && selected_sample(c, s); k++)
                 for (int cand = 0; cand <= opr_op_grad_candidate_count(op); cand++) /* last: the plan */
                     switch (check_backward_one(c, u, op, s, cand < opr_op_grad_candidate_count(op) ? cand : -1,
                                                dts[k], dev)) {
@@ -504,7 +523,7 @@ void check_run_unit(const check_cfg *c, int u)
             if ((dts[k] != OPR_F32 && dts[k] != OPR_F64) || !kernel_registered(c->ctx, op, cand, dev.type, dts[k]))
                 continue;
             for (int s = 0; s < opr_op_sample_count(op); s++)
-                for (int v = 1; v < variant_count(c, op, s); v++) check_fused_variant(c, u, op, s, v, cand, dts[k], dev);
+                for (int v = 1; v < variant_count(c, op, s) && selected_sample(c, s); v++) check_fused_variant(c, u, op, s, v, cand, dts[k], dev);
         }
     if (c->perf) check_perf(c, u, op, dev);
 }

@@ -114,6 +114,25 @@ int check_sample_reference(const opr_op *op, int s, int v, opr_dtype dt, sample_
     return rc;
 }
 
+void check_describe_args(const opr_op *op, const sample_run *r, char *buf, size_t len)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int a = 0; a < r->nargs && a < opr_op_num_args(op) && used < len; a++) {
+        if (r->args[a].kind != OPR_V_TENSOR || !r->args[a].u.t) continue;
+        const opr_tensor *t = r->args[a].u.t;
+        char d[96];
+        int n = snprintf(buf + used, len - used, "%s%s %s strides [", used ? "; " : "", opr_op_arg_name(op, a),
+                         opr_tensor_describe(t, d, sizeof d));
+        for (int k = 0; n >= 0 && k < opr_tensor_ndim(t) && used + (size_t)n < len; k++)
+            n += snprintf(buf + used + n, len - used - (size_t)n, "%s%lld", k ? ", " : "", (long long)opr_tensor_stride(t, k));
+        if (n >= 0 && used + (size_t)n < len)
+            n += snprintf(buf + used + n, len - used - (size_t)n, "] offset %lld", (long long)opr_tensor_offset(t));
+        if (n < 0) break;
+        used += (size_t)n;
+    }
+}
+
 /* read_rc: the status of the copy, when it failed */
 static double *to_f64(const opr_tensor *t, int *read_rc)
 {

@@ -41,6 +41,9 @@ int check_sample_run(const opr_op *op, int s, int v, opr_dtype dt, opr_device de
  * values, and called; the build's status returned. */
 int check_sample_reference(const opr_op *op, int s, int v, opr_dtype dt, sample_run *ref, char *label,
                            size_t label_len);
+/* The layout of each tensor argument of the built sample, for a failure's message:
+ * "self [3, 4] f32 vdev strides [1, 3] offset 0; other ...". */
+void check_describe_args(const opr_op *op, const sample_run *r, char *buf, size_t len);
 /* Compares got with ref (output `out`) into r: verdict, max_error, tolerance, message.
  * A result the backend cannot copy back is n/i. */
 void check_compare(const opr_op *op, const opr_tensor *ref, const opr_tensor *got, int out, check_record *r);

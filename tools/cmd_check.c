@@ -20,7 +20,8 @@ static void usage(void)
 {
     printf("usage: opreg check [--backend NAME] [--ops LIST]... [--dtype LIST]... [--no-backward]\n"
            "                   [--no-variants] [--no-large] [--perf] [-v] [--format table|json] [--junit FILE]\n"
-           "                   [--timeout S] [--no-fork] [--allow-unchecked] [--strict] [--plugin PATH]... [--yaml FILE]...\n\n"
+           "                   [--timeout S] [--no-fork] [--allow-unchecked] [--strict] [--sample N] [--variant LABEL]\n"
+           "                   [--plugin PATH]... [--yaml FILE]...\n\n"
            "Runs every op that has samples in its YAML entry on each loaded backend other than\n"
            "the CPU reference, in every dtype the op allows, and compares the outputs with the\n"
            "CPU plugin in f64: each sample as written and its layout and size variants\n"
@@ -40,7 +41,10 @@ static void usage(void)
            "runs everything in this process (for a debugger).\n\n"
            "Selection: --ops takes a comma-separated list of names or shell globs (e.g.\n"
            "'mm,index_*'), --dtype a comma-separated list of dtypes (f32,f16); both accumulate\n"
-           "when repeated; a selection that matches nothing is an error (exit 2).\n\n"
+           "when repeated; a selection that matches nothing is an error (exit 2). --sample N runs\n"
+           "sample N alone, --variant LABEL the variant so labelled alone ('' for the sample as\n"
+           "written, which is where the backward runs): each failure's note ends with the\n"
+           "options that rerun it.\n\n"
            "Prints a table (a row per op, a cell per backend; the legend follows it); each FAIL\n"
            "names its culprit (forward kernel, derivative formula, fused backward kernel), and\n"
            "an op whose formula is right on the CPU but calls an op failing on the backend says\n"
@@ -102,6 +106,30 @@ static bool matches_any(const char *name, const char *globs)
     return false;
 }
 
+/* Whether --sample and --variant select anything among the selected ops: a repro
+ * command with a typo must not run nothing and pass. Builds each candidate variant on
+ * the CPU to read its label (only with --variant LABEL). */
+static bool selection_exists(const check_cfg *c)
+{
+    if (c->only_sample < 0 && (!c->only_variant || !c->only_variant[0])) return true;
+    for (int o = 0; o < c->nops; o++)
+        for (int s = 0; s < opr_op_sample_count(c->ops[o]); s++) {
+            if (c->only_sample >= 0 && s != c->only_sample) continue;
+            if (!c->only_variant || !c->only_variant[0]) return true;
+            for (int v = 1; v < opr_op_sample_variant_count(c->ops[o], s); v++) {
+                opr_value args[32];
+                opr_tensor *owned[OPR_SAMPLE_MAX_TENSORS];
+                int nargs = 0, nowned = 0;
+                char label[64] = "";
+                opr_op_sample_variant_args(c->ops[o], s, v, OPR_F32, (opr_device){0, 0}, 1, args, &nargs, owned, &nowned,
+                                           label, sizeof label);
+                for (int k = 0; k < nowned; k++) opr_tensor_release(owned[k]);
+                if (!strcmp(label, c->only_variant)) return true;
+            }
+        }
+    return false;
+}
+
 typedef struct run_state {
     check_cfg cfg;
     check_report *rep;
@@ -116,14 +144,15 @@ int cmd_check(int argc, char **argv)
     if (cli_wants_help(argc, argv)) { usage(); return 0; }
     const char *backend = NULL, *format = "table";
     char ops_sel[1024] = "", dtype_sel[256] = "";
-    run_state st = {.cfg = {.backward = true, .variants = true, .large = true}};
+    run_state st = {.cfg = {.backward = true, .variants = true, .large = true, .only_sample = -1}};
     check_report_opts ro = {0};
     check_sup sup = {.timeout_s = CHECK_TIMEOUT_DEFAULT_S};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         bool takes_value = !strcmp(a, "--backend") || !strcmp(a, "--ops") || !strcmp(a, "--dtype") ||
                            !strcmp(a, "--format") || !strcmp(a, "--junit") || !strcmp(a, "--timeout") ||
-                           !strcmp(a, "--plugin") || !strcmp(a, "--yaml");
+                           !strcmp(a, "--plugin") || !strcmp(a, "--yaml") || !strcmp(a, "--sample") ||
+                           !strcmp(a, "--variant");
         if (takes_value && !v) { fprintf(stderr, "opreg check: %s needs a value (see --help)\n", a); return 2; }
         if (takes_value) i++;
         if (!strcmp(a, "--backend")) backend = v;
@@ -143,6 +172,13 @@ int cmd_check(int argc, char **argv)
                 return 2;
             }
         }
+        else if (!strcmp(a, "--sample")) {
+            char *end;
+            long n = strtol(v, &end, 10);
+            if (end == v || *end || n < 0 || n > 1000000) { fprintf(stderr, "opreg check: --sample: '%s' is not a sample index\n", v); return 2; }
+            st.cfg.only_sample = (int)n;
+        }
+        else if (!strcmp(a, "--variant")) st.cfg.only_variant = v;
         else if (!strcmp(a, "--no-backward")) st.cfg.backward = false;
         else if (!strcmp(a, "--no-variants")) st.cfg.variants = false;
         else if (!strcmp(a, "--no-large")) st.cfg.large = false;
@@ -194,6 +230,15 @@ int cmd_check(int argc, char **argv)
     }
     if (!c->nops) {
         fprintf(stderr, "opreg check: --ops '%s' matches no op (see opreg ops)\n", ops_sel);
+        goto out;
+    }
+    if (!selection_exists(c)) {
+        if (c->only_variant && c->only_variant[0])
+            fprintf(stderr, "opreg check: no selected op has a variant '%s'", c->only_variant);
+        else
+            fprintf(stderr, "opreg check: no selected op has a sample %d", c->only_sample);
+        if (c->only_variant && c->only_variant[0] && c->only_sample >= 0) fprintf(stderr, " in sample %d", c->only_sample);
+        fprintf(stderr, " (see a failure's 'rerun it alone' note)\n");
         goto out;
     }
     if (!ro.json)
