@@ -14,6 +14,7 @@ typedef struct cell {
     int units_done;
     char first_fail[2200];
     char rerun[200];          /* the options that rerun the first failure (or dep) alone */
+    bool rerun_is_fail;       /* rerun is the first FAIL's (the note shown), not a dep's */
     char lost[2100];          /* crashed / timed out: the supervisor's message */
     char depends[128];        /* failing ops the failing formulas call */
     char nimpl_dtypes[64];
@@ -261,7 +262,8 @@ void check_report_take(check_report *rep, const check_record *r)
         if (r->message[0] && !x->pass_note[0]) snprintf(x->pass_note, sizeof x->pass_note, "%.590s", r->message);
         break;
     case CV_FAIL:
-        if (!x->rerun[0]) rerun_options(rep, r, x->rerun, sizeof x->rerun);
+        if (!x->rerun_is_fail) rerun_options(rep, r, x->rerun, sizeof x->rerun);
+        x->rerun_is_fail = true;
         if (!x->first_fail[0])
             snprintf(x->first_fail, sizeof x->first_fail, "%.500s: %s%.96s%s%.1400s", what,
                      r->culprit[0] ? "culprit: " : "", r->culprit, r->culprit[0] ? ": " : "", r->message);

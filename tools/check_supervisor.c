@@ -141,14 +141,21 @@ static void run_worker(const check_sup *s, int first, int fd)
     }
 }
 
-/* Reads one whole record; 1 on success, 0 at end of file, -1 on error. */
-static int read_record(int fd, check_record *r)
+/* Reads one whole record; 1 on success, 0 at end of file, -1 on error or when the rest
+ * of a begun record does not come by deadline. */
+static int read_record(int fd, check_record *r, double deadline)
 {
     char *p = (char *)r;
     size_t got = 0;
     while (got < sizeof *r) {
         ssize_t n = read(fd, p + got, sizeof *r - got);
         if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && errno == EAGAIN) { /* the rest of a record a kernel cut short (fd non-blocking): not for ever */
+            struct pollfd pfd = {.fd = fd, .events = POLLIN};
+            int wait = child_wait_ms(deadline);
+            if (wait == 0 || (poll(&pfd, 1, wait) == 0 && deadline > 0 && child_now() >= deadline)) return -1;
+            continue;
+        }
         if (n < 0) return -1;
         if (n == 0) return got ? -1 : 0;
         got += (size_t)n;
@@ -230,7 +237,7 @@ int check_supervise(const check_sup *s)
             if (w.out_fd >= 0 && pfd[1].revents) child_relay(&w);
             if (!pfd[0].revents) continue;
             check_record r;
-            if (read_record(w.fd, &r) <= 0) break; /* closed: the worker is reaped below, on the same deadline */
+            if (read_record(w.fd, &r, deadline) <= 0) break; /* closed: the worker is reaped below, on the same deadline */
             if (r.kind == CR_UNIT_BEGIN || r.kind == CR_UNIT_END) {
                 if (r.unit < 0 || r.unit >= s->nunits) break; /* not a record of ours: treat as a lost worker */
                 if (limit > 0) deadline = child_now() + limit;

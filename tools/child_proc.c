@@ -72,7 +72,9 @@ int child_spawn(child_proc *c, bool relay_output, int *child_fd)
         errno = e;
         return -1;
     }
-    /* the relay is read only when it has data; a writer the group left behind must not block us */
+    /* the parent's ends never block: a writer the group left behind, or a kernel writing
+     * half a record into the message pipe, must not hold the parent past its deadline */
+    fcntl(msg[0], F_SETFL, fcntl(msg[0], F_GETFL) | O_NONBLOCK);
     if (out[0] >= 0) fcntl(out[0], F_SETFL, fcntl(out[0], F_GETFL) | O_NONBLOCK);
     forward_stop_signals();
     fflush(stdout); /* or the child's copy of the buffers is written twice */

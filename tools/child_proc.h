@@ -17,7 +17,7 @@
 
 typedef struct child_proc {
     pid_t pid;   /* also the id of its process group */
-    int fd;      /* the parent's end of the message pipe, -1 once closed */
+    int fd;      /* the parent's end of the message pipe (non-blocking), -1 once closed */
     int out_fd;  /* the parent's end of the child's stdout/stderr, -1 once closed or not relayed */
 } child_proc;
 

@@ -81,7 +81,7 @@ int probe_plugin(const char *path, const opr_ctx_opts *opts, double timeout_s, p
         char buf[8];
         ssize_t got = read(c.fd, buf, sizeof buf);
         if (got > 0) stage = buf[got - 1];
-        else if (got == 0 || errno != EINTR) break;
+        else if (got == 0 || (errno != EINTR && errno != EAGAIN)) break;
     }
     /* the same deadline after the pipe closed: a child that closed it and hangs is still timed out */
     int status = 0;
