@@ -32,7 +32,7 @@ ok              ^swish +pass
 ok              op\(s\) checked, 0 failure\(s\)(,|$)
 ok              n/i mul on vdev: dtypes i64, f16, bf16 candidates .*\[other\]
 ok              !^  (FAIL|CRASHED|TIMED OUT|UNSUPPORTED|STRICT)
-ok              NOT CHECKED swish on vdev: swish sample 0 f32 forward: the CPU reference could not run the sample: swish: no kernel for device cpu: no loaded plugin registers swish there$
+ok              NOT CHECKED swish on vdev: swish sample 0 f32 forward: the CPU reference could not run the sample: swish: no kernel for device cpu: no loaded plugin registers swish there \(register a kernel for .cpu. too, or give the op a forward: expression, and its forward is compared\)$
 ok              !is its plugin loaded
 ok              , 2 not checked \(allowed\)$
 wrong_forward   ^mul +FAIL
@@ -167,6 +167,19 @@ for variant in $(printf '%s\n' "$expectations" | awk 'NF { print $1 }' | uniq); 
     if ! python3 "$src/tests/junit_check.py" "$tmp/$variant.xml" "$want"; then
         echo "FAIL variant $variant: $tmp/$variant.xml is not the JUnit XML expected"
         status=1
+    fi
+    if [ "$variant" = ok ]; then # --perf times every backward candidate too
+        env -u OPREG_PLUGIN_PATH -u OPREG_YAML_DIR -u LD_LIBRARY_PATH "$opreg" check --backend vdev --ops vfma --perf \
+            --format json --plugin "$tmp/$variant/libvendor.so" >"$tmp/perf.json" 2>/dev/null || true
+        if ! python3 -c '
+import json, sys
+perf = json.load(open(sys.argv[1]))["perf"]
+got = {p["candidate"] for p in perf if p["ns"] and p["cpu_ns"]}
+want = {None, "self", "other", "self, other (kernel vfma_backward)", "plan chosen by cost"}
+sys.exit(0 if want <= got else "perf candidates: %s" % sorted(map(str, got)))' "$tmp/perf.json"; then
+            echo "FAIL variant $variant: --perf does not time every backward candidate of vfma"
+            status=1
+        fi
     fi
     if [ "$variant" = strided_only ]; then # the note's rerun options run that record alone
         rerun=$(sed -n "s/^  rerun it alone: opreg check //p" "$tmp/$variant.out" | head -n 1)

@@ -250,8 +250,10 @@ void check_report_take(check_report *rep, const check_record *r)
     char what[600];
     describe(rep, r, what, sizeof what);
     if (r->kind == CR_PERF) {
-        x->perf_ns = r->ns;
-        x->perf_ref_ns = r->ref_ns;
+        if (!r->candidate[0]) { /* the forward's; the backward candidates' are read from the records */
+            x->perf_ns = r->ns;
+            x->perf_ref_ns = r->ref_ns;
+        }
         rep->any_perf = true;
         return;
     }
@@ -365,7 +367,10 @@ static void write_json(check_report *rep, int status)
         if (r->kind != CR_PERF) continue;
         printf("%s\n  {\"op\": \"", n++ ? "," : "");
         check_json_str(stdout, opr_op_name(opr_op_at(c->ctx, r->op)));
-        printf("\", \"backend\": \"%s\", \"variant\": \"%s\"", opr_device_type_name(c->ctx, r->dev_type), r->variant);
+        printf("\", \"backend\": \"%s\", \"variant\": \"%s\", \"candidate\": ", opr_device_type_name(c->ctx, r->dev_type),
+               r->variant);
+        if (r->candidate[0]) { printf("\""); check_json_str(stdout, r->candidate); printf("\""); }
+        else printf("null");
         json_num(stdout, "ns", r->ns);
         json_num(stdout, "cpu_ns", r->ref_ns);
         json_num(stdout, "ratio", r->ns / r->ref_ns);
@@ -459,22 +464,62 @@ static int write_junit(check_report *rep)
     return fclose(f) ? 1 : 0;
 }
 
+static const char *perf_txt(double ns, double ref_ns, char *txt, size_t len)
+{
+    snprintf(txt, len, "-");
+    if (isfinite(ns) && isfinite(ref_ns) && ref_ns > 0) snprintf(txt, len, "%.2fx (%.0f us)", ns / ref_ns, ns / 1e3);
+    return txt;
+}
+
+/* The rows under op's of its backward candidates, in the order the records came. */
+static void print_perf_backward(const check_report *rep, int row)
+{
+    const check_cfg *c = rep->cfg;
+    for (size_t i = 0; i < rep->nrecs; i++) {
+        const check_record *r = &rep->recs[i];
+        if (r->kind != CR_PERF || !r->candidate[0] || op_row(rep, r->op) != row) continue;
+        bool shown = false; /* a label once, whatever the backend that sent it first */
+        for (size_t j = 0; j < i && !shown; j++)
+            shown = rep->recs[j].kind == CR_PERF && rep->recs[j].op == r->op && !strcmp(rep->recs[j].candidate, r->candidate);
+        if (shown) continue;
+        char head[160];
+        snprintf(head, sizeof head, "  [%s]", r->candidate);
+        if (strlen(head) <= 18) printf("%-18s", head);
+        else printf("%s\n%-18s", head, ""); /* a long label on a line of its own */
+        for (int k = 0; k < c->ntypes; k++) {
+            double ns = NAN, ref_ns = NAN;
+            for (size_t j = i; j < rep->nrecs; j++) {
+                const check_record *q = &rep->recs[j];
+                if (q->kind == CR_PERF && q->op == r->op && q->dev_type == c->types[k] && !strcmp(q->candidate, r->candidate)) {
+                    ns = q->ns;
+                    ref_ns = q->ref_ns;
+                    break;
+                }
+            }
+            char txt[64];
+            printf(" %-22s", perf_txt(ns, ref_ns, txt, sizeof txt));
+        }
+        printf("\n");
+    }
+}
+
 static void print_perf(const check_report *rep)
 {
     const check_cfg *c = rep->cfg;
-    printf("\nperf: the large variant in f32, best of 5 calls, time on the backend / time on the CPU\n%-18s", "op");
+    printf("\nperf: the large variant in f32, time on the backend / time on the CPU: the forward (best of 5\n"
+           "calls), then under it each [backward candidate] (best of 3 forward-and-backward runs with it\n"
+           "forced, against the CPU's plan chosen by cost for the same inputs)\n%-18s", "op");
     for (int k = 0; k < c->ntypes; k++) printf(" %-22s", opr_device_type_name(c->ctx, c->types[k]));
     printf("\n");
     for (int row = 0; row < c->nops; row++) {
         printf("%-18s", opr_op_name(c->ops[row]));
         for (int k = 0; k < c->ntypes; k++) {
             const cell *x = &rep->cells[row * c->ntypes + k];
-            char txt[64] = "-";
-            if (isfinite(x->perf_ns) && isfinite(x->perf_ref_ns) && x->perf_ref_ns > 0)
-                snprintf(txt, sizeof txt, "%.2fx (%.0f us)", x->perf_ns / x->perf_ref_ns, x->perf_ns / 1e3);
-            printf(" %-22s", txt);
+            char txt[64];
+            printf(" %-22s", perf_txt(x->perf_ns, x->perf_ref_ns, txt, sizeof txt));
         }
         printf("\n");
+        print_perf_backward(rep, row);
     }
 }
 

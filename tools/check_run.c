@@ -1,5 +1,6 @@
 /* One unit of `opreg check` (check_run.h). */
 #include "check_run.h"
+#include "check_perf.h"
 #include "check_sample.h"
 #include "check_supervisor.h"
 
@@ -111,8 +112,12 @@ static int check_forward_one(const check_cfg *c, int u, const opr_op *op, int s,
             bool ni = !opr_op_is_composite(op) && !registered(op, dev.type, dt);
             check_record r = check_new_record(c, u, "forward", dt, s, label);
             r.verdict = ni ? CV_NI : CV_NOT_CHECKED;
-            snprintf(r.message, sizeof r.message, "the CPU reference could not run the sample: %s",
-                     brc ? opr_last_error() : ref.err);
+            /* an op only the backend runs: say what would give its forward a reference */
+            bool no_cpu = !opr_op_is_composite(op) && !opr_op_has_kernel(op, 0);
+            snprintf(r.message, sizeof r.message, "the CPU reference could not run the sample: %s%s",
+                     brc ? opr_last_error() : ref.err,
+                     no_cpu ? " (register a kernel for \"cpu\" too, or give the op a forward: expression, and its "
+                              "forward is compared)" : "");
             check_emit(&r);
             verdict = r.verdict;
         }
@@ -268,57 +273,6 @@ static int check_backward_one(const check_cfg *c, int u, const opr_op *op, int s
 
 /* ---------------------------------------------------------------- fused kernels on variants */
 
-/* Sets requires-grad on the tensor arguments candidate cand covers (its label: "self,
- * other (kernel vfma_backward)"), collecting them in ins; returns how many, -1 when an
- * input cannot take it. */
-static int cover_inputs(const opr_op *op, int cand, sample_run *r, opr_tensor **ins)
-{
-    char names[96];
-    snprintf(names, sizeof names, "%s", opr_op_grad_candidate_label(op, cand));
-    names[strcspn(names, "(")] = '\0';
-    int n = 0;
-    for (char *save = NULL, *name = strtok_r(names, ", ", &save); name; name = strtok_r(NULL, ", ", &save)) {
-        int a = opr_op_arg_index(op, name);
-        if (a < 0 || a >= r->nargs || r->args[a].kind != OPR_V_TENSOR) return -1;
-        if (opr_set_requires_grad(r->args[a].u.t, true)) return -1;
-        ins[n++] = r->args[a].u.t;
-    }
-    return n;
-}
-
-/* The gradients of the covered inputs, for grad_outputs of fixed pseudo-random values;
- * outs and grads (n_in of them) are the caller's to release. */
-static int grads_of(const opr_op *op, sample_run *r, opr_tensor **ins, int n_in, opr_tensor **grads)
-{
-    bool prev = opr_grad_mode_set(true);
-    check_sample_call(op, r);
-    opr_grad_mode_set(prev);
-    if (r->rc) return r->rc;
-    opr_tensor *gos[MAX_OUTS] = {NULL}, *fouts[MAX_OUTS];
-    int nf = 0, rc = OPR_OK;
-    for (int o = 0; o < r->nouts && !rc; o++) {
-        opr_dtype dt = opr_tensor_dtype(r->outs[o]);
-        if (dt != OPR_F32 && dt != OPR_F64) continue;
-        int64_t n = opr_tensor_numel(r->outs[o]);
-        size_t es = dt == OPR_F32 ? 4 : 8;
-        unsigned char *v = malloc((size_t)(n ? n : 1) * es);
-        if (!v) { rc = OPR_ERR_NOMEM; break; }
-        for (int64_t i = 0; i < n; i++) { /* the same numbers on both sides */
-            double x = 0.5 + 0.5 * sin(0.7 * (double)i + o);
-            if (dt == OPR_F32) ((float *)v)[i] = (float)x;
-            else ((double *)v)[i] = x;
-        }
-        gos[nf] = opr_tensor_from_data(opr_tensor_ctx(r->outs[o]), dt, opr_tensor_ndim(r->outs[o]),
-                                       opr_tensor_shape(r->outs[o]), v, opr_tensor_device(r->outs[o]));
-        free(v);
-        if (!gos[nf]) { rc = OPR_ERR_NOMEM; break; }
-        fouts[nf++] = r->outs[o];
-    }
-    if (!rc) rc = opr_autograd_grad(fouts, gos, nf, ins, n_in, grads, NULL);
-    for (int k = 0; k < nf; k++) opr_tensor_release(gos[k]);
-    return rc;
-}
-
 /* A fused backward kernel (candidate cand) on variant v of sample s: its gradients on
  * the backend against the plan chosen by cost on the CPU in f64, on the same values. On
  * the samples as written the kernel was held to finite differences; on a variant
@@ -337,19 +291,19 @@ static void check_fused_variant(const check_cfg *c, int u, const opr_op *op, int
     for (int o = 0; o < ref.nouts; o++) opr_tensor_release(ref.outs[o]);
     memset(ref.outs, 0, sizeof ref.outs);
     opr_tensor *ref_in[MAX_ARGS], *got_in[MAX_ARGS], *ref_g[MAX_ARGS] = {NULL}, *got_g[MAX_ARGS] = {NULL};
-    int n_in = cover_inputs(op, cand, &ref, ref_in);
+    int n_in = check_cover_inputs(op, cand, &ref, ref_in);
     int prev = -1;
     opr_op_force_grad_candidate(op, -1);
-    if (n_in <= 0 || grads_of(op, &ref, ref_in, n_in, ref_g)) { check_sample_free(&ref); return; } /* does not apply */
+    if (n_in <= 0 || check_grads_of(op, &ref, ref_in, n_in, ref_g)) { check_sample_free(&ref); return; } /* does not apply */
     check_phase("%s backward [%s], sample %d [%s], %s", opr_op_name(op), opr_op_grad_candidate_label(op, cand), s, label,
                 opr_dtype_name(dt));
     check_record r = check_new_record(c, u, "backward", dt, s, label);
     snprintf(r.candidate, sizeof r.candidate, "%s", opr_op_grad_candidate_label(op, cand));
     int rc = check_sample_build(op, s, v, dt, dev, &got, label, sizeof label);
-    if (!rc && cover_inputs(op, cand, &got, got_in) != n_in) rc = OPR_ERR_INVALID;
+    if (!rc && check_cover_inputs(op, cand, &got, got_in) != n_in) rc = OPR_ERR_INVALID;
     if (!rc) {
         opr_op_force_grad_candidate(op, cand);
-        rc = grads_of(op, &got, got_in, n_in, got_g);
+        rc = check_grads_of(op, &got, got_in, n_in, got_g);
         opr_op_force_grad_candidate(op, prev);
     }
     if (rc == OPR_ERR_UNSUPPORTED || rc == OPR_ERR_NOT_FOUND) {
@@ -408,66 +362,6 @@ static void check_schema_dtypes(const check_cfg *c, int u, const opr_op *op)
             check_sample_free(&r);
         }
     }
-}
-
-/* ---------------------------------------------------------------- perf */
-
-static double now_ns(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec * 1e9 + (double)t.tv_nsec;
-}
-
-/* Best of a few calls of the op on prepared arguments, with the device synchronised. */
-static double time_call(const opr_op *op, sample_run *r, opr_device dev)
-{
-    double best = INFINITY;
-    for (int rep = 0; rep < 5; rep++) {
-        opr_tensor *outs[MAX_OUTS] = {NULL};
-        double t0 = now_ns();
-        int rc = opr_call(op, r->args, r->nargs, outs, r->nouts);
-        if (!rc) rc = opr_device_sync(opr_tensor_ctx(r->owned[0]), dev);
-        double t = now_ns() - t0;
-        for (int o = 0; o < MAX_OUTS; o++) opr_tensor_release(outs[o]);
-        if (rc) return NAN;
-        if (t < best) best = t;
-    }
-    return best;
-}
-
-/* --perf: the op on its largest variant (the "large" one where it has it) in f32, on
- * the backend and on the CPU. */
-static void check_perf(const check_cfg *c, int u, const opr_op *op, opr_device dev)
-{
-    if (!opr_op_supports_dtype(op, OPR_F32) || !opr_op_sample_count(op)) return;
-    int s = 0, v = 0;
-    char label[48] = "";
-    for (int i = 0; i < opr_op_sample_count(op) && !v; i++)
-        for (int k = 1; k < opr_op_sample_variant_count(op, i) && !v; k++) {
-            opr_value args[MAX_ARGS];
-            opr_tensor *owned[OPR_SAMPLE_MAX_TENSORS];
-            int nargs = 0, nowned = 0;
-            if (opr_op_sample_variant_args(op, i, k, OPR_F32, (opr_device){0, 0}, 1, args, &nargs, owned, &nowned,
-                                           label, sizeof label) == OPR_OK && !strcmp(label, "large")) {
-                s = i;
-                v = k;
-            }
-            for (int j = 0; j < nowned; j++) opr_tensor_release(owned[j]);
-        }
-    check_phase("%s perf, sample %d [%s], f32", opr_op_name(op), s, v ? "large" : "");
-    sample_run on_dev, on_cpu;
-    check_record r = check_new_record(c, u, "perf", OPR_F32, s, v ? "large" : "");
-    r.kind = CR_PERF;
-    r.ns = r.ref_ns = NAN;
-    if (!check_sample_run(op, s, v, OPR_F32, dev, &on_dev, label, sizeof label) && !on_dev.rc && on_dev.nowned)
-        r.ns = time_call(op, &on_dev, dev);
-    if (!check_sample_run(op, s, v, OPR_F32, (opr_device){0, 0}, &on_cpu, label, sizeof label) && !on_cpu.rc &&
-        on_cpu.nowned)
-        r.ref_ns = time_call(op, &on_cpu, (opr_device){0, 0});
-    check_sample_free(&on_dev);
-    check_sample_free(&on_cpu);
-    check_emit(&r);
 }
 
 /* ---------------------------------------------------------------- the unit */

@@ -48,4 +48,13 @@ void check_describe_args(const opr_op *op, const sample_run *r, char *buf, size_
  * A result the backend cannot copy back is n/i. */
 void check_compare(const opr_op *op, const opr_tensor *ref, const opr_tensor *got, int out, check_record *r);
 
+/* Sets requires-grad on the tensor arguments candidate cand covers (its label: "self,
+ * other (kernel vfma_backward)"; -1, the plan: every candidate's), collecting them in
+ * ins; returns how many, -1 when an input cannot take it. */
+int check_cover_inputs(const opr_op *op, int cand, sample_run *r, opr_tensor **ins);
+/* Calls op on the built sample with grad mode on and computes the gradients of the n_in
+ * inputs ins for grad_outputs of fixed pseudo-random values (the same numbers on every
+ * device); r->outs and grads (n_in of them) are the caller's to release. */
+int check_grads_of(const opr_op *op, sample_run *r, opr_tensor **ins, int n_in, opr_tensor **grads);
+
 #endif
