@@ -421,6 +421,11 @@ opr_status opr_call(const opr_op *op, const opr_value *args, int nargs, opr_tens
     }
 
     const kernel_entry *kerns = atomic_load_explicit(&((opr_op *)op)->kernels[c.dev.type], memory_order_acquire);
+    if (c.dev.type == 0 && op->reference && !kernel_for(kerns, c.common)) { /* no CPU kernel: the op's reference */
+        rc = composite_call_reference(op, c.tensors, c.slots, (opr_dtype)c.common, record, &results[0]);
+        free(c.list_views);
+        return rc;
+    }
     if (!kernel_for(kerns, c.common) && fallback_applies(op, c.dev.type, (opr_dtype)c.common)) {
         rc = fallback_call(op, args, nargs, results, nres, c.tensors, c.slots, c.dev, (opr_dtype)c.common, record,
                            c.list_requires_grad, NULL);

@@ -316,6 +316,8 @@ bool opr_op_has_kernel(const opr_op *op, int device_type)
 {
     if (!op || device_type < 0 || device_type >= OPR_MAX_DEVICE_TYPES) return false;
     if (op->composite) return composite_runs_on(op, device_type);
+    if (device_type == 0 && op->reference && !atomic_load(&((opr_op *)op)->kernels[0]))
+        return composite_runs_on(op, 0); /* the CPU runs the reference */
     if (op->view != VIEW_NONE ? views_run_on(op->ctx, device_type)
                               : atomic_load(&((opr_op *)op)->kernels[device_type]) != NULL)
         return true;

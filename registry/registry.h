@@ -166,6 +166,9 @@ struct opr_op {
     int nsamples;
     struct opr_op *backward_of;/* set on fused backward kernel slots ("mm_backward") */
     struct composite_def *composite; /* `forward:` ops (composite.h), NULL for kernel ops */
+    /* `reference:` (composite.h): what the CPU runs for this op where no plugin registers
+     * a CPU kernel for it, so an op only a device runs has a reference forward */
+    struct composite_def *reference;
     jagged_rule jagged;        /* `jagged:`: how it takes jagged tensors */
     batch_rule batch;          /* `batch:`: how it runs on batched tensors (opr_vmap) */
     alt_rule alt;              /* `alternative:`, `kernel_rate:` */

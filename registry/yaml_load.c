@@ -141,6 +141,7 @@ static int parse_key(const loader *l, opr_op *op, const yaml_node_t *k, const ya
     if (!strcmp(key, "name")) return OPR_OK; /* handled first */
     if (!strcmp(key, "samples")) return samples_parse(l, op, v);
     if (!strcmp(key, "forward")) return yaml_forward_key(l, op, k, v);
+    if (!strcmp(key, "reference")) return yaml_reference_key(l, op, k, v);
     if (!strcmp(key, "jagged")) return yaml_jagged_key(l, op, v);
     if (!strcmp(key, "batch")) return yaml_batch_key(l, op, v);
     if (!strcmp(key, "alternative")) return yaml_alternative_key(l, op, v);

@@ -32,7 +32,7 @@ ok              ^swish +pass
 ok              op\(s\) checked, 0 failure\(s\)(,|$)
 ok              n/i mul on vdev: dtypes i64, f16, bf16 candidates .*\[other\]
 ok              !^  (FAIL|CRASHED|TIMED OUT|UNSUPPORTED|STRICT)
-ok              NOT CHECKED swish on vdev: swish sample 0 f32 forward: the CPU reference could not run the sample: swish: no kernel for device cpu: no loaded plugin registers swish there \(register a kernel for .cpu. too, or give the op a forward: expression, and its forward is compared\)$
+ok              NOT CHECKED swish on vdev: swish sample 0 f32 forward: the CPU reference could not run the sample: swish: no kernel for device cpu: no loaded plugin registers swish there \(register a kernel for .cpu. too, or give the op a reference: expression, and its forward is compared\)$
 ok              !is its plugin loaded
 ok              , 2 not checked \(allowed\)$
 wrong_forward   ^mul +FAIL
@@ -107,6 +107,10 @@ swish_f32_formula  FAIL swish on vdev: .*culprit: derivative formula swish
 remainder       ^relu +FAIL
 remainder       FAIL relu on vdev: relu sample 0 \[odd size 13, step-2 slice self\] f32 forward: culprit: forward kernel relu
 remainder       !FAIL relu sample 0 (\[(transposed|step-2 slice|offset|stride-0) self\] )?f(32|64) forward
+reference       FAIL swish on vdev: swish sample 0 f64 forward: culprit: forward kernel swish: output 0 element
+reference       !FAIL swish sample 0 f32 forward
+reference       !culprit: derivative formula|NOT CHECKED swish
+reference       FAIL swish sample 0 \[transposed self\] f64 forward
 ordinals        ^op +vdev:1 *$
 ordinals        ^mul +pass
 ordinals        op\(s\) checked, 0 failure\(s\)(,|$)

@@ -89,6 +89,15 @@ static void blame_forward(const check_cfg *c, const opr_op *op, opr_device dev, 
     }
 }
 
+/* A kernel is registered for op on dev_type in some dtype (an op's reference: runs on
+ * the CPU without one). */
+static bool registered_anywhere(const opr_op *op, int dev_type)
+{
+    for (int dt = 0; dt < OPR_DTYPE_COUNT; dt++)
+        if (registered(op, dev_type, (opr_dtype)dt)) return true;
+    return false;
+}
+
 /* The forward of sample s, variant v, dtype dt on dev against the CPU in f64: a record,
  * or nothing when the variant does not apply (the CPU reference refuses it). Returns
  * the verdict, -1 for none. */
@@ -116,7 +125,7 @@ static int check_forward_one(const check_cfg *c, int u, const opr_op *op, int s,
             bool no_cpu = !opr_op_is_composite(op) && !opr_op_has_kernel(op, 0);
             snprintf(r.message, sizeof r.message, "the CPU reference could not run the sample: %s%s",
                      brc ? opr_last_error() : ref.err,
-                     no_cpu ? " (register a kernel for \"cpu\" too, or give the op a forward: expression, and its "
+                     no_cpu ? " (register a kernel for \"cpu\" too, or give the op a reference: expression, and its "
                               "forward is compared)" : "");
             check_emit(&r);
             verdict = r.verdict;
@@ -394,7 +403,7 @@ void check_run_unit(const check_cfg *c, int u)
     if (c->backward && as_written && !forward_failed && opr_op_grad_candidate_count(op) > 0) {
         /* An op only this backend runs: its formula is still checked, the ops it calls
          * falling back to the CPU where the backend lacks them. */
-        bool vendor_only = !opr_op_has_kernel(op, 0);
+        bool vendor_only = !opr_op_is_composite(op) && !registered_anywhere(op, 0); /* a reference: is no kernel */
         bool prev = vendor_only ? opr_cpu_fallback_set(c->ctx, true) : false;
         ndts = dtypes_of(c, op, dev, true, dts);
         for (int s = 0; s < opr_op_sample_count(op); s++)

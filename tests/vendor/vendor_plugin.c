@@ -38,6 +38,9 @@
  *   VENDOR_REMAINDER      relu's loop over a strided row misses the last element when the
  *                         row's length is not a multiple of 4 (relu's sample is [3, 4]:
  *                         only the odd-size variant on a strided input shows it)
+ *   VENDOR_REFERENCE      vendor_ops_reference.yaml gives swish a reference: (what the CPU
+ *                         runs for it), and the swish kernel is wrong in f64 only: its
+ *                         forward is compared, the f64 one blamed on the kernel
  *   VENDOR_ORDINALS       vdev has two ordinals and mul is wrong on ordinal 0 only: checked
  *                         with --backend vdev:1, it must pass (the run is on ordinal 1)
  *   VENDOR_HOSTILE        kernels that attack the worker rather than compute wrong: relu
@@ -212,6 +215,9 @@ static double f_swish(double a, double b, double beta) { (void)b; return a / (1 
 static int k_swish(const opr_kernel_call *call)
 {
     double beta = call->nargs > 1 && call->args[1]->kind == OPR_ARG_DOUBLE ? call->args[1]->u.d : 1;
+#ifdef VENDOR_REFERENCE
+    if (call->outputs[0]->dtype == OPR_F64) beta = 1; /* wrong on purpose: beta ignored in f64 */
+#endif
     return elementwise(call, tensor_arg(call, 0), NULL, beta, call->outputs[0], f_swish);
 }
 
