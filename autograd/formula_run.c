@@ -122,8 +122,11 @@ static int run_kernel(expr_run *r, opr_node *n, const deriv_cand *c, uint32_t wa
     };
     char why[512];
     const char *refused = kquery_refusal(k, &call, why, sizeof why);
-    if (refused) /* the planner asked on contiguous metadata; these views may be strided */
-        return opr_fail(OPR_ERR_UNSUPPORTED, "%s (plugin %s) supports: %s", c->kernel->name, k->plugin, refused);
+    if (refused) { /* the planner asked on contiguous metadata; these views may be strided */
+        opr_fail(OPR_ERR_UNSUPPORTED, "%s (plugin %s) supports: %s", c->kernel->name, k->plugin, refused);
+        opr_error_mark_declined();
+        return OPR_ERR_UNSUPPORTED;
+    }
     for (int p = 0; p < c->ncover; p++) {
         if (!((mask >> p) & 1)) continue;
         const opr_meta *m = &n->metas[c->cover[p]];

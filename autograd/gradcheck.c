@@ -8,6 +8,7 @@
  * requires-grad mask, and a failure is attributed by running the same candidate once
  * more on the CPU in f64, where the ops its formula calls are the reference ones. */
 #include "autograd.h"
+#include "gradcheck_plan.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -55,6 +56,8 @@ typedef struct gc {
     double *v[OPR_MAX_OUTS];   /* grad_output weights (floating outputs) */
     double eps, atol, rtol;
     opr_gradcheck_result *res;
+    bool na_declined;      /* the last GC_NA: a kernel's supports declined the call */
+    char plan_ran[160];    /* the plan chosen by cost in the last analytic() on dev, as opr_node_info.plan */
 } gc;
 
 /* A built call: arguments and the tensors made for it. */
@@ -271,6 +274,8 @@ static gc_outcome analytic(gc *g, opr_device dev, opr_dtype dt, uint32_t rg, uin
     bool prev = opr_grad_mode_set(true);
     int rc = build_call(g, dev, dt, rg, -1, 0, 0, &c);
     if (!rc) rc = call_op(g, &c, outs);
+    if (!rc && g->op->deriv->forced < 0 && dev.type == g->dev.type && dt == g->dt) /* what a failure of the plan ran */
+        gc_plan_of(outs[0], g->op, g->plan_ran, sizeof g->plan_ran);
     for (int k = 0; !rc && k < g->nout; k++) {
         if (!g->out_float[k]) continue;
         if (!(gos[nf] = tensor_of(g->ctx, opr_tensor_dtype(outs[k]), g->out_ndim[k], g->out_shape[k], g->v[k],
@@ -284,6 +289,7 @@ static gc_outcome analytic(gc *g, opr_device dev, opr_dtype dt, uint32_t rg, uin
     opr_grad_mode_set(prev);
     if (rc == OPR_ERR_NOT_FOUND || rc == OPR_ERR_UNSUPPORTED) {
         snprintf(why, len, "%s", opr_last_error());
+        g->na_declined = rc == OPR_ERR_UNSUPPORTED && opr_last_error_declined();
         res = GC_NA;
         goto done;
     }
@@ -321,32 +327,6 @@ done:
     for (int j = 0; j < nin; j++) opr_tensor_release(grads[j]);
     call_free(&c);
     return res;
-}
-
-/* Appends the names of the ops e calls (not the built-ins), once each. */
-static void collect_calls(const expr *e, char *buf, size_t len)
-{
-    if (!e) return;
-    if (e->kind == EXPR_CALL && e->builtin < 0 && e->name) {
-        size_t n = strlen(e->name), used = strlen(buf);
-        bool seen = false;
-        for (const char *p = buf; (p = strstr(p, e->name)); p += n)
-            if ((p == buf || p[-1] == ' ') && (p[n] == ',' || p[n] == '\0')) seen = true;
-        if (!seen && used + n + 3 < len) snprintf(buf + used, len - used, "%s%s", used ? ", " : "", e->name);
-    }
-    for (int i = 0; i < e->nargs; i++) collect_calls(e->args[i], buf, len);
-}
-
-static void helpers_of(const opr_op *op, int cand, uint32_t argmask, char *buf, size_t len)
-{
-    buf[0] = '\0';
-    const deriv_info *d = op->deriv;
-    for (int i = cand < 0 ? 0 : cand; i < (cand < 0 ? d->ncands : cand + 1); i++) {
-        const deriv_cand *c = &d->cands[i];
-        if (c->kernel || !(c->covers & argmask)) continue;
-        for (int l = 0; l < c->nlets; l++) collect_calls(c->lets[l], buf, len);
-        for (int p = 0; p < c->ncover; p++) collect_calls(c->formula[p], buf, len);
-    }
 }
 
 static void na_add(gc *g, int cand, const char *why)
@@ -400,13 +380,38 @@ static void check_one(gc *g, uint32_t rg, int cand)
     gc_outcome r = analytic(g, g->dev, g->dt, rg, judge, why, sizeof why);
     g->res->checked++;
     if (r == GC_PASS) { g->res->passed++; goto out; }
-    if (r == GC_NA) { g->res->not_available++; g->res->checked--; na_add(g, cand, why); goto out; }
-    char lb[128];
+    if (r == GC_NA) {
+        g->res->not_available++;
+        g->res->declined += g->na_declined;
+        g->res->checked--;
+        na_add(g, cand, why);
+        goto out;
+    }
+    char lb[200];
     const char *label = cand_label(op, cand, lb, sizeof lb);
     const char *dtn = opr_dtype_name(g->dt);
+    /* the plan chosen by cost is held to the candidates it ran, and says which */
+    uint64_t ran = cand >= 0 ? (cand < 64 ? 1ull << cand : ~0ull) : gc_plan_cands(op, g->plan_ran);
+    int ran_kernel = -1;
+    bool ran_formula = false;
+    for (int i = 0; cand < 0 && ran != ~0ull && i < d->ncands; i++) {
+        if (!((ran >> i) & 1)) continue;
+        if (d->cands[i].kernel && ran_kernel < 0) ran_kernel = i;
+        if (!d->cands[i].kernel) ran_formula = true;
+    }
+    if (cand < 0 && g->plan_ran[0]) {
+        snprintf(lb, sizeof lb, "plan chosen by cost, which ran %s", g->plan_ran);
+        label = lb;
+    }
     if (r == GC_ERROR) {
         blame(g, OPR_GC_ERROR, cand, op->name, "%s: candidate [%s], mask {%s}, on %s %s: %s", op->name, label, mask,
               devname, dtn, why);
+        goto out;
+    }
+    if (cand < 0 && ran_kernel >= 0 && !ran_formula) {
+        blame(g, OPR_GC_KERNEL, cand, d->cands[ran_kernel].kernel->name,
+              "%s: the fused backward kernel %s is wrong on %s %s (candidate [%s], mask {%s}): %s", op->name,
+              d->cands[ran_kernel].kernel->name, devname, dtn, label, mask, why);
         goto out;
     }
     if (cand >= 0 && d->cands[cand].kernel) {
@@ -421,7 +426,7 @@ static void check_one(gc *g, uint32_t rg, int cand)
     if (g->dev.type != g->ref_dev.type || g->dt != g->ref_dt)
         on_ref = analytic(g, g->ref_dev, g->ref_dt, rg, judge, why_ref, sizeof why_ref);
     char helpers[sizeof g->res->helpers];
-    helpers_of(op, cand, argmask, helpers, sizeof helpers);
+    gc_helpers_of(op, ran, argmask, helpers, sizeof helpers);
     if (g->res->culprit == OPR_GC_NONE) memcpy(g->res->helpers, helpers, sizeof helpers);
     if (on_ref == GC_PASS) {
         blame(g, OPR_GC_HELPER, cand, helpers,

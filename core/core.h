@@ -24,6 +24,9 @@ int opr_fail(int status, const char *fmt, ...) __attribute__((format(printf, 2, 
 int opr_fail_wrap(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void opr_error_vset(const char *fmt, va_list ap);
 void opr_error_clear(void);
+/* Marks the failure just set (by opr_fail) as a kernel's supports declining the call:
+ * opr_last_error_declined() is true until the next opr_fail or clear. */
+void opr_error_mark_declined(void);
 /* Status given to the last opr_fail/opr_fail_wrap on this thread: what a caller of a
  * function that returns NULL on failure passes on. OPR_ERR_NOMEM when nothing has
  * failed since the last clear (an allocation that failed without a message). */

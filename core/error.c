@@ -6,12 +6,17 @@
 
 static _Thread_local char err_buf[1024];
 static _Thread_local int err_status;
+static _Thread_local bool err_declined; /* opr_last_error_declined */
 
 const char *opr_last_error(void) { return err_buf; }
 
 int opr_error_status(void) { return err_status ? err_status : OPR_ERR_NOMEM; }
 
-void opr_error_clear(void) { err_buf[0] = '\0'; err_status = OPR_OK; }
+void opr_error_clear(void) { err_buf[0] = '\0'; err_status = OPR_OK; err_declined = false; }
+
+bool opr_last_error_declined(void) { return err_declined; }
+
+void opr_error_mark_declined(void) { err_declined = true; }
 
 void opr_error_vset(const char *fmt, va_list ap)
 {
@@ -21,6 +26,7 @@ void opr_error_vset(const char *fmt, va_list ap)
 int opr_fail(int status, const char *fmt, ...)
 {
     err_status = status;
+    err_declined = false; /* a new failure; opr_fail_wrap keeps the flag of the one it wraps */
     va_list ap;
     va_start(ap, fmt);
     opr_error_vset(fmt, ap);

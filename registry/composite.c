@@ -8,15 +8,20 @@
 #include <stdlib.h>
 #include <string.h>
 
-void composite_free(opr_op *op)
+static void def_free(composite_def *cd)
 {
-    composite_def *cd = op->composite;
     if (!cd) return;
     for (int k = 0; k < cd->nlets; k++) { expr_free(cd->lets[k]); free(cd->let_names[k]); }
     expr_free(cd->result);
     free(cd->text);
     free(cd);
-    op->composite = NULL;
+}
+
+void composite_free(opr_op *op)
+{
+    def_free(op->composite);
+    def_free(op->reference);
+    op->composite = op->reference = NULL;
 }
 
 /* The expressions of a forward: its lets, then its result. */
@@ -118,31 +123,33 @@ static int find_cycle(opr_ctx *ctx, const opr_op *op, const expr *e, const expr 
 
 int composite_check_cycle(opr_ctx *ctx, const opr_op *op)
 {
-    if (!op->composite) return OPR_OK;
+    const composite_def *cd = op->composite ? op->composite : op->reference;
+    if (!cd) return OPR_OK;
     const expr *es[COMPOSITE_MAX_LETS + 1], *call = NULL;
     const opr_op *via = NULL;
-    int n = forward_exprs(op->composite, es);
+    int n = forward_exprs(cd, es);
     for (int i = 0; i < n && !call; i++) {
         int rc = find_cycle(ctx, op, es[i], &call, &via);
         if (rc) return rc;
     }
     if (!call) return OPR_OK;
+    const char *what = cd == op->reference ? "reference" : "forward";
     if (!via)
-        return opr_fail(OPR_ERR_PARSE, "%s:%d:%d: forward of %s calls %s itself: a composite op cannot be recursive",
-                        op->file, call->line, call->col, op->name, op->name);
-    return opr_fail(OPR_ERR_PARSE, "%s:%d:%d: forward of %s calls %s (%s:%d), whose forward calls %s again: a "
-                    "composite op cannot be recursive", op->file, call->line, call->col, op->name, via->name,
+        return opr_fail(OPR_ERR_PARSE, "%s:%d:%d: %s of %s calls %s itself: a composite op cannot be recursive",
+                        op->file, call->line, call->col, what, op->name, op->name);
+    return opr_fail(OPR_ERR_PARSE, "%s:%d:%d: %s of %s calls %s (%s:%d), whose forward calls %s again: a "
+                    "composite op cannot be recursive", op->file, call->line, call->col, what, op->name, via->name,
                     via->file, via->line, op->name);
 }
 
 /* ------------------------------------------------------------------ linking */
 
-int composite_link(const opr_op *op)
+/* Resolves the calls of cd, op's forward or reference (once). */
+static int def_link(const opr_op *op, composite_def *cd)
 {
-    composite_def *cd = op->composite;
     if (atomic_load_explicit(&cd->linked, memory_order_acquire)) return OPR_OK;
     char what[128];
-    snprintf(what, sizeof what, "forward of %s", op->name);
+    snprintf(what, sizeof what, "%s of %s", cd == op->reference ? "reference" : "forward", op->name);
     const expr *es[COMPOSITE_MAX_LETS + 1];
     int n = forward_exprs(cd, es), rc = OPR_OK;
     pthread_mutex_lock(&op->ctx->lock);
@@ -151,6 +158,8 @@ int composite_link(const opr_op *op)
     pthread_mutex_unlock(&op->ctx->lock);
     return rc;
 }
+
+int composite_link(const opr_op *op) { return def_link(op, op->composite); }
 
 /* ------------------------------------------------------------------ running */
 
@@ -185,12 +194,12 @@ static int check_result(const opr_op *op, const opr_tensor *res, const mval *sha
                     opr_tensor_describe(res, got, sizeof got), op->file, op->line, want);
 }
 
-int composite_call(const opr_op *op, opr_tensor *const *tensors, const mval *slots, opr_device dev,
-                   opr_dtype common, bool record, opr_tensor **out)
+/* Runs cd, op's forward or reference, as composite_call says. */
+static int def_call(const opr_op *op, composite_def *cd, opr_tensor *const *tensors, const mval *slots, opr_device dev,
+                    opr_dtype common, bool record, opr_tensor **out)
 {
-    const composite_def *cd = op->composite;
     *out = NULL;
-    int rc = composite_link(op);
+    int rc = def_link(op, cd);
     if (rc) return rc;
     if (composite_depth >= COMPOSITE_MAX_DEPTH)
         return opr_fail(OPR_ERR_INVALID, "%s: composite ops nested more than %d deep", op->name, COMPOSITE_MAX_DEPTH);
@@ -239,6 +248,18 @@ int composite_call(const opr_op *op, opr_tensor *const *tensors, const mval *slo
     return rc;
 }
 
+int composite_call(const opr_op *op, opr_tensor *const *tensors, const mval *slots, opr_device dev,
+                   opr_dtype common, bool record, opr_tensor **out)
+{
+    return def_call(op, op->composite, tensors, slots, dev, common, record, out);
+}
+
+int composite_call_reference(const opr_op *op, opr_tensor *const *tensors, const mval *slots, opr_dtype common,
+                             bool record, opr_tensor **out)
+{
+    return def_call(op, op->reference, tensors, slots, (opr_device){0, 0}, common, record, out);
+}
+
 /* ------------------------------------------------------------------ queries */
 
 /* Looks callees up by name (lock-free) rather than reading call->callee, which
@@ -267,7 +288,9 @@ static bool calls_run_on(const opr_ctx *ctx, const expr *e, int device_type, int
 bool composite_runs_on(const opr_op *op, int device_type)
 {
     const expr *es[COMPOSITE_MAX_LETS + 1];
-    int n = forward_exprs(op->composite, es);
+    const composite_def *cd = op->composite ? op->composite : device_type == 0 ? op->reference : NULL;
+    if (!cd) return false;
+    int n = forward_exprs(cd, es);
     for (int i = 0; i < n; i++)
         if (!calls_run_on(op->ctx, es[i], device_type, 0)) return false;
     return true;

@@ -1,5 +1,6 @@
 /* Composite ops: ops defined in YAML by a `forward:` expression over other ops instead
- * of a kernel. They run wherever their parts run (each part through opr_call). Without
+ * of a kernel; and the `reference:` of an op with kernels, the same kind of expression
+ * the CPU runs for it where no plugin gives the CPU a kernel. They run wherever their parts run (each part through opr_call). Without
  * derivative entries autograd records the parts; with them the call is one node with
  * the op's own formulas (docs/formulas.md, "Composite ops"). */
 #ifndef OPREG_COMPOSITE_H
@@ -43,7 +44,12 @@ int composite_link(const opr_op *op);
 int composite_call(const opr_op *op, opr_tensor *const *tensors, const mval *slots, opr_device dev,
                    opr_dtype common, bool record, opr_tensor **out);
 
-/* Whether every op the forward calls (through nested composites too) runs on
+/* Runs op's `reference:` on the CPU, as composite_call runs a forward: for a call
+ * dispatch has checked on the CPU, which has no kernel for the op. */
+int composite_call_reference(const opr_op *op, opr_tensor *const *tensors, const mval *slots, opr_dtype common,
+                             bool record, opr_tensor **out);
+
+/* Whether every op the forward (on the CPU without a CPU kernel: the reference) calls (through nested composites too) runs on
  * device_type: has a kernel there or is a host view. */
 bool composite_runs_on(const opr_op *op, int device_type);
 

@@ -14,14 +14,14 @@ static bool is_dir(const char *p)
 
 /* Loads every *.yaml of dir in name order. Entry errors are logged in the registry
  * and do not fail the context; an unreadable directory does. */
-static int load_yaml_dir(opr_ctx *ctx, const char *dir)
+static int load_yaml_dir(opr_ctx *ctx, const char *dir, bool every_error)
 {
     char **paths;
     int n;
     int rc = dir_list(dir, ".yaml", false, "op definition directory", &paths, &n);
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < n && !(every_error && rc); i++) {
         int r = yaml_load_file(ctx, paths[i], NULL);
-        if ((r == OPR_ERR_IO || r == OPR_ERR_NOMEM) && !rc) rc = r;
+        if ((every_error || r == OPR_ERR_IO || r == OPR_ERR_NOMEM) && !rc) rc = r;
     }
     dir_list_free(paths, n);
     return rc;
@@ -50,10 +50,12 @@ static int builtin_yaml_dir(const opr_ctx_opts *opts, data_dir found[DATA_DIRS_M
     return opr_fail(OPR_ERR_IO, "opr_ctx_new: cannot find the op definitions in %s (set OPREG_YAML_DIR)", tried);
 }
 
-/* One extra op file or directory (OPREG_YAML_PATH, opts->yaml_paths); from says which. */
+/* One extra op file or directory (OPREG_YAML_PATH, opts->yaml_paths); from says which.
+ * A bad file in a directory fails as the same file named alone would: the user's own
+ * op files are not dropped silently (the first error stops, its message kept). */
 static int load_extra_yaml(opr_ctx *ctx, const char *path, const char *from)
 {
-    int rc = is_dir(path) ? load_yaml_dir(ctx, path) : yaml_load_file(ctx, path, NULL);
+    int rc = is_dir(path) ? load_yaml_dir(ctx, path, true) : yaml_load_file(ctx, path, NULL);
     return rc ? opr_fail_wrap(rc, "opr_ctx_new: %s entry '%s'", from, path) : OPR_OK;
 }
 
@@ -108,7 +110,7 @@ opr_ctx *registry_ctx_new(const opr_ctx_opts *opts, const opr_autograd_iface *au
         const char *dir;
         int rc = builtin_yaml_dir(opts, found, &dir);
         if (!rc) {
-            rc = is_dir(dir) ? load_yaml_dir(ctx, dir) : OPR_ERR_IO;
+            rc = is_dir(dir) ? load_yaml_dir(ctx, dir, false) : OPR_ERR_IO;
             if (rc == OPR_ERR_NOMEM) opr_fail_wrap(rc, "opr_ctx_new: reading the op definitions in '%s'", dir);
             else if (rc) opr_fail(OPR_ERR_IO, "opr_ctx_new: cannot read the op definitions in '%s' (set OPREG_YAML_DIR)", dir);
         }

@@ -431,6 +431,11 @@ opr_status opr_call(const opr_op *op, const opr_value *args, int nargs, opr_tens
     }
 
     const kernel_entry *kerns = atomic_load_explicit(&((opr_op *)op)->kernels[c.dev.type], memory_order_acquire);
+    if (c.dev.type == 0 && op->reference && !kernel_for(kerns, c.common)) { /* no CPU kernel: the op's reference */
+        rc = composite_call_reference(op, c.tensors, c.slots, (opr_dtype)c.common, record, &results[0]);
+        free(c.list_views);
+        return rc;
+    }
     if (!kernel_for(kerns, c.common) && fallback_applies(op, c.dev.type, (opr_dtype)c.common)) {
         rc = fallback_call(op, args, nargs, results, nres, c.tensors, c.slots, c.dev, (opr_dtype)c.common, record,
                            c.list_requires_grad, NULL);
@@ -439,8 +444,9 @@ opr_status opr_call(const opr_op *op, const opr_value *args, int nargs, opr_tens
     }
     if (!kerns) {
         free(c.list_views);
-        return opr_fail(OPR_ERR_NOT_FOUND, "%s: no kernel for device %s (is its plugin loaded?)", op->name,
-                        op->ctx->devices[c.dev.type].name);
+        /* the device is in the table, so a plugin registered it: what is missing is the kernel */
+        return opr_fail(OPR_ERR_NOT_FOUND, "%s: no kernel for device %s: no loaded plugin registers %s there", op->name,
+                        op->ctx->devices[c.dev.type].name, op->name);
     }
     const dtype_kernel *kern = kernel_for(kerns, c.common);
     if (!kern) {
@@ -505,6 +511,7 @@ opr_status opr_call(const opr_op *op, const opr_value *args, int nargs, opr_tens
     if (no) {
         rc = opr_fail(OPR_ERR_UNSUPPORTED, "%s (%s, plugin %s) supports: %s", op->name,
                       op->ctx->devices[c.dev.type].name, kern->plugin, no);
+        opr_error_mark_declined();
         refused = true;
     }
     for (int i = 0; i < op->nout && !rc; i++) {

@@ -77,7 +77,10 @@ bool kquery_cost(const dtype_kernel *k, const opr_kernel_call *call, double *ns)
 {
     if (!k->cost_ns) return false;
     double v = k->cost_ns(call);
-    if (!isfinite(v) || v < 0) return false;
-    *ns = v;
+    if (isnan(v) || v < 0) return false; /* no estimate: the registry's stands */
+    /* "as expensive as can be" (DBL_MAX, infinity) is taken at its word but capped, so
+     * that sums of costs stay finite and comparable (a tie of two capped costs is a
+     * tie) and a plan's text stays readable */
+    *ns = v > KQUERY_COST_MAX_NS ? KQUERY_COST_MAX_NS : v;
     return true;
 }

@@ -65,24 +65,74 @@ static bool answers_to(const opr_op *op, const char *name)
            !strcmp(op->overload, dot + 1);
 }
 
+/* ------------------------------------------------------------------ the name index */
+
+/* Every op is in the chain of its overload set (set_next, registration order), whose
+ * first op is in the chain of its hash bucket (bucket_next). Links are published with
+ * release stores under ctx->lock and read without a lock, like the table; an op
+ * dropped by registry_truncate is unlinked but never freed before the context, so a
+ * reader standing on it still finds its way on. */
+
+static unsigned bucket_of(const char *name, size_t len)
+{
+    uint32_t h = 2166136261u; /* FNV-1a */
+    for (size_t i = 0; i < len; i++) h = (h ^ (unsigned char)name[i]) * 16777619u;
+    return h % OPS_BUCKETS;
+}
+
+static opr_op *next_of(_Atomic(opr_op *) *link) { return atomic_load_explicit(link, memory_order_acquire); }
+
+/* The name op is indexed under: its overload set's, or, for an op made without a
+ * schema (a fused backward kernel's slot, base_len 0, in no set), its whole name. */
+static size_t key_len(const opr_op *op) { return op->base_len ? (size_t)op->base_len : strlen(op->name); }
+
+/* The first op indexed under `name` (len chars), or NULL. */
+static opr_op *set_head(const opr_registry *r, const char *name, size_t len)
+{
+    for (opr_op *op = next_of((_Atomic(opr_op *) *)&r->buckets[bucket_of(name, len)]); op; op = next_of(&op->bucket_next))
+        if (key_len(op) == len && !strncmp(op->name, name, len)) return op;
+    return NULL;
+}
+
+static void index_add(opr_registry *r, opr_op *op)
+{
+    atomic_store_explicit(&op->set_next, NULL, memory_order_relaxed);
+    atomic_store_explicit(&op->bucket_next, NULL, memory_order_relaxed);
+    opr_op *head = set_head(r, op->name, key_len(op));
+    _Atomic(opr_op *) *link = head ? &head->set_next : &r->buckets[bucket_of(op->name, key_len(op))];
+    while (next_of(link)) link = head ? &next_of(link)->set_next : &next_of(link)->bucket_next; /* to the tail */
+    atomic_store_explicit(link, op, memory_order_release);
+}
+
+/* Unlinks op, the newest of the ops left (registry_truncate drops from the end). */
+static void index_remove(opr_registry *r, opr_op *op)
+{
+    opr_op *head = set_head(r, op->name, key_len(op));
+    _Atomic(opr_op *) *link = head && head != op ? &head->set_next : &r->buckets[bucket_of(op->name, key_len(op))];
+    bool in_chain_of_set = head && head != op;
+    while (next_of(link) && next_of(link) != op)
+        link = in_chain_of_set ? &next_of(link)->set_next : &next_of(link)->bucket_next;
+    if (next_of(link) == op)
+        atomic_store_explicit(link, in_chain_of_set ? next_of(&op->set_next) : next_of(&op->bucket_next),
+                              memory_order_release);
+}
+
+/* The ops name may be: those of its set (up to a '.'), or one indexed under it whole. */
 opr_op *registry_find_exact(const opr_ctx *ctx, const char *name)
 {
-    const opr_registry *r = ctx->reg;
-    int n = registry_count(ctx);
-    for (int i = 0; i < n; i++) {
-        opr_op *op = entry(r, i);
+    size_t base = strcspn(name, "."), whole = strlen(name);
+    for (opr_op *op = set_head(ctx->reg, name, base); op; op = next_of(&op->set_next))
         if (answers_to(op, name)) return op;
-    }
+    for (opr_op *op = whole != base ? set_head(ctx->reg, name, whole) : NULL; op; op = next_of(&op->set_next))
+        if (answers_to(op, name)) return op;
     return NULL;
 }
 
 int registry_overloads(const opr_ctx *ctx, const char *name, const opr_op **out, int cap)
 {
-    size_t len = strlen(name);
-    int n = registry_count(ctx), found = 0;
-    for (int i = 0; i < n; i++) {
-        const opr_op *op = entry(ctx->reg, i);
-        if (!in_set(op, name, len)) continue;
+    int found = 0;
+    for (const opr_op *op = set_head(ctx->reg, name, strlen(name)); op; op = next_of((_Atomic(opr_op *) *)&op->set_next)) {
+        if (!op->base_len) continue; /* a kernel slot: in no overload set */
         if (found < cap && out) out[found] = op;
         found++;
     }
@@ -91,12 +141,11 @@ int registry_overloads(const opr_ctx *ctx, const char *name, const opr_op **out,
 
 opr_op *registry_find(const opr_ctx *ctx, const char *name)
 {
-    const opr_registry *r = ctx->reg;
-    int n = registry_count(ctx);
-    for (int i = 0; i < n; i++) {
-        opr_op *op = entry(r, i);
+    size_t base = strcspn(name, "."), whole = strlen(name);
+    for (opr_op *op = set_head(ctx->reg, name, base); op; op = next_of(&op->set_next))
         if (!strcmp(op->name, name)) return op;
-    }
+    for (opr_op *op = whole != base ? set_head(ctx->reg, name, whole) : NULL; op; op = next_of(&op->set_next))
+        if (!strcmp(op->name, name)) return op;
     return NULL;
 }
 
@@ -135,6 +184,7 @@ int registry_add(opr_ctx *ctx, opr_op *op)
     op->ctx = ctx;
     atomic_store_explicit(slot(r, n), op, memory_order_release);
     atomic_store_explicit(&r->n, n + 1, memory_order_release);
+    index_add(r, op);
     return OPR_OK;
 }
 
@@ -144,6 +194,7 @@ void registry_truncate(opr_ctx *ctx, int n)
     int cur = registry_count(ctx);
     if (n >= cur) return;
     atomic_store_explicit(&r->n, n, memory_order_release);
+    for (int i = cur - 1; i >= n; i--) index_remove(r, entry(r, i)); /* newest first: each is a chain's tail */
     int need = r->nretired + (cur - n);
     if (need > r->cap_retired) {
         int cap = need > 2 * r->cap_retired ? need : 2 * r->cap_retired;
@@ -274,6 +325,8 @@ bool opr_op_has_kernel(const opr_op *op, int device_type)
 {
     if (!op || device_type < 0 || device_type >= OPR_MAX_DEVICE_TYPES) return false;
     if (op->composite) return composite_runs_on(op, device_type);
+    if (device_type == 0 && op->reference && !atomic_load(&((opr_op *)op)->kernels[0]))
+        return composite_runs_on(op, 0); /* the CPU runs the reference */
     if (op->view != VIEW_NONE ? views_run_on(op->ctx, device_type)
                               : atomic_load(&((opr_op *)op)->kernels[device_type]) != NULL)
         return true;

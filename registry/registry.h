@@ -59,6 +59,9 @@ static inline const dtype_kernel *kernel_for(const kernel_entry *k, int dt)
  * cost_ns gives an estimate for call. */
 const char *kquery_refusal(const dtype_kernel *k, const opr_kernel_call *call, char *why, size_t why_len);
 bool kquery_cost(const dtype_kernel *k, const opr_kernel_call *call, double *ns);
+/* The largest estimate kquery_cost gives (1e15 ns, about 11.6 days): larger answers,
+ * infinity included, are taken as this. */
+#define KQUERY_COST_MAX_NS 1e15
 
 /* Output dtype rules. */
 #define OUT_DTYPE_T (-1)    /* the common dtype of the plain tensor arguments */
@@ -128,6 +131,9 @@ typedef enum view_kind {
 struct opr_op {
     char *name;                /* as written: "max.dim", "gt" */
     int base_len;              /* length of the overload set's name, "max" */
+    /* the name index (op_table.c): the next op of the overload set, in registration
+     * order; for a set's first op, the next set's first op in its hash bucket */
+    _Atomic(opr_op *) set_next, bucket_next;
     char *overload;            /* "dim" (after the '.'), or the `overload:` key, or NULL */
     bool has_scalars;          /* a Scalar argument: wrapped-number promotion applies */
     char *schema;
@@ -165,6 +171,9 @@ struct opr_op {
     int nsamples;
     struct opr_op *backward_of;/* set on fused backward kernel slots ("mm_backward") */
     struct composite_def *composite; /* `forward:` ops (composite.h), NULL for kernel ops */
+    /* `reference:` (composite.h): what the CPU runs for this op where no plugin registers
+     * a CPU kernel for it, so an op only a device runs has a reference forward */
+    struct composite_def *reference;
     jagged_rule jagged;        /* `jagged:`: how it takes jagged tensors */
     batch_rule batch;          /* `batch:`: how it runs on batched tensors (opr_vmap) */
     alt_rule alt;              /* `alternative:`, `kernel_rate:` */
@@ -194,6 +203,9 @@ static inline int op_nslots(const opr_op *op) { return op->nargs + op->nout + 1;
  * entries, each allocated once and never moved, so readers need no lock (op_table.c). */
 #define OPS_CHUNK0 64
 #define OPS_NCHUNKS 24
+/* Hash buckets of the name index: lookups by name cost a chain, not the table (20k ops
+ * loaded in one file were quadratic). */
+#define OPS_BUCKETS 4096
 
 /* Records a call into the autograd graph (tensors[i]: argument i, NULL for
  * non-tensors; slots: the arguments' metadata values; sets the outputs' grad_fn). The
@@ -217,6 +229,7 @@ enum { ENGINE_OP_ADD, ENGINE_OP_RESHAPE, ENGINE_OP_SEGMENT_EXPAND, ENGINE_OP_JAG
 typedef struct opr_registry {
     _Atomic(opr_op *) *chunks[OPS_NCHUNKS];
     _Atomic int n;             /* entries visible to readers */
+    _Atomic(opr_op *) buckets[OPS_BUCKETS]; /* first ops of overload sets, by hash of the set's name */
     opr_op **retired;          /* dropped by registry_truncate: readers may still hold them */
     int nretired, cap_retired;
     pthread_mutex_t errors_lock;

@@ -22,7 +22,12 @@
 #define LARGE_MIN_DIM 64
 #define LARGE_CAP_NUMEL (1 << 20)
 
-typedef enum vkind { VK_PLAIN, VK_TRANSPOSED, VK_STEP2, VK_OFFSET, VK_STRIDE0, VK_SIZE0, VK_SIZE1, VK_LARGE } vkind;
+/* VK_ODD: the innermost size of the first tensor made odd, past a vector width and not
+ * a multiple of one (a remainder loop runs); VK_ODD_STEP2: that, with the tensor as a
+ * step-2 slice (the remainder of a strided row). */
+typedef enum vkind {
+    VK_PLAIN, VK_TRANSPOSED, VK_STEP2, VK_OFFSET, VK_STRIDE0, VK_SIZE0, VK_SIZE1, VK_LARGE, VK_ODD, VK_ODD_STEP2
+} vkind;
 
 typedef struct variant {
     vkind kind;
@@ -229,6 +234,25 @@ static bool list_layouts(void *ud, int k, int arg, int item, const sample_tensor
     return false;
 }
 
+/* The innermost size > 1 of the first tensor with drawn values whose sizes are not kept:
+ * the row length an odd-size variant changes. */
+typedef struct inner_find {
+    const kept_set *ks;
+    int64_t size;
+    variant at;      /* the tensor: k, arg, item */
+} inner_find;
+
+static bool find_inner(void *ud, int k, int arg, int item, const sample_tensor *st)
+{
+    inner_find *f = ud;
+    if (st->nvalues >= 0 || st->ndim < 1) return false;
+    int64_t s = st->shape[st->ndim - 1];
+    if (s <= 1 || is_kept(f->ks, s)) return false;
+    f->size = s;
+    f->at = (variant){.k = k, .arg = arg, .item = item};
+    return true;
+}
+
 /* Fills *v with variant `want` of sample i (-1: none); returns the count. */
 static int list_variants(const opr_op *op, int i, int want, variant *v)
 {
@@ -243,6 +267,21 @@ static int list_variants(const opr_op *op, int i, int want, variant *v)
     if (sc.largest_free > 1) add(&l, (variant){.kind = VK_SIZE1, .from = sc.largest_free, .to = 1});
     int64_t f = large_factor(op, s, &ks);
     if (f) add(&l, (variant){.kind = VK_LARGE, .factor = f});
+    /* Rows of 2 * max(size, 4) + 5 elements: odd, past an 8-wide vector and not a
+     * multiple of 4, so a loop's remainder runs; every size equal to it changes alike
+     * (shapes that must agree keep agreeing). */
+    inner_find in = {.ks = &ks};
+    each_tensor(op, s, find_inner, &in);
+    if (in.size) {
+        int64_t to = 2 * (in.size > 4 ? in.size : 4) + 5;
+        variant odd = in.at;
+        odd.from = in.size;
+        odd.to = to;
+        odd.kind = VK_ODD;
+        add(&l, odd);
+        odd.kind = VK_ODD_STEP2;
+        add(&l, odd);
+    }
     return l.n;
 }
 
@@ -272,7 +311,7 @@ static void view_geometry(const variant *v, const sample_tensor *st, int64_t *st
     int64_t base[OPR_MAX_DIMS];
     memcpy(base, st->shape, sizeof base);
     if (v->kind == VK_TRANSPOSED) { base[nd - 1] = st->shape[nd - 2]; base[nd - 2] = st->shape[nd - 1]; }
-    if (v->kind == VK_STEP2) for (int d = 0; d < nd; d++) base[d] *= 2;
+    if (v->kind == VK_STEP2 || v->kind == VK_ODD_STEP2) for (int d = 0; d < nd; d++) base[d] *= 2;
     if (v->kind == VK_STRIDE0) base[v->dim] = 1;
     opr_contiguous_strides(base, nd, strides);
     *buf_numel = opr_meta_numel(base, nd);
@@ -284,7 +323,7 @@ static void view_geometry(const variant *v, const sample_tensor *st, int64_t *st
         strides[nd - 2] = t;
         break;
     }
-    case VK_STEP2: for (int d = 0; d < nd; d++) strides[d] *= 2; break;
+    case VK_STEP2: case VK_ODD_STEP2: for (int d = 0; d < nd; d++) strides[d] *= 2; break;
     case VK_OFFSET: *offset = VARIANT_OFFSET; *buf_numel += VARIANT_OFFSET; break;
     case VK_STRIDE0: strides[v->dim] = 0; break;
     default: break;
@@ -325,6 +364,13 @@ static void format_label(const variant *v, char *label, size_t len)
 {
     static const char *names[] = {"", "transposed", "step-2 slice", "offset", "stride-0", "size-0", "size-1", "large"};
     if (!label || !len) return;
+    if (v->kind == VK_ODD || v->kind == VK_ODD_STEP2) { /* "odd size 13", "odd size 13, step-2 slice self" */
+        int n = snprintf(label, len, "odd size %lld", (long long)v->to);
+        if (v->kind == VK_ODD || n < 0 || (size_t)n >= len) return;
+        if (v->item >= 0) snprintf(label + n, len - (size_t)n, ", step-2 slice %s[%d]", v->op->args[v->arg].name, v->item);
+        else snprintf(label + n, len - (size_t)n, ", step-2 slice %s", v->op->args[v->arg].name);
+        return;
+    }
     if (v->kind == VK_PLAIN || v->kind >= VK_SIZE0) { snprintf(label, len, "%s", names[v->kind]); return; }
     const char *name = v->op->args[v->arg].name;
     if (v->item >= 0) snprintf(label, len, "%s %s[%d]", names[v->kind], name, v->item);
@@ -352,7 +398,7 @@ opr_status opr_op_sample_variant_args(const opr_op *op, int i, int variant_index
     format_label(&v, label, label_len);
     sample_tweak tw = {.data = &v};
     if (v.kind >= VK_SIZE0) tw.reshape = reshape_sizes;
-    else if (v.kind != VK_PLAIN) tw.make = make_view;
+    if ((v.kind != VK_PLAIN && v.kind < VK_SIZE0) || v.kind == VK_ODD_STEP2) tw.make = make_view;
     int rc = samples_build(op, i, v.kind == VK_PLAIN ? NULL : &tw, dtype, dev, seed, args, nargs, owned, nowned);
     if (rc) { /* nothing for the caller to release */
         for (int k = 0; k < *nowned; k++) opr_tensor_release(owned[k]);

@@ -20,7 +20,7 @@
 static int forward_expr(const loader *l, opr_op *op, const yaml_node_t *v, const char **names, int nnames,
                         expr **out)
 {
-    if (!yaml_scalar(v)) return yaml_fail_at(l, v, OPR_ERR_PARSE, "forward: expected an expression%s", "");
+    if (!yaml_scalar(v)) return yaml_fail_at(l, v, OPR_ERR_PARSE, "forward: expected an expression%s", ""); /* or reference: */
     expr_src src = yaml_scalar_src(l, v);
     expr *e = expr_parse(yaml_scalar(v), &src);
     if (!e) return opr_error_status();
@@ -50,11 +50,13 @@ static int forward_text(composite_def *cd, const yaml_node_t *const *lets, const
     return OPR_OK;
 }
 
-int yaml_forward_key(const loader *l, opr_op *op, const yaml_node_t *k, const yaml_node_t *v)
+/* A `forward:` or `reference:` value into *slot (which op_free frees with the op when
+ * the entry is refused). */
+static int forward_def(const loader *l, opr_op *op, const yaml_node_t *k, const yaml_node_t *v, composite_def **slot)
 {
     composite_def *cd = calloc(1, sizeof *cd);
     if (!cd) return opr_fail(OPR_ERR_NOMEM, "out of memory");
-    op->composite = cd; /* op_free frees it with the op when the entry is refused */
+    *slot = cd;
     cd->line = (int)k->start_mark.line + 1;
     cd->col = (int)k->start_mark.column + 1;
     const char *names[OPR_MAX_ARGS + 1 + COMPOSITE_MAX_LETS];
@@ -96,4 +98,17 @@ int yaml_forward_key(const loader *l, opr_op *op, const yaml_node_t *k, const ya
     }
     if ((rc = forward_expr(l, op, result, names, nnames, &cd->result))) return rc;
     return forward_text(cd, lets, result);
+}
+
+int yaml_forward_key(const loader *l, opr_op *op, const yaml_node_t *k, const yaml_node_t *v)
+{
+    if (op->reference) return yaml_fail_at(l, k, OPR_ERR_PARSE, "forward: an op with reference: runs kernels%s", "");
+    return forward_def(l, op, k, v, &op->composite);
+}
+
+int yaml_reference_key(const loader *l, opr_op *op, const yaml_node_t *k, const yaml_node_t *v)
+{
+    /* a composite runs its forward everywhere: it needs no reference */
+    if (op->composite) return yaml_fail_at(l, k, OPR_ERR_PARSE, "reference: a composite op (forward:) needs none%s", "");
+    return forward_def(l, op, k, v, &op->reference);
 }

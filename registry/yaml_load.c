@@ -7,9 +7,12 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 int yaml_fail_at(const loader *l, const yaml_node_t *n, int status, const char *fmt, const char *tok)
 {
@@ -138,6 +141,7 @@ static int parse_key(const loader *l, opr_op *op, const yaml_node_t *k, const ya
     if (!strcmp(key, "name")) return OPR_OK; /* handled first */
     if (!strcmp(key, "samples")) return samples_parse(l, op, v);
     if (!strcmp(key, "forward")) return yaml_forward_key(l, op, k, v);
+    if (!strcmp(key, "reference")) return yaml_reference_key(l, op, k, v);
     if (!strcmp(key, "jagged")) return yaml_jagged_key(l, op, v);
     if (!strcmp(key, "batch")) return yaml_batch_key(l, op, v);
     if (!strcmp(key, "alternative")) return yaml_alternative_key(l, op, v);
@@ -497,9 +501,23 @@ int yaml_load_text(opr_ctx *ctx, const char *text, size_t len, const char *file,
 int yaml_load_file(opr_ctx *ctx, const char *path, int *n_loaded)
 {
     if (n_loaded) *n_loaded = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f && errno == ENOMEM) return opr_fail(OPR_ERR_NOMEM, "%s: out of memory opening it", path);
-    if (!f) return opr_fail(OPR_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    /* O_NONBLOCK: opening a FIFO must not wait for a writer; only a regular file is read
+     * (a FIFO would block, a link to /dev/zero would be read until memory runs out) */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0 && errno == ENOMEM) return opr_fail(OPR_ERR_NOMEM, "%s: out of memory opening it", path);
+    if (fd < 0) return opr_fail(OPR_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    struct stat sb;
+    if (fstat(fd, &sb) || !S_ISREG(sb.st_mode)) {
+        close(fd);
+        return opr_fail(OPR_ERR_IO, "%s: cannot read: not a regular file", path);
+    }
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        int e = errno;
+        close(fd);
+        if (e == ENOMEM) return opr_fail(OPR_ERR_NOMEM, "%s: out of memory opening it", path);
+        return opr_fail(OPR_ERR_IO, "%s: cannot open: %s", path, strerror(e));
+    }
     char *buf = NULL;
     size_t len = 0, cap = 0;
     for (;;) {

@@ -30,6 +30,8 @@ int yaml_deriv_key(const loader *l, opr_op *op, const yaml_node_t *k, const yaml
 int yaml_fast_key(const loader *l, opr_op *op, const yaml_node_t *v);
 /* The `forward:` key of a composite op (yaml_forward.c). */
 int yaml_forward_key(const loader *l, opr_op *op, const yaml_node_t *k, const yaml_node_t *v);
+/* The `reference:` key: the same syntax, run on the CPU only where no CPU kernel exists. */
+int yaml_reference_key(const loader *l, opr_op *op, const yaml_node_t *k, const yaml_node_t *v);
 /* The `jagged:` key: how the op takes jagged tensors (yaml_jagged.c). */
 int yaml_jagged_key(const loader *l, opr_op *op, const yaml_node_t *v);
 /* The `batch:` key: how the op runs on batched tensors of opr_vmap (yaml_batch.c). */

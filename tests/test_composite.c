@@ -458,6 +458,40 @@ START_TEST(test_alternative_choice)
 }
 END_TEST
 
+/* `reference:`: an op with kernels (none here) whose CPU has no kernel runs the
+ * expression there, and only there; it is not a composite, and cannot be one too. */
+START_TEST(test_reference_runs_on_cpu_only)
+{
+    opr_ctx *ctx = tu_ctx();
+    int n = 0;
+    ck_assert_msg(opr_registry_load_yaml_string(ctx, "- name: twice_ref(Tensor self) -> Tensor\n  shape: sizes(self)\n"
+                                                     "  reference: mul(self, 2)\n", "ref.yaml", &n) == OPR_OK,
+                  "%s", opr_last_error());
+    const opr_op *op = opr_op_find(ctx, "twice_ref");
+    ck_assert(!opr_op_is_composite(op));
+    ck_assert(opr_op_has_kernel(op, 0));
+    for (int t = 1; t < opr_device_type_count(ctx); t++) ck_assert(!opr_op_has_kernel(op, t));
+    tu_seed(2);
+    opr_tensor *x = tu_rand(ctx, OPR_F64, 1, (int64_t[]){5}, -1, 1), *y = call1("twice_ref", x, ctx);
+    ck_assert_ptr_nonnull(y);
+    double *xv = tu_to_f64(x), *yv = tu_to_f64(y);
+    for (int i = 0; i < 5; i++) ck_assert(yv[i] == 2 * xv[i]);
+    free(xv);
+    free(yv);
+    opr_tensor_release(x);
+    opr_tensor_release(y);
+    ck_assert_int_eq(opr_registry_load_yaml_string(ctx, "- name: both_ref(Tensor self) -> Tensor\n  shape: sizes(self)\n"
+                                                        "  forward: mul(self, 2)\n  reference: mul(self, 2)\n", "both.yaml", &n),
+                     OPR_ERR_PARSE);
+    ck_assert_msg(strstr(opr_last_error(), "reference: a composite op (forward:) needs none"), "%s", opr_last_error());
+    ck_assert_int_eq(opr_registry_load_yaml_string(ctx, "- name: self_ref(Tensor self) -> Tensor\n  shape: sizes(self)\n"
+                                                        "  reference: self_ref(self)\n", "self.yaml", &n),
+                     OPR_ERR_PARSE);
+    ck_assert_msg(strstr(opr_last_error(), "reference of self_ref calls self_ref itself"), "%s", opr_last_error());
+    tu_ctx_free(ctx);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("composite");
@@ -470,6 +504,7 @@ int main(void)
     tcase_add_test(tc, test_result_mismatch);
     tcase_add_test(tc, test_cdist_mm_matches_cdist);
     tcase_add_test(tc, test_alternative_choice);
+    tcase_add_test(tc, test_reference_runs_on_cpu_only);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }

@@ -6,6 +6,7 @@
 
 #include <opreg/plugin.h>
 
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -257,6 +258,26 @@ START_TEST(test_plugin_cost)
                   "%s", text);
     check_backward(ctx, dev, 3, 4);
     ck_assert_int_eq(bw_ran, 1);
+
+    /* "as expensive as can be": DBL_MAX and infinity are capped at 1e15 ns, not summed
+     * into infinity nor printed with 309 digits; the formulas win */
+    static const double huge[] = {DBL_MAX, INFINITY};
+    for (int i = 0; i < 2; i++) {
+        bw_cost = huge[i];
+        ck_assert_int_eq(opr_op_force_grad_candidate(opr_op_find(ctx, "mm"), -1), OPR_OK);
+        explain(ctx, dev, 3, 4, "self,mat2", text, sizeof text);
+        ck_assert_msg(strstr(text, "chosen: [self] + [mat2]") && strstr(text, "lowest estimated cost") &&
+                          strstr(text, "cost 1000000000000.0 us (the estimate of mm_backward (plugin qdev))") &&
+                          !strstr(text, "inf"),
+                      "%s", text);
+    }
+    /* and two capped estimates are a tie, settled by the usual rules */
+    mm_cost = DBL_MAX;
+    ck_assert_int_eq(opr_op_force_grad_candidate(opr_op_find(ctx, "mm"), -1), OPR_OK);
+    explain(ctx, dev, 3, 4, "mat2", text, sizeof text);
+    ck_assert_msg(strstr(text, "a tie within 3%") && !strstr(text, "inf") && strlen(text) < 4000, "%s", text);
+    mm_cost = NAN;
+    ck_assert_int_eq(opr_op_force_grad_candidate(opr_op_find(ctx, "mm"), -1), OPR_OK);
 
     /* a forward kernel's estimate costs the formulas that call it */
     mm_cost = 5e6;

@@ -69,7 +69,8 @@ START_TEST(test_labels)
     const opr_op *op = opr_op_find(ctx, "sv_pair");
     static const char *const want[] = {
         "", "transposed self", "step-2 slice self", "offset self", "stride-0 self", "step-2 slice other", "offset other",
-        "stride-0 other", "step-2 slice idx", "offset idx", "size-0", "size-1", "large",
+        "stride-0 other", "step-2 slice idx", "offset idx", "size-0", "size-1", "large", "odd size 13",
+        "odd size 13, step-2 slice self",
     };
     const int n = (int)(sizeof want / sizeof want[0]);
     ck_assert_int_eq(opr_op_sample_variant_count(op, 0), n);
@@ -99,6 +100,12 @@ START_TEST(test_labels)
             ck_assert_int_eq(opr_tensor_size(b.args[0].u.t, 1), 4 * f);
             ck_assert_int_ge(opr_tensor_numel(b.args[0].u.t), 65536);
             ck_assert_int_gt(3 * f, 64);
+        }
+        if (starts(want[v], "odd size")) { /* self's rows, 4, become 13, and so does every 4 */
+            ck_assert_int_eq(opr_tensor_size(b.args[0].u.t, 0), 3);
+            ck_assert_int_eq(opr_tensor_size(b.args[0].u.t, 1), 13);
+            ck_assert_int_eq(opr_tensor_size(b.args[1].u.t, 0), 13);
+            ck_assert_int_eq(opr_tensor_is_contiguous(b.args[0].u.t), !strcmp(want[v], "odd size 13"));
         }
         unbuild(&b);
     }
@@ -149,7 +156,10 @@ START_TEST(test_layout_values)
                 for (int v = 1; v < opr_op_sample_variant_count(op, i); v++) {
                     built b;
                     build_ok(op, i, v, dts[di], &b);
-                    if (starts(b.label, "size-") || !strcmp(b.label, "large")) { unbuild(&b); continue; }
+                    if (starts(b.label, "size-") || !strcmp(b.label, "large") || starts(b.label, "odd size")) {
+                        unbuild(&b); /* other sizes: other values */
+                        continue;
+                    }
                     ck_assert_int_eq(b.nowned, plain.nowned);
                     opr_tensor *target = named(op, &b, b.label);
                     for (int k = 0; k < b.nowned; k++) {
@@ -216,6 +226,10 @@ START_TEST(test_large_is_large)
             int n = opr_op_sample_variant_count(op, i);
             built b;
             build_ok(op, i, n - 1, OPR_F32, &b);
+            if (starts(b.label, "odd size")) { /* the two odd-size variants come after "large" */
+                unbuild(&b);
+                build_ok(op, i, n - 3, OPR_F32, &b);
+            }
             if (!strcmp(b.label, "large")) {
                 /* its largest tensor: an input, or a result (broadcast) */
                 int64_t most = 0;
@@ -319,11 +333,16 @@ END_TEST
 
 /* neg on cpu in f32, overriding the CPU plugin's: in "contig_only" mode wrong for a
  * non-contiguous input (reads it as if contiguous; within the memory the view spans,
- * so that the test itself reads nothing out of bounds), in the other wrong when a size
- * passes 4 (the last element is left as it is). */
+ * so that the test itself reads nothing out of bounds), in "size_limited" mode wrong
+ * when a size passes 4 (the last element is left as it is), in "strided_remainder"
+ * mode wrong, for a non-contiguous input, on the last element of each row whose length
+ * is not a multiple of 4 (the remainder of a 4-wide strided loop). */
+enum bad_mode { CONTIG_ONLY, SIZE_LIMITED, STRIDED_REMAINDER };
+
 static int k_bad_neg(const opr_kernel_call *call)
 {
-    const bool contig_only = *(const bool *)call->kernel_data;
+    const enum bad_mode mode = *(const enum bad_mode *)call->kernel_data;
+    const bool contig_only = mode == CONTIG_ONLY;
     const opr_tensor_view *a = call->args[0]->u.t;
     opr_tensor_view *o = call->outputs[0];
     bool big = false;
@@ -338,14 +357,18 @@ static int k_bad_neg(const opr_kernel_call *call)
         for (int d = 0; d < a->ndim; d++) ia += idx[d] * a->strides[d];
         if (contig_only) ia = k % span;
         float x = ((const float *)a->data)[ia];
-        ((float *)o->data)[k] = big && !contig_only && k == o->numel - 1 ? x : -x;
+        bool strided = a->ndim && a->strides[a->ndim - 1] != 1;
+        int64_t row = a->ndim ? a->shape[a->ndim - 1] : 1, col = a->ndim ? idx[a->ndim - 1] : 0;
+        bool wrong = mode == SIZE_LIMITED ? big && k == o->numel - 1
+                   : mode == STRIDED_REMAINDER ? strided && row % 4 && col == row - 1 : false;
+        ((float *)o->data)[k] = wrong ? x : -x;
         for (int d = a->ndim - 1; d >= 0 && ++idx[d] == a->shape[d]; d--) idx[d] = 0;
     }
     return OPR_OK;
 }
 
-static const bool contig_only = true, size_limited = false;
-static const bool *bad_mode;
+static const enum bad_mode contig_only = CONTIG_ONLY, size_limited = SIZE_LIMITED, strided_remainder = STRIDED_REMAINDER;
+static const enum bad_mode *bad_mode;
 
 static int init_bad_neg(const opr_host_api *host, opr_plugin *self)
 {
@@ -395,14 +418,24 @@ START_TEST(test_broken_kernels_caught)
     disagreeing(ctx, found, sizeof found);
     /* the plain sample passes: only the non-contiguous layouts show it (an offset one
      * is contiguous from its first element) */
-    ck_assert_str_eq(found, "[transposed self][step-2 slice self][stride-0 self]");
+    ck_assert_str_eq(found, "[transposed self][step-2 slice self][stride-0 self][odd size 13, step-2 slice self]");
     tu_ctx_free(ctx);
 
     ctx = tu_ctx();
     bad_mode = &size_limited;
     ck_assert_int_eq(opr_plugin_register(ctx, init_bad_neg, NULL), OPR_OK);
     disagreeing(ctx, found, sizeof found);
-    ck_assert_str_eq(found, "[large]"); /* neg's sample is [3, 4] */
+    /* neg's sample is [3, 4]: rows of 13 pass 4 too */
+    ck_assert_str_eq(found, "[large][odd size 13][odd size 13, step-2 slice self]");
+    tu_ctx_free(ctx);
+
+    /* the bug of a remainder loop over strided rows: no layout of [3, 4] has a strided
+     * row whose length is not a multiple of 4 */
+    ctx = tu_ctx();
+    bad_mode = &strided_remainder;
+    ck_assert_int_eq(opr_plugin_register(ctx, init_bad_neg, NULL), OPR_OK);
+    disagreeing(ctx, found, sizeof found);
+    ck_assert_str_eq(found, "[odd size 13, step-2 slice self]");
     tu_ctx_free(ctx);
 }
 END_TEST

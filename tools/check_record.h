@@ -15,6 +15,7 @@ typedef enum check_verdict {
     CV_DEP,         /* wrong only through an op its formula calls that fails here */
     CV_NI,          /* not implemented: no kernel registered for this dtype or candidate */
     CV_UNSUPPORTED, /* a registered kernel returned OPR_ERR_UNSUPPORTED for these arguments */
+    CV_DECLINED,    /* a kernel's supports (ABI 2.2) declined these arguments in advance: not a failure */
     CV_NOT_CHECKED, /* nothing could be compared (the reason is the message) */
     CV_CRASHED,     /* the worker died (signal or abort) in this unit */
     CV_TIMEOUT,     /* the unit ran past its time limit */

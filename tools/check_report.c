@@ -1,6 +1,7 @@
 /* The table, JSON and JUnit output of opreg check (check_report.h). The parent keeps
  * every record: a run of all ops over two backends makes a few thousand. */
 #include "check_report.h"
+#include "check_strict.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -12,6 +13,8 @@ typedef struct cell {
     int count[CV_COUNT];
     int units_done;
     char first_fail[2200];
+    char rerun[200];          /* the options that rerun the first failure (or dep) alone */
+    bool rerun_is_fail;       /* rerun is the first FAIL's (the note shown), not a dep's */
     char lost[2100];          /* crashed / timed out: the supervisor's message */
     char depends[128];        /* failing ops the failing formulas call */
     char nimpl_dtypes[64];
@@ -19,9 +22,11 @@ typedef struct cell {
     char nimpl_variants[256];
     char unsupported[2100];   /* the first run-time refusal */
     char unchecked[2100];     /* the first NOT CHECKED reason */
+    char declined[2100];      /* the first refusal a kernel's supports declared */
     char pass_note[600];      /* how a pass was judged, where it is not the default */
     double perf_ns, perf_ref_ns;
-    char notes_verbose[4096]; /* -v: every failure and refusal */
+    char notes_verbose[2200]; /* -v: every failure and refusal, whole lines (fits a note) */
+    int verbose_dropped;      /* -v lines that did not fit: said as "... N more" */
 } cell;
 
 struct check_report {
@@ -31,14 +36,16 @@ struct check_report {
     check_record *recs;
     size_t nrecs, cap;
     int next_row;             /* the first op whose row is not printed yet */
-    int failures, dependents, unchecked_units, unsupported;
+    int failures, dependents, unchecked, unsupported, declined;
     bool any_perf;
+    char (*strict)[512];      /* --strict: the findings (check_strict.h) */
+    int nstrict, strict_cap;
 };
 
 const char *check_verdict_name(check_verdict v)
 {
-    static const char *const names[CV_COUNT] = {"pass", "fail", "dep", "n/i", "unsupported", "not checked",
-                                                "crashed", "timed out"};
+    static const char *const names[CV_COUNT] = {"pass", "fail", "dep", "n/i", "unsupported", "declined",
+                                                "not checked", "crashed", "timed out"};
     return v >= 0 && v < CV_COUNT ? names[v] : "?";
 }
 
@@ -69,6 +76,15 @@ void check_xml_str(FILE *f, const char *s)
     }
 }
 
+/* The backend's name as given: "npu", or "npu:1" on another ordinal than 0. */
+static const char *backend_label(const check_cfg *c, int k, char *buf, size_t len)
+{
+    const char *name = opr_device_type_name(c->ctx, c->types[k]);
+    if (!c->ordinals[k]) return name;
+    snprintf(buf, len, "%s:%d", name, c->ordinals[k]);
+    return buf;
+}
+
 check_report *check_report_new(const check_cfg *c, const check_report_opts *o)
 {
     check_report *rep = calloc(1, sizeof *rep);
@@ -80,7 +96,8 @@ check_report *check_report_new(const check_cfg *c, const check_report_opts *o)
     for (int i = 0; i < c->nops * c->ntypes; i++) rep->cells[i].perf_ns = rep->cells[i].perf_ref_ns = NAN;
     if (!o->json) {
         printf("%-18s", "op");
-        for (int k = 0; k < c->ntypes; k++) printf(" %-22s", opr_device_type_name(c->ctx, c->types[k]));
+        char label[48];
+        for (int k = 0; k < c->ntypes; k++) printf(" %-22s", backend_label(c, k, label, sizeof label));
         printf("\n");
         fflush(stdout);
     }
@@ -122,6 +139,22 @@ static int type_col(const check_report *rep, int dev_type)
     return -1;
 }
 
+/* "--backend npu --ops mul --sample 0 --variant 'transposed self' --dtype f32": the
+ * selection that reruns record r alone (with the run's own --plugin and --yaml). */
+static void rerun_options(const check_report *rep, const check_record *r, char *buf, size_t len)
+{
+    const check_cfg *c = rep->cfg;
+    int k = type_col(rep, r->dev_type);
+    char label[48];
+    int n = snprintf(buf, len, "--backend %s --ops '%s'", k >= 0 ? backend_label(c, k, label, sizeof label) : "?",
+                     opr_op_name(opr_op_at(c->ctx, r->op)));
+    if (r->sample >= 0 && n >= 0 && (size_t)n < len)
+        n += snprintf(buf + n, len - (size_t)n, " --sample %d --variant '%s'", r->sample, r->variant);
+    if (r->dtype >= 0 && n >= 0 && (size_t)n < len)
+        snprintf(buf + n, len - (size_t)n, " --dtype %s%s", opr_dtype_name((opr_dtype)r->dtype),
+                 strcmp(r->phase, "forward") ? "" : " --no-backward");
+}
+
 static void print_row(check_report *rep, int row)
 {
     const check_cfg *c = rep->cfg;
@@ -134,6 +167,7 @@ static void print_row(check_report *rep, int row)
         const char *dname = opr_device_type_name(c->ctx, c->types[k]);
         int pass = x->count[CV_PASS], fail = x->count[CV_FAIL], ni = x->count[CV_NI];
         int unsup = x->count[CV_UNSUPPORTED], lost = x->count[CV_CRASHED] + x->count[CV_TIMEOUT];
+        int declined = x->count[CV_DECLINED], unchecked = x->count[CV_NOT_CHECKED];
         char txt[64];
         bool ran = opr_op_sample_count(op) && opr_op_has_kernel(op, c->types[k]);
         if (!opr_op_sample_count(op)) snprintf(txt, sizeof txt, "-");
@@ -141,33 +175,46 @@ static void print_row(check_report *rep, int row)
         else if (lost) snprintf(txt, sizeof txt, "%s", x->count[CV_CRASHED] ? "CRASHED" : "TIMED OUT");
         else if (fail) snprintf(txt, sizeof txt, "FAIL %d/%d", fail, pass + fail);
         else if (x->depends[0]) snprintf(txt, sizeof txt, "dep %.18s", x->depends);
-        else if (pass) snprintf(txt, sizeof txt, "pass %d%s%s", pass, ni ? " +n/i" : "", unsup ? " +unsup" : "");
+        else if (pass)
+            snprintf(txt, sizeof txt, "pass %d%s%s%s%s", pass, ni ? " +n/i" : "", unsup ? " +unsup" : "",
+                     unchecked ? " +unchecked" : "", declined ? " +declined" : "");
         else if (unsup) snprintf(txt, sizeof txt, "UNSUPPORTED");
+        else if (declined && !unchecked) snprintf(txt, sizeof txt, "declined");
         else snprintf(txt, sizeof txt, "NOT CHECKED");
-        bool unchecked = ran && !lost && !fail && !x->depends[0] && !pass;
+        /* a unit that ran and left no record at all compared nothing either */
+        if (ran && !lost && !fail && !x->depends[0] && !pass && !unsup && !declined && !unchecked) unchecked = 1;
         rep->failures += fail + lost;
         if (!fail && !lost && x->depends[0]) rep->dependents++;
-        if (unchecked) rep->unchecked_units++;
+        rep->unchecked += unchecked;
         rep->unsupported += unsup;
+        rep->declined += declined;
         if (!rep->o.json) printf(" %-22s", txt);
         if (nnotes < MAX_NOTES && lost)
             snprintf(notes[nnotes++], sizeof notes[0], "%s %s on %s: %s", x->count[CV_CRASHED] ? "CRASHED" : "TIMED OUT",
                      opr_op_name(op), dname, x->lost);
         if (nnotes < MAX_NOTES && fail)
             snprintf(notes[nnotes++], sizeof notes[0], "FAIL %s on %s: %s", opr_op_name(op), dname, x->first_fail);
+        if (nnotes < MAX_NOTES && (fail || x->depends[0]) && !lost && x->rerun[0])
+            snprintf(notes[nnotes++], sizeof notes[0], "rerun it alone: opreg check %s", x->rerun);
         if (nnotes < MAX_NOTES && !fail && !lost && x->depends[0])
             snprintf(notes[nnotes++], sizeof notes[0], "%s on %s: depends on failing %s", opr_op_name(op), dname,
                      x->depends);
         if (nnotes < MAX_NOTES && unsup)
             snprintf(notes[nnotes++], sizeof notes[0], "UNSUPPORTED %s on %s: %s", opr_op_name(op), dname,
                      x->unsupported);
-        if (nnotes < MAX_NOTES && unchecked && !unsup)
+        if (nnotes < MAX_NOTES && unchecked && !lost)
             snprintf(notes[nnotes++], sizeof notes[0], "NOT CHECKED %s on %s: %s", opr_op_name(op), dname,
                      x->unchecked[0] ? x->unchecked : "nothing could be compared");
+        if (nnotes < MAX_NOTES && declined && !lost)
+            snprintf(notes[nnotes++], sizeof notes[0], "declined %s on %s: %d call(s) its kernels' supports declined, "
+                     "the first: %.2150s", opr_op_name(op), dname, declined, x->declined);
         if (nnotes < MAX_NOTES && x->pass_note[0] && !fail && !lost)
             snprintf(notes[nnotes++], sizeof notes[0], "note %s on %s: %s", opr_op_name(op), dname, x->pass_note);
         if (nnotes < MAX_NOTES && rep->o.verbose && x->notes_verbose[0])
-            snprintf(notes[nnotes++], sizeof notes[0], "%.2290s", x->notes_verbose);
+            snprintf(notes[nnotes++], sizeof notes[0], "%s", x->notes_verbose);
+        if (nnotes < MAX_NOTES && rep->o.verbose && x->verbose_dropped)
+            snprintf(notes[nnotes++], sizeof notes[0], "... %d more for %s on %s (every record: --format json)",
+                     x->verbose_dropped, opr_op_name(op), dname);
         if (nnotes < MAX_NOTES && rep->o.verbose && (x->nimpl_dtypes[0] || x->nimpl_cands[0] || x->nimpl_variants[0]))
             snprintf(notes[nnotes++], sizeof notes[0], "n/i %s on %s:%s%s%s%s%s%s", opr_op_name(op), dname,
                      x->nimpl_dtypes[0] ? " dtypes " : "", x->nimpl_dtypes, x->nimpl_cands[0] ? " candidates " : "",
@@ -203,8 +250,10 @@ void check_report_take(check_report *rep, const check_record *r)
     char what[600];
     describe(rep, r, what, sizeof what);
     if (r->kind == CR_PERF) {
-        x->perf_ns = r->ns;
-        x->perf_ref_ns = r->ref_ns;
+        if (!r->candidate[0]) { /* the forward's; the backward candidates' are read from the records */
+            x->perf_ns = r->ns;
+            x->perf_ref_ns = r->ref_ns;
+        }
         rep->any_perf = true;
         return;
     }
@@ -215,11 +264,14 @@ void check_report_take(check_report *rep, const check_record *r)
         if (r->message[0] && !x->pass_note[0]) snprintf(x->pass_note, sizeof x->pass_note, "%.590s", r->message);
         break;
     case CV_FAIL:
+        if (!x->rerun_is_fail) rerun_options(rep, r, x->rerun, sizeof x->rerun);
+        x->rerun_is_fail = true;
         if (!x->first_fail[0])
             snprintf(x->first_fail, sizeof x->first_fail, "%.500s: %s%.96s%s%.1400s", what,
                      r->culprit[0] ? "culprit: " : "", r->culprit, r->culprit[0] ? ": " : "", r->message);
         break;
     case CV_DEP:
+        if (!x->rerun[0]) rerun_options(rep, r, x->rerun, sizeof x->rerun);
         check_list_add(x->depends, sizeof x->depends, r->culprit);
         break;
     case CV_NI:
@@ -238,6 +290,9 @@ void check_report_take(check_report *rep, const check_record *r)
     case CV_UNSUPPORTED:
         if (!x->unsupported[0]) snprintf(x->unsupported, sizeof x->unsupported, "%.600s: %.1400s", what, r->message);
         break;
+    case CV_DECLINED:
+        if (!x->declined[0]) snprintf(x->declined, sizeof x->declined, "%.600s: %.1400s", what, r->message);
+        break;
     case CV_NOT_CHECKED:
         if (!x->unchecked[0]) snprintf(x->unchecked, sizeof x->unchecked, "%.600s: %.1400s", what, r->message);
         break;
@@ -248,14 +303,18 @@ void check_report_take(check_report *rep, const check_record *r)
     default: break;
     }
     /* -v: every failure and every refusal (a kernel's supports or OPR_ERR_UNSUPPORTED), with its reason */
-    if (rep->o.verbose && (r->verdict == CV_FAIL || r->verdict == CV_DEP || r->verdict == CV_UNSUPPORTED)) {
+    if (rep->o.verbose && (r->verdict == CV_FAIL || r->verdict == CV_DEP || r->verdict == CV_UNSUPPORTED ||
+                           r->verdict == CV_DECLINED || r->verdict == CV_NOT_CHECKED)) {
         size_t used = strlen(x->notes_verbose);
-        const char *tag = r->verdict == CV_FAIL ? "FAIL" : r->verdict == CV_DEP ? "dep" : "unsupported";
+        const char *tag = r->verdict == CV_FAIL ? "FAIL" : r->verdict == CV_DEP ? "dep" : check_verdict_name(r->verdict);
         /* a refusal's reason once, not once per sample and variant */
-        bool told = r->verdict == CV_UNSUPPORTED && r->message[0] && strstr(x->notes_verbose, r->message);
-        if (used + 8 < sizeof x->notes_verbose && !told)
-            snprintf(x->notes_verbose + used, sizeof x->notes_verbose - used, "%s%s %s: %s%s%s", used ? "\n  " : "",
-                     tag, what, r->culprit, r->culprit[0] ? ": " : "", r->message);
+        bool refusal = r->verdict == CV_UNSUPPORTED || r->verdict == CV_DECLINED || r->verdict == CV_NOT_CHECKED;
+        bool told = refusal && r->message[0] && strstr(x->notes_verbose, r->message);
+        char line[sizeof x->notes_verbose];
+        int n = snprintf(line, sizeof line, "%s%s %s: %s%s%s", used ? "\n  " : "", tag, what, r->culprit,
+                         r->culprit[0] ? ": " : "", r->message);
+        if (!told && n >= 0 && used + (size_t)n < sizeof x->notes_verbose) memcpy(x->notes_verbose + used, line, (size_t)n + 1);
+        else if (!told) x->verbose_dropped++; /* whole lines or none: a cut one would read as the whole */
     }
 }
 
@@ -268,8 +327,9 @@ static void json_num(FILE *f, const char *key, double v)
 static void write_json(check_report *rep, int status)
 {
     const check_cfg *c = rep->cfg;
-    printf("{\"schema\": \"opreg-check\", \"version\": 1, \"opreg\": \"%s\",\n \"backends\": [", opr_version());
-    for (int k = 0; k < c->ntypes; k++) printf("%s\"%s\"", k ? ", " : "", opr_device_type_name(c->ctx, c->types[k]));
+    printf("{\"schema\": \"opreg-check\", \"version\": 2, \"opreg\": \"%s\",\n \"backends\": [", opr_version());
+    char label[48];
+    for (int k = 0; k < c->ntypes; k++) printf("%s\"%s\"", k ? ", " : "", backend_label(c, k, label, sizeof label));
     printf("],\n \"records\": [");
     size_t n = 0;
     for (size_t i = 0; i < rep->nrecs; i++) {
@@ -307,15 +367,25 @@ static void write_json(check_report *rep, int status)
         if (r->kind != CR_PERF) continue;
         printf("%s\n  {\"op\": \"", n++ ? "," : "");
         check_json_str(stdout, opr_op_name(opr_op_at(c->ctx, r->op)));
-        printf("\", \"backend\": \"%s\", \"variant\": \"%s\"", opr_device_type_name(c->ctx, r->dev_type), r->variant);
+        printf("\", \"backend\": \"%s\", \"variant\": \"%s\", \"candidate\": ", opr_device_type_name(c->ctx, r->dev_type),
+               r->variant);
+        if (r->candidate[0]) { printf("\""); check_json_str(stdout, r->candidate); printf("\""); }
+        else printf("null");
         json_num(stdout, "ns", r->ns);
         json_num(stdout, "cpu_ns", r->ref_ns);
         json_num(stdout, "ratio", r->ns / r->ref_ns);
         printf("}");
     }
-    printf("\n ],\n \"summary\": {\"ops\": %d, \"failures\": %d, \"dependents\": %d, \"not_checked\": %d, "
-           "\"unsupported\": %d, \"exit_status\": %d}}\n",
-           c->nops, rep->failures, rep->dependents, rep->unchecked_units, rep->unsupported, status);
+    printf("\n ],\n \"strict\": [");
+    for (int i = 0; i < rep->nstrict; i++) {
+        printf("%s\n  \"", i ? "," : "");
+        check_json_str(stdout, rep->strict[i]);
+        printf("\"");
+    }
+    printf("%s],\n \"summary\": {\"ops\": %d, \"failures\": %d, \"dependents\": %d, \"not_checked\": %d, "
+           "\"unsupported\": %d, \"declined\": %d, \"strict\": %d, \"exit_status\": %d}}\n",
+           rep->nstrict ? "\n " : "", c->nops, rep->failures, rep->dependents, rep->unchecked, rep->unsupported,
+           rep->declined, rep->nstrict, status);
 }
 
 /* One testcase per op x backend x dtype (the records without a dtype: their own, "op"). */
@@ -345,8 +415,8 @@ static int write_junit(check_report *rep)
                         opi = r->op;
                         nrec++;
                         bool is_bad = r->verdict == CV_FAIL || r->verdict == CV_DEP || r->verdict == CV_CRASHED ||
-                                      r->verdict == CV_TIMEOUT ||
-                                      (!rep->o.allow_unchecked && (r->verdict == CV_UNSUPPORTED));
+                                      r->verdict == CV_TIMEOUT || r->verdict == CV_UNSUPPORTED ||
+                                      (!rep->o.allow_unchecked && r->verdict == CV_NOT_CHECKED);
                         if (r->verdict == CV_PASS) good++;
                         if (r->verdict == CV_NOT_CHECKED) unchecked++;
                         if (is_bad && !bad++) first_bad = r;
@@ -394,43 +464,102 @@ static int write_junit(check_report *rep)
     return fclose(f) ? 1 : 0;
 }
 
+static const char *perf_txt(double ns, double ref_ns, char *txt, size_t len)
+{
+    snprintf(txt, len, "-");
+    if (isfinite(ns) && isfinite(ref_ns) && ref_ns > 0) snprintf(txt, len, "%.2fx (%.0f us)", ns / ref_ns, ns / 1e3);
+    return txt;
+}
+
+/* The rows under op's of its backward candidates, in the order the records came. */
+static void print_perf_backward(const check_report *rep, int row)
+{
+    const check_cfg *c = rep->cfg;
+    for (size_t i = 0; i < rep->nrecs; i++) {
+        const check_record *r = &rep->recs[i];
+        if (r->kind != CR_PERF || !r->candidate[0] || op_row(rep, r->op) != row) continue;
+        bool shown = false; /* a label once, whatever the backend that sent it first */
+        for (size_t j = 0; j < i && !shown; j++)
+            shown = rep->recs[j].kind == CR_PERF && rep->recs[j].op == r->op && !strcmp(rep->recs[j].candidate, r->candidate);
+        if (shown) continue;
+        char head[160];
+        snprintf(head, sizeof head, "  [%s]", r->candidate);
+        if (strlen(head) <= 18) printf("%-18s", head);
+        else printf("%s\n%-18s", head, ""); /* a long label on a line of its own */
+        for (int k = 0; k < c->ntypes; k++) {
+            double ns = NAN, ref_ns = NAN;
+            for (size_t j = i; j < rep->nrecs; j++) {
+                const check_record *q = &rep->recs[j];
+                if (q->kind == CR_PERF && q->op == r->op && q->dev_type == c->types[k] && !strcmp(q->candidate, r->candidate)) {
+                    ns = q->ns;
+                    ref_ns = q->ref_ns;
+                    break;
+                }
+            }
+            char txt[64];
+            printf(" %-22s", perf_txt(ns, ref_ns, txt, sizeof txt));
+        }
+        printf("\n");
+    }
+}
+
 static void print_perf(const check_report *rep)
 {
     const check_cfg *c = rep->cfg;
-    printf("\nperf: the large variant in f32, best of 5 calls, time on the backend / time on the CPU\n%-18s", "op");
+    printf("\nperf: the large variant in f32, time on the backend / time on the CPU: the forward (best of 5\n"
+           "calls), then under it each [backward candidate] (best of 3 forward-and-backward runs with it\n"
+           "forced, against the CPU's plan chosen by cost for the same inputs)\n%-18s", "op");
     for (int k = 0; k < c->ntypes; k++) printf(" %-22s", opr_device_type_name(c->ctx, c->types[k]));
     printf("\n");
     for (int row = 0; row < c->nops; row++) {
         printf("%-18s", opr_op_name(c->ops[row]));
         for (int k = 0; k < c->ntypes; k++) {
             const cell *x = &rep->cells[row * c->ntypes + k];
-            char txt[64] = "-";
-            if (isfinite(x->perf_ns) && isfinite(x->perf_ref_ns) && x->perf_ref_ns > 0)
-                snprintf(txt, sizeof txt, "%.2fx (%.0f us)", x->perf_ns / x->perf_ref_ns, x->perf_ns / 1e3);
-            printf(" %-22s", txt);
+            char txt[64];
+            printf(" %-22s", perf_txt(x->perf_ns, x->perf_ref_ns, txt, sizeof txt));
         }
         printf("\n");
+        print_perf_backward(rep, row);
     }
+}
+
+static void take_finding(const char *message, void *data)
+{
+    check_report *rep = data;
+    if (rep->nstrict == rep->strict_cap) {
+        int cap = rep->strict_cap ? rep->strict_cap * 2 : 16;
+        char(*grown)[512] = realloc(rep->strict, (size_t)cap * sizeof *grown);
+        if (!grown) return;
+        rep->strict = grown;
+        rep->strict_cap = cap;
+    }
+    snprintf(rep->strict[rep->nstrict++], sizeof rep->strict[0], "%s", message);
+    if (!rep->o.json) printf("  STRICT %s\n", message);
 }
 
 int check_report_finish(check_report *rep)
 {
     flush_rows(rep, rep->cfg->nops);
-    int status = rep->failures || rep->dependents ? 1 : 0;
-    if (!rep->o.allow_unchecked && (rep->unchecked_units || rep->unsupported)) status = 1;
+    if (rep->o.strict) check_strict(rep->cfg, rep->recs, rep->nrecs, take_finding, rep);
+    int status = rep->failures || rep->dependents || rep->unsupported || rep->nstrict ? 1 : 0;
+    if (!rep->o.allow_unchecked && rep->unchecked) status = 1;
     if (!rep->o.json) {
         if (rep->any_perf) print_perf(rep);
-        printf("\nlegend: pass N = N comparisons agreed (+n/i: some dtypes or candidates are not implemented,\n"
-               "  +unsup: a kernel refused some arguments at run time); FAIL f/t = f of t comparisons wrong;\n"
-               "  dep OP = wrong only through OP, which its formulas call and which fails here; n/i = no\n"
-               "  kernel on this backend; UNSUPPORTED = the kernels refused every sample (OPR_ERR_UNSUPPORTED);\n"
-               "  NOT CHECKED = kernels exist but nothing could be compared; CRASHED / TIMED OUT = the worker\n"
-               "  died or ran past --timeout in this op; - = the op has no samples\n");
+        printf("\nlegend: pass N = N comparisons agreed (+n/i: some dtypes or candidates are not implemented;\n"
+               "  +declined: a kernel's supports declined some arguments, not a failure; +unsup: a kernel\n"
+               "  refused some at run time without declaring it; +unchecked: some could not be compared);\n"
+               "  dep OP = wrong only through OP, which its formulas call and which fails here; FAIL f/t =\n"
+               "  f of t comparisons wrong; n/i = no kernel on this backend; declined = its supports\n"
+               "  declined every sample; UNSUPPORTED = the kernels refused every sample at run time; NOT\n"
+               "  CHECKED = kernels exist but nothing could be compared; CRASHED / TIMED OUT = the worker\n"
+               "  died or ran past --timeout in this op; - = the op has no samples. +unsup, UNSUPPORTED,\n"
+               "  +unchecked and NOT CHECKED fail the run (the last two allowed by --allow-unchecked)\n");
         printf("%d op(s) checked, %d failure(s)", rep->cfg->nops, rep->failures);
         if (rep->dependents) printf(", %d op(s) failing only through ops their formulas call", rep->dependents);
-        if (rep->unchecked_units) printf(", %d not checked", rep->unchecked_units);
         if (rep->unsupported) printf(", %d unsupported at run time", rep->unsupported);
-        if ((rep->unchecked_units || rep->unsupported) && rep->o.allow_unchecked) printf(" (allowed)");
+        if (rep->unchecked) printf(", %d not checked%s", rep->unchecked, rep->o.allow_unchecked ? " (allowed)" : "");
+        if (rep->declined) printf(", %d declined by supports", rep->declined);
+        if (rep->nstrict) printf(", %d --strict finding(s)", rep->nstrict);
         printf("\n");
     }
     if (rep->o.junit && write_junit(rep)) status = 1;
@@ -444,5 +573,6 @@ void check_report_free(check_report *rep)
     if (!rep) return;
     free(rep->cells);
     free(rep->recs);
+    free(rep->strict);
     free(rep);
 }

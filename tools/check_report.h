@@ -13,7 +13,8 @@ typedef struct check_report check_report;
 typedef struct check_report_opts {
     bool verbose;         /* -v: every failure, and what a backend does not implement */
     bool json;            /* --format json: the JSON document on stdout instead of the table */
-    bool allow_unchecked; /* NOT CHECKED and run-time UNSUPPORTED do not fail the run */
+    bool allow_unchecked; /* NOT CHECKED does not fail the run (run-time UNSUPPORTED always does) */
+    bool strict;          /* --strict: check_strict.h's findings fail the run */
     const char *junit;    /* file for the JUnit XML, or NULL */
 } check_report_opts;
 
@@ -21,8 +22,9 @@ check_report *check_report_new(const check_cfg *c, const check_report_opts *o);
 /* Takes one record (the supervisor's take callback). */
 void check_report_take(check_report *rep, const check_record *r);
 /* Prints what is left (summary, JSON, JUnit) and returns the exit status: 0, or 1 when
- * anything failed (or was not checked, without allow_unchecked); 1 also when the JUnit
- * file could not be written. */
+ * anything failed, was unsupported at run time, was not checked (without
+ * allow_unchecked) or is a --strict finding; 1 also when the JUnit file could not be
+ * written. */
 int check_report_finish(check_report *rep);
 void check_report_free(check_report *rep);
 

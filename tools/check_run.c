@@ -1,8 +1,10 @@
 /* One unit of `opreg check` (check_run.h). */
 #include "check_run.h"
+#include "check_perf.h"
 #include "check_sample.h"
 #include "check_supervisor.h"
 
+#include <ctype.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,6 +52,52 @@ static bool registered(const opr_op *op, int dev_type, opr_dtype dt)
     return opr_op_kernel_info(op, dev_type, dt, &info) == OPR_OK;
 }
 
+static bool forward_fails(const check_cfg *c, const opr_op *op, opr_device dev);
+
+/* The ops the forward expression of a composite op calls that fail on dev, ", "-joined
+ * into failing (room len). */
+static void failing_callees(const check_cfg *c, const opr_op *op, opr_device dev, char *failing, size_t len)
+{
+    failing[0] = '\0';
+    for (const char *p = opr_op_forward(op); p && *p;) {
+        if (!isalpha((unsigned char)*p) && *p != '_') { p++; continue; }
+        const char *start = p;
+        while (isalnum((unsigned char)*p) || *p == '_' || *p == '.') p++;
+        if (*p != '(') continue; /* an argument's name, not a call */
+        char name[96];
+        snprintf(name, sizeof name, "%.*s", (int)(p - start), start);
+        const opr_op *callee = opr_op_find(c->ctx, name);
+        if (callee && callee != op && forward_fails(c, callee, dev)) check_list_add(failing, len, name);
+    }
+}
+
+/* Who a wrong forward is held to: the op's kernel; for a composite op, the failing ops
+ * its forward calls (a dep record: it is wrong only through them), else its formula. */
+static void blame_forward(const check_cfg *c, const opr_op *op, opr_device dev, check_record *r)
+{
+    if (!opr_op_is_composite(op)) {
+        snprintf(r->culprit, sizeof r->culprit, "forward kernel %s", opr_op_name(op));
+        return;
+    }
+    char failing[sizeof r->culprit];
+    failing_callees(c, op, dev, failing, sizeof failing);
+    if (failing[0]) {
+        r->verdict = CV_DEP;
+        snprintf(r->culprit, sizeof r->culprit, "%s", failing);
+    } else {
+        snprintf(r->culprit, sizeof r->culprit, "forward formula %s", opr_op_name(op));
+    }
+}
+
+/* A kernel is registered for op on dev_type in some dtype (an op's reference: runs on
+ * the CPU without one). */
+static bool registered_anywhere(const opr_op *op, int dev_type)
+{
+    for (int dt = 0; dt < OPR_DTYPE_COUNT; dt++)
+        if (registered(op, dev_type, (opr_dtype)dt)) return true;
+    return false;
+}
+
 /* The forward of sample s, variant v, dtype dt on dev against the CPU in f64: a record,
  * or nothing when the variant does not apply (the CPU reference refuses it). Returns
  * the verdict, -1 for none. */
@@ -60,6 +108,10 @@ static int check_forward_one(const check_cfg *c, int u, const opr_op *op, int s,
     sample_run ref, got;
     check_phase("%s forward, sample %d, %s (the CPU reference)", opr_op_name(op), s, opr_dtype_name(dt));
     int brc = check_sample_reference(op, s, v, dt, &ref, label, sizeof label);
+    if (emit && c->only_variant && strcmp(label, c->only_variant)) { /* --variant: another one */
+        check_sample_free(&ref);
+        return -1;
+    }
     if (brc || ref.rc) {
         int verdict = -1;
         /* A variant, or a sample whose arguments the op refuses in this dtype (an alpha
@@ -69,8 +121,12 @@ static int check_forward_one(const check_cfg *c, int u, const opr_op *op, int s,
             bool ni = !opr_op_is_composite(op) && !registered(op, dev.type, dt);
             check_record r = check_new_record(c, u, "forward", dt, s, label);
             r.verdict = ni ? CV_NI : CV_NOT_CHECKED;
-            snprintf(r.message, sizeof r.message, "the CPU reference could not run the sample: %s",
-                     brc ? opr_last_error() : ref.err);
+            /* an op only the backend runs: say what would give its forward a reference */
+            bool no_cpu = !opr_op_is_composite(op) && !opr_op_has_kernel(op, 0);
+            snprintf(r.message, sizeof r.message, "the CPU reference could not run the sample: %s%s",
+                     brc ? opr_last_error() : ref.err,
+                     no_cpu ? " (register a kernel for \"cpu\" too, or give the op a reference: expression, and its "
+                              "forward is compared)" : "");
             check_emit(&r);
             verdict = r.verdict;
         }
@@ -86,6 +142,9 @@ static int check_forward_one(const check_cfg *c, int u, const opr_op *op, int s,
         r.verdict = CV_FAIL;
         snprintf(r.message, sizeof r.message, "the sample's arguments could not be made on the backend: %s",
                  opr_last_error());
+    } else if (got.declined) { /* the plugin said so up front: its own verdict, not a failure */
+        r.verdict = CV_DECLINED;
+        snprintf(r.message, sizeof r.message, "%s", got.err);
     } else if (got.rc == OPR_ERR_UNSUPPORTED || got.rc == OPR_ERR_NOT_FOUND) {
         bool runtime = got.rc == OPR_ERR_UNSUPPORTED && registered(op, dev.type, dt);
         r.verdict = runtime ? CV_UNSUPPORTED : CV_NI;
@@ -100,8 +159,16 @@ static int check_forward_one(const check_cfg *c, int u, const opr_op *op, int s,
         r.count = ref.nouts;
         for (int o = 0; o < ref.nouts && r.verdict == CV_PASS; o++) check_compare(op, ref.outs[o], got.outs[o], o, &r);
     }
+    if (r.verdict == CV_FAIL && !brc) { /* what the kernel got, to tell the layout at a glance */
+        char args[700];
+        size_t used = strlen(r.message);
+        check_describe_args(op, &got, args, sizeof args);
+        if (args[0]) snprintf(r.message + used, sizeof r.message - used, " (arguments: %s)", args);
+    }
     check_sample_free(&ref);
     check_sample_free(&got);
+    /* the callees of a composite are looked at only for a record (not from forward_fails) */
+    if (r.verdict == CV_FAIL && brc == OPR_OK && emit) blame_forward(c, op, dev, &r);
     if (emit) check_emit(&r);
     return r.verdict;
 }
@@ -159,10 +226,11 @@ static int check_backward_one(const check_cfg *c, int u, const opr_op *op, int s
     if (!rc) rc = opr_gradcheck(op, args, nargs, NULL, 0, &o, &res);
     char err[1024];
     snprintf(err, sizeof err, "%s", opr_last_error());
+    bool declined = rc == OPR_ERR_UNSUPPORTED && opr_last_error_declined();
     for (int i = 0; i < nowned; i++) opr_tensor_release(owned[i]);
     if (rc && rc != OPR_ERR_MISMATCH) {
         bool ni = rc == OPR_ERR_NOT_FOUND || rc == OPR_ERR_UNSUPPORTED;
-        r.verdict = ni ? CV_NI : CV_FAIL;
+        r.verdict = declined ? CV_DECLINED : ni ? CV_NI : CV_FAIL;
         snprintf(r.message, sizeof r.message, "%s%s", ni ? "" : "could not be checked: ", err);
     } else if (res.failed) {
         r.count = res.failed + res.passed;
@@ -201,9 +269,9 @@ static int check_backward_one(const check_cfg *c, int u, const opr_op *op, int s
     } else {
         bool runtime = cand >= 0 && kernel_registered(c->ctx, op, cand, dev.type, dt);
         r.count = res.not_available;
-        r.verdict = runtime ? CV_UNSUPPORTED : CV_NI;
-        snprintf(r.message, sizeof r.message, "%snot available: %s", runtime ? "unsupported at run time: " : "",
-                 res.not_available_list);
+        r.verdict = res.declined == res.not_available ? CV_DECLINED : runtime ? CV_UNSUPPORTED : CV_NI;
+        snprintf(r.message, sizeof r.message, "%snot available: %s",
+                 r.verdict == CV_UNSUPPORTED ? "unsupported at run time: " : "", res.not_available_list);
         if (res.not_available_why[0])
             snprintf(r.message + strlen(r.message), sizeof r.message - strlen(r.message), " (%s)",
                      res.not_available_why);
@@ -213,57 +281,6 @@ static int check_backward_one(const check_cfg *c, int u, const opr_op *op, int s
 }
 
 /* ---------------------------------------------------------------- fused kernels on variants */
-
-/* Sets requires-grad on the tensor arguments candidate cand covers (its label: "self,
- * other (kernel vfma_backward)"), collecting them in ins; returns how many, -1 when an
- * input cannot take it. */
-static int cover_inputs(const opr_op *op, int cand, sample_run *r, opr_tensor **ins)
-{
-    char names[96];
-    snprintf(names, sizeof names, "%s", opr_op_grad_candidate_label(op, cand));
-    names[strcspn(names, "(")] = '\0';
-    int n = 0;
-    for (char *save = NULL, *name = strtok_r(names, ", ", &save); name; name = strtok_r(NULL, ", ", &save)) {
-        int a = opr_op_arg_index(op, name);
-        if (a < 0 || a >= r->nargs || r->args[a].kind != OPR_V_TENSOR) return -1;
-        if (opr_set_requires_grad(r->args[a].u.t, true)) return -1;
-        ins[n++] = r->args[a].u.t;
-    }
-    return n;
-}
-
-/* The gradients of the covered inputs, for grad_outputs of fixed pseudo-random values;
- * outs and grads (n_in of them) are the caller's to release. */
-static int grads_of(const opr_op *op, sample_run *r, opr_tensor **ins, int n_in, opr_tensor **grads)
-{
-    bool prev = opr_grad_mode_set(true);
-    check_sample_call(op, r);
-    opr_grad_mode_set(prev);
-    if (r->rc) return r->rc;
-    opr_tensor *gos[MAX_OUTS] = {NULL}, *fouts[MAX_OUTS];
-    int nf = 0, rc = OPR_OK;
-    for (int o = 0; o < r->nouts && !rc; o++) {
-        opr_dtype dt = opr_tensor_dtype(r->outs[o]);
-        if (dt != OPR_F32 && dt != OPR_F64) continue;
-        int64_t n = opr_tensor_numel(r->outs[o]);
-        size_t es = dt == OPR_F32 ? 4 : 8;
-        unsigned char *v = malloc((size_t)(n ? n : 1) * es);
-        if (!v) { rc = OPR_ERR_NOMEM; break; }
-        for (int64_t i = 0; i < n; i++) { /* the same numbers on both sides */
-            double x = 0.5 + 0.5 * sin(0.7 * (double)i + o);
-            if (dt == OPR_F32) ((float *)v)[i] = (float)x;
-            else ((double *)v)[i] = x;
-        }
-        gos[nf] = opr_tensor_from_data(opr_tensor_ctx(r->outs[o]), dt, opr_tensor_ndim(r->outs[o]),
-                                       opr_tensor_shape(r->outs[o]), v, opr_tensor_device(r->outs[o]));
-        free(v);
-        if (!gos[nf]) { rc = OPR_ERR_NOMEM; break; }
-        fouts[nf++] = r->outs[o];
-    }
-    if (!rc) rc = opr_autograd_grad(fouts, gos, nf, ins, n_in, grads, NULL);
-    for (int k = 0; k < nf; k++) opr_tensor_release(gos[k]);
-    return rc;
-}
 
 /* A fused backward kernel (candidate cand) on variant v of sample s: its gradients on
  * the backend against the plan chosen by cost on the CPU in f64, on the same values. On
@@ -275,27 +292,31 @@ static void check_fused_variant(const check_cfg *c, int u, const opr_op *op, int
 {
     char label[48] = "";
     sample_run ref, got;
-    if (check_sample_reference(op, s, v, dt, &ref, label, sizeof label) || ref.rc) { check_sample_free(&ref); return; }
+    if (check_sample_reference(op, s, v, dt, &ref, label, sizeof label) || ref.rc ||
+        (c->only_variant && strcmp(label, c->only_variant))) {
+        check_sample_free(&ref);
+        return;
+    }
     for (int o = 0; o < ref.nouts; o++) opr_tensor_release(ref.outs[o]);
     memset(ref.outs, 0, sizeof ref.outs);
     opr_tensor *ref_in[MAX_ARGS], *got_in[MAX_ARGS], *ref_g[MAX_ARGS] = {NULL}, *got_g[MAX_ARGS] = {NULL};
-    int n_in = cover_inputs(op, cand, &ref, ref_in);
+    int n_in = check_cover_inputs(op, cand, &ref, ref_in);
     int prev = -1;
     opr_op_force_grad_candidate(op, -1);
-    if (n_in <= 0 || grads_of(op, &ref, ref_in, n_in, ref_g)) { check_sample_free(&ref); return; } /* does not apply */
+    if (n_in <= 0 || check_grads_of(op, &ref, ref_in, n_in, ref_g)) { check_sample_free(&ref); return; } /* does not apply */
     check_phase("%s backward [%s], sample %d [%s], %s", opr_op_name(op), opr_op_grad_candidate_label(op, cand), s, label,
                 opr_dtype_name(dt));
     check_record r = check_new_record(c, u, "backward", dt, s, label);
     snprintf(r.candidate, sizeof r.candidate, "%s", opr_op_grad_candidate_label(op, cand));
     int rc = check_sample_build(op, s, v, dt, dev, &got, label, sizeof label);
-    if (!rc && cover_inputs(op, cand, &got, got_in) != n_in) rc = OPR_ERR_INVALID;
+    if (!rc && check_cover_inputs(op, cand, &got, got_in) != n_in) rc = OPR_ERR_INVALID;
     if (!rc) {
         opr_op_force_grad_candidate(op, cand);
-        rc = grads_of(op, &got, got_in, n_in, got_g);
+        rc = check_grads_of(op, &got, got_in, n_in, got_g);
         opr_op_force_grad_candidate(op, prev);
     }
     if (rc == OPR_ERR_UNSUPPORTED || rc == OPR_ERR_NOT_FOUND) {
-        r.verdict = CV_NI;
+        r.verdict = rc == OPR_ERR_UNSUPPORTED && opr_last_error_declined() ? CV_DECLINED : CV_NI;
         snprintf(r.message, sizeof r.message, "%s", opr_last_error());
     } else if (rc) {
         r.verdict = CV_FAIL;
@@ -352,72 +373,15 @@ static void check_schema_dtypes(const check_cfg *c, int u, const opr_op *op)
     }
 }
 
-/* ---------------------------------------------------------------- perf */
-
-static double now_ns(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec * 1e9 + (double)t.tv_nsec;
-}
-
-/* Best of a few calls of the op on prepared arguments, with the device synchronised. */
-static double time_call(const opr_op *op, sample_run *r, opr_device dev)
-{
-    double best = INFINITY;
-    for (int rep = 0; rep < 5; rep++) {
-        opr_tensor *outs[MAX_OUTS] = {NULL};
-        double t0 = now_ns();
-        int rc = opr_call(op, r->args, r->nargs, outs, r->nouts);
-        if (!rc) rc = opr_device_sync(opr_tensor_ctx(r->owned[0]), dev);
-        double t = now_ns() - t0;
-        for (int o = 0; o < MAX_OUTS; o++) opr_tensor_release(outs[o]);
-        if (rc) return NAN;
-        if (t < best) best = t;
-    }
-    return best;
-}
-
-/* --perf: the op on its largest variant (the "large" one where it has it) in f32, on
- * the backend and on the CPU. */
-static void check_perf(const check_cfg *c, int u, const opr_op *op, opr_device dev)
-{
-    if (!opr_op_supports_dtype(op, OPR_F32) || !opr_op_sample_count(op)) return;
-    int s = 0, v = 0;
-    char label[48] = "";
-    for (int i = 0; i < opr_op_sample_count(op) && !v; i++)
-        for (int k = 1; k < opr_op_sample_variant_count(op, i) && !v; k++) {
-            opr_value args[MAX_ARGS];
-            opr_tensor *owned[OPR_SAMPLE_MAX_TENSORS];
-            int nargs = 0, nowned = 0;
-            if (opr_op_sample_variant_args(op, i, k, OPR_F32, (opr_device){0, 0}, 1, args, &nargs, owned, &nowned,
-                                           label, sizeof label) == OPR_OK && !strcmp(label, "large")) {
-                s = i;
-                v = k;
-            }
-            for (int j = 0; j < nowned; j++) opr_tensor_release(owned[j]);
-        }
-    check_phase("%s perf, sample %d [%s], f32", opr_op_name(op), s, v ? "large" : "");
-    sample_run on_dev, on_cpu;
-    check_record r = check_new_record(c, u, "perf", OPR_F32, s, v ? "large" : "");
-    r.kind = CR_PERF;
-    r.ns = r.ref_ns = NAN;
-    if (!check_sample_run(op, s, v, OPR_F32, dev, &on_dev, label, sizeof label) && !on_dev.rc && on_dev.nowned)
-        r.ns = time_call(op, &on_dev, dev);
-    if (!check_sample_run(op, s, v, OPR_F32, (opr_device){0, 0}, &on_cpu, label, sizeof label) && !on_cpu.rc &&
-        on_cpu.nowned)
-        r.ref_ns = time_call(op, &on_cpu, (opr_device){0, 0});
-    check_sample_free(&on_dev);
-    check_sample_free(&on_cpu);
-    check_emit(&r);
-}
-
 /* ---------------------------------------------------------------- the unit */
+
+/* --sample N selects sample s. */
+static bool selected_sample(const check_cfg *c, int s) { return c->only_sample < 0 || s == c->only_sample; }
 
 void check_run_unit(const check_cfg *c, int u)
 {
     const opr_op *op = c->ops[u / c->ntypes];
-    opr_device dev = {c->types[u % c->ntypes], 0};
+    opr_device dev = {c->types[u % c->ntypes], c->ordinals[u % c->ntypes]};
     if (!opr_op_sample_count(op) || !opr_op_has_kernel(op, dev.type)) return; /* the table says "-" / "n/i" */
     size_t slot_len;
     char *slot = check_kernel_slot(&slot_len);
@@ -427,19 +391,23 @@ void check_run_unit(const check_cfg *c, int u)
     bool forward_failed = false, backward_failed = false;
     if (dev.type == 0) check_schema_dtypes(c, u, op);
     for (int s = 0; s < opr_op_sample_count(op); s++)
-        for (int v = 0; v < variant_count(c, op, s); v++)
+        for (int v = 0; v < variant_count(c, op, s) && selected_sample(c, s); v++)
             for (int k = 0; k < ndts; k++) /* the large variant in the first dtype only: it is the slow one */
-                if (check_forward_one(c, u, op, s, v, dts[k], dev, true, k == 0 && c->large) == CV_FAIL)
-                    forward_failed = true;
+                switch (check_forward_one(c, u, op, s, v, dts[k], dev, true, k == 0 && c->large)) {
+                case CV_FAIL: case CV_DEP: forward_failed = true; break;
+                default: break;
+                }
     /* a wrong forward is the culprit of its own wrong gradients */
-    if (c->backward && !forward_failed && opr_op_grad_candidate_count(op) > 0) {
+    /* the backward runs on the samples as written: not for --variant LABEL */
+    bool as_written = !c->only_variant || !c->only_variant[0];
+    if (c->backward && as_written && !forward_failed && opr_op_grad_candidate_count(op) > 0) {
         /* An op only this backend runs: its formula is still checked, the ops it calls
          * falling back to the CPU where the backend lacks them. */
-        bool vendor_only = !opr_op_has_kernel(op, 0);
+        bool vendor_only = !opr_op_is_composite(op) && !registered_anywhere(op, 0); /* a reference: is no kernel */
         bool prev = vendor_only ? opr_cpu_fallback_set(c->ctx, true) : false;
         ndts = dtypes_of(c, op, dev, true, dts);
         for (int s = 0; s < opr_op_sample_count(op); s++)
-            for (int k = 0; k < ndts; k++)
+            for (int k = 0; k < ndts && selected_sample(c, s); k++)
                 for (int cand = 0; cand <= opr_op_grad_candidate_count(op); cand++) /* last: the plan */
                     switch (check_backward_one(c, u, op, s, cand < opr_op_grad_candidate_count(op) ? cand : -1,
                                                dts[k], dev)) {
@@ -458,7 +426,7 @@ void check_run_unit(const check_cfg *c, int u)
             if ((dts[k] != OPR_F32 && dts[k] != OPR_F64) || !kernel_registered(c->ctx, op, cand, dev.type, dts[k]))
                 continue;
             for (int s = 0; s < opr_op_sample_count(op); s++)
-                for (int v = 1; v < variant_count(c, op, s); v++) check_fused_variant(c, u, op, s, v, cand, dts[k], dev);
+                for (int v = 1; v < variant_count(c, op, s) && selected_sample(c, s); v++) check_fused_variant(c, u, op, s, v, cand, dts[k], dev);
         }
     if (c->perf) check_perf(c, u, op, dev);
 }

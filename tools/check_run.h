@@ -16,6 +16,7 @@
 typedef struct check_cfg {
     opr_ctx *ctx;
     int types[CHECK_MAX_TYPES], ntypes;  /* the backends under test (device types) */
+    int ordinals[CHECK_MAX_TYPES];       /* the ordinal each runs on (--backend xpu:1) */
     const opr_op **ops;                  /* the selected ops, in registry order */
     int nops;
     bool backward;                       /* false: --no-backward */
@@ -23,6 +24,8 @@ typedef struct check_cfg {
     bool variants;                       /* false: --no-variants, the samples as written */
     bool large;                          /* false: --no-large, the variants but "large" */
     unsigned dtype_mask;                 /* bit per opr_dtype selected (--dtype); 0: all */
+    int only_sample;                     /* --sample N: that sample alone; -1: all */
+    const char *only_variant;            /* --variant LABEL: that variant alone ("" as written); NULL: all */
 } check_cfg;
 
 /* Runs unit u = op index * ntypes + backend index. */

@@ -58,6 +58,7 @@ void check_sample_call(const opr_op *op, sample_run *r)
     if (!r->rc && r->nouts > CHECK_MAX_OUTS) r->rc = OPR_ERR_UNSUPPORTED; /* more pieces than compared */
     if (!r->rc) r->rc = opr_call(op, r->args, r->nargs, r->outs, r->nouts);
     if (r->rc) snprintf(r->err, sizeof r->err, "%s", opr_last_error());
+    r->declined = r->rc == OPR_ERR_UNSUPPORTED && opr_last_error_declined();
 }
 
 int check_sample_run(const opr_op *op, int s, int v, opr_dtype dt, opr_device dev, sample_run *r, char *label,
@@ -111,6 +112,25 @@ int check_sample_reference(const opr_op *op, int s, int v, opr_dtype dt, sample_
     }
     if (!rc) check_sample_call(op, ref);
     return rc;
+}
+
+void check_describe_args(const opr_op *op, const sample_run *r, char *buf, size_t len)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int a = 0; a < r->nargs && a < opr_op_num_args(op) && used < len; a++) {
+        if (r->args[a].kind != OPR_V_TENSOR || !r->args[a].u.t) continue;
+        const opr_tensor *t = r->args[a].u.t;
+        char d[96];
+        int n = snprintf(buf + used, len - used, "%s%s %s strides [", used ? "; " : "", opr_op_arg_name(op, a),
+                         opr_tensor_describe(t, d, sizeof d));
+        for (int k = 0; n >= 0 && k < opr_tensor_ndim(t) && used + (size_t)n < len; k++)
+            n += snprintf(buf + used + n, len - used - (size_t)n, "%s%lld", k ? ", " : "", (long long)opr_tensor_stride(t, k));
+        if (n >= 0 && used + (size_t)n < len)
+            n += snprintf(buf + used + n, len - used - (size_t)n, "] offset %lld", (long long)opr_tensor_offset(t));
+        if (n < 0) break;
+        used += (size_t)n;
+    }
 }
 
 /* read_rc: the status of the copy, when it failed */
@@ -170,3 +190,56 @@ void check_compare(const opr_op *op, const opr_tensor *ref, const opr_tensor *go
 
 /* Dtypes checked on dev: every one the op allows (and --dtype selects), or f32 alone
  * on the CPU (against f64) for the forward; the CPU's backward also runs in f64. */
+
+/* ---------------------------------------------------------------- gradients */
+
+int check_cover_inputs(const opr_op *op, int cand, sample_run *r, opr_tensor **ins)
+{
+    int n = 0;
+    for (int c = cand < 0 ? 0 : cand; c < (cand < 0 ? opr_op_grad_candidate_count(op) : cand + 1); c++) {
+        char names[96];
+        snprintf(names, sizeof names, "%s", opr_op_grad_candidate_label(op, c));
+        names[strcspn(names, "(")] = '\0';
+        for (char *save = NULL, *name = strtok_r(names, ", ", &save); name; name = strtok_r(NULL, ", ", &save)) {
+            int a = opr_op_arg_index(op, name);
+            if (a < 0 || a >= r->nargs || r->args[a].kind != OPR_V_TENSOR) return -1;
+            bool seen = false;
+            for (int k = 0; k < n; k++) seen |= ins[k] == r->args[a].u.t;
+            if (seen) continue; /* the plan: an input two candidates cover, once */
+            if (opr_set_requires_grad(r->args[a].u.t, true)) return -1;
+            ins[n++] = r->args[a].u.t;
+        }
+    }
+    return n;
+}
+
+int check_grads_of(const opr_op *op, sample_run *r, opr_tensor **ins, int n_in, opr_tensor **grads)
+{
+    bool prev = opr_grad_mode_set(true);
+    check_sample_call(op, r);
+    opr_grad_mode_set(prev);
+    if (r->rc) return r->rc;
+    opr_tensor *gos[CHECK_MAX_OUTS] = {NULL}, *fouts[CHECK_MAX_OUTS];
+    int nf = 0, rc = OPR_OK;
+    for (int o = 0; o < r->nouts && !rc; o++) {
+        opr_dtype dt = opr_tensor_dtype(r->outs[o]);
+        if (dt != OPR_F32 && dt != OPR_F64) continue;
+        int64_t n = opr_tensor_numel(r->outs[o]);
+        size_t es = dt == OPR_F32 ? 4 : 8;
+        unsigned char *v = malloc((size_t)(n ? n : 1) * es);
+        if (!v) { rc = OPR_ERR_NOMEM; break; }
+        for (int64_t i = 0; i < n; i++) { /* the same numbers on both sides */
+            double x = 0.5 + 0.5 * sin(0.7 * (double)i + o);
+            if (dt == OPR_F32) ((float *)v)[i] = (float)x;
+            else ((double *)v)[i] = x;
+        }
+        gos[nf] = opr_tensor_from_data(opr_tensor_ctx(r->outs[o]), dt, opr_tensor_ndim(r->outs[o]),
+                                       opr_tensor_shape(r->outs[o]), v, opr_tensor_device(r->outs[o]));
+        free(v);
+        if (!gos[nf]) { rc = OPR_ERR_NOMEM; break; }
+        fouts[nf++] = r->outs[o];
+    }
+    if (!rc) rc = opr_autograd_grad(fouts, gos, nf, ins, n_in, grads, NULL);
+    for (int k = 0; k < nf; k++) opr_tensor_release(gos[k]);
+    return rc;
+}

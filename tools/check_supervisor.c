@@ -5,6 +5,8 @@
 #define _GNU_SOURCE
 #include "check_supervisor.h"
 
+#include "child_proc.h"
+
 #include <opreg/opreg.h>
 
 #include <errno.h>
@@ -139,21 +141,21 @@ static void run_worker(const check_sup *s, int first, int fd)
     }
 }
 
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-/* Reads one whole record; 1 on success, 0 at end of file, -1 on error. */
-static int read_record(int fd, check_record *r)
+/* Reads one whole record; 1 on success, 0 at end of file, -1 on error or when the rest
+ * of a begun record does not come by deadline. */
+static int read_record(int fd, check_record *r, double deadline)
 {
     char *p = (char *)r;
     size_t got = 0;
     while (got < sizeof *r) {
         ssize_t n = read(fd, p + got, sizeof *r - got);
         if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && errno == EAGAIN) { /* the rest of a record a kernel cut short (fd non-blocking): not for ever */
+            struct pollfd pfd = {.fd = fd, .events = POLLIN};
+            int wait = child_wait_ms(deadline);
+            if (wait == 0 || (poll(&pfd, 1, wait) == 0 && deadline > 0 && child_now() >= deadline)) return -1;
+            continue;
+        }
         if (n < 0) return -1;
         if (n == 0) return got ? -1 : 0;
         got += (size_t)n;
@@ -203,47 +205,50 @@ int check_supervise(const check_sup *s)
     if (shared == MAP_FAILED) { shared = NULL; return -1; }
     int next = 0;
     while (next < s->nunits) {
-        int fds[2];
-        if (pipe(fds)) return -1;
         memset(shared, 0, sizeof *shared);
-        fflush(stdout);
-        fflush(stderr);
-        pid_t pid = fork();
-        if (pid < 0) { close(fds[0]); close(fds[1]); return -1; }
-        if (pid == 0) {
-            close(fds[0]);
-            run_worker(s, next, fds[1]);
+        child_proc w;
+        int worker_fd = -1;
+        int spawned = child_spawn(&w, true, &worker_fd);
+        if (spawned < 0) {
+            munmap(shared, sizeof *shared);
+            shared = NULL;
+            return -1;
+        }
+        if (spawned > 0) {
+            run_worker(s, next, worker_fd);
+            fflush(stdout); /* what a kernel printed goes to the relay, not lost */
             _exit(0);
         }
-        close(fds[1]);
         int current = -1; /* the unit begun and not ended */
-        double deadline = 0;
+        /* Every wait has a deadline: a unit's from its start, and the worker's start-up
+         * and the gaps between units get one too (a plugin's fork handler runs there). */
+        const double limit = s->timeout_s > 0 ? s->timeout_s : 0;
+        double deadline = limit > 0 ? child_now() + limit : 0;
         bool timed_out = false;
-        for (;;) {
-            int wait_ms = -1;
-            if (current >= 0 && s->timeout_s > 0) {
-                double left = deadline - now_s();
-                wait_ms = left <= 0 ? 0 : (int)(left * 1000) + 1;
-            }
-            struct pollfd pfd = {.fd = fds[0], .events = POLLIN};
-            int pr = poll(&pfd, 1, wait_ms);
+        while (w.fd >= 0) {
+            struct pollfd pfd[2] = {{.fd = w.fd, .events = POLLIN}, {.fd = w.out_fd, .events = POLLIN}};
+            int pr = poll(pfd, w.out_fd >= 0 ? 2 : 1, child_wait_ms(deadline));
             if (pr < 0 && errno == EINTR) continue;
-            if (pr == 0) { timed_out = true; break; }
+            if (pr < 0) break;
+            if (pr == 0) {
+                if (deadline > 0 && child_now() >= deadline) { timed_out = true; break; }
+                continue; /* a long deadline is waited for in steps */
+            }
+            if (w.out_fd >= 0 && pfd[1].revents) child_relay(&w);
+            if (!pfd[0].revents) continue;
             check_record r;
-            int rr = read_record(fds[0], &r);
-            if (rr <= 0) break;
-            if (r.kind == CR_UNIT_BEGIN) {
-                current = r.unit;
-                deadline = now_s() + s->timeout_s;
+            if (read_record(w.fd, &r, deadline) <= 0) break; /* closed: the worker is reaped below, on the same deadline */
+            if (r.kind == CR_UNIT_BEGIN || r.kind == CR_UNIT_END) {
+                if (r.unit < 0 || r.unit >= s->nunits) break; /* not a record of ours: treat as a lost worker */
+                if (limit > 0) deadline = child_now() + limit;
+                if (r.kind == CR_UNIT_BEGIN) current = r.unit;
+                else { current = -1; next = r.unit + 1; }
                 continue;
             }
-            if (r.kind == CR_UNIT_END) { current = -1; next = r.unit + 1; continue; }
             s->take(&r, s->data);
         }
-        close(fds[0]);
-        if (timed_out) kill(pid, SIGKILL);
         int status = 0;
-        while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+        if (child_reap(&w, deadline, &status)) timed_out = true;
         if (current < 0 && !timed_out && WIFEXITED(status) && WEXITSTATUS(status) == 0) continue; /* done */
         int lost = current >= 0 ? current : next;
         if (lost >= s->nunits) break;

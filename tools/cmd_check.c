@@ -20,7 +20,8 @@ static void usage(void)
 {
     printf("usage: opreg check [--backend NAME] [--ops LIST]... [--dtype LIST]... [--no-backward]\n"
            "                   [--no-variants] [--no-large] [--perf] [-v] [--format table|json] [--junit FILE]\n"
-           "                   [--timeout S] [--no-fork] [--allow-unchecked] [--plugin PATH]... [--yaml FILE]...\n\n"
+           "                   [--timeout S] [--no-fork] [--allow-unchecked] [--strict] [--sample N] [--variant LABEL]\n"
+           "                   [--plugin PATH]... [--yaml FILE]...\n\n"
            "Runs every op that has samples in its YAML entry on each loaded backend other than\n"
            "the CPU reference, in every dtype the op allows, and compares the outputs with the\n"
            "CPU plugin in f64: each sample as written and its layout and size variants\n"
@@ -40,7 +41,10 @@ static void usage(void)
            "runs everything in this process (for a debugger).\n\n"
            "Selection: --ops takes a comma-separated list of names or shell globs (e.g.\n"
            "'mm,index_*'), --dtype a comma-separated list of dtypes (f32,f16); both accumulate\n"
-           "when repeated; a selection that matches nothing is an error (exit 2).\n\n"
+           "when repeated; a selection that matches nothing is an error (exit 2). --sample N runs\n"
+           "sample N alone, --variant LABEL the variant so labelled alone ('' for the sample as\n"
+           "written, which is where the backward runs): each failure's note ends with the\n"
+           "options that rerun it.\n\n"
            "Prints a table (a row per op, a cell per backend; the legend follows it); each FAIL\n"
            "names its culprit (forward kernel, derivative formula, fused backward kernel), and\n"
            "an op whose formula is right on the CPU but calls an op failing on the backend says\n"
@@ -49,12 +53,18 @@ static void usage(void)
            "record per op x backend x dtype x sample/variant x candidate instead (schema:\n"
            "docs/conformance.md); --junit FILE also writes JUnit XML, a testcase per op x\n"
            "backend x dtype. --perf adds a table of the large variant's time on each backend\n"
-           "against the CPU. The CPU fallback (opr_cpu_fallback_set) is off, except for the ops\n"
+           "against the CPU: its forward, and a forward and backward with each derivative\n"
+           "candidate forced (against the CPU's plan chosen by cost). The CPU fallback (opr_cpu_fallback_set) is off, except for the ops\n"
            "a formula of an op only the backend runs calls: an op without a kernel on the\n"
            "backend is n/i, not the CPU's result.\n\n"
-           "Exits 1 if anything failed, crashed or timed out, and when an op could not be\n"
-           "checked at all (NOT CHECKED) or a kernel refused arguments at run time (UNSUPPORTED)\n"
-           "unless --allow-unchecked; 2 on bad usage.\n", CHECK_TIMEOUT_DEFAULT_S);
+           "A call a kernel's supports (ABI 2.2) declines up front is 'declined': counted and\n"
+           "listed with its reason, not a failure. Exits 1 if anything failed, crashed or timed\n"
+           "out, when a kernel returned OPR_ERR_UNSUPPORTED without declaring it (UNSUPPORTED),\n"
+           "and when anything could not be compared (NOT CHECKED) unless --allow-unchecked.\n"
+           "--strict also fails on kernels a plugin registered for ops the registry does not\n"
+           "define (skipped at load), on ops with a kernel on the backend of which nothing was\n"
+           "compared, and on kernels (dtypes, fused backward kernels) no comparison ran. 2 on\n"
+           "bad usage.\n", CHECK_TIMEOUT_DEFAULT_S);
 }
 
 /* Kernels of the checked devices and of the CPU reference that shadow another
@@ -97,6 +107,30 @@ static bool matches_any(const char *name, const char *globs)
     return false;
 }
 
+/* Whether --sample and --variant select anything among the selected ops: a repro
+ * command with a typo must not run nothing and pass. Builds each candidate variant on
+ * the CPU to read its label (only with --variant LABEL). */
+static bool selection_exists(const check_cfg *c)
+{
+    if (c->only_sample < 0 && (!c->only_variant || !c->only_variant[0])) return true;
+    for (int o = 0; o < c->nops; o++)
+        for (int s = 0; s < opr_op_sample_count(c->ops[o]); s++) {
+            if (c->only_sample >= 0 && s != c->only_sample) continue;
+            if (!c->only_variant || !c->only_variant[0]) return true;
+            for (int v = 1; v < opr_op_sample_variant_count(c->ops[o], s); v++) {
+                opr_value args[32];
+                opr_tensor *owned[OPR_SAMPLE_MAX_TENSORS];
+                int nargs = 0, nowned = 0;
+                char label[64] = "";
+                opr_op_sample_variant_args(c->ops[o], s, v, OPR_F32, (opr_device){0, 0}, 1, args, &nargs, owned, &nowned,
+                                           label, sizeof label);
+                for (int k = 0; k < nowned; k++) opr_tensor_release(owned[k]);
+                if (!strcmp(label, c->only_variant)) return true;
+            }
+        }
+    return false;
+}
+
 typedef struct run_state {
     check_cfg cfg;
     check_report *rep;
@@ -111,31 +145,47 @@ int cmd_check(int argc, char **argv)
     if (cli_wants_help(argc, argv)) { usage(); return 0; }
     const char *backend = NULL, *format = "table";
     char ops_sel[1024] = "", dtype_sel[256] = "";
-    run_state st = {.cfg = {.backward = true, .variants = true, .large = true}};
+    run_state st = {.cfg = {.backward = true, .variants = true, .large = true, .only_sample = -1}};
     check_report_opts ro = {0};
     check_sup sup = {.timeout_s = CHECK_TIMEOUT_DEFAULT_S};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         bool takes_value = !strcmp(a, "--backend") || !strcmp(a, "--ops") || !strcmp(a, "--dtype") ||
                            !strcmp(a, "--format") || !strcmp(a, "--junit") || !strcmp(a, "--timeout") ||
-                           !strcmp(a, "--plugin") || !strcmp(a, "--yaml");
+                           !strcmp(a, "--plugin") || !strcmp(a, "--yaml") || !strcmp(a, "--sample") ||
+                           !strcmp(a, "--variant");
         if (takes_value && !v) { fprintf(stderr, "opreg check: %s needs a value (see --help)\n", a); return 2; }
         if (takes_value) i++;
         if (!strcmp(a, "--backend")) backend = v;
-        else if (!strcmp(a, "--ops")) { if (!add_items(ops_sel, sizeof ops_sel, v)) { fprintf(stderr, "opreg check: --ops: too long\n"); return 2; } }
+        else if (!strcmp(a, "--ops")) {
+            if (!v[strspn(v, ", ")]) { fprintf(stderr, "opreg check: --ops '%s' names no op\n", v); return 2; } /* not "every op" */
+            if (!add_items(ops_sel, sizeof ops_sel, v)) { fprintf(stderr, "opreg check: --ops: too long\n"); return 2; }
+        }
         else if (!strcmp(a, "--dtype")) { if (!add_items(dtype_sel, sizeof dtype_sel, v)) { fprintf(stderr, "opreg check: --dtype: too long\n"); return 2; } }
         else if (!strcmp(a, "--format")) format = v;
         else if (!strcmp(a, "--junit")) ro.junit = v;
         else if (!strcmp(a, "--timeout")) {
             char *end;
             sup.timeout_s = strtod(v, &end);
-            if (end == v || *end || !(sup.timeout_s >= 0)) { fprintf(stderr, "opreg check: --timeout: '%s' is not a number of seconds >= 0\n", v); return 2; }
+            /* inf is refused, not taken as "none" (that is 0): a typo must not remove the limit */
+            if (end == v || *end || !(sup.timeout_s >= 0 && sup.timeout_s <= 1e6)) {
+                fprintf(stderr, "opreg check: --timeout: '%s' is not a number of seconds from 0 (no limit) to 1e6\n", v);
+                return 2;
+            }
         }
+        else if (!strcmp(a, "--sample")) {
+            char *end;
+            long n = strtol(v, &end, 10);
+            if (end == v || *end || n < 0 || n > 1000000) { fprintf(stderr, "opreg check: --sample: '%s' is not a sample index\n", v); return 2; }
+            st.cfg.only_sample = (int)n;
+        }
+        else if (!strcmp(a, "--variant")) st.cfg.only_variant = v;
         else if (!strcmp(a, "--no-backward")) st.cfg.backward = false;
         else if (!strcmp(a, "--no-variants")) st.cfg.variants = false;
         else if (!strcmp(a, "--no-large")) st.cfg.large = false;
         else if (!strcmp(a, "--no-fork")) sup.no_fork = true;
         else if (!strcmp(a, "--allow-unchecked")) ro.allow_unchecked = true;
+        else if (!strcmp(a, "--strict")) ro.strict = true;
         else if (!strcmp(a, "--perf")) st.cfg.perf = true;
         else if (!strcmp(a, "-v")) ro.verbose = true;
         else if (strcmp(a, "--plugin") && strcmp(a, "--yaml")) { fprintf(stderr, "opreg check: unknown option '%s' (see --help)\n", a); return 2; }
@@ -165,6 +215,7 @@ int cmd_check(int argc, char **argv)
             fprintf(stderr, "opreg check: %s (see opreg info)\n", opr_last_error());
             goto out;
         }
+        c->ordinals[c->ntypes] = d.index; /* validated by opr_device_parse against the device's count */
         c->types[c->ntypes++] = d.type;
     } else {
         for (int t = 1; t < opr_device_type_count(ctx) && c->ntypes < CHECK_MAX_TYPES; t++) c->types[c->ntypes++] = t;
@@ -180,6 +231,15 @@ int cmd_check(int argc, char **argv)
     }
     if (!c->nops) {
         fprintf(stderr, "opreg check: --ops '%s' matches no op (see opreg ops)\n", ops_sel);
+        goto out;
+    }
+    if (!selection_exists(c)) {
+        if (c->only_variant && c->only_variant[0])
+            fprintf(stderr, "opreg check: no selected op has a variant '%s'", c->only_variant);
+        else
+            fprintf(stderr, "opreg check: no selected op has a sample %d", c->only_sample);
+        if (c->only_variant && c->only_variant[0] && c->only_sample >= 0) fprintf(stderr, " in sample %d", c->only_sample);
+        fprintf(stderr, " (see a failure's 'rerun it alone' note)\n");
         goto out;
     }
     if (!ro.json)

@@ -12,7 +12,8 @@
 int cmd_info(int argc, char **argv)
 {
     if (cli_wants_help(argc, argv)) {
-        printf("usage: opreg info [--plugin PATH]... [--yaml FILE]... [--no-isolate] [--probe-timeout SECONDS]\n\n"
+        printf("usage: opreg info [--plugin PATH]... [--yaml FILE]... [--no-isolate] [--probe-timeout SECONDS]\n"
+               "                  [--require PLUGIN]...\n\n"
                "Lists every plugin file considered (explicit paths, OPREG_PLUGIN_PATH, the plugin\n"
                "directory of libopreg.so's installation, or the build tree's), with its name,\n"
                "version, ABI, probe score and whether it was loaded or why not (or its remarks:\n"
@@ -26,16 +27,25 @@ int cmd_info(int argc, char **argv)
                "loaded; the others load as usual.\n\n"
                "  --no-isolate           load the plugins in this process only, without the\n"
                "                         child processes (a crashing plugin takes info down)\n"
-               "  --probe-timeout S      time limit of one plugin's child, in seconds (default %g)\n\n"
+               "  --probe-timeout S      time limit of one plugin's child, in seconds (default %g)\n"
+               "  --require PLUGIN       exit 1 unless a plugin of that name is loaded (for CI: a\n"
+               "                         plugin that was refused or crashed fails the step)\n\n"
                "Exit status: 0 when the listing was printed, whatever the plugins did (a refused,\n"
                "crashed or timed-out plugin is listed, not an error); 1 when no context could be\n"
-               "made; 2 for a bad option.\n", PROBE_TIMEOUT_DEFAULT);
+               "made or a --require'd plugin is not loaded; 2 for a bad option.\n", PROBE_TIMEOUT_DEFAULT);
         return 0;
     }
     bool isolate = true;
     double timeout_s = PROBE_TIMEOUT_DEFAULT;
+    const char *required[CLI_MAX_PLUGINS];
+    int nrequired = 0;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--no-isolate")) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--plugin") || !strcmp(a, "--yaml") || !strcmp(a, "--require")) {
+            if (i + 1 >= argc) { fprintf(stderr, "opreg info: %s needs a value (see --help)\n", a); return 2; }
+            if (!strcmp(a, "--require") && nrequired < CLI_MAX_PLUGINS) required[nrequired++] = argv[i + 1];
+            i++;
+        } else if (!strcmp(argv[i], "--no-isolate")) {
             isolate = false;
         } else if (!strcmp(argv[i], "--probe-timeout")) {
             char *end = NULL;
@@ -44,6 +54,9 @@ int cmd_info(int argc, char **argv)
                 fprintf(stderr, "opreg info: --probe-timeout needs a number of seconds > 0\n");
                 return 2;
             }
+        } else {
+            fprintf(stderr, "opreg info: unknown option '%s' (see --help)\n", a);
+            return 2;
         }
     }
     opr_ctx *ctx = isolate ? cli_ctx_new_isolated(argc, argv, timeout_s) : cli_ctx_new(argc, argv);
@@ -109,6 +122,21 @@ int cmd_info(int argc, char **argv)
             }
     const char *errs = opr_registry_errors(ctx);
     if (errs[0]) printf("\nop definitions refused:\n%s", errs);
+    int status = 0;
+    for (int r = 0; r < nrequired; r++) {
+        const char *why = "no plugin of that name was found";
+        bool loaded = false;
+        for (int i = 0; i < n && !loaded; i++) {
+            opr_plugin_candidate c = {.struct_size = sizeof c};
+            if (opr_plugin_candidate_get(ctx, i, &c) || !c.name || strcmp(c.name, required[r])) continue;
+            loaded = c.loaded;
+            if (!loaded && c.why) why = c.why;
+        }
+        if (!loaded) {
+            fprintf(stderr, "opreg info: required plugin %s is not loaded: %s\n", required[r], why);
+            status = 1;
+        }
+    }
     opr_ctx_free(ctx);
-    return 0;
+    return status;
 }

@@ -64,10 +64,17 @@ int cmd_plan(int argc, char **argv)
         return argc < 2 || (argc >= 2 && argv[1][0] == '-' && !cli_wants_help(argc, argv)) ? 2 : 0;
     }
     const char *op_name = argv[1], *rg = NULL, *backend = "cpu", *dtype_name = "f32";
-    for (int i = 2; i + 1 < argc; i++) {
-        if (!strcmp(argv[i], "--requires-grad")) rg = argv[i + 1];
-        else if (!strcmp(argv[i], "--backend")) backend = argv[i + 1];
-        else if (!strcmp(argv[i], "--dtype")) dtype_name = argv[i + 1];
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--fast")) continue;
+        bool takes_value = !strcmp(a, "--requires-grad") || !strcmp(a, "--backend") || !strcmp(a, "--dtype") ||
+                           !strcmp(a, "--shape") || !strcmp(a, "--arg") || !strcmp(a, "--plugin") || !strcmp(a, "--yaml");
+        if (!takes_value) { fprintf(stderr, "opreg plan: unknown option '%s' (see --help)\n", a); return 2; }
+        if (i + 1 >= argc) { fprintf(stderr, "opreg plan: %s needs a value (see --help)\n", a); return 2; }
+        if (!strcmp(a, "--requires-grad")) rg = argv[i + 1];
+        else if (!strcmp(a, "--backend")) backend = argv[i + 1];
+        else if (!strcmp(a, "--dtype")) dtype_name = argv[i + 1];
+        i++;
     }
     if (!rg) { fprintf(stderr, "opreg plan: --requires-grad is required (see --help)\n"); return 2; }
     opr_dtype dt;

@@ -1,23 +1,24 @@
 /* Probing plugins in child processes (plugin_probe.h). The child reports its progress
  * through a pipe, one byte per stage ('i': its context was made, so init returned;
  * 'd': the context was freed, so shutdown returned); the parent reads until the pipe
- * closes or the time limit, then reaps the child. A plugin that fails or is refused in
+ * closes or the time limit, then reaps the child (child_proc.h: its own process group,
+ * killed with whatever it started; stdout to /dev/null, as what the plugin prints is
+ * the parent's own load's to print). A plugin that fails or is refused in
  * the child is no concern here: the parent's own load refuses it again with the
  * reason; only what would take the parent down (a signal, exit, a hang) is reported. */
 #define _POSIX_C_SOURCE 200809L
 #include "plugin_probe.h"
 
+#include "child_proc.h"
 #include "cli.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 static const char *signal_name(int sig, char *buf, size_t len)
@@ -41,8 +42,6 @@ static void quiet_log(opr_log_level level, const char *source, const char *messa
 /* The child: the plugin alone in a context, made and freed; never returns. */
 static void child_run(const char *path, const opr_ctx_opts *opts, int fd)
 {
-    int null = open("/dev/null", O_WRONLY);
-    if (null >= 0) dup2(null, STDOUT_FILENO); /* what the plugin prints is the parent's to print */
     opr_log_set(quiet_log, NULL);
     const char *paths[1] = {path};
     opr_ctx_opts o = {.struct_size = sizeof o, .skip_builtin_yaml = opts && opts->skip_builtin_yaml,
@@ -56,64 +55,43 @@ static void child_run(const char *path, const opr_ctx_opts *opts, int fd)
     _exit(0);
 }
 
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
 int probe_plugin(const char *path, const opr_ctx_opts *opts, double timeout_s, probe_result *r)
 {
     r->verdict = PROBE_OK;
     r->signal = 0;
     r->message[0] = '\0';
-    int fds[2];
-    fflush(stdout); /* or the child's copy of the buffer is written twice */
-    fflush(stderr);
-    pid_t pid = -1;
-    if (pipe(fds) == 0 && (pid = fork()) < 0) {
-        close(fds[0]);
-        close(fds[1]);
-    }
-    if (pid < 0) {
+    child_proc c;
+    int child_fd = -1;
+    int spawned = child_spawn(&c, false, &child_fd); /* the child's stdout goes to /dev/null */
+    if (spawned < 0) {
         snprintf(r->message, sizeof r->message, "not probed: %s", strerror(errno));
         return -1;
     }
-    if (pid == 0) {
-        close(fds[0]);
-        child_run(path, opts, fds[1]);
-    }
-    close(fds[1]);
+    if (spawned > 0) child_run(path, opts, child_fd);
     char stage = 0; /* the last stage reported */
-    const double deadline = now_s() + timeout_s;
-    bool closed = false, timed_out = false;
-    while (!closed) {
-        int left_ms = (int)((deadline - now_s()) * 1000.0);
-        if (left_ms <= 0) {
-            timed_out = waitpid(pid, NULL, WNOHANG) == 0; /* still running, not just a pipe kept open */
-            break;
-        }
-        struct pollfd p = {.fd = fds[0], .events = POLLIN};
+    const double deadline = child_now() + timeout_s;
+    bool timed_out = false;
+    while (c.fd >= 0) {
+        int left_ms = child_wait_ms(deadline);
+        if (left_ms == 0) break;
+        struct pollfd p = {.fd = c.fd, .events = POLLIN};
         int rc = poll(&p, 1, left_ms);
         if (rc < 0 && errno == EINTR) continue;
         if (rc <= 0) continue; /* the deadline comes round */
         char buf[8];
-        ssize_t got = read(fds[0], buf, sizeof buf);
+        ssize_t got = read(c.fd, buf, sizeof buf);
         if (got > 0) stage = buf[got - 1];
-        else if (got == 0 || errno != EINTR) closed = true;
+        else if (got == 0 || (errno != EINTR && errno != EAGAIN)) break;
     }
-    close(fds[0]);
-    const char *what = stage == 'i' ? "shutdown" : "init";
+    /* the same deadline after the pipe closed: a child that closed it and hangs is still timed out */
     int status = 0;
+    timed_out = child_reap(&c, deadline, &status);
+    const char *what = stage == 'i' ? "shutdown" : "init";
     if (timed_out) {
-        kill(pid, SIGKILL);
-        waitpid(pid, &status, 0);
         r->verdict = PROBE_TIMED_OUT;
         snprintf(r->message, sizeof r->message, "%s timed out after %g s", what, timeout_s);
         return 0;
     }
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
     char buf[32];
     if (WIFSIGNALED(status)) {
         r->verdict = PROBE_CRASHED;

@@ -68,6 +68,13 @@ OPR_API const char *opr_status_name(int status);
  * on this thread fails. Never NULL; "" when nothing has failed yet. */
 OPR_API const char *opr_last_error(void);
 
+/* True when the last failure on this thread (an OPR_ERR_UNSUPPORTED) is a refusal a
+ * kernel declared in advance through its `supports` (ABI 2.2), as opposed to a kernel
+ * that ran and returned OPR_ERR_UNSUPPORTED itself, or no kernel at all; a failure
+ * wrapped in context by an outer call keeps it. opreg check makes the first a
+ * `declined` verdict and the second a failure (docs/conformance.md). */
+OPR_API bool opr_last_error_declined(void);
+
 /* ------------------------------------------------------------------ version, log */
 
 /* Version of the library that is running (which may be newer than the header a
@@ -92,8 +99,8 @@ typedef enum opr_dtype {
     OPR_F64 = 1,
     OPR_I64 = 2,
     OPR_BOOL = 3, /* one byte, 0 or 1 */
-    OPR_F16 = 4,  /* storage only in this version */
-    OPR_BF16 = 5, /* storage only in this version */
+    OPR_F16 = 4,  /* IEEE binary16; ops whose schema lists it compute it (the CPU plugin: in f32, rounded back) */
+    OPR_BF16 = 5, /* bfloat16; the same */
     OPR_DTYPE_COUNT
 } opr_dtype;
 
@@ -129,8 +136,9 @@ typedef struct opr_ctx opr_ctx;
  * added after the built-in ones (which they may use: an extra op's formula may call
  * mul): first the entries of $OPREG_YAML_PATH (colon-separated; only when the built-in
  * ops are loaded), then yaml_paths; each entry is a YAML file or a directory of *.yaml
- * files; one that cannot be read, or a file named so with an invalid entry, fails
- * opr_ctx_new naming it. Plugins come last (their kernels may be for the extra ops): plugin_paths, then
+ * files; one that cannot be read, is not a regular file (a FIFO, a link to a device),
+ * or has an invalid entry, fails opr_ctx_new naming the file, whether it is named
+ * itself or lies in a directory named. Plugins come last (their kernels may be for the extra ops): plugin_paths, then
  * opr_plugin_discover. */
 typedef struct opr_ctx_opts {
     size_t struct_size;            /* sizeof(opr_ctx_opts) */
@@ -1004,6 +1012,10 @@ typedef struct opr_gradcheck_result {
      * combination counted in not_available could not run (the error of the kernel or
      * formula, the plugin's message included), "" if none. */
     char not_available_why[512];
+    /* Added after not_available_why: how many of not_available a kernel's supports
+     * (ABI 2.2) declined in advance (opr_last_error_declined), rather than a kernel
+     * missing or refusing at run time. */
+    int declined;
 } opr_gradcheck_result; /* fields since 0.1 */
 #define OPR_GRADCHECK_RESULT_STRUCT_SIZE_0_1 OPR_STRUCT_SIZE(opr_gradcheck_result, not_available_list)
 

@@ -32,6 +32,22 @@
  *   VENDOR_SWISH_F32      swish on vdev in f32 only: its formula is checked against finite
  *                         differences in f32 there (and must pass)
  *   VENDOR_SWISH_F32_FORMULA  the same with the wrong formula of VENDOR_SWISH_FORMULA
+ *   VENDOR_STRICT         kernels that a run without --strict never notices: relu also
+ *                         registered under a misspelt op name (reluu, skipped at load),
+ *                         vfma also for i64, which its schema does not list
+ *   VENDOR_REMAINDER      relu's loop over a strided row misses the last element when the
+ *                         row's length is not a multiple of 4 (relu's sample is [3, 4]:
+ *                         only the odd-size variant on a strided input shows it)
+ *   VENDOR_REFERENCE      vendor_ops_reference.yaml gives swish a reference: (what the CPU
+ *                         runs for it), and the swish kernel is wrong in f64 only: its
+ *                         forward is compared, the f64 one blamed on the kernel
+ *   VENDOR_ORDINALS       vdev has two ordinals and mul is wrong on ordinal 0 only: checked
+ *                         with --backend vdev:1, it must pass (the run is on ordinal 1)
+ *   VENDOR_HOSTILE        kernels that attack the worker rather than compute wrong: relu
+ *                         closes every fd the worker has and then never returns; exp
+ *                         prints to stdout and stderr and starts a background process
+ *                         that outlives it (check must time relu out, not wait for the
+ *                         background process, and keep --format json parseable)
  *   VENDOR_YAML           the absolute path of the op definitions to load */
 #include <opreg/plugin.h>
 
@@ -152,6 +168,10 @@ static int k_mul(const opr_kernel_call *call)
     if (!contiguous(tensor_arg(call, 0)) || !contiguous(tensor_arg(call, 1)))
         return elementwise(call, tensor_arg(call, 0), tensor_arg(call, 1), 0, call->outputs[0], f_mul_off_by_one);
 #endif
+#ifdef VENDOR_ORDINALS
+    if (call->outputs[0]->device.index == 0) /* wrong on ordinal 0, on purpose */
+        return elementwise(call, tensor_arg(call, 0), tensor_arg(call, 1), 0, call->outputs[0], f_add);
+#endif
     return elementwise(call, tensor_arg(call, 0), tensor_arg(call, 1), 0, call->outputs[0], f_mul);
 }
 #ifdef VENDOR_OVERRIDE_NO_FLAG
@@ -166,7 +186,22 @@ static int k_relu(const opr_kernel_call *call)
 #ifdef VENDOR_HANG
     for (;;) sleep(1); /* on purpose */
 #endif
+#ifdef VENDOR_HOSTILE
+    for (int fd = 0; fd < 1024; fd++) close(fd); /* the worker's pipes among them, on purpose */
+    for (;;) sleep(1);
+#endif
     int rc = elementwise(call, tensor_arg(call, 0), NULL, 0, call->outputs[0], f_relu);
+#ifdef VENDOR_REMAINDER
+    const opr_tensor_view *in = tensor_arg(call, 0);
+    opr_tensor_view *out = call->outputs[0];
+    int64_t row = in && in->ndim ? in->shape[in->ndim - 1] : 0;
+    if (!rc && row % 4 && in->strides[in->ndim - 1] != 1) /* on purpose: the remainder's last element */
+        for (int64_t k = row - 1; k < out->numel; k += row) {
+            int64_t idx[OPR_MAX_DIMS] = {0}, rest = k;
+            for (int d = out->ndim - 1; d >= 0; d--) { idx[d] = rest % out->shape[d]; rest /= out->shape[d]; }
+            store(out, idx, -1);
+        }
+#endif
 #ifdef VENDOR_OVERRUN
     opr_tensor_view *o = call->outputs[0];
     if (!rc && o->dtype == OPR_F32) ((float *)o->data)[o->numel] = 1; /* one element too many, on purpose */
@@ -180,6 +215,9 @@ static double f_swish(double a, double b, double beta) { (void)b; return a / (1 
 static int k_swish(const opr_kernel_call *call)
 {
     double beta = call->nargs > 1 && call->args[1]->kind == OPR_ARG_DOUBLE ? call->args[1]->u.d : 1;
+#ifdef VENDOR_REFERENCE
+    if (call->outputs[0]->dtype == OPR_F64) beta = 1; /* wrong on purpose: beta ignored in f64 */
+#endif
     return elementwise(call, tensor_arg(call, 0), NULL, beta, call->outputs[0], f_swish);
 }
 
@@ -223,6 +261,16 @@ static bool mm_supports(const opr_kernel_call *call, char *why, size_t why_len)
 
 static int k_exp(const opr_kernel_call *call)
 {
+#ifdef VENDOR_HOSTILE
+    static bool started; /* once per worker process */
+    if (!started) {
+        started = true;
+        printf("vdev exp: a kernel writing to stdout\n");
+        fflush(stdout);
+        fprintf(stderr, "vdev exp: a kernel writing to stderr\n");
+        if (system("sleep 120 &")) return OPR_ERR_INVALID; /* a daemon holding whatever it inherited */
+    }
+#endif
     int rc = elementwise(call, tensor_arg(call, 0), NULL, 0, call->outputs[0], f_exp);
 #ifdef VENDOR_OVERRUN
     opr_tensor_view *o = call->outputs[0];
@@ -269,6 +317,9 @@ OPR_PLUGIN_EXPORT int opr_plugin_init(const opr_host_api *host, opr_plugin *self
         .copy_from_host = dev_copy, .copy_device = dev_copy, .sync = dev_sync,
         .flags = OPR_DEVICE_HOST_MEMORY,
     };
+#ifdef VENDOR_ORDINALS
+    dev.count = 2;
+#endif
     int rc = host->register_device(self, &dev);
     if (!rc) rc = host->load_yaml(self, VENDOR_YAML);
     static const struct { const char *op, *device; opr_kernel_fn fn; } kernels[] = {
@@ -279,11 +330,17 @@ OPR_PLUGIN_EXPORT int opr_plugin_init(const opr_host_api *host, opr_plugin *self
 #ifdef VENDOR_OVERRIDE_NO_FLAG
         {"mul", "cpu", k_mul_wrong},
 #endif
+#ifdef VENDOR_STRICT
+        {"reluu", "vdev", k_relu}, /* misspelt on purpose */
+#endif
     };
     for (size_t i = 0; !rc && i < sizeof kernels / sizeof kernels[0]; i++) {
         uint32_t dtypes = OPR_DTYPE_BIT(OPR_F32) | OPR_DTYPE_BIT(OPR_F64);
 #if defined(VENDOR_SWISH_F32) || defined(VENDOR_SWISH_F32_FORMULA)
         if (!strcmp(kernels[i].op, "swish")) dtypes = OPR_DTYPE_BIT(OPR_F32);
+#endif
+#ifdef VENDOR_STRICT
+        if (kernels[i].fn == k_vfma && !strcmp(kernels[i].device, "vdev")) dtypes |= OPR_DTYPE_BIT(OPR_I64);
 #endif
         opr_kernel_desc k = {.struct_size = sizeof k, .op = kernels[i].op, .device = kernels[i].device,
                              .dtypes = dtypes, .fn = kernels[i].fn};
