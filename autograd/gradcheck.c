@@ -503,7 +503,9 @@ static int setup(gc *g, const char *const *inputs, int n_inputs, const opr_gradc
             if (!(t->vals = host_f64(src))) return opr_error_status();
             if (!have_dev) { g->dev = opr_tensor_device(src); have_dev = true; }
             if (!have_dt && opr_dtype_is_floating(t->dtype)) { g->dt = t->dtype; have_dt = true; }
-            bool asked = !inputs;
+            /* all inputs: those a candidate differentiates (not batch norm's running
+             * statistics, which it writes, nor a tensor read for its shape only) */
+            bool asked = !inputs && op->deriv && ((op->deriv->differentiable >> a) & 1);
             for (int k = 0; inputs && k < n_inputs; k++)
                 asked |= inputs[k] && !strcmp(inputs[k], op->args[a].name);
             t->checked = asked && opr_dtype_is_floating(t->dtype);

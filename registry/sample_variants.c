@@ -21,6 +21,8 @@
  * that measure would then pass LARGE_CAP_NUMEL. */
 #define LARGE_MIN_DIM 64
 #define LARGE_CAP_NUMEL (1 << 20)
+/* ... and its estimated work (`flops:`) this much at most. */
+#define LARGE_CAP_FLOPS 3e7
 
 /* VK_ODD: the innermost size of the first tensor made odd, past a vector width and not
  * a multiple of one (a remainder loop runs); VK_ODD_STEP2: that, with the tensor as a
@@ -125,9 +127,12 @@ static bool scan_sizes(void *ud, int k, int arg, int item, const sample_tensor *
 
 /* The element counts of the op's outputs for the scanned shapes, by its `shape:`
  * expressions (a broadcasting op's result may be much larger than each input); the
- * largest into *most. Outputs whose shape cannot be told so are left out. */
-static void outputs_numel(const opr_op *op, const op_sample *s, const size_scan *sc, double *most)
+ * largest into *most. Outputs whose shape cannot be told so are left out. With flops
+ * (may be NULL), also the op's `flops:` estimate for those shapes (0 when it has none or
+ * it cannot be told). */
+static void outputs_numel(const opr_op *op, const op_sample *s, const size_scan *sc, double *most, double *flops)
 {
+    opr_meta outs[OPR_MAX_OUTS];
     mval slots[OPR_MAX_ARGS + OPR_MAX_OUTS + 1];
     int k = 0;
     for (int a = 0; a < op_nslots(op); a++) slots[a].k = MV_NONE;
@@ -152,7 +157,13 @@ static void outputs_numel(const opr_op *op, const op_sample *s, const size_scan 
         double n = 1;
         for (int d = 0; d < shape.n; d++) n *= (double)(shape.u.l[d] > 0 ? shape.u.l[d] : 0);
         if (n > *most) *most = n;
+        outs[i] = (opr_meta){.dtype = OPR_F32, .ndim = shape.n, .numel = n < 0x1p62 ? (int64_t)n : INT64_MAX};
+        memcpy(outs[i].shape, shape.u.l, (size_t)shape.n * sizeof *shape.u.l);
+        slots[op->nargs + i] = (mval){.k = MV_TENSOR, .u.t = &outs[i]};
     }
+    mval cost;
+    if (flops) *flops = op->flops && !expr_eval(op->flops, slots, &cost) ? cost.k == MV_INT ? (double)cost.u.i
+                        : cost.k == MV_FLOAT ? cost.u.d : 0 : 0;
     opr_error_clear(); /* a shape that could not be told is no error of the variant's */
 }
 
@@ -168,8 +179,17 @@ static double work_numel(const opr_op *op, const op_sample *s, const kept_set *k
 {
     size_scan sc = scan(op, s, ks, factor);
     double most = sc.max_numel;
-    outputs_numel(op, s, &sc, &most);
+    outputs_numel(op, s, &sc, &most, NULL);
     return most;
+}
+
+/* The op's estimated flops (its `flops:`) for the sizes scaled by factor. */
+static double work_flops(const opr_op *op, const op_sample *s, const kept_set *ks, int64_t factor)
+{
+    size_scan sc = scan(op, s, ks, factor);
+    double most = 0, flops = 0;
+    outputs_numel(op, s, &sc, &most, &flops);
+    return flops;
 }
 
 /* The factor of "large", 0 when no tensor can grow to LARGE_MIN_NUMEL. */
@@ -188,7 +208,10 @@ static int64_t large_factor(const opr_op *op, const op_sample *s, const kept_set
     int64_t f = hi, f_min = hi, f_dim = LARGE_MIN_DIM / base.min_scalable + 1;
     if (f_dim > f) f = f_dim;
     while (f > f_min && work_numel(op, s, ks, f) > LARGE_CAP_NUMEL) f--;
-    return f;
+    /* an op whose work grows faster than its tensors (a convolution: kernel and channels
+     * scale too) is kept within LARGE_CAP_FLOPS, even below LARGE_MIN_NUMEL */
+    while (f > 1 && work_flops(op, s, ks, f) > LARGE_CAP_FLOPS) f--;
+    return f > 1 ? f : 0;
 }
 
 /* ------------------------------------------------------------------ the list */

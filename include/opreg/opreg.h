@@ -927,7 +927,9 @@ OPR_API opr_status opr_op_sample_args(const opr_op *op, int i, opr_dtype dtype, 
  *                        every tensor: the least factor that gives the largest tensor
  *                        at least 65536 elements, raised so that each scaled size
  *                        passes 64 unless that makes the largest tensor pass 2^20
- *                        elements (not listed when no tensor can grow).
+ *                        elements, then lowered while the op's estimated work (its
+ *                        `flops:`) passes 3e7 (a convolution's kernel and channels
+ *                        grow too); not listed when no tensor can grow.
  * Sizes are kept by the size variants when they equal a size or a value of a tensor
  * given by `values:` (indices, offsets), which keep their shape and values, since such
  * sizes may be tied to those values. int and int[] arguments (a reshape's shape, a
@@ -1032,7 +1034,7 @@ typedef struct opr_gradcheck_result {
  * device and of any dtype, and are left untouched (every call runs on fresh contiguous
  * copies, so in-place ops are fine). The device and the floating dtype of the first
  * tensor argument are the ones under test. inputs: names of the tensor arguments to
- * differentiate (n_inputs of them; NULL: every floating tensor argument); every
+ * differentiate (n_inputs of them; NULL: every floating tensor argument a derivative candidate names); every
  * floating tensor of a Tensor[] argument counts as one input of its own.
  *
  * First the forward on the device is compared with the reference forward; when it

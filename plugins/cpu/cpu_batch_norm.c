@@ -13,16 +13,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-/* A tensor's data in row-major order: its own when contiguous, else a copy the caller
- * frees (*owned). NULL for an absent v, or when out of memory (then *owned is NULL). */
-static const void *dense(const opr_tensor_view *v, void **owned)
-{
-    *owned = NULL;
-    if (!v || cpu_is_contiguous(v)) return v ? v->data : NULL;
-    int64_t st[OPR_MAX_DIMS];
-    return *owned = cpu_contiguous_copy(v, st);
-}
-
 /* Element i of a 1-d tensor of dtype dt (any stride), as double; dflt when v is NULL. */
 static inline double vec_at(const opr_tensor_view *v, int64_t i, double dflt)
 {
@@ -75,7 +65,7 @@ static int k_batch_norm(const opr_kernel_call *c)
     if (!train && (!rm || !rv)) return CPU_FAIL(c, OPR_ERR_INVALID, "%s: eval needs running_mean and running_var", c->op);
     if (train && m == 0 && ch) return CPU_FAIL(c, OPR_ERR_INVALID, "%s: training needs at least one value per channel", c->op);
     void *owned;
-    const void *px = dense(x, &owned);
+    const void *px = cpu_dense(x, &owned);
     if (x->numel && !px) return CPU_FAIL(c, OPR_ERR_NOMEM, "%s: out of memory for a contiguous copy", c->op);
     const bool f32 = x->dtype == OPR_F32;
     _Pragma("omp parallel for if (x->numel >= CPU_PAR_THRESHOLD) schedule(static)")
@@ -132,7 +122,7 @@ static int bn_backward_run(const opr_kernel_call *c, const bn_backward *p)
     if (!rc && x && x->dtype != g->dtype) rc = CPU_FAIL(c, OPR_ERR_INVALID, "%s: grad and input differ in dtype", c->op);
     if (rc) return rc;
     void *og, *ox;
-    const void *pg = dense(g, &og), *px = dense((p->dx || p->dw) ? x : NULL, &ox);
+    const void *pg = cpu_dense(g, &og), *px = cpu_dense((p->dx || p->dw) ? x : NULL, &ox);
     if ((g->numel && !pg) || ((p->dx || p->dw) && x->numel && !px)) {
         free(og);
         free(ox);
@@ -226,7 +216,7 @@ static int k_group_norm(const opr_kernel_call *c)
     int rc = check_operands(c, x->dtype, ch, vecs, 2);
     if (rc) return rc;
     void *owned;
-    const void *px = dense(x, &owned);
+    const void *px = cpu_dense(x, &owned);
     if (x->numel && !px) return CPU_FAIL(c, OPR_ERR_NOMEM, "%s: out of memory for a contiguous copy", c->op);
     const bool f32 = x->dtype == OPR_F32;
     const int64_t cg = ch / groups, len = cg * hw;

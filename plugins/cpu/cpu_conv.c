@@ -184,16 +184,6 @@ static int conv_run(const opr_kernel_call *c, opr_dtype dt, const opc_conv *g, c
 
 /* ------------------------------------------------------------------ operands */
 
-/* A tensor's data in row-major order: its own when contiguous, else a copy the caller
- * frees (*owned). NULL only when out of memory. */
-static const void *dense(const opr_tensor_view *v, void **owned)
-{
-    *owned = NULL;
-    if (cpu_is_contiguous(v)) return v->data;
-    int64_t st[OPR_MAX_DIMS];
-    return *owned = cpu_contiguous_copy(v, st);
-}
-
 /* out[n, c, :] += bias[c] over out's spatial elements (out contiguous [N, C, *]). */
 static void add_bias(const opr_tensor_view *bias, opr_tensor_view *out)
 {
@@ -265,7 +255,7 @@ static int k_convolution(const opr_kernel_call *c)
     if (!rc) rc = geometry(c, x->ndim, tr ? y->shape : x->shape, tr ? x->shape : y->shape, w->shape, 3, cpu_arg_i(c, 8), &g);
     if (rc || y->numel == 0) return rc;
     void *ox, *ow;
-    const void *px = dense(x, &ox), *pw = dense(w, &ow);
+    const void *px = cpu_dense(x, &ox), *pw = cpu_dense(w, &ow);
     if (!px || !pw) rc = CPU_FAIL(c, OPR_ERR_NOMEM, "convolution: out of memory for a contiguous copy");
     else rc = conv_run(c, y->dtype, &g, tr ? TO_BIG : TO_SMALL, px, pw, y->data);
     if (!rc && bias) add_bias(bias, y);
@@ -288,7 +278,7 @@ static int k_convolution_backward_weight(const opr_kernel_call *c)
     if (!rc) rc = geometry(c, x->ndim, tr ? gy->shape : x->shape, tr ? x->shape : gy->shape, dw->shape, 3, cpu_arg_i(c, 7), &g);
     if (rc || dw->numel == 0) return rc;
     void *og, *ox;
-    const void *pg = dense(gy, &og), *px = dense(x, &ox);
+    const void *pg = cpu_dense(gy, &og), *px = cpu_dense(x, &ox);
     if (!pg || !px) rc = CPU_FAIL(c, OPR_ERR_NOMEM, "convolution_backward_weight: out of memory for a contiguous copy");
     else rc = conv_run(c, dw->dtype, &g, WEIGHT_GRAD, tr ? px : pg, tr ? pg : px, dw->data);
     free(og);
@@ -325,7 +315,7 @@ static int k_convolution_backward(const opr_kernel_call *c)
     }
     if (rc) return rc;
     void *og = NULL, *ox = NULL, *ow = NULL;
-    const void *pg = dense(gy, &og), *px = dw ? dense(x, &ox) : NULL, *pw = dx ? dense(w, &ow) : NULL;
+    const void *pg = cpu_dense(gy, &og), *px = dw ? cpu_dense(x, &ox) : NULL, *pw = dx ? cpu_dense(w, &ow) : NULL;
     if (!pg || (dw && !px) || (dx && !pw)) rc = CPU_FAIL(c, OPR_ERR_NOMEM, "%s: out of memory for a contiguous copy", c->op);
     if (!rc && dx && dx->numel) rc = conv_run(c, gy->dtype, &g, tr ? TO_SMALL : TO_BIG, pg, pw, dx->data);
     if (!rc && dw && dw->numel) rc = conv_run(c, gy->dtype, &g, WEIGHT_GRAD, tr ? px : pg, tr ? pg : px, dw->data);

@@ -18,6 +18,14 @@ void cpu_copy_strided(size_t es, int32_t ndim, const int64_t *shape, char *dst, 
     }
 }
 
+const void *cpu_dense(const opr_tensor_view *v, void **owned)
+{
+    *owned = NULL;
+    if (!v || cpu_is_contiguous(v)) return v ? v->data : NULL;
+    int64_t st[OPR_MAX_DIMS];
+    return *owned = cpu_contiguous_copy(v, st);
+}
+
 char *cpu_contiguous_copy(const opr_tensor_view *v, int64_t *strides)
 {
     const size_t es = cpu_dtype_size(v->dtype);

@@ -41,6 +41,10 @@ void cpu_copy_strided(size_t es, int32_t ndim, const int64_t *shape, char *dst, 
 /* v copied into a fresh contiguous buffer (the caller frees it), its row-major strides
  * in strides[v->ndim]; NULL when out of memory. */
 char *cpu_contiguous_copy(const opr_tensor_view *v, int64_t *strides);
+/* v's elements in row-major order: v's own data when it is contiguous, else a copy in
+ * *owned (the caller frees it). NULL for an absent v, or when out of memory (then
+ * *owned is NULL too). */
+const void *cpu_dense(const opr_tensor_view *v, void **owned);
 
 int cpu_register_elementwise(opr_plugin *self); /* cpu_elementwise.c */
 int cpu_register_reduce(opr_plugin *self);      /* cpu_reduce.c */

@@ -17,18 +17,6 @@
 #include <math.h>
 #include <stdlib.h>
 
-/* v's elements in row-major order: v's own data when it is contiguous, else a copy
- * in *owned (malloc'd; the caller frees it). NULL for an absent v, or when out of
- * memory (then *owned is NULL too and v was given). */
-static const void *contiguous_data(const opr_tensor_view *v, void **owned)
-{
-    *owned = NULL;
-    if (!v || cpu_is_contiguous(v)) return v ? v->data : NULL;
-    int64_t st[OPR_MAX_DIMS];
-    *owned = cpu_contiguous_copy(v, st);
-    return *owned;
-}
-
 static int check_float(const opr_kernel_call *c, const char *what, const opr_tensor_view *v, opr_dtype dt)
 {
     if (!v) return OPR_OK;
@@ -173,7 +161,7 @@ static int k_layer_norm(const opr_kernel_call *c)
         !opc_layer_norm_param("layer_norm", "bias", b, ns, nns, why, sizeof why))
         return CPU_FAIL(c, OPR_ERR_INVALID, "%s", why);
     void *ox, *ow, *ob;
-    const void *px = contiguous_data(x, &ox), *pw = contiguous_data(w, &ow), *pb = contiguous_data(b, &ob);
+    const void *px = cpu_dense(x, &ox), *pw = cpu_dense(w, &ow), *pb = cpu_dense(b, &ob);
     if (!px || (w && !pw) || (b && !pb)) rc = CPU_FAIL(c, OPR_ERR_NOMEM, "layer_norm: out of memory for a contiguous copy");
     else if (x->dtype == OPR_F32) ln_forward_f32(rows, cols, cpu_arg_d(c, 4), px, pw, pb, y->data);
     else ln_forward_f64(rows, cols, cpu_arg_d(c, 4), px, pw, pb, y->data);
@@ -214,8 +202,8 @@ static int k_layer_norm_backward(const opr_kernel_call *c)
     const double eps = cpu_arg_d(c, 5);
     const bool f32 = g->dtype == OPR_F32;
     void *og, *ox, *ow;
-    const void *pg = contiguous_data(g, &og), *px = contiguous_data((gx || gw) ? x : NULL, &ox);
-    const void *pw = contiguous_data(gx ? w : NULL, &ow);
+    const void *pg = cpu_dense(g, &og), *px = cpu_dense((gx || gw) ? x : NULL, &ox);
+    const void *pw = cpu_dense(gx ? w : NULL, &ow);
     double *st = (gx || gw) ? malloc((size_t)(rows ? rows : 1) * 2 * sizeof *st) : NULL;
     double *acc = (gw || gb) ? calloc((size_t)(cols ? cols : 1) * 2, sizeof *acc) : NULL;
     if (!pg || ((gx || gw) && (!px || !st)) || (gx && w && !pw) || ((gw || gb) && !acc)) {

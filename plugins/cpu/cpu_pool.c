@@ -13,16 +13,6 @@
 #include <math.h>
 #include <stdlib.h>
 
-/* A tensor's data in row-major order: its own when contiguous, else a copy the caller
- * frees (*owned). NULL only when out of memory. */
-static const void *dense(const opr_tensor_view *v, void **owned)
-{
-    *owned = NULL;
-    if (cpu_is_contiguous(v)) return v->data;
-    int64_t st[OPR_MAX_DIMS];
-    return *owned = cpu_contiguous_copy(v, st);
-}
-
 static int fail_geometry(const opr_kernel_call *c, const char *why) { return CPU_FAIL(c, OPR_ERR_INVALID, "%s", why); }
 
 #define PAR_PLANES(g) _Pragma("omp parallel for if ((g)->planes * (g)->in_vol >= CPU_PAR_THRESHOLD) schedule(static)")
@@ -81,7 +71,7 @@ static int k_max_pool(const opr_kernel_call *c)
         return fail_geometry(c, why);
     if (y->numel == 0) return OPR_OK;
     void *owned;
-    const void *px = dense(x, &owned);
+    const void *px = cpu_dense(x, &owned);
     if (!px) return CPU_FAIL(c, OPR_ERR_NOMEM, "%s: out of memory for a contiguous copy", c->op);
     if (x->dtype == OPR_F32) max_pool_f32(&g, px, y->data, ix->data);
     else max_pool_f64(&g, px, y->data, ix->data);
@@ -183,7 +173,7 @@ static int k_avg_pool(const opr_kernel_call *c)
         return CPU_FAIL(c, OPR_ERR_INVALID, "%s: divisor_override must not be 0", c->op);
     if (c->outputs[0]->numel == 0) return OPR_OK;
     void *owned;
-    const void *src = dense(backward ? out : in, &owned);
+    const void *src = cpu_dense(backward ? out : in, &owned);
     if (!src) return CPU_FAIL(c, OPR_ERR_NOMEM, "%s: out of memory for a contiguous copy", c->op);
     const bool f32 = c->outputs[0]->dtype == OPR_F32;
     if (backward) f32 ? avg_pool_backward_f32(&g, src, c->outputs[0]->data) : avg_pool_backward_f64(&g, src, c->outputs[0]->data);
@@ -246,7 +236,7 @@ static int k_adaptive(const opr_kernel_call *c)
             return CPU_FAIL(c, OPR_ERR_INVALID, "%s: an output size of 0 for a non-empty input", c->op);
     if (c->outputs[0]->numel == 0) return OPR_OK;
     void *owned;
-    const void *src = dense(backward ? out : in, &owned);
+    const void *src = cpu_dense(backward ? out : in, &owned);
     if (!src) return CPU_FAIL(c, OPR_ERR_NOMEM, "%s: out of memory for a contiguous copy", c->op);
     void *dst = c->outputs[0]->data;
     if (c->outputs[0]->dtype == OPR_F32) backward ? adaptive_f32(&g, NULL, NULL, dst, src) : adaptive_f32(&g, src, dst, NULL, NULL);
