@@ -61,7 +61,7 @@ int expr_bi_conv_shape(const mval *a, int n, mval *out)
     if (lead == 2) out->u.l[0] = x->shape[0];
     out->u.l[lead - 1] = tr ? w->shape[1] * groups : w->shape[0];
     for (int d = 0; d < nd; d++) {
-        int64_t s, p, dl, op = 0;
+        int64_t s = 1, p = 0, dl = 1, op = 0;
         if ((rc = param(&a[2], d, nd, 1, fn, "stride", &s)) || (rc = param(&a[3], d, nd, 0, fn, "padding", &p)) ||
             (rc = param(&a[4], d, nd, 1, fn, "dilation", &dl)) ||
             (tr && (rc = param(&a[6], d, nd, 0, fn, "output_padding", &op))))
@@ -94,7 +94,7 @@ int expr_bi_conv_transpose_padding(const mval *a, int n, mval *out)
     const int nd = x->ndim - 2;
     out_list(out, nd);
     for (int d = 0; d < nd; d++) {
-        int64_t s, p, dl;
+        int64_t s = 1, p = 0, dl = 1;
         if ((rc = param(&a[3], d, nd, 1, fn, "stride", &s)) || (rc = param(&a[4], d, nd, 0, fn, "padding", &p)) ||
             (rc = param(&a[5], d, nd, 1, fn, "dilation", &dl)))
             return rc;
@@ -125,7 +125,7 @@ int expr_bi_pool_shape(const mval *a, int n, mval *out)
     const int lead = x->ndim - nd;
     for (int i = 0; i < lead; i++) out->u.l[i] = x->shape[i];
     for (int d = 0; d < nd; d++) {
-        int64_t k, s, p, dl;
+        int64_t k = 1, s = 1, p = 0, dl = 1;
         if ((rc = param(&a[2], d, nd, 0, fn, "kernel_size", &k)) || (rc = param(&a[3], d, nd, k, fn, "stride", &s)) ||
             (rc = param(&a[4], d, nd, 0, fn, "padding", &p)) || (rc = param(&a[5], d, nd, 1, fn, "dilation", &dl)))
             return rc;
