@@ -13,6 +13,10 @@ static int want(bool ok, const char *fn, const char *what)
     return ok ? OPR_OK : opr_fail(OPR_ERR_INVALID, "%s: expected %s", fn, what);
 }
 
+/* Per-dimension parameters and spatial sizes beyond this are refused, so that the
+ * output-size arithmetic (products of two of them, sums of a few) cannot overflow. */
+#define SPATIAL_MAX ((int64_t)1 << 30)
+
 static bool is_int(const mval *v, int64_t *out)
 {
     if (v->k == MV_INT) { *out = v->u.i; return true; }
@@ -29,6 +33,17 @@ static int param(const mval *l, int d, int nd, int64_t dflt, const char *fn, con
     if (l->n != 1 && l->n != nd)
         return opr_fail(OPR_ERR_INVALID, "%s: %s has %d items; expected 1 or %d (one per spatial dim)", fn, name, l->n, nd);
     *out = l->u.l[l->n == 1 ? 0 : d];
+    if (*out < -SPATIAL_MAX || *out > SPATIAL_MAX)
+        return opr_fail(OPR_ERR_INVALID, "%s: %s %lld is out of range", fn, name, (long long)*out);
+    return OPR_OK;
+}
+
+/* Whether the spatial sizes of t from dim `from` on are within SPATIAL_MAX. */
+static int spatial_ok(const opr_meta *t, int from, const char *fn)
+{
+    for (int d = from; d < t->ndim; d++)
+        if (t->shape[d] > SPATIAL_MAX)
+            return opr_fail(OPR_ERR_INVALID, "%s: a spatial size of %lld is out of range", fn, (long long)t->shape[d]);
     return OPR_OK;
 }
 
@@ -56,6 +71,7 @@ int expr_bi_conv_shape(const mval *a, int n, mval *out)
         return opr_fail(OPR_ERR_INVALID, "%s: weight must have 3 to 5 dims and input as many, or one fewer (no batch dim); got %d and %d",
                         fn, x->ndim, w->ndim);
     if (groups < 1) return opr_fail(OPR_ERR_INVALID, "%s: groups must be positive, got %lld", fn, (long long)groups);
+    if ((rc = spatial_ok(x, lead, fn)) || (rc = spatial_ok(w, 2, fn))) return rc;
     const int nd = w->ndim - 2;
     out_list(out, x->ndim);
     if (lead == 2) out->u.l[0] = x->shape[0];
@@ -91,6 +107,7 @@ int expr_bi_conv_transpose_padding(const mval *a, int n, mval *out)
     const opr_meta *x = a[0].u.t, *g = a[1].u.t, *w = a[2].u.t;
     if (x->ndim < 3 || g->ndim != x->ndim || w->ndim != x->ndim)
         return opr_fail(OPR_ERR_INVALID, "%s: input, grad and weight must have the same 3 to 5 dims", fn);
+    if ((rc = spatial_ok(x, 2, fn)) || (rc = spatial_ok(g, 2, fn)) || (rc = spatial_ok(w, 2, fn))) return rc;
     const int nd = x->ndim - 2;
     out_list(out, nd);
     for (int d = 0; d < nd; d++) {
@@ -121,6 +138,7 @@ int expr_bi_pool_shape(const mval *a, int n, mval *out)
     if (!nd || x->ndim < nd + 1 || x->ndim > nd + 2)
         return opr_fail(OPR_ERR_INVALID, "%s: a %lld-d pooling takes a %lld-d or %lld-d input, got %d dims", fn, (long long)nd64,
                         (long long)nd64 + 1, (long long)nd64 + 2, x->ndim);
+    if ((rc = spatial_ok(x, x->ndim - nd, fn))) return rc;
     out_list(out, x->ndim);
     const int lead = x->ndim - nd;
     for (int i = 0; i < lead; i++) out->u.l[i] = x->shape[i];
