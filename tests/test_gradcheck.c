@@ -759,12 +759,30 @@ static void load_file(const char *path, const char *base)
             bool ok = read_op(&r, n, y);
             if (!ok) snprintf(y->err, sizeof y->err, "%s", err);
             if (y->sc.name[0]) nyops++;
-            else if (!ok && !load_error[0]) snprintf(load_error, sizeof load_error, "%s", err);
+            else yop_clear(y); /* the slot is read into again */
+            if (!y->sc.name[0] && !ok && !load_error[0]) snprintf(load_error, sizeof load_error, "%s", err);
         }
     }
     yaml_document_delete(&doc);
     yaml_parser_delete(&parser);
     fclose(f);
+}
+
+/* Frees what reading an entry allocated (the candidates' formula texts). */
+static void yop_clear(yop *y)
+{
+    for (int i = 0; i < y->nc; i++)
+        for (int p = 0; p < MAXA; p++) {
+            free(y->c[i].formula[p]);
+            y->c[i].formula[p] = NULL;
+        }
+}
+
+static void unload_registry_yaml(void)
+{
+    for (int i = 0; yops && i < MAXOPS; i++) yop_clear(&yops[i]);
+    free(yops);
+    yops = NULL;
 }
 
 static void load_registry_yaml(void)
@@ -1659,6 +1677,6 @@ int main(void)
     tcase_add_test(mem, saved_addmm_mat2);
     suite_add_tcase(s, mem);
     int rc = tu_run(s);
-    free(yops);
+    unload_registry_yaml();
     return rc;
 }
