@@ -731,6 +731,16 @@ static bool read_op(const yreader *r, const yaml_node_t *n, yop *y)
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
+/* Frees what reading an entry allocated (the candidates' formula texts). */
+static void yop_clear(yop *y)
+{
+    for (int i = 0; i < y->nc; i++)
+        for (int p = 0; p < MAXA; p++) {
+            free(y->c[i].formula[p]);
+            y->c[i].formula[p] = NULL;
+        }
+}
+
 static void load_file(const char *path, const char *base)
 {
     FILE *f = fopen(path, "rb");
@@ -766,16 +776,6 @@ static void load_file(const char *path, const char *base)
     yaml_document_delete(&doc);
     yaml_parser_delete(&parser);
     fclose(f);
-}
-
-/* Frees what reading an entry allocated (the candidates' formula texts). */
-static void yop_clear(yop *y)
-{
-    for (int i = 0; i < y->nc; i++)
-        for (int p = 0; p < MAXA; p++) {
-            free(y->c[i].formula[p]);
-            y->c[i].formula[p] = NULL;
-        }
 }
 
 static void unload_registry_yaml(void)
