@@ -5,16 +5,20 @@
  * by opr_dist_finalize). docs/distributed.md says how to launch and what is tested. */
 #include "mpi_state.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 
-static const opr_host_api *host_api; /* the same table for every context */
+/* The same table for every context, stored by each context's init, which may run on
+ * several threads at once (atomic: no data race). */
+static _Atomic(const opr_host_api *) host_api;
 
 /* A context's free cannot fail: what went wrong at the end (MPI_Finalize skipped after
  * a fault) goes to the log, as a warning. */
 static void mpi_shutdown(opr_plugin *self)
 {
     char why[768] = "";
-    if (mpid_context_closed(why, sizeof why) && host_api) host_api->log(self, OPR_LOG_WARN, "%s", why);
+    const opr_host_api *host = atomic_load_explicit(&host_api, memory_order_relaxed);
+    if (mpid_context_closed(why, sizeof why) && host) host->log(self, OPR_LOG_WARN, "%s", why);
 }
 
 OPR_PLUGIN_EXPORT int opr_plugin_probe(char *why, size_t why_len)
@@ -35,7 +39,7 @@ OPR_PLUGIN_EXPORT int opr_plugin_init(const opr_host_api *host, opr_plugin *self
                         host->abi_major, host->abi_minor);
         return OPR_ERR_ABI;
     }
-    host_api = host;
+    atomic_store_explicit(&host_api, host, memory_order_relaxed);
     self->shutdown = mpi_shutdown;
     int rc = host->register_group_provider(self, &mpid_provider);
     if (!rc) rc = mpid_register_kernels(host, self);
