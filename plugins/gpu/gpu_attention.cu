@@ -121,18 +121,6 @@ __global__ void k_ga_cols(ga_dims d, const T *q, const T *k, const T *v, const T
     }
 }
 
-/* A contiguous version of v (v itself or a copy in buf); NULL for NULL. */
-static int ga_contig(const gk_ctx *k, const opr_tensor_view *v, gk_buf *buf, const void **data)
-{
-    *data = nullptr;
-    if (!v) return OPR_OK;
-    if (gk_is_contiguous(v)) { *data = v->data; return OPR_OK; }
-    int64_t st[GK_MAXD];
-    int rc = gk_contiguous_copy(k, v, buf, st);
-    *data = buf->p;
-    return rc;
-}
-
 /* v (a mask, or the gradient of attn) expanded to q's batch dims x L x S, contiguous. */
 static int ga_expand(const gk_ctx *k, const opr_tensor_view *v, const opr_tensor_view *q, int64_t S, gk_buf *buf,
                      const void **data)
@@ -179,7 +167,7 @@ static int k_sdpa(const opr_kernel_call *c)
     ga_dims_of(q, key, v->shape[v->ndim - 1], gk_arg_b(c, 4), &d);
     gk_buf qb, kb, vb, mb;
     const void *qd, *kd, *vd, *md;
-    if ((rc = ga_contig(&k, q, &qb, &qd)) || (rc = ga_contig(&k, key, &kb, &kd)) || (rc = ga_contig(&k, v, &vb, &vd)) ||
+    if ((rc = gk_dense(&k, q, &qb, &qd)) || (rc = gk_dense(&k, key, &kb, &kd)) || (rc = gk_dense(&k, v, &vb, &vd)) ||
         (rc = ga_expand(&k, mask, q, d.S, &mb, &md)))
         return rc;
     if (d.B * d.L == 0) return OPR_OK;
@@ -212,10 +200,10 @@ static int k_sdpa_backward(const opr_kernel_call *c)
     ga_dims_of(q, key, gout->shape[gout->ndim - 1], gk_arg_b(c, 7), &d);
     gk_buf qb, kb, vb, mb, gob, glb, gab, lb, shift;
     const void *qd, *kd, *vd, *md, *god, *gld, *gad, *ld;
-    if ((rc = ga_contig(&k, q, &qb, &qd)) || (rc = ga_contig(&k, key, &kb, &kd)) ||
-        (rc = ga_contig(&k, want_qk ? v : nullptr, &vb, &vd)) || (rc = ga_expand(&k, mask, q, d.S, &mb, &md)) ||
-        (rc = ga_contig(&k, gout, &gob, &god)) || (rc = ga_contig(&k, glse, &glb, &gld)) ||
-        (rc = ga_expand(&k, gattn, q, d.S, &gab, &gad)) || (rc = ga_contig(&k, lse, &lb, &ld)) ||
+    if ((rc = gk_dense(&k, q, &qb, &qd)) || (rc = gk_dense(&k, key, &kb, &kd)) ||
+        (rc = gk_dense(&k, want_qk ? v : nullptr, &vb, &vd)) || (rc = ga_expand(&k, mask, q, d.S, &mb, &md)) ||
+        (rc = gk_dense(&k, gout, &gob, &god)) || (rc = gk_dense(&k, glse, &glb, &gld)) ||
+        (rc = ga_expand(&k, gattn, q, d.S, &gab, &gad)) || (rc = gk_dense(&k, lse, &lb, &ld)) ||
         (rc = shift.alloc(&k, (size_t)(d.B * d.L) * sizeof(double))))
         return rc;
     if (!want_qk) gad = nullptr; /* dv alone does not read dP */

@@ -199,20 +199,6 @@ __global__ void k_gn_apply(int64_t total, int64_t ch, int64_t hw, int64_t cg, co
 /* Blocks for one block per item (grid-stride beyond). */
 unsigned item_blocks(int64_t items) { return (unsigned)(items < 65535 ? (items > 0 ? items : 1) : 65535); }
 
-/* v's data, contiguous: v itself, or a copy in buf. NULL for an absent tensor. */
-int dense(const gk_ctx *k, const opr_tensor_view *v, gk_buf *buf, const void **p)
-{
-    *p = nullptr;
-    if (!v || gk_is_contiguous(v)) {
-        *p = v ? v->data : nullptr;
-        return OPR_OK;
-    }
-    int64_t st[GK_MAXD];
-    int rc = gk_contiguous_copy(k, v, buf, st);
-    if (!rc) *p = buf->p;
-    return rc;
-}
-
 /* Every given tensor has dtype dt (f32 or f64), and the per-channel ones C elements in
  * one dim. */
 int check_operands(const opr_kernel_call *c, opr_dtype dt, int64_t ch, const opr_tensor_view *const *vecs, int nvecs)
@@ -268,7 +254,7 @@ int k_batch_norm(const opr_kernel_call *c)
     if (ch == 0) return OPR_OK;
     gk_buf bx, bcoef;
     const void *px;
-    if ((rc = dense(&k, x, &bx, &px)) || (rc = bcoef.alloc(&k, (size_t)ch * 2 * sizeof(double)))) return rc;
+    if ((rc = gk_dense(&k, x, &bx, &px)) || (rc = bcoef.alloc(&k, (size_t)ch * 2 * sizeof(double)))) return rc;
     if (x->dtype == OPR_F32) launch_bn_forward<float>(&k, n, ch, inner, px, train, momentum, eps, vecs, y, sm, si, bcoef.as<double>());
     else launch_bn_forward<double>(&k, n, ch, inner, px, train, momentum, eps, vecs, y, sm, si, bcoef.as<double>());
     return gk_launched(&k, "batch norm kernel");
@@ -314,7 +300,7 @@ int bn_backward_run(const opr_kernel_call *c, const bn_backward *p)
     if (ch == 0 || (!p->dx && !p->dw && !p->db)) return OPR_OK;
     gk_buf bg, bx, bcoef;
     const void *pg, *px;
-    if ((rc = dense(&k, g, &bg, &pg)) || (rc = dense(&k, (p->dx || p->dw) ? x : nullptr, &bx, &px)) ||
+    if ((rc = gk_dense(&k, g, &bg, &pg)) || (rc = gk_dense(&k, (p->dx || p->dw) ? x : nullptr, &bx, &px)) ||
         (rc = bcoef.alloc(&k, (size_t)ch * 4 * sizeof(double))))
         return rc;
     if (g->dtype == OPR_F32) launch_bn_backward<float>(&k, p, ch, n * inner, inner, pg, px, bcoef.as<double>());
@@ -411,7 +397,7 @@ int k_group_norm(const opr_kernel_call *c)
     if (rows == 0) return OPR_OK;
     gk_buf bx, bst;
     const void *px;
-    if ((rc = dense(&k, x, &bx, &px)) || (rc = bst.alloc(&k, (size_t)rows * 2 * sizeof(double)))) return rc;
+    if ((rc = gk_dense(&k, x, &bx, &px)) || (rc = bst.alloc(&k, (size_t)rows * 2 * sizeof(double)))) return rc;
     if (x->dtype == OPR_F32) launch_gn<float>(&k, rows, len, ch, hw, px, eps, w, b, y, mo, ro, bst.as<double>());
     else launch_gn<double>(&k, rows, len, ch, hw, px, eps, w, b, y, mo, ro, bst.as<double>());
     return gk_launched(&k, "group norm kernel");

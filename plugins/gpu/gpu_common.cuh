@@ -338,6 +338,9 @@ int gk_fill(const gk_ctx *k, size_t es, int32_t ndim, const int64_t *shape, void
 int gk_encode_scalar(const opr_kernel_call *c, const char *op, opr_dtype dt, double v, uint64_t *bits);
 /* Copies a view into a new contiguous scratch buffer of the same dtype. */
 int gk_contiguous_copy(const gk_ctx *k, const opr_tensor_view *v, gk_buf *buf, int64_t *strides);
+/* v's data in row-major order in *data: v's own when it is contiguous, else a copy in
+ * buf (gk_contiguous_copy); NULL for an absent v (v NULL). */
+int gk_dense(const gk_ctx *k, const opr_tensor_view *v, gk_buf *buf, const void **data);
 
 /* Sum of `in` (f32/f64/f16/bf16) over the dims in `mask` into `out`, whose non-size-1 dims
  * match the kept dims of `in` in order; out strides arbitrary. scale multiplies the

@@ -184,21 +184,6 @@ int conv_dispatch(const gk_ctx *k, opr_dtype dt, const opc_conv *g, conv_dir dir
 
 /* ------------------------------------------------------------------ operands */
 
-/* v's data, contiguous: v itself, or a copy in buf. NULL for an absent tensor. */
-int dense(const gk_ctx *k, const opr_tensor_view *v, gk_buf *buf, const void **p)
-{
-    *p = nullptr;
-    if (!v) return OPR_OK;
-    if (gk_is_contiguous(v)) {
-        *p = v->data;
-        return OPR_OK;
-    }
-    int64_t st[GK_MAXD];
-    int rc = gk_contiguous_copy(k, v, buf, st);
-    if (!rc) *p = buf->p;
-    return rc;
-}
-
 int check_float(const opr_kernel_call *c, const opr_tensor_view *v, opr_dtype dt)
 {
     if (!v) return OPR_OK;
@@ -256,7 +241,7 @@ int k_convolution(const opr_kernel_call *c)
     if (y->numel == 0) return OPR_OK;
     gk_buf bx, bw;
     const void *px, *pw;
-    if ((rc = dense(&k, x, &bx, &px)) || (rc = dense(&k, w, &bw, &pw))) return rc;
+    if ((rc = gk_dense(&k, x, &bx, &px)) || (rc = gk_dense(&k, w, &bw, &pw))) return rc;
     if ((rc = conv_dispatch(&k, y->dtype, &g, tr ? TO_BIG : TO_SMALL, px, pw, y->data))) return rc;
     return bias ? add_bias(&k, bias, y) : OPR_OK;
 }
@@ -280,7 +265,7 @@ int k_convolution_backward_weight(const opr_kernel_call *c)
     if (dw->numel == 0) return OPR_OK;
     gk_buf bg, bx;
     const void *pg, *px;
-    if ((rc = dense(&k, gy, &bg, &pg)) || (rc = dense(&k, x, &bx, &px))) return rc;
+    if ((rc = gk_dense(&k, gy, &bg, &pg)) || (rc = gk_dense(&k, x, &bx, &px))) return rc;
     return conv_dispatch(&k, dw->dtype, &g, WEIGHT_GRAD, tr ? px : pg, tr ? pg : px, dw->data);
 }
 
@@ -321,8 +306,8 @@ int k_convolution_backward(const opr_kernel_call *c)
     gk_buf bg, bx, bw;
     const void *pg = nullptr, *px = nullptr, *pw = nullptr;
     if ((dx && dx->numel) || (dw && dw->numel)) {
-        if ((rc = dense(&k, gy, &bg, &pg)) || (rc = dense(&k, dw ? x : nullptr, &bx, &px)) ||
-            (rc = dense(&k, dx ? w : nullptr, &bw, &pw)))
+        if ((rc = gk_dense(&k, gy, &bg, &pg)) || (rc = gk_dense(&k, dw ? x : nullptr, &bx, &px)) ||
+            (rc = gk_dense(&k, dx ? w : nullptr, &bw, &pw)))
             return rc;
     }
     if (dx && dx->numel && (rc = conv_dispatch(&k, gy->dtype, &g, tr ? TO_SMALL : TO_BIG, pg, pw, dx->data))) return rc;

@@ -131,6 +131,20 @@ int gk_contiguous_copy(const gk_ctx *k, const opr_tensor_view *v, gk_buf *buf, i
     return gk_copy_strided(k, es, v->ndim, v->shape, buf->p, strides, v->data, v->strides);
 }
 
+int gk_dense(const gk_ctx *k, const opr_tensor_view *v, gk_buf *buf, const void **data)
+{
+    *data = nullptr;
+    if (!v) return OPR_OK;
+    if (gk_is_contiguous(v)) {
+        *data = v->data;
+        return OPR_OK;
+    }
+    int64_t st[GK_MAXD];
+    int rc = gk_contiguous_copy(k, v, buf, st);
+    if (!rc) *data = buf->p;
+    return rc;
+}
+
 namespace {
 
 /* ------------------------------------------------------------------ in place */

@@ -368,14 +368,7 @@ bool env_on(const char *name)
 
 int gk_register(opr_plugin *self, const char *op, uint32_t dtypes, opr_kernel_fn fn)
 {
-    opr_kernel_desc d;
-    memset(&d, 0, sizeof d);
-    d.struct_size = sizeof d;
-    d.op = op;
-    d.device = GPU_NAME;
-    d.dtypes = dtypes;
-    d.fn = fn;
-    return gk_host->register_kernel(self, &d);
+    return gk_register_supports(self, op, dtypes, fn, nullptr);
 }
 
 int gk_register_supports(opr_plugin *self, const char *op, uint32_t dtypes, opr_kernel_fn fn,

@@ -30,15 +30,6 @@ static int gl_reduction(const opr_kernel_call *c, int i)
     return !strcmp(s, "none") ? GL_NONE : !strcmp(s, "sum") ? GL_SUM : GL_MEAN;
 }
 
-static int gl_contiguous(const gk_ctx *k, const opr_tensor_view *v, gk_buf *buf, const void **data)
-{
-    if (gk_is_contiguous(v)) { *data = v->data; return OPR_OK; }
-    int64_t st[GK_MAXD];
-    int rc = gk_contiguous_copy(k, v, buf, st);
-    *data = buf->p;
-    return rc;
-}
-
 /* Reads the layout from shape, copies target and weight to the host, checks the targets
  * and sums the weights. */
 static int gl_prepare(const gk_ctx *k, const int64_t *shape, int32_t ndim, const opr_tensor_view *target,
@@ -53,9 +44,9 @@ static int gl_prepare(const gk_ctx *k, const int64_t *shape, int32_t ndim, const
                        (long long)target->numel, (long long)g->rows);
     int rc;
     const void *td;
-    if ((rc = gl_contiguous(k, target, &g->tb, &td))) return rc;
+    if ((rc = gk_dense(k, target, &g->tb, &td))) return rc;
     g->t = (const int64_t *)td;
-    if (w && (rc = gl_contiguous(k, w, &g->wb, &g->w))) return rc;
+    if (w && (rc = gk_dense(k, w, &g->wb, &g->w))) return rc;
     int64_t *th = (int64_t *)malloc((size_t)(g->rows ? g->rows : 1) * sizeof(int64_t));
     double *wh = (double *)malloc((size_t)(g->c ? g->c : 1) * sizeof(double));
     void *wraw = malloc((size_t)(g->c ? g->c : 1) * sizeof(double));
@@ -169,7 +160,7 @@ static int gl_forward(const opr_kernel_call *c, const char *op, bool ce)
     g.ignore = gk_arg_i(c, 4);
     const double eps = ce ? gk_arg_d(c, 5) : 0.0;
     if ((rc = gl_prepare(&k, x->shape, x->ndim, target, w, &g))) return rc;
-    if ((rc = gl_contiguous(&k, x, &g.xb, &g.x))) return rc;
+    if ((rc = gk_dense(&k, x, &g.xb, &g.x))) return rc;
     const bool mean = g.reduction == GL_MEAN, reduce = g.reduction != GL_NONE;
     /* "mean": both parts by the summed target weight (PyTorch 1.13) */
     const double div = mean ? g.wsum_targets : 1.0;
@@ -211,10 +202,10 @@ static int gl_backward(const opr_kernel_call *c, const char *op, bool ce)
     g.ignore = gk_arg_i(c, 5);
     const double eps = ce ? gk_arg_d(c, 6) : 0.0;
     if ((rc = gl_prepare(&k, out->shape, out->ndim, target, w, &g))) return rc;
-    if (x && (rc = gl_contiguous(&k, x, &g.xb, &g.x))) return rc;
+    if (x && (rc = gk_dense(&k, x, &g.xb, &g.x))) return rc;
     gk_buf gb;
     const void *gd;
-    if ((rc = gl_contiguous(&k, gv, &gb, &gd))) return rc;
+    if ((rc = gk_dense(&k, gv, &gb, &gd))) return rc;
     const bool mean = g.reduction == GL_MEAN;
     /* "mean": both parts by the summed target weight (PyTorch 1.13) */
     const double div = mean ? g.wsum_targets : 1.0;
@@ -288,10 +279,10 @@ static int k_loss_weight_backward(const opr_kernel_call *c)
     const double eps = gk_arg_d(c, 6);
     const bool softmax = gk_arg_b(c, 7);
     if ((rc = gl_prepare(&k, x->shape, x->ndim, target, w, &g))) return rc;
-    if ((rc = gl_contiguous(&k, x, &g.xb, &g.x))) return rc;
+    if ((rc = gk_dense(&k, x, &g.xb, &g.x))) return rc;
     gk_buf gb, acc;
     const void *gd;
-    if ((rc = gl_contiguous(&k, gv, &gb, &gd)) || (rc = acc.alloc(&k, (size_t)g.c * sizeof(double)))) return rc;
+    if ((rc = gk_dense(&k, gv, &gb, &gd)) || (rc = acc.alloc(&k, (size_t)g.c * sizeof(double)))) return rc;
     const bool per_row = g.reduction == GL_NONE, mean = g.reduction == GL_MEAN;
     if (out->dtype == OPR_F32)
         gk_launch(k_gl_weight_grad<float>, 1, 1, 0, k.stream, g.rows, g.c, g.d, (const float *)g.x, g.t,

@@ -24,21 +24,6 @@ GK_DEV double n_tanh(double x) { return tanh(x); }
 GK_DEV float n_exp(float x) { return expf(x); }
 GK_DEV double n_exp(double x) { return exp(x); }
 
-/* v's data, contiguous: v itself, or a copy in buf. NULL for an absent tensor. */
-int contiguous_data(const gk_ctx *k, const opr_tensor_view *v, gk_buf *buf, const void **p)
-{
-    *p = nullptr;
-    if (!v) return OPR_OK;
-    if (gk_is_contiguous(v)) {
-        *p = v->data;
-        return OPR_OK;
-    }
-    int64_t st[GK_MAXD];
-    int rc = gk_contiguous_copy(k, v, buf, st);
-    if (!rc) *p = buf->p;
-    return rc;
-}
-
 int check_float(const opr_kernel_call *c, const char *op, const char *what, const opr_tensor_view *v, opr_dtype dt)
 {
     if (!v) return OPR_OK;
@@ -157,7 +142,7 @@ int k_layer_norm(const opr_kernel_call *c)
     if (x->numel == 0) return OPR_OK;
     gk_buf bx, bw, bb;
     const void *px, *pw, *pb;
-    if ((rc = contiguous_data(&k, x, &bx, &px)) || (rc = contiguous_data(&k, w, &bw, &pw)) || (rc = contiguous_data(&k, b, &bb, &pb)))
+    if ((rc = gk_dense(&k, x, &bx, &px)) || (rc = gk_dense(&k, w, &bw, &pw)) || (rc = gk_dense(&k, b, &bb, &pb)))
         return rc;
     const double eps = gk_arg_d(c, 4);
     if (x->dtype == OPR_F32)
@@ -214,8 +199,8 @@ void launch_ln_backward(const gk_ctx *k, int64_t rows, int64_t cols, double eps,
         return GK_FAIL(c, OPR_ERR_INVALID, "%s: grad, input and the input gradient differ in shape", op);
     gk_buf bg, bx, bw, bstats;
     const void *pg, *px, *pw;
-    if ((rc = contiguous_data(&k, g, &bg, &pg)) || (rc = contiguous_data(&k, (gx || gw) ? x : nullptr, &bx, &px)) ||
-        (rc = contiguous_data(&k, gx ? w : nullptr, &bw, &pw)))
+    if ((rc = gk_dense(&k, g, &bg, &pg)) || (rc = gk_dense(&k, (gx || gw) ? x : nullptr, &bx, &px)) ||
+        (rc = gk_dense(&k, gx ? w : nullptr, &bw, &pw)))
         return rc;
     if ((rc = bstats.alloc(&k, (size_t)(rows ? rows : 1) * 2 * sizeof(double)))) return rc;
     const double eps = gk_arg_d(c, 5);

@@ -210,19 +210,6 @@ __global__ void k_adaptive_backward(int64_t total, opc_pool g, const T *dy, T *d
 
 /* ------------------------------------------------------------------ entry points */
 
-/* v's data, contiguous: v itself, or a copy in buf. */
-int dense(const gk_ctx *k, const opr_tensor_view *v, gk_buf *buf, const void **p)
-{
-    if (gk_is_contiguous(v)) {
-        *p = v->data;
-        return OPR_OK;
-    }
-    int64_t st[GK_MAXD];
-    int rc = gk_contiguous_copy(k, v, buf, st);
-    *p = buf->p;
-    return rc;
-}
-
 /* The checks every pooling kernel starts with: the device, float tensors of one dtype. */
 int begin(const opr_kernel_call *c, gk_ctx *k, const opr_tensor_view *src, const opr_tensor_view *dst)
 {
@@ -250,7 +237,7 @@ int run_avg(const opr_kernel_call *c, gk_ctx *k, bool adaptive, bool backward, c
     if (dst->numel == 0) return OPR_OK;
     gk_buf bs;
     const void *ps;
-    int rc = dense(k, src, &bs, &ps);
+    int rc = gk_dense(k, src, &bs, &ps);
     if (rc) return rc;
     if (dst->dtype == OPR_F32) {
         if (adaptive) launch<float>(k, k_adaptive<float>, k_adaptive_backward<float>, backward, dst->numel, g, ps, dst->data);
@@ -282,7 +269,7 @@ int k_max_pool_op(const opr_kernel_call *c)
     if (y->numel == 0) return OPR_OK;
     gk_buf bx;
     const void *px;
-    if ((rc = dense(&k, x, &bx, &px))) return rc;
+    if ((rc = gk_dense(&k, x, &bx, &px))) return rc;
     const int64_t total = y->numel;
     if (y->dtype == OPR_F32)
         gk_launch(k_max_pool<float>, gk_blocks(total), GK_THREADS, 0, k.stream, total, g, (const float *)px, (float *)y->data,

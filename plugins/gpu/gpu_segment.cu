@@ -41,16 +41,6 @@ static int seg_offsets_get(const gk_ctx *k, const opr_tensor_view *o, int64_t to
     return OPR_OK;
 }
 
-/* A contiguous version of v: v itself, or a copy in buf. */
-static int seg_contiguous(const gk_ctx *k, const opr_tensor_view *v, gk_buf *buf, const void **data)
-{
-    if (gk_is_contiguous(v)) { *data = v->data; return OPR_OK; }
-    int64_t st[GK_MAXD];
-    int rc = gk_contiguous_copy(k, v, buf, st);
-    *data = buf->p;
-    return rc;
-}
-
 static int64_t seg_inner(const opr_tensor_view *v, int lead)
 {
     int64_t n = 1;
@@ -110,7 +100,7 @@ static int segment_sum_like(const opr_kernel_call *c, const char *op, bool expan
     if (out->numel == 0) return OPR_OK;
     gk_buf xb;
     const void *xd;
-    if ((rc = seg_contiguous(&k, x, &xb, &xd))) return rc;
+    if ((rc = gk_dense(&k, x, &xb, &xd))) return rc;
     const int64_t inner = seg_inner(x, 1), n = out->numel;
     if (x->dtype == OPR_F32) {
         if (expand) gk_launch(k_seg_expand<float>, gk_blocks(n), GK_THREADS, 0, k.stream, rows, o.nseg, inner, o.d, (const float *)xd, (float *)out->data, mean);
@@ -167,7 +157,7 @@ static int segment_softmax_like(const opr_kernel_call *c, const char *op, bool l
     if (out->numel == 0) return OPR_OK;
     gk_buf xb;
     const void *xd;
-    if ((rc = seg_contiguous(&k, x, &xb, &xd))) return rc;
+    if ((rc = gk_dense(&k, x, &xb, &xd))) return rc;
     const int64_t inner = seg_inner(x, 1), n = o.nseg * inner;
     if (x->dtype == OPR_F32) {
         if (log_) gk_launch(k_seg_softmax<float, true>, gk_blocks(n), GK_THREADS, 0, k.stream, o.nseg, inner, o.d, (const float *)xd, (float *)out->data);
@@ -235,7 +225,7 @@ static int pad_like(const opr_kernel_call *c, const char *op, bool to_padded)
     if (out->numel == 0) return OPR_OK;
     gk_buf xb;
     const void *xd;
-    if ((rc = seg_contiguous(&k, x, &xb, &xd))) return rc;
+    if ((rc = gk_dense(&k, x, &xb, &xd))) return rc;
     const int64_t inner = seg_inner(x, to_padded ? 1 : 2);
     switch (gk_dtype_size(x->dtype)) {
     case 1: launch_pad<uint8_t>(&k, to_padded, total, o.nseg, n, inner, o.d, xd, out->data, pad); break;
