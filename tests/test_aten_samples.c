@@ -74,22 +74,6 @@ static opr_tensor *grad_like(opr_ctx *ctx, const opr_tensor *t)
     return tu_rand(ctx, OPR_F64, opr_tensor_ndim(t), shape, -1, 1);
 }
 
-/* Whether argument a of op can require grad: a composite's every tensor (its parts
- * record), else those its derivative candidates name ("self, mat2 (kernel mm_backward)"). */
-static bool differentiable_arg(const opr_op *op, int a)
-{
-    if (opr_op_arg_written(op, a)) return false;
-    if (opr_op_is_composite(op) && opr_op_grad_candidate_count(op) == 0) return true;
-    const char *name = opr_op_arg_name(op, a);
-    const size_t n = strlen(name);
-    for (int i = 0; i < opr_op_grad_candidate_count(op); i++) {
-        const char *l = opr_op_grad_candidate_label(op, i);
-        for (const char *p = l; (p = strstr(p, name)) != NULL; p += n)
-            if ((p == l || p[-1] == ' ') && (p[n] == '\0' || p[n] == ',' || p[n] == ' ')) return true;
-    }
-    return false;
-}
-
 /* Runs sample s of op through opreg (keeping its outputs and gradients in cases[]) and
  * writes the case for PyTorch. */
 static void add_case(opr_ctx *ctx, FILE *f, const opr_op *op, int s)
@@ -107,7 +91,7 @@ static void add_case(opr_ctx *ctx, FILE *f, const opr_op *op, int s)
     opr_tensor *inputs[MAX_ARGS];
     int ninputs = 0, input_arg[MAX_ARGS];
     for (int a = 0; a < nargs; a++)
-        if (args[a].kind == OPR_V_TENSOR && opr_tensor_dtype(args[a].u.t) == OPR_F64 && differentiable_arg(op, a)) {
+        if (args[a].kind == OPR_V_TENSOR && opr_tensor_dtype(args[a].u.t) == OPR_F64 && tu_arg_differentiable(op, a)) {
             ck_assert(!opr_set_requires_grad(args[a].u.t, true));
             c->rg[a] = true;
             input_arg[ninputs] = a;

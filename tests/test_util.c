@@ -89,3 +89,17 @@ int tu_run(Suite *s)
     srunner_free(r);
     return failed ? 1 : 0;
 }
+
+bool tu_arg_differentiable(const opr_op *op, int a)
+{
+    if (opr_op_arg_written(op, a)) return false;
+    if (opr_op_is_composite(op) && opr_op_grad_candidate_count(op) == 0) return true;
+    const char *name = opr_op_arg_name(op, a);
+    const size_t n = strlen(name);
+    for (int i = 0; i < opr_op_grad_candidate_count(op); i++) {
+        const char *l = opr_op_grad_candidate_label(op, i);
+        for (const char *p = l; (p = strstr(p, name)) != NULL; p += n)
+            if ((p == l || p[-1] == ' ') && (p[n] == '\0' || p[n] == ',' || p[n] == ' ')) return true;
+    }
+    return false;
+}

@@ -28,6 +28,12 @@ opr_tensor *tu_call1(opr_ctx *ctx, const char *op, const opr_value *args, int na
 void tu_expect_fail(opr_ctx *ctx, const char *op, const opr_value *args, int nargs, int nres, int status,
                     const char *needle);
 
+/* Whether Tensor argument a of op may require grad in a call: not one the op writes in
+ * place (batch norm's running statistics); any of a composite op without derivative
+ * entries (its parts record); else one its derivative candidates name
+ * ("self, mat2 (kernel mm_backward)"). */
+bool tu_arg_differentiable(const opr_op *op, int a);
+
 /* Runs a suite and returns the process exit status. */
 int tu_run(Suite *s);
 

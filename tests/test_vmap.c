@@ -53,23 +53,6 @@ static bool close_enough(const double *a, const double *b, int64_t n, double tol
     return true;
 }
 
-/* Whether a floating tensor argument a of op can require grad: named by a derivative
- * candidate ("self, mat2 (kernel mm_backward)"), or any for a composite without them; an
- * argument of another kind counts as yes. */
-static bool differentiable(const opr_op *op, int a)
-{
-    if (opr_op_arg_kind(op, a) != OPR_V_TENSOR || (opr_op_is_composite(op) && opr_op_grad_candidate_count(op) == 0))
-        return true;
-    const char *name = opr_op_arg_name(op, a);
-    const size_t n = strlen(name);
-    for (int i = 0; i < opr_op_grad_candidate_count(op); i++) {
-        const char *l = opr_op_grad_candidate_label(op, i);
-        for (const char *p = l; (p = strstr(p, name)) != NULL; p += n)
-            if ((p == l || p[-1] == ' ') && (p[n] == '\0' || p[n] == ',' || p[n] == ' ')) return true;
-    }
-    return false;
-}
-
 /* ------------------------------------------------------------------ one op, one mask */
 
 typedef struct opcall {
@@ -234,7 +217,7 @@ START_TEST(test_every_op_against_the_loop)
                  * one, as batch norm its running statistics) */
                 bool writes = false;
                 for (int a = 0; a < c.nargs; a++)
-                    writes |= opr_op_arg_written(op, a) || (c.args[a].kind == OPR_V_TENSOR && !differentiable(op, a) &&
+                    writes |= opr_op_arg_written(op, a) || (c.args[a].kind == OPR_V_TENSOR && !tu_arg_differentiable(op, a) &&
                                                             opr_dtype_is_floating(opr_tensor_dtype(c.args[a].u.t)));
                 if (opr_op_grad_candidate_count(op) > 0 && c.nfloat > 0 && !writes &&
                     opr_call(op, c.args, c.nargs, probe, opr_op_num_outputs(op)) == OPR_OK) {
