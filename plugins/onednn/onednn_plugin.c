@@ -25,7 +25,7 @@ OPR_PLUGIN_EXPORT int opr_plugin_probe(char *why, size_t why_len)
                  DNNL_VERSION_MINOR, DNNL_VERSION_PATCH);
     /* an older major than the headers' lacks functions this build calls */
     if (v->major != DNNL_VERSION_MAJOR) return 0;
-    return 20; /* above the CPU plugin's 10: where both load, this one's f32 kernels are preferred */
+    return 10; /* usable; which kernels run is override_dtypes' doing, not the score's */
 }
 
 OPR_PLUGIN_EXPORT int opr_plugin_init(const opr_host_api *host, opr_plugin *self)
