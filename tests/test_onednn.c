@@ -6,12 +6,14 @@
  * on a non-contiguous input, 1-d and 3-d, an empty batch; forward and the three
  * gradients of convolution_backward, each in a context with the CPU plugin alone and one
  * with the oneDNN plugin loaded over it. Also: the oneDNN kernels are the ones chosen,
- * and a repeated call (a cached primitive) gives the same result. */
+ * a repeated call (a cached primitive) gives the same result, and threads running the
+ * same primitives at once get the results they get alone. */
 #include "test_util.h"
 
 #include <opreg/opreg.h>
 
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -161,12 +163,93 @@ START_TEST(test_against_cpu)
 }
 END_TEST
 
+/* Threads sharing one context (and so the cached primitives): each runs its own
+ * geometry and one they all share, and must get what it got alone. */
+typedef struct thread_job {
+    opr_ctx *ctx;
+    const conv_case *c;
+    opr_tensor *x, *w, *b, *gy;
+    double *want[4];
+    int bad;
+} thread_job;
+
+static void *thread_run(void *p)
+{
+    thread_job *j = p;
+    for (int rep = 0; rep < 8; rep++) {
+        opr_tensor *r[4] = {0};
+        run_case(j->ctx, j->c, j->x, j->w, j->b, j->gy, r);
+        for (int k = 0; k < 4; k++) {
+            double *v = tu_to_f64(r[k]);
+            if (memcmp(v, j->want[k], (size_t)opr_tensor_numel(r[k]) * sizeof *v)) j->bad++;
+            free(v);
+            opr_tensor_release(r[k]);
+        }
+    }
+    return NULL;
+}
+
+START_TEST(test_threads_share_primitives)
+{
+    opr_ctx *ctx = onednn_ctx();
+    enum { NT = 4 };
+    thread_job jobs[NT];
+    pthread_t th[NT];
+    tu_seed(99);
+    for (int t = 0; t < NT; t++) {
+        thread_job *j = &jobs[t];
+        memset(j, 0, sizeof *j);
+        j->ctx = ctx;
+        j->c = &cases[t % 2 ? 4 : 3 + t / 2 * 2]; /* cases 3, 4, 5, 4: two share one geometry */
+        opr_tensor *unused;
+        int64_t xs[5];
+        memcpy(xs, j->c->x, sizeof xs);
+        if (j->c->permuted) {
+            xs[j->c->ndim - 1] = j->c->x[j->c->ndim - 2];
+            xs[j->c->ndim - 2] = j->c->x[j->c->ndim - 1];
+        }
+        twin(ctx, ctx, j->c->ndim, xs, &j->x, &unused);
+        opr_tensor_release(unused);
+        twin(ctx, ctx, j->c->ndim, j->c->w, &j->w, &unused);
+        opr_tensor_release(unused);
+        const int64_t nb = j->c->transposed ? j->c->w[1] * j->c->groups : j->c->w[0];
+        if (j->c->bias) {
+            twin(ctx, ctx, 1, &nb, &j->b, &unused);
+            opr_tensor_release(unused);
+        }
+        opr_tensor *r[4] = {0};
+        run_case(ctx, j->c, j->x, j->w, j->b, NULL, r);
+        twin(ctx, ctx, opr_tensor_ndim(r[0]), opr_tensor_shape(r[0]), &j->gy, &unused);
+        opr_tensor_release(unused);
+        opr_tensor_release(r[0]);
+        run_case(ctx, j->c, j->x, j->w, j->b, j->gy, r); /* alone, first */
+        for (int k = 0; k < 4; k++) {
+            j->want[k] = tu_to_f64(r[k]);
+            opr_tensor_release(r[k]);
+        }
+    }
+    for (int t = 0; t < NT; t++) ck_assert_int_eq(pthread_create(&th[t], NULL, thread_run, &jobs[t]), 0);
+    for (int t = 0; t < NT; t++) pthread_join(th[t], NULL);
+    for (int t = 0; t < NT; t++) {
+        ck_assert_msg(jobs[t].bad == 0, "thread %d (%s): %d results differ from the ones it got alone", t,
+                      jobs[t].c->what, jobs[t].bad);
+        for (int k = 0; k < 4; k++) free(jobs[t].want[k]);
+        opr_tensor_release(jobs[t].x);
+        opr_tensor_release(jobs[t].w);
+        opr_tensor_release(jobs[t].b);
+        opr_tensor_release(jobs[t].gy);
+    }
+    tu_ctx_free(ctx);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("onednn");
     TCase *t = tcase_create("onednn");
     tcase_add_test(t, test_kernels_chosen);
     tcase_add_loop_test(t, test_against_cpu, 0, (int)(sizeof cases / sizeof cases[0]));
+    tcase_add_test(t, test_threads_share_primitives);
     suite_add_tcase(s, t);
     return tu_run(s);
 }
