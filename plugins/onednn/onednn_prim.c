@@ -301,7 +301,8 @@ static int prim_build(const opr_kernel_call *c, const opc_conv *g, const conv_ke
 }
 
 /* The cached primitive of k (built on a miss), with a reference the caller drops with
- * prim_put. *uncached: not in the cache (every slot busy), the caller frees it. */
+ * prim_put. Where every slot is busy (a call is running each cached primitive) the new
+ * one is not cached: its count starts far below zero, so that prim_put frees it. */
 static int prim_get(const opr_kernel_call *c, const opc_conv *g, const conv_key *k, conv_prim **out)
 {
     pthread_mutex_lock(&cache_lock);
