@@ -1,8 +1,10 @@
 /* Convolutional networks on the CPU against PyTorch (bench/conv_torch.py, run as a
  * subprocess, same threads): conv2d forward + backward (input and weight gradients) on
  * ResNet-18's layer shapes, and training steps of a ResNet-18 (examples/resnet: width 64,
- * two BasicBlocks per stage) against torchvision's resnet18 with SGD, f32. Prints one
- * table of milliseconds and ratios (opreg / PyTorch; below 1 is faster).
+ * two BasicBlocks per stage) against torchvision's resnet18 with SGD, f32. opreg runs
+ * twice: with the CPU plugin alone (unfold + OpenBLAS GEMM) and with the oneDNN plugin
+ * (plugins/onednn) loaded over it, where it was built. Prints one table of milliseconds
+ * and ratios (opreg / PyTorch; below 1 is faster).
  *
  *   opreg_bench_conv [--threads N] [--reps N] [--batch N] [--image N]
  *
@@ -95,6 +97,80 @@ static int train_step(void *ud)
     return rc;
 }
 
+/* The oneDNN plugin's file, where CMake built it (bench/CMakeLists.txt). */
+#ifndef OPREG_BENCH_ONEDNN_PLUGIN
+#define OPREG_BENCH_ONEDNN_PLUGIN NULL
+#endif
+
+/* Every layer's conv2d step and the ResNet-18 step on ctx into ms (-1: failed). */
+static void run_all(opr_ctx *ctx, int batch, int image, double ms[NLAYERS + 1])
+{
+    for (int i = 0; i < NLAYERS; i++) {
+        const layer *l = &layers[i];
+        conv_case c = {ctx, opr_op_find(ctx, "conv2d"), NULL, NULL, l};
+        c.x = opr_tensor_new(ctx, OPR_F32, 4, (int64_t[]){batch, l->cin, l->hw, l->hw}, OPR_CPU);
+        c.w = opr_tensor_new(ctx, OPR_F32, 4, (int64_t[]){l->cout, l->cin, l->k, l->k}, OPR_CPU);
+        opr_set_requires_grad(c.x, true);
+        opr_set_requires_grad(c.w, true);
+        ms[i] = median_ms(conv_step, &c);
+        opr_tensor_release(c.x);
+        opr_tensor_release(c.w);
+    }
+    const resnet_config cfg = {.blocks = {2, 2, 2, 2}, .width = 64, .num_classes = 4, .in_channels = 3, .bn_momentum = 0.1,
+                               .bn_eps = 1e-5, .dtype = OPR_F32};
+    step_case s = {.m = resnet_model_new(ctx, &cfg, 1, OPR_CPU)};
+    ms[NLAYERS] = -1;
+    if (s.m && !resnet_sgd_init(&s.opt, s.m, 0.01, 0.9, 0)) {
+        /* random images of the benchmark's size (the data set's are 32x32) and labels */
+        const int64_t n = (int64_t)batch * 3 * image * image;
+        float *v = malloc((size_t)n * sizeof *v);
+        int64_t *labels = malloc((size_t)batch * sizeof *labels);
+        uint64_t r = 88172645463325252ull;
+        for (int64_t k = 0; v && k < n; k++) {
+            r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+            v[k] = (float)(r >> 40) / (float)(1 << 24);
+        }
+        for (int k = 0; labels && k < batch; k++) labels[k] = k % 4;
+        if (v && labels) {
+            s.x = opr_tensor_from_data(ctx, OPR_F32, 4, (int64_t[]){batch, 3, image, image}, v, OPR_CPU);
+            s.y = opr_tensor_from_data(ctx, OPR_I64, 1, (int64_t[]){batch}, labels, OPR_CPU);
+        }
+        free(v);
+        free(labels);
+        if (s.x && s.y) ms[NLAYERS] = median_ms(train_step, &s);
+        resnet_sgd_free(&s.opt);
+    }
+    opr_tensor_release(s.x);
+    opr_tensor_release(s.y);
+    resnet_model_free(s.m);
+}
+
+/* A context with the oneDNN plugin loaded over the CPU plugin, or NULL (why says why). */
+static opr_ctx *onednn_ctx(char *why, size_t why_len)
+{
+    const char *path = OPREG_BENCH_ONEDNN_PLUGIN;
+    if (!path) {
+        snprintf(why, why_len, "the oneDNN plugin was not built (no libdnnl-dev at configure time)");
+        return NULL;
+    }
+    const opr_ctx_opts o = {.struct_size = sizeof o, .plugin_paths = &path, .n_plugin_paths = 1};
+    opr_ctx *ctx = opr_ctx_new(&o);
+    opr_kernel_info k = {.struct_size = sizeof k};
+    if (!ctx) {
+        snprintf(why, why_len, "%s", opr_last_error());
+        return NULL;
+    }
+    /* the figures are only oneDNN's if its kernel is the one that runs */
+    if (opr_op_kernel_info(opr_op_find(ctx, "convolution"), OPR_CPU.type, OPR_F32, &k) || !k.plugin ||
+        strcmp(k.plugin, "onednn")) {
+        snprintf(why, why_len, "%s did not load or does not run f32 convolution (plugin %s does)", path,
+                 k.plugin ? k.plugin : "none");
+        opr_ctx_free(ctx);
+        return NULL;
+    }
+    return ctx;
+}
+
 int main(int argc, char **argv)
 {
     int threads = 1, batch = 8, image = 64;
@@ -115,60 +191,38 @@ int main(int argc, char **argv)
     }
     const char *names[NLAYERS + 1];
     char keys[NLAYERS + 1][40];
-    double torch_ms[NLAYERS + 1], ours[NLAYERS + 1];
+    double torch_ms[NLAYERS + 1], ours[NLAYERS + 1], dnnl[NLAYERS + 1];
     for (int i = 0; i < NLAYERS; i++) snprintf(keys[i], sizeof keys[i], "conv_%s", layers[i].name), names[i] = keys[i];
     names[NLAYERS] = "resnet18_step";
     char args[128];
     snprintf(args, sizeof args, "%d %d %d %d", threads, reps, batch, image);
     const bool have_torch = !bench_python_figures("torchvision", "conv_torch.py", args, NULL, names, torch_ms, NLAYERS + 1);
 
-    for (int i = 0; i < NLAYERS; i++) {
-        const layer *l = &layers[i];
-        conv_case c = {ctx, opr_op_find(ctx, "conv2d"), NULL, NULL, l};
-        c.x = opr_tensor_new(ctx, OPR_F32, 4, (int64_t[]){batch, l->cin, l->hw, l->hw}, OPR_CPU);
-        c.w = opr_tensor_new(ctx, OPR_F32, 4, (int64_t[]){l->cout, l->cin, l->k, l->k}, OPR_CPU);
-        opr_set_requires_grad(c.x, true);
-        opr_set_requires_grad(c.w, true);
-        ours[i] = median_ms(conv_step, &c);
-        opr_tensor_release(c.x);
-        opr_tensor_release(c.w);
-    }
-    const resnet_config cfg = {.blocks = {2, 2, 2, 2}, .width = 64, .num_classes = 4, .in_channels = 3, .bn_momentum = 0.1,
-                               .bn_eps = 1e-5, .dtype = OPR_F32};
-    step_case s = {.m = resnet_model_new(ctx, &cfg, 1, OPR_CPU)};
-    ours[NLAYERS] = -1;
-    if (s.m && !resnet_sgd_init(&s.opt, s.m, 0.01, 0.9, 0)) {
-        /* random images of the benchmark's size (the data set's are 32x32) and labels */
-        const int64_t n = (int64_t)batch * 3 * image * image;
-        float *v = malloc((size_t)n * sizeof *v);
-        int64_t *labels = malloc((size_t)batch * sizeof *labels);
-        uint64_t r = 88172645463325252ull;
-        for (int64_t k = 0; v && k < n; k++) {
-            r ^= r << 13, r ^= r >> 7, r ^= r << 17;
-            v[k] = (float)(r >> 40) / (float)(1 << 24);
-        }
-        for (int k = 0; labels && k < batch; k++) labels[k] = k % 4;
-        if (v && labels) {
-            s.x = opr_tensor_from_data(ctx, OPR_F32, 4, (int64_t[]){batch, 3, image, image}, v, OPR_CPU);
-            s.y = opr_tensor_from_data(ctx, OPR_I64, 1, (int64_t[]){batch}, labels, OPR_CPU);
-        }
-        free(v);
-        free(labels);
-        if (s.x && s.y) ours[NLAYERS] = median_ms(train_step, &s);
-        resnet_sgd_free(&s.opt);
+    run_all(ctx, batch, image, ours);
+    opr_ctx_free(ctx);
+    char why[512];
+    opr_ctx *dctx = onednn_ctx(why, sizeof why);
+    const bool have_dnnl = dctx != NULL;
+    if (dctx) {
+        run_all(dctx, batch, image, dnnl);
+        opr_ctx_free(dctx);
     }
     printf("conv2d forward + backward (input and weight), batch %d, f32, %d thread(s); ResNet-18 training step at %dx%d\n",
            batch, threads, image, image);
-    printf("  %-14s %10s %10s %8s\n", "case", "opreg ms", "PyTorch ms", "ratio");
+    printf("opreg: the CPU plugin alone (cpu) and with the oneDNN plugin over it (onednn); ratio = opreg / PyTorch\n");
+    printf("  %-14s %10s %10s %10s %10s %10s\n", "case", "cpu ms", "onednn ms", "PyTorch ms", "cpu ratio", "onednn ratio");
     for (int i = 0; i <= NLAYERS; i++) {
         const char *n = i < NLAYERS ? layers[i].name : "resnet18 step";
-        if (have_torch) printf("  %-14s %10.2f %10.2f %8.2f\n", n, ours[i], torch_ms[i], ours[i] / torch_ms[i]);
-        else printf("  %-14s %10.2f %10s %8s\n", n, ours[i], "-", "-");
+        char d[16] = "-", t[16] = "-", rc[16] = "-", rd[16] = "-";
+        if (have_dnnl) snprintf(d, sizeof d, "%.2f", dnnl[i]);
+        if (have_torch) {
+            snprintf(t, sizeof t, "%.2f", torch_ms[i]);
+            snprintf(rc, sizeof rc, "%.2f", ours[i] / torch_ms[i]);
+            if (have_dnnl) snprintf(rd, sizeof rd, "%.2f", dnnl[i] / torch_ms[i]);
+        }
+        printf("  %-14s %10.2f %10s %10s %10s %10s\n", n, ours[i], d, t, rc, rd);
     }
     if (!have_torch) printf("(no python3 with torch and torchvision: PyTorch not run)\n");
-    opr_tensor_release(s.x);
-    opr_tensor_release(s.y);
-    resnet_model_free(s.m);
-    opr_ctx_free(ctx);
+    if (!have_dnnl) printf("(oneDNN not run: %s)\n", why);
     return 0;
 }

@@ -202,8 +202,9 @@ static int commit(opr_ctx *ctx, staging *st, candidate *c)
             uint32_t bit = OPR_DTYPE_BIT(dt);
             dtype_kernel *slot = &e->by_dtype[dt];
             if (!(k->dtypes & bit)) continue;
-            if (!(e->dtypes & bit)) { /* missing: filled */
+            if (!(e->dtypes & bit)) { /* missing: filled; an override still wins over a later plugin */
                 *slot = mine;
+                slot->overrides = (k->override_dtypes & bit) != 0;
                 e->dtypes |= bit;
             } else if (k->override_dtypes & bit) { /* explicit: replaced, both named */
                 item_add(&overridden, k->op, k->device_name, dt, slot->plugin);
@@ -218,7 +219,8 @@ static int commit(opr_ctx *ctx, staging *st, candidate *c)
                 slot->shadowed = was;
             } else { /* provided already: the earlier one stays, both named */
                 item_add(&kept, k->op, k->device_name, dt, slot->plugin);
-                if (!slot->overrides) slot->shadowed = c->name;
+                /* an override loaded first shadows the first plugin that provides the dtype after it */
+                if (!slot->overrides || !slot->shadowed) slot->shadowed = c->name;
             }
         }
         atomic_store_explicit(&op->kernels[dev], e, memory_order_release);

@@ -367,6 +367,27 @@ START_TEST(test_explicit_override_per_dtype)
 }
 END_TEST
 
+START_TEST(test_override_loaded_first)
+{
+    /* an explicit override wins whatever the load order: loaded before the CPU plugin
+     * (an explicit path), it keeps f64 add when the CPU plugin, which provides the
+     * device, comes after it; the CPU plugin's remark and the kernel info name both */
+    opr_ctx *ctx = bare_ctx();
+    load_ok(ctx, fx_in("cpu_add", "fx_cpu_override"));
+    load_ok(ctx, OPREG_CPU_PLUGIN_FILE);
+    expect_add(ctx, OPR_F64, 1000); /* the override's */
+    expect_add(ctx, OPR_F32, 0);    /* not asked for: the CPU plugin's */
+    ck_assert_str_eq(candidate_named(ctx, "cpu").why,
+                     "1 kernel(s) already provided by an earlier plugin were not replaced: add (cpu, f64) of plugin "
+                     "fx_cpu_override (only missing dtypes are filled; override_dtypes replaces)");
+    opr_kernel_info k = kernel_info(ctx, "add", 0, OPR_F64);
+    ck_assert_str_eq(k.plugin, "fx_cpu_override");
+    ck_assert_str_eq(k.shadowed, "cpu");
+    ck_assert(k.overrides);
+    tu_ctx_free(ctx);
+}
+END_TEST
+
 START_TEST(test_override_outside_dtypes_refused)
 {
     opr_ctx *ctx = bare_ctx();
@@ -687,6 +708,7 @@ static Suite *register_suite(void)
     TCase *t = tcase_create("precedence");
     tcase_add_test(t, test_fill_only_missing_dtypes);
     tcase_add_test(t, test_explicit_override_per_dtype);
+    tcase_add_test(t, test_override_loaded_first);
     tcase_add_test(t, test_override_outside_dtypes_refused);
     tcase_add_test(t, test_duplicate_device_names_the_other_plugin);
     suite_add_tcase(s, t);
