@@ -128,6 +128,7 @@ int expr_bi_conv_shape(const mval *a, int n, mval *out);
 int expr_bi_conv_transpose_padding(const mval *a, int n, mval *out);
 int expr_bi_pool_shape(const mval *a, int n, mval *out);
 int expr_bi_dims_except(const mval *a, int n, mval *out);
+int expr_bi_range(const mval *a, int n, mval *out);
 int expr_bi_channel_shape(const mval *a, int n, mval *out);
 
 /* Appends the source-like text of e to buf (for error messages). */

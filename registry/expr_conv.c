@@ -180,6 +180,23 @@ int expr_bi_dims_except(const mval *a, int n, mval *out)
     return OPR_OK;
 }
 
+/* range(start, end): the ints start, start + 1, ..., end - 1 (empty when end <= start),
+ * at most OPR_MAX_DIMS of them: a list of dims, as `reduce` takes (layer norm's
+ * normalized dims, range(dim(input) - len(normalized_shape), dim(input))). */
+int expr_bi_range(const mval *a, int n, mval *out)
+{
+    (void)n;
+    int64_t lo = 0, hi = 0;
+    int rc = want(is_int(&a[0], &lo) && is_int(&a[1], &hi), "range", "(int, int)");
+    if (rc) return rc;
+    if (hi > lo && hi - lo > OPR_MAX_DIMS)
+        return opr_fail(OPR_ERR_INVALID, "range: %lld items, more than the %d a list of dims holds", (long long)(hi - lo),
+                        OPR_MAX_DIMS);
+    out_list(out, 0);
+    for (int64_t v = lo; v < hi; v++) out->u.l[out->n++] = v;
+    return OPR_OK;
+}
+
 /* channel_shape(t): [size(t, 1), 1, ..., 1], dim(t) - 1 items: the shape a per-channel
  * vector ([C]) takes to broadcast against t ([N, C, *spatial]). */
 int expr_bi_channel_shape(const mval *a, int n, mval *out)

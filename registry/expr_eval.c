@@ -563,7 +563,7 @@ static const struct builtin {
     {"diagonal_shape", 4, 4, bi_diagonal_shape}, {"cat_offset", 3, 3, bi_cat_offset}, {"len", 1, 1, bi_len},
     {"stack_shape", 2, 2, bi_stack_shape},
     {"conv_shape", 8, 8, expr_bi_conv_shape}, {"conv_transpose_padding", 6, 6, expr_bi_conv_transpose_padding},
-    {"pool_shape", 7, 7, expr_bi_pool_shape}, {"dims_except", 2, 2, expr_bi_dims_except},
+    {"pool_shape", 7, 7, expr_bi_pool_shape}, {"dims_except", 2, 2, expr_bi_dims_except}, {"range", 2, 2, expr_bi_range},
     {"channel_shape", 1, 1, expr_bi_channel_shape},
     /* select(cond, a, b): a if cond is truthy, else b; only the chosen one is
      * evaluated (so a formula runs, and is costed for, one branch). Evaluated in

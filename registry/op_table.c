@@ -252,6 +252,11 @@ bool opr_op_output_differentiable(const opr_op *op, int k)
 }
 int opr_op_num_outputs(const opr_op *op) { return op ? op->nout : -1; }
 
+int opr_op_output_dtype(const opr_op *op, int k)
+{
+    return op && k >= 0 && k < op->nout && op->out_dtype[k] >= 0 ? op->out_dtype[k] : -1;
+}
+
 const char *opr_op_arg_name(const opr_op *op, int i)
 {
     return op && i >= 0 && i < op->nargs ? op->args[i].name : NULL;
@@ -271,7 +276,7 @@ const char *opr_op_arg_type(const opr_op *op, int i)
 {
     static const char *const types[][2] = {
         [ARG_TENSOR] = {"Tensor", "Tensor?"}, [ARG_TENSOR_LIST] = {"Tensor[]", "Tensor[]"},
-        [ARG_INT] = {"int", "int?"}, [ARG_FLOAT] = {"float", "float?"}, [ARG_BOOL] = {"bool", "bool"},
+        [ARG_INT] = {"int", "int?"}, [ARG_FLOAT] = {"float", "float?"}, [ARG_BOOL] = {"bool", "bool?"},
         [ARG_INT_LIST] = {"int[]", "int[]?"}, [ARG_STR] = {"str", "str"}, [ARG_SCALAR] = {"Scalar", "Scalar?"},
     };
     if (op && i >= 0 && i < op->nargs && op->args[i].bool_items) return "bool[]";

@@ -15,7 +15,7 @@ static const struct { const char *text; arg_type type; bool optional; } type_nam
     {"Tensor[]", ARG_TENSOR_LIST, false}, {"Tensor?", ARG_TENSOR, true}, {"Tensor", ARG_TENSOR, false},
     {"int[]?", ARG_INT_LIST, true}, {"int[]", ARG_INT_LIST, false}, {"int?", ARG_INT, true},
     {"int", ARG_INT, false}, {"float?", ARG_FLOAT, true}, {"float", ARG_FLOAT, false},
-    {"bool", ARG_BOOL, false}, {"str", ARG_STR, false}, {"Scalar?", ARG_SCALAR, true},
+    {"bool?", ARG_BOOL, true}, {"bool", ARG_BOOL, false}, {"str", ARG_STR, false}, {"Scalar?", ARG_SCALAR, true},
     {"Scalar", ARG_SCALAR, false},
 };
 

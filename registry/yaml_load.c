@@ -70,6 +70,21 @@ static int parse_expr_list(const loader *l, const yaml_node_t *n, expr **out, in
         for (int i = 0; i < list->nargs; i++) { out[i] = list->args[i]; list->args[i] = NULL; }
         *count = list->nargs;
         expr_free(list);
+        /* A quoted item (["!sparse"], quoted because YAML reads a leading ! as a tag) is
+         * read back as a string literal: it is the expression its quotes hold, as in a
+         * block list (no check or shape is a bare string). */
+        for (int i = 0; i < *count; i++) {
+            if (out[i]->kind != EXPR_STR) continue;
+            expr_src isrc = {l->file, out[i]->line, out[i]->col + 1};
+            expr *e = expr_parse(out[i]->name, &isrc);
+            if (!e) {
+                for (int j = 0; j < *count; j++) expr_free(out[j]);
+                *count = 0;
+                return opr_error_status();
+            }
+            expr_free(out[i]);
+            out[i] = e;
+        }
         return OPR_OK;
     }
     for (yaml_node_item_t *it = n->data.sequence.items.start; it < n->data.sequence.items.top; it++) {

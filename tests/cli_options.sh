@@ -30,5 +30,9 @@ expect 2 check --ops relu --sample 99
 expect 2 check --ops relu --variant 'no such variant'
 expect 0 check --ops relu --sample 0 --variant 'odd size 13' --no-backward
 expect 0 info --require cpu
+expect 2 ops --bogus
+expect 2 ops --all
+expect 2 ops --yaml
+expect 0 ops --kernels
 expect 1 info --require no_such_plugin
 exit $status

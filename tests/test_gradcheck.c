@@ -56,13 +56,13 @@
 
 typedef enum atype {
     T_TENSOR, T_TENSOR_OPT, T_TENSOR_LIST, T_INT, T_INT_OPT, T_INT_LIST, T_INT_LIST_OPT,
-    T_FLOAT, T_FLOAT_OPT, T_BOOL, T_STR
+    T_FLOAT, T_FLOAT_OPT, T_BOOL, T_BOOL_OPT, T_STR
 } atype;
 
 static const struct { const char *text; atype type; } TYPES[] = {
     {"Tensor[]", T_TENSOR_LIST}, {"Tensor?", T_TENSOR_OPT}, {"Tensor", T_TENSOR},
     {"int[]?", T_INT_LIST_OPT}, {"int[]", T_INT_LIST}, {"int?", T_INT_OPT}, {"int", T_INT},
-    {"float?", T_FLOAT_OPT}, {"float", T_FLOAT}, {"bool", T_BOOL}, {"str", T_STR},
+    {"float?", T_FLOAT_OPT}, {"float", T_FLOAT}, {"bool?", T_BOOL_OPT}, {"bool", T_BOOL}, {"str", T_STR},
     {"Scalar?", T_FLOAT_OPT}, {"Scalar", T_FLOAT}, /* a number: the samples give floats */
 };
 
@@ -525,7 +525,7 @@ static bool read_sample(const yreader *r, const schema *sc, const yaml_node_t *n
         aval *x = &s->a[a];
         atype ty = sc->args[a].type;
         if (is_null(v)) {
-            if (ty != T_TENSOR_OPT && ty != T_INT_OPT && ty != T_FLOAT_OPT && ty != T_INT_LIST_OPT)
+            if (ty != T_TENSOR_OPT && ty != T_INT_OPT && ty != T_FLOAT_OPT && ty != T_INT_LIST_OPT && ty != T_BOOL_OPT)
                 return rfail(r, v, "None given for non-optional argument", key);
             x->k = V_NONE;
             continue;
@@ -554,7 +554,8 @@ static bool read_sample(const yreader *r, const schema *sc, const yaml_node_t *n
             x->k = V_FLOAT;
             if (!read_double(r, v, &x->d)) return false;
             break;
-        case T_BOOL: {
+        case T_BOOL:
+        case T_BOOL_OPT: {
             const char *b = yscalar(v);
             x->k = V_BOOL;
             if (b && (!strcmp(b, "true") || !strcmp(b, "True"))) x->b = true;
@@ -915,7 +916,8 @@ static opr_value default_value(const sarg *g, int64_t *ilist_store)
     case T_INT_OPT: return opr_v_int(strtoll(d, NULL, 10));
     case T_FLOAT:
     case T_FLOAT_OPT: return opr_v_double(strtod(d, NULL));
-    case T_BOOL: return opr_v_bool(!strcmp(d, "True") || !strcmp(d, "true"));
+    case T_BOOL:
+    case T_BOOL_OPT: return opr_v_bool(!strcmp(d, "True") || !strcmp(d, "true"));
     case T_INT_LIST:
     case T_INT_LIST_OPT: {
         int n = 0;

@@ -582,6 +582,13 @@ START_TEST(test_against_pytorch)
     of_expect_close(&rs, "grad_weight", opr_grad(w), 1e-14);
     opr_tensor *keep[64];
     int nk = 0;
+    double *wv = tu_to_f64(w);
+    opr_tensor *wf = keep[nk++] = f64_tensor(ctx, 2, (int64_t[]){6, 3}, wv);
+    free(wv);
+    ck_assert_int_eq(opr_set_requires_grad(wf, true), OPR_OK);
+    opr_tensor *embf = keep[nk++] = tu_call1(ctx, "embedding", ARGS(TV(wf), TV(idx), opr_v_int(2), opr_v_bool(true)));
+    ck_assert_int_eq(opr_backward(embf, r, NULL), OPR_OK);
+    of_expect_close(&rs, "grad_weight_freq", opr_grad(wf), 1e-14);
     for (int k = -1; k <= 2; k += 3) {
         char name[32];
         snprintf(name, sizeof name, "triu_%d", k);

@@ -154,6 +154,10 @@ START_TEST(test_introspection)
     ck_assert_str_eq(opr_op_arg_type(clamp, 1), "float?");
     ck_assert(opr_op_arg_optional(clamp, 1));
     ck_assert(!opr_op_arg_optional(clamp, 0));
+    const opr_op *nd = opr_op_find(ctx, "native_dropout"); /* ATen's bool? train */
+    ck_assert_str_eq(opr_op_arg_type(nd, 2), "bool?");
+    ck_assert(opr_op_arg_optional(nd, 2));
+    ck_assert_int_eq(opr_op_arg_kind(nd, 2), OPR_V_BOOL);
     opr_value d;
     ck_assert(opr_op_arg_default(clamp, 2, &d));
     ck_assert_int_eq(d.kind, OPR_V_NONE);

@@ -1,5 +1,6 @@
 /* opreg ops: the registry, one schema per line, the overloads of a name together. */
 #include "cli.h"
+#include "core_aten.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -29,7 +30,8 @@ static void print_op(opr_ctx *ctx, const opr_op *op, bool indent, bool kernels, 
 int cmd_ops(int argc, char **argv)
 {
     if (cli_wants_help(argc, argv)) {
-        printf("usage: opreg ops [--kernels] [--jagged] [--batching] [--plugin PATH]... [--yaml FILE]...\n\n"
+        printf("usage: opreg ops [--kernels] [--jagged] [--batching] [--core-aten [--all]] [--plugin PATH]...\n"
+               "                 [--yaml FILE]...\n\n"
                "Prints the schema of every registered op, one per line. The overloads of a name (max\n"
                "and max.dim, gt and gt.Scalar) are listed together, the later ones indented, where\n"
                "the first was defined. Composite ops (defined in\n"
@@ -42,18 +44,39 @@ int cmd_ops(int argc, char **argv)
                "(elementwise, rows, all, or the dims it reduces and what runs over the ragged dim).\n"
                "With --batching, each line also says how the op runs on batched tensors of opr_vmap:\n"
                "its batching rule, or 'loop' (no rule: one call per sample, correct but slower), and\n"
-               "a count of both at the end.\n");
+               "a count of both at the end.\n"
+               "With --core-aten, instead: each overload of the Core ATen opset (the ops PyTorch's\n"
+               "native_functions.yaml tags `core`, the set PyTorch asks a backend to implement),\n"
+               "whether it is defined by that name and overload, its derivative formulas ('yes'; 'parts':\n"
+               "a composite differentiated through the ops it calls; 'n/d': no floating output carries\n"
+               "gradients; 'NONE'), the device types it runs on, and what is wrong with it: no CPU\n"
+               "kernel, no formula where it is differentiable, argument names or order other than\n"
+               "ATen's. Exits 1 when a defined overload has such a problem, or, with --all, when one is\n"
+               "missing.\n");
         return 0;
     }
-    bool kernels = false, jagged = false, batching = false;
+    bool kernels = false, jagged = false, batching = false, core_aten = false, all = false;
     for (int i = 1; i < argc; i++) {
-        kernels |= !strcmp(argv[i], "--kernels");
-        jagged |= !strcmp(argv[i], "--jagged");
-        batching |= !strcmp(argv[i], "--batching");
+        const char *a = argv[i];
+        if (!strcmp(a, "--plugin") || !strcmp(a, "--yaml")) {
+            if (i + 1 >= argc) { fprintf(stderr, "opreg ops: %s needs a value (see --help)\n", a); return 2; }
+            i++;
+        } else if (!strcmp(a, "--core-aten")) core_aten = true;
+        else if (!strcmp(a, "--all")) all = true;
+        else if (!strcmp(a, "--kernels")) kernels = true;
+        else if (!strcmp(a, "--jagged")) jagged = true;
+        else if (!strcmp(a, "--batching")) batching = true;
+        else { fprintf(stderr, "opreg ops: unknown option '%s' (see --help)\n", a); return 2; }
     }
+    if (all && !core_aten) { fprintf(stderr, "opreg ops: --all goes with --core-aten (see --help)\n"); return 2; }
     int with_rule = 0, looped = 0;
     opr_ctx *ctx = cli_ctx_new(argc, argv);
     if (!ctx) return 1;
+    if (core_aten) {
+        int bad = core_aten_report(ctx, all);
+        opr_ctx_free(ctx);
+        return bad ? 1 : 0;
+    }
     for (int i = 0; i < opr_op_count(ctx); i++) {
         const opr_op *op = opr_op_at(ctx, i), *set[32];
         char base[128];

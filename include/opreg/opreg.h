@@ -709,7 +709,7 @@ OPR_API const char *opr_op_arg_name(const opr_op *op, int i);
 OPR_API int opr_op_arg_kind(const opr_op *op, int i);
 /* The argument's type as the registry reads the schema: "Tensor", "Tensor?", "Tensor[]",
  * "int", "int?", "int[]", "int[]?", "bool[]" (ATen's bool[N]: an int list of 0 / 1),
- * "float", "float?", "Scalar", "Scalar?", "bool" or "str" (ATen's SymInt reads as int,
+ * "float", "float?", "Scalar", "Scalar?", "bool", "bool?" or "str" (ATen's SymInt reads as int,
  * int[N] as int[]); NULL when out of range. A Scalar is a number (int, float or bool): with tensors of
  * another category it promotes them as PyTorch does for wrapped numbers (opr_call). */
 OPR_API const char *opr_op_arg_type(const opr_op *op, int i);
@@ -770,6 +770,11 @@ OPR_API bool opr_op_is_composite(const opr_op *op);
  * `output_differentiability` lists as false (batch norm's saved statistics); false for
  * a NULL op or k out of range. */
 OPR_API bool opr_op_output_differentiable(const opr_op *op, int k);
+/* The dtype output k always has when the op fixes it (its YAML `dtype:` / `dtypes_out:`
+ * names one: comparisons give OPR_BOOL, argmax OPR_I64), else -1: the output follows
+ * the call (the common dtype T, or a factory's dtype argument). -1 too for a NULL op or
+ * k out of range. */
+OPR_API int opr_op_output_dtype(const opr_op *op, int k);
 /* The forward expression of a composite op as written ("a = EXPR; EXPR" when it has
  * lets), or NULL for other ops. Lives as long as the op. */
 OPR_API const char *opr_op_forward(const opr_op *op);

@@ -1,5 +1,5 @@
 /* Kernels of the neural-network ops (registry/ops/nn.yaml): embedding and its
- * backward, dropout_seeded, triu / tril, argmax / argmin. (dropout and masked_fill are
+ * backward, dropout_seeded and native_dropout, triu / tril, argmax / argmin. (dropout and masked_fill are
  * composite ops: they run through dropout_seeded and where.) Inputs may be any strided
  * views; outputs are the host's contiguous tensors. */
 #include "cpu_common.h"
@@ -121,11 +121,14 @@ static int k_embedding_backward(const opr_kernel_call *c)
 
 /* ------------------------------------------------------------------ dropout_seeded */
 
-/* out[i] = keep(seed, i) ? x[i] * scale : 0, i the row-major position (opc_rng.h). */
+/* out[i] = keep(seed, i) ? x[i] * scale : 0, i the row-major position (opc_rng.h);
+ * mask (native_dropout's, contiguous bool; NULL for dropout_seeded) gets keep. With
+ * train false (native_dropout in eval) out is x and mask all true. */
 #define DROPOUT(T)                                                                                          \
-    static void dropout_##T(const opr_tensor_view *x, opr_tensor_view *out, uint64_t seed, double p)       \
+    static void dropout_##T(const opr_tensor_view *x, opr_tensor_view *out, uint64_t seed, double p, bool train, \
+                            uint8_t *mask)                                                                 \
     {                                                                                                      \
-        const T scale = (T)(1.0 / (1.0 - p)), *xp = x->data;                                               \
+        const T scale = p < 1 ? (T)(1.0 / (1.0 - p)) : (T)0, *xp = x->data;                                \
         T *o = out->data;                                                                                  \
         const int64_t n = out->numel;                                                                      \
         _Pragma("omp parallel if (n >= CPU_PAR_THRESHOLD)")                                                \
@@ -135,8 +138,11 @@ static int k_embedding_backward(const opr_kernel_call *c)
             cpu_walk w = {.ndim = x->ndim, .nops = 1, .shape = x->shape};                                  \
             memcpy(w.strides[0], x->strides, (size_t)x->ndim * sizeof(int64_t));                           \
             cpu_walk_seek(&w, lo);                                                                         \
-            for (int64_t i = lo; i < hi; i++, cpu_walk_next(&w))                                          \
-                o[i] = opc_dropout_keeps(seed, (uint64_t)i, p) ? xp[w.off[0]] * scale : (T)0;              \
+            for (int64_t i = lo; i < hi; i++, cpu_walk_next(&w)) {                                        \
+                const bool keep = !train || opc_dropout_keeps(seed, (uint64_t)i, p);                       \
+                o[i] = keep ? (train ? xp[w.off[0]] * scale : xp[w.off[0]]) : (T)0;                        \
+                if (mask) mask[i] = keep;                                                                  \
+            }                                                                                              \
         }                                                                                                  \
     }
 DROPOUT(float)
@@ -154,9 +160,30 @@ static int k_dropout_seeded(const opr_kernel_call *c)
     if (out->dtype != x->dtype || !opc_same_shape(x->ndim, x->shape, out))
         return CPU_FAIL(c, OPR_ERR_INVALID, "dropout_seeded: output must have input's shape and dtype");
     const uint64_t seed = (uint64_t)cpu_arg_i(c, 2);
-    if (x->dtype == OPR_F32) dropout_float(x, out, seed, p);
-    else if (x->dtype == OPR_F64) dropout_double(x, out, seed, p);
+    if (x->dtype == OPR_F32) dropout_float(x, out, seed, p, true, NULL);
+    else if (x->dtype == OPR_F64) dropout_double(x, out, seed, p, true, NULL);
     else return CPU_FAIL(c, OPR_ERR_UNSUPPORTED, "dropout_seeded: dtype %s", cpu_dtype_name(x->dtype));
+    return OPR_OK;
+}
+
+/* native_dropout: args (input, p, train (bool or None: training), seed); outputs the
+ * result and the bool mask, both contiguous. */
+static int k_native_dropout(const opr_kernel_call *c)
+{
+    const opr_tensor_view *x = cpu_arg_t(c, 0);
+    const double p = cpu_arg_d(c, 1);
+    const bool train = !cpu_arg_given(c, 2) || cpu_arg_b(c, 2);
+    if (!x || c->nout < 2) return CPU_FAIL(c, OPR_ERR_INVALID, "native_dropout: expected (input, p, train, seed), 2 outputs");
+    opr_tensor_view *out = c->outputs[0], *mask = c->outputs[1];
+    if (!(p >= 0 && p <= 1)) return CPU_FAIL(c, OPR_ERR_INVALID, "native_dropout: p must lie in [0, 1], got %g", p);
+    if (train && !cpu_arg_given(c, 3)) return CPU_FAIL(c, OPR_ERR_INVALID, "native_dropout: no seed");
+    if (out->dtype != x->dtype || mask->dtype != OPR_BOOL || !opc_same_shape(x->ndim, x->shape, out) ||
+        !opc_same_shape(x->ndim, x->shape, mask))
+        return CPU_FAIL(c, OPR_ERR_INVALID, "native_dropout: outputs must have input's shape, input's dtype and bool");
+    const uint64_t seed = train ? (uint64_t)cpu_arg_i(c, 3) : 0;
+    if (x->dtype == OPR_F32) dropout_float(x, out, seed, p, train, mask->data);
+    else if (x->dtype == OPR_F64) dropout_double(x, out, seed, p, train, mask->data);
+    else return CPU_FAIL(c, OPR_ERR_UNSUPPORTED, "native_dropout: dtype %s", cpu_dtype_name(x->dtype));
     return OPR_OK;
 }
 
@@ -306,6 +333,7 @@ int cpu_register_nn(opr_plugin *self)
         {"embedding", fl, k_embedding},
         {"embedding_backward", fl, k_embedding_backward},
         {"dropout_seeded", fl, k_dropout_seeded},
+        {"native_dropout", fl, k_native_dropout},
         {"triu", num | OPR_DTYPE_BIT(OPR_BOOL), k_triu},
         {"tril", num | OPR_DTYPE_BIT(OPR_BOOL), k_tril},
         {"argmax", num, k_argmax},

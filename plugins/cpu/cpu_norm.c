@@ -1,5 +1,7 @@
 /* Normalisation and activation kernels: layer_norm, its fused backward
- * layer_norm_backward, gelu and gelu_backward (f32 and f64).
+ * layer_norm_backward, ATen's native_layer_norm (layer_norm's kernel, which also writes
+ * the row statistics) and native_layer_norm_backward (from those statistics), gelu and
+ * gelu_backward (f32 and f64).
  *
  * layer_norm works on the rows x cols view of input (cols = numel(normalized_shape)):
  * the statistics of a row are accumulated in double, two passes (mean, then the sum of
@@ -67,13 +69,14 @@ static inline double ln_total(double *acc)
         st[0] = m;                                                                                             \
         st[1] = 1 / sqrt((cols ? ln_total(ss) / (double)cols : 0) + eps);                                      \
     }                                                                                                          \
-    static void ln_forward_##SUF(int64_t rows, int64_t cols, double eps, const T *x, const T *w, const T *b, T *y) \
+    static void ln_forward_##SUF(int64_t rows, int64_t cols, double eps, const T *x, const T *w, const T *b, T *y, \
+                                 double *st_out)                                                               \
     {                                                                                                          \
         _Pragma("omp parallel for schedule(static) if (rows * cols >= CPU_PAR_THRESHOLD)")                     \
         for (int64_t r = 0; r < rows; r++) {                                                                   \
             const T *xr = x + r * cols;                                                                        \
             T *yr = y + r * cols;                                                                              \
-            double st[2];                                                                                      \
+            double st_row[2], *st = st_out ? st_out + 2 * r : st_row;                                          \
             ln_stats_##SUF(xr, cols, eps, st);                                                                 \
             for (int64_t j = 0; j < cols; j++) {                                                               \
                 double v = ((double)xr[j] - st[0]) * st[1];                                                    \
@@ -142,64 +145,95 @@ static void store_all(opr_tensor_view *out, const double *v, int64_t n)
     }
 }
 
-/* layer_norm: args (input, normalized_shape, weight, bias, eps); output contiguous. */
+/* Element i (row-major) of the float view v, as a double. */
+static double load_f64(const opr_tensor_view *v, int64_t i)
+{
+    const int64_t off = cpu_offset_of(v, i);
+    return v->dtype == OPR_F32 ? (double)((const float *)v->data)[off] : ((const double *)v->data)[off];
+}
+
+/* Writes the interleaved (mean, rstd) pairs st[2r], st[2r + 1] of rows rows into the
+ * views mean and rstd ([rows] elements each, any shape and strides). */
+static void store_stats(opr_tensor_view *mean, opr_tensor_view *rstd, const double *st, int64_t rows)
+{
+    for (int64_t r = 0; r < rows; r++) {
+        const int64_t om = cpu_offset_of(mean, r), orr = cpu_offset_of(rstd, r);
+        if (mean->dtype == OPR_F32) {
+            ((float *)mean->data)[om] = (float)st[2 * r];
+            ((float *)rstd->data)[orr] = (float)st[2 * r + 1];
+        } else {
+            ((double *)mean->data)[om] = st[2 * r];
+            ((double *)rstd->data)[orr] = st[2 * r + 1];
+        }
+    }
+}
+
+/* layer_norm and ATen's native_layer_norm: args (input, normalized_shape, weight, bias,
+ * eps) for both; outputs contiguous: the result, and for native_layer_norm also each
+ * row's mean and rstd (input's shape with the normalized dims 1). */
 static int k_layer_norm(const opr_kernel_call *c)
 {
+    const char *op = c->nout >= 3 ? "native_layer_norm" : "layer_norm";
     const opr_tensor_view *x = cpu_arg_t(c, 0), *w = cpu_arg_t(c, 2), *b = cpu_arg_t(c, 3);
     opr_tensor_view *y = c->outputs[0];
     const int64_t *ns;
     int32_t nns;
     char why[OPC_WHY_SIZE];
-    if (!x || !int_list(c, 1, &ns, &nns)) return CPU_FAIL(c, OPR_ERR_INVALID, "layer_norm: expected (input, normalized_shape, ...)");
+    if (!x || !int_list(c, 1, &ns, &nns)) return CPU_FAIL(c, OPR_ERR_INVALID, "%s: expected (input, normalized_shape, ...)", op);
     int rc = check_float(c, "input", x, x->dtype);
     if (!rc) rc = check_float(c, "weight", w, x->dtype);
     if (!rc) rc = check_float(c, "bias", b, x->dtype);
     if (rc) return rc;
     int64_t rows, cols;
-    if (!opc_layer_norm_geometry("layer_norm", x->ndim, x->shape, ns, nns, &rows, &cols, why, sizeof why) ||
-        !opc_layer_norm_param("layer_norm", "weight", w, ns, nns, why, sizeof why) ||
-        !opc_layer_norm_param("layer_norm", "bias", b, ns, nns, why, sizeof why))
+    if (!opc_layer_norm_geometry(op, x->ndim, x->shape, ns, nns, &rows, &cols, why, sizeof why) ||
+        !opc_layer_norm_param(op, "weight", w, ns, nns, why, sizeof why) ||
+        !opc_layer_norm_param(op, "bias", b, ns, nns, why, sizeof why))
         return CPU_FAIL(c, OPR_ERR_INVALID, "%s", why);
+    opr_tensor_view *mean = c->nout >= 3 ? c->outputs[1] : NULL, *rstd = c->nout >= 3 ? c->outputs[2] : NULL;
+    if (mean && (mean->numel != rows || rstd->numel != rows || mean->dtype != x->dtype || rstd->dtype != x->dtype))
+        return CPU_FAIL(c, OPR_ERR_INVALID, "%s: mean and rstd must hold one %s per row (%lld)", op, cpu_dtype_name(x->dtype),
+                        (long long)rows);
     void *ox, *ow, *ob;
     const void *px = cpu_dense(x, &ox), *pw = cpu_dense(w, &ow), *pb = cpu_dense(b, &ob);
-    if (!px || (w && !pw) || (b && !pb)) rc = CPU_FAIL(c, OPR_ERR_NOMEM, "layer_norm: out of memory for a contiguous copy");
-    else if (x->dtype == OPR_F32) ln_forward_f32(rows, cols, cpu_arg_d(c, 4), px, pw, pb, y->data);
-    else ln_forward_f64(rows, cols, cpu_arg_d(c, 4), px, pw, pb, y->data);
+    double *st = mean ? malloc((size_t)(rows ? rows : 1) * 2 * sizeof *st) : NULL;
+    if (!px || (w && !pw) || (b && !pb) || (mean && !st)) rc = CPU_FAIL(c, OPR_ERR_NOMEM, "%s: out of memory for a contiguous copy", op);
+    else if (x->dtype == OPR_F32) ln_forward_f32(rows, cols, cpu_arg_d(c, 4), px, pw, pb, y->data, st);
+    else ln_forward_f64(rows, cols, cpu_arg_d(c, 4), px, pw, pb, y->data, st);
+    if (!rc && mean) store_stats(mean, rstd, st, rows);
     free(ox);
     free(ow);
     free(ob);
+    free(st);
     return rc;
 }
 
-/* layer_norm_backward: args (grad, input, normalized_shape, weight, bias, eps, result);
- * outputs (input, weight, bias), contiguous, each written where grad_input_mask asks.
- * input is saved whenever the input or weight gradient is wanted, weight when the
- * input gradient is (and the op had one). */
-static int k_layer_norm_backward(const opr_kernel_call *c)
+/* The gradients gx, gw, gb (each NULL when not wanted) of layer normalization, from
+ * grad g, input x and weight w, with each row's statistics read from the views mean
+ * and rstd (native_layer_norm_backward) or, when they are NULL, recomputed from x
+ * with eps (layer_norm_backward, which saves nothing else). */
+static int ln_backward(const opr_kernel_call *c, const char *op, const opr_tensor_view *g, const opr_tensor_view *x,
+                       const int64_t *ns, int32_t nns, const opr_tensor_view *mean, const opr_tensor_view *rstd,
+                       const opr_tensor_view *w, double eps, opr_tensor_view *gx, opr_tensor_view *gw, opr_tensor_view *gb)
 {
-    const opr_tensor_view *g = cpu_arg_t(c, 0), *x = cpu_arg_t(c, 1), *w = cpu_arg_t(c, 3);
-    const bool want_x = c->grad_input_mask & 1u, want_w = (c->grad_input_mask >> 1) & 1u, want_b = (c->grad_input_mask >> 2) & 1u;
-    if (c->nout < 3) return CPU_FAIL(c, OPR_ERR_INVALID, "layer_norm_backward: expected 3 outputs");
-    opr_tensor_view *gx = want_x ? c->outputs[0] : NULL, *gw = want_w ? c->outputs[1] : NULL, *gb = want_b ? c->outputs[2] : NULL;
-    const int64_t *ns;
-    int32_t nns;
     char why[OPC_WHY_SIZE];
-    if (!g || !int_list(c, 2, &ns, &nns))
-        return CPU_FAIL(c, OPR_ERR_INVALID, "layer_norm_backward: expected (grad, input, normalized_shape, ...)");
-    if ((gx || gw) && !x) return CPU_FAIL(c, OPR_ERR_INVALID, "layer_norm_backward: input was not saved");
+    if (!g) return CPU_FAIL(c, OPR_ERR_INVALID, "%s: expected (grad, input, normalized_shape, ...)", op);
+    if ((gx || gw) && !x) return CPU_FAIL(c, OPR_ERR_INVALID, "%s: input was not saved", op);
     int rc = check_float(c, "grad", g, g->dtype);
     if (!rc) rc = check_float(c, "input", x, g->dtype);
     if (!rc) rc = check_float(c, "weight", w, g->dtype);
+    if (!rc) rc = check_float(c, "mean", mean, g->dtype);
+    if (!rc) rc = check_float(c, "rstd", rstd, g->dtype);
     if (rc) return rc;
     int64_t rows, cols;
-    if (!opc_layer_norm_geometry("layer_norm_backward", g->ndim, g->shape, ns, nns, &rows, &cols, why, sizeof why) ||
-        !opc_layer_norm_param("layer_norm_backward", "weight", w, ns, nns, why, sizeof why) ||
-        (gw && !opc_layer_norm_param("layer_norm_backward", "the weight gradient", gw, ns, nns, why, sizeof why)) ||
-        (gb && !opc_layer_norm_param("layer_norm_backward", "the bias gradient", gb, ns, nns, why, sizeof why)))
+    if (!opc_layer_norm_geometry(op, g->ndim, g->shape, ns, nns, &rows, &cols, why, sizeof why) ||
+        !opc_layer_norm_param(op, "weight", w, ns, nns, why, sizeof why) ||
+        (gw && !opc_layer_norm_param(op, "the weight gradient", gw, ns, nns, why, sizeof why)) ||
+        (gb && !opc_layer_norm_param(op, "the bias gradient", gb, ns, nns, why, sizeof why)))
         return CPU_FAIL(c, OPR_ERR_INVALID, "%s", why);
     if ((x && !opc_same_shape(g->ndim, g->shape, x)) || (gx && !opc_same_shape(g->ndim, g->shape, gx)))
-        return CPU_FAIL(c, OPR_ERR_INVALID, "layer_norm_backward: grad, input and the input gradient differ in shape");
-    const double eps = cpu_arg_d(c, 5);
+        return CPU_FAIL(c, OPR_ERR_INVALID, "%s: grad, input and the input gradient differ in shape", op);
+    if ((gx || gw) && mean && (!rstd || mean->numel != rows || rstd->numel != rows))
+        return CPU_FAIL(c, OPR_ERR_INVALID, "%s: mean and rstd must hold one value per row (%lld)", op, (long long)rows);
     const bool f32 = g->dtype == OPR_F32;
     void *og, *ox, *ow;
     const void *pg = cpu_dense(g, &og), *px = cpu_dense((gx || gw) ? x : NULL, &ox);
@@ -207,10 +241,14 @@ static int k_layer_norm_backward(const opr_kernel_call *c)
     double *st = (gx || gw) ? malloc((size_t)(rows ? rows : 1) * 2 * sizeof *st) : NULL;
     double *acc = (gw || gb) ? calloc((size_t)(cols ? cols : 1) * 2, sizeof *acc) : NULL;
     if (!pg || ((gx || gw) && (!px || !st)) || (gx && w && !pw) || ((gw || gb) && !acc)) {
-        rc = CPU_FAIL(c, OPR_ERR_NOMEM, "layer_norm_backward: out of memory for scratch (%lld rows of %lld)", (long long)rows,
-                      (long long)cols);
+        rc = CPU_FAIL(c, OPR_ERR_NOMEM, "%s: out of memory for scratch (%lld rows of %lld)", op, (long long)rows, (long long)cols);
     } else {
-        if (st) {
+        if (st && mean) {
+            for (int64_t r = 0; r < rows; r++) {
+                st[2 * r] = load_f64(mean, r);
+                st[2 * r + 1] = load_f64(rstd, r);
+            }
+        } else if (st) {
             if (f32) ln_all_stats_f32(rows, cols, eps, px, st);
             else ln_all_stats_f64(rows, cols, eps, px, st);
         }
@@ -231,6 +269,38 @@ static int k_layer_norm_backward(const opr_kernel_call *c)
     free(st);
     free(acc);
     return rc;
+}
+
+/* layer_norm_backward (layer_norm's fused backward): args (grad, input,
+ * normalized_shape, weight, bias, eps, result); outputs (input, weight, bias),
+ * contiguous, each written where grad_input_mask asks. input is saved whenever the
+ * input or weight gradient is wanted, weight when the input gradient is. */
+static int k_layer_norm_backward(const opr_kernel_call *c)
+{
+    const uint32_t m = c->grad_input_mask;
+    if (c->nout < 3) return CPU_FAIL(c, OPR_ERR_INVALID, "layer_norm_backward: expected 3 outputs");
+    const int64_t *ns;
+    int32_t nns;
+    if (!int_list(c, 2, &ns, &nns))
+        return CPU_FAIL(c, OPR_ERR_INVALID, "layer_norm_backward: expected (grad, input, normalized_shape, ...)");
+    return ln_backward(c, "layer_norm_backward", cpu_arg_t(c, 0), cpu_arg_t(c, 1), ns, nns, NULL, NULL, cpu_arg_t(c, 3),
+                       cpu_arg_d(c, 5), (m & 1u) ? c->outputs[0] : NULL, (m & 2u) ? c->outputs[1] : NULL,
+                       (m & 4u) ? c->outputs[2] : NULL);
+}
+
+/* ATen's native_layer_norm_backward: args (grad_out, input, normalized_shape, mean,
+ * rstd, weight, bias, output_mask); outputs (input, weight, bias) where output_mask
+ * asks (empty where it does not). */
+static int k_native_layer_norm_backward(const opr_kernel_call *c)
+{
+    const char *op = "native_layer_norm_backward";
+    const int64_t *ns, *mask;
+    int32_t nns, nmask;
+    if (c->nout < 3 || !int_list(c, 2, &ns, &nns) || !int_list(c, 7, &mask, &nmask) || nmask != 3)
+        return CPU_FAIL(c, OPR_ERR_INVALID, "%s: expected (grad_out, input, normalized_shape, mean, rstd, weight, bias, "
+                                            "output_mask) and 3 outputs", op);
+    return ln_backward(c, op, cpu_arg_t(c, 0), cpu_arg_t(c, 1), ns, nns, cpu_arg_t(c, 3), cpu_arg_t(c, 4), cpu_arg_t(c, 5), 0,
+                       mask[0] ? c->outputs[0] : NULL, mask[1] ? c->outputs[1] : NULL, mask[2] ? c->outputs[2] : NULL);
 }
 
 /* ------------------------------------------------------------------ gelu */
@@ -363,6 +433,8 @@ int cpu_register_norm(opr_plugin *self)
     const struct { const char *op; opr_kernel_fn fn; } table[] = {
         {"layer_norm", k_layer_norm},
         {"layer_norm_backward", k_layer_norm_backward},
+        {"native_layer_norm", k_layer_norm},
+        {"native_layer_norm_backward", k_native_layer_norm_backward},
         {"gelu", k_gelu},
         {"gelu_backward", k_gelu_backward},
     };

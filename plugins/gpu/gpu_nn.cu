@@ -1,5 +1,5 @@
 /* Kernels of the neural-network ops (registry/ops/nn.yaml): embedding and its backward,
- * dropout_seeded, triu / tril, argmax / argmin. The argument checks are those of the
+ * dropout_seeded and native_dropout, triu / tril, argmax / argmin. The argument checks are those of the
  * CPU plugin (plugins/common/opc_nn.h); embedding's indices are checked (a min/max
  * pass read back to the host, gk_index_range) before anything is written.
  *
@@ -135,15 +135,19 @@ int k_embedding_backward_op(const opr_kernel_call *c)
 
 /* ------------------------------------------------------------------ dropout_seeded */
 
-/* g: operand 0 the output, 1 the input, over the output's shape (row-major i). */
+/* g: operand 0 the output, 1 the input, over the output's shape (row-major i); mask
+ * (native_dropout's, contiguous bool; null for dropout_seeded) gets keep. With train
+ * false (native_dropout in eval) out is x and mask all true. */
 template <class T>
-__global__ void k_dropout(int64_t n, gk_geom g, T *out, const T *x, uint64_t seed, double p, T scale)
+__global__ void k_dropout(int64_t n, gk_geom g, T *out, const T *x, uint64_t seed, double p, T scale, bool train, uint8_t *mask)
 {
     GK_LOOP(i, n)
     {
         int64_t off[2];
         gk_offsets<2>(g, i, off);
-        out[off[0]] = opc_dropout_keeps(seed, (uint64_t)i, p) ? x[off[1]] * scale : (T)0;
+        const bool keep = !train || opc_dropout_keeps(seed, (uint64_t)i, p);
+        out[off[0]] = keep ? (train ? x[off[1]] * scale : x[off[1]]) : (T)0;
+        if (mask) mask[i] = keep;
     }
 }
 
@@ -170,9 +174,42 @@ int k_dropout_seeded_op(const opr_kernel_call *c)
     by_float_type(x->dtype, [&](auto z) {
         using T = decltype(z);
         gk_launch(k_dropout<T>, gk_blocks(n), GK_THREADS, 0, k.stream, n, g, (T *)out->data, (const T *)x->data, seed,
-                  p, (T)(1.0 / (1.0 - p)));
+                  p, p < 1 ? (T)(1.0 / (1.0 - p)) : (T)0, true, (uint8_t *)nullptr);
     });
     return gk_launched(&k, "dropout_seeded kernel");
+}
+
+/* native_dropout: args (input, p, train (bool or None: training), seed); outputs the
+ * result and the bool mask, both contiguous. */
+int k_native_dropout_op(const opr_kernel_call *c)
+{
+    gk_ctx k;
+    const char *op = "native_dropout";
+    int rc = gk_begin(c, op, &k);
+    if (rc) return rc;
+    const opr_tensor_view *x = gk_arg_t(c, 0);
+    const double p = gk_arg_d(c, 1);
+    const bool train = !gk_arg_given(c, 2) || gk_arg_b(c, 2);
+    if (!x || c->nout < 2) return GK_FAIL(c, OPR_ERR_INVALID, "%s: expected (input, p, train, seed), 2 outputs", op);
+    opr_tensor_view *out = c->outputs[0], *mask = c->outputs[1];
+    if (!(p >= 0 && p <= 1)) return GK_FAIL(c, OPR_ERR_INVALID, "%s: p must lie in [0, 1], got %g", op, p);
+    if (train && !gk_arg_given(c, 3)) return GK_FAIL(c, OPR_ERR_INVALID, "%s: no seed", op);
+    if (out->dtype != x->dtype || mask->dtype != OPR_BOOL || !gk_same_shape(x->ndim, x->shape, out) ||
+        !gk_same_shape(x->ndim, x->shape, mask))
+        return GK_FAIL(c, OPR_ERR_INVALID, "%s: outputs must have input's shape, input's dtype and bool", op);
+    if ((rc = check_floating(c, op, x->dtype))) return rc;
+    const int64_t n = out->numel;
+    if (n == 0) return OPR_OK;
+    const uint64_t seed = train ? (uint64_t)gk_arg_i(c, 3) : 0;
+    gk_geom g;
+    const int64_t *st[2] = {out->strides, x->strides};
+    gk_geom_make(&g, out->ndim, out->shape, 2, st);
+    by_float_type(x->dtype, [&](auto z) {
+        using T = decltype(z);
+        gk_launch(k_dropout<T>, gk_blocks(n), GK_THREADS, 0, k.stream, n, g, (T *)out->data, (const T *)x->data, seed,
+                  p, p < 1 ? (T)(1.0 / (1.0 - p)) : (T)0, train, (uint8_t *)mask->data);
+    });
+    return gk_launched(&k, "native_dropout kernel");
 }
 
 /* ------------------------------------------------------------------ triu / tril */
@@ -327,6 +364,7 @@ int gk_register_nn(opr_plugin *self)
         {"embedding", fl, k_embedding_op},
         {"embedding_backward", fl, k_embedding_backward_op},
         {"dropout_seeded", fl, k_dropout_seeded_op},
+        {"native_dropout", fl, k_native_dropout_op},
         {"triu", num | GK_BIT(OPR_BOOL), k_triu_op},
         {"tril", num | GK_BIT(OPR_BOOL), k_tril_op},
         {"argmax", num, k_argmax_op},

@@ -1,5 +1,7 @@
 /* Normalisation and activation kernels: layer_norm, its fused backward
- * layer_norm_backward, gelu and gelu_backward (f32, f64), with the results of the CPU
+ * layer_norm_backward, ATen's native_layer_norm (layer_norm's kernel, also writing the
+ * row statistics) and native_layer_norm_backward (from those statistics), gelu and
+ * gelu_backward (f32, f64), with the results of the CPU
  * kernels (plugins/cpu/cpu_norm.c): row statistics in double, two passes, and the
  * backward recomputing mean and rstd from input so that autograd saves input and
  * weight only.
@@ -57,14 +59,19 @@ GK_DEV void row_stats(const T *xr, int64_t cols, double eps, double *mean, doubl
     *rstd = 1 / sqrt((cols ? ss / (double)cols : 0) + eps);
 }
 
+/* mo, ro: where each row's mean and rstd go (native_layer_norm), or null. */
 template <class T>
-__global__ void k_ln_forward(int64_t rows, int64_t cols, double eps, const T *x, const T *w, const T *b, T *y)
+__global__ void k_ln_forward(int64_t rows, int64_t cols, double eps, const T *x, const T *w, const T *b, T *y, T *mo, T *ro)
 {
     GK_LOOP(r, rows)
     {
         const T *xr = x + r * cols;
         double m, rs;
         row_stats(xr, cols, eps, &m, &rs);
+        if (mo) {
+            mo[r] = (T)m;
+            ro[r] = (T)rs;
+        }
         for (int64_t j = 0; j < cols; j++) {
             double v = ((double)xr[j] - m) * rs;
             if (w) v *= (double)w[j];
@@ -78,6 +85,17 @@ template <class T>
 __global__ void k_ln_stats(int64_t rows, int64_t cols, double eps, const T *x, double *stats)
 {
     GK_LOOP(r, rows) row_stats(x + r * cols, cols, eps, &stats[2 * r], &stats[2 * r + 1]);
+}
+
+/* The interleaved (mean, rstd) pairs from native_layer_norm's statistics. */
+template <class T>
+__global__ void k_ln_pack_stats(int64_t rows, const T *mean, const T *rstd, double *stats)
+{
+    GK_LOOP(r, rows)
+    {
+        stats[2 * r] = (double)mean[r];
+        stats[2 * r + 1] = (double)rstd[r];
+    }
 }
 
 /* dx = rstd * (g' - mean(g') - xhat * mean(g' * xhat)), g' = g * weight. */
@@ -119,10 +137,12 @@ __global__ void k_ln_grad_params(int64_t rows, int64_t cols, const double *stats
     }
 }
 
-/* layer_norm: args (input, normalized_shape, weight, bias, eps); output contiguous. */
+/* layer_norm and ATen's native_layer_norm: args (input, normalized_shape, weight, bias,
+ * eps) for both; outputs contiguous: the result, and for native_layer_norm also each
+ * row's mean and rstd. */
 int k_layer_norm(const opr_kernel_call *c)
 {
-    const char *op = "layer_norm";
+    const char *op = c->nout >= 3 ? "native_layer_norm" : "layer_norm";
     gk_ctx k;
     int rc = gk_begin(c, op, &k);
     if (rc) return rc;
@@ -139,6 +159,9 @@ int k_layer_norm(const opr_kernel_call *c)
     if (!opc_layer_norm_geometry(op, x->ndim, x->shape, ns, nns, &rows, &cols, why, sizeof why) ||
         !opc_layer_norm_param(op, "weight", w, ns, nns, why, sizeof why) || !opc_layer_norm_param(op, "bias", b, ns, nns, why, sizeof why))
         return GK_FAIL(c, OPR_ERR_INVALID, "%s", why);
+    opr_tensor_view *mo = c->nout >= 3 ? c->outputs[1] : nullptr, *ro = c->nout >= 3 ? c->outputs[2] : nullptr;
+    if (mo && (mo->numel != rows || ro->numel != rows || mo->dtype != x->dtype || ro->dtype != x->dtype))
+        return GK_FAIL(c, OPR_ERR_INVALID, "%s: mean and rstd must hold one value per row (%lld)", op, (long long)rows);
     if (x->numel == 0) return OPR_OK;
     gk_buf bx, bw, bb;
     const void *px, *pw, *pb;
@@ -147,18 +170,24 @@ int k_layer_norm(const opr_kernel_call *c)
     const double eps = gk_arg_d(c, 4);
     if (x->dtype == OPR_F32)
         gk_launch(k_ln_forward<float>, gk_blocks(rows), GK_THREADS, 0, k.stream, rows, cols, eps, (const float *)px,
-                  (const float *)pw, (const float *)pb, (float *)y->data);
+                  (const float *)pw, (const float *)pb, (float *)y->data, mo ? (float *)mo->data : (float *)nullptr,
+                  ro ? (float *)ro->data : (float *)nullptr);
     else
         gk_launch(k_ln_forward<double>, gk_blocks(rows), GK_THREADS, 0, k.stream, rows, cols, eps, (const double *)px,
-                  (const double *)pw, (const double *)pb, (double *)y->data);
+                  (const double *)pw, (const double *)pb, (double *)y->data, mo ? (double *)mo->data : (double *)nullptr,
+                  ro ? (double *)ro->data : (double *)nullptr);
     return gk_launched(&k, "layer_norm kernel");
 }
 
+/* mean, rstd: native_layer_norm's statistics (dense), or null to recompute them from x. */
 template <class T>
 void launch_ln_backward(const gk_ctx *k, int64_t rows, int64_t cols, double eps, double *stats, const void *g, const void *x,
-                        const void *w, opr_tensor_view *gx, opr_tensor_view *gw, opr_tensor_view *gb)
+                        const void *w, const void *mean, const void *rstd, opr_tensor_view *gx, opr_tensor_view *gw,
+                        opr_tensor_view *gb)
 {
-    if (gx || gw)
+    if ((gx || gw) && mean)
+        gk_launch(k_ln_pack_stats<T>, gk_blocks(rows), GK_THREADS, 0, k->stream, rows, (const T *)mean, (const T *)rstd, stats);
+    else if (gx || gw)
         gk_launch(k_ln_stats<T>, gk_blocks(rows), GK_THREADS, 0, k->stream, rows, cols, eps, (const T *)x, stats);
     if (gx)
         gk_launch(k_ln_grad_input<T>, gk_blocks(rows), GK_THREADS, 0, k->stream, rows, cols, (const double *)stats,
@@ -168,26 +197,22 @@ void launch_ln_backward(const gk_ctx *k, int64_t rows, int64_t cols, double eps,
                   (const T *)g, (const T *)x, gw ? (T *)gw->data : (T *)nullptr, gb ? (T *)gb->data : (T *)nullptr);
 }
 
-/* layer_norm_backward: args (grad, input, normalized_shape, weight, bias, eps, result);
- * outputs (input, weight, bias), contiguous, written where grad_input_mask asks. */
-[[maybe_unused]] int k_layer_norm_backward(const opr_kernel_call *c)
+/* The gradients gx, gw, gb (each null when not wanted) of layer normalization, with
+ * each row's statistics read from mean and rstd (native_layer_norm_backward) or, when
+ * they are null, recomputed from x with eps (layer_norm_backward). */
+int ln_backward(const opr_kernel_call *c, const char *op, const opr_tensor_view *g, const opr_tensor_view *x, const int64_t *ns,
+                int32_t nns, const opr_tensor_view *mean, const opr_tensor_view *rstd, const opr_tensor_view *w, double eps,
+                opr_tensor_view *gx, opr_tensor_view *gw, opr_tensor_view *gb)
 {
-    const char *op = "layer_norm_backward";
     gk_ctx k;
     int rc = gk_begin(c, op, &k);
     if (rc) return rc;
-    const opr_tensor_view *g = gk_arg_t(c, 0), *x = gk_arg_t(c, 1), *w = gk_arg_t(c, 3);
-    const uint32_t mask = c->grad_input_mask;
-    if (c->nout < 3) return GK_FAIL(c, OPR_ERR_INVALID, "%s: expected 3 outputs", op);
-    opr_tensor_view *gx = (mask & 1u) ? c->outputs[0] : nullptr, *gw = (mask & 2u) ? c->outputs[1] : nullptr;
-    opr_tensor_view *gb = (mask & 4u) ? c->outputs[2] : nullptr;
-    const int64_t *ns;
-    int32_t nns;
     char why[OPC_WHY_SIZE];
-    if (!g || !int_list(c, 2, &ns, &nns)) return GK_FAIL(c, OPR_ERR_INVALID, "%s: expected (grad, input, normalized_shape, ...)", op);
+    if (!g) return GK_FAIL(c, OPR_ERR_INVALID, "%s: expected (grad, input, normalized_shape, ...)", op);
     if ((gx || gw) && !x) return GK_FAIL(c, OPR_ERR_INVALID, "%s: input was not saved", op);
     if ((rc = check_float(c, op, "grad", g, g->dtype)) || (rc = check_float(c, op, "input", x, g->dtype)) ||
-        (rc = check_float(c, op, "weight", w, g->dtype)))
+        (rc = check_float(c, op, "weight", w, g->dtype)) || (rc = check_float(c, op, "mean", mean, g->dtype)) ||
+        (rc = check_float(c, op, "rstd", rstd, g->dtype)))
         return rc;
     int64_t rows, cols;
     if (!opc_layer_norm_geometry(op, g->ndim, g->shape, ns, nns, &rows, &cols, why, sizeof why) ||
@@ -197,16 +222,51 @@ void launch_ln_backward(const gk_ctx *k, int64_t rows, int64_t cols, double eps,
         return GK_FAIL(c, OPR_ERR_INVALID, "%s", why);
     if ((x && !gk_same_shape(g->ndim, g->shape, x)) || (gx && !gk_same_shape(g->ndim, g->shape, gx)))
         return GK_FAIL(c, OPR_ERR_INVALID, "%s: grad, input and the input gradient differ in shape", op);
-    gk_buf bg, bx, bw, bstats;
-    const void *pg, *px, *pw;
+    if ((gx || gw) && mean && (!rstd || mean->numel != rows || rstd->numel != rows))
+        return GK_FAIL(c, OPR_ERR_INVALID, "%s: mean and rstd must hold one value per row (%lld)", op, (long long)rows);
+    const bool stats_given = mean && (gx || gw);
+    gk_buf bg, bx, bw, bm, br, bstats;
+    const void *pg, *px, *pw, *pm, *pr;
     if ((rc = gk_dense(&k, g, &bg, &pg)) || (rc = gk_dense(&k, (gx || gw) ? x : nullptr, &bx, &px)) ||
-        (rc = gk_dense(&k, gx ? w : nullptr, &bw, &pw)))
+        (rc = gk_dense(&k, gx ? w : nullptr, &bw, &pw)) || (rc = gk_dense(&k, stats_given ? mean : nullptr, &bm, &pm)) ||
+        (rc = gk_dense(&k, stats_given ? rstd : nullptr, &br, &pr)))
         return rc;
     if ((rc = bstats.alloc(&k, (size_t)(rows ? rows : 1) * 2 * sizeof(double)))) return rc;
-    const double eps = gk_arg_d(c, 5);
-    if (g->dtype == OPR_F32) launch_ln_backward<float>(&k, rows, cols, eps, bstats.as<double>(), pg, px, pw, gx, gw, gb);
-    else launch_ln_backward<double>(&k, rows, cols, eps, bstats.as<double>(), pg, px, pw, gx, gw, gb);
-    return gk_launched(&k, "layer_norm_backward kernel");
+    if (g->dtype == OPR_F32)
+        launch_ln_backward<float>(&k, rows, cols, eps, bstats.as<double>(), pg, px, pw, stats_given ? pm : nullptr,
+                                  stats_given ? pr : nullptr, gx, gw, gb);
+    else
+        launch_ln_backward<double>(&k, rows, cols, eps, bstats.as<double>(), pg, px, pw, stats_given ? pm : nullptr,
+                                   stats_given ? pr : nullptr, gx, gw, gb);
+    return gk_launched(&k, op);
+}
+
+/* layer_norm_backward: args (grad, input, normalized_shape, weight, bias, eps, result);
+ * outputs (input, weight, bias), contiguous, written where grad_input_mask asks. */
+[[maybe_unused]] int k_layer_norm_backward(const opr_kernel_call *c)
+{
+    const char *op = "layer_norm_backward";
+    const uint32_t m = c->grad_input_mask;
+    const int64_t *ns;
+    int32_t nns;
+    if (c->nout < 3) return GK_FAIL(c, OPR_ERR_INVALID, "%s: expected 3 outputs", op);
+    if (!int_list(c, 2, &ns, &nns)) return GK_FAIL(c, OPR_ERR_INVALID, "%s: expected (grad, input, normalized_shape, ...)", op);
+    return ln_backward(c, op, gk_arg_t(c, 0), gk_arg_t(c, 1), ns, nns, nullptr, nullptr, gk_arg_t(c, 3), gk_arg_d(c, 5),
+                       (m & 1u) ? c->outputs[0] : nullptr, (m & 2u) ? c->outputs[1] : nullptr, (m & 4u) ? c->outputs[2] : nullptr);
+}
+
+/* ATen's native_layer_norm_backward: args (grad_out, input, normalized_shape, mean, rstd,
+ * weight, bias, output_mask); outputs (input, weight, bias) where output_mask asks. */
+int k_native_layer_norm_backward(const opr_kernel_call *c)
+{
+    const char *op = "native_layer_norm_backward";
+    const int64_t *ns, *mask;
+    int32_t nns, nmask;
+    if (c->nout < 3 || !int_list(c, 2, &ns, &nns) || !int_list(c, 7, &mask, &nmask) || nmask != 3)
+        return GK_FAIL(c, OPR_ERR_INVALID,
+                       "%s: expected (grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask) and 3 outputs", op);
+    return ln_backward(c, op, gk_arg_t(c, 0), gk_arg_t(c, 1), ns, nns, gk_arg_t(c, 3), gk_arg_t(c, 4), gk_arg_t(c, 5), 0,
+                       mask[0] ? c->outputs[0] : nullptr, mask[1] ? c->outputs[1] : nullptr, mask[2] ? c->outputs[2] : nullptr);
 }
 
 /* ------------------------------------------------------------------ gelu */
@@ -300,6 +360,8 @@ int gk_register_norm(opr_plugin *self)
         opr_kernel_fn fn;
     } table[] = {
         {"layer_norm", GK_FLOATS, k_layer_norm},
+        {"native_layer_norm", GK_FLOATS, k_layer_norm},
+        {"native_layer_norm_backward", GK_FLOATS, k_native_layer_norm_backward},
 #ifdef OPR_GK_LAYER_NORM_BACKWARD
         {"layer_norm_backward", GK_FLOATS, k_layer_norm_backward},
 #endif

@@ -4,7 +4,7 @@ Inputs: weight [N, D], indices (i64), pad (0-d i64), r (weights of the loss, the
 shape of the embedding), x [B, R, C] (f64), xi [R, C] (i64 with ties), mask (i64 0/1
 broadcastable to x), value (0-d). Writes the values of
     embedding(weight, indices, padding_idx=pad), its weight gradient for
-    loss = sum(embedding * r); triu / tril of x at diagonals -1 and 2, with the
+    loss = sum(embedding * r), also with scale_grad_by_freq; triu / tril of x at diagonals -1 and 2, with the
     gradient of sum(triu(x, -1) * x) for x; masked_fill(x, mask, value); argmax /
     argmin of x and xi along each dim and over everything (keepdim for dim 1).
 """
@@ -22,6 +22,11 @@ emb = F.embedding(inp["indices"], w, padding_idx=int(inp["pad"]))
 (emb * inp["r"]).sum().backward()
 out["emb"] = emb
 out["grad_weight"] = w.grad
+# scale_grad_by_freq: each position's gradient divided by its index's count (not a
+# derivative: checked here, not by finite differences)
+w = inp["weight"].clone().requires_grad_(True)
+(F.embedding(inp["indices"], w, padding_idx=int(inp["pad"]), scale_grad_by_freq=True) * inp["r"]).sum().backward()
+out["grad_weight_freq"] = w.grad
 
 x = inp["x"].clone().requires_grad_(True)
 for k in (-1, 2):

@@ -1,0 +1,34 @@
+#!/bin/sh
+# `opreg ops --core-aten`: every Core ATen overload opreg defines runs on the CPU, takes
+# ATen's arguments in ATen's order and has derivative formulas where it is
+# differentiable (exit 0); and the report does catch an overload that lacks them: an op
+# file adding _pdist_forward with ATen's schema but no kernel and no formula, and
+# another with the arguments in another order, make it exit 1 naming each problem.
+# Usage: core_aten_coverage.sh OPREG
+set -u
+opreg=$1
+status=0
+out=$("$opreg" ops --core-aten 2>&1)
+rc=$?
+if [ $rc != 0 ]; then
+    echo "FAIL: opreg ops --core-aten exited $rc:"
+    echo "$out" | awk 'NR == 1 || (NF > 3 && $2 == "yes" && /(no CPU kernel|no derivative formula|arguments differ)/)'
+    status=1
+fi
+echo "$out" | tail -1
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+cat >"$dir/planted.yaml" <<'YAML'
+- name: _pdist_forward(Tensor self, float p=2) -> Tensor
+  shape: "[0]"
+- name: _cdist_forward(Tensor x2, Tensor x1, float p, int? compute_mode) -> Tensor
+  shape: "[0]"
+YAML
+out=$("$opreg" ops --core-aten --yaml "$dir/planted.yaml" 2>&1)
+rc=$?
+[ $rc = 1 ] || { echo "FAIL: a planted incomplete overload: exit $rc, expected 1"; status=1; }
+echo "$out" | grep -q '^_pdist_forward .*no CPU kernel; no derivative formula' ||
+    { echo "FAIL: the planted _pdist_forward is not reported"; status=1; }
+echo "$out" | grep -q '^_cdist_forward .*arguments differ: ATen (x1, x2, p, compute_mode), opreg (x2, x1, p, compute_mode)' ||
+    { echo "FAIL: the planted argument order of _cdist_forward is not reported"; status=1; }
+exit $status
