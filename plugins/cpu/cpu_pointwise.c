@@ -120,11 +120,12 @@ EW_UNARY_FLOAT(round, nearbyint(x))
 EW_UNARY_FLOAT(trunc, trunc(x))
 EW_UNARY_LOOP(ident_i64, int64_t, int64_t, i64, x)
 
-/* classification (bool out); integers and bools are never inf or NaN */
-EW_UNARY_LOOP(isnan_f32, uint8_t, float, f32, isnan(x))
-EW_UNARY_LOOP(isnan_f64, uint8_t, double, f64, isnan(x))
-EW_UNARY_LOOP(isinf_f32, uint8_t, float, f32, isinf(x))
-EW_UNARY_LOOP(isinf_f64, uint8_t, double, f64, isinf(x))
+/* classification (bool out; glibc's isinf gives -1 for -inf, hence != 0); integers and bools
+ * are never inf or NaN */
+EW_UNARY_LOOP(isnan_f32, uint8_t, float, f32, isnan(x) != 0)
+EW_UNARY_LOOP(isnan_f64, uint8_t, double, f64, isnan(x) != 0)
+EW_UNARY_LOOP(isinf_f32, uint8_t, float, f32, isinf(x) != 0)
+EW_UNARY_LOOP(isinf_f64, uint8_t, double, f64, isinf(x) != 0)
 EW_UNARY_LOOP(false_i64, uint8_t, int64_t, i64, pw_never(x))
 EW_UNARY_LOOP(false_b8, uint8_t, uint8_t, b8, pw_never(x))
 
