@@ -275,6 +275,11 @@ int main(int argc, char **argv)
         {"sum_all_4096sq", "sum all of 4096^2", "sum", 1, 2, {4096, 4096}, -1, 1, 0, {{0}}, false, LIM_READ, 0},
         {"norm_fwd_16M", "norm forward 16M", "norm", 1, 1, {1 << 24}, -1, 1, 0, {{0}}, false, LIM_READ, 0},
         {"relu_1M", "relu 1M", "relu", 1, 1, {1 << 20}, -1, 1, 0, {{0}}, false, LIM_COPY, 0},
+        /* pointwise.yaml: libm in a shared loop, two inputs, NaN-aware compare, fmod */
+        {"sin_1M", "sin 1M", "sin", 1, 1, {1 << 20}, -4, 4, 0, {{0}}, false, LIM_COPY, 0},
+        {"atan2_1M", "atan2 1M", "atan2", 2, 1, {1 << 20}, -1, 1, 0, {{0}}, false, LIM_COPY, 0},
+        {"maximum_1M", "maximum 1M", "maximum", 2, 1, {1 << 20}, -1, 1, 0, {{0}}, false, LIM_COPY, 0},
+        {"fmod_1M", "fmod 1M", "fmod", 2, 1, {1 << 20}, 0.5, 2, 0, {{0}}, false, LIM_COPY, 0},
         /* out of cache: the bandwidth target for elementwise work */
         {"exp_16M", "exp 16M", "exp", 1, 1, {1 << 24}, -1, 1, 0, {{0}}, false, LIM_COPY, 0},
         {"sigmoid_16M", "sigmoid 16M", "sigmoid", 1, 1, {1 << 24}, -8, 8, 0, {{0}}, false, LIM_COPY, 0},

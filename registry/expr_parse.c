@@ -226,6 +226,15 @@ static expr *parse_primary(parser *ps)
     }
     if (isalpha((unsigned char)c) || c == '_') {
         while (isalnum((unsigned char)*ps->p) || *ps->p == '_') ps->p++;
+        /* a call may name an overload, as schemas do: `div.Tensor_mode(self, other, "trunc")`;
+         * the dot counts only when a name and '(' follow it (the language has no fields) */
+        if (*ps->p == '.' && (isalpha((unsigned char)ps->p[1]) || ps->p[1] == '_')) {
+            const char *q = ps->p + 1;
+            while (isalnum((unsigned char)*q) || *q == '_') q++;
+            const char *r = q;
+            while (isspace((unsigned char)*r)) r++;
+            if (*r == '(') ps->p = q;
+        }
         size_t n = (size_t)(ps->p - at);
         expr *e;
         if (word_is(at, n, "True") || word_is(at, n, "False") || word_is(at, n, "true") || word_is(at, n, "false")) {

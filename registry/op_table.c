@@ -277,7 +277,7 @@ const char *opr_op_arg_type(const opr_op *op, int i)
     static const char *const types[][2] = {
         [ARG_TENSOR] = {"Tensor", "Tensor?"}, [ARG_TENSOR_LIST] = {"Tensor[]", "Tensor[]"},
         [ARG_INT] = {"int", "int?"}, [ARG_FLOAT] = {"float", "float?"}, [ARG_BOOL] = {"bool", "bool?"},
-        [ARG_INT_LIST] = {"int[]", "int[]?"}, [ARG_STR] = {"str", "str"}, [ARG_SCALAR] = {"Scalar", "Scalar?"},
+        [ARG_INT_LIST] = {"int[]", "int[]?"}, [ARG_STR] = {"str", "str?"}, [ARG_SCALAR] = {"Scalar", "Scalar?"},
     };
     if (op && i >= 0 && i < op->nargs && op->args[i].bool_items) return "bool[]";
     return op && i >= 0 && i < op->nargs ? types[op->args[i].type][op->args[i].optional] : NULL;

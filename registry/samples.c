@@ -47,6 +47,25 @@ static int parse_bound(const loader *l, const yaml_node_t *n, double *out)
     return OPR_OK;
 }
 
+/* One item of `values`: any number, or nan, inf, -inf (edge values for floating
+ * tensors; an integer tensor refuses what is not an integer within +-2^53 when it is
+ * made). */
+static int parse_value(const loader *l, const yaml_node_t *n, double *out)
+{
+    const char *s = yaml_scalar(n);
+    if (s && (!strcmp(s, "nan") || !strcmp(s, "inf") || !strcmp(s, "-inf"))) {
+        *out = s[0] == 'n' ? NAN : s[0] == '-' ? -INFINITY : INFINITY;
+        return OPR_OK;
+    }
+    char *end = NULL;
+    const double v = s ? strtod(s, &end) : 0;
+    if (!s || end == s || *end || !isfinite(v))
+        return yaml_fail_at(l, n, OPR_ERR_PARSE, "samples: a value must be a number, nan, inf or -inf, not '%s'",
+                            s ? s : "?");
+    *out = v;
+    return OPR_OK;
+}
+
 static int parse_tensor(const loader *l, const yaml_node_t *n, sample_tensor *t)
 {
     *t = (sample_tensor){.dtype = -1, .lo = -1, .hi = 1, .nvalues = -1};
@@ -77,7 +96,7 @@ static int parse_tensor(const loader *l, const yaml_node_t *n, sample_tensor *t)
                 return yaml_fail_at(l, v, OPR_ERR_PARSE, "samples: values must be a list of at most %s numbers", "16");
             t->nvalues = 0;
             for (yaml_node_item_t *it = v->data.sequence.items.start; it < v->data.sequence.items.top; it++)
-                if ((rc = parse_bound(l, yaml_document_get_node(l->doc, *it), &t->values[t->nvalues++]))) return rc;
+                if ((rc = parse_value(l, yaml_document_get_node(l->doc, *it), &t->values[t->nvalues++]))) return rc;
         } else {
             return yaml_fail_at(l, v, OPR_ERR_PARSE, "samples: unknown tensor key '%s'", k);
         }
@@ -229,6 +248,11 @@ static opr_tensor *make_tensor(opr_ctx *ctx, const sample_tensor *given, opr_dty
     if (!buf) { opr_fail(OPR_ERR_NOMEM, "out of memory"); return NULL; }
     for (int64_t i = 0; i < n; i++) {
         double v = st->nvalues >= 0 ? st->values[i] : st->lo + (st->hi - st->lo) * next_uniform(rng);
+        if (dt == OPR_I64 && !(fabs(v) <= 0x1p53)) {
+            free(buf);
+            opr_fail(OPR_ERR_INVALID, "samples: %g in an i64 tensor (integers within +-2^53)", v);
+            return NULL;
+        }
         switch (dt) {
         case OPR_F32: ((float *)buf)[i] = (float)v; break;
         case OPR_F64: ((double *)buf)[i] = v; break;

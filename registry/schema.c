@@ -1,7 +1,7 @@
 /* Schema strings: "name(Type arg=default, ...) -> Ret" where name may carry an
  * overload ("max.dim": op max, overload dim), Type is Tensor, Tensor?, Tensor[], int,
- * int?, int[], int[]?, float, float?, Scalar, Scalar?, bool or str (and ATen's spellings
- * of some: parse_type), and Ret is Tensor or "(Tensor a, Tensor b)". Defaults are
+ * int?, int[], int[]?, float, float?, Scalar, Scalar?, bool, str or str? (and ATen's
+ * spellings of some: parse_type; a `*` before the keyword-only arguments), and Ret is Tensor or "(Tensor a, Tensor b)". Defaults are
  * literals of the expression language. */
 #include "composite.h"
 #include "deriv.h"
@@ -15,7 +15,7 @@ static const struct { const char *text; arg_type type; bool optional; } type_nam
     {"Tensor[]", ARG_TENSOR_LIST, false}, {"Tensor?", ARG_TENSOR, true}, {"Tensor", ARG_TENSOR, false},
     {"int[]?", ARG_INT_LIST, true}, {"int[]", ARG_INT_LIST, false}, {"int?", ARG_INT, true},
     {"int", ARG_INT, false}, {"float?", ARG_FLOAT, true}, {"float", ARG_FLOAT, false},
-    {"bool?", ARG_BOOL, true}, {"bool", ARG_BOOL, false}, {"str", ARG_STR, false}, {"Scalar?", ARG_SCALAR, true},
+    {"bool?", ARG_BOOL, true}, {"bool", ARG_BOOL, false}, {"str?", ARG_STR, true}, {"str", ARG_STR, false}, {"Scalar?", ARG_SCALAR, true},
     {"Scalar", ARG_SCALAR, false},
 };
 
@@ -240,6 +240,16 @@ int schema_parse(opr_op *op, const char *schema, const expr_src *src)
     if (*c.p == ')') c.p++;
     else for (;;) {
         if (op->nargs == OPR_MAX_ARGS) return fail(&c, c.p, "too many arguments");
+        /* ATen's `*` starts the keyword-only arguments; here every argument is also
+         * positional (opr_call takes them in schema order), so the marker is skipped. */
+        skip(&c);
+        if (*c.p == '*' && op->nargs > 0) {
+            c.p++;
+            skip(&c);
+            if (*c.p != ',') return fail(&c, c.p, "expected ',' after '*'");
+            c.p++;
+            skip(&c);
+        }
         op_arg *a = &op->args[op->nargs++];
         const char *name_at = c.p;
         int rc = parse_arg(&c, a, &name_at);

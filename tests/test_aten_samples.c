@@ -204,8 +204,9 @@ static int compare(const ocase *c, const char *what, int k, const opr_tensor *t,
     } else {
         double *v = tu_to_f64(t);
         for (int64_t i = 0; i < numel && !fails; i++) {
-            const bool both_nan = isnan(v[i]) && isnan(ref[i]);
-            if (!both_nan && !(fabs(v[i] - ref[i]) <= TOL * (1 + fabs(ref[i]))))
+            /* NaN matches NaN, an infinity the same infinity (their difference is NaN) */
+            const bool same = (isnan(v[i]) && isnan(ref[i])) || v[i] == ref[i];
+            if (!same && !(fabs(v[i] - ref[i]) <= TOL * (1 + fabs(ref[i]))))
                 fails = snprintf(msg, len, "%s sample %d: %s %d element %lld: opreg %.17g, PyTorch %.17g", op, c->sample, what, k,
                                  (long long)i, v[i], ref[i]) > 0;
         }

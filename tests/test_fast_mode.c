@@ -130,6 +130,53 @@ START_TEST(max_min_ties)
 }
 END_TEST
 
+/* maximum/minimum at ties: normal half the gradient to each side (PyTorch), fast all of
+ * it; clamp.Tensor where min > max: normal no gradient to self or min (PyTorch's
+ * clamp_backward_min_max), fast self where it equals the result (max) and min where
+ * self < min. Away from those points the two agree. */
+START_TEST(pointwise_special_points)
+{
+    double xv[3] = {1, 2, 3}, yv[3] = {1, 0, 5};
+    opr_tensor *x = leaf(1, (int64_t[]){3}, xv);
+    opr_tensor *y = opr_tensor_from_data(ctx, OPR_F64, 1, (int64_t[]){3}, yv, OPR_CPU);
+    opr_value other = opr_v_tensor(y);
+    double *n = grad_of("maximum", x, &other, 1, false), *f = grad_of("maximum", x, &other, 1, true);
+    ck_assert_double_eq(n[0], 0.5); ck_assert_double_eq(n[1], 1); ck_assert_double_eq(n[2], 0);
+    ck_assert_double_eq(f[0], 1); ck_assert_double_eq(f[1], 1); ck_assert_double_eq(f[2], 0);
+    free(n); free(f);
+    n = grad_of("minimum", x, &other, 1, false);
+    f = grad_of("minimum", x, &other, 1, true);
+    ck_assert_double_eq(n[0], 0.5); ck_assert_double_eq(n[1], 0); ck_assert_double_eq(n[2], 1);
+    ck_assert_double_eq(f[0], 1); ck_assert_double_eq(f[1], 0); ck_assert_double_eq(f[2], 1);
+    free(n); free(f);
+    /* clamp(x, min, max) with min > max in element 0 (result: max = -1 there) and x = max */
+    double sv[2] = {-1, 0.5}, lo[2] = {1, 0}, hi[2] = {-1, 1};
+    opr_tensor *s = leaf(1, (int64_t[]){2}, sv), *mn = leaf(1, (int64_t[]){2}, lo);
+    opr_tensor *mx = opr_tensor_from_data(ctx, OPR_F64, 1, (int64_t[]){2}, hi, OPR_CPU);
+    opr_value bounds[2] = {opr_v_tensor(mn), opr_v_tensor(mx)};
+    n = grad_of("clamp.Tensor", s, bounds, 2, false);
+    f = grad_of("clamp.Tensor", s, bounds, 2, true);
+    ck_assert_double_eq(n[0], 0); ck_assert_double_eq(n[1], 1);
+    ck_assert_double_eq(f[0], 1); ck_assert_double_eq(f[1], 1);
+    free(n); free(f);
+    /* the gradient of min: d sum(clamp(self, min, max)) / d min */
+    for (int fast = 0; fast < 2; fast++) {
+        bool prev = opr_special_grads_set(!fast);
+        opr_tensor *r = tu_call1(ctx, "clamp.Tensor", (opr_value[]){opr_v_tensor(s), bounds[0], bounds[1]}, 3);
+        opr_special_grads_set(prev);
+        opr_tensor *sum = tu_call1(ctx, "sum", (opr_value[]){opr_v_tensor(r)}, 1), *g = NULL;
+        ck_assert_msg(opr_autograd_grad(&sum, NULL, 1, &mn, 1, &g, NULL) == OPR_OK, "%s", opr_last_error());
+        double *v = tu_to_f64(g);
+        ck_assert_double_eq(v[0], fast ? 1 : 0); /* self < min, but min > max */
+        ck_assert_double_eq(v[1], 0);
+        free(v);
+        opr_tensor_release(g); opr_tensor_release(sum); opr_tensor_release(r);
+    }
+    opr_tensor_release(x); opr_tensor_release(y);
+    opr_tensor_release(s); opr_tensor_release(mn); opr_tensor_release(mx);
+}
+END_TEST
+
 START_TEST(cdist_zero_distance)
 {
     /* row 0 of x1 equals row 1 of x2: a zero distance */
@@ -294,6 +341,7 @@ int main(void)
     tcase_add_test(tc, norm_at_zero);
     tcase_add_test(tc, prod_with_zeros);
     tcase_add_test(tc, max_min_ties);
+    tcase_add_test(tc, pointwise_special_points);
     tcase_add_test(tc, cdist_zero_distance);
     tcase_add_test(tc, recorded_at_forward);
     tcase_add_test(tc, thread_local);

@@ -342,6 +342,63 @@ START_TEST(test_yaml_overloads)
 }
 END_TEST
 
+/* The pointwise families' overload sets, resolved as PyTorch resolves them: fmod and
+ * remainder by the kind of `other`, div's rounding_mode (keyword-only in ATen) picking
+ * div.Tensor_mode or div.Scalar_mode; a bad mode and an integer division by zero are
+ * errors, not results. Expected values follow from the definitions: floor rounds the
+ * quotient down, trunc toward 0, remainder takes the divisor's sign. */
+START_TEST(test_pointwise_overloads)
+{
+    opr_ctx *ctx = tu_ctx();
+    const double xv[4] = {7, -7, 5.5, -5.5}, yv[4] = {2, 2, -2, 2};
+    opr_tensor *x = from(ctx, OPR_F64, 1, (int64_t[]){4}, xv), *y = from(ctx, OPR_F64, 1, (int64_t[]){4}, yv);
+    opr_value num[2] = {opr_v_tensor(x), opr_v_double(2.5)}, ten[2] = {opr_v_tensor(x), opr_v_tensor(y)};
+    ck_assert_ptr_eq(opr_op_find(ctx, "fmod.Tensor"), opr_op_find(ctx, "fmod"));
+    ck_assert_ptr_eq(opr_op_resolve(ctx, "fmod", num, 2, NULL, 0), opr_op_find(ctx, "fmod.Scalar"));
+    ck_assert_ptr_eq(opr_op_resolve(ctx, "fmod", ten, 2, NULL, 0), opr_op_find(ctx, "fmod.Tensor"));
+    ck_assert_ptr_eq(opr_op_resolve(ctx, "remainder", num, 2, NULL, 0), opr_op_find(ctx, "remainder.Scalar"));
+    opr_tensor *r = NULL;
+    ck_assert_msg(opr_call_by_name(ctx, "remainder", ten, 2, &r, 1) == OPR_OK, "%s", opr_last_error());
+    expect_values(r, OPR_F64, 4, (double[]){1, 1, -0.5, 0.5});
+    opr_tensor_release(r);
+    opr_kwarg floor_kw = opr_kw("rounding_mode", opr_v_string("floor"));
+    ck_assert_ptr_eq(opr_op_resolve(ctx, "div", ten, 2, &floor_kw, 1), opr_op_find(ctx, "div.Tensor_mode"));
+    ck_assert_msg(opr_call_by_name_kw(ctx, "div", ten, 2, &floor_kw, 1, &r, 1) == OPR_OK, "%s", opr_last_error());
+    expect_values(r, OPR_F64, 4, (double[]){3, -4, -3, -3});
+    opr_tensor_release(r);
+    opr_value two[2] = {opr_v_tensor(x), opr_v_int(2)};
+    opr_kwarg trunc_kw = opr_kw("rounding_mode", opr_v_string("trunc"));
+    ck_assert_ptr_eq(opr_op_resolve(ctx, "div", two, 2, &trunc_kw, 1), opr_op_find(ctx, "div.Scalar_mode"));
+    ck_assert_msg(opr_call_by_name_kw(ctx, "div", two, 2, &trunc_kw, 1, &r, 1) == OPR_OK, "%s", opr_last_error());
+    expect_values(r, OPR_F64, 4, (double[]){3, -3, 2, -2});
+    opr_tensor_release(r);
+    r = NULL;
+    opr_kwarg round_kw = opr_kw("rounding_mode", opr_v_string("round"));
+    ck_assert_int_eq(opr_call_by_name_kw(ctx, "div", ten, 2, &round_kw, 1, &r, 1), OPR_ERR_INVALID);
+    ck_assert_ptr_null(r);
+    /* integers: floor division and a zero divisor */
+    const int64_t iv[3] = {-7, 7, 9}, jv[3] = {2, -2, 0};
+    opr_tensor *i = from(ctx, OPR_I64, 1, (int64_t[]){3}, iv), *j = from(ctx, OPR_I64, 1, (int64_t[]){2}, jv);
+    opr_value ii[2] = {opr_v_tensor(i), opr_v_tensor(i)}, ij[2] = {opr_v_tensor(i), opr_v_tensor(j)};
+    ck_assert_msg(opr_call_by_name_kw(ctx, "div", ii, 2, &floor_kw, 1, &r, 1) == OPR_OK, "%s", opr_last_error());
+    expect_values(r, OPR_I64, 3, (double[]){1, 1, 1});
+    opr_tensor_release(r);
+    r = NULL;
+    opr_tensor *k = from(ctx, OPR_I64, 1, (int64_t[]){3}, (int64_t[]){2, -2, 0});
+    opr_value ik[2] = {opr_v_tensor(i), opr_v_tensor(k)};
+    ck_assert_int_eq(opr_call_by_name(ctx, "fmod", ik, 2, &r, 1), OPR_ERR_INVALID);
+    ck_assert_ptr_nonnull(strstr(opr_last_error(), "ZeroDivisionError"));
+    ck_assert_ptr_null(r);
+    ck_assert_int_ne(opr_call_by_name(ctx, "fmod", ij, 2, &r, 1), OPR_OK); /* [3] and [2] do not broadcast */
+    opr_tensor_release(i);
+    opr_tensor_release(j);
+    opr_tensor_release(k);
+    opr_tensor_release(x);
+    opr_tensor_release(y);
+    tu_ctx_free(ctx);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("overloads");
@@ -356,6 +413,7 @@ int main(void)
     tcase_add_test(tc, test_zero_dim_promotion);
     tcase_add_test(tc, test_to);
     tcase_add_test(tc, test_yaml_overloads);
+    tcase_add_test(tc, test_pointwise_overloads);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }

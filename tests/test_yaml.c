@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -601,6 +602,51 @@ START_TEST(test_sample_range_bounds)
 }
 END_TEST
 
+/* ATen's spellings the pointwise ops need: `*` before keyword-only arguments (skipped:
+ * every argument stays positional), `str?` (None or a string), a formula calling an
+ * overload by its dotted name, and sample values that are nan, inf, -0.0 or beyond
+ * +-2^53 (an i64 tensor refuses what it cannot hold exactly, when the sample is made). */
+START_TEST(test_aten_spellings)
+{
+    const char *text =
+        "- name: yk.Tensor_mode(Tensor self, Tensor other, *, str? mode) -> Tensor\n"
+        "  shape: broadcast(self, other)\n"
+        "  dtypes: [f32, f64, i64]\n"
+        "  self: yk.Tensor_mode(grad, other, mode)\n"
+        "  samples: [{self: [2], other: [2], mode: None},"
+        " {self: {shape: [4], values: [nan, inf, -0.0, 1e300]}, other: {shape: [4], values: [-inf, 2, 3, 4]}, mode: trunc},"
+        " {self: {shape: [1], dtype: i64, values: [1e300]}, other: {shape: [1], dtype: i64, values: [1]}, mode: trunc}]\n";
+    opr_ctx *ctx = bare_ctx();
+    int n = -1;
+    ck_assert_msg(opr_registry_load_yaml_string(ctx, text, "k.yaml", &n) == OPR_OK, "%s", opr_last_error());
+    const opr_op *op = opr_op_find(ctx, "yk.Tensor_mode");
+    ck_assert_ptr_nonnull(op);
+    ck_assert_int_eq(opr_op_num_args(op), 3);
+    ck_assert_str_eq(opr_op_arg_type(op, 2), "str?");
+    opr_value args[8];
+    opr_tensor *owned[OPR_SAMPLE_MAX_TENSORS];
+    int nargs = 0, nowned = 0;
+    ck_assert_msg(opr_op_sample_args(op, 0, OPR_F64, OPR_CPU, 1, args, &nargs, owned, &nowned) == OPR_OK, "%s",
+                  opr_last_error());
+    ck_assert_int_eq(args[2].kind, OPR_V_NONE);
+    for (int i = 0; i < nowned; i++) opr_tensor_release(owned[i]);
+    ck_assert_msg(opr_op_sample_args(op, 1, OPR_F64, OPR_CPU, 1, args, &nargs, owned, &nowned) == OPR_OK, "%s",
+                  opr_last_error());
+    ck_assert_str_eq(args[2].u.s, "trunc");
+    double *v = tu_to_f64(args[0].u.t);
+    ck_assert(isnan(v[0]) && isinf(v[1]) && v[1] > 0 && v[2] == 0 && signbit(v[2]) && v[3] == 1e300);
+    free(v);
+    for (int i = 0; i < nowned; i++) opr_tensor_release(owned[i]);
+    ck_assert_int_eq(opr_op_sample_args(op, 2, OPR_I64, OPR_CPU, 1, args, &nargs, owned, &nowned), OPR_ERR_INVALID);
+    assert_has(opr_last_error(), "in an i64 tensor", "error");
+    tu_ctx_free(ctx);
+    expect_bad_entry("- name: yb(Tensor self, *) -> Tensor\n  shape: sizes(self)\n", "yb", "t.yaml:3:", "after '*'", NULL);
+    expect_bad_entry("- name: yb(Tensor self) -> Tensor\n  shape: sizes(self)\n"
+                     "  samples: [{self: {shape: [2], values: [1, one]}}]\n",
+                     "yb", "t.yaml:5:", "a value must be a number", "one");
+}
+END_TEST
+
 START_TEST(test_sample_duplicate_key)
 {
     /* the second tensor replaced the first, which leaked */
@@ -1058,6 +1104,7 @@ static Suite *yaml_suite(void)
     t = tcase_create("hostile");
     tcase_add_test(t, test_sample_shape_overflow);
     tcase_add_test(t, test_sample_range_bounds);
+    tcase_add_test(t, test_aten_spellings);
     tcase_add_test(t, test_sample_duplicate_key);
     tcase_add_test(t, test_shape_and_shapes);
     tcase_add_test(t, test_formula_call_binding);

@@ -34,10 +34,19 @@ static int variant_count(const check_cfg *c, const opr_op *op, int s)
 static int dtypes_of(const check_cfg *c, const opr_op *op, opr_device dev, bool backward, opr_dtype *dts)
 {
     int n = 0;
+    /* the CPU against itself: f32 (its f64 is the reference); an op without f32 (the
+     * bitwise ops) in its first dtype, whose layout and size variants are then compared
+     * with the samples as written */
+    opr_dtype cpu_dt = OPR_F32;
+    for (int d = 0; d < NDTYPES && !opr_op_supports_dtype(op, OPR_F32); d++)
+        if (opr_op_supports_dtype(op, all_dtypes[d])) {
+            cpu_dt = all_dtypes[d];
+            break;
+        }
     for (int d = 0; d < NDTYPES; d++) {
         opr_dtype dt = all_dtypes[d];
         if (c->dtype_mask && !(c->dtype_mask & (1u << dt))) continue;
-        if (dev.type == 0 && dt != OPR_F32 && !(backward && dt == OPR_F64)) continue;
+        if (dev.type == 0 && dt != cpu_dt && !(backward && dt == OPR_F64)) continue;
         if (backward && !opr_dtype_is_floating(dt)) continue;
         if (opr_op_supports_dtype(op, dt)) dts[n++] = dt;
     }
@@ -205,6 +214,21 @@ static bool kernel_registered(const opr_ctx *ctx, const opr_op *op, int cand, in
     name[strcspn(name, " ,])")] = '\0';
     const opr_op *slot = opr_op_find((opr_ctx *)ctx, name);
     return slot && registered(slot, dev_type, dt);
+}
+
+/* Sample s in dtype dt has a floating tensor argument: one that gradients can be checked
+ * for. A sample of integer tensors only (fmod's on i64) checks the forward alone. */
+static bool sample_has_floating(const opr_op *op, int s, opr_dtype dt, opr_device dev)
+{
+    opr_value args[MAX_ARGS];
+    opr_tensor *owned[OPR_SAMPLE_MAX_TENSORS];
+    int nargs = 0, nowned = 0;
+    bool floating = false;
+    if (opr_op_sample_args(op, s, dt, dev, (uint64_t)s + 1, args, &nargs, owned, &nowned)) return true; /* let it fail there */
+    for (int a = 0; a < nargs; a++)
+        floating = floating || (args[a].kind == OPR_V_TENSOR && opr_dtype_is_floating(opr_tensor_dtype(args[a].u.t)));
+    for (int i = 0; i < nowned; i++) opr_tensor_release(owned[i]);
+    return floating;
 }
 
 /* Candidate cand (-1: the plan chosen by cost) of sample s in dtype dt, with
@@ -407,7 +431,7 @@ void check_run_unit(const check_cfg *c, int u)
         bool prev = vendor_only ? opr_cpu_fallback_set(c->ctx, true) : false;
         ndts = dtypes_of(c, op, dev, true, dts);
         for (int s = 0; s < opr_op_sample_count(op); s++)
-            for (int k = 0; k < ndts && selected_sample(c, s); k++)
+            for (int k = 0; k < ndts && selected_sample(c, s) && sample_has_floating(op, s, dts[k], dev); k++)
                 for (int cand = 0; cand <= opr_op_grad_candidate_count(op); cand++) /* last: the plan */
                     switch (check_backward_one(c, u, op, s, cand < opr_op_grad_candidate_count(op) ? cand : -1,
                                                dts[k], dev)) {

@@ -1,5 +1,6 @@
 /* Elementwise CPU kernels: arithmetic, where, lerp, addcmul, comparisons and unary math.
  *
+ * The loop templates and the driver are shared with cpu_pointwise.c through cpu_ew.h.
  * Every op is split in two layers:
  *  - a *loop*: a function that applies the op to n elements of 1-d strided operands.
  *    Loops are stamped out per dtype by the EW_*_LOOP macros, so each op is written once
@@ -13,135 +14,12 @@
  * contiguous with the output's element count) goes straight to one loop call with no
  * set-up, because dispatch-overhead benchmarks run these ops on tiny tensors. */
 #include "cpu_common.h"
+#include "cpu_ew.h"
 #include "cpu_kernels.h"
 #include "cpu_vmath.h"
 
 #include <tgmath.h> /* exp(x) etc. pick the float or double version from x's type */
 
-/* Outputs at or above CPU_PAR_THRESHOLD elements are cut into blocks of this many
- * elements; each block seeks its own walker, so blocks can run on any thread. */
-#define EW_BLOCK 8192
-
-/* Scalar arguments of an op (alpha; clamp bounds; pow exponent), as the host gave them.
- * Each loop converts them once to its element type. */
-typedef struct ew_params {
-    double a, b;
-} ew_params;
-
-/* Applies an op to n elements. ptr[0] is the output, ptr[1..] the inputs; st[k] is the
- * step of operand k in elements (0 for a broadcast operand). */
-typedef void (*ew_loop_fn)(int64_t n, char *const *ptr, const int64_t *st, const ew_params *p);
-
-/* ------------------------------------------------------------------ dtype helpers */
-
-/* double -> int64 without the undefined behaviour of an out-of-range cast. */
-static inline int64_t ew_sat_i64(double v)
-{
-    if (isnan(v)) return 0;
-    if (v >= 9223372036854775807.0) return INT64_MAX;
-    if (v <= -9223372036854775808.0) return INT64_MIN;
-    return (int64_t)v;
-}
-
-/* Conversions of the double scalar arguments to each element type. */
-#define EW_CONV_f32(v) ((float)(v))
-#define EW_CONV_f64(v) ((double)(v))
-#define EW_CONV_i64(v) ew_sat_i64(v)
-#define EW_CONV_b8(v) ((void)(v), (uint8_t)0) /* bool ops take no scalars */
-
-/* i64 arithmetic wraps around like PyTorch's instead of overflowing (which is undefined
- * in C): compute in uint64_t, convert back (implementation-defined, modular in GCC and
- * Clang). */
-#define WADD(x, y) ((int64_t)((uint64_t)(x) + (uint64_t)(y)))
-#define WSUB(x, y) ((int64_t)((uint64_t)(x) - (uint64_t)(y)))
-#define WMUL(x, y) ((int64_t)((uint64_t)(x) * (uint64_t)(y)))
-#define WNEG(x) ((int64_t)(0u - (uint64_t)(x)))
-
-/* ------------------------------------------------------------------ loop templates */
-
-/* The contiguous branch of each loop is a plain indexed loop so the compiler can
- * vectorize it; the "scalar operand" branch covers x op 0-d tensor, the other common
- * broadcast; everything else takes the general strided branch. Scalars A and B are
- * copied to locals first so that writes through `o` cannot alias them. */
-
-#define EW_UNARY_LOOP(name, TO, TI, SUF, EXPR)                                             \
-    static void name(int64_t n, char *const *ptr, const int64_t *st, const ew_params *p)   \
-    {                                                                                      \
-        TO *o = (TO *)ptr[0];                                                              \
-        const TI *a = (const TI *)ptr[1];                                                  \
-        const TI A = EW_CONV_##SUF(p->a), B = EW_CONV_##SUF(p->b);                         \
-        const int64_t so = st[0], sa = st[1];                                              \
-        (void)A; (void)B;                                                                  \
-        if (so == 1 && sa == 1)                                                            \
-            for (int64_t i = 0; i < n; i++) { const TI x = a[i]; o[i] = (TO)(EXPR); }      \
-        else                                                                               \
-            for (int64_t i = 0; i < n; i++) {                                              \
-                const TI x = a[i * sa];                                                    \
-                o[i * so] = (TO)(EXPR);                                                    \
-            }                                                                              \
-    }
-
-#define EW_BINARY_LOOP(name, TO, TI, SUF, EXPR)                                            \
-    static void name(int64_t n, char *const *ptr, const int64_t *st, const ew_params *p)   \
-    {                                                                                      \
-        TO *o = (TO *)ptr[0];                                                              \
-        const TI *a = (const TI *)ptr[1], *b = (const TI *)ptr[2];                         \
-        const TI A = EW_CONV_##SUF(p->a), B = EW_CONV_##SUF(p->b);                         \
-        const int64_t so = st[0], sa = st[1], sb = st[2];                                  \
-        (void)A; (void)B;                                                                  \
-        if (so == 1 && sa == 1 && sb == 1) {                                               \
-            for (int64_t i = 0; i < n; i++) {                                              \
-                const TI x = a[i], y = b[i];                                               \
-                o[i] = (TO)(EXPR);                                                         \
-            }                                                                              \
-        } else if (so == 1 && sa == 1 && sb == 0) {                                        \
-            const TI y = b[0];                                                             \
-            for (int64_t i = 0; i < n; i++) { const TI x = a[i]; o[i] = (TO)(EXPR); }      \
-        } else if (so == 1 && sa == 0 && sb == 1) { /* e.g. an expanded gradient */       \
-            const TI x = a[0];                                                             \
-            for (int64_t i = 0; i < n; i++) { const TI y = b[i]; o[i] = (TO)(EXPR); }      \
-        } else {                                                                           \
-            for (int64_t i = 0; i < n; i++) {                                              \
-                const TI x = a[i * sa], y = b[i * sb];                                     \
-                o[i * so] = (TO)(EXPR);                                                    \
-            }                                                                              \
-        }                                                                                  \
-    }
-
-/* where: operand 1 is the bool condition, operands 2 and 3 the values. */
-#define EW_WHERE_LOOP(name, T)                                                             \
-    static void name(int64_t n, char *const *ptr, const int64_t *st, const ew_params *p)   \
-    {                                                                                      \
-        T *o = (T *)ptr[0];                                                                \
-        const uint8_t *c = (const uint8_t *)ptr[1];                                        \
-        const T *a = (const T *)ptr[2], *b = (const T *)ptr[3];                            \
-        const int64_t so = st[0], sc = st[1], sa = st[2], sb = st[3];                      \
-        (void)p;                                                                           \
-        if (so == 1 && sc == 1 && sa == 1 && sb == 1)                                      \
-            for (int64_t i = 0; i < n; i++) o[i] = c[i] ? a[i] : b[i];                     \
-        else                                                                               \
-            for (int64_t i = 0; i < n; i++) o[i * so] = c[i * sc] ? a[i * sa] : b[i * sb]; \
-    }
-
-/* Three value operands (lerp, addcmul): x, y, z, with A the scalar argument. */
-#define EW_TERNARY_LOOP(name, T, EXPR)                                                     \
-    static void name(int64_t n, char *const *ptr, const int64_t *st, const ew_params *p)   \
-    {                                                                                      \
-        T *o = (T *)ptr[0];                                                                \
-        const T *a = (const T *)ptr[1], *b = (const T *)ptr[2], *c = (const T *)ptr[3];    \
-        const int64_t so = st[0], sa = st[1], sb = st[2], sc = st[3];                      \
-        const T A = (T)p->a;                                                               \
-        (void)A;                                                                           \
-        for (int64_t i = 0; i < n; i++) {                                                  \
-            const T x = a[i * sa], y = b[i * sb], z = c[i * sc];                           \
-            o[i * so] = (T)(EXPR);                                                         \
-        }                                                                                  \
-    }
-
-/* Float ops are written once and stamped out for f32 and f64. */
-#define EW_UNARY_FLOAT(op, EXPR)                     \
-    EW_UNARY_LOOP(op##_f32, float, float, f32, EXPR) \
-    EW_UNARY_LOOP(op##_f64, double, double, f64, EXPR)
 /* Unary loops over the vector functions of cpu_vmath.h (SLEEF; the accuracy is stated
  * there). CALL computes Y[0..N) from X[0..N) (A: the scalar argument). A strided or
  * broadcast operand is gathered into a buffer and scattered back, so every element goes
@@ -186,15 +64,6 @@ static inline int64_t ew_sat_i64(double v)
     }
 EW_VPOW(ew_vpow_f32, float, cpu_vm.pow_f32)
 EW_VPOW(ew_vpow_f64, double, cpu_vm.pow_f64)
-
-#define EW_BINARY_FLOAT(op, EXPR)                     \
-    EW_BINARY_LOOP(op##_f32, float, float, f32, EXPR) \
-    EW_BINARY_LOOP(op##_f64, double, double, f64, EXPR)
-/* Comparisons: bool (one byte, 0/1) out. */
-#define EW_COMPARE(op, EXPR)                               \
-    EW_BINARY_LOOP(op##_f32, uint8_t, float, f32, EXPR)    \
-    EW_BINARY_LOOP(op##_f64, uint8_t, double, f64, EXPR)   \
-    EW_BINARY_LOOP(op##_i64, uint8_t, int64_t, i64, EXPR)
 
 /* ------------------------------------------------------------------ the loops */
 
@@ -250,13 +119,6 @@ EW_VMATH_FLOAT(tanh, cpu_vm.tanh_f32(N, X, Y), cpu_vm.tanh_f64(N, X, Y))
 EW_UNARY_FLOAT(clamp, (x < A ? A : x) > B ? B : (x < A ? A : x))
 EW_UNARY_LOOP(clamp_i64, int64_t, int64_t, i64, (x < A ? A : x) > B ? B : (x < A ? A : x))
 
-/* Per-op tables indexed by dtype (the common dtype T of the op's inputs). A table is
- * also the single source of the dtype mask the op registers with. */
-typedef ew_loop_fn ew_table[OPR_DTYPE_COUNT];
-
-#define EW_TABLE_F(op) {[OPR_F32] = op##_f32, [OPR_F64] = op##_f64}
-#define EW_TABLE_FI(op) {[OPR_F32] = op##_f32, [OPR_F64] = op##_f64, [OPR_I64] = op##_i64}
-
 static const ew_table add_tab = EW_TABLE_FI(add), sub_tab = EW_TABLE_FI(sub),
                       mul_tab = EW_TABLE_FI(mul), div_tab = EW_TABLE_F(div),
                       where_tab = EW_TABLE_FI(where), lerp_tab = EW_TABLE_F(lerp),
@@ -274,7 +136,7 @@ static const ew_table neg_tab = EW_TABLE_FI(neg), abs_tab = EW_TABLE_FI(abs),
                       sigmoid_tab = EW_TABLE_F(sigmoid), tanh_tab = EW_TABLE_F(tanh),
                       clamp_tab = EW_TABLE_FI(clamp);
 
-static uint32_t ew_mask(const ew_table t)
+uint32_t ew_mask(const ew_table t)
 {
     uint32_t m = 0;
     for (int d = 0; d < OPR_DTYPE_COUNT; d++)
@@ -344,8 +206,8 @@ static void ew_contig_par(int64_t n, int nops, char *const *base, const size_t *
 
 /* Computes out = op(in[0], ..., in[nin-1]) with broadcasting. The caller has checked
  * dtypes; this checks shapes (an input must broadcast to the output). */
-static int ew_apply(const opr_kernel_call *c, const char *op, const opr_tensor_view *out, int nin,
-                    const opr_tensor_view *const *in, ew_loop_fn fn, const ew_params *p)
+int ew_apply(const opr_kernel_call *c, const char *op, const opr_tensor_view *out, int nin,
+             const opr_tensor_view *const *in, ew_loop_fn fn, const ew_params *p)
 {
     const int64_t n = out->numel;
     if (n == 0) return OPR_OK; /* empty: data pointers must not be touched */
@@ -412,7 +274,7 @@ static int ew_prepare(const opr_kernel_call *c, const char *op, int nargs, int n
                       const ew_table table, bool bool_out, ew_loop_fn *fn,
                       const opr_tensor_view **in)
 {
-    if (c->nargs < nargs || c->nout < 1)
+    if (c->nargs < nargs || c->nout < 1 || nin < 1 || nin > 3)
         return CPU_FAIL(c, OPR_ERR_INVALID, "%s: expected %d arguments and 1 output, got %d and %d",
                         op, nargs, c->nargs, c->nout);
     for (int k = 0; k < nin; k++)
@@ -434,16 +296,16 @@ static int ew_prepare(const opr_kernel_call *c, const char *op, int nargs, int n
     return OPR_OK;
 }
 
-static int ew_run(const opr_kernel_call *c, const char *op, int nargs, int nin,
-                  const ew_table table, bool bool_out, const ew_params *p)
+int ew_run(const opr_kernel_call *c, const char *op, int nargs, int nin, const ew_table table, bool bool_out,
+           const ew_params *p)
 {
-    const opr_tensor_view *in[3];
+    const opr_tensor_view *in[3] = {NULL, NULL, NULL};
     ew_loop_fn fn;
     int rc = ew_prepare(c, op, nargs, nin, table, bool_out, &fn, in);
     return rc ? rc : ew_apply(c, op, c->outputs[0], nin, in, fn, p);
 }
 
-static const ew_params ew_none = {0, 0};
+const ew_params ew_none = {0, 0};
 
 /* Ops with no scalar arguments: one line each. */
 #define EW_KERNEL(op, nargs, nin, bool_out)                                \

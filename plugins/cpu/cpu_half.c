@@ -11,7 +11,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 
-#define UPCAST_MAX 96 /* ops registered through cpu_register_upcast */
+#define UPCAST_MAX 192 /* ops registered through cpu_register_upcast */
 #define UPCAST_MAX_TENSORS 32
 #define UPCAST_MAX_ARGS 24
 

@@ -100,6 +100,17 @@ def overloads(name):
     return [getattr(packet, n) for n in names]
 
 
+def positional(op, args):
+    """The arguments before ATen's `*`: the others are keyword-only in PyTorch."""
+    kw = [a.kwarg_only for a in op._schema.arguments]
+    return [v for i, v in enumerate(args) if i >= len(kw) or not kw[i]]
+
+
+def keywords(op, args):
+    """The keyword-only arguments (div's rounding_mode), by name."""
+    return {a.name: args[i] for i, a in enumerate(op._schema.arguments) if a.kwarg_only and i < len(args)}
+
+
 def call(case):
     ops = overloads(case["name"])
     if not ops:
@@ -107,7 +118,7 @@ def call(case):
     err = None
     for op in ops:
         try:
-            return op(*case["args"]), None
+            return op(*positional(op, case["args"]), **keywords(op, case["args"])), None
         except (RuntimeError, TypeError, ValueError, IndexError) as e:
             err = e
     return None, err
