@@ -100,6 +100,20 @@ def overloads(name):
     return [getattr(packet, n) for n in names]
 
 
+def split_kwargs(op, args):
+    """The arguments in schema order, split into positional ones and the keyword-only
+    ones (after `*` in the schema: scatter_reduce.two's include_self), which an
+    overload refuses positionally."""
+    pos, kw = [], {}
+    for i, v in enumerate(args):
+        a = op._schema.arguments[i] if i < len(op._schema.arguments) else None
+        if a is not None and a.kwarg_only:
+            kw[a.name] = v
+        else:
+            pos.append(v)
+    return pos, kw
+
+
 def call(case):
     ops = overloads(case["name"])
     if not ops:
@@ -107,7 +121,8 @@ def call(case):
     err = None
     for op in ops:
         try:
-            return op(*case["args"]), None
+            pos, kw = split_kwargs(op, case["args"])
+            return op(*pos, **kw), None
         except (RuntimeError, TypeError, ValueError, IndexError) as e:
             err = e
     return None, err
