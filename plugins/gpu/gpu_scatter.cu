@@ -338,7 +338,7 @@ int k_nonzero(const opr_kernel_call *c)
 int gk_register_scatter(opr_plugin *self)
 {
     const struct { const char *op; uint32_t dtypes; opr_kernel_fn fn; } table[] = {
-        {"slice_scatter", GK_ALL, k_slice_scatter}, {"scatter", GK_ALL, k_scatter_src},
+        {"slice_scatter", GK_ALL, k_slice_scatter}, {"scatter", GK_NUMERIC | GK_BIT(OPR_BOOL), k_scatter_src},
         {"scatter.value", GK_NUMERIC | GK_BIT(OPR_BOOL), k_scatter_value}, {"scatter_reduce", GK_NUMERIC, k_scatter_reduce},
         {"nonzero", GK_ALL, k_nonzero},
     };
