@@ -200,9 +200,15 @@ static int to_int(int64_t v, int *out)
  * below end along dim, as a view. Bounds are PyTorch's: None is 0 / the size, a
  * negative one counts from the end, both are then clamped into [0, size] and end to at
  * least start, so any start and end give a (possibly empty) view; step must be > 0. */
-static opr_tensor *slice_view(opr_tensor *self, const opr_kernel_arg *k)
+static opr_tensor *slice_view(const opr_op *op, opr_tensor *self, const opr_kernel_arg *k)
 {
     int nd = self->m.ndim, d = 0;
+    /* a YAML entry may say `view: slice` over any schema: read only what slice's has */
+    if (op->nargs != 5 || k[1].kind != OPR_ARG_INT || k[4].kind != OPR_ARG_INT ||
+        (k[2].kind != OPR_ARG_INT && k[2].kind != OPR_ARG_NONE) || (k[3].kind != OPR_ARG_INT && k[3].kind != OPR_ARG_NONE)) {
+        opr_fail(OPR_ERR_INVALID, "%s: a 'slice' view takes (Tensor self, int dim, int? start, int? end, int step)", op->name);
+        return NULL;
+    }
     if (opr_layout_refuse(self, "slice")) return NULL;
     if (nd == 0) { opr_fail(OPR_ERR_INVALID, "slice: dimension specified as %lld but tensor has no dimensions", (long long)k[1].u.i); return NULL; }
     if (k[1].u.i < -nd || k[1].u.i >= nd) {
@@ -259,7 +265,7 @@ static opr_tensor *run_view(const opr_op *op, checked *c)
     case VIEW_DIAGONAL:
         if (to_int(k[2].u.i, &a) || to_int(k[3].u.i, &b)) break;
         return opr_tensor_diagonal(self, k[1].u.i, a, b);
-    case VIEW_SLICE: return slice_view(self, k);
+    case VIEW_SLICE: return slice_view(op, self, k);
     case VIEW_CONTIGUOUS: /* a new header even when no copy is needed: autograd records on it */
         return opr_tensor_is_contiguous(self)
                    ? opr_tensor_make_view(self, self->m.ndim, self->m.shape, self->strides, self->offset)
