@@ -181,6 +181,36 @@ START_TEST(test_scatter_reduce_cases)
 }
 END_TEST
 
+/* The ATen names resolve: exactly (NAME.OVERLOAD) and, from the base name, by the
+ * kinds of the arguments (a number for scatter's last argument picks scatter.value). */
+START_TEST(test_names_resolve)
+{
+    const char *names[] = {"select.int", "select_scatter", "slice.Tensor", "slice_scatter", "scatter.src",
+                           "scatter.value", "scatter_reduce.two", "nonzero", "embedding_dense_backward"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        ck_assert_msg(opr_op_find(ctx, names[i]) != NULL, "no op %s", names[i]);
+    const int64_t s23[] = {2, 3}, s21[] = {2, 1};
+    const int64_t iv[] = {2, 0};
+    opr_tensor *x = f64_of(2, s23, (const double[]){1, 2, 3, 4, 5, 6}), *index = i64_of(2, s21, iv);
+    opr_value a[] = {opr_v_tensor(x), opr_v_int(1), opr_v_tensor(index), opr_v_double(-1)};
+    opr_tensor *t = tu_call1(ctx, "scatter", a, 4);
+    expect_values(t, 2, s23, (const double[]){1, 2, -1, -1, 5, 6});
+    opr_tensor_release(t);
+    opr_value b[] = {opr_v_tensor(x), opr_v_int(1), opr_v_int(-1)};
+    t = tu_call1(ctx, "select", b, 3);
+    const int64_t s2[] = {2};
+    expect_values(t, 1, s2, (const double[]){3, 6});
+    opr_tensor_release(t);
+    opr_value c[] = {opr_v_tensor(x), opr_v_int(1), opr_v_none(), opr_v_none(), opr_v_int(2)};
+    t = tu_call1(ctx, "slice", c, 5);
+    const int64_t s22[] = {2, 2};
+    expect_values(t, 2, s22, (const double[]){1, 3, 4, 6});
+    opr_tensor_release(t);
+    opr_tensor_release(x);
+    opr_tensor_release(index);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("indexing");
@@ -190,6 +220,7 @@ int main(void)
     tcase_add_test(tc, test_slice_bounds_and_refusals);
     tcase_add_test(tc, test_nonzero_sized_by_data);
     tcase_add_test(tc, test_scatter_reduce_cases);
+    tcase_add_test(tc, test_names_resolve);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }
