@@ -196,6 +196,41 @@ static int to_int(int64_t v, int *out)
     return OPR_OK;
 }
 
+/* slice.Tensor(self, dim, start, end, step): the elements start, start + step, ...
+ * below end along dim, as a view. Bounds are PyTorch's: None is 0 / the size, a
+ * negative one counts from the end, both are then clamped into [0, size] and end to at
+ * least start, so any start and end give a (possibly empty) view; step must be > 0. */
+static opr_tensor *slice_view(const opr_op *op, opr_tensor *self, const opr_kernel_arg *k)
+{
+    int nd = self->m.ndim, d = 0;
+    /* a YAML entry may say `view: slice` over any schema: read only what slice's has */
+    if (op->nargs != 5 || k[1].kind != OPR_ARG_INT || k[4].kind != OPR_ARG_INT ||
+        (k[2].kind != OPR_ARG_INT && k[2].kind != OPR_ARG_NONE) || (k[3].kind != OPR_ARG_INT && k[3].kind != OPR_ARG_NONE)) {
+        opr_fail(OPR_ERR_INVALID, "%s: a 'slice' view takes (Tensor self, int dim, int? start, int? end, int step)", op->name);
+        return NULL;
+    }
+    if (opr_layout_refuse(self, "slice")) return NULL;
+    if (nd == 0) { opr_fail(OPR_ERR_INVALID, "slice: dimension specified as %lld but tensor has no dimensions", (long long)k[1].u.i); return NULL; }
+    if (k[1].u.i < -nd || k[1].u.i >= nd) {
+        opr_fail(OPR_ERR_INVALID, "slice: dimension %lld out of range (expected to be in range of [%d, %d])", (long long)k[1].u.i, -nd, nd - 1);
+        return NULL;
+    }
+    d = (int)(k[1].u.i < 0 ? k[1].u.i + nd : k[1].u.i);
+    const int64_t step = k[4].u.i, size = self->m.shape[d];
+    if (step <= 0) { opr_fail(OPR_ERR_INVALID, "slice: slice step must be positive, got %lld", (long long)step); return NULL; }
+    int64_t start = k[2].kind == OPR_ARG_NONE ? 0 : k[2].u.i, end = k[3].kind == OPR_ARG_NONE ? size : k[3].u.i;
+    if (start < 0) start += size;
+    if (end < 0) end += size;
+    start = start < 0 ? 0 : start > size ? size : start;
+    end = end < start ? start : end > size ? size : end;
+    int64_t shape[OPR_MAX_DIMS], strides[OPR_MAX_DIMS];
+    memcpy(shape, self->m.shape, (size_t)nd * sizeof *shape);
+    memcpy(strides, self->strides, (size_t)nd * sizeof *strides);
+    shape[d] = (end - start + step - 1) / step;
+    strides[d] *= step;
+    return opr_tensor_make_view(self, nd, shape, strides, self->offset + start * self->strides[d]);
+}
+
 /* Host-implemented view ops. */
 static opr_tensor *run_view(const opr_op *op, checked *c)
 {
@@ -230,6 +265,7 @@ static opr_tensor *run_view(const opr_op *op, checked *c)
     case VIEW_DIAGONAL:
         if (to_int(k[2].u.i, &a) || to_int(k[3].u.i, &b)) break;
         return opr_tensor_diagonal(self, k[1].u.i, a, b);
+    case VIEW_SLICE: return slice_view(op, self, k);
     case VIEW_CONTIGUOUS: /* a new header even when no copy is needed: autograd records on it */
         return opr_tensor_is_contiguous(self)
                    ? opr_tensor_make_view(self, self->m.ndim, self->m.shape, self->strides, self->offset)

@@ -125,7 +125,8 @@ typedef struct batch_rule {
 
 typedef enum view_kind {
     VIEW_NONE = 0, VIEW_T, VIEW_TRANSPOSE, VIEW_PERMUTE, VIEW_RESHAPE, VIEW_EXPAND,
-    VIEW_UNSQUEEZE, VIEW_SQUEEZE, VIEW_NARROW, VIEW_DIAGONAL, VIEW_CONTIGUOUS
+    VIEW_UNSQUEEZE, VIEW_SQUEEZE, VIEW_NARROW, VIEW_DIAGONAL, VIEW_CONTIGUOUS,
+    VIEW_SLICE /* slice.Tensor: narrow with a step; the last kind (yaml_load.c's loop) */
 } view_kind;
 
 struct opr_op {

@@ -84,7 +84,7 @@ int vm_concat(opr_ctx *ctx, opr_tensor *const *items, int64_t n, int dim, opr_te
         if (!same) {
             char a[96], b[96];
             return opr_fail(OPR_ERR_UNSUPPORTED, "opr_vmap: the samples' results differ in shape (%s and %s): a "
-                            "data-dependent shape cannot be batched", opr_tensor_describe(first, a, sizeof a),
+                            "data-dependent output size cannot be batched", opr_tensor_describe(first, a, sizeof a),
                             opr_tensor_describe(t, b, sizeof b));
         }
         shape[dim] += t->m.shape[dim];

@@ -233,9 +233,10 @@ static int rule_view(vcall *v, int *op_which)
         return RULE_DONE;
     case VIEW_TRANSPOSE:
     case VIEW_NARROW:
+    case VIEW_SLICE:
     case VIEW_DIAGONAL: {
         /* transpose(dim0, dim1), narrow(dim, ..), diagonal(offset, dim1, dim2) */
-        const int first = v->op->view == VIEW_DIAGONAL ? 2 : 1, last = v->op->view == VIEW_NARROW ? 1 : first + 1;
+        const int first = v->op->view == VIEW_DIAGONAL ? 2 : 1, last = v->op->view == VIEW_NARROW || v->op->view == VIEW_SLICE ? 1 : first + 1;
         if (r == 0) return RULE_LOOP;
         for (int k = first; k <= last && !rc; k++) {
             int64_t d = 0;

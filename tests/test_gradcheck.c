@@ -225,7 +225,8 @@ static uint32_t slot_bits(const schema *sc, const char *name)
 }
 
 /* The value of a select's condition on a call: `NAME` (a bool argument), `!NAME`,
- * `NAME == None` or `NAME != None`; 1 true, 0 false, -1 when the call does not decide it
+ * `NAME == None`, `NAME != None`, or `NAME == "text"` / `NAME != "text"` for a str
+ * argument; 1 true, 0 false, -1 when the call does not decide it
  * here (the registry decides more; then both branches count, which can only say more). */
 static int select_taken(const schema *sc, const opr_value *v, int nv, const char *s, const char *e)
 {
@@ -255,6 +256,13 @@ static int select_taken(const schema *sc, const opr_value *v, int nv, const char
     if (!eq && !ne) return -1;
     s += 2;
     while (s < e && isspace((unsigned char)*s)) s++;
+    if (e - s >= 2 && (*s == '"' || *s == '\'') && e[-1] == *s) { /* NAME == "text" (a str argument) */
+        const char *text = given && v[a].kind == OPR_V_STRING ? v[a].u.s : NULL;
+        char want[64];
+        trim_copy(want, sizeof want, s + 1, (size_t)(e - s - 2));
+        if (!text) return -1;
+        return (strcmp(text, want) == 0) == eq;
+    }
     if (e - s != 4 || strncmp(s, "None", 4)) return -1;
     return eq ? is_none : !is_none;
 }

@@ -51,6 +51,7 @@ int cpu_register_reduce(opr_plugin *self);      /* cpu_reduce.c */
 int cpu_register_softmax(opr_plugin *self);     /* cpu_softmax.c: softmax, log_softmax */
 int cpu_register_linalg(opr_plugin *self);      /* cpu_linalg.c */
 int cpu_register_index(opr_plugin *self);       /* cpu_index.c */
+int cpu_register_scatter(opr_plugin *self);     /* cpu_scatter.c: slice_scatter, scatter, scatter_reduce, nonzero */
 int cpu_register_sort(opr_plugin *self);        /* cpu_sort.c */
 int cpu_register_factory(opr_plugin *self);     /* cpu_factory.c */
 int cpu_register_grad(opr_plugin *self);        /* cpu_grad.c */

@@ -100,15 +100,18 @@ def overloads(name):
     return [getattr(packet, n) for n in names]
 
 
-def positional(op, args):
-    """The arguments before ATen's `*`: the others are keyword-only in PyTorch."""
-    kw = [a.kwarg_only for a in op._schema.arguments]
-    return [v for i, v in enumerate(args) if i >= len(kw) or not kw[i]]
-
-
-def keywords(op, args):
-    """The keyword-only arguments (div's rounding_mode), by name."""
-    return {a.name: args[i] for i, a in enumerate(op._schema.arguments) if a.kwarg_only and i < len(args)}
+def split_kwargs(op, args):
+    """The arguments in schema order, split into positional ones and the keyword-only
+    ones (after `*` in the schema: scatter_reduce.two's include_self), which an
+    overload refuses positionally."""
+    pos, kw = [], {}
+    for i, v in enumerate(args):
+        a = op._schema.arguments[i] if i < len(op._schema.arguments) else None
+        if a is not None and a.kwarg_only:
+            kw[a.name] = v
+        else:
+            pos.append(v)
+    return pos, kw
 
 
 def call(case):
@@ -118,7 +121,8 @@ def call(case):
     err = None
     for op in ops:
         try:
-            return op(*positional(op, case["args"]), **keywords(op, case["args"])), None
+            pos, kw = split_kwargs(op, case["args"])
+            return op(*pos, **kw), None
         except (RuntimeError, TypeError, ValueError, IndexError) as e:
             err = e
     return None, err
