@@ -15,10 +15,12 @@
  * kernel name in use). A tolerance replaces the op's for the dtypes it names (the point
  * of giving one: a backend's kernels are legitimately less exact).
  *
- * The op may already be in use on other threads: dispatch and the planner read its
- * candidates without the lock. So the grown array is published after it is filled and
- * the old one is kept (deriv_info.retired) until the context is freed; the cached plans
- * are dropped, so later calls choose among all the candidates. */
+ * The op may already have been called: dispatch and the planner read its candidates
+ * without the lock, and a node recorded earlier may hold a plan naming them. So the
+ * grown array is published after it is filled, the old one is kept
+ * (deriv_info.retired) until the context is freed, and the cached plans are dropped, so
+ * later calls choose among all the candidates. Loading an extension while another
+ * thread plans a call of the op is not supported (docs/formulas.md). */
 #include "deriv.h"
 #include "yaml_loader.h"
 

@@ -208,7 +208,8 @@ sys.exit(0 if want <= got else "perf candidates: %s" % sorted(map(str, got)))' "
 import json, sys
 recs = json.load(open(sys.argv[1]))["records"]
 mine = [r for r in recs if r["candidate"] == "self, other (kernel vdev_mul_backward)" and r["phase"] == "backward"]
-if not mine or any(r["verdict"] != "pass" for r in mine):
+# n/i: the dtypes vdev has no kernel for (f16, bf16)
+if not any(r["verdict"] == "pass" for r in mine) or any(r["verdict"] not in ("pass", "n/i") for r in mine):
     sys.exit("vdev_mul_backward: %s" % [(r["sample"], r["dtype"], r["variant"], r["verdict"]) for r in mine])
 ' "$tmp/extends.json"; then
             echo "FAIL variant $variant: opreg check did not check (and pass) the fused kernel the plugin added to mul"
