@@ -237,6 +237,8 @@ void deriv_free(opr_op *op)
     }
     for (int i = op->nargs + op->nout; i < d->nslots; i++) free(d->slot_names[i]);
     free(d->cands);
+    for (int i = 0; i < d->nretired; i++) free(d->retired[i]); /* their candidates are d->cands' */
+    free(d->retired);
     plan_cache_free(d->cache);
     free(d);
     op->deriv = NULL;

@@ -67,6 +67,8 @@ typedef struct deriv_info {
     int nslots;
     struct plan_cache *cache;
     int forced;                       /* candidate forced by tests, -1 = choose by cost */
+    deriv_cand **retired;             /* arrays replaced by an `extends:` entry (yaml_extend.c): */
+    int nretired;                     /* readers may still hold them, freed with the op */
 } deriv_info;
 
 /* A chosen plan for (op, requires-grad mask, device type, input shapes). */

@@ -489,7 +489,26 @@ int yaml_load_text(opr_ctx *ctx, const char *text, size_t len, const char *file,
     }
     for (yaml_node_item_t *it = root && !rc ? root->data.sequence.items.start : NULL;
          it && it < root->data.sequence.items.top; it++) {
-        opr_op *op = load_entry(&l, yaml_document_get_node(&doc, *it));
+        yaml_node_t *entry = yaml_document_get_node(&doc, *it), *extends = NULL;
+        for (yaml_node_pair_t *p = entry && entry->type == YAML_MAPPING_NODE ? entry->data.mapping.pairs.start : NULL;
+             p && p < entry->data.mapping.pairs.top; p++) {
+            const char *k = yaml_scalar(yaml_document_get_node(&doc, p->key));
+            if (k && !strcmp(k, "extends")) extends = yaml_document_get_node(&doc, p->value);
+        }
+        if (extends) { /* more for an op defined earlier: nothing is added to the registry but kernel slots */
+            int ext_rc = yaml_extend_entry(&l, entry, extends);
+            pthread_mutex_lock(&ctx->lock);
+            if (ext_rc) {
+                nomem = nomem || ext_rc == OPR_ERR_NOMEM;
+                registry_note_error(ctx, opr_last_error());
+                if (!refused++) snprintf(first_error, sizeof first_error, "%s", opr_last_error());
+            } else {
+                added++;
+            }
+            pthread_mutex_unlock(&ctx->lock);
+            continue;
+        }
+        opr_op *op = load_entry(&l, entry);
         pthread_mutex_lock(&ctx->lock);
         bool kept = false;
         int add_rc = op ? register_entry(ctx, op, &kept) : opr_error_status();

@@ -41,6 +41,9 @@ int yaml_alternative_key(const loader *l, opr_op *op, const yaml_node_t *v);
 int yaml_kernel_rate_key(const loader *l, opr_op *op, const yaml_node_t *v);
 /* `tolerance:` (yaml_tolerance.c) */
 int yaml_tolerance_key(const loader *l, opr_op *op, const yaml_node_t *v);
+/* An `extends: NAME` entry (name_node: its value): candidates and tolerances added to
+ * the op NAME defined earlier (yaml_extend.c). */
+int yaml_extend_entry(const loader *l, const yaml_node_t *entry, const yaml_node_t *name_node);
 /* The `samples:` list of an entry (samples.c). */
 int samples_parse(const loader *l, opr_op *op, const yaml_node_t *n);
 

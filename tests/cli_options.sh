@@ -29,6 +29,36 @@ expect 2 check --ops relu --sample x
 expect 2 check --ops relu --sample 99
 expect 2 check --ops relu --variant 'no such variant'
 expect 0 check --ops relu --sample 0 --variant 'odd size 13' --no-backward
+# --rerun-failed takes a report of `opreg check --format json` naming loaded ops and backends
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+rec() { # rec OP BACKEND VERDICT: one record of a report
+    printf '{"op": "%s", "backend": "%s", "dtype": "f32", "sample": 0, "variant": "", "phase": "forward", ' "$1" "$2"
+    printf '"candidate": null, "verdict": "%s", "count": 1}' "$3"
+}
+report() { printf '{"schema": "opreg-check", "version": 2, "backends": ["cpu"], "records": [%s]}\n' "$1"; }
+echo 'not json' >"$tmp/text"
+echo '{"records": []}' >"$tmp/other.json"
+report "$(rec no_such_op cpu fail)" >"$tmp/unknown_op.json"
+report "$(rec relu no_such_backend fail)" >"$tmp/unknown_backend.json"
+report "$(rec relu cpu fail), $(rec exp cpu pass)" >"$tmp/relu.json"
+report "$(rec relu cpu pass)" >"$tmp/passed.json"
+expect 2 check --rerun-failed "$tmp/no_such_file"
+expect 2 check --rerun-failed "$tmp/text"
+expect 2 check --rerun-failed "$tmp/other.json"
+expect 2 check --rerun-failed "$tmp/unknown_op.json"
+expect 2 check --rerun-failed "$tmp/unknown_backend.json"
+expect 2 check --rerun-failed "$tmp/relu.json" --ops relu
+expect 0 check --rerun-failed "$tmp/passed.json"
+expect 0 check --rerun-failed "$tmp/relu.json"
+# the rerun runs the one record the report names (relu's forward, sample 0, f32) and no other
+"$opreg" check --rerun-failed "$tmp/relu.json" --format json >"$tmp/rerun.json" 2>/dev/null
+got=$(grep -c '"op": ' "$tmp/rerun.json")
+if [ "$got" != 1 ] || ! grep -q '"op": "relu", "backend": "cpu", "dtype": "f32", "sample": 0, "variant": "", "phase": "forward", "candidate": null, "verdict": "pass"' "$tmp/rerun.json"; then
+    echo "FAIL: opreg check --rerun-failed $tmp/relu.json did not rerun relu sample 0 f32 forward alone:"
+    cat "$tmp/rerun.json"
+    status=1
+fi
 expect 0 info --require cpu
 expect 2 ops --bogus
 expect 2 ops --all

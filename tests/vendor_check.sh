@@ -114,6 +114,12 @@ reference       FAIL swish sample 0 \[transposed self\] f64 forward
 ordinals        ^op +vdev:1 *$
 ordinals        ^mul +pass
 ordinals        op\(s\) checked, 0 failure\(s\)(,|$)
+extends         ^mul +pass
+extends         op\(s\) checked, 0 failure\(s\)(,|$)
+extends         !^  (FAIL|CRASHED|TIMED OUT|UNSUPPORTED|STRICT)
+extends_wrong   ^mul +FAIL
+extends_wrong   FAIL mul on vdev: .*culprit: fused backward kernel vdev_mul_backward
+extends_wrong   !culprit: derivative formula
 hostile         "op": "relu", "backend": "vdev", .*"verdict": "timed out".*timed out after 3 s in relu forward, sample 0, f32
 hostile         "op": "exp", "backend": "vdev", .*"verdict": "pass"
 hostile         "op": "mm", "backend": "vdev", .*"verdict": "pass"
@@ -154,7 +160,7 @@ for variant in $(printf '%s\n' "$expectations" | awk 'NF { print $1 }' | uniq); 
         status=1
     fi
     want=1
-    case $variant in ok | override_no_flag | swish_f32 | ordinals) want=0 ;; esac
+    case $variant in ok | override_no_flag | swish_f32 | ordinals | extends) want=0 ;; esac
     if [ "$rc" != "$want" ]; then
         echo "FAIL variant $variant: opreg check exited $rc, expected $want"
         status=1
@@ -192,6 +198,44 @@ sys.exit(0 if want <= got else "perf candidates: %s" % sorted(map(str, got)))' "
         if ! printf '%s\n' "$out" | grep -Eq "^mul +FAIL 1/1 *$"; then
             echo "FAIL variant $variant: 'opreg check $rerun' did not rerun the one failure:"
             printf '%s\n' "$out"
+            status=1
+        fi
+    fi
+    if [ "$variant" = extends ]; then # the candidate the plugin's extension adds to the built-in mul is checked
+        env -u OPREG_PLUGIN_PATH -u OPREG_YAML_DIR -u LD_LIBRARY_PATH "$opreg" check --backend vdev --ops mul \
+            --format json --plugin "$tmp/$variant/libvendor.so" >"$tmp/extends.json" 2>/dev/null || true
+        if ! python3 -c '
+import json, sys
+recs = json.load(open(sys.argv[1]))["records"]
+mine = [r for r in recs if r["candidate"] == "self, other (kernel vdev_mul_backward)" and r["phase"] == "backward"]
+# n/i: the dtypes vdev has no kernel for (f16, bf16)
+if not any(r["verdict"] == "pass" for r in mine) or any(r["verdict"] not in ("pass", "n/i") for r in mine):
+    sys.exit("vdev_mul_backward: %s" % [(r["sample"], r["dtype"], r["variant"], r["verdict"]) for r in mine])
+' "$tmp/extends.json"; then
+            echo "FAIL variant $variant: opreg check did not check (and pass) the fused kernel the plugin added to mul"
+            status=1
+        fi
+    fi
+    if [ "$variant" = strided_only ]; then # --rerun-failed reruns exactly the failed records of a JSON report
+        env -u OPREG_PLUGIN_PATH -u OPREG_YAML_DIR -u LD_LIBRARY_PATH "$opreg" check --backend vdev --ops 'mul,exp' \
+            --format json --plugin "$tmp/$variant/libvendor.so" >"$tmp/report.json" 2>/dev/null || true
+        rc=0
+        env -u OPREG_PLUGIN_PATH -u OPREG_YAML_DIR -u LD_LIBRARY_PATH "$opreg" check --rerun-failed "$tmp/report.json" \
+            --format json --plugin "$tmp/$variant/libvendor.so" >"$tmp/rerun.json" 2>/dev/null || rc=$?
+        if ! python3 -c '
+import json, sys
+key = lambda r: (r["op"], r["backend"], r["dtype"], r["sample"], r["variant"], r["phase"], r["candidate"])
+report, rerun = (json.load(open(p))["records"] for p in sys.argv[1:3])
+failed = [key(r) for r in report if r["verdict"] in ("fail", "unsupported", "crashed", "timed out")]
+got = [key(r) for r in rerun]
+if not failed or any(r["op"] != "mul" for r in report if key(r) in failed):
+    sys.exit("the report should fail on mul alone: %s" % failed)
+if sorted(got) != sorted(failed):
+    sys.exit("the rerun ran %s, the report failed %s" % (got, failed))
+if any(r["verdict"] != "fail" for r in rerun):
+    sys.exit("the rerun did not reproduce every failure: %s" % [(key(r), r["verdict"]) for r in rerun])
+' "$tmp/report.json" "$tmp/rerun.json" || [ "$rc" != 1 ]; then
+            echo "FAIL variant $variant: opreg check --rerun-failed did not rerun exactly the failed records (exit $rc)"
             status=1
         fi
     fi

@@ -1,6 +1,7 @@
 /* The table, JSON and JUnit output of opreg check (check_report.h). The parent keeps
  * every record: a run of all ops over two backends makes a few thousand. */
 #include "check_report.h"
+#include "check_rerun.h"
 #include "check_strict.h"
 
 #include <math.h>
@@ -169,8 +170,10 @@ static void print_row(check_report *rep, int row)
         int unsup = x->count[CV_UNSUPPORTED], lost = x->count[CV_CRASHED] + x->count[CV_TIMEOUT];
         int declined = x->count[CV_DECLINED], unchecked = x->count[CV_NOT_CHECKED];
         char txt[64];
-        bool ran = opr_op_sample_count(op) && opr_op_has_kernel(op, c->types[k]);
-        if (!opr_op_sample_count(op)) snprintf(txt, sizeof txt, "-");
+        /* --rerun-failed: a cell nothing of which failed is not run ("-") */
+        bool selected = check_rerun_unit(c, op, c->types[k]);
+        bool ran = selected && opr_op_sample_count(op) && opr_op_has_kernel(op, c->types[k]);
+        if (!opr_op_sample_count(op) || !selected) snprintf(txt, sizeof txt, "-");
         else if (!ran) snprintf(txt, sizeof txt, "n/i");
         else if (lost) snprintf(txt, sizeof txt, "%s", x->count[CV_CRASHED] ? "CRASHED" : "TIMED OUT");
         else if (fail) snprintf(txt, sizeof txt, "FAIL %d/%d", fail, pass + fail);

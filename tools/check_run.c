@@ -1,6 +1,7 @@
 /* One unit of `opreg check` (check_run.h). */
 #include "check_run.h"
 #include "check_perf.h"
+#include "check_rerun.h"
 #include "check_sample.h"
 #include "check_supervisor.h"
 
@@ -117,7 +118,8 @@ static int check_forward_one(const check_cfg *c, int u, const opr_op *op, int s,
     sample_run ref, got;
     check_phase("%s forward, sample %d, %s (the CPU reference)", opr_op_name(op), s, opr_dtype_name(dt));
     int brc = check_sample_reference(op, s, v, dt, &ref, label, sizeof label);
-    if (emit && c->only_variant && strcmp(label, c->only_variant)) { /* --variant: another one */
+    if (emit && ((c->only_variant && strcmp(label, c->only_variant)) || /* --variant: another one */
+                 !check_rerun_wants(c, op, dev.type, "forward", (int)dt, s, label, ""))) {
         check_sample_free(&ref);
         return -1;
     }
@@ -238,6 +240,7 @@ static int check_backward_one(const check_cfg *c, int u, const opr_op *op, int s
                               opr_device dev)
 {
     const char *label = cand < 0 ? "plan chosen by cost" : opr_op_grad_candidate_label(op, cand);
+    if (!check_rerun_wants(c, op, dev.type, "backward", (int)dt, s, "", label)) return -1;
     check_phase("%s backward [%s], sample %d, %s", opr_op_name(op), label, s, opr_dtype_name(dt));
     check_record r = check_new_record(c, u, "backward", dt, s, "");
     snprintf(r.candidate, sizeof r.candidate, "%s", label);
@@ -317,7 +320,8 @@ static void check_fused_variant(const check_cfg *c, int u, const opr_op *op, int
     char label[48] = "";
     sample_run ref, got;
     if (check_sample_reference(op, s, v, dt, &ref, label, sizeof label) || ref.rc ||
-        (c->only_variant && strcmp(label, c->only_variant))) {
+        (c->only_variant && strcmp(label, c->only_variant)) ||
+        !check_rerun_wants(c, op, dev.type, "backward", (int)dt, s, label, opr_op_grad_candidate_label(op, cand))) {
         check_sample_free(&ref);
         return;
     }
@@ -377,6 +381,7 @@ static void check_schema_dtypes(const check_cfg *c, int u, const opr_op *op)
         if (dt == OPR_F32 || !opr_op_supports_dtype(op, dt) || (c->dtype_mask && !(c->dtype_mask & (1u << dt))))
             continue;
         for (int s = 0; s < opr_op_sample_count(op); s++) {
+            if (!check_rerun_wants(c, op, 0, "forward", (int)dt, s, "", "")) continue;
             char label[48];
             sample_run r;
             check_phase("%s forward, sample %d, %s (the schema's dtypes on the CPU)", opr_op_name(op), s,
@@ -407,6 +412,7 @@ void check_run_unit(const check_cfg *c, int u)
     const opr_op *op = c->ops[u / c->ntypes];
     opr_device dev = {c->types[u % c->ntypes], c->ordinals[u % c->ntypes]};
     if (!opr_op_sample_count(op) || !opr_op_has_kernel(op, dev.type)) return; /* the table says "-" / "n/i" */
+    if (!check_rerun_unit(c, op, dev.type)) return; /* --rerun-failed: nothing of it failed */
     size_t slot_len;
     char *slot = check_kernel_slot(&slot_len);
     opr_kernel_trace_set(c->ctx, slot, slot_len); /* the supervisor names the kernel a crash was in */
@@ -452,5 +458,5 @@ void check_run_unit(const check_cfg *c, int u)
             for (int s = 0; s < opr_op_sample_count(op); s++)
                 for (int v = 1; v < variant_count(c, op, s) && selected_sample(c, s); v++) check_fused_variant(c, u, op, s, v, cand, dts[k], dev);
         }
-    if (c->perf) check_perf(c, u, op, dev);
+    if (c->perf && !c->rerun) check_perf(c, u, op, dev); /* a rerun repeats failures, not timings */
 }

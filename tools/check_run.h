@@ -26,6 +26,7 @@ typedef struct check_cfg {
     unsigned dtype_mask;                 /* bit per opr_dtype selected (--dtype); 0: all */
     int only_sample;                     /* --sample N: that sample alone; -1: all */
     const char *only_variant;            /* --variant LABEL: that variant alone ("" as written); NULL: all */
+    const struct check_rerun *rerun;     /* --rerun-failed: the failed records to rerun alone (check_rerun.h); NULL: all */
 } check_cfg;
 
 /* Runs unit u = op index * ntypes + backend index. */

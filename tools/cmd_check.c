@@ -6,6 +6,7 @@
  * (check_supervisor.h), one unit per op x backend (check_run.h); this file parses the
  * options and hands the records to the report (check_report.h). */
 #include "check_report.h"
+#include "check_rerun.h"
 #include "check_run.h"
 #include "check_supervisor.h"
 #include "cli.h"
@@ -21,7 +22,7 @@ static void usage(void)
     printf("usage: opreg check [--backend NAME] [--ops LIST]... [--dtype LIST]... [--no-backward]\n"
            "                   [--no-variants] [--no-large] [--perf] [-v] [--format table|json] [--junit FILE]\n"
            "                   [--timeout S] [--no-fork] [--allow-unchecked] [--strict] [--sample N] [--variant LABEL]\n"
-           "                   [--plugin PATH]... [--yaml FILE]...\n\n"
+           "                   [--rerun-failed REPORT] [--plugin PATH]... [--yaml FILE]...\n\n"
            "Runs every op that has samples in its YAML entry on each loaded backend other than\n"
            "the CPU reference, in every dtype the op allows, and compares the outputs with the\n"
            "CPU plugin in f64: each sample as written and its layout and size variants\n"
@@ -44,7 +45,12 @@ static void usage(void)
            "when repeated; a selection that matches nothing is an error (exit 2). --sample N runs\n"
            "sample N alone, --variant LABEL the variant so labelled alone ('' for the sample as\n"
            "written, which is where the backward runs): each failure's note ends with the\n"
-           "options that rerun it.\n\n"
+           "options that rerun it. --rerun-failed REPORT reruns exactly the records that failed\n"
+           "(fail, unsupported, crashed, timed out) in REPORT, the output of an earlier\n"
+           "--format json run: the same op, backend, dtype, sample, variant and candidate (a\n"
+           "crashed or timed-out op x backend: all of it), with the same --plugin and --yaml;\n"
+           "the report chooses the selection (no --ops, --backend, --dtype, --sample, --variant).\n"
+           "A file that is not such a report, or names an op or backend not loaded, exits 2.\n\n"
            "Prints a table (a row per op, a cell per backend; the legend follows it); each FAIL\n"
            "names its culprit (forward kernel, derivative formula, fused backward kernel), and\n"
            "an op whose formula is right on the CPU but calls an op failing on the backend says\n"
@@ -143,7 +149,7 @@ static void describe_state(int u, check_record *r, void *data) { check_describe_
 int cmd_check(int argc, char **argv)
 {
     if (cli_wants_help(argc, argv)) { usage(); return 0; }
-    const char *backend = NULL, *format = "table";
+    const char *backend = NULL, *format = "table", *rerun_path = NULL;
     char ops_sel[1024] = "", dtype_sel[256] = "";
     run_state st = {.cfg = {.backward = true, .variants = true, .large = true, .only_sample = -1}};
     check_report_opts ro = {0};
@@ -153,7 +159,7 @@ int cmd_check(int argc, char **argv)
         bool takes_value = !strcmp(a, "--backend") || !strcmp(a, "--ops") || !strcmp(a, "--dtype") ||
                            !strcmp(a, "--format") || !strcmp(a, "--junit") || !strcmp(a, "--timeout") ||
                            !strcmp(a, "--plugin") || !strcmp(a, "--yaml") || !strcmp(a, "--sample") ||
-                           !strcmp(a, "--variant");
+                           !strcmp(a, "--variant") || !strcmp(a, "--rerun-failed");
         if (takes_value && !v) { fprintf(stderr, "opreg check: %s needs a value (see --help)\n", a); return 2; }
         if (takes_value) i++;
         if (!strcmp(a, "--backend")) backend = v;
@@ -180,6 +186,7 @@ int cmd_check(int argc, char **argv)
             st.cfg.only_sample = (int)n;
         }
         else if (!strcmp(a, "--variant")) st.cfg.only_variant = v;
+        else if (!strcmp(a, "--rerun-failed")) rerun_path = v;
         else if (!strcmp(a, "--no-backward")) st.cfg.backward = false;
         else if (!strcmp(a, "--no-variants")) st.cfg.variants = false;
         else if (!strcmp(a, "--no-large")) st.cfg.large = false;
@@ -195,6 +202,11 @@ int cmd_check(int argc, char **argv)
         return 2;
     }
     ro.json = !strcmp(format, "json");
+    if (rerun_path && (backend || ops_sel[0] || dtype_sel[0] || st.cfg.only_sample >= 0 || st.cfg.only_variant)) {
+        fprintf(stderr, "opreg check: --rerun-failed: the report chooses what runs (no --backend, --ops, --dtype, "
+                "--sample or --variant with it)\n");
+        return 2;
+    }
     char copy[256];
     snprintf(copy, sizeof copy, "%s", dtype_sel);
     for (char *save = NULL, *d = strtok_r(copy, ",", &save); d; d = strtok_r(NULL, ",", &save)) {
@@ -209,7 +221,30 @@ int cmd_check(int argc, char **argv)
     check_cfg *c = &st.cfg;
     c->ctx = ctx;
     int status = 2;
-    if (backend) {
+    check_rerun *rerun = NULL;
+    if (rerun_path) {
+        char why[600];
+        if (check_rerun_load(ctx, rerun_path, &rerun, why, sizeof why)) {
+            fprintf(stderr, "opreg check: --rerun-failed: %s\n", why);
+            goto out;
+        }
+        if (!rerun->n) {
+            if (!ro.json) printf("opreg check: %s names no failed record: nothing to rerun\n", rerun_path);
+            else printf("{\"schema\": \"opreg-check\", \"version\": 2, \"backends\": [], \"records\": [], \"perf\": [], "
+                        "\"strict\": [], \"summary\": {\"ops\": 0, \"failures\": 0, \"exit_status\": 0}}\n");
+            status = 0;
+            goto out;
+        }
+        c->rerun = rerun;
+        /* the backends and ops the failures name, in registry order */
+        for (int t = 0; t < opr_device_type_count(ctx) && t < CHECK_MAX_TYPES; t++)
+            for (int i = 0; i < rerun->n; i++)
+                if (rerun->recs[i].dev_type == t) {
+                    c->ordinals[c->ntypes] = rerun->ordinal[t];
+                    c->types[c->ntypes++] = t;
+                    break;
+                }
+    } else if (backend) {
         opr_device d;
         if (opr_device_parse(ctx, backend, &d) || d.type >= CHECK_MAX_TYPES) {
             fprintf(stderr, "opreg check: %s (see opreg info)\n", opr_last_error());
@@ -227,6 +262,9 @@ int cmd_check(int argc, char **argv)
         const opr_op *op = opr_op_at(ctx, i);
         if (ops_sel[0] && !matches_any(opr_op_name(op), ops_sel)) continue;
         if (opr_op_num_outputs(op) < 1 || opr_op_num_args(op) <= 0) continue; /* fused backward slots */
+        bool named = !rerun;
+        for (int k = 0; rerun && k < rerun->n; k++) named = named || rerun->recs[k].op == op;
+        if (!named) continue;
         c->ops[c->nops++] = op;
     }
     if (!c->nops) {
@@ -262,6 +300,7 @@ int cmd_check(int argc, char **argv)
 out:
     check_report_free(st.rep);
     free(c->ops);
+    check_rerun_free(rerun);
     opr_ctx_free(ctx);
     return status;
 }

@@ -17,7 +17,7 @@
 #define LAYERS 3
 
 typedef struct demo_ops {
-    const opr_op *linear, *relu, *log_softmax, *gather, *mean, *neg, *sub, *max_dim, *eq, *sum;
+    const opr_op *linear, *relu, *log_softmax, *gather, *mean, *neg, *sgd, *max_dim, *eq, *sum;
 } demo_ops;
 
 typedef struct model {
@@ -117,20 +117,19 @@ static double accuracy(const demo_ops *ops, opr_tensor *logp, opr_tensor *y)
     return (double)correct / (double)n;
 }
 
-/* w <- w - lr * grad, as a new leaf (no graph is recorded for the update). */
+/* w -= lr * grad in place (sgd_step_, registry/ops/optim.yaml: torch.optim.SGD's
+ * update), with grad mode off as in torch's step(); then its gradient is dropped. */
 static int sgd_step(const demo_ops *ops, opr_tensor **w, double lr)
 {
     opr_tensor *g = opr_grad(*w);
     if (!g) return OPR_OK; /* no gradient reached it */
     bool prev = opr_grad_mode_set(false);
-    opr_value sa[3] = {opr_v_tensor(*w), opr_v_tensor(g), opr_v_double(lr)};
-    opr_tensor *next = call1(ops->sub, sa, 3);
+    opr_value sa[4] = {opr_v_tensor(*w), opr_v_tensor(g), opr_v_none(), opr_v_double(lr)};
+    opr_tensor *self = call1(ops->sgd, sa, 4);
     opr_grad_mode_set(prev);
-    if (!next) return OPR_ERR_BACKEND;
-    opr_set_requires_grad(next, true);
-    opr_tensor_release(*w);
-    *w = next;
-    return OPR_OK;
+    if (!self) return OPR_ERR_BACKEND;
+    opr_tensor_release(self);
+    return opr_zero_grad(*w);
 }
 
 /* Per-op totals of what one step's graph saved. */
@@ -183,7 +182,7 @@ static void print_table(const op_table *t)
 static opr_device best_device(opr_ctx *ctx, const demo_ops *ops)
 {
     opr_device best = OPR_CPU;
-    const opr_op *need[] = {ops->linear, ops->relu, ops->log_softmax, ops->gather, ops->mean, ops->neg, ops->sub};
+    const opr_op *need[] = {ops->linear, ops->relu, ops->log_softmax, ops->gather, ops->mean, ops->neg, ops->sgd};
     for (int t = 1; t < opr_device_type_count(ctx); t++) {
         bool ok = true;
         for (size_t i = 0; i < sizeof need / sizeof need[0]; i++) ok &= opr_op_has_kernel(need[i], t);
@@ -240,7 +239,7 @@ int cmd_demo(int argc, char **argv)
     }
     opr_ctx *ctx = cli_ctx_new(argc, argv);
     if (!ctx) return 1;
-    const char *names[] = {"linear", "relu", "log_softmax", "gather", "mean", "neg", "sub", "max.dim", "eq", "sum"};
+    const char *names[] = {"linear", "relu", "log_softmax", "gather", "mean", "neg", "sgd_step_", "max.dim", "eq", "sum"};
     const opr_op *found[10];
     for (int i = 0; i < 10; i++)
         if (!(found[i] = opr_op_find(ctx, names[i]))) {

@@ -1,6 +1,6 @@
-/* Training and sampling of the GPT example: AdamW written over the parameters' values
- * on the host (PyTorch's torch.optim.AdamW, step for step), the training loop and
- * seeded sampling. */
+/* Training and sampling of the GPT example: AdamW through the registry's adamw_step_
+ * (PyTorch's torch.optim.AdamW, step for step, on the parameters' device), the training
+ * loop and seeded sampling. */
 #ifndef OPREG_EXAMPLE_GPT_TRAIN_H
 #define OPREG_EXAMPLE_GPT_TRAIN_H
 
@@ -17,9 +17,7 @@ typedef struct gpt_adamw {
     double lr, beta1, beta2, eps, weight_decay;
     int64_t step;
     int n;            /* parameters */
-    void **m, **v;    /* first and second moments, per parameter, in its dtype */
-    void *scratch;    /* room for the largest parameter, twice (values, gradient), for
-                         parameters that are not contiguous CPU tensors */
+    opr_tensor **m, **v; /* first and second moments, per parameter, on its device in its dtype */
 } gpt_adamw;
 
 /* Moments start at zero for the model's parameters. OPR_ERR_NOMEM with gpt_error(). */

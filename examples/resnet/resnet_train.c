@@ -10,67 +10,47 @@
 opr_status resnet_sgd_init(resnet_sgd *opt, const resnet_model *m, double lr, double momentum, double weight_decay)
 {
     *opt = (resnet_sgd){.lr = lr, .momentum = momentum, .weight_decay = weight_decay, .n = m->n_params};
-    size_t largest = 1;
-    for (int i = 0; i < m->n_params; i++) {
-        const size_t bytes = (size_t)opr_tensor_numel(m->params[i]) * opr_dtype_size(opr_tensor_dtype(m->params[i]));
-        if (bytes > largest) largest = bytes;
-    }
     opt->buf = calloc((size_t)(m->n_params ? m->n_params : 1), sizeof *opt->buf);
-    opt->scratch = malloc(2 * largest);
-    if (!opt->buf || !opt->scratch) {
-        resnet_sgd_free(opt);
-        return OPR_ERR_NOMEM;
-    }
-    return OPR_OK;
+    return opt->buf ? OPR_OK : OPR_ERR_NOMEM;
 }
 
 void resnet_sgd_free(resnet_sgd *opt)
 {
-    for (int i = 0; opt->buf && i < opt->n; i++) free(opt->buf[i]);
+    for (int i = 0; opt->buf && i < opt->n; i++) opr_tensor_release(opt->buf[i]);
     free(opt->buf);
-    free(opt->scratch);
     *opt = (resnet_sgd){0};
 }
 
-/* torch.optim.SGD's update of n values of type T: g += wd p; buf = g on the first step,
- * else momentum buf + g; p -= lr buf. */
-#define SGD_UPDATE(T)                                                                               \
-    do {                                                                                            \
-        T *p_ = pv, *b_ = bv;                                                                       \
-        const T *g_ = gv;                                                                           \
-        const T wd_ = (T)opt->weight_decay, mom_ = (T)opt->momentum, lr_ = (T)opt->lr;               \
-        for (int64_t j = 0; j < n; j++) {                                                           \
-            const T g = wd_ != 0 ? g_[j] + wd_ * p_[j] : g_[j];                                     \
-            b_[j] = first ? g : b_[j] * mom_ + g;                                                   \
-            p_[j] -= lr_ * (mom_ != 0 ? b_[j] : g);                                                 \
-        }                                                                                           \
-    } while (0)
-
-/* A tensor's values readable and writable on the host: its own memory when it is a
- * contiguous CPU tensor, else a copy in staging (written back by the caller). */
-static void *host_values(opr_tensor *t, void *staging, size_t bytes)
+/* One sgd_step_ per parameter (registry/ops/optim.yaml, torch.optim.SGD's update: g +=
+ * wd p; buf = g on the first step, else momentum buf + g; p -= lr buf), on the
+ * parameter's device, with grad mode off as in torch's step(). */
+static opr_status sgd_params(resnet_sgd *opt, resnet_model *m)
 {
-    if (opr_tensor_device(t).type == OPR_CPU.type && opr_tensor_is_contiguous(t)) return opr_tensor_data(t);
-    return opr_tensor_copy_to_host(t, staging, bytes) ? NULL : staging;
+    for (int i = 0; i < m->n_params; i++) {
+        opr_tensor *p = m->params[i], *grad = opr_grad(p), *out = NULL;
+        if (!grad) continue;
+        opr_ctx *ctx = opr_tensor_ctx(p);
+        const bool first = !opt->buf[i];
+        if (first && opt->momentum != 0) {
+            opr_value z[] = {opr_v_tensor(p)};
+            if (opr_call_by_name(ctx, "zeros_like", z, 1, &opt->buf[i], 1)) return OPR_ERR_NOMEM;
+        }
+        opr_value a[] = {opr_v_tensor(p), opr_v_tensor(grad), opt->buf[i] ? opr_v_tensor(opt->buf[i]) : opr_v_none(),
+                         opr_v_double(opt->lr), opr_v_double(opt->momentum), opr_v_double(0),
+                         opr_v_double(opt->weight_decay), opr_v_bool(false), opr_v_bool(false), opr_v_bool(first)};
+        opr_status rc = opr_call_by_name(ctx, "sgd_step_", a, 10, &out, 1);
+        opr_tensor_release(out); /* p itself */
+        if (rc) return rc;
+    }
+    return OPR_OK;
 }
 
 opr_status resnet_sgd_step(resnet_sgd *opt, resnet_model *m)
 {
-    for (int i = 0; i < m->n_params; i++) {
-        opr_tensor *p = m->params[i], *grad = opr_grad(p);
-        if (!grad) continue;
-        const int64_t n = opr_tensor_numel(p);
-        const opr_dtype dt = opr_tensor_dtype(p);
-        const size_t bytes = (size_t)n * opr_dtype_size(dt);
-        const bool first = !opt->buf[i];
-        if (first && !(opt->buf[i] = calloc(1, bytes ? bytes : 1))) return OPR_ERR_NOMEM;
-        char *staging = opt->scratch;
-        void *pv = host_values(p, staging, bytes), *gv = pv ? host_values(grad, staging + bytes, bytes) : NULL, *bv = opt->buf[i];
-        if (!pv || !gv) return OPR_ERR_BACKEND;
-        if (dt == OPR_F32) SGD_UPDATE(float);
-        else SGD_UPDATE(double);
-        if (pv == staging && opr_tensor_copy_from_host(p, pv, bytes)) return OPR_ERR_BACKEND;
-    }
+    bool was = opr_grad_mode_set(false);
+    opr_status rc = sgd_params(opt, m);
+    opr_grad_mode_set(was);
+    if (rc) return rc;
     for (int i = 0; i < m->n_params; i++) opr_zero_grad(m->params[i]);
     return OPR_OK;
 }

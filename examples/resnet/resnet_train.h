@@ -1,5 +1,5 @@
-/* Training of the ResNet example: SGD with momentum written over the parameters'
- * values on the host (PyTorch's torch.optim.SGD, step for step), batches of the shapes
+/* Training of the ResNet example: SGD with momentum through the registry's sgd_step_
+ * (PyTorch's torch.optim.SGD, step for step, on the parameters' device), batches of the shapes
  * data set, the training loop, test accuracy, and what one step's graph saved per op. */
 #ifndef OPREG_EXAMPLE_RESNET_TRAIN_H
 #define OPREG_EXAMPLE_RESNET_TRAIN_H
@@ -13,8 +13,7 @@
 typedef struct resnet_sgd {
     double lr, momentum, weight_decay;
     int n;
-    void **buf;       /* momentum buffers, per parameter; NULL until its first step */
-    void *scratch;    /* room for the largest parameter, twice */
+    opr_tensor **buf; /* momentum buffers, per parameter, beside it; NULL until its first step */
 } resnet_sgd;
 
 /* OPR_ERR_NOMEM with resnet_error(). */

@@ -66,5 +66,6 @@ int cpu_register_conv(opr_plugin *self);        /* cpu_conv.c: convolution and i
 int cpu_register_pool(opr_plugin *self);        /* cpu_pool.c: max, average and adaptive pooling */
 int cpu_register_batch_norm(opr_plugin *self);  /* cpu_batch_norm.c: batch and group norm */
 int cpu_register_pointwise(opr_plugin *self);   /* cpu_pointwise.c: ATen's other pointwise, bitwise, logical ops */
+int cpu_register_optim(opr_plugin *self);       /* cpu_optim.c: sgd_step_, adamw_step_ */
 
 #endif

@@ -387,6 +387,7 @@ int gk_register_attention(opr_plugin *self);   /* gpu_attention.cu: scaled dot-p
 int gk_register_conv(opr_plugin *self);        /* gpu_conv.cu: convolution and its backward */
 int gk_register_pool(opr_plugin *self);        /* gpu_pool.cu: max, average and adaptive average pooling */
 int gk_register_batch_norm(opr_plugin *self);  /* gpu_batch_norm.cu: native_batch_norm, native_group_norm */
+int gk_register_optim(opr_plugin *self);       /* gpu_optim.cu: sgd_step_, adamw_step_ */
 int gk_register_collective(opr_plugin *self);  /* gpu_nccl.cu: all_reduce, ... on NCCL */
 int gk_register_pointwise(opr_plugin *self);   /* gpu_pointwise.cu: ATen's other pointwise, bitwise, logical ops */
 /* Destroys the NCCL communicators (gpu_nccl.cu), with the last context. */

@@ -35,6 +35,10 @@
  *   VENDOR_STRICT         kernels that a run without --strict never notices: relu also
  *                         registered under a misspelt op name (reluu, skipped at load),
  *                         vfma also for i64, which its schema does not list
+ *   VENDOR_EXTENDS        the plugin adds a fused backward kernel to the built-in mul
+ *                         from its own YAML (an `extends: mul` entry, loaded as a string):
+ *                         vdev_mul_backward, which opreg check must check like mul's own
+ *   VENDOR_EXTENDS_WRONG  the same kernel, wrong for other's gradient
  *   VENDOR_REMAINDER      relu's loop over a strided row misses the last element when the
  *                         row's length is not a multiple of 4 (relu's sample is [3, 4]:
  *                         only the odd-size variant on a strided input shows it)
@@ -304,6 +308,57 @@ static int k_vfma_backward(const opr_kernel_call *call)
     return rc;
 }
 
+#if defined(VENDOR_EXTENDS) || defined(VENDOR_EXTENDS_WRONG)
+/* o += g * x over g's elements, o being x's or the other input's shape (mul
+ * broadcasts): each gradient element sums what it was broadcast to. */
+static void accumulate_product(const opr_tensor_view *g, const opr_tensor_view *x, opr_tensor_view *o, double scale)
+{
+    int64_t idx[OPR_MAX_DIMS] = {0};
+    for (int64_t k = 0; k < o->numel; k++) { /* o is contiguous (an output) */
+        if (o->dtype == OPR_F32) ((float *)o->data)[k] = 0;
+        else ((double *)o->data)[k] = 0;
+    }
+    for (int64_t k = 0; k < g->numel; k++) {
+        int64_t off = 0, stride = 1;
+        for (int d = o->ndim - 1; d >= 0; d--) { /* o's element that g's element k came from */
+            int gd = g->ndim - o->ndim + d;
+            if (o->shape[d] != 1) off += idx[gd] * stride;
+            stride *= o->shape[d];
+        }
+        double v = scale * load(g, idx, g->ndim) * load(x, idx, g->ndim);
+        if (o->dtype == OPR_F32) ((float *)o->data)[off] += (float)v;
+        else ((double *)o->data)[off] += v;
+        for (int d = g->ndim - 1; d >= 0 && ++idx[d] == g->shape[d]; d--) idx[d] = 0;
+    }
+}
+
+/* The fused backward of the built-in mul on vdev (args: grad, self, other, result). */
+static int k_mul_backward(const opr_kernel_call *call)
+{
+    const opr_tensor_view *g = tensor_arg(call, 0), *self = tensor_arg(call, 1), *other = tensor_arg(call, 2);
+#ifdef VENDOR_EXTENDS_WRONG
+    const double other_scale = 2; /* wrong on purpose */
+#else
+    const double other_scale = 1;
+#endif
+    if (!g || ((call->grad_input_mask & 1) && !other) || ((call->grad_input_mask & 2) && !self)) {
+        call->host->set_error(call, "vdev_mul_backward: an input it needs was not saved");
+        return OPR_ERR_INVALID;
+    }
+    if (call->grad_input_mask & 1) accumulate_product(g, other, call->outputs[0], 1);
+    if (call->grad_input_mask & 2) accumulate_product(g, self, call->outputs[1], other_scale);
+    return OPR_OK;
+}
+
+/* Shipped inside the plugin: a candidate for the built-in mul, not a new op. */
+static const char *const extends_yaml =
+    "- extends: mul\n"
+    "  self, other:\n"
+    "    kernel: vdev_mul_backward\n"
+    "    needs: {self: [other], other: [self]}\n"
+    "    flops: 2 * numel(result)\n";
+#endif
+
 OPR_PLUGIN_EXPORT int opr_plugin_init(const opr_host_api *host, opr_plugin *self)
 {
     self->abi_major = OPR_ABI_MAJOR;
@@ -322,6 +377,9 @@ OPR_PLUGIN_EXPORT int opr_plugin_init(const opr_host_api *host, opr_plugin *self
 #endif
     int rc = host->register_device(self, &dev);
     if (!rc) rc = host->load_yaml(self, VENDOR_YAML);
+#if defined(VENDOR_EXTENDS) || defined(VENDOR_EXTENDS_WRONG)
+    if (!rc) rc = host->load_yaml_string(self, extends_yaml, "vendor: extends mul");
+#endif
     static const struct { const char *op, *device; opr_kernel_fn fn; } kernels[] = {
         {"add", "vdev", k_add}, {"mul", "vdev", k_mul}, {"exp", "vdev", k_exp},
         {"relu", "vdev", k_relu}, {"mm", "vdev", k_mm}, {"swish", "vdev", k_swish},
@@ -332,6 +390,9 @@ OPR_PLUGIN_EXPORT int opr_plugin_init(const opr_host_api *host, opr_plugin *self
 #endif
 #ifdef VENDOR_STRICT
         {"reluu", "vdev", k_relu}, /* misspelt on purpose */
+#endif
+#if defined(VENDOR_EXTENDS) || defined(VENDOR_EXTENDS_WRONG)
+        {"vdev_mul_backward", "vdev", k_mul_backward},
 #endif
     };
     for (size_t i = 0; !rc && i < sizeof kernels / sizeof kernels[0]; i++) {
