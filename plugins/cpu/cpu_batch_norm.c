@@ -8,6 +8,7 @@
  * (group norm) are independent: the threads split them. */
 #include "cpu_common.h"
 #include "cpu_kernels.h"
+#include "../common/opc_batch_norm_legit.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -243,12 +244,25 @@ static int k_group_norm(const opr_kernel_call *c)
     return OPR_OK;
 }
 
+/* _native_batch_norm_legit.no_stats and _native_batch_norm_legit_no_training: the
+ * batch norm kernel above with the arguments they lack filled in. */
+static int k_batch_norm_legit_variant(const opr_kernel_call *c)
+{
+    opc_bn_legit m;
+    if (!opc_bn_legit_call(c, &m)) return CPU_FAIL(c, OPR_ERR_INVALID, "%s: unexpected argument count %d", c->op, (int)c->nargs);
+    return k_batch_norm(&m.call);
+}
+
 int cpu_register_batch_norm(opr_plugin *self)
 {
     const uint32_t dtypes = OPR_DTYPE_BIT(OPR_F32) | OPR_DTYPE_BIT(OPR_F64);
     int rc = cpu_register(self, "native_batch_norm", dtypes, k_batch_norm);
     if (!rc) rc = cpu_register(self, "native_batch_norm_backward", dtypes, k_batch_norm_backward);
+    if (!rc) rc = cpu_register(self, "_native_batch_norm_legit", dtypes, k_batch_norm);
+    if (!rc) rc = cpu_register(self, "_native_batch_norm_legit.no_stats", dtypes, k_batch_norm_legit_variant);
+    if (!rc) rc = cpu_register(self, "_native_batch_norm_legit_no_training", dtypes, k_batch_norm_legit_variant);
     if (!rc) rc = cpu_register(self, "native_group_norm", dtypes, k_group_norm);
     if (!rc) rc = cpu_register_supports(self, "native_batch_norm_backward_fused", dtypes, k_batch_norm_backward_fused, fused_supports);
+    if (!rc) rc = cpu_register_supports(self, "_native_batch_norm_legit_backward_fused", dtypes, k_batch_norm_backward_fused, fused_supports);
     return rc;
 }

@@ -16,6 +16,7 @@
  * tensors given as arguments (running statistics, weight, bias) are read and written
  * through their stride. */
 #include "gpu_common.cuh"
+#include "../common/opc_batch_norm_legit.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -403,15 +404,28 @@ int k_group_norm(const opr_kernel_call *c)
     return gk_launched(&k, "group norm kernel");
 }
 
+/* _native_batch_norm_legit.no_stats and _native_batch_norm_legit_no_training: the
+ * batch norm kernel above with the arguments they lack filled in. */
+int k_batch_norm_legit_variant(const opr_kernel_call *c)
+{
+    opc_bn_legit m;
+    if (!opc_bn_legit_call(c, &m)) return GK_FAIL(c, OPR_ERR_INVALID, "%s: unexpected argument count %d", c->op, (int)c->nargs);
+    return k_batch_norm(&m.call);
+}
+
 } // namespace
 
 int gk_register_batch_norm(opr_plugin *self)
 {
     int rc = gk_register(self, "native_batch_norm", GK_FLOATS, k_batch_norm);
     if (!rc) rc = gk_register(self, "native_batch_norm_backward", GK_FLOATS, k_batch_norm_backward);
+    if (!rc) rc = gk_register(self, "_native_batch_norm_legit", GK_FLOATS, k_batch_norm);
+    if (!rc) rc = gk_register(self, "_native_batch_norm_legit.no_stats", GK_FLOATS, k_batch_norm_legit_variant);
+    if (!rc) rc = gk_register(self, "_native_batch_norm_legit_no_training", GK_FLOATS, k_batch_norm_legit_variant);
     if (!rc) rc = gk_register(self, "native_group_norm", GK_FLOATS, k_group_norm);
 #ifdef OPR_GK_BATCH_NORM_BACKWARD
     if (!rc) rc = gk_register_supports(self, "native_batch_norm_backward_fused", GK_FLOATS, k_batch_norm_backward_fused, fused_supports);
+    if (!rc) rc = gk_register_supports(self, "_native_batch_norm_legit_backward_fused", GK_FLOATS, k_batch_norm_backward_fused, fused_supports);
 #endif
     return rc;
 }
