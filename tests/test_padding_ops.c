@@ -95,6 +95,33 @@ START_TEST(test_im2col_col2im)
 }
 END_TEST
 
+/* interpolate of [[0 1 2], [3 4 5], [6 7 8]] to 5 x 4, bilinear with align_corners: the
+ * plane is linear, so the result is 1.5 i + 2/3 j at (i, j) (PyTorch gives the same);
+ * nearest by a scale of 2 repeats each element twice along both dims. */
+START_TEST(test_interpolate)
+{
+    opr_ctx *ctx = tu_ctx();
+    opr_tensor *x = iota(ctx, 4, (int64_t[]){1, 1, 3, 3});
+    const opr_kwarg kw[] = {opr_kw("mode", opr_v_string("bilinear")), opr_kw("align_corners", opr_v_bool(true))};
+    opr_tensor *y = NULL;
+    ck_assert_msg(opr_call_by_name_kw(ctx, "interpolate", ARGS(TV(x), INTS(5, 4)), kw, 2, &y, 1) == OPR_OK, "%s",
+                  opr_last_error());
+    double want[20];
+    for (int i = 0; i < 5; i++)
+        for (int j = 0; j < 4; j++) want[i * 4 + j] = 1.5 * i + 2.0 * j / 3.0;
+    expect_values(y, 4, (int64_t[]){1, 1, 5, 4}, want, "interpolate bilinear");
+    opr_tensor *n = tu_call1(ctx, "interpolate", ARGS(TV(x), opr_v_none(), opr_v_double(2)));
+    double wn[36];
+    for (int i = 0; i < 6; i++)
+        for (int j = 0; j < 6; j++) wn[i * 6 + j] = 3 * (i / 2) + j / 2;
+    expect_values(n, 4, (int64_t[]){1, 1, 6, 6}, wn, "interpolate nearest");
+    opr_tensor_release(x);
+    opr_tensor_release(y);
+    opr_tensor_release(n);
+    tu_ctx_free(ctx);
+}
+END_TEST
+
 /* The composites build their indices with arange, which must land on the call's
  * device: the same values on cuda:0 as on the CPU. */
 START_TEST(test_device_indices)
@@ -137,6 +164,7 @@ int main(void)
     tcase_add_test(tc, test_pad_values);
     tcase_add_test(tc, test_pad_errors);
     tcase_add_test(tc, test_im2col_col2im);
+    tcase_add_test(tc, test_interpolate);
     tcase_add_test(tc, test_device_indices);
     suite_add_tcase(s, tc);
     return tu_run(s);
