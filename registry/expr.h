@@ -130,6 +130,9 @@ int expr_bi_pool_shape(const mval *a, int n, mval *out);
 int expr_bi_dims_except(const mval *a, int n, mval *out);
 int expr_bi_range(const mval *a, int n, mval *out);
 int expr_bi_channel_shape(const mval *a, int n, mval *out);
+/* The built-ins of the padding and resampling shapes (expr_resample.c). */
+int expr_bi_pad_shape(const mval *a, int n, mval *out);
+int expr_bi_neg_ints(const mval *a, int n, mval *out);
 
 /* Appends the source-like text of e to buf (for error messages). */
 void expr_format(const expr *e, char *buf, size_t len);

@@ -565,6 +565,7 @@ static const struct builtin {
     {"conv_shape", 8, 8, expr_bi_conv_shape}, {"conv_transpose_padding", 6, 6, expr_bi_conv_transpose_padding},
     {"pool_shape", 7, 7, expr_bi_pool_shape}, {"dims_except", 2, 2, expr_bi_dims_except}, {"range", 2, 2, expr_bi_range},
     {"channel_shape", 1, 1, expr_bi_channel_shape},
+    {"pad_shape", 2, 2, expr_bi_pad_shape}, {"neg_ints", 1, 1, expr_bi_neg_ints},
     /* select(cond, a, b): a if cond is truthy, else b; only the chosen one is
      * evaluated (so a formula runs, and is costed for, one branch). Evaluated in
      * expr_eval_with, not through a builtin_fn. */

@@ -72,8 +72,23 @@ static int run_call(void *ud, const expr *call, const mval *args, int nargs, mva
     opr_value vals[OPR_MAX_ARGS];
     int n = op->nargs;
     while (n > 0 && pos[n - 1] < 0) n--; /* trailing defaults are filled by opr_call */
+    /* A factory (a str argument named device) called without a device makes its tensor
+     * where the formula or composite runs (arange of indices next to a cuda tensor),
+     * not on its default device. */
+    char devname[32];
+    int devarg = -1;
+    for (int p = 0; p < op->nargs; p++)
+        if (pos[p] < 0 && op->args[p].type == ARG_STR && !strcmp(op->args[p].name, "device")) devarg = p;
+    if (devarg >= 0) {
+        opr_device_format(r->ctx, r->dev, devname, sizeof devname);
+        if (n < devarg + 1) n = devarg + 1;
+    }
     for (int p = 0; p < n; p++) {
         const op_arg *a = &op->args[p];
+        if (p == devarg) {
+            vals[p] = opr_v_string(devname);
+            continue;
+        }
         if (pos[p] < 0) {
             if (!a->has_default) return opr_fail(OPR_ERR_INVALID, "%s:%d:%d: %s() needs argument '%s'", op->file,
                                                  call->line, call->col, op->name, a->name);

@@ -6,7 +6,9 @@
 
 #include "registry.h"
 
-#define EXPR_RUN_MAX_TEMPS 64
+/* Intermediates one run may hold: a composite computing indices and weights per dim
+ * (upsample_bilinear2d_backward) makes about 70, each number passed as a tensor one. */
+#define EXPR_RUN_MAX_TEMPS 128
 #define EXPR_RUN_MAX_KNOWN (OPR_MAX_ARGS + 3 * OPR_MAX_OUTS)
 
 typedef struct expr_run {

@@ -1,6 +1,7 @@
 /* Batch and group normalization kernels (f32 and f64): native_batch_norm, its backward
  * native_batch_norm_backward (also the fused backward native_batch_norm_backward_fused of
- * training calls), and native_group_norm.
+ * training calls), native_group_norm and its backward native_group_norm_backward (the
+ * kernel of _native_batch_norm_legit and its variants too: normalization.yaml).
  *
  * input is seen as [N, C, inner] (inner: the product of the trailing dims). Statistics
  * are accumulated in double, two passes (the mean, then the squared deviations), as the
@@ -8,6 +9,7 @@
  * (group norm) are independent: the threads split them. */
 #include "cpu_common.h"
 #include "cpu_kernels.h"
+#include "../common/opc_batch_norm_legit.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -243,12 +245,102 @@ static int k_group_norm(const opr_kernel_call *c)
     return OPR_OK;
 }
 
+/* native_group_norm_backward: args (grad_out, input, mean, rstd, weight, N, C, HxW,
+ * group, output_mask); outputs (grad_input, grad_weight, grad_bias), each empty where
+ * output_mask says no. Per (sample, group) row of len = C / group * HxW elements, with
+ * xhat = (x - mean) * rstd and g = grad_out * weight:
+ *   grad_input = rstd * (g - mean(g) - xhat * mean(g * xhat)) over the row;
+ * per channel, over the samples and HxW: grad_weight = sum(grad_out * xhat),
+ * grad_bias = sum(grad_out). Sums in double. */
+static int k_group_norm_backward(const opr_kernel_call *c)
+{
+    const opr_tensor_view *dy = cpu_arg_t(c, 0), *x = cpu_arg_t(c, 1), *mt = cpu_arg_t(c, 2), *rt = cpu_arg_t(c, 3);
+    const opr_tensor_view *w = cpu_arg_t(c, 4);
+    const int64_t n = cpu_arg_i(c, 5), ch = cpu_arg_i(c, 6), hw = cpu_arg_i(c, 7), groups = cpu_arg_i(c, 8);
+    unsigned mask = 0;
+    for (int i = 0; c->nargs > 9 && c->args[9]->kind == OPR_ARG_INT_LIST && i < c->args[9]->u.il.n && i < 3; i++)
+        mask |= (c->args[9]->u.il.items[i] ? 1u : 0u) << i;
+    if (!dy || !x || !mt || !rt || c->nout < 3 || groups < 1 || ch % groups || x->numel != n * ch * hw || dy->numel != x->numel ||
+        mt->numel != n * groups || rt->numel != n * groups)
+        return CPU_FAIL(c, OPR_ERR_INVALID, "%s: grad_out and input must be N x C x HxW = %lld x %lld x %lld, mean and rstd "
+                        "N x group (group %lld dividing C)", c->op, (long long)n, (long long)ch, (long long)hw, (long long)groups);
+    const opr_tensor_view *vecs[] = {w, dy, mt, rt};
+    int rc = check_operands(c, x->dtype, ch, vecs, 1);
+    for (int i = 1; !rc && i < 4; i++)
+        if (vecs[i]->dtype != x->dtype)
+            rc = CPU_FAIL(c, OPR_ERR_INVALID, "%s: operands of dtypes %s and %s", c->op, cpu_dtype_name(vecs[i]->dtype),
+                          cpu_dtype_name(x->dtype));
+    if (rc) return rc;
+    opr_tensor_view *dx = mask & 1 ? c->outputs[0] : NULL, *dw = mask & 2 ? c->outputs[1] : NULL, *db = mask & 4 ? c->outputs[2] : NULL;
+    void *owned[4] = {NULL, NULL, NULL, NULL};
+    const void *p[4];
+    const opr_tensor_view *src[4] = {dy, x, mt, rt};
+    for (int i = 0; i < 4; i++)
+        if (!(p[i] = cpu_dense(src[i], &owned[i])) && src[i]->numel) {
+            for (int j = 0; j < i; j++) free(owned[j]);
+            return CPU_FAIL(c, OPR_ERR_NOMEM, "%s: out of memory for a contiguous copy", c->op);
+        }
+    const bool f32 = x->dtype == OPR_F32;
+    const int64_t cg = ch / groups, len = cg * hw;
+    if (dx) {
+        _Pragma("omp parallel for if (x->numel >= CPU_PAR_THRESHOLD) schedule(static)")
+        for (int64_t r = 0; r < n * groups; r++) {
+            const int64_t off = r * len, c0 = (r % groups) * cg;
+            const double mean = at(p[2], f32, r), rstd = at(p[3], f32, r);
+            double s1 = 0, s2 = 0;
+            for (int64_t j = 0; j < len; j++) {
+                const double g = at(p[0], f32, off + j) * vec_at(w, c0 + j / hw, 1);
+                s1 += g;
+                s2 += g * (at(p[1], f32, off + j) - mean) * rstd;
+            }
+            const double m1 = len ? s1 / (double)len : 0, m2 = len ? s2 / (double)len : 0;
+            for (int64_t j = 0; j < len; j++) {
+                const double g = at(p[0], f32, off + j) * vec_at(w, c0 + j / hw, 1);
+                put(dx->data, f32, off + j, rstd * (g - m1 - (at(p[1], f32, off + j) - mean) * rstd * m2));
+            }
+        }
+    }
+    if (dw || db) {
+        _Pragma("omp parallel for if (x->numel >= CPU_PAR_THRESHOLD) schedule(static)")
+        for (int64_t k = 0; k < ch; k++) {
+            double sw = 0, sb = 0;
+            for (int64_t i = 0; i < n; i++) {
+                const int64_t r = i * groups + k / cg, off = (i * ch + k) * hw;
+                const double mean = at(p[2], f32, r), rstd = at(p[3], f32, r);
+                for (int64_t j = 0; j < hw; j++) {
+                    const double g = at(p[0], f32, off + j);
+                    sw += g * (at(p[1], f32, off + j) - mean) * rstd;
+                    sb += g;
+                }
+            }
+            if (dw) vec_set(dw, k, sw);
+            if (db) vec_set(db, k, sb);
+        }
+    }
+    for (int i = 0; i < 4; i++) free(owned[i]);
+    return OPR_OK;
+}
+
+/* _native_batch_norm_legit.no_stats and _native_batch_norm_legit_no_training: the
+ * batch norm kernel above with the arguments they lack filled in. */
+static int k_batch_norm_legit_variant(const opr_kernel_call *c)
+{
+    opc_bn_legit m;
+    if (!opc_bn_legit_call(c, &m)) return CPU_FAIL(c, OPR_ERR_INVALID, "%s: unexpected argument count %d", c->op, (int)c->nargs);
+    return k_batch_norm(&m.call);
+}
+
 int cpu_register_batch_norm(opr_plugin *self)
 {
     const uint32_t dtypes = OPR_DTYPE_BIT(OPR_F32) | OPR_DTYPE_BIT(OPR_F64);
     int rc = cpu_register(self, "native_batch_norm", dtypes, k_batch_norm);
     if (!rc) rc = cpu_register(self, "native_batch_norm_backward", dtypes, k_batch_norm_backward);
+    if (!rc) rc = cpu_register(self, "_native_batch_norm_legit", dtypes, k_batch_norm);
+    if (!rc) rc = cpu_register(self, "_native_batch_norm_legit.no_stats", dtypes, k_batch_norm_legit_variant);
+    if (!rc) rc = cpu_register(self, "_native_batch_norm_legit_no_training", dtypes, k_batch_norm_legit_variant);
     if (!rc) rc = cpu_register(self, "native_group_norm", dtypes, k_group_norm);
+    if (!rc) rc = cpu_register(self, "native_group_norm_backward", dtypes, k_group_norm_backward);
     if (!rc) rc = cpu_register_supports(self, "native_batch_norm_backward_fused", dtypes, k_batch_norm_backward_fused, fused_supports);
+    if (!rc) rc = cpu_register_supports(self, "_native_batch_norm_legit_backward_fused", dtypes, k_batch_norm_backward_fused, fused_supports);
     return rc;
 }

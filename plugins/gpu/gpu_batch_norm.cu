@@ -1,6 +1,7 @@
 /* Batch and group normalization kernels (f32, f64): native_batch_norm, its backward
  * native_batch_norm_backward (also the fused backward native_batch_norm_backward_fused of
- * training calls), and native_group_norm, with the results of the CPU kernels
+ * training calls), native_group_norm and native_group_norm_backward (the kernel of
+ * _native_batch_norm_legit and its variants too), with the results of the CPU kernels
  * (plugins/cpu/cpu_batch_norm.c).
  *
  * input is seen as [N, C, inner] (inner: the product of the trailing dims). Each
@@ -16,6 +17,7 @@
  * tensors given as arguments (running statistics, weight, bias) are read and written
  * through their stride. */
 #include "gpu_common.cuh"
+#include "../common/opc_batch_norm_legit.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -403,15 +405,126 @@ int k_group_norm(const opr_kernel_call *c)
     return gk_launched(&k, "group norm kernel");
 }
 
+/* native_group_norm_backward, one block per (sample, group) row of len elements:
+ * grad_input = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = grad_out * weight,
+ * xhat = (x - mean) * rstd. */
+template <class T>
+__global__ void k_gn_bwd_dx(int64_t rows, int64_t len, int64_t hw, int64_t cg, int64_t groups, const T *dy, const T *x,
+                            const T *mean, const T *rstd, vec<const T> w, T *dx)
+{
+    __shared__ double sh[GK_THREADS];
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        const int64_t off = r * len, c0 = (r % groups) * cg;
+        const double mu = (double)mean[r], rs = (double)rstd[r];
+        double s1 = 0, s2 = 0;
+        for (int64_t j = threadIdx.x; j < len; j += blockDim.x) {
+            const double g = (double)dy[off + j] * w.at(c0 + j / hw, 1);
+            s1 += g;
+            s2 += g * ((double)x[off + j] - mu) * rs;
+        }
+        const double m1 = block_sum(s1, sh) / (double)len, m2 = block_sum(s2, sh) / (double)len;
+        for (int64_t j = threadIdx.x; j < len; j += blockDim.x) {
+            const double g = (double)dy[off + j] * w.at(c0 + j / hw, 1);
+            dx[off + j] = (T)(rs * (g - m1 - ((double)x[off + j] - mu) * rs * m2));
+        }
+    }
+}
+
+/* One block per channel k: grad_weight = sum(grad_out * xhat), grad_bias = sum(grad_out)
+ * over the samples and HxW (dw or db NULL: not asked for). */
+template <class T>
+__global__ void k_gn_bwd_dwdb(int64_t ch, int64_t n, int64_t hw, int64_t cg, int64_t groups, const T *dy, const T *x,
+                              const T *mean, const T *rstd, T *dw, T *db)
+{
+    __shared__ double sh[GK_THREADS];
+    for (int64_t k = blockIdx.x; k < ch; k += gridDim.x) {
+        double sw = 0, sb = 0;
+        for (int64_t j = threadIdx.x; j < n * hw; j += blockDim.x) {
+            const int64_t i = j / hw, r = i * groups + k / cg, off = (i * ch + k) * hw + j % hw;
+            const double g = (double)dy[off];
+            sw += g * ((double)x[off] - (double)mean[r]) * (double)rstd[r];
+            sb += g;
+        }
+        sw = block_sum(sw, sh);
+        sb = block_sum(sb, sh);
+        if (threadIdx.x == 0) {
+            if (dw) dw[k] = (T)sw;
+            if (db) db[k] = (T)sb;
+        }
+    }
+}
+
+template <class T>
+void launch_gn_backward(const gk_ctx *k, int64_t n, int64_t ch, int64_t hw, int64_t groups, const void *const *p,
+                        const opr_tensor_view *w, opr_tensor_view *dx, opr_tensor_view *dw, opr_tensor_view *db)
+{
+    const int64_t cg = ch / groups, rows = n * groups, len = cg * hw;
+    const T *dy = (const T *)p[0], *x = (const T *)p[1], *mean = (const T *)p[2], *rstd = (const T *)p[3];
+    if (dx && rows && len)
+        gk_launch(k_gn_bwd_dx<T>, item_blocks(rows), GK_THREADS, 0, k->stream, rows, len, hw, cg, groups, dy, x, mean, rstd,
+                  vec_of<const T>(w), (T *)dx->data);
+    if ((dw || db) && ch)
+        gk_launch(k_gn_bwd_dwdb<T>, item_blocks(ch), GK_THREADS, 0, k->stream, ch, n, hw, cg, groups, dy, x, mean, rstd,
+                  dw ? (T *)dw->data : (T *)nullptr, db ? (T *)db->data : (T *)nullptr);
+}
+
+/* native_group_norm_backward: args (grad_out, input, mean, rstd, weight, N, C, HxW,
+ * group, output_mask); outputs (grad_input, grad_weight, grad_bias), each empty where
+ * output_mask says no. */
+int k_group_norm_backward(const opr_kernel_call *c)
+{
+    gk_ctx k;
+    int rc = gk_begin(c, c->op, &k);
+    if (rc) return rc;
+    const opr_tensor_view *dy = gk_arg_t(c, 0), *x = gk_arg_t(c, 1), *mt = gk_arg_t(c, 2), *rt = gk_arg_t(c, 3);
+    const opr_tensor_view *w = gk_arg_t(c, 4);
+    const int64_t n = gk_arg_i(c, 5), ch = gk_arg_i(c, 6), hw = gk_arg_i(c, 7), groups = gk_arg_i(c, 8);
+    unsigned mask = 0;
+    for (int i = 0; c->nargs > 9 && c->args[9]->kind == OPR_ARG_INT_LIST && i < c->args[9]->u.il.n && i < 3; i++)
+        mask |= (c->args[9]->u.il.items[i] ? 1u : 0u) << i;
+    if (!dy || !x || !mt || !rt || c->nout < 3 || groups < 1 || ch % groups || x->numel != n * ch * hw || dy->numel != x->numel ||
+        mt->numel != n * groups || rt->numel != n * groups)
+        return GK_FAIL(c, OPR_ERR_INVALID, "%s: grad_out and input must be N x C x HxW = %lld x %lld x %lld, mean and rstd "
+                       "N x group (group %lld dividing C)", c->op, (long long)n, (long long)ch, (long long)hw, (long long)groups);
+    const opr_tensor_view *vecs[] = {w};
+    if ((rc = check_operands(c, x->dtype, ch, vecs, 1))) return rc;
+    const opr_tensor_view *src[4] = {dy, x, mt, rt};
+    for (int i = 0; i < 4; i++)
+        if (src[i]->dtype != x->dtype) return GK_FAIL(c, OPR_ERR_INVALID, "%s: operands of different dtypes", c->op);
+    opr_tensor_view *dx = mask & 1 ? c->outputs[0] : nullptr, *dw = mask & 2 ? c->outputs[1] : nullptr;
+    opr_tensor_view *db = mask & 4 ? c->outputs[2] : nullptr;
+    gk_buf bufs[4];
+    const void *p[4];
+    for (int i = 0; i < 4; i++)
+        if ((rc = gk_dense(&k, src[i], &bufs[i], &p[i]))) return rc;
+    if (x->dtype == OPR_F32) launch_gn_backward<float>(&k, n, ch, hw, groups, p, w, dx, dw, db);
+    else launch_gn_backward<double>(&k, n, ch, hw, groups, p, w, dx, dw, db);
+    return gk_launched(&k, "group norm backward kernel");
+}
+
+/* _native_batch_norm_legit.no_stats and _native_batch_norm_legit_no_training: the
+ * batch norm kernel above with the arguments they lack filled in. */
+int k_batch_norm_legit_variant(const opr_kernel_call *c)
+{
+    opc_bn_legit m;
+    if (!opc_bn_legit_call(c, &m)) return GK_FAIL(c, OPR_ERR_INVALID, "%s: unexpected argument count %d", c->op, (int)c->nargs);
+    return k_batch_norm(&m.call);
+}
+
 } // namespace
 
 int gk_register_batch_norm(opr_plugin *self)
 {
     int rc = gk_register(self, "native_batch_norm", GK_FLOATS, k_batch_norm);
     if (!rc) rc = gk_register(self, "native_batch_norm_backward", GK_FLOATS, k_batch_norm_backward);
+    if (!rc) rc = gk_register(self, "_native_batch_norm_legit", GK_FLOATS, k_batch_norm);
+    if (!rc) rc = gk_register(self, "_native_batch_norm_legit.no_stats", GK_FLOATS, k_batch_norm_legit_variant);
+    if (!rc) rc = gk_register(self, "_native_batch_norm_legit_no_training", GK_FLOATS, k_batch_norm_legit_variant);
     if (!rc) rc = gk_register(self, "native_group_norm", GK_FLOATS, k_group_norm);
+    if (!rc) rc = gk_register(self, "native_group_norm_backward", GK_FLOATS, k_group_norm_backward);
 #ifdef OPR_GK_BATCH_NORM_BACKWARD
     if (!rc) rc = gk_register_supports(self, "native_batch_norm_backward_fused", GK_FLOATS, k_batch_norm_backward_fused, fused_supports);
+    if (!rc) rc = gk_register_supports(self, "_native_batch_norm_legit_backward_fused", GK_FLOATS, k_batch_norm_backward_fused, fused_supports);
 #endif
     return rc;
 }
