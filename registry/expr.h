@@ -129,6 +129,11 @@ int expr_bi_conv_transpose_padding(const mval *a, int n, mval *out);
 int expr_bi_pool_shape(const mval *a, int n, mval *out);
 int expr_bi_dims_except(const mval *a, int n, mval *out);
 int expr_bi_channel_shape(const mval *a, int n, mval *out);
+/* expr_aten_shape.c: reduce_perm, reduce_flat, list_sum, repeat_shape */
+int expr_bi_reduce_perm(const mval *a, int n, mval *out);
+int expr_bi_reduce_flat(const mval *a, int n, mval *out);
+int expr_bi_list_sum(const mval *a, int n, mval *out);
+int expr_bi_repeat_shape(const mval *a, int n, mval *out);
 
 /* Appends the source-like text of e to buf (for error messages). */
 void expr_format(const expr *e, char *buf, size_t len);

@@ -64,5 +64,7 @@ int cpu_register_attention(opr_plugin *self);   /* cpu_attention.c: scaled dot-p
 int cpu_register_conv(opr_plugin *self);        /* cpu_conv.c: convolution and its backward */
 int cpu_register_pool(opr_plugin *self);        /* cpu_pool.c: max, average and adaptive pooling */
 int cpu_register_batch_norm(opr_plugin *self);  /* cpu_batch_norm.c: batch and group norm */
+int cpu_register_shape(opr_plugin *self);       /* cpu_shape.c: flip */
+int cpu_register_scan(opr_plugin *self);        /* cpu_scan.c: cumsum */
 
 #endif

@@ -387,6 +387,8 @@ int gk_register_conv(opr_plugin *self);        /* gpu_conv.cu: convolution and i
 int gk_register_pool(opr_plugin *self);        /* gpu_pool.cu: max, average and adaptive average pooling */
 int gk_register_batch_norm(opr_plugin *self);  /* gpu_batch_norm.cu: native_batch_norm, native_group_norm */
 int gk_register_collective(opr_plugin *self);  /* gpu_nccl.cu: all_reduce, ... on NCCL */
+int gk_register_shape(opr_plugin *self);       /* gpu_shape.cu: flip */
+int gk_register_scan(opr_plugin *self);        /* gpu_scan.cu: cumsum */
 /* Destroys the NCCL communicators (gpu_nccl.cu), with the last context. */
 void gk_collective_shutdown(void);
 
