@@ -8,6 +8,11 @@
  * left it (an op may write some: batch norm's running statistics), within
  * 1e-9 * (1 + |reference|).
  *
+ * An op returning Tensor[] (split_with_sizes) is compared piece by piece. Each case
+ * names the op as the command line does (an overload name such as sum.dim_IntList is
+ * called as that overload) and carries opreg's argument names, by which the oracle
+ * passes ATen's keyword-only arguments (dtype, device, correction).
+ *
  * All cases go to PyTorch in one run (one interpreter start). An op PyTorch does not
  * know or refuses the arguments of fails the test: the list names ATen ops only.
  * Without python3 or torch the suite is skipped (77), as test_oracle.c says. */
@@ -88,6 +93,9 @@ static void add_case(opr_ctx *ctx, FILE *f, const char *name, const opr_op *op, 
     int nargs = 0, nowned = 0;
     ck_assert_msg(!opr_op_sample_args(op, s, OPR_F64, OPR_CPU, 1234 + (uint64_t)s, args, &nargs, owned, &nowned),
                   "%s sample %d: %s", opr_op_name(op), s, opr_last_error());
+    /* the omitted trailing arguments as their defaults: ATen's overload may require
+     * what opreg's schema defaults (sum.dim_IntList's dim) */
+    while (nargs < opr_op_num_args(op) && opr_op_arg_default(op, nargs, &args[nargs])) nargs++;
     opr_tensor *inputs[MAX_ARGS];
     int ninputs = 0, input_arg[MAX_ARGS];
     for (int a = 0; a < nargs; a++)

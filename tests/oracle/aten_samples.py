@@ -17,8 +17,8 @@ from a sample, and the gradients of the outputs to back-propagate:
 Without an overload, the op's overloads are tried in turn (default first) until one
 accepts the arguments. The arguments bind to the overload's schema by position up to
 its first keyword-only argument and by their opreg names after it (ATen's tensor
-options, `*, ScalarType? dtype=None, ..., Device? device=None`); a string given for a
-ScalarType argument is the dtype it names. Overloads newer than the PyTorch at hand
+options, `*, ScalarType? dtype=None, ..., Device? device=None`); a string given for
+`dtype` (a ScalarType) is the dtype it names. Overloads newer than the PyTorch at hand
 (any.dims, squeeze.dims of PyTorch 2) are computed from its older ops, as PyTorch 2
 defines them (NEWER). Ops whose values ATen leaves unspecified (empty.memory_format,
 empty_strided) are compared for their shape: their PyTorch output is taken as zeros,
@@ -153,7 +153,7 @@ def bind(op, case):
         a = next((b for b in schema.arguments if b.kwarg_only and b.name == name), None)
         if a is None:
             raise TypeError("%s: no keyword argument %r" % (schema.name, name))
-        if "ScalarType" in str(a.type) and isinstance(v, str):
+        if a.name == "dtype" and isinstance(v, str):  # ScalarType (an int to TorchScript)
             v = SCALAR_TYPES[v]
         kw[a.name] = v
     return pos, kw
