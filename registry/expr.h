@@ -133,6 +133,11 @@ int expr_bi_channel_shape(const mval *a, int n, mval *out);
 /* The built-ins of the padding and resampling shapes (expr_resample.c). */
 int expr_bi_pad_shape(const mval *a, int n, mval *out);
 int expr_bi_neg_ints(const mval *a, int n, mval *out);
+/* expr_aten_shape.c: reduce_perm, reduce_flat, list_sum, repeat_shape */
+int expr_bi_reduce_perm(const mval *a, int n, mval *out);
+int expr_bi_reduce_flat(const mval *a, int n, mval *out);
+int expr_bi_list_sum(const mval *a, int n, mval *out);
+int expr_bi_repeat_shape(const mval *a, int n, mval *out);
 
 /* Appends the source-like text of e to buf (for error messages). */
 void expr_format(const expr *e, char *buf, size_t len);

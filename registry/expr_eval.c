@@ -511,19 +511,30 @@ static int bi_unsqueeze_shape(const mval *a, int n, mval *out)
     return OPR_OK;
 }
 
+/* squeeze_shape(t), squeeze_shape(t, d) or squeeze_shape(t, [d, ...]) (squeeze.dims:
+ * only the listed dims that are 1 go). */
 static int bi_squeeze_shape(const mval *a, int n, mval *out)
 {
     int64_t di = 0;
-    int only = -1;
+    bool only[OPR_MAX_DIMS] = {false}, any = false;
     if (want_tensor(&a[0], "squeeze_shape")) return OPR_ERR_INVALID;
     const opr_meta *t = a[0].u.t;
-    if (n > 1 && a[1].k != MV_NONE) {
-        if (!as_int(&a[1], &di) || wrap(di, t->ndim, "squeeze", &only)) return OPR_ERR_INVALID;
+    if (n > 1 && a[1].k == MV_LIST) {
+        for (int i = 0; i < a[1].n; i++) {
+            int d = 0;
+            if (wrap(a[1].u.l[i], t->ndim, "squeeze", &d)) return OPR_ERR_INVALID;
+            only[d] = any = true;
+        }
+        if (!any) return bi_sizes(a, 1, out); /* [] squeezes nothing */
+    } else if (n > 1 && a[1].k != MV_NONE) {
+        int d = 0;
+        if (!as_int(&a[1], &di) || wrap(di, t->ndim, "squeeze", &d)) return OPR_ERR_INVALID;
+        only[d] = any = true;
     }
     out->k = MV_LIST;
     out->n = 0;
     for (int k = 0; k < t->ndim; k++)
-        if (!(t->shape[k] == 1 && (only < 0 || only == k))) out->u.l[out->n++] = t->shape[k];
+        if (!(t->shape[k] == 1 && (!any || only[k]))) out->u.l[out->n++] = t->shape[k];
     return OPR_OK;
 }
 
@@ -566,6 +577,8 @@ static const struct builtin {
     {"pool_shape", 7, 7, expr_bi_pool_shape}, {"dims_except", 2, 2, expr_bi_dims_except}, {"range", 2, 2, expr_bi_range},
     {"channel_shape", 1, 1, expr_bi_channel_shape},
     {"pad_shape", 2, 2, expr_bi_pad_shape}, {"neg_ints", 1, 1, expr_bi_neg_ints},
+    {"reduce_perm", 2, 2, expr_bi_reduce_perm}, {"reduce_flat", 2, 2, expr_bi_reduce_flat},
+    {"list_sum", 1, 2, expr_bi_list_sum}, {"repeat_shape", 3, 3, expr_bi_repeat_shape},
     /* select(cond, a, b): a if cond is truthy, else b; only the chosen one is
      * evaluated (so a formula runs, and is costed for, one branch). Evaluated in
      * expr_eval_with, not through a builtin_fn. */

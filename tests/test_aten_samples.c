@@ -8,6 +8,11 @@
  * left it (an op may write some: batch norm's running statistics), within
  * 1e-9 * (1 + |reference|).
  *
+ * An op returning Tensor[] (split_with_sizes) is compared piece by piece. Each case
+ * names the op as the command line does (an overload name such as sum.dim_IntList is
+ * called as that overload) and carries opreg's argument names, by which the oracle
+ * passes ATen's keyword-only arguments (dtype, device, correction).
+ *
  * All cases go to PyTorch in one run (one interpreter start). An op PyTorch does not
  * know or refuses the arguments of fails the test: the list names ATen ops only.
  * Without python3 or torch the suite is skipped (77), as test_oracle.c says. */
@@ -26,7 +31,7 @@
 
 #define TOL 1e-9
 #define MAX_CASES 1024
-#define MAX_OUT 4
+#define MAX_OUT 8 /* outputs of an op, or pieces of one returning Tensor[] */
 #define MAX_ARGS 12 /* arguments of an op (the registry's limit) */
 
 static char **op_names;
@@ -76,7 +81,7 @@ static opr_tensor *grad_like(opr_ctx *ctx, const opr_tensor *t)
 
 /* Runs sample s of op through opreg (keeping its outputs and gradients in cases[]) and
  * writes the case for PyTorch. */
-static void add_case(opr_ctx *ctx, FILE *f, const opr_op *op, int s)
+static void add_case(opr_ctx *ctx, FILE *f, const char *name, const opr_op *op, int s)
 {
     ck_assert_msg(n_cases < MAX_CASES, "too many cases");
     ocase *c = &cases[n_cases];
@@ -88,6 +93,9 @@ static void add_case(opr_ctx *ctx, FILE *f, const opr_op *op, int s)
     int nargs = 0, nowned = 0;
     ck_assert_msg(!opr_op_sample_args(op, s, OPR_F64, OPR_CPU, 1234 + (uint64_t)s, args, &nargs, owned, &nowned),
                   "%s sample %d: %s", opr_op_name(op), s, opr_last_error());
+    /* the omitted trailing arguments as their defaults: ATen's overload may require
+     * what opreg's schema defaults (sum.dim_IntList's dim) */
+    while (nargs < opr_op_num_args(op) && opr_op_arg_default(op, nargs, &args[nargs])) nargs++;
     opr_tensor *inputs[MAX_ARGS];
     int ninputs = 0, input_arg[MAX_ARGS];
     for (int a = 0; a < nargs; a++)
@@ -97,7 +105,11 @@ static void add_case(opr_ctx *ctx, FILE *f, const opr_op *op, int s)
             input_arg[ninputs] = a;
             inputs[ninputs++] = args[a].u.t;
         }
-    fprintf(f, "case %d %s\n", n_cases, opr_op_name(op));
+    /* the name as the command line gives it: an overload name opreg's op carries with
+     * `overload:` (sum.dim_IntList) is called as that overload */
+    fprintf(f, "case %d %s\nargnames", n_cases, name);
+    for (int a = 0; a < nargs; a++) fprintf(f, " %s", opr_op_arg_name(op, a));
+    fprintf(f, "\n");
     for (int a = 0; a < nargs; a++) {
         const opr_value *v = &args[a];
         switch (v->kind) {
@@ -120,7 +132,9 @@ static void add_case(opr_ctx *ctx, FILE *f, const opr_op *op, int s)
     }
     /* after the arguments are written: an op may write some of them (running statistics) */
     c->nout = opr_op_num_outputs(op);
-    ck_assert(c->nout <= MAX_OUT);
+    if (opr_op_returns_list(op)) /* Tensor[]: as many results as the call gives pieces */
+        ck_assert_msg(!opr_op_result_count(op, args, nargs, &c->nout), "%s sample %d: %s", name, s, opr_last_error());
+    ck_assert_msg(c->nout <= MAX_OUT, "%s sample %d: %d outputs", name, s, c->nout);
     ck_assert_msg(!opr_call(op, args, nargs, c->outs, c->nout), "%s sample %d: %s", opr_op_name(op), s, opr_last_error());
     opr_tensor *gouts[MAX_OUT], *gfor[MAX_OUT];
     int ng = 0;
@@ -237,7 +251,7 @@ START_TEST(test_aten_samples)
         const opr_op *op = opr_op_find(ctx, op_names[i]);
         ck_assert_msg(op != NULL, "no op %s", op_names[i]);
         ck_assert_msg(opr_op_sample_count(op) > 0, "%s has no samples", op_names[i]);
-        for (int s = 0; s < opr_op_sample_count(op); s++) add_case(ctx, f, op, s);
+        for (int s = 0; s < opr_op_sample_count(op); s++) add_case(ctx, f, op_names[i], op, s);
     }
     fclose(f);
     snprintf(cmd, sizeof cmd, "'%s' -B '%s/aten_samples.py' '%s' '%s' 2>'%s'", of_python(), OPREG_ORACLE_DIR, in, out, err);

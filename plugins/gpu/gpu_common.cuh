@@ -390,6 +390,8 @@ int gk_register_batch_norm(opr_plugin *self);  /* gpu_batch_norm.cu: native_batc
 int gk_register_optim(opr_plugin *self);       /* gpu_optim.cu: sgd_step_, adamw_step_ */
 int gk_register_collective(opr_plugin *self);  /* gpu_nccl.cu: all_reduce, ... on NCCL */
 int gk_register_pointwise(opr_plugin *self);   /* gpu_pointwise.cu: ATen's other pointwise, bitwise, logical ops */
+int gk_register_shape(opr_plugin *self);       /* gpu_shape.cu: flip */
+int gk_register_scan(opr_plugin *self);        /* gpu_scan.cu: cumsum */
 /* Destroys the NCCL communicators (gpu_nccl.cu), with the last context. */
 void gk_collective_shutdown(void);
 

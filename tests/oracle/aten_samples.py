@@ -5,6 +5,7 @@ from a sample, and the gradients of the outputs to back-propagate:
 
     case ID NAME                   NAME: "convolution", "max_pool2d_with_indices", or
                                    with an overload, "upsample_nearest2d.vec"
+    argnames NAME..                opreg's names of the arguments, in order
     arg tensor RG DTYPE NDIM D..   then one line of values; RG 1: it requires grad
     arg int V | arg float V | arg bool 0|1 | arg ints N V.. | arg bools N 0|1..
                                    | arg none | arg str S
@@ -14,7 +15,14 @@ from a sample, and the gradients of the outputs to back-propagate:
     end
 
 Without an overload, the op's overloads are tried in turn (default first) until one
-accepts the arguments. The output file holds, per case, either
+accepts the arguments. The arguments bind to the overload's schema by position up to
+its first keyword-only argument and by their opreg names after it (ATen's tensor
+options, `*, ScalarType? dtype=None, ..., Device? device=None`); a string given for
+`dtype` (a ScalarType) is the dtype it names. Overloads newer than the PyTorch at hand
+(any.dims, squeeze.dims of PyTorch 2) are computed from its older ops, as PyTorch 2
+defines them (NEWER). Ops whose values ATen leaves unspecified (empty.memory_format,
+empty_strided) are compared for their shape: their PyTorch output is taken as zeros,
+opreg's is zeros. The output file holds, per case, either
 
     case ID ok NOUT
     out K NDIM D.. (values line) | out K none
@@ -42,12 +50,15 @@ def read_cases(path):
         if not head:
             continue
         assert head[0] == "case", lines[i - 1]
-        case = {"id": head[1], "name": head[2], "args": [], "rg": [], "gradouts": []}
+        case = {"id": head[1], "name": head[2], "args": [], "rg": [], "gradouts": [], "names": []}
         while True:
             w = lines[i].split()
             i += 1
             if w[0] == "end":
                 break
+            if w[0] == "argnames":
+                case["names"] = w[1:]
+                continue
             if w[0] == "gradout":
                 if w[1] == "none":
                     case["gradouts"].append(None)
@@ -88,9 +99,36 @@ def read_cases(path):
     return cases
 
 
+SCALAR_TYPES = {"f64": torch.float64, "f32": torch.float32, "i64": torch.int64, "bool": torch.bool,
+                "f16": torch.float16, "bf16": torch.bfloat16}
+
+
+def any_dims(self, dim=None, keepdim=False):
+    """PyTorch 2's any.dims: None or [] reduces every dim."""
+    dims = range(self.dim()) if not dim else [d % max(self.dim(), 1) for d in dim]
+    out = self != 0
+    for d in sorted(dims, reverse=True):
+        out = torch.ops.aten.any.dim(out, d, keepdim) if self.dim() else out.clone()
+    return out
+
+
+def squeeze_dims(self, dim):
+    """PyTorch 2's squeeze.dims: the listed dims of size 1 go, one at a time from the last."""
+    out = self
+    for d in sorted({d % max(self.dim(), 1) for d in dim}, reverse=True):
+        out = torch.ops.aten.squeeze.dim(out, d)
+    return out
+
+
+NEWER = {"any.dims": any_dims, "squeeze.dims": squeeze_dims}
+UNSPECIFIED = {"empty.memory_format", "empty_strided"}
+
+
 def overloads(name):
     base, _, ov = name.partition(".")
     packet = getattr(torch.ops.aten, base, None)
+    if ov and (packet is None or ov not in packet.overloads()) and name in NEWER:
+        return [NEWER[name]]
     if packet is None:
         return None
     if ov:
@@ -100,17 +138,24 @@ def overloads(name):
     return [getattr(packet, n) for n in names]
 
 
-def split_kwargs(op, args):
-    """The arguments in schema order, split into positional ones and the keyword-only
-    ones (after `*` in the schema: scatter_reduce.two's include_self), which an
-    overload refuses positionally."""
+def bind(op, case):
+    """The positional and keyword arguments of a call of op (see the module comment)."""
+    schema = getattr(op, "_schema", None)
+    if schema is None:
+        return case["args"], {}
     pos, kw = [], {}
-    for i, v in enumerate(args):
-        a = op._schema.arguments[i] if i < len(op._schema.arguments) else None
-        if a is not None and a.kwarg_only:
-            kw[a.name] = v
-        else:
+    for k, v in enumerate(case["args"]):
+        a = schema.arguments[k] if k < len(schema.arguments) else None
+        if a is not None and not a.kwarg_only:
             pos.append(v)
+            continue
+        name = case["names"][k] if k < len(case["names"]) else None
+        a = next((b for b in schema.arguments if b.kwarg_only and b.name == name), None)
+        if a is None:
+            raise TypeError("%s: no keyword argument %r" % (schema.name, name))
+        if a.name == "dtype" and isinstance(v, str):  # ScalarType (an int to TorchScript)
+            v = SCALAR_TYPES[v]
+        kw[a.name] = v
     return pos, kw
 
 
@@ -121,8 +166,11 @@ def call(case):
     err = None
     for op in ops:
         try:
-            pos, kw = split_kwargs(op, case["args"])
-            return op(*pos, **kw), None
+            pos, kw = bind(op, case)
+            res = op(*pos, **kw)
+            if case["name"] in UNSPECIFIED:
+                res = torch.zeros_like(res)
+            return res, None
         except (RuntimeError, TypeError, ValueError, IndexError) as e:
             err = e
     return None, err
