@@ -50,9 +50,10 @@ int cmd_ops(int argc, char **argv)
                "whether it is defined by that name and overload, its derivative formulas ('yes'; 'parts':\n"
                "a composite differentiated through the ops it calls; 'n/d': no floating output carries\n"
                "gradients; 'NONE'), the device types it runs on, and what is wrong with it: no CPU\n"
-               "kernel, no formula where it is differentiable, argument names or order other than\n"
-               "ATen's. Exits 1 when a defined overload has such a problem, or, with --all, when one is\n"
-               "missing.\n");
+               "kernel, no formula where it is differentiable, arguments a call by ATen's schema would\n"
+               "not bind to (its positional ones in ATen's order, its keyword-only ones by name, any\n"
+               "other with a default). Exits 1 when a defined overload has such a problem, or, with\n"
+               "--all, when one is missing.\n");
         return 0;
     }
     bool kernels = false, jagged = false, batching = false, core_aten = false, all = false;

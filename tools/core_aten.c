@@ -1,8 +1,8 @@
 /* opreg ops --core-aten: each overload of the Core ATen list against the registry. An
  * overload counts as defined when the registry has an op of exactly that name and
  * overload (what opr_op_find resolves for "slice.Tensor"), and as complete when it also
- * runs on the CPU, takes ATen's arguments in ATen's order (by name: a captured graph
- * passes them by position), and has derivative formulas wherever it can give floating
+ * runs on the CPU, takes ATen's arguments (same_arguments: how a captured call binds),
+ * and has derivative formulas wherever it can give floating
  * outputs that carry gradients (composites without their own formulas differentiate
  * through their parts). */
 #include "core_aten.h"
@@ -10,13 +10,16 @@
 #include <stdio.h>
 #include <string.h>
 
-/* The argument names of an ATen schema "name.ov(Type a, Type b=1, *, Type c) -> ..."
- * written into names[] (at most cap), each up to 63 characters; returns their count. */
-static int aten_arg_names(const char *schema, char names[][64], int cap)
+/* The arguments of an ATen schema "name.ov(Type a, Type b=1, *, Type c) -> ...": each
+ * name written into names[] (at most cap, up to 63 characters) and whether it comes
+ * after `*` (keyword-only: a captured call passes it by name) into kwonly[]. Returns
+ * their count. */
+static int aten_args(const char *schema, char names[][64], bool *kwonly, int cap)
 {
     const char *p = strchr(schema, '(');
     if (!p) return 0;
     int n = 0, depth = 0;
+    bool star = false;
     const char *start = ++p;
     for (; *p; p++) {
         if (*p == '(' || *p == '[') depth++;
@@ -29,13 +32,40 @@ static int aten_arg_names(const char *schema, char names[][64], int cap)
             while (end > start && end[-1] == ' ') end--;
             const char *b = end;
             while (b > start && b[-1] != ' ') b--;
-            if (end > b && !(end - b == 1 && *b == '*') && n < cap)
-                snprintf(names[n++], 64, "%.*s", (int)(end - b), b);
+            if (end - b == 1 && *b == '*') star = true;
+            else if (end > b && n < cap) {
+                snprintf(names[n], 64, "%.*s", (int)(end - b), b);
+                kwonly[n++] = star;
+            }
             if (*p == ')') break;
             start = p + 1;
         }
     }
     return n;
+}
+
+/* Whether op takes ATen's arguments: the positional ones (before `*`) first and in
+ * ATen's order, since a captured call passes them by position; the keyword-only ones
+ * by name anywhere after those; and any argument of its own (native_dropout's seed)
+ * with a default, so that a call giving only ATen's arguments binds. */
+static bool same_arguments(const opr_op *op, char names[][64], const bool *kwonly, int n)
+{
+    const int m = opr_op_num_args(op);
+    int pos = 0;
+    while (pos < n && !kwonly[pos]) pos++;
+    if (m < pos) return false;
+    for (int i = 0; i < pos; i++)
+        if (strcmp(names[i], opr_op_arg_name(op, i))) return false;
+    for (int i = pos; i < n; i++) {
+        const int a = opr_op_arg_index(op, names[i]);
+        if (a < pos) return false;
+    }
+    for (int a = pos; a < m; a++) {
+        bool aten = false;
+        for (int i = pos; i < n && !aten; i++) aten = !strcmp(names[i], opr_op_arg_name(op, a));
+        if (!aten && !opr_op_arg_default(op, a, NULL)) return false;
+    }
+    return true;
 }
 
 /* The op named exactly name[.overload] (an ATen default overload: the op of that name
@@ -79,12 +109,11 @@ static void problems(opr_ctx *ctx, const core_aten_entry *e, const opr_op *op, i
     if (differentiable(op) && !opr_op_is_composite(op) && opr_op_grad_candidate_count(op) == 0)
         ADD("%sno derivative formula", len ? "; " : "");
     char names[32][64];
-    int n = aten_arg_names(e->schema, names, 32), m = opr_op_num_args(op);
-    bool same = n == m;
-    for (int i = 0; same && i < n; i++) same = !strcmp(names[i], opr_op_arg_name(op, i));
-    if (!same) {
+    bool kwonly[32];
+    int n = aten_args(e->schema, names, kwonly, 32), m = opr_op_num_args(op);
+    if (!same_arguments(op, names, kwonly, n)) {
         ADD("%sarguments differ: ATen (", len ? "; " : "");
-        for (int i = 0; i < n; i++) ADD("%s%s", i ? ", " : "", names[i]);
+        for (int i = 0; i < n; i++) ADD("%s%s%s", i ? ", " : "", i && kwonly[i] && !kwonly[i - 1] ? "*, " : "", names[i]);
         ADD("), opreg (");
         for (int i = 0; i < m; i++) ADD("%s%s", i ? ", " : "", opr_op_arg_name(op, i));
         ADD(")");
