@@ -1,5 +1,6 @@
 /* Allocation failure, swept: for every N, the Nth allocation made by this thread during
- * context creation, and then during a forward + backward program, fails. Of libyaml's
+ * context creation (reading a subset of the op files: op_file_subset), and then during a
+ * forward + backward program, fails. Of libyaml's
  * own allocations during context creation (about 60% of its ~37k) the sweep takes the
  * first and the last of each run of consecutive ones and every 8th in between: each
  * run is one call opreg makes into libyaml, and a failure anywhere inside it comes back
@@ -13,8 +14,11 @@
 #include "alloc_hook.h"
 #include "test_util.h"
 
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* ------------------------------------------------------------------ the program */
 
@@ -80,10 +84,46 @@ static bool swept(const bool *from_libyaml, long points, long n, long run_pos)
     return run_pos % 8 == 0;
 }
 
+/* The op files the context sweep reads: it creates a context once per allocation point,
+ * so its time grows with the square of what the files hold, and these have every kind
+ * of entry (kernels, composites, overloads, fused kernel entries, written arguments,
+ * samples, Tensor[] results) whose loading can fail; the other files take the same
+ * paths. */
+static const char *const subset_files[] = {"core", "scalar", "nn", "nn_norm", "convolution", "normalization"};
+#define N_SUBSET (sizeof subset_files / sizeof subset_files[0])
+
+/* Symbolic links to them in a new directory, whose path goes to *dir. */
+static void op_file_subset(char *dir, size_t cap)
+{
+    const char *src = getenv("OPREG_YAML_DIR");
+    ck_assert_msg(src != NULL, "OPREG_YAML_DIR is not set");
+    snprintf(dir, cap, "/tmp/opreg_alloc_XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    for (size_t i = 0; i < N_SUBSET; i++) {
+        char from[4096], to[4096];
+        snprintf(from, sizeof from, "%s/%s.yaml", src, subset_files[i]);
+        snprintf(to, sizeof to, "%s/%s.yaml", dir, subset_files[i]);
+        ck_assert_msg(symlink(from, to) == 0, "symlink %s: %s", to, strerror(errno));
+    }
+}
+
+static void op_file_subset_free(const char *dir)
+{
+    for (size_t i = 0; i < N_SUBSET; i++) {
+        char to[4096];
+        snprintf(to, sizeof to, "%s/%s.yaml", dir, subset_files[i]);
+        unlink(to);
+    }
+    rmdir(dir);
+}
+
 START_TEST(context_creation)
 {
     warm_up();
+    char subset[64];
+    op_file_subset(subset, sizeof subset);
     opr_ctx_opts o = ctx_opts();
+    o.yaml_dir = subset;
     long n = 0, failures = 0, libyaml_leaks = 0;
     /* what a clean context holds, made once: the sweep's time is context creations */
     opr_ctx *ref = opr_ctx_new(&o);
@@ -138,6 +178,7 @@ START_TEST(context_creation)
     ck_assert_msg(n == points, "context creation made %ld allocations, %ld when recorded", n, points);
     printf("context creation: %ld of %ld allocation points swept (%ld inside runs of libyaml's left out), %ld ended "
            "in an out-of-memory error, %ld leaked inside libyaml\n", n - skipped, n, skipped, failures, libyaml_leaks);
+    op_file_subset_free(subset);
 }
 END_TEST
 

@@ -151,6 +151,24 @@ __global__ void k_dropout(int64_t n, gk_geom g, T *out, const T *x, uint64_t see
     }
 }
 
+/* k_dropout over out's shape for dropout_seeded and native_dropout (mask: null, or
+ * native_dropout's contiguous bool mask). */
+int launch_dropout(const gk_ctx *k, const opr_tensor_view *x, opr_tensor_view *out, uint64_t seed, double p, bool train,
+                   uint8_t *mask, const char *what)
+{
+    const int64_t n = out->numel;
+    if (n == 0) return OPR_OK;
+    gk_geom g;
+    const int64_t *st[2] = {out->strides, x->strides};
+    gk_geom_make(&g, out->ndim, out->shape, 2, st);
+    by_float_type(x->dtype, [&](auto z) {
+        using T = decltype(z);
+        gk_launch(k_dropout<T>, gk_blocks(n), GK_THREADS, 0, k->stream, n, g, (T *)out->data, (const T *)x->data, seed,
+                  p, p < 1 ? (T)(1.0 / (1.0 - p)) : (T)0, train, mask);
+    });
+    return gk_launched(k, what);
+}
+
 int k_dropout_seeded_op(const opr_kernel_call *c)
 {
     gk_ctx k;
@@ -165,18 +183,7 @@ int k_dropout_seeded_op(const opr_kernel_call *c)
     if (out->dtype != x->dtype || !gk_same_shape(x->ndim, x->shape, out))
         return GK_FAIL(c, OPR_ERR_INVALID, "dropout_seeded: output must have input's shape and dtype");
     if ((rc = check_floating(c, "dropout_seeded", x->dtype))) return rc;
-    const int64_t n = out->numel;
-    if (n == 0) return OPR_OK;
-    const uint64_t seed = (uint64_t)gk_arg_i(c, 2);
-    gk_geom g;
-    const int64_t *st[2] = {out->strides, x->strides};
-    gk_geom_make(&g, out->ndim, out->shape, 2, st);
-    by_float_type(x->dtype, [&](auto z) {
-        using T = decltype(z);
-        gk_launch(k_dropout<T>, gk_blocks(n), GK_THREADS, 0, k.stream, n, g, (T *)out->data, (const T *)x->data, seed,
-                  p, p < 1 ? (T)(1.0 / (1.0 - p)) : (T)0, true, (uint8_t *)nullptr);
-    });
-    return gk_launched(&k, "dropout_seeded kernel");
+    return launch_dropout(&k, x, out, (uint64_t)gk_arg_i(c, 2), p, true, nullptr, "dropout_seeded kernel");
 }
 
 /* native_dropout: args (input, p, train (bool or None: training), seed); outputs the
@@ -198,18 +205,8 @@ int k_native_dropout_op(const opr_kernel_call *c)
         !gk_same_shape(x->ndim, x->shape, mask))
         return GK_FAIL(c, OPR_ERR_INVALID, "%s: outputs must have input's shape, input's dtype and bool", op);
     if ((rc = check_floating(c, op, x->dtype))) return rc;
-    const int64_t n = out->numel;
-    if (n == 0) return OPR_OK;
-    const uint64_t seed = train ? (uint64_t)gk_arg_i(c, 3) : 0;
-    gk_geom g;
-    const int64_t *st[2] = {out->strides, x->strides};
-    gk_geom_make(&g, out->ndim, out->shape, 2, st);
-    by_float_type(x->dtype, [&](auto z) {
-        using T = decltype(z);
-        gk_launch(k_dropout<T>, gk_blocks(n), GK_THREADS, 0, k.stream, n, g, (T *)out->data, (const T *)x->data, seed,
-                  p, p < 1 ? (T)(1.0 / (1.0 - p)) : (T)0, train, (uint8_t *)mask->data);
-    });
-    return gk_launched(&k, "native_dropout kernel");
+    return launch_dropout(&k, x, out, train ? (uint64_t)gk_arg_i(c, 3) : 0, p, train, (uint8_t *)mask->data,
+                          "native_dropout kernel");
 }
 
 /* ------------------------------------------------------------------ triu / tril */
