@@ -17,14 +17,13 @@
  *
  * The op may already have been called: dispatch and the planner read its candidates
  * without the lock, and a node recorded earlier may hold a plan naming them. So the
- * grown array is published after it is filled, the old one is kept
+ * grown array replaces the old one only once it is filled, the old one is kept
  * (deriv_info.retired) until the context is freed, and the cached plans are dropped, so
  * later calls choose among all the candidates. Loading an extension while another
  * thread plans a call of the op is not supported (docs/formulas.md). */
 #include "deriv.h"
 #include "yaml_loader.h"
 
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -86,10 +85,10 @@ static int merge(opr_ctx *ctx, opr_op *target, deriv_info *add)
     memcpy(grown + d->ncands, add->cands, (size_t)add->ncands * sizeof *grown);
     d->retired = retired;
     d->retired[d->nretired++] = d->cands;
-    /* readers load ncands, then cands: either array holds the first ncands */
-    atomic_thread_fence(memory_order_release);
+    /* no reader runs meanwhile: an extension loads before other threads call the op
+     * (docs/formulas.md, "Extending an op"); the old array is kept (retired) for plans
+     * made before */
     d->cands = grown;
-    atomic_thread_fence(memory_order_release);
     d->ncands += add->ncands;
     d->differentiable |= add->differentiable;
     d->fast_covers |= add->fast_covers;
