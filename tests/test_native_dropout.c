@@ -7,6 +7,7 @@
  * not comparable (another generator); test_aten_samples has the deterministic cases. */
 #include "test_util.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 
 #define ARGS(...) (opr_value[]){__VA_ARGS__}, (int)(sizeof((opr_value[]){__VA_ARGS__}) / sizeof(opr_value))
