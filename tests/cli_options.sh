@@ -43,18 +43,24 @@ report "$(rec no_such_op cpu fail)" >"$tmp/unknown_op.json"
 report "$(rec relu no_such_backend fail)" >"$tmp/unknown_backend.json"
 report "$(rec relu cpu fail), $(rec exp cpu pass)" >"$tmp/relu.json"
 report "$(rec relu cpu pass)" >"$tmp/passed.json"
+# a version 3 record names its ordinal: one the cpu does not have is refused
+printf '{"schema": "opreg-check", "version": 3, "backends": ["cpu"], "records": [%s]}\n' \
+    "$(rec relu cpu fail | sed 's/"dtype"/"ordinal": 7, "dtype"/')" >"$tmp/bad_ordinal.json"
 expect 2 check --rerun-failed "$tmp/no_such_file"
 expect 2 check --rerun-failed "$tmp/text"
 expect 2 check --rerun-failed "$tmp/other.json"
 expect 2 check --rerun-failed "$tmp/unknown_op.json"
 expect 2 check --rerun-failed "$tmp/unknown_backend.json"
+expect 2 check --rerun-failed "$tmp/bad_ordinal.json"
+expect 2 check --rerun-failed "$tmp/relu.json" --ordinals all
+expect 2 check --ordinals some
 expect 2 check --rerun-failed "$tmp/relu.json" --ops relu
 expect 0 check --rerun-failed "$tmp/passed.json"
 expect 0 check --rerun-failed "$tmp/relu.json"
 # the rerun runs the one record the report names (relu's forward, sample 0, f32) and no other
 "$opreg" check --rerun-failed "$tmp/relu.json" --format json >"$tmp/rerun.json" 2>/dev/null
 got=$(grep -c '"op": ' "$tmp/rerun.json")
-if [ "$got" != 1 ] || ! grep -q '"op": "relu", "backend": "cpu", "dtype": "f32", "sample": 0, "variant": "", "phase": "forward", "candidate": null, "verdict": "pass"' "$tmp/rerun.json"; then
+if [ "$got" != 1 ] || ! grep -q '"op": "relu", "backend": "cpu", "ordinal": 0, "dtype": "f32", "sample": 0, "variant": "", "phase": "forward", "candidate": null, "verdict": "pass"' "$tmp/rerun.json"; then
     echo "FAIL: opreg check --rerun-failed $tmp/relu.json did not rerun relu sample 0 f32 forward alone:"
     cat "$tmp/rerun.json"
     status=1

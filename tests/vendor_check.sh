@@ -201,6 +201,33 @@ sys.exit(0 if want <= got else "perf candidates: %s" % sorted(map(str, got)))' "
             status=1
         fi
     fi
+    if [ "$variant" = ordinals ]; then # --ordinals all: a column per ordinal, and a rerun keeps each record's
+        env -u OPREG_PLUGIN_PATH -u OPREG_YAML_DIR -u LD_LIBRARY_PATH "$opreg" check --backend vdev --ordinals all \
+            --ops mul --format json --plugin "$tmp/$variant/libvendor.so" >"$tmp/ordinals.json" 2>/dev/null || true
+        env -u OPREG_PLUGIN_PATH -u OPREG_YAML_DIR -u LD_LIBRARY_PATH "$opreg" check --rerun-failed "$tmp/ordinals.json" \
+            --format json --plugin "$tmp/$variant/libvendor.so" >"$tmp/ordinals_rerun.json" 2>/dev/null || true
+        if ! python3 -c '
+import json, sys
+report, rerun = (json.load(open(p)) for p in sys.argv[1:3])
+if report["backends"] != ["vdev", "vdev:1"]: sys.exit("backends %s" % report["backends"])
+verdicts = {o: {r["verdict"] for r in report["records"] if r["ordinal"] == o and r["phase"] == "forward"} for o in (0, 1)}
+# mul is wrong on ordinal 0 only (vendor_plugin.c)
+if "fail" not in verdicts[0] or "fail" in verdicts[1] or "pass" not in verdicts[1]: sys.exit("verdicts %s" % verdicts)
+if report["summary"]["exit_status"] != 1: sys.exit("exit status %s" % report["summary"]["exit_status"])
+if rerun["backends"] != ["vdev"] or {r["ordinal"] for r in rerun["records"]} != {0}:
+    sys.exit("rerun: backends %s, ordinals %s" % (rerun["backends"], {r["ordinal"] for r in rerun["records"]}))
+' "$tmp/ordinals.json" "$tmp/ordinals_rerun.json"; then
+            echo "FAIL variant $variant: --ordinals all did not check (and rerun) each ordinal of vdev"
+            status=1
+        fi
+        rc=0
+        env -u OPREG_PLUGIN_PATH -u OPREG_YAML_DIR -u LD_LIBRARY_PATH "$opreg" check --backend vdev:1 --ordinals all \
+            --plugin "$tmp/$variant/libvendor.so" >/dev/null 2>&1 || rc=$?
+        if [ "$rc" != 2 ]; then
+            echo "FAIL variant $variant: --backend vdev:1 --ordinals all exited $rc, expected 2 (bad usage)"
+            status=1
+        fi
+    fi
     if [ "$variant" = extends ]; then # the candidate the plugin's extension adds to the built-in mul is checked
         env -u OPREG_PLUGIN_PATH -u OPREG_YAML_DIR -u LD_LIBRARY_PATH "$opreg" check --backend vdev --ops mul \
             --format json --plugin "$tmp/$variant/libvendor.so" >"$tmp/extends.json" 2>/dev/null || true

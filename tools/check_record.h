@@ -39,6 +39,7 @@ typedef struct check_record {
     int unit;          /* index of the unit of work (op x backend) */
     int op;            /* index of the op in the context (opr_op_at) */
     int dev_type;      /* backend under test */
+    int ordinal;       /* and its ordinal */
     int dtype;         /* opr_dtype, -1: not tied to one */
     int sample;        /* -1: not tied to one */
     int count;         /* how many comparisons the record stands for (masks x outputs) */

@@ -133,10 +133,11 @@ static int op_row(const check_report *rep, int op_index)
     return -1;
 }
 
-static int type_col(const check_report *rep, int dev_type)
+/* The column of the backend (device type and ordinal) record r is about; -1: none. */
+static int backend_col(const check_report *rep, const check_record *r)
 {
     for (int k = 0; k < rep->cfg->ntypes; k++)
-        if (rep->cfg->types[k] == dev_type) return k;
+        if (check_record_on(rep->cfg, k, r)) return k;
     return -1;
 }
 
@@ -145,7 +146,7 @@ static int type_col(const check_report *rep, int dev_type)
 static void rerun_options(const check_report *rep, const check_record *r, char *buf, size_t len)
 {
     const check_cfg *c = rep->cfg;
-    int k = type_col(rep, r->dev_type);
+    int k = backend_col(rep, r);
     char label[48];
     int n = snprintf(buf, len, "--backend %s --ops '%s'", k >= 0 ? backend_label(c, k, label, sizeof label) : "?",
                      opr_op_name(opr_op_at(c->ctx, r->op)));
@@ -165,13 +166,14 @@ static void print_row(check_report *rep, int row)
     if (!rep->o.json) printf("%-18s", opr_op_name(op));
     for (int k = 0; k < c->ntypes; k++) {
         cell *x = &rep->cells[row * c->ntypes + k];
-        const char *dname = opr_device_type_name(c->ctx, c->types[k]);
+        char dlabel[48];
+        const char *dname = backend_label(c, k, dlabel, sizeof dlabel);
         int pass = x->count[CV_PASS], fail = x->count[CV_FAIL], ni = x->count[CV_NI];
         int unsup = x->count[CV_UNSUPPORTED], lost = x->count[CV_CRASHED] + x->count[CV_TIMEOUT];
         int declined = x->count[CV_DECLINED], unchecked = x->count[CV_NOT_CHECKED];
         char txt[64];
         /* --rerun-failed: a cell nothing of which failed is not run ("-") */
-        bool selected = check_rerun_unit(c, op, c->types[k]);
+        bool selected = check_rerun_unit(c, op, (opr_device){c->types[k], c->ordinals[k]});
         bool ran = selected && opr_op_sample_count(op) && opr_op_has_kernel(op, c->types[k]);
         if (!opr_op_sample_count(op) || !selected) snprintf(txt, sizeof txt, "-");
         else if (!ran) snprintf(txt, sizeof txt, "n/i");
@@ -247,7 +249,7 @@ void check_report_take(check_report *rep, const check_record *r)
         if (grown) { rep->recs = grown; rep->cap = cap; }
     }
     if (rep->nrecs < rep->cap) rep->recs[rep->nrecs++] = *r;
-    int row = op_row(rep, r->op), col = type_col(rep, r->dev_type);
+    int row = op_row(rep, r->op), col = backend_col(rep, r);
     if (row < 0 || col < 0) return;
     cell *x = &rep->cells[row * c->ntypes + col];
     char what[600];
@@ -330,7 +332,7 @@ static void json_num(FILE *f, const char *key, double v)
 static void write_json(check_report *rep, int status)
 {
     const check_cfg *c = rep->cfg;
-    printf("{\"schema\": \"opreg-check\", \"version\": 2, \"opreg\": \"%s\",\n \"backends\": [", opr_version());
+    printf("{\"schema\": \"opreg-check\", \"version\": 3, \"opreg\": \"%s\",\n \"backends\": [", opr_version());
     char label[48];
     for (int k = 0; k < c->ntypes; k++) printf("%s\"%s\"", k ? ", " : "", backend_label(c, k, label, sizeof label));
     printf("],\n \"records\": [");
@@ -340,7 +342,8 @@ static void write_json(check_report *rep, int status)
         if (r->kind != CR_RESULT) continue;
         printf("%s\n  {\"op\": \"", n++ ? "," : "");
         check_json_str(stdout, opr_op_name(opr_op_at(c->ctx, r->op)));
-        printf("\", \"backend\": \"%s\", \"dtype\": ", opr_device_type_name(c->ctx, r->dev_type));
+        printf("\", \"backend\": \"%s\", \"ordinal\": %d, \"dtype\": ", opr_device_type_name(c->ctx, r->dev_type),
+               r->ordinal);
         if (r->dtype >= 0) printf("\"%s\"", opr_dtype_name((opr_dtype)r->dtype));
         else printf("null");
         if (r->sample >= 0) printf(", \"sample\": %d", r->sample);
@@ -370,8 +373,8 @@ static void write_json(check_report *rep, int status)
         if (r->kind != CR_PERF) continue;
         printf("%s\n  {\"op\": \"", n++ ? "," : "");
         check_json_str(stdout, opr_op_name(opr_op_at(c->ctx, r->op)));
-        printf("\", \"backend\": \"%s\", \"variant\": \"%s\", \"candidate\": ", opr_device_type_name(c->ctx, r->dev_type),
-               r->variant);
+        printf("\", \"backend\": \"%s\", \"ordinal\": %d, \"variant\": \"%s\", \"candidate\": ",
+               opr_device_type_name(c->ctx, r->dev_type), r->ordinal, r->variant);
         if (r->candidate[0]) { printf("\""); check_json_str(stdout, r->candidate); printf("\""); }
         else printf("null");
         json_num(stdout, "ns", r->ns);
@@ -399,7 +402,8 @@ static int write_junit(check_report *rep)
     if (!f) { fprintf(stderr, "opreg check: cannot write %s\n", rep->o.junit); return 1; }
     fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites name=\"opreg check\">\n");
     for (int k = 0; k < c->ntypes; k++) {
-        const char *dname = opr_device_type_name(c->ctx, c->types[k]);
+        char dlabel[48];
+        const char *dname = backend_label(c, k, dlabel, sizeof dlabel);
         /* gather the testcases first: the suite's counts come before them */
         int tests = 0, failures = 0, skipped = 0;
         for (int pass = 0; pass < 2; pass++) {
@@ -412,7 +416,7 @@ static int write_junit(check_report *rep)
                     int opi = -1;
                     for (size_t i = 0; i < rep->nrecs; i++) {
                         const check_record *r = &rep->recs[i];
-                        if (r->kind != CR_RESULT || r->dev_type != c->types[k] || r->dtype != dt ||
+                        if (r->kind != CR_RESULT || !check_record_on(c, k, r) || r->dtype != dt ||
                             op_row(rep, r->op) != row)
                             continue;
                         opi = r->op;
@@ -493,7 +497,7 @@ static void print_perf_backward(const check_report *rep, int row)
             double ns = NAN, ref_ns = NAN;
             for (size_t j = i; j < rep->nrecs; j++) {
                 const check_record *q = &rep->recs[j];
-                if (q->kind == CR_PERF && q->op == r->op && q->dev_type == c->types[k] && !strcmp(q->candidate, r->candidate)) {
+                if (q->kind == CR_PERF && q->op == r->op && check_record_on(c, k, q) && !strcmp(q->candidate, r->candidate)) {
                     ns = q->ns;
                     ref_ns = q->ref_ns;
                     break;
@@ -512,7 +516,8 @@ static void print_perf(const check_report *rep)
     printf("\nperf: the large variant in f32, time on the backend / time on the CPU: the forward (best of 5\n"
            "calls), then under it each [backward candidate] (best of 3 forward-and-backward runs with it\n"
            "forced, against the CPU's plan chosen by cost for the same inputs)\n%-18s", "op");
-    for (int k = 0; k < c->ntypes; k++) printf(" %-22s", opr_device_type_name(c->ctx, c->types[k]));
+    char label[48];
+    for (int k = 0; k < c->ntypes; k++) printf(" %-22s", backend_label(c, k, label, sizeof label));
     printf("\n");
     for (int row = 0; row < c->nops; row++) {
         printf("%-18s", opr_op_name(c->ops[row]));

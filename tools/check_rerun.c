@@ -250,6 +250,17 @@ static int take_record(opr_ctx *ctx, const jv *rec, int index, check_rerun_rec *
                  "see opreg info)", index, backend);
         return 2;
     }
+    /* version 3 names the ordinal per record; a version 2 report only in its backends
+     * ("npu:1"), which check_rerun_load reads for records without one */
+    const jv *ordinal = member(rec, "ordinal");
+    out->ordinal = -1;
+    if (ordinal && !(ordinal->type == J_NUM && ordinal->num >= 0 && ordinal->num == (int)ordinal->num &&
+                     ordinal->num < opr_device_type_ordinals(ctx, out->dev_type))) {
+        snprintf(err, len, "record %d: ordinal %g is not an ordinal of %s (it has %d)", index, ordinal->type == J_NUM ? ordinal->num : -1.0,
+                 backend, opr_device_type_ordinals(ctx, out->dev_type));
+        return 2;
+    }
+    if (ordinal) out->ordinal = (int)ordinal->num;
     opr_dtype dt = OPR_F32;
     if (dtype->type == J_STR && opr_dtype_parse(dtype->str, &dt)) {
         snprintf(err, len, "record %d: unknown dtype '%.40s'", index, dtype->str);
@@ -315,13 +326,21 @@ int check_rerun_load(opr_ctx *ctx, const char *path, check_rerun **out, char *er
                 rr->n++;
         }
     }
-    /* "vdev:1": the ordinal the report ran vdev on */
-    for (int i = 0; !status && i < backends->n; i++) {
-        const char *b = str_of(&backends->items[i]), *colon = b ? strchr(b, ':') : NULL;
-        for (int t = 0; colon && t < opr_device_type_count(ctx) && t < CHECK_MAX_TYPES; t++)
-            if (!strncmp(opr_device_type_name(ctx, t), b, (size_t)(colon - b)) &&
-                !opr_device_type_name(ctx, t)[colon - b])
-                rr->ordinal[t] = atoi(colon + 1);
+    /* a version 2 record: the ordinal its backend ran on is in the backends ("vdev:1"),
+     * one per device type */
+    for (int k = 0; !status && k < rr->n; k++) {
+        check_rerun_rec *r = &rr->recs[k];
+        for (int i = 0; r->ordinal < 0 && i < backends->n; i++) {
+            const char *b = str_of(&backends->items[i]), *colon = b ? strchr(b, ':') : NULL;
+            const char *name = opr_device_type_name(ctx, r->dev_type);
+            if (colon && !strncmp(name, b, (size_t)(colon - b)) && !name[colon - b]) r->ordinal = atoi(colon + 1);
+        }
+        if (r->ordinal < 0) r->ordinal = 0;
+        if (r->ordinal >= opr_device_type_ordinals(ctx, r->dev_type)) {
+            snprintf(err, len, "%s: backend %s ran on ordinal %d, which this run does not have", path,
+                     opr_device_type_name(ctx, r->dev_type), r->ordinal);
+            status = 2;
+        }
     }
     jv_free(&doc);
     if (status) { check_rerun_free(rr); return status; }
@@ -336,13 +355,13 @@ void check_rerun_free(check_rerun *r)
     free(r);
 }
 
-bool check_rerun_wants(const check_cfg *c, const opr_op *op, int dev_type, const char *phase, int dtype, int sample,
+bool check_rerun_wants(const check_cfg *c, const opr_op *op, opr_device dev, const char *phase, int dtype, int sample,
                        const char *variant, const char *candidate)
 {
     if (!c->rerun) return true;
     for (int i = 0; i < c->rerun->n; i++) {
         const check_rerun_rec *r = &c->rerun->recs[i];
-        if (r->op != op || r->dev_type != dev_type) continue;
+        if (r->op != op || r->dev_type != dev.type || r->ordinal != dev.index) continue;
         if (r->sample < 0 && r->dtype < 0) return true; /* a lost unit: all of it again */
         if (!strcmp(r->phase, phase) && r->dtype == dtype && r->sample == sample &&
             !strcmp(r->variant, variant ? variant : "") && !strcmp(r->candidate, candidate ? candidate : ""))
@@ -351,10 +370,12 @@ bool check_rerun_wants(const check_cfg *c, const opr_op *op, int dev_type, const
     return false;
 }
 
-bool check_rerun_unit(const check_cfg *c, const opr_op *op, int dev_type)
+bool check_rerun_unit(const check_cfg *c, const opr_op *op, opr_device dev)
 {
     if (!c->rerun) return true;
-    for (int i = 0; i < c->rerun->n; i++)
-        if (c->rerun->recs[i].op == op && c->rerun->recs[i].dev_type == dev_type) return true;
+    for (int i = 0; i < c->rerun->n; i++) {
+        const check_rerun_rec *r = &c->rerun->recs[i];
+        if (r->op == op && r->dev_type == dev.type && r->ordinal == dev.index) return true;
+    }
     return false;
 }

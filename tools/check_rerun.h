@@ -13,6 +13,7 @@
 typedef struct check_rerun_rec {
     const opr_op *op;
     int dev_type;
+    int ordinal;        /* "vdev:1" in the record's backend */
     int dtype;          /* opr_dtype, -1: the record is not tied to one */
     int sample;         /* -1: the whole unit (a crash or a time-out) */
     char variant[48];
@@ -24,7 +25,6 @@ typedef struct check_rerun check_rerun;
 struct check_rerun {
     check_rerun_rec *recs;
     int n;
-    int ordinal[CHECK_MAX_TYPES]; /* the ordinal each device type ran on ("vdev:1" in the report's backends) */
 };
 
 /* Reads the JSON report at path against ctx: 0 and *out (check_rerun_free), or 2 with
@@ -35,9 +35,9 @@ void check_rerun_free(check_rerun *r);
 
 /* Whether the run selects this piece of work: always without --rerun-failed, else when
  * a failed record names it (candidate and variant "" for none). */
-bool check_rerun_wants(const check_cfg *c, const opr_op *op, int dev_type, const char *phase, int dtype, int sample,
+bool check_rerun_wants(const check_cfg *c, const opr_op *op, opr_device dev, const char *phase, int dtype, int sample,
                        const char *variant, const char *candidate);
-/* Whether anything of op on dev_type is selected (a cell of the table that is not). */
-bool check_rerun_unit(const check_cfg *c, const opr_op *op, int dev_type);
+/* Whether anything of op on dev is selected (a cell of the table that is not). */
+bool check_rerun_unit(const check_cfg *c, const opr_op *op, opr_device dev);
 
 #endif

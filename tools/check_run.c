@@ -24,6 +24,7 @@ void check_describe_unit(const check_cfg *c, int u, check_record *r)
     for (int i = 0; i < opr_op_count(c->ctx); i++)
         if (opr_op_at(c->ctx, i) == op) r->op = i;
     r->dev_type = c->types[u % c->ntypes];
+    r->ordinal = c->ordinals[u % c->ntypes];
 }
 
 static int variant_count(const check_cfg *c, const opr_op *op, int s)
@@ -119,7 +120,7 @@ static int check_forward_one(const check_cfg *c, int u, const opr_op *op, int s,
     check_phase("%s forward, sample %d, %s (the CPU reference)", opr_op_name(op), s, opr_dtype_name(dt));
     int brc = check_sample_reference(op, s, v, dt, &ref, label, sizeof label);
     if (emit && ((c->only_variant && strcmp(label, c->only_variant)) || /* --variant: another one */
-                 !check_rerun_wants(c, op, dev.type, "forward", (int)dt, s, label, ""))) {
+                 !check_rerun_wants(c, op, dev, "forward", (int)dt, s, label, ""))) {
         check_sample_free(&ref);
         return -1;
     }
@@ -240,7 +241,7 @@ static int check_backward_one(const check_cfg *c, int u, const opr_op *op, int s
                               opr_device dev)
 {
     const char *label = cand < 0 ? "plan chosen by cost" : opr_op_grad_candidate_label(op, cand);
-    if (!check_rerun_wants(c, op, dev.type, "backward", (int)dt, s, "", label)) return -1;
+    if (!check_rerun_wants(c, op, dev, "backward", (int)dt, s, "", label)) return -1;
     check_phase("%s backward [%s], sample %d, %s", opr_op_name(op), label, s, opr_dtype_name(dt));
     check_record r = check_new_record(c, u, "backward", dt, s, "");
     snprintf(r.candidate, sizeof r.candidate, "%s", label);
@@ -321,7 +322,7 @@ static void check_fused_variant(const check_cfg *c, int u, const opr_op *op, int
     sample_run ref, got;
     if (check_sample_reference(op, s, v, dt, &ref, label, sizeof label) || ref.rc ||
         (c->only_variant && strcmp(label, c->only_variant)) ||
-        !check_rerun_wants(c, op, dev.type, "backward", (int)dt, s, label, opr_op_grad_candidate_label(op, cand))) {
+        !check_rerun_wants(c, op, dev, "backward", (int)dt, s, label, opr_op_grad_candidate_label(op, cand))) {
         check_sample_free(&ref);
         return;
     }
@@ -381,7 +382,7 @@ static void check_schema_dtypes(const check_cfg *c, int u, const opr_op *op)
         if (dt == OPR_F32 || !opr_op_supports_dtype(op, dt) || (c->dtype_mask && !(c->dtype_mask & (1u << dt))))
             continue;
         for (int s = 0; s < opr_op_sample_count(op); s++) {
-            if (!check_rerun_wants(c, op, 0, "forward", (int)dt, s, "", "")) continue;
+            if (!check_rerun_wants(c, op, cpu, "forward", (int)dt, s, "", "")) continue;
             char label[48];
             sample_run r;
             check_phase("%s forward, sample %d, %s (the schema's dtypes on the CPU)", opr_op_name(op), s,
@@ -412,7 +413,7 @@ void check_run_unit(const check_cfg *c, int u)
     const opr_op *op = c->ops[u / c->ntypes];
     opr_device dev = {c->types[u % c->ntypes], c->ordinals[u % c->ntypes]};
     if (!opr_op_sample_count(op) || !opr_op_has_kernel(op, dev.type)) return; /* the table says "-" / "n/i" */
-    if (!check_rerun_unit(c, op, dev.type)) return; /* --rerun-failed: nothing of it failed */
+    if (!check_rerun_unit(c, op, dev)) return; /* --rerun-failed: nothing of it failed */
     size_t slot_len;
     char *slot = check_kernel_slot(&slot_len);
     opr_kernel_trace_set(c->ctx, slot, slot_len); /* the supervisor names the kernel a crash was in */

@@ -11,12 +11,14 @@
 
 #include <stdbool.h>
 
-#define CHECK_MAX_TYPES 8
+/* The backends under test, as columns: a device type on one ordinal (--ordinals all
+ * gives a device type a column per ordinal). */
+#define CHECK_MAX_TYPES 32
 
 typedef struct check_cfg {
     opr_ctx *ctx;
-    int types[CHECK_MAX_TYPES], ntypes;  /* the backends under test (device types) */
-    int ordinals[CHECK_MAX_TYPES];       /* the ordinal each runs on (--backend xpu:1) */
+    int types[CHECK_MAX_TYPES], ntypes;  /* the backends under test: a column's device type */
+    int ordinals[CHECK_MAX_TYPES];       /* and its ordinal (--backend xpu:1, --ordinals all) */
     const opr_op **ops;                  /* the selected ops, in registry order */
     int nops;
     bool backward;                       /* false: --no-backward */
@@ -33,5 +35,10 @@ typedef struct check_cfg {
 void check_run_unit(const check_cfg *c, int u);
 /* Fills the op and backend of a record about unit u. */
 void check_describe_unit(const check_cfg *c, int u, check_record *r);
+/* Whether record r is about backend column k (its device type and ordinal). */
+static inline bool check_record_on(const check_cfg *c, int k, const check_record *r)
+{
+    return r->dev_type == c->types[k] && r->ordinal == c->ordinals[k];
+}
 
 #endif

@@ -91,6 +91,9 @@ int check_strict(const check_cfg *c, const check_record *recs, size_t nrecs,
     for (int k = 0; k < c->ntypes; k++) {
         const int t = c->types[k];
         if (t == 0) continue; /* the CPU against itself: its kernels are the reference */
+        bool seen = false; /* --ordinals all: a kernel serves every ordinal, once is enough */
+        for (int j = 0; j < k; j++) seen = seen || c->types[j] == t;
+        if (seen) continue;
         const char *dev = opr_device_type_name(c->ctx, t);
         for (int o = 0; o < c->nops; o++) {
             const opr_op *op = c->ops[o];

@@ -19,14 +19,15 @@
 
 static void usage(void)
 {
-    printf("usage: opreg check [--backend NAME] [--ops LIST]... [--dtype LIST]... [--no-backward]\n"
-           "                   [--no-variants] [--no-large] [--perf] [-v] [--format table|json] [--junit FILE]\n"
-           "                   [--timeout S] [--no-fork] [--allow-unchecked] [--strict] [--sample N] [--variant LABEL]\n"
-           "                   [--rerun-failed REPORT] [--plugin PATH]... [--yaml FILE]...\n\n"
+    printf("usage: opreg check [--backend NAME[:ORDINAL]] [--ordinals first|all] [--ops LIST]... [--dtype LIST]...\n"
+           "                   [--no-backward] [--no-variants] [--no-large] [--perf] [-v] [--format table|json]\n"
+           "                   [--junit FILE] [--timeout S] [--no-fork] [--allow-unchecked] [--strict] [--sample N]\n"
+           "                   [--variant LABEL] [--rerun-failed REPORT] [--plugin PATH]... [--yaml FILE]...\n\n"
            "Runs every op that has samples in its YAML entry on each loaded backend other than\n"
-           "the CPU reference, in every dtype the op allows, and compares the outputs with the\n"
-           "CPU plugin in f64: each sample as written and its layout and size variants\n"
-           "(transposed, step-2 slice, storage offset and stride-0 views of each input, size-0\n"
+           "the CPU reference (on its first ordinal; NAME:N runs on ordinal N, --ordinals all on\n"
+           "each ordinal, a column per ordinal), in every dtype the op allows, and compares the\n"
+           "outputs with the CPU plugin in f64: each sample as written and its layout and size\n"
+           "variants (transposed, step-2 slice, storage offset and stride-0 views of each input, size-0\n"
            "and size-1 dims, and a large variant of at least 64k elements, in the first dtype\n"
            "the op takes; --no-variants: the samples alone, --no-large: all but the large\n"
            "variant, which is slow on emulated devices). Then the backward,\n"
@@ -73,6 +74,20 @@ static void usage(void)
            "bad usage.\n", CHECK_TIMEOUT_DEFAULT_S);
 }
 
+/* Adds the backend column (device type t on ordinal o); false, having said why, past
+ * CHECK_MAX_TYPES of them. */
+static bool add_backend(check_cfg *c, int t, int o)
+{
+    if (c->ntypes == CHECK_MAX_TYPES) {
+        fprintf(stderr, "opreg check: more than %d backends (device types x ordinals) to check; choose some with "
+                "--backend NAME[:ORDINAL]\n", CHECK_MAX_TYPES);
+        return false;
+    }
+    c->types[c->ntypes] = t;
+    c->ordinals[c->ntypes++] = o;
+    return true;
+}
+
 /* Kernels of the checked devices and of the CPU reference that shadow another
  * plugin's (opreg info lists them all): what runs here, and whether the reference
  * itself was replaced. */
@@ -81,7 +96,9 @@ static void print_precedence(opr_ctx *ctx, const int *types, int ntypes)
     for (int i = 0; i < opr_op_count(ctx); i++)
         for (int k = -1; k < ntypes; k++) {
             const int t = k < 0 ? 0 : types[k];
-            if (k >= 0 && t == 0) continue; /* the cpu once */
+            bool seen = t == 0 && k >= 0; /* each device type once (the cpu, --ordinals all) */
+            for (int j = 0; j < k; j++) seen = seen || types[j] == t;
+            if (seen) continue;
             for (int dt = 0; dt < OPR_DTYPE_COUNT; dt++) {
                 opr_kernel_info info = {.struct_size = sizeof info};
                 if (opr_op_kernel_info(opr_op_at(ctx, i), t, (opr_dtype)dt, &info) || !info.shadowed) continue;
@@ -150,6 +167,7 @@ int cmd_check(int argc, char **argv)
 {
     if (cli_wants_help(argc, argv)) { usage(); return 0; }
     const char *backend = NULL, *format = "table", *rerun_path = NULL;
+    bool every_ordinal = false; /* --ordinals all */
     char ops_sel[1024] = "", dtype_sel[256] = "";
     run_state st = {.cfg = {.backward = true, .variants = true, .large = true, .only_sample = -1}};
     check_report_opts ro = {0};
@@ -159,10 +177,17 @@ int cmd_check(int argc, char **argv)
         bool takes_value = !strcmp(a, "--backend") || !strcmp(a, "--ops") || !strcmp(a, "--dtype") ||
                            !strcmp(a, "--format") || !strcmp(a, "--junit") || !strcmp(a, "--timeout") ||
                            !strcmp(a, "--plugin") || !strcmp(a, "--yaml") || !strcmp(a, "--sample") ||
-                           !strcmp(a, "--variant") || !strcmp(a, "--rerun-failed");
+                           !strcmp(a, "--variant") || !strcmp(a, "--rerun-failed") || !strcmp(a, "--ordinals");
         if (takes_value && !v) { fprintf(stderr, "opreg check: %s needs a value (see --help)\n", a); return 2; }
         if (takes_value) i++;
         if (!strcmp(a, "--backend")) backend = v;
+        else if (!strcmp(a, "--ordinals")) {
+            if (strcmp(v, "first") && strcmp(v, "all")) {
+                fprintf(stderr, "opreg check: --ordinals must be first or all, not '%s'\n", v);
+                return 2;
+            }
+            every_ordinal = !strcmp(v, "all");
+        }
         else if (!strcmp(a, "--ops")) {
             if (!v[strspn(v, ", ")]) { fprintf(stderr, "opreg check: --ops '%s' names no op\n", v); return 2; } /* not "every op" */
             if (!add_items(ops_sel, sizeof ops_sel, v)) { fprintf(stderr, "opreg check: --ops: too long\n"); return 2; }
@@ -202,9 +227,15 @@ int cmd_check(int argc, char **argv)
         return 2;
     }
     ro.json = !strcmp(format, "json");
-    if (rerun_path && (backend || ops_sel[0] || dtype_sel[0] || st.cfg.only_sample >= 0 || st.cfg.only_variant)) {
-        fprintf(stderr, "opreg check: --rerun-failed: the report chooses what runs (no --backend, --ops, --dtype, "
-                "--sample or --variant with it)\n");
+    if (rerun_path && (backend || every_ordinal || ops_sel[0] || dtype_sel[0] || st.cfg.only_sample >= 0 ||
+                       st.cfg.only_variant)) {
+        fprintf(stderr, "opreg check: --rerun-failed: the report chooses what runs (no --backend, --ordinals, --ops, "
+                "--dtype, --sample or --variant with it)\n");
+        return 2;
+    }
+    if (every_ordinal && backend && strchr(backend, ':')) {
+        fprintf(stderr, "opreg check: --backend %s names one ordinal; --ordinals all checks each (give one or the "
+                "other)\n", backend);
         return 2;
     }
     char copy[256];
@@ -230,31 +261,34 @@ int cmd_check(int argc, char **argv)
         }
         if (!rerun->n) {
             if (!ro.json) printf("opreg check: %s names no failed record: nothing to rerun\n", rerun_path);
-            else printf("{\"schema\": \"opreg-check\", \"version\": 2, \"backends\": [], \"records\": [], \"perf\": [], "
+            else printf("{\"schema\": \"opreg-check\", \"version\": 3, \"backends\": [], \"records\": [], \"perf\": [], "
                         "\"strict\": [], \"summary\": {\"ops\": 0, \"failures\": 0, \"exit_status\": 0}}\n");
             status = 0;
             goto out;
         }
         c->rerun = rerun;
-        /* the backends and ops the failures name, in registry order */
-        for (int t = 0; t < opr_device_type_count(ctx) && t < CHECK_MAX_TYPES; t++)
-            for (int i = 0; i < rerun->n; i++)
-                if (rerun->recs[i].dev_type == t) {
-                    c->ordinals[c->ntypes] = rerun->ordinal[t];
-                    c->types[c->ntypes++] = t;
-                    break;
-                }
+        /* the backends (device type and ordinal) and ops the failures name, in registry order */
+        for (int t = 0; t < opr_device_type_count(ctx); t++)
+            for (int o = 0; o < opr_device_type_ordinals(ctx, t); o++)
+                for (int i = 0; i < rerun->n; i++)
+                    if (rerun->recs[i].dev_type == t && rerun->recs[i].ordinal == o) {
+                        if (!add_backend(c, t, o)) goto out;
+                        break;
+                    }
     } else if (backend) {
         opr_device d;
-        if (opr_device_parse(ctx, backend, &d) || d.type >= CHECK_MAX_TYPES) {
+        if (opr_device_parse(ctx, backend, &d)) {
             fprintf(stderr, "opreg check: %s (see opreg info)\n", opr_last_error());
             goto out;
         }
-        c->ordinals[c->ntypes] = d.index; /* validated by opr_device_parse against the device's count */
-        c->types[c->ntypes++] = d.type;
+        /* the ordinal validated by opr_device_parse against the device's count */
+        for (int o = every_ordinal ? 0 : d.index; o < (every_ordinal ? opr_device_type_ordinals(ctx, d.type) : d.index + 1); o++)
+            if (!add_backend(c, d.type, o)) goto out;
     } else {
-        for (int t = 1; t < opr_device_type_count(ctx) && c->ntypes < CHECK_MAX_TYPES; t++) c->types[c->ntypes++] = t;
-        if (!c->ntypes) c->types[c->ntypes++] = 0;
+        for (int t = 1; t < opr_device_type_count(ctx); t++)
+            for (int o = 0; o < (every_ordinal ? opr_device_type_ordinals(ctx, t) : 1); o++)
+                if (!add_backend(c, t, o)) goto out;
+        if (!c->ntypes) add_backend(c, 0, 0);
     }
     c->ops = malloc((size_t)(opr_op_count(ctx) ? opr_op_count(ctx) : 1) * sizeof *c->ops);
     if (!c->ops) { fprintf(stderr, "opreg check: out of memory\n"); status = 1; goto out; }
