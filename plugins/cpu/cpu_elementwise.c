@@ -20,35 +20,6 @@
 
 #include <tgmath.h> /* exp(x) etc. pick the float or double version from x's type */
 
-/* Unary loops over the vector functions of cpu_vmath.h (SLEEF; the accuracy is stated
- * there). CALL computes Y[0..N) from X[0..N) (A: the scalar argument). A strided or
- * broadcast operand is gathered into a buffer and scattered back, so every element goes
- * through the same vector code whatever the layout. */
-#define EW_VMATH_CHUNK 256
-#define EW_VMATH_LOOP(name, T, SUF, CALL)                                                  \
-    static void name(int64_t n, char *const *ptr, const int64_t *st, const ew_params *p)   \
-    {                                                                                      \
-        T *o = (T *)ptr[0];                                                                \
-        const T *a = (const T *)ptr[1];                                                    \
-        const T A = EW_CONV_##SUF(p->a);                                                   \
-        (void)A;                                                                           \
-        if (st[0] == 1 && st[1] == 1) {                                                    \
-            const int64_t N = n;                                                           \
-            const T *X = a;                                                                \
-            T *Y = o;                                                                      \
-            CALL;                                                                          \
-            return;                                                                        \
-        }                                                                                  \
-        T buf[EW_VMATH_CHUNK];                                                             \
-        for (int64_t i0 = 0; i0 < n; i0 += EW_VMATH_CHUNK) {                               \
-            const int64_t N = n - i0 < EW_VMATH_CHUNK ? n - i0 : EW_VMATH_CHUNK;           \
-            for (int64_t k = 0; k < N; k++) buf[k] = a[(i0 + k) * st[1]];                  \
-            const T *X = buf;                                                              \
-            T *Y = buf;                                                                    \
-            CALL;                                                                          \
-            for (int64_t k = 0; k < N; k++) o[(i0 + k) * st[0]] = buf[k];                  \
-        }                                                                                  \
-    }
 #define EW_VMATH_FLOAT(op, CALL_F32, CALL_F64)         \
     EW_VMATH_LOOP(op##_f32, float, f32, CALL_F32)      \
     EW_VMATH_LOOP(op##_f64, double, f64, CALL_F64)

@@ -149,6 +149,35 @@ static inline int64_t ew_sat_i64(double v)
     EW_BINARY_LOOP(op##_f64, uint8_t, double, f64, EXPR)   \
     EW_BINARY_LOOP(op##_i64, uint8_t, int64_t, i64, EXPR)
 
+/* Unary loops over the vector functions of cpu_vmath.h (SLEEF; the accuracy is stated
+ * there). CALL computes Y[0..N) from X[0..N) (A: the scalar argument). A strided or
+ * broadcast operand is gathered into a buffer and scattered back, so every element goes
+ * through the same vector code whatever the layout. */
+#define EW_VMATH_CHUNK 256
+#define EW_VMATH_LOOP(name, T, SUF, CALL)                                                  \
+    static void name(int64_t n, char *const *ptr, const int64_t *st, const ew_params *p)   \
+    {                                                                                      \
+        T *o = (T *)ptr[0];                                                                \
+        const T *a = (const T *)ptr[1];                                                    \
+        const T A = EW_CONV_##SUF(p->a);                                                   \
+        (void)A;                                                                           \
+        if (st[0] == 1 && st[1] == 1) {                                                    \
+            const int64_t N = n;                                                           \
+            const T *X = a;                                                                \
+            T *Y = o;                                                                      \
+            CALL;                                                                          \
+            return;                                                                        \
+        }                                                                                  \
+        T buf[EW_VMATH_CHUNK];                                                             \
+        for (int64_t i0 = 0; i0 < n; i0 += EW_VMATH_CHUNK) {                               \
+            const int64_t N = n - i0 < EW_VMATH_CHUNK ? n - i0 : EW_VMATH_CHUNK;           \
+            for (int64_t k = 0; k < N; k++) buf[k] = a[(i0 + k) * st[1]];                  \
+            const T *X = buf;                                                              \
+            T *Y = buf;                                                                    \
+            CALL;                                                                          \
+            for (int64_t k = 0; k < N; k++) o[(i0 + k) * st[0]] = buf[k];                  \
+        }                                                                                  \
+    }
 /* Per-op tables indexed by dtype (the common dtype T of the op's inputs). A table is
  * also the single source of the dtype mask the op registers with. */
 typedef ew_loop_fn ew_table[OPR_DTYPE_COUNT];

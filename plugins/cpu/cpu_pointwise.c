@@ -10,10 +10,13 @@
  * and an integer division by zero (fmod, remainder, div with a rounding mode) is an
  * error ("ZeroDivisionError"), not a crash. Integer arithmetic wraps (WMUL), and the
  * one quotient that overflows, INT64_MIN / -1, wraps to INT64_MIN as on x86 PyTorch.
- * The transcendental functions are libm's (the f64 path stays library-free). */
+ * The transcendental functions are SLEEF's vector loops in f32 (cpu_vmath.h, 1.0 ULP,
+ * as PyTorch's vectorised CPU kernels) and libm's in f64 (the reference path stays free
+ * of vector libraries). */
 #include "cpu_common.h"
 #include "cpu_ew.h"
 #include "cpu_kernels.h"
+#include "cpu_vmath.h"
 
 #include <tgmath.h> /* acos(x) etc. pick the float or double version from x's type */
 
@@ -93,22 +96,26 @@ static inline uint8_t pw_never(int64_t v)
 /* ------------------------------------------------------------------ the loops */
 
 /* unary math (f32, f64; halves through f32) */
-EW_UNARY_FLOAT(acos, acos(x))
-EW_UNARY_FLOAT(acosh, acosh(x))
-EW_UNARY_FLOAT(asin, asin(x))
-EW_UNARY_FLOAT(asinh, asinh(x))
-EW_UNARY_FLOAT(atan, atan(x))
-EW_UNARY_FLOAT(atanh, atanh(x))
-EW_UNARY_FLOAT(cos, cos(x))
-EW_UNARY_FLOAT(cosh, cosh(x))
-EW_UNARY_FLOAT(sin, sin(x))
-EW_UNARY_FLOAT(sinh, sinh(x))
-EW_UNARY_FLOAT(tan, tan(x))
-EW_UNARY_FLOAT(erf, erf(x))
-EW_UNARY_FLOAT(expm1, expm1(x))
-EW_UNARY_FLOAT(log10, log10(x))
-EW_UNARY_FLOAT(log1p, log1p(x))
-EW_UNARY_FLOAT(log2, log2(x))
+/* f32 through SLEEF's vector loop, f64 through libm */
+#define PW_SLEEF_UNARY(op)                                         \
+    EW_VMATH_LOOP(op##_f32, float, f32, cpu_vm.op##_f32(N, X, Y))  \
+    EW_UNARY_LOOP(op##_f64, double, double, f64, op(x))
+PW_SLEEF_UNARY(acos)
+PW_SLEEF_UNARY(acosh)
+PW_SLEEF_UNARY(asin)
+PW_SLEEF_UNARY(asinh)
+PW_SLEEF_UNARY(atan)
+PW_SLEEF_UNARY(atanh)
+PW_SLEEF_UNARY(cos)
+PW_SLEEF_UNARY(cosh)
+PW_SLEEF_UNARY(sin)
+PW_SLEEF_UNARY(sinh)
+PW_SLEEF_UNARY(tan)
+PW_SLEEF_UNARY(erf)
+PW_SLEEF_UNARY(expm1)
+PW_SLEEF_UNARY(log10)
+PW_SLEEF_UNARY(log1p)
+PW_SLEEF_UNARY(log2)
 EW_UNARY_FLOAT(reciprocal, 1 / x)
 EW_UNARY_FLOAT(rsqrt, 1 / sqrt(x))
 
@@ -135,7 +142,30 @@ EW_BINARY_LOOP(fmod_i64, int64_t, int64_t, i64, pw_fmod_i64(x, y))
 EW_BINARY_LOOP(remainder_f32, float, float, f32, pw_rem_f32(x, y))
 EW_BINARY_LOOP(remainder_f64, double, double, f64, pw_rem_f64(x, y))
 EW_BINARY_LOOP(remainder_i64, int64_t, int64_t, i64, pw_rem_i64(x, y))
-EW_BINARY_FLOAT(atan2, atan2(x, y))
+/* atan2: SLEEF's vector loop in f32 (a strided or broadcast operand gathered into a
+ * buffer, so that every element goes through the same code whatever the layout), libm
+ * in f64 */
+EW_BINARY_LOOP(atan2_f64, double, double, f64, atan2(x, y))
+static void atan2_f32(int64_t n, char *const *ptr, const int64_t *st, const ew_params *p)
+{
+    (void)p;
+    float *o = (float *)ptr[0];
+    const float *a = (const float *)ptr[1], *b = (const float *)ptr[2];
+    if (st[0] == 1 && st[1] == 1 && st[2] == 1) {
+        cpu_vm.atan2_f32(n, a, b, o);
+        return;
+    }
+    float ab[EW_VMATH_CHUNK], bb[EW_VMATH_CHUNK];
+    for (int64_t i0 = 0; i0 < n; i0 += EW_VMATH_CHUNK) {
+        const int64_t m = n - i0 < EW_VMATH_CHUNK ? n - i0 : EW_VMATH_CHUNK;
+        for (int64_t k = 0; k < m; k++) {
+            ab[k] = a[(i0 + k) * st[1]];
+            bb[k] = b[(i0 + k) * st[2]];
+        }
+        cpu_vm.atan2_f32(m, ab, bb, ab);
+        for (int64_t k = 0; k < m; k++) o[(i0 + k) * st[0]] = ab[k];
+    }
+}
 EW_BINARY_FLOAT(powt, pow(x, y))
 EW_BINARY_LOOP(powt_i64, int64_t, int64_t, i64, pw_powi(x, y))
 EW_BINARY_FLOAT(maximum, PW_MAX(x, y))

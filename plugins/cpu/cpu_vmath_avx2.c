@@ -23,6 +23,9 @@
 #define VM_ERFF Sleef_erff8_u10avx2
 #define VM_POWF Sleef_powf8_u10avx2
 
+/* SLEEF's f32 function fn of this width, 1.0 ULP (Sleef_sinf8_u10avx2) */
+#define VM_SLEEFF(fn) Sleef_##fn##f8_u10avx2
+
 #define VM_VD __m256d
 #define VM_WD 4
 #define VM_LOADD _mm256_loadu_pd

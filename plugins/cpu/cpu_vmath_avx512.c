@@ -24,6 +24,9 @@
 #define VM_ERFF Sleef_erff16_u10avx512f
 #define VM_POWF Sleef_powf16_u10avx512f
 
+/* SLEEF's f32 function fn of this width, 1.0 ULP (Sleef_sinf16_u10avx512f) */
+#define VM_SLEEFF(fn) Sleef_##fn##f16_u10avx512f
+
 #define VM_VD __m512d
 #define VM_WD 8
 #define VM_LOADD _mm512_loadu_pd

@@ -139,6 +139,38 @@
 VM_MAPS(f32, float, F)
 VM_MAPS(f64, double, D)
 
+/* pointwise.yaml's functions, f32 only */
+#define VM_MAP_SLEEFF(fn) VM_MAP(vm_##fn##_f32, float, VM_VF, VM_WF, VM_LOADF, VM_STOREF, VM_STREAMF, VM_SLEEFF(fn)(v))
+VM_MAP_SLEEFF(sin)
+VM_MAP_SLEEFF(cos)
+VM_MAP_SLEEFF(tan)
+VM_MAP_SLEEFF(asin)
+VM_MAP_SLEEFF(acos)
+VM_MAP_SLEEFF(atan)
+VM_MAP_SLEEFF(sinh)
+VM_MAP_SLEEFF(cosh)
+VM_MAP_SLEEFF(asinh)
+VM_MAP_SLEEFF(acosh)
+VM_MAP_SLEEFF(atanh)
+VM_MAP_SLEEFF(expm1)
+VM_MAP_SLEEFF(log1p)
+VM_MAP_SLEEFF(log2)
+VM_MAP_SLEEFF(log10)
+
+/* y[i] = atan2(a[i], b[i]): full vectors, then the tail through zero-padded vectors. */
+static void vm_atan2_f32(int64_t n, const float *a, const float *b, float *y)
+{
+    int64_t i = 0;
+    for (; i + VM_WF <= n; i += VM_WF) VM_STOREF(y + i, VM_SLEEFF(atan2)(VM_LOADF(a + i), VM_LOADF(b + i)));
+    if (i < n) {
+        float ab[VM_WF] = {0}, bb[VM_WF] = {0};
+        memcpy(ab, a + i, (size_t)(n - i) * sizeof(float));
+        memcpy(bb, b + i, (size_t)(n - i) * sizeof(float));
+        VM_STOREF(ab, VM_SLEEFF(atan2)(VM_LOADF(ab), VM_LOADF(bb)));
+        memcpy(y + i, ab, (size_t)(n - i) * sizeof(float));
+    }
+}
+
 VM_MAX(vm_max_f32, float)
 VM_MAX(vm_max_f64, double)
 VM_SUM(vm_sum_f32, float, v)
@@ -156,6 +188,10 @@ const cpu_vmath VM_TABLE = {
     .sigmoid_f32 = vm_sigmoid_f32, .sqrt_f32 = vm_sqrt_f32, .relu_f32 = vm_relu_f32,
     .exp_f64 = vm_exp_f64, .log_f64 = vm_log_f64, .tanh_f64 = vm_tanh_f64, .erf_f64 = vm_erf_f64,
     .sigmoid_f64 = vm_sigmoid_f64, .sqrt_f64 = vm_sqrt_f64, .relu_f64 = vm_relu_f64,
+    .sin_f32 = vm_sin_f32, .cos_f32 = vm_cos_f32, .tan_f32 = vm_tan_f32, .asin_f32 = vm_asin_f32,
+    .acos_f32 = vm_acos_f32, .atan_f32 = vm_atan_f32, .sinh_f32 = vm_sinh_f32, .cosh_f32 = vm_cosh_f32,
+    .asinh_f32 = vm_asinh_f32, .acosh_f32 = vm_acosh_f32, .atanh_f32 = vm_atanh_f32, .expm1_f32 = vm_expm1_f32,
+    .log1p_f32 = vm_log1p_f32, .log2_f32 = vm_log2_f32, .log10_f32 = vm_log10_f32, .atan2_f32 = vm_atan2_f32,
     .pow_f32 = vm_pow_f32, .pow_f64 = vm_pow_f64,
     .expsub_f32 = vm_expsub_f32, .expsub_f64 = vm_expsub_f64,
     .max_f32 = vm_max_f32, .max_f64 = vm_max_f64,

@@ -21,6 +21,9 @@
 #define VM_ERFF Sleef_erff4_u10sse2
 #define VM_POWF Sleef_powf4_u10sse2
 
+/* SLEEF's f32 function fn of this width, 1.0 ULP (Sleef_sinf4_u10sse2) */
+#define VM_SLEEFF(fn) Sleef_##fn##f4_u10sse2
+
 #define VM_VD __m128d
 #define VM_WD 2
 #define VM_LOADD _mm_loadu_pd
