@@ -95,6 +95,32 @@ static inline uint8_t pw_never(int64_t v)
 
 /* ------------------------------------------------------------------ the loops */
 
+/* atan2 and fmod: SLEEF's vector loop in f32 (a strided or broadcast operand gathered
+ * into a buffer, so that every element goes through the same code whatever the layout),
+ * libm in f64 */
+#define PW_SLEEF_BINARY(op)                                                                \
+    EW_BINARY_LOOP(op##_f64, double, double, f64, op(x, y))                                \
+    static void op##_f32(int64_t n, char *const *ptr, const int64_t *st, const ew_params *p) \
+    {                                                                                      \
+        (void)p;                                                                           \
+        float *o = (float *)ptr[0];                                                        \
+        const float *a = (const float *)ptr[1], *b = (const float *)ptr[2];                \
+        if (st[0] == 1 && st[1] == 1 && st[2] == 1) {                                      \
+            cpu_vm.op##_f32(n, a, b, o);                                                   \
+            return;                                                                        \
+        }                                                                                  \
+        float ab[EW_VMATH_CHUNK], bb[EW_VMATH_CHUNK];                                      \
+        for (int64_t i0 = 0; i0 < n; i0 += EW_VMATH_CHUNK) {                               \
+            const int64_t m = n - i0 < EW_VMATH_CHUNK ? n - i0 : EW_VMATH_CHUNK;           \
+            for (int64_t k = 0; k < m; k++) {                                              \
+                ab[k] = a[(i0 + k) * st[1]];                                               \
+                bb[k] = b[(i0 + k) * st[2]];                                               \
+            }                                                                              \
+            cpu_vm.op##_f32(m, ab, bb, ab);                                                \
+            for (int64_t k = 0; k < m; k++) o[(i0 + k) * st[0]] = ab[k];                   \
+        }                                                                                  \
+    }
+
 /* unary math (f32, f64; halves through f32) */
 /* f32 through SLEEF's vector loop, f64 through libm */
 #define PW_SLEEF_UNARY(op)                                         \
@@ -137,35 +163,12 @@ EW_UNARY_LOOP(false_i64, uint8_t, int64_t, i64, pw_never(x))
 EW_UNARY_LOOP(false_b8, uint8_t, uint8_t, b8, pw_never(x))
 
 /* binary arithmetic */
-EW_BINARY_FLOAT(fmod, fmod(x, y))
+PW_SLEEF_BINARY(fmod)
 EW_BINARY_LOOP(fmod_i64, int64_t, int64_t, i64, pw_fmod_i64(x, y))
 EW_BINARY_LOOP(remainder_f32, float, float, f32, pw_rem_f32(x, y))
 EW_BINARY_LOOP(remainder_f64, double, double, f64, pw_rem_f64(x, y))
 EW_BINARY_LOOP(remainder_i64, int64_t, int64_t, i64, pw_rem_i64(x, y))
-/* atan2: SLEEF's vector loop in f32 (a strided or broadcast operand gathered into a
- * buffer, so that every element goes through the same code whatever the layout), libm
- * in f64 */
-EW_BINARY_LOOP(atan2_f64, double, double, f64, atan2(x, y))
-static void atan2_f32(int64_t n, char *const *ptr, const int64_t *st, const ew_params *p)
-{
-    (void)p;
-    float *o = (float *)ptr[0];
-    const float *a = (const float *)ptr[1], *b = (const float *)ptr[2];
-    if (st[0] == 1 && st[1] == 1 && st[2] == 1) {
-        cpu_vm.atan2_f32(n, a, b, o);
-        return;
-    }
-    float ab[EW_VMATH_CHUNK], bb[EW_VMATH_CHUNK];
-    for (int64_t i0 = 0; i0 < n; i0 += EW_VMATH_CHUNK) {
-        const int64_t m = n - i0 < EW_VMATH_CHUNK ? n - i0 : EW_VMATH_CHUNK;
-        for (int64_t k = 0; k < m; k++) {
-            ab[k] = a[(i0 + k) * st[1]];
-            bb[k] = b[(i0 + k) * st[2]];
-        }
-        cpu_vm.atan2_f32(m, ab, bb, ab);
-        for (int64_t k = 0; k < m; k++) o[(i0 + k) * st[0]] = ab[k];
-    }
-}
+PW_SLEEF_BINARY(atan2)
 EW_BINARY_FLOAT(powt, pow(x, y))
 EW_BINARY_LOOP(powt_i64, int64_t, int64_t, i64, pw_powi(x, y))
 EW_BINARY_FLOAT(maximum, PW_MAX(x, y))

@@ -9,7 +9,7 @@
  * Accuracy, f32 and f64 alike: exp, log, tanh, erf and pow are SLEEF's *_u10 functions, at
  * most 1.0 ULP from the correctly rounded result (so are the f32-only trigonometric,
  * hyperbolic, expm1/log1p/log2/log10 and atan2 loops: pointwise.yaml's ops, whose f64
- * kernels stay on libm); sqrt is the hardware instruction
+ * kernels stay on libm; their fmod is exact); sqrt is the hardware instruction
  * (correctly rounded, 0.5 ULP); sigmoid is 1 / (1 + exp(-x)) on top of that exp, at most
  * 3 ULP where the result is normal (0 instead of a subnormal once exp(-x) overflows,
  * like the scalar formula). The three versions agree to those bounds, not bit for bit
@@ -35,7 +35,7 @@ typedef void (*cpu_vfn_f64)(int64_t n, const double *x, double *y);
 /* y[i] = f(x[i], e) for a scalar e: pow(x[i], e), exp(x[i] - e). */
 typedef void (*cpu_vfn1_f32)(int64_t n, const float *x, float e, float *y);
 typedef void (*cpu_vfn1_f64)(int64_t n, const double *x, double e, double *y);
-/* y[i] = f(a[i], b[i]): atan2. */
+/* y[i] = f(a[i], b[i]): atan2, fmod. */
 typedef void (*cpu_vfn2_f32)(int64_t n, const float *a, const float *b, float *y);
 /* The largest x[i] that is not NaN; -inf if there is none (n = 0 included). */
 typedef float (*cpu_vmax_f32)(int64_t n, const float *x);
@@ -57,7 +57,7 @@ typedef struct cpu_vmath {
     cpu_vfn_f64 exp_f64, log_f64, tanh_f64, erf_f64, sigmoid_f64, sqrt_f64, relu_f64;
     cpu_vfn_f32 sin_f32, cos_f32, tan_f32, asin_f32, acos_f32, atan_f32, sinh_f32, cosh_f32, asinh_f32, acosh_f32,
         atanh_f32, expm1_f32, log1p_f32, log2_f32, log10_f32;
-    cpu_vfn2_f32 atan2_f32;
+    cpu_vfn2_f32 atan2_f32, fmod_f32;
     cpu_vfn1_f32 pow_f32, expsub_f32;
     cpu_vfn1_f64 pow_f64, expsub_f64;
     cpu_vmax_f32 max_f32;

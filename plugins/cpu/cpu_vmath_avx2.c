@@ -25,6 +25,7 @@
 
 /* SLEEF's f32 function fn of this width, 1.0 ULP (Sleef_sinf8_u10avx2) */
 #define VM_SLEEFF(fn) Sleef_##fn##f8_u10avx2
+#define VM_SLEEF_FMODF Sleef_fmodf8_avx2
 
 #define VM_VD __m256d
 #define VM_WD 4

@@ -26,6 +26,7 @@
 
 /* SLEEF's f32 function fn of this width, 1.0 ULP (Sleef_sinf16_u10avx512f) */
 #define VM_SLEEFF(fn) Sleef_##fn##f16_u10avx512f
+#define VM_SLEEF_FMODF Sleef_fmodf16_avx512f
 
 #define VM_VD __m512d
 #define VM_WD 8

@@ -157,19 +157,24 @@ VM_MAP_SLEEFF(log1p)
 VM_MAP_SLEEFF(log2)
 VM_MAP_SLEEFF(log10)
 
-/* y[i] = atan2(a[i], b[i]): full vectors, then the tail through zero-padded vectors. */
-static void vm_atan2_f32(int64_t n, const float *a, const float *b, float *y)
-{
-    int64_t i = 0;
-    for (; i + VM_WF <= n; i += VM_WF) VM_STOREF(y + i, VM_SLEEFF(atan2)(VM_LOADF(a + i), VM_LOADF(b + i)));
-    if (i < n) {
-        float ab[VM_WF] = {0}, bb[VM_WF] = {0};
-        memcpy(ab, a + i, (size_t)(n - i) * sizeof(float));
-        memcpy(bb, b + i, (size_t)(n - i) * sizeof(float));
-        VM_STOREF(ab, VM_SLEEFF(atan2)(VM_LOADF(ab), VM_LOADF(bb)));
-        memcpy(y + i, ab, (size_t)(n - i) * sizeof(float));
+/* y[i] = F(a[i], b[i]) (atan2, fmod): full vectors, then the tail through zero-padded
+ * vectors. */
+#define VM_MAP2(name, F)                                                                  \
+    static void name(int64_t n, const float *a, const float *b, float *y)                 \
+    {                                                                                     \
+        int64_t i = 0;                                                                    \
+        for (; i + VM_WF <= n; i += VM_WF) VM_STOREF(y + i, F(VM_LOADF(a + i), VM_LOADF(b + i))); \
+        if (i < n) {                                                                      \
+            float ab[VM_WF] = {0}, bb[VM_WF] = {0};                                       \
+            for (int k = 0; k < VM_WF; k++) bb[k] = 1; /* no 0 divisor in the padding */   \
+            memcpy(ab, a + i, (size_t)(n - i) * sizeof(float));                           \
+            memcpy(bb, b + i, (size_t)(n - i) * sizeof(float));                           \
+            VM_STOREF(ab, F(VM_LOADF(ab), VM_LOADF(bb)));                                 \
+            memcpy(y + i, ab, (size_t)(n - i) * sizeof(float));                           \
+        }                                                                                 \
     }
-}
+VM_MAP2(vm_atan2_f32, VM_SLEEFF(atan2))
+VM_MAP2(vm_fmod_f32, VM_SLEEF_FMODF) /* exact, as libm's */
 
 VM_MAX(vm_max_f32, float)
 VM_MAX(vm_max_f64, double)
@@ -192,6 +197,7 @@ const cpu_vmath VM_TABLE = {
     .acos_f32 = vm_acos_f32, .atan_f32 = vm_atan_f32, .sinh_f32 = vm_sinh_f32, .cosh_f32 = vm_cosh_f32,
     .asinh_f32 = vm_asinh_f32, .acosh_f32 = vm_acosh_f32, .atanh_f32 = vm_atanh_f32, .expm1_f32 = vm_expm1_f32,
     .log1p_f32 = vm_log1p_f32, .log2_f32 = vm_log2_f32, .log10_f32 = vm_log10_f32, .atan2_f32 = vm_atan2_f32,
+    .fmod_f32 = vm_fmod_f32,
     .pow_f32 = vm_pow_f32, .pow_f64 = vm_pow_f64,
     .expsub_f32 = vm_expsub_f32, .expsub_f64 = vm_expsub_f64,
     .max_f32 = vm_max_f32, .max_f64 = vm_max_f64,

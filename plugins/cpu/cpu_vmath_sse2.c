@@ -23,6 +23,7 @@
 
 /* SLEEF's f32 function fn of this width, 1.0 ULP (Sleef_sinf4_u10sse2) */
 #define VM_SLEEFF(fn) Sleef_##fn##f4_u10sse2
+#define VM_SLEEF_FMODF Sleef_fmodf4_sse2
 
 #define VM_VD __m128d
 #define VM_WD 2
