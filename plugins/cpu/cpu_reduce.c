@@ -254,11 +254,63 @@ RED_FOLD(fold_prod_f32, float, double q = acc->d, q *= v;, acc->d = q)
 RED_FOLD(fold_prod_f64, double, double q = acc->d, q *= v;, acc->d = q)
 RED_FOLD(fold_prod_i64, int64_t, uint64_t q = (uint64_t)acc->i, q *= (uint64_t)v;,
          acc->i = (int64_t)q)
-RED_ARG_FOLD(fold_max_f32, float, d, double, RED_GT)
-RED_ARG_FOLD(fold_max_f64, double, d, double, RED_GT)
+/* Floating max/min with index: a contiguous slice is scanned twice, first for its
+ * extremum in RED_LANES independent lanes (which the compiler turns into vector
+ * max/min) and whether it holds a NaN, then for the first position of the NaN or of the
+ * extremum; the same element as the one-pass fold (NaN first, then the first of equal
+ * values) at a fraction of its time on long rows (amax over a row of 4096: ~10x). */
+#define RED_LANES 16
+#define RED_ARG_FLOAT_FOLD(name, T, BEATS, PICK, START)                                   \
+    static void name(const void *xv, const red_space *rs, int64_t start, int64_t end,     \
+                     double p, red_acc *acc)                                              \
+    {                                                                                     \
+        const T *x = (const T *)xv;                                                       \
+        (void)p;                                                                          \
+        if (!(rs->ndim == 1 && rs->st[0] == 1 && end > start)) {                          \
+            double b = acc->d;                                                            \
+            int64_t bi = acc->idx;                                                        \
+            RED_FOREACH(T, x, rs, start, end, if (bi < 0 || BEATS(v, b)) { b = v; bi = ri; }); \
+            acc->d = b;                                                                   \
+            acc->idx = bi;                                                                \
+            return;                                                                       \
+        }                                                                                 \
+        const T *r = x + start;                                                           \
+        const int64_t n = end - start;                                                    \
+        T m[RED_LANES];                                                                   \
+        unsigned char nan[RED_LANES] = {0};                                               \
+        for (int k = 0; k < RED_LANES; k++) m[k] = (START);                               \
+        int64_t i = 0;                                                                    \
+        for (; i + RED_LANES <= n; i += RED_LANES)                                        \
+            for (int k = 0; k < RED_LANES; k++) {                                         \
+                const T v = r[i + k];                                                     \
+                m[k] = PICK(v, m[k]);                                                     \
+                nan[k] |= v != v;                                                         \
+            }                                                                             \
+        for (; i < n; i++) {                                                              \
+            m[0] = PICK(r[i], m[0]);                                                      \
+            nan[0] |= r[i] != r[i];                                                       \
+        }                                                                                 \
+        bool any_nan = false;                                                             \
+        for (int k = 0; k < RED_LANES; k++) {                                             \
+            m[0] = PICK(m[k], m[0]);                                                      \
+            any_nan = any_nan || nan[k];                                                  \
+        }                                                                                 \
+        for (i = 0; i < n - 1; i++)                                                       \
+            if (any_nan ? r[i] != r[i] : r[i] == m[0]) break;                             \
+        const double v = r[i];                                                            \
+        if (acc->idx < 0 || BEATS(v, acc->d)) {                                           \
+            acc->d = v;                                                                   \
+            acc->idx = start + i;                                                         \
+        }                                                                                 \
+    }
+/* v if it is larger (smaller) than m, else m: NaN never picked (found by the NaN scan) */
+#define RED_PICK_MAX(v, m) ((v) > (m) ? (v) : (m))
+#define RED_PICK_MIN(v, m) ((v) < (m) ? (v) : (m))
+RED_ARG_FLOAT_FOLD(fold_max_f32, float, RED_GT, RED_PICK_MAX, -INFINITY)
+RED_ARG_FLOAT_FOLD(fold_max_f64, double, RED_GT, RED_PICK_MAX, -INFINITY)
 RED_ARG_FOLD(fold_max_i64, int64_t, i, int64_t, RED_GT_I)
-RED_ARG_FOLD(fold_min_f32, float, d, double, RED_LT)
-RED_ARG_FOLD(fold_min_f64, double, d, double, RED_LT)
+RED_ARG_FLOAT_FOLD(fold_min_f32, float, RED_LT, RED_PICK_MIN, INFINITY)
+RED_ARG_FLOAT_FOLD(fold_min_f64, double, RED_LT, RED_PICK_MIN, INFINITY)
 RED_ARG_FOLD(fold_min_i64, int64_t, i, int64_t, RED_LT_I)
 /* Norms, accumulated in double: sum x^2, sum |x|, sum |x|^p, max |x|. */
 #define RED_NORM_FOLDS(SUF, T)                                                            \
