@@ -812,6 +812,30 @@ START_TEST(t_max_min_dim)
                 check_arg_reduce(op, T_lay(s->lay, G_INT, dt, s->nd, s->sh, 0, 3), cases[k].dim, keep);
                 check_arg_reduce(op, T_lay(s->lay, G_REAL, dt, s->nd, s->sh, -2, 2), cases[k].dim, keep);
             }
+    /* rows long enough for the vectorised scan: the first NaN wins over every value,
+     * also over a later extremum, and the first of equal extrema otherwise */
+    for (int di = 0; di < NELEM(FLOATS); di++)
+        for (int nan_at = -1; nan_at < 64; nan_at += 23) {
+            const opr_dtype dt = FLOATS[di];
+            double v[2 * 64];
+            for (int i = 0; i < 64; i++) v[i] = v[64 + i] = (double)(i % 7) - 3; /* ties: +-3 at i = 6, 13, ... */
+            for (int r = 0; nan_at >= 0 && r < 2; r++) v[64 * r + nan_at] = v[64 * r + nan_at + 17] = NAN;
+            float vf[2 * 64];
+            for (int i = 0; i < 2 * 64; i++) vf[i] = (float)v[i];
+            WHAT("%s %s rows of 64, NaN at %d", op, opr_dtype_name(dt), nan_at);
+            opr_tensor *x = K(opr_tensor_from_data(ctx, dt, 2, (int64_t[]){2, 64},
+                                                   dt == OPR_F32 ? (void *)vf : (void *)v, (opr_device){0, 0}));
+            if (nan_at < 0) check_arg_reduce(op, x, 1, false); /* its reference has no NaN rule */
+            opr_tensor *val, *ix;
+            CALL2(op, &val, &ix, TV(x), opr_v_int(1), opr_v_bool(false));
+            const int64_t *got = opr_tensor_data(ix);
+            const int64_t want = nan_at >= 0 ? nan_at : _i ? 0 : 6;
+            ck_assert_msg(got[0] == want && got[1] == want, "%s: index %lld, %lld; expected %lld", what,
+                          (long long)got[0], (long long)got[1], (long long)want);
+            double *vals = KM(tu_to_f64(val));
+            ck_assert_msg(nan_at >= 0 ? isnan(vals[0]) && isnan(vals[1]) : vals[0] == (_i ? -3 : 3) && vals[1] == vals[0],
+                          "%s: values %g, %g", what, vals[0], vals[1]);
+        }
     for (int di = 0; di < NELEM(NUMERIC); di++) {
         WHAT("%s %s empty dim", op, opr_dtype_name(NUMERIC[di]));
         opr_tensor *x = T_any(&(spec){2, {0, 3}, L_C}, NUMERIC[di]);
