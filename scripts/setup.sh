@@ -9,7 +9,7 @@ set -eu
 # python3-torch is the outside oracle of the autograd tests (tests/oracle), and
 # python3-torchvision of the ResNet example's (tests/test_resnet.c); OpenMPI
 # carries the MPI plugin (process groups, collectives) and its tests under mpirun.
-packages="gcc g++ make cmake ninja-build pkg-config libyaml-dev libopenblas-dev libopenblas0-openmp libsleef-dev check libsubunit-dev libdlpack-dev binutils valgrind python3 python3-torch python3-torchvision libopenmpi-dev openmpi-bin libdnnl-dev"
+packages="gcc g++ make cmake ninja-build pkg-config libyaml-dev libopenblas-dev libopenblas0-openmp libsleef-dev check libsubunit-dev libdlpack-dev binutils valgrind python3 python3-torch python3-torchvision libopenmpi-dev openmpi-bin libdnnl-dev libjansson-dev"
 case "${1:-}" in
 bench) packages="$packages libtorch-dev" ;;
 rocm) packages="$packages hipcc" ;;
