@@ -17,6 +17,8 @@ int cmd_demo_resnet(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
 int cmd_check(int argc, char **argv);
 int cmd_gradcheck(int argc, char **argv);
+/* opreg run: replays a captured program (cmd_run.c). */
+int cmd_run(int argc, char **argv);
 
 /* True if argv holds -h or --help. */
 bool cli_wants_help(int argc, char **argv);

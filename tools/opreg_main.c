@@ -14,6 +14,7 @@ static const struct command {
     {"plan", cmd_plan, "how an op's gradients would be computed: candidates, costs, saved bytes"},
     {"check", cmd_check, "conformance: ops on each backend vs the CPU, every backward vs finite differences"},
     {"gradcheck", cmd_gradcheck, "an op's gradients on its samples against finite differences in f64"},
+    {"run", cmd_run, "replays a program captured from PyTorch (opreg-capture), checking it node by node"},
     {"demo", cmd_demo, "trains an MLP on three spirals (default) or a character-level GPT (--model gpt)"},
 };
 
