@@ -62,8 +62,6 @@ def resnet():
     """torchvision's ResNet with one BasicBlock per stage, width 8, 16x16 images, in eval mode."""
     from torchvision.models.resnet import BasicBlock, ResNet
     torch.manual_seed(4)
-    m = ResNet(BasicBlock, [1, 1, 1, 1], num_classes=4)
-    # a small width: torchvision's widths are 64..512; rebuild its layers at 8..64
     m = _narrow_resnet(8)
     m.eval()
     return m, (torch.randn(2, 3, 16, 16),)

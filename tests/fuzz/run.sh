@@ -17,7 +17,7 @@ trap 'rm -rf "$scratch"' EXIT
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 
 status=0
-for h in fuzz_yaml_string fuzz_yaml_file fuzz_op_call; do
+for h in fuzz_yaml_string fuzz_yaml_file fuzz_op_call fuzz_program; do
     bin=$build/tests/fuzz/$h
     if [ ! -x "$bin" ]; then
         echo "run.sh: $bin is not built (make fuzz builds it)" >&2
@@ -27,6 +27,9 @@ for h in fuzz_yaml_string fuzz_yaml_file fuzz_op_call; do
     fuzz_op_call)
         seeds="$src/regress/op_call $build/tests/fuzz/corpus/op_call"
         set -- -max_len=4096 ;;
+    fuzz_program)
+        seeds="$src/regress/program $src/corpus/program"
+        set -- -max_len=65536 -dict="$src/program.dict" ;;
     *)
         seeds="$src/regress/yaml $src/corpus/yaml $build/tests/fuzz/corpus/yaml"
         set -- -max_len=65536 -dict="$src/yaml.dict" ;;
