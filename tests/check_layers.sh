@@ -1,5 +1,5 @@
 #!/bin/sh
-# The library's layers form a line, core <- registry <- autograd <- distributed: an object file may
+# The library's layers form a line, core <- registry <- autograd <- distributed <- program: an object file may
 # use symbols of its own layer and of the layers below it, never of one above
 # (docs/architecture.md, "Layers"). Reads the objects' symbol tables with nm.
 # Usage: tests/check_layers.sh NM OBJECT...   (each object's path names its layer dir)
@@ -11,7 +11,7 @@ tab=$(mktemp)
 trap 'rm -f "$tab"' EXIT
 for o in "$@"; do
     case $o in
-    */core/* | */registry/* | */autograd/* | */distributed/*) ;;
+    */core/* | */registry/* | */autograd/* | */distributed/* | */program/*) ;;
     *) echo "check_layers: $o is in no known layer directory" >&2; exit 2 ;;
     esac
 done
@@ -22,9 +22,10 @@ done
 } | sed -e 's#^\([DU] [^ ]*\) \(.*/core/.*\)$#\1 0 \2#' \
         -e 's#^\([DU] [^ ]*\) \(.*/registry/.*\)$#\1 1 \2#' \
         -e 's#^\([DU] [^ ]*\) \(.*/autograd/.*\)$#\1 2 \2#' \
-        -e 's#^\([DU] [^ ]*\) \(.*/distributed/.*\)$#\1 3 \2#' -e 's#:$##' >"$tab"
+        -e 's#^\([DU] [^ ]*\) \(.*/distributed/.*\)$#\1 3 \2#' \
+        -e 's#^\([DU] [^ ]*\) \(.*/program/.*\)$#\1 4 \2#' -e 's#:$##' >"$tab"
 awk '
-    BEGIN { name[0] = "core"; name[1] = "registry"; name[2] = "autograd"; name[3] = "distributed" }
+    BEGIN { name[0] = "core"; name[1] = "registry"; name[2] = "autograd"; name[3] = "distributed"; name[4] = "program" }
     $1 == "D" { def[$2] = $3; next }
     { use[NR] = $0 }
     END {
