@@ -348,6 +348,12 @@ opr_status prog_read_graph(opr_program *p, const char *text)
         st = opr_fail(OPR_ERR_PARSE, "program graph: no \"nodes\" array");
         goto done;
     }
+    json_t *dt = json_object_get(root, "dtype");
+    if (dt && (!json_is_string(dt) || (strcmp(json_string_value(dt), "f32") && strcmp(json_string_value(dt), "f64")))) {
+        st = opr_fail(OPR_ERR_PARSE, "program graph: \"dtype\" must be \"f32\" or \"f64\"");
+        goto done;
+    }
+    if (dt && !p->opts.convert_dtype) p->run_dtype = strcmp(json_string_value(dt), "f64") ? OPR_F32 : OPR_F64;
     for (int kind = 0; kind < 4 && !st; kind++) st = read_graph_tensors(p, root, kind);
     if (st) goto done;
     p->nodes = calloc(json_array_size(nodes) + 1, sizeof *p->nodes);

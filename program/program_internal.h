@@ -63,7 +63,8 @@ typedef struct prog_stored {
 struct opr_program {
     opr_ctx *ctx;
     opr_program_opts opts;
-    opr_dtype run_dtype; /* the floating dtype graph tensors have */
+    opr_dtype run_dtype; /* the floating dtype the program runs in: opts.dtype when
+                            converting, else the one it was captured in ("dtype") */
     char device[32];
     prog_stored *stored;
     int nstored;

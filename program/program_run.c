@@ -45,7 +45,8 @@ static opr_status place_graph_tensors(opr_program *p)
         p->gtensor[kind] = calloc((size_t)p->ngraph[kind] + 1, sizeof *p->gtensor[kind]);
         if (!p->gtensor[kind]) return opr_fail(OPR_ERR_NOMEM, "program: out of memory");
         for (int i = 0; i < p->ngraph[kind]; i++) {
-            opr_tensor *host = convert(p->ctx, p->stored[p->graph[kind][i]].t, p->run_dtype);
+            opr_tensor *stored = p->stored[p->graph[kind][i]].t;
+            opr_tensor *host = p->opts.convert_dtype ? convert(p->ctx, stored, p->run_dtype) : opr_tensor_retain(stored);
             opr_tensor *t = host ? opr_tensor_to(host, p->opts.device) : NULL;
             opr_tensor_release(host);
             if (!t) return opr_fail_wrap(opr_error_status(), "program %s '%s'", what[kind], p->graph_names[kind][i]);
@@ -83,9 +84,6 @@ opr_status opr_program_load_buffer(opr_ctx *ctx, const void *data, size_t n, con
     if (!st) st = prog_read_container(p, data, n, &json);
     if (!st) {
         p->run_dtype = p->opts.convert_dtype ? (opr_dtype)p->opts.dtype : OPR_F32;
-        if (!p->opts.convert_dtype) /* as captured: the dtype of the floating graph tensors */
-            for (int i = 0; i < p->nstored; i++)
-                if (!strncmp(p->stored[i].name, "param/", 6) && p->stored[i].dtype == OPR_F64) p->run_dtype = OPR_F64;
         st = prog_read_graph(p, json);
     }
     free(json);
@@ -307,6 +305,20 @@ opr_tensor *opr_program_param(const opr_program *p, const char *name)
 {
     for (int i = 0; p && name && i < p->ngraph[SRC_PARAM]; i++)
         if (!strcmp(p->graph_names[SRC_PARAM][i], name)) return p->gtensor[SRC_PARAM][i];
+    return NULL;
+}
+
+int opr_program_num_buffers(const opr_program *p) { return p ? p->ngraph[SRC_BUFFER] : -1; }
+
+const char *opr_program_buffer_name(const opr_program *p, int i)
+{
+    return p && i >= 0 && i < p->ngraph[SRC_BUFFER] ? p->graph_names[SRC_BUFFER][i] : NULL;
+}
+
+opr_tensor *opr_program_buffer(const opr_program *p, const char *name)
+{
+    for (int i = 0; p && name && i < p->ngraph[SRC_BUFFER]; i++)
+        if (!strcmp(p->graph_names[SRC_BUFFER][i], name)) return p->gtensor[SRC_BUFFER][i];
     return NULL;
 }
 

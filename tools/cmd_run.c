@@ -44,6 +44,18 @@ typedef struct cmp {
     char why[96]; /* a shape or dtype difference */
 } cmp;
 
+/* s as a JSON string on stdout (paths and error messages may hold quotes). */
+static void json_string(const char *s)
+{
+    putchar('"');
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\') printf("\\%c", *s);
+        else if ((unsigned char)*s < 0x20) printf("\\u%04x", (unsigned char)*s);
+        else putchar(*s);
+    }
+    putchar('"');
+}
+
 static double now_s(void)
 {
     struct timespec ts;
@@ -114,9 +126,11 @@ static void report_node(opr_program *p, int i, int k, const cmp *c, const cmp *n
                                          : "some of its inputs have no reference";
     if (json) {
         printf("\"mismatch\": {\"node\": %d, \"op\": \"%s\", \"output\": %d, \"max_abs_error\": %.3e, \"tolerance\": %.3e, "
-               "\"inputs_match\": %s, \"detail\": \"%s\"}",
+               "\"inputs_match\": %s, \"detail\": ",
                i, opr_program_node_aten_name(p, i), k, c->max_err, c->tol_at_max,
-               !inputs_match ? "false" : inputs_known ? "true" : "null", c->why);
+               !inputs_match ? "false" : inputs_known ? "true" : "null");
+        json_string(c->why);
+        printf("}");
         return;
     }
     if (c->why[0])
@@ -187,11 +201,27 @@ static int compare_all(const run_args *a, opr_program *p, opr_tensor **outs, boo
                        c.tol_at_max, c.why[0] ? ": " : "", c.why);
         }
     }
-    if (json) printf("\"outputs_differing\": %d, \"grads_checked\": %d, \"grads_differing\": %d}, ", obad, gchecked, gbad);
-    else if (!bad && !obad && !gbad)
-        printf("compare: %d node outputs and %d parameter gradients match the reference\n", checked, gchecked);
+    /* buffers as the run left them: compared after the first run only (each run writes them again) */
+    int bbad = 0;
+    for (int i = 0; i < opr_program_num_buffers(p); i++) {
+        char name[512];
+        snprintf(name, sizeof name, "ref/buffer/%s", opr_program_buffer_name(p, i));
+        cmp c = compare(a, opr_program_buffer(p, opr_program_buffer_name(p, i)), opr_program_stored(p, name));
+        if (c.checked && !c.ok) {
+            bbad++;
+            if (!json)
+                printf("buffer %s after the run: max abs error %.1e (tolerance %.1e)%s%s\n", opr_program_buffer_name(p, i),
+                       c.max_err, c.tol_at_max, c.why[0] ? ": " : "", c.why);
+        }
+    }
+    if (json)
+        printf("\"outputs_differing\": %d, \"grads_checked\": %d, \"grads_differing\": %d, \"buffers_differing\": %d}, ",
+               obad, gchecked, gbad, bbad);
+    else if (!bad && !obad && !gbad && !bbad)
+        printf("compare: %d node outputs, the outputs, %d parameter gradients and the buffers match the reference\n",
+               checked, gchecked);
     free(nc);
-    return bad + obad + gbad;
+    return bad + obad + gbad + bbad;
 }
 
 typedef struct op_time {
@@ -308,7 +338,17 @@ int cmd_run(int argc, char **argv)
     outs = calloc((size_t)nout + 1, sizeof *outs);
     if (!outs) goto out;
     double fwd = 0, bwd = 0;
+    int mismatches = 0;
     rc = 0;
+    if (a.json) {
+        printf("{\"program\": ");
+        json_string(a.path);
+        printf(", \"backend\": ");
+        json_string(a.backend);
+        printf(", \"nodes\": %d, \"runs\": %d, ", opr_program_num_nodes(p), a.repeat);
+    } else {
+        printf("%s on %s: %d nodes\n", a.path, a.backend, opr_program_num_nodes(p));
+    }
     for (int r = 0; r < a.repeat && !rc; r++) {
         for (int k = 0; k < nout; k++) opr_tensor_release(outs[k]), outs[k] = NULL;
         for (int i = 0; a.backward && i < opr_program_num_params(p); i++)
@@ -319,20 +359,26 @@ int cmd_run(int argc, char **argv)
         if (!rc && a.backward && (opr_program_backward(p, outs) || opr_device_sync(ctx, o.device))) rc = 3;
         fwd += t1 - t0;
         bwd += now_s() - t1;
+        /* the first run is the one compared: the references are of one run from the
+         * stored state, and a run may write the buffers */
+        if (!rc && r == 0 && a.compare) mismatches = compare_all(&a, p, outs, a.json);
     }
     if (rc) {
         fprintf(stderr, "opreg run: %s\n", opr_last_error());
+        if (a.json) {
+            printf("\"error\": ");
+            json_string(opr_last_error());
+            printf(", \"ok\": false}\n");
+        }
         goto out;
     }
     if (a.json)
-        printf("{\"program\": \"%s\", \"backend\": \"%s\", \"nodes\": %d, \"runs\": %d, \"forward_ms\": %.4f, "
-               "\"backward_ms\": %.4f, ",
-               a.path, a.backend, opr_program_num_nodes(p), a.repeat, 1e3 * fwd / a.repeat, 1e3 * bwd / a.repeat);
+        printf("\"forward_ms\": %.4f, \"backward_ms\": %.4f, ", 1e3 * fwd / a.repeat, 1e3 * bwd / a.repeat);
+    else if (a.backward)
+        printf("%d run(s): forward %.3f ms, backward %.3f ms\n", a.repeat, 1e3 * fwd / a.repeat, 1e3 * bwd / a.repeat);
     else
-        printf("%s on %s: %d nodes, %d run(s): forward %.3f ms%s", a.path, a.backend, opr_program_num_nodes(p), a.repeat,
-               1e3 * fwd / a.repeat, a.backward ? "" : "\n");
-    if (!a.json && a.backward) printf(", backward %.3f ms\n", 1e3 * bwd / a.repeat);
-    if (a.compare && compare_all(&a, p, outs, a.json)) rc = 1;
+        printf("%d run(s): forward %.3f ms\n", a.repeat, 1e3 * fwd / a.repeat);
+    if (mismatches) rc = 1;
     if (a.profile) print_profile(p, a.json);
     if (a.json) printf("\"ok\": %s}\n", rc ? "false" : "true");
 out:

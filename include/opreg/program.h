@@ -64,6 +64,11 @@ OPR_API const char *opr_program_param_name(const opr_program *p, int i);
 /* The parameter named name (borrowed: lives as long as p), NULL when none. Its gradient
  * after opr_program_backward is opr_grad(opr_program_param(p, name)). */
 OPR_API opr_tensor *opr_program_param(const opr_program *p, const char *name);
+/* The same for the model's buffers (running statistics: what ops of the graph write
+ * stays in them from one run to the next). */
+OPR_API int opr_program_num_buffers(const opr_program *p);
+OPR_API const char *opr_program_buffer_name(const opr_program *p, int i);
+OPR_API opr_tensor *opr_program_buffer(const opr_program *p, const char *name);
 /* A tensor of the file by its name ("ref/grad/fc.weight", "input/0") as the file holds
  * it: on the CPU, in its stored dtype (references are compared from there); borrowed,
  * NULL when the file has none. */

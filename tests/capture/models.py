@@ -92,3 +92,13 @@ def _narrow_resnet(width):
                     nn.init.uniform_(mod.weight, 0.5, 1.5)
                     nn.init.uniform_(mod.bias, -0.5, 0.5)
     return Narrow()
+
+
+def convbn_train():
+    """Convolution, batch norm in training mode (its running statistics are buffers the
+    graph writes: copy_ nodes) and a linear layer, with a named loss (cross entropy)."""
+    torch.manual_seed(5)
+    m = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 6 * 6, 3))
+    m.train()
+    y = torch.tensor([0, 2, 1, 2])
+    return m, (torch.randn(4, 3, 6, 6),), lambda out: F.cross_entropy(out, y)

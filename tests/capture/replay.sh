@@ -1,7 +1,8 @@
 #!/bin/sh
 # Capture then replay (issue 39): opreg-capture traces the models of models.py (an MLP,
 # a block of attention, the GPT reference model at a tiny size, a small torchvision
-# ResNet) with PyTorch, and `opreg run --compare --backward` replays each on every
+# ResNet, a convolution with batch norm in training mode and a loss) with PyTorch, and
+# `opreg run --compare --backward` replays each on every
 # BACKEND, checking every node's value, the outputs and the parameters' gradients
 # against PyTorch's. Then a planted wrong kernel (fixtures/fx_wrong_tanh: tanh 1% too
 # large) must be named by --compare, with its inputs said to match, and exit 1; and
@@ -24,7 +25,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 dir=$(mktemp -d "${TMPDIR:-/tmp}/opreg-replay.XXXXXX")
 trap 'rm -rf "$dir"' EXIT
 fail=0
-models="mlp attention gpt resnet"
+models="mlp attention gpt resnet convbn_train"
 set -- "$@"
 backends="$*"
 
@@ -36,7 +37,7 @@ OPREG_PYTHON=$py "$capture" $specs -o "$dir" --train || { echo "FAIL: opreg-capt
 for b in $backends; do
     for m in $models; do
         if "$opreg" run "$dir/$m.opreg" --backend "$b" --compare --backward >"$dir/out" 2>&1; then
-            echo "ok: $m on $b: $(tail -n 1 "$dir/out")"
+            echo "ok: $m on $b: $(grep '^compare:' "$dir/out")"
         else
             echo "FAIL: $m on $b:"
             cat "$dir/out"
@@ -56,7 +57,7 @@ rc=$?
 if [ $rc -ne 1 ] || ! grep -Eq '^node [0-9]+ tanh on cpu: output 0: max abs error .*; its inputs match the reference$' "$dir/out"; then
     echo "FAIL: the planted wrong tanh was not named (exit $rc):"; cat "$dir/out"; fail=1
 else
-    echo "ok: planted bug named: $(head -n 2 "$dir/out" | tail -n 1)"
+    echo "ok: planted bug named: $(grep '^node ' "$dir/out")"
 fi
 
 # --format json (with --profile) is one JSON object, saying ok
