@@ -1,186 +1,14 @@
 /* opreg check --rerun-failed (check_rerun.h). The report is opreg's own JSON
- * (check_report.c writes it), read with a small strict JSON reader: a file that is not
- * one JSON document, or not an `opreg-check` one, is refused rather than guessed at. */
+ * (check_report.c writes it), read with jansson, strictly: a file that is not one JSON
+ * document, or not an `opreg-check` one, is refused rather than guessed at. */
 #include "check_rerun.h"
 
 #include <errno.h>
+#include <jansson.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* ---------------------------------------------------------------- a JSON reader */
-
-enum { J_NULL, J_BOOL, J_NUM, J_STR, J_ARR, J_OBJ };
-
-typedef struct jv {
-    int type;
-    double num;
-    char *str;         /* J_STR */
-    struct jv *items;  /* J_ARR, J_OBJ: n values */
-    char **keys;       /* J_OBJ: n keys */
-    int n;
-} jv;
-
-typedef struct jreader {
-    const char *p, *end;
-    const char *why; /* the first error */
-} jreader;
-
-#define JSON_MAX_DEPTH 64 /* the report nests three levels */
-
-static void jv_free(jv *v)
-{
-    if (!v) return;
-    for (int i = 0; i < v->n; i++) {
-        jv_free(&v->items[i]);
-        if (v->keys) free(v->keys[i]);
-    }
-    free(v->items);
-    free(v->keys);
-    free(v->str);
-    memset(v, 0, sizeof *v);
-}
-
-static void skip_ws(jreader *r)
-{
-    while (r->p < r->end && (*r->p == ' ' || *r->p == '\t' || *r->p == '\n' || *r->p == '\r')) r->p++;
-}
-
-static bool fail(jreader *r, const char *why)
-{
-    if (!r->why) r->why = why;
-    return false;
-}
-
-/* A string at r->p (its opening quote): the text, \uXXXX below 0x80 decoded, others
- * kept as '?' (opreg's names are ASCII). */
-static bool read_string(jreader *r, char **out)
-{
-    size_t cap = 32, n = 0;
-    char *s = malloc(cap);
-    if (!s) return fail(r, "out of memory");
-    for (r->p++;; r->p++) {
-        if (r->p >= r->end) { free(s); return fail(r, "an unterminated string"); }
-        char ch = *r->p;
-        if (ch == '"') break;
-        if ((unsigned char)ch < 0x20) { free(s); return fail(r, "a control character in a string"); }
-        if (ch == '\\') {
-            if (++r->p >= r->end) { free(s); return fail(r, "an unterminated string"); }
-            switch (*r->p) {
-            case '"': case '\\': case '/': ch = *r->p; break;
-            case 'n': ch = '\n'; break;
-            case 't': ch = '\t'; break;
-            case 'r': ch = '\r'; break;
-            case 'b': ch = '\b'; break;
-            case 'f': ch = '\f'; break;
-            case 'u': {
-                unsigned code = 0;
-                for (int k = 0; k < 4; k++) {
-                    char h = ++r->p < r->end ? *r->p : 0;
-                    int d = h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10 : h >= 'A' && h <= 'F' ? h - 'A' + 10 : -1;
-                    if (d < 0) { free(s); return fail(r, "a bad \\u escape"); }
-                    code = code * 16 + (unsigned)d;
-                }
-                ch = code < 0x80 ? (char)code : '?';
-                break;
-            }
-            default: free(s); return fail(r, "a bad escape in a string");
-            }
-        }
-        if (n + 2 > cap) {
-            char *grown = realloc(s, cap *= 2);
-            if (!grown) { free(s); return fail(r, "out of memory"); }
-            s = grown;
-        }
-        s[n++] = ch;
-    }
-    r->p++;
-    s[n] = '\0';
-    *out = s;
-    return true;
-}
-
-static bool read_value(jreader *r, jv *v, int depth);
-
-/* An array or an object at r->p: values appended one by one. */
-static bool read_items(jreader *r, jv *v, int depth, bool object)
-{
-    char close = object ? '}' : ']';
-    v->type = object ? J_OBJ : J_ARR;
-    r->p++;
-    skip_ws(r);
-    if (r->p < r->end && *r->p == close) { r->p++; return true; }
-    for (int cap = 0;;) {
-        if (v->n == cap) {
-            cap = cap ? cap * 2 : 8;
-            jv *items = realloc(v->items, (size_t)cap * sizeof *items);
-            if (items) v->items = items;
-            char **keys = object ? realloc(v->keys, (size_t)cap * sizeof *keys) : NULL;
-            if (keys) v->keys = keys;
-            if (!items || (object && !keys)) return fail(r, "out of memory");
-        }
-        skip_ws(r);
-        char *key = NULL;
-        if (object) {
-            if (r->p >= r->end || *r->p != '"') return fail(r, "an object key that is not a string");
-            if (!read_string(r, &key)) return false;
-            skip_ws(r);
-            if (r->p >= r->end || *r->p != ':') { free(key); return fail(r, "a key without ':'"); }
-            r->p++;
-        }
-        memset(&v->items[v->n], 0, sizeof v->items[0]);
-        if (object) v->keys[v->n] = key;
-        v->n++;
-        if (!read_value(r, &v->items[v->n - 1], depth + 1)) return false;
-        skip_ws(r);
-        if (r->p < r->end && *r->p == ',') { r->p++; continue; }
-        if (r->p < r->end && *r->p == close) { r->p++; return true; }
-        return fail(r, object ? "an object without its '}'" : "an array without its ']'");
-    }
-}
-
-static bool read_value(jreader *r, jv *v, int depth)
-{
-    if (depth > JSON_MAX_DEPTH) return fail(r, "nesting too deep");
-    skip_ws(r);
-    if (r->p >= r->end) return fail(r, "a missing value");
-    switch (*r->p) {
-    case '{': return read_items(r, v, depth, true);
-    case '[': return read_items(r, v, depth, false);
-    case '"': v->type = J_STR; return read_string(r, &v->str);
-    default: break;
-    }
-    static const struct { const char *word; int type; double num; } words[] = {
-        {"null", J_NULL, 0}, {"true", J_BOOL, 1}, {"false", J_BOOL, 0}};
-    for (size_t k = 0; k < sizeof words / sizeof words[0]; k++) {
-        size_t len = strlen(words[k].word);
-        if ((size_t)(r->end - r->p) >= len && !strncmp(r->p, words[k].word, len)) {
-            v->type = words[k].type;
-            v->num = words[k].num;
-            r->p += len;
-            return true;
-        }
-    }
-    char buf[64];
-    size_t len = strspn(r->p, "+-0123456789.eE");
-    if (!len || len >= sizeof buf || r->p + len > r->end) return fail(r, "an unexpected character");
-    memcpy(buf, r->p, len);
-    buf[len] = '\0';
-    char *end;
-    v->type = J_NUM;
-    v->num = strtod(buf, &end);
-    if (*end) return fail(r, "a malformed number");
-    r->p += len;
-    return true;
-}
-
-static const jv *member(const jv *obj, const char *key)
-{
-    for (int i = 0; obj && obj->type == J_OBJ && i < obj->n; i++)
-        if (!strcmp(obj->keys[i], key)) return &obj->items[i];
-    return NULL;
-}
 
 /* ---------------------------------------------------------------- the report */
 
@@ -218,18 +46,19 @@ static bool failed(const char *verdict)
            !strcmp(verdict, "timed out");
 }
 
-static const char *str_of(const jv *v) { return v && v->type == J_STR ? v->str : NULL; }
+static const char *str_of(const json_t *v) { return json_string_value(v); }
 
 /* One record of the report into out: 0, or 2 with the reason in err. */
-static int take_record(opr_ctx *ctx, const jv *rec, int index, check_rerun_rec *out, char *err, size_t len)
+static int take_record(opr_ctx *ctx, const json_t *rec, int index, check_rerun_rec *out, char *err, size_t len)
 {
-    const char *op = str_of(member(rec, "op")), *backend = str_of(member(rec, "backend"));
-    const char *variant = str_of(member(rec, "variant")), *phase = str_of(member(rec, "phase"));
-    const jv *dtype = member(rec, "dtype"), *sample = member(rec, "sample"), *cand = member(rec, "candidate");
+    const char *op = str_of(json_object_get(rec, "op")), *backend = str_of(json_object_get(rec, "backend"));
+    const char *variant = str_of(json_object_get(rec, "variant")), *phase = str_of(json_object_get(rec, "phase"));
+    const json_t *dtype = json_object_get(rec, "dtype"), *sample = json_object_get(rec, "sample"),
+                 *cand = json_object_get(rec, "candidate");
     if (!op || !backend || !variant || !phase || !dtype || !sample || !cand ||
-        (dtype->type != J_STR && dtype->type != J_NULL) || (sample->type != J_NUM && sample->type != J_NULL) ||
-        (cand->type != J_STR && cand->type != J_NULL) || strlen(variant) >= sizeof out->variant ||
-        strlen(phase) >= sizeof out->phase || (cand->str && strlen(cand->str) >= sizeof out->candidate)) {
+        (!json_is_string(dtype) && !json_is_null(dtype)) || (!json_is_number(sample) && !json_is_null(sample)) ||
+        (!json_is_string(cand) && !json_is_null(cand)) || strlen(variant) >= sizeof out->variant ||
+        strlen(phase) >= sizeof out->phase || (json_is_string(cand) && strlen(str_of(cand)) >= sizeof out->candidate)) {
         snprintf(err, len, "record %d lacks one of op, backend, dtype, sample, variant, phase, candidate (or one is "
                  "malformed)", index);
         return 2;
@@ -252,29 +81,31 @@ static int take_record(opr_ctx *ctx, const jv *rec, int index, check_rerun_rec *
     }
     /* version 3 names the ordinal per record; a version 2 report only in its backends
      * ("npu:1"), which check_rerun_load reads for records without one */
-    const jv *ordinal = member(rec, "ordinal");
+    const json_t *ordinal = json_object_get(rec, "ordinal");
+    const double ord = json_number_value(ordinal); /* 0 for a non-number */
     out->ordinal = -1;
-    if (ordinal && !(ordinal->type == J_NUM && ordinal->num >= 0 && ordinal->num == (int)ordinal->num &&
-                     ordinal->num < opr_device_type_ordinals(ctx, out->dev_type))) {
-        snprintf(err, len, "record %d: ordinal %g is not an ordinal of %s (it has %d)", index, ordinal->type == J_NUM ? ordinal->num : -1.0,
+    if (ordinal && !(json_is_number(ordinal) && ord >= 0 && ord == (int)ord &&
+                     ord < opr_device_type_ordinals(ctx, out->dev_type))) {
+        snprintf(err, len, "record %d: ordinal %g is not an ordinal of %s (it has %d)", index, json_is_number(ordinal) ? ord : -1.0,
                  backend, opr_device_type_ordinals(ctx, out->dev_type));
         return 2;
     }
-    if (ordinal) out->ordinal = (int)ordinal->num;
+    if (ordinal) out->ordinal = (int)ord;
     opr_dtype dt = OPR_F32;
-    if (dtype->type == J_STR && opr_dtype_parse(dtype->str, &dt)) {
-        snprintf(err, len, "record %d: unknown dtype '%.40s'", index, dtype->str);
+    if (json_is_string(dtype) && opr_dtype_parse(str_of(dtype), &dt)) {
+        snprintf(err, len, "record %d: unknown dtype '%.40s'", index, str_of(dtype));
         return 2;
     }
-    out->dtype = dtype->type == J_STR ? (int)dt : -1;
-    if (sample->type == J_NUM && !(sample->num >= 0 && sample->num < 1e6 && sample->num == (int)sample->num)) {
-        snprintf(err, len, "record %d: sample %g is not a sample index", index, sample->num);
+    out->dtype = json_is_string(dtype) ? (int)dt : -1;
+    const double num = json_number_value(sample);
+    if (json_is_number(sample) && !(num >= 0 && num < 1e6 && num == (int)num)) {
+        snprintf(err, len, "record %d: sample %g is not a sample index", index, num);
         return 2;
     }
-    out->sample = sample->type == J_NUM ? (int)sample->num : -1;
+    out->sample = json_is_number(sample) ? (int)num : -1;
     snprintf(out->variant, sizeof out->variant, "%s", variant);
     snprintf(out->phase, sizeof out->phase, "%s", phase);
-    snprintf(out->candidate, sizeof out->candidate, "%s", cand->str ? cand->str : "");
+    snprintf(out->candidate, sizeof out->candidate, "%s", json_is_string(cand) ? str_of(cand) : "");
     return 0;
 }
 
@@ -284,35 +115,29 @@ int check_rerun_load(opr_ctx *ctx, const char *path, check_rerun **out, char *er
     size_t n = 0;
     char *text = read_file(path, &n, err, len);
     if (!text) return 2;
-    jreader r = {text, text + n, NULL};
-    jv doc = {0};
-    bool ok = read_value(&r, &doc, 0);
-    skip_ws(&r);
-    if (ok && r.p != r.end) ok = fail(&r, "text after the document");
-    ptrdiff_t at = r.p - text;
+    json_error_t jerr;
+    json_t *doc = json_loadb(text, n, JSON_REJECT_DUPLICATES, &jerr);
     free(text);
-    if (!ok) {
-        snprintf(err, len, "%s is not JSON (%s at byte %td): --rerun-failed takes the output of opreg check --format "
-                 "json", path, r.why, at);
-        jv_free(&doc);
+    if (!doc) {
+        snprintf(err, len, "%s is not JSON (%s at byte %d): --rerun-failed takes the output of opreg check --format "
+                 "json", path, jerr.text, jerr.position);
         return 2;
     }
-    const char *schema = str_of(member(&doc, "schema"));
-    const jv *records = member(&doc, "records"), *backends = member(&doc, "backends");
-    if (!schema || strcmp(schema, "opreg-check") || !records || records->type != J_ARR || !backends ||
-        backends->type != J_ARR) {
+    const char *schema = str_of(json_object_get(doc, "schema"));
+    const json_t *records = json_object_get(doc, "records"), *backends = json_object_get(doc, "backends");
+    if (!schema || strcmp(schema, "opreg-check") || !json_is_array(records) || !json_is_array(backends)) {
         snprintf(err, len, "%s is not a report of opreg check --format json (no \"schema\": \"opreg-check\" with "
                  "\"backends\" and \"records\")", path);
-        jv_free(&doc);
+        json_decref(doc);
         return 2;
     }
     check_rerun *rr = calloc(1, sizeof *rr);
     int status = rr ? 0 : 2;
     if (!rr) snprintf(err, len, "out of memory");
-    for (int i = 0; !status && i < records->n; i++) {
-        const jv *rec = &records->items[i];
-        const char *verdict = str_of(member(rec, "verdict"));
-        if (rec->type != J_OBJ || !verdict) {
+    for (int i = 0; !status && i < (int)json_array_size(records); i++) {
+        const json_t *rec = json_array_get(records, (size_t)i);
+        const char *verdict = str_of(json_object_get(rec, "verdict"));
+        if (!json_is_object(rec) || !verdict) {
             snprintf(err, len, "%s: record %d is not an object with a verdict", path, i);
             status = 2;
         } else if (failed(verdict)) {
@@ -330,8 +155,8 @@ int check_rerun_load(opr_ctx *ctx, const char *path, check_rerun **out, char *er
      * one per device type */
     for (int k = 0; !status && k < rr->n; k++) {
         check_rerun_rec *r = &rr->recs[k];
-        for (int i = 0; r->ordinal < 0 && i < backends->n; i++) {
-            const char *b = str_of(&backends->items[i]), *colon = b ? strchr(b, ':') : NULL;
+        for (int i = 0; r->ordinal < 0 && i < (int)json_array_size(backends); i++) {
+            const char *b = str_of(json_array_get(backends, (size_t)i)), *colon = b ? strchr(b, ':') : NULL;
             const char *name = opr_device_type_name(ctx, r->dev_type);
             if (colon && !strncmp(name, b, (size_t)(colon - b)) && !name[colon - b]) r->ordinal = atoi(colon + 1);
         }
@@ -342,7 +167,7 @@ int check_rerun_load(opr_ctx *ctx, const char *path, check_rerun **out, char *er
             status = 2;
         }
     }
-    jv_free(&doc);
+    json_decref(doc);
     if (status) { check_rerun_free(rr); return status; }
     *out = rr;
     return 0;
