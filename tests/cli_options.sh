@@ -29,6 +29,15 @@ expect 2 check --ops relu --sample x
 expect 2 check --ops relu --sample 99
 expect 2 check --ops relu --variant 'no such variant'
 expect 0 check --ops relu --sample 0 --variant 'odd size 13' --no-backward
+expect 0 run --help
+expect 2 run
+expect 2 run model.opreg --bogus
+expect 2 run model.opreg --repeat 0
+expect 2 run model.opreg --dtype f16
+expect 2 run model.opreg --format xml
+expect 2 run model.opreg --backend
+expect 2 run /nonexistent/model.opreg
+expect 2 run /nonexistent/model.opreg --backend nosuch
 # --rerun-failed takes a report of `opreg check --format json` naming loaded ops and backends
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
