@@ -372,3 +372,44 @@ done:
     json_decref(root);
     return st;
 }
+
+/* Marks output (n, k) as read by node i (nnodes: by the graph's outputs). */
+static void note_use(int **last, prog_ref r, int i)
+{
+    if (r.src == SRC_NODE && last[r.index][r.output] < i) last[r.index][r.output] = i;
+}
+
+opr_status prog_plan_frees(opr_program *p)
+{
+    int **last = calloc((size_t)p->nnodes + 1, sizeof *last);
+    opr_status st = last ? OPR_OK : opr_fail(OPR_ERR_NOMEM, "program: out of memory");
+    for (int i = 0; i < p->nnodes && !st; i++) {
+        if (!(last[i] = malloc(((size_t)p->nodes[i].nout + 1) * sizeof **last))) st = opr_fail(OPR_ERR_NOMEM, "program: out of memory");
+        /* an output nobody reads goes right after its node */
+        for (int k = 0; !st && k < p->nodes[i].nout; k++) last[i][k] = i;
+    }
+    for (int i = 0; i < p->nnodes && !st; i++)
+        for (int a = 0; a < p->nodes[i].nargs; a++) {
+            const prog_arg *pa = &p->nodes[i].args[a];
+            if (pa->kind == PA_REF) note_use(last, pa->ref, i);
+            for (int j = 0; pa->kind == PA_TENSORS && j < pa->n; j++) note_use(last, pa->refs[j], i);
+        }
+    for (int k = 0; k < p->noutputs && !st; k++) note_use(last, p->outputs[k], p->nnodes);
+    for (int pass = 0; pass < 2 && !st; pass++) { /* count, then fill */
+        for (int n = 0; n < p->nnodes; n++)
+            for (int k = 0; k < p->nodes[n].nout; k++) {
+                if (last[n][k] >= p->nnodes) continue; /* a graph output: kept */
+                prog_node *at = &p->nodes[last[n][k]];
+                if (pass == 0) at->nfrees++;
+                else at->frees[at->nfrees++] = (prog_ref){SRC_NODE, n, k};
+            }
+        for (int i = 0; pass == 0 && i < p->nnodes && !st; i++) {
+            if (!(p->nodes[i].frees = malloc(((size_t)p->nodes[i].nfrees + 1) * sizeof *p->nodes[i].frees)))
+                st = opr_fail(OPR_ERR_NOMEM, "program: out of memory");
+            p->nodes[i].nfrees = 0;
+        }
+    }
+    for (int i = 0; last && i < p->nnodes; i++) free(last[i]);
+    free(last);
+    return st;
+}

@@ -48,6 +48,9 @@ typedef struct prog_node {
     int *refs;          /* per output: index of its reference in the stored tensors, or -1 */
     opr_tensor **values;/* per output: the last run's value */
     int64_t time_ns;    /* over every profiled run */
+    prog_ref *frees;    /* outputs of this or earlier nodes read last by this node: a
+                           run that keeps no values drops them after it (peak memory) */
+    int nfrees;
 } prog_node;
 
 /* One tensor of the safetensors file. */
@@ -86,6 +89,8 @@ struct opr_program {
 opr_status prog_read_container(opr_program *p, const uint8_t *data, size_t n, char **json);
 /* Parses and checks the graph (JSON text) against p->stored and the registry. */
 opr_status prog_read_graph(opr_program *p, const char *json);
+/* Fills every node's frees from the graph (after prog_read_graph). */
+opr_status prog_plan_frees(opr_program *p);
 /* The stored tensor named name, -1 when none. */
 int prog_stored_find(const opr_program *p, const char *name);
 

@@ -87,6 +87,7 @@ opr_status opr_program_load_buffer(opr_ctx *ctx, const void *data, size_t n, con
         st = prog_read_graph(p, json);
     }
     free(json);
+    if (!st) st = prog_plan_frees(p);
     if (!st) st = place_graph_tensors(p);
     if (st) {
         opr_program_free(p);
@@ -154,6 +155,7 @@ void opr_program_free(opr_program *p)
         free(nd->args);
         free(nd->refs);
         free(nd->values);
+        free(nd->frees);
     }
     free(p->nodes);
     for (int kind = 0; kind < 4; kind++) {
@@ -250,6 +252,11 @@ opr_status opr_program_run(opr_program *p, opr_tensor *const *inputs, int n_inpu
         /* a device queues work: the node's time is only known once it is done */
         if (p->opts.profile && !st && !(st = opr_device_sync(p->ctx, p->opts.device)))
             p->nodes[i].time_ns += now_ns() - t0;
+        for (int f = 0; !p->opts.keep_values && f < p->nodes[i].nfrees; f++) {
+            prog_ref r = p->nodes[i].frees[f];
+            opr_tensor_release(p->nodes[r.index].values[r.output]);
+            p->nodes[r.index].values[r.output] = NULL;
+        }
     }
     for (int k = 0; k < n_outputs && !st; k++) {
         opr_tensor *t = deref(p, inputs, p->outputs[k]);
