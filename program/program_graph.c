@@ -200,6 +200,34 @@ static opr_status read_arg(opr_program *p, int node, json_t *v, prog_arg *a, con
     return opr_fail(OPR_ERR_PARSE, "%s: unknown argument kind \"%s\"", where, json_object_iter_key(json_object_iter(v)));
 }
 
+/* Whether op's arguments have the names, in order, of the ATen schema text
+ * ("split.Tensor(Tensor(a -> *) self, SymInt split_size, int dim=0) -> Tensor(a)[]"). */
+static bool same_arg_names(const opr_op *op, const char *schema)
+{
+    const char *s = strchr(schema, '(');
+    int k = 0, depth = 0;
+    if (!s) return false;
+    for (const char *start = ++s; *s; s++) {
+        if (*s == '(' || *s == '[') depth++;
+        else if ((*s == ']' || *s == ')') && depth > 0) depth--;
+        else if (*s == ',' || *s == ')') { /* the end of one argument, depth 0 */
+            const char *end = start;
+            while (end < s && *end != '=') end++;
+            while (end > start && end[-1] == ' ') end--;
+            const char *name = end;
+            while (name > start && name[-1] != ' ') name--;
+            const size_t len = (size_t)(end - name);
+            if (len && !(len == 1 && *name == '*')) { /* "*" marks the keyword-only ones */
+                const char *want = opr_op_arg_name(op, k++);
+                if (!want || strlen(want) != len || strncmp(want, name, len)) return false;
+            }
+            start = s + 1;
+            if (*s == ')') break;
+        }
+    }
+    return k == opr_op_num_args(op);
+}
+
 /* Looks the node's op up: "addmm" for addmm.default, else "NAME.OVERLOAD". */
 static const opr_op *resolve(opr_program *p, prog_node *nd, json_t *e, int i, missing_ops *miss)
 {
@@ -221,10 +249,14 @@ static const opr_op *resolve(opr_program *p, prog_node *nd, json_t *e, int i, mi
         found = NULL;
     /* ATen's overload of an op opreg defines once, without an overload name
      * (split.Tensor, transpose.int, masked_fill.Scalar are opreg's split, transpose,
-     * masked_fill): the arguments, checked against its schema below, decide */
+     * masked_fill) when its arguments have the names of ATen's (the node's "schema"),
+     * then checked against its schema below */
     if (!found && strchr(nd->aten, '.')) {
         const opr_op *plain = opr_op_find(p->ctx, json_string_value(op));
-        if (plain && !opr_op_overload_name(plain) && !strcmp(opr_op_name(plain), json_string_value(op))) found = plain;
+        json_t *schema = json_object_get(e, "schema");
+        if (plain && !opr_op_overload_name(plain) && !strcmp(opr_op_name(plain), json_string_value(op)) &&
+            (!json_is_string(schema) || same_arg_names(plain, json_string_value(schema))))
+            found = plain;
     }
     if (!found) {
         size_t used = strlen(miss->text);

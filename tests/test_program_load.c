@@ -185,6 +185,12 @@ START_TEST(test_graph_refusals)
                            PROGRAM("{\"op\":\"no_such_op\",\"overload\":\"default\",\"args\":[{\"input\":0}],\"outputs\":1},"
                                    "{\"op\":\"nor_this\",\"overload\":\"Tensor\",\"args\":[{\"node\":0,\"output\":0}],\"outputs\":1}"),
                            OPR_ERR_NOT_FOUND, "aten::no_such_op (node 0), aten::nor_this.Tensor (node 1)");
+    /* an ATen overload bound to opreg's op of the plain name only when the argument
+     * names of its schema agree */
+    expect_program_refused(ctx, TENSORS,
+                           PROGRAM("{\"op\":\"neg\",\"overload\":\"other\",\"schema\":\"neg.other(Tensor x) -> Tensor\","
+                                   "\"args\":[{\"input\":0}],\"outputs\":1}," NODE1),
+                           OPR_ERR_NOT_FOUND, "aten::neg.other (node 0)");
     /* argument kinds the schema does not take, unknown kinds and keywords */
     expect_program_refused(ctx, TENSORS, PROGRAM("{\"op\":\"neg\",\"args\":[{\"str\":\"x\"}],\"outputs\":1}," NODE1),
                            OPR_ERR_PARSE, "takes no such value");
@@ -227,6 +233,15 @@ START_TEST(test_run_error_names_node)
     ck_assert_msg(strstr(opr_last_error(), "node 1 (aten::mm)"), "%s", opr_last_error());
     opr_program_free(p);
     ck_assert_int_eq(opr_program_load(ctx, "/nonexistent/x.opreg", NULL, &p), OPR_ERR_IO);
+    /* the same overload with ATen's argument names binds to opreg's neg */
+    n = make_file(TENSORS,
+                  PROGRAM("{\"op\":\"neg\",\"overload\":\"other\",\"schema\":\"neg.other(Tensor(a) self) -> Tensor\","
+                          "\"args\":[{\"input\":0}],\"outputs\":1}," NODE1),
+                  data_vals, sizeof data_vals, &f);
+    ck_assert_msg(!opr_program_load_buffer(ctx, f, n, NULL, &p), "%s", opr_last_error());
+    free(f);
+    ck_assert_str_eq(opr_op_name(opr_program_node_op(p, 0)), "neg");
+    opr_program_free(p);
     tu_ctx_free(ctx);
 }
 END_TEST
