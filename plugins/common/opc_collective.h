@@ -19,9 +19,11 @@
 #define OPC_COLL_SIG 64
 
 /* The signature of call into sig (OPC_COLL_SIG bytes, zeroed first): "all_reduce(sum)
- * f32 [6, 2]". The group is its last argument (group_arg), left out: ids are local. */
-static inline void opc_coll_describe(const opr_kernel_call *call, int group_arg, const opr_tensor_view *self,
-                                     char *sig)
+ * f32 [6, 2]". The group is its last argument (group_arg), left out: ids are local.
+ * any_rows: dim 0 is written "*" (all_to_all_single's members may hold different
+ * numbers of rows); int lists are left out (its split sizes differ by member). */
+static inline void opc_coll_describe_rows(const opr_kernel_call *call, int group_arg, const opr_tensor_view *self,
+                                          int any_rows, char *sig)
 {
     memset(sig, 0, OPC_COLL_SIG);
     int n = snprintf(sig, OPC_COLL_SIG, "%s(", call->op);
@@ -34,9 +36,18 @@ static inline void opc_coll_describe(const opr_kernel_call *call, int group_arg,
             n += snprintf(sig + n, OPC_COLL_SIG - (size_t)n, "%s%lld", sep, (long long)a->u.i);
     }
     if (n < OPC_COLL_SIG) n += snprintf(sig + n, OPC_COLL_SIG - (size_t)n, ") %s [", opu_dtype_name(self->dtype));
-    for (int d = 0; d < self->ndim && n < OPC_COLL_SIG; d++)
-        n += snprintf(sig + n, OPC_COLL_SIG - (size_t)n, "%s%lld", d ? ", " : "", (long long)self->shape[d]);
+    for (int d = 0; d < self->ndim && n < OPC_COLL_SIG; d++) {
+        if (d == 0 && any_rows) n += snprintf(sig + n, OPC_COLL_SIG - (size_t)n, "*");
+        else n += snprintf(sig + n, OPC_COLL_SIG - (size_t)n, "%s%lld", d ? ", " : "", (long long)self->shape[d]);
+    }
     if (n < OPC_COLL_SIG) snprintf(sig + n, OPC_COLL_SIG - (size_t)n, "]");
+}
+
+/* The signature with every dim (opc_coll_describe_rows without any_rows). */
+static inline void opc_coll_describe(const opr_kernel_call *call, int group_arg, const opr_tensor_view *self,
+                                     char *sig)
+{
+    opc_coll_describe_rows(call, group_arg, self, 0, sig);
 }
 
 /* all: size gathered signatures in rank order. -1 when each equals mine; else the
@@ -56,7 +67,7 @@ static inline int opc_coll_mismatch(const char *all, int size, const char *mine,
     return -1;
 }
 
-/* The root argument (arg 1 of broadcast_from and reduce_to) of a group of size members
+/* The root argument (arg 1 of broadcast_from and reduce_to: a group rank) of a group of size members
  * into root; 0, or -1 with the reason in why. */
 static inline int opc_coll_root(const opr_kernel_call *call, int size, int *root, char *why, size_t why_len)
 {
