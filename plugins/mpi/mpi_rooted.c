@@ -65,75 +65,27 @@ int mpid_k_scatter_from(const opr_kernel_call *call)
     return mpid_deliver(out, buf);
 }
 
-/* The rows of a split list (argument arg, of size members or empty for size(self, 0) /
- * size each) into rows[size]; 0, or -1 with the reason in why. */
-static int split_rows(const opr_kernel_call *call, int arg, const char *name, int64_t dim0, int size, int64_t *rows,
-                      char *why, size_t why_len)
-{
-    const opr_kernel_arg *a = call->args[arg];
-    if (a->kind != OPR_ARG_INT_LIST || a->u.il.n == 0) {
-        if (dim0 % size) {
-            snprintf(why, why_len, "%s is empty and size(self, 0) = %lld is not a multiple of the group's %d members",
-                     name, (long long)dim0, size);
-            return -1;
-        }
-        for (int r = 0; r < size; r++) rows[r] = dim0 / size;
-        return 0;
-    }
-    if (a->u.il.n != size) {
-        snprintf(why, why_len, "%s has %d sizes; the group has %d members", name, (int)a->u.il.n, size);
-        return -1;
-    }
-    int64_t total = 0;
-    for (int r = 0; r < size; r++) {
-        rows[r] = a->u.il.items[r];
-        if (rows[r] < 0 || rows[r] > 0x7fffffff) {
-            snprintf(why, why_len, "%s[%d] = %lld is not a number of rows", name, r, (long long)rows[r]);
-            return -1;
-        }
-        total += rows[r];
-    }
-    if (arg == 2 && total != dim0) { /* the input's must cover self */
-        snprintf(why, why_len, "%s adds up to %lld rows; self has %lld", name, (long long)total, (long long)dim0);
-        return -1;
-    }
-    return 0;
-}
-
 /* Every member's input and output splits (and whether its own were valid) gathered:
  * all members then agree on the layout, or all fail naming the first member at fault. */
 static int agree_splits(const opr_kernel_call *call, mpid_coll *c, const int64_t *in, const int64_t *out,
                         const char *own_error)
 {
-    const int n = 2 * c->size + 1; /* valid, input splits, output splits */
+    const int n = OPC_COLL_SPLIT_RECORD(c->size);
     int64_t *all = mpid_staging(call, OPR_I64, (int64_t)n * (c->size + 1));
     if (!all) return OPR_ERR_NOMEM;
     int64_t *mine = all + (size_t)n * (size_t)c->size;
-    mine[0] = own_error[0] ? 0 : 1;
-    for (int r = 0; r < c->size; r++) {
-        mine[1 + r] = own_error[0] ? 0 : in[r];
-        mine[1 + c->size + r] = own_error[0] ? 0 : out[r];
-    }
+    opc_coll_split_record(in, out, c->size, own_error, mine);
     MPI_Request req;
     mpid_lock();
     int mrc = MPI_Iallgather(mine, n, MPI_INT64_T, all, n, MPI_INT64_T, c->comm, &req);
     mpid_unlock();
     int rc = mpid_coll_finish(call, c, mrc, &req, all, NULL);
     if (rc) return rc;
-    char why[512] = "";
-    if (own_error[0]) snprintf(why, sizeof why, "%s: %s", c->what, own_error);
-    for (int r = 0; r < c->size && !why[0]; r++)
-        if (!all[(size_t)r * n])
-            snprintf(why, sizeof why, "%s: rank %d's split sizes are not valid (it says why)", c->what, r);
-    for (int r = 0; r < c->size && !why[0]; r++)
-        for (int s = 0; s < c->size && !why[0]; s++) {
-            const int64_t sent = all[(size_t)r * n + 1 + s], expected = all[(size_t)s * n + 1 + c->size + r];
-            if (sent != expected)
-                snprintf(why, sizeof why, "%s: rank %d sends %lld rows to rank %d, which expects %lld from it", c->what,
-                         r, (long long)sent, s, (long long)expected);
-        }
+    char why[512];
+    rc = opc_coll_splits_agree(all, c->size, own_error, c->what, why, sizeof why) ? mpid_fail(call, OPR_ERR_INVALID, why)
+                                                                                  : OPR_OK;
     free(all);
-    return why[0] ? mpid_fail(call, OPR_ERR_INVALID, why) : OPR_OK;
+    return rc;
 }
 
 /* all_to_all_single(self, output_split_sizes, input_split_sizes, group) */
@@ -146,8 +98,8 @@ int mpid_k_all_to_all_single(const opr_kernel_call *call)
     int64_t *in = calloc(2 * (size_t)c.size, sizeof *in), *out_rows = in ? in + c.size : NULL;
     if (!in) return mpid_fail(call, OPR_ERR_NOMEM, "out of memory");
     char own[256] = "";
-    if (!split_rows(call, 2, "input_split_sizes", self->shape[0], c.size, in, own, sizeof own))
-        split_rows(call, 1, "output_split_sizes", self->shape[0], c.size, out_rows, own, sizeof own);
+    if (!opc_coll_split_rows(call->args[2], "input_split_sizes", 1, self->shape[0], c.size, in, own, sizeof own))
+        opc_coll_split_rows(call->args[1], "output_split_sizes", 0, self->shape[0], c.size, out_rows, own, sizeof own);
     if ((rc = agree_splits(call, &c, in, out_rows, own))) { free(in); return rc; }
     const int64_t row = self->shape[0] ? self->numel / self->shape[0] : 0;
     int64_t shape[OPR_MAX_DIMS], total = 0;
