@@ -11,6 +11,10 @@
  *                           opr_dist_barrier; the gradients of the new ones across
  *                           ranks against finite differences (f64); bad arguments
  *                           failing every rank alike
+ *   test_dist_ports SIZE --torch F
+ *                           also every world-group result of f32, f64 and i64 against
+ *                           torch.distributed's (gloo) in file F
+ *                           (tests/dist/ports_torch.py; gloo has no bool)
  *   ... --device D          the same on device D's tensors (cuda: the NCCL kernels),
  *                           the CPU fallback off but for the reductions NCCL lacks
  *
@@ -29,6 +33,62 @@
 
 static opr_device dev = OPR_CPU;
 static const opr_dtype dtypes[] = {OPR_F32, OPR_F64, OPR_I64, OPR_BOOL};
+
+static double *values(opr_tensor *t, int64_t *n);
+
+/* With --torch FILE: torch.distributed's results, "KEY RANK v0 v1 ..." a line. */
+typedef struct torch_result {
+    char key[48];
+    int rank, n;
+    double v[3 * N * 3];
+} torch_result;
+static torch_result *torch_ref;
+static int ntorch, torch_compared;
+static double torch_worst;
+
+static bool read_torch_ref(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return false;
+    char line[8192];
+    while (fgets(line, sizeof line, f)) {
+        torch_result *grown = realloc(torch_ref, sizeof *torch_ref * (size_t)(ntorch + 1));
+        if (!grown) break;
+        torch_ref = grown;
+        torch_result *t = &torch_ref[ntorch];
+        char *save = NULL, *tok = strtok_r(line, " \n", &save);
+        if (!tok || strlen(tok) >= sizeof t->key) continue;
+        snprintf(t->key, sizeof t->key, "%s", tok);
+        tok = strtok_r(NULL, " \n", &save);
+        if (!tok) continue;
+        t->rank = atoi(tok);
+        t->n = 0;
+        while ((tok = strtok_r(NULL, " \n", &save)) && t->n < (int)(sizeof t->v / sizeof t->v[0]))
+            t->v[t->n++] = strtod(tok, NULL);
+        ntorch++;
+    }
+    fclose(f);
+    return ntorch > 0;
+}
+
+/* y (this rank's result of KEY on the world group) against torch.distributed's. */
+static void torch_compare(const char *key, opr_tensor *y, opr_dtype dt)
+{
+    if (!torch_ref || dt == OPR_BOOL) return;
+    const torch_result *t = NULL;
+    for (int k = 0; k < ntorch && !t; k++)
+        if (!strcmp(torch_ref[k].key, key) && torch_ref[k].rank == world.rank) t = &torch_ref[k];
+    CHECK(t, "PyTorch's file has no %s for rank %d", key, world.rank);
+    if (!t) return;
+    int64_t n;
+    double *got = values(y, &n), worst = 0;
+    CHECK(n == t->n, "%s: %lld elements, PyTorch %d", key, (long long)n, t->n);
+    for (int64_t i = 0; i < n && n == t->n; i++) worst = fmax(worst, fabs(got[i] - t->v[i]) / (1 + fabs(t->v[i])));
+    CHECK(worst <= (dt == OPR_F32 ? 1e-5 : 1e-12), "%s: %g from PyTorch's", key, worst);
+    torch_worst = fmax(torch_worst, worst);
+    torch_compared++;
+    free(got);
+}
 
 static bool is_float(opr_dtype dt) { return dt == OPR_F32 || dt == OPR_F64; }
 
@@ -177,6 +237,8 @@ static void check_reductions(const opr_group *g, const int *members)
             int rc = call_reduction("all_reduce", op, dt, a, 3, &y);
             CHECK(rc == OPR_OK, "%s: %s", what, opr_last_error());
             if (!rc) expect(y, want, N, dt, what);
+            snprintf(what, sizeof what, "all_reduce:%s:%s", op, opr_dtype_name(dt));
+            if (!rc && g->id == 0) torch_compare(what, y, dt);
             opr_tensor_release(y);
             if (!strcmp(op, "mean")) continue;
             const int root = g->size - 1; /* a group rank: not rank 0 alone */
@@ -186,20 +248,27 @@ static void check_reductions(const opr_group *g, const int *members)
             rc = call_reduction("reduce_to", op, dt, r, 4, &y);
             CHECK(rc == OPR_OK, "%s: %s", what, opr_last_error());
             if (!rc) expect(y, want, N, dt, what);
+            snprintf(what, sizeof what, "reduce_to:%s:%s", op, opr_dtype_name(dt));
+            if (!rc && g->id == 0 && g->rank == root) torch_compare(what, y, dt);
             opr_tensor_release(y);
         }
         double want[3 * N];
+        char key[64];
         for (int s = 0; s < g->size; s++)
             for (int i = 0; i < N; i++) want[s * N + i] = input(members[s], i, dt);
         opr_value a[2] = {opr_v_tensor(x), opr_v_int(g->id)};
         int rc = call("all_gather", a, 2, &y);
         CHECK(rc == OPR_OK, "all_gather %s: %s", opr_dtype_name(dt), opr_last_error());
         if (!rc) expect(y, want, (int64_t)g->size * N, dt, "all_gather");
+        snprintf(key, sizeof key, "all_gather:%s", opr_dtype_name(dt));
+        if (!rc && g->id == 0) torch_compare(key, y, dt);
         opr_tensor_release(y);
         opr_value b[3] = {opr_v_tensor(x), opr_v_int(g->size - 1), opr_v_int(g->id)};
         rc = call("broadcast_from", b, 3, &y);
         CHECK(rc == OPR_OK, "broadcast_from %s: %s", opr_dtype_name(dt), opr_last_error());
         if (!rc) expect(y, want + (g->size - 1) * N, N, dt, "broadcast_from");
+        snprintf(key, sizeof key, "broadcast_from:%s", opr_dtype_name(dt));
+        if (!rc && g->id == 0) torch_compare(key, y, dt);
         opr_tensor_release(y);
         opr_tensor_release(x);
     }
@@ -239,6 +308,8 @@ static void check_rooted(const opr_group *g, const int *members)
         int rc = call("gather_to", a, 3, &y);
         CHECK(rc == OPR_OK, "%s: %s", what, opr_last_error());
         if (!rc) expect(y, want, (int64_t)g->size * N, dt, what);
+        snprintf(what, sizeof what, "gather_to:%s", opr_dtype_name(dt));
+        if (!rc && g->id == 0 && world.rank == last) torch_compare(what, y, dt);
         opr_tensor_release(y);
         opr_tensor_release(x);
 
@@ -253,6 +324,8 @@ static void check_rooted(const opr_group *g, const int *members)
         rc = call("scatter_from", b, 3, &y);
         CHECK(rc == OPR_OK, "%s: %s", what, opr_last_error());
         if (!rc) expect(y, want, N, dt, what);
+        snprintf(what, sizeof what, "scatter_from:%s", opr_dtype_name(dt));
+        if (!rc && g->id == 0) torch_compare(what, y, dt);
         opr_tensor_release(y);
         opr_tensor_release(x);
 
@@ -278,6 +351,8 @@ static void check_rooted(const opr_group *g, const int *members)
         rc = call("all_to_all_single", c, 4, &y);
         CHECK(rc == OPR_OK, "%s: %s", what, opr_last_error());
         if (!rc) expect(y, want, n * COLS, dt, what);
+        snprintf(what, sizeof what, "all_to_all_single:%s", opr_dtype_name(dt));
+        if (!rc && g->id == 0) torch_compare(what, y, dt);
         opr_tensor_release(y);
         opr_tensor_release(x);
     }
@@ -303,6 +378,9 @@ static void check_p2p(void)
         double want[N], zeros[N] = {0};
         for (int i = 0; i < N; i++) want[i] = input(prev, i, dt);
         if (!rr) expect(r, want, N, dt, "recv");
+        char key[32];
+        snprintf(key, sizeof key, "recv:%s", opr_dtype_name(dt));
+        if (!rr) torch_compare(key, r, dt);
         if (!rs) expect(s, zeros, N, dt, "send's result");
         opr_tensor_release(s);
         opr_tensor_release(r);
@@ -492,9 +570,11 @@ static void check_errors(void)
 int main(int argc, char **argv)
 {
     int want = argc > 1 ? atoi(argv[1]) : 0;
-    const char *device = NULL;
-    for (int i = 2; i < argc; i++)
+    const char *device = NULL, *torch_file = NULL;
+    for (int i = 2; i < argc; i++) {
         if (!strcmp(argv[i], "--device") && i + 1 < argc) device = argv[++i];
+        else if (!strcmp(argv[i], "--torch") && i + 1 < argc) torch_file = argv[++i];
+    }
     ctx = opr_ctx_new(NULL);
     if (!ctx) { printf("FAIL: opr_ctx_new: %s\n", opr_last_error()); return 1; }
     char why[256];
@@ -508,6 +588,7 @@ int main(int argc, char **argv)
     }
     CHECK(want == 0 || world.size == want, "the world has %d ranks, want %d", world.size, want);
     CHECK(world.size <= 3, "at most 3 ranks (the references' buffers)");
+    if (torch_file) CHECK(read_torch_ref(torch_file), "cannot read PyTorch's results from %s", torch_file);
     if (failures) return report();
     check_errors();
     int members[3];
@@ -528,6 +609,13 @@ int main(int argc, char **argv)
         opr_dist_group_free(ctx, &sub);
     }
     check_gradients();
+    if (torch_ref) {
+        CHECK(torch_compared > 0, "nothing was compared with PyTorch");
+        if (!failures)
+            printf("rank %d/%d: the collectives are PyTorch's (gloo) within %g (%d results)\n", world.rank, world.size,
+                   torch_worst, torch_compared);
+        free(torch_ref);
+    }
     int status = report();
     opr_ctx_free(ctx);
     return status;
