@@ -97,6 +97,7 @@ int mpid_group(int64_t id, bool collective, MPI_Comm *comm, uint64_t *seq, char 
         *comm = groups[slot].comm;
         if (collective && seq) *seq = ++groups[slot].seq;
         else if (collective) ++groups[slot].seq;
+        else if (seq) *seq = groups[slot].seq; /* point to point: the last collective's */
     }
     pthread_mutex_unlock(&state_lock);
     return rc;

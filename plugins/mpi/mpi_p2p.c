@@ -23,6 +23,7 @@
 typedef struct p2p {
     mpid_coll c;
     int peer, tag;
+    char name[64]; /* "send to rank 1 with tag 2": what a broken group's message names */
 } p2p;
 
 /* "f64 [6, 2]" of t into sig (OPC_COLL_SIG bytes, NUL-padded). */
@@ -46,7 +47,7 @@ static int p2p_begin(const opr_kernel_call *call, const char *peer_arg, p2p *p)
     c->group = call->args[3]->u.i;
     c->seq = 0;
     /* not a collective: the group's count of collectives stays as the others see it */
-    int rc = mpid_group(c->group, false, &c->comm, NULL, why, sizeof why);
+    int rc = mpid_group(c->group, false, &c->comm, &c->seq, why, sizeof why);
     if (rc) return mpid_fail(call, rc, why);
     MPI_Comm_size(c->comm, &c->size);
     MPI_Comm_rank(c->comm, &c->rank);
@@ -57,6 +58,9 @@ static int p2p_begin(const opr_kernel_call *call, const char *peer_arg, p2p *p)
     snprintf(c->what, sizeof c->what, "%s with tag %d on group %lld (rank %d of %d)", c->name, p->tag,
              (long long)c->group, c->rank, c->size);
     if ((rc = mpid_world_to_group(call, c, call->args[1]->u.i, peer_arg, &p->peer))) return rc;
+    snprintf(p->name, sizeof p->name, "%s %s rank %d with tag %d", c->name, peer_arg[0] == 'd' ? "to" : "from",
+             p->peer, p->tag);
+    c->name = p->name;
     if (p->peer == c->rank) {
         snprintf(why, sizeof why, "%s: %s %lld is this rank (PyTorch refuses it too: it would wait for itself)",
                  c->what, peer_arg, (long long)call->args[1]->u.i);
@@ -114,12 +118,13 @@ int mpid_k_recv(const opr_kernel_call *call)
         int mrc = MPI_Improbe(p.peer, p.tag, p.c.comm, &found, &m, &st);
         mpid_unlock();
         if (mrc != MPI_SUCCESS) {
-            mpid_break(p.c.group, "recv from rank %d with tag %d failed", p.peer, p.tag);
+            mpid_break(p.c.group, "%s failed after collective %llu", p.name, (unsigned long long)p.c.seq);
             return mpid_fail(call, mpid_error(mrc, p.c.what, why, sizeof why), why);
         }
         if (found) break;
         if (now_s() > deadline) {
-            mpid_break(p.c.group, "recv from rank %d with tag %d timed out after %g s", p.peer, p.tag, limit);
+            mpid_break(p.c.group, "%s timed out after collective %llu, after %g s", p.name, (unsigned long long)p.c.seq,
+                       limit);
             snprintf(why, sizeof why, "%s: timed out after %g s waiting for rank %d's send (it may have died, or not "
                      "sent with this tag; opr_dist_set_timeout sets the limit); group %lld is broken from now on",
                      p.c.what, limit, p.peer, (long long)p.c.group);
