@@ -5,6 +5,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 const opr_group_provider *dist_provider(opr_ctx *ctx)
 {
@@ -91,4 +92,24 @@ opr_status opr_dist_finalize(opr_ctx *ctx)
     char why[512] = "";
     int rc = p->finalize(p->data, why, sizeof why);
     return rc ? dist_fail(rc, "opr_dist_finalize", why) : OPR_OK;
+}
+
+opr_status opr_dist_barrier(opr_ctx *ctx, const opr_group *group)
+{
+    const opr_group_provider *p = dist_provider(ctx);
+    if (!p) return opr_error_status();
+    if (!group) return opr_fail(OPR_ERR_INVALID, "opr_dist_barrier: NULL group");
+    /* an all-gather of one byte: no member gets the others' bytes before every member
+     * has sent its own, which is all a barrier is; it has the provider's time-out and
+     * breaks the group on it like any collective */
+    if (p->struct_size < OPR_STRUCT_SIZE(opr_group_provider, all_gather_bytes) || !p->all_gather_bytes)
+        return opr_fail(OPR_ERR_UNSUPPORTED, "opr_dist_barrier: the %s provider has no all_gather_bytes", p->name);
+    if (group->size < 1 || group->size > (1 << 24))
+        return opr_fail(OPR_ERR_INVALID, "opr_dist_barrier: group %lld has %d members", (long long)group->id,
+                        group->size);
+    char mine = 1, *all = calloc((size_t)group->size, 1), why[512] = "";
+    if (!all) return opr_fail(OPR_ERR_NOMEM, "opr_dist_barrier: out of memory");
+    int rc = p->all_gather_bytes(p->data, group->id, &mine, all, 1, why, sizeof why);
+    free(all);
+    return rc ? dist_fail(rc, "opr_dist_barrier", why) : OPR_OK;
 }

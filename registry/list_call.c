@@ -82,6 +82,22 @@ int list_call(const opr_op *op, const opr_value *args, int nargs, opr_tensor **r
     expr_run_init(&r, op->ctx, dev, common);
     for (int i = 0; i < op->nargs; i++)
         if (tensors[i]) r.known[r.nknown++] = tensors[i];
+    /* the items of the Tensor[] arguments, so that piece i may hand `LIST[i]` to an op
+     * (a _foreach op's per-item step), not only its sizes */
+    int nitems = 0;
+    for (int i = 0; i < op->nargs && i < nargs; i++)
+        if (args[i].kind == OPR_V_TENSOR_LIST) nitems += args[i].u.tl.n;
+    opr_tensor **items = nitems ? malloc(sizeof *items * (size_t)nitems) : NULL;
+    if (nitems && !items) {
+        expr_run_done(&r);
+        return opr_fail(OPR_ERR_NOMEM, "%s: out of memory", op->name);
+    }
+    nitems = 0;
+    for (int i = 0; i < op->nargs && i < nargs; i++)
+        for (int j = 0; args[i].kind == OPR_V_TENSOR_LIST && j < args[i].u.tl.n; j++)
+            items[nitems++] = args[i].u.tl.items[j];
+    r.known_list = items;
+    r.nknown_list = nitems;
     mval vals[OPR_MAX_ARGS + 1];
     memcpy(vals, slots, (size_t)op->nargs * sizeof *vals);
     bool mode = own ? opr_grad_mode_set(false) : false;
@@ -100,6 +116,7 @@ int list_call(const opr_op *op, const opr_value *args, int nargs, opr_tensor **r
     }
     if (own) opr_grad_mode_set(mode);
     expr_run_done(&r);
+    free(items);
     if (!rc && record && op->deriv && count > 0)
         rc = op->ctx->reg->record_list(op, tensors, slots, results, count, dev);
     if (rc)

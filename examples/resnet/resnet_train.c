@@ -21,28 +21,49 @@ void resnet_sgd_free(resnet_sgd *opt)
     *opt = (resnet_sgd){0};
 }
 
-/* One sgd_step_ per parameter (registry/ops/optim.yaml, torch.optim.SGD's update: g +=
- * wd p; buf = g on the first step, else momentum buf + g; p -= lr buf), on the
- * parameter's device, with grad mode off as in torch's step(). */
+/* torch.optim.SGD's update (g += wd p; buf = g on the first step, else momentum buf + g;
+ * p -= lr buf) as _foreach_sgd_step calls (registry/ops/optim_foreach.yaml: sgd_step_
+ * on each parameter), on the parameters' device, with grad mode off as in torch's
+ * step(). A parameter's first step (its buffer made now) and the later ones differ, so
+ * the parameters go in two calls: those on their first step, and the others. */
 static opr_status sgd_params(resnet_sgd *opt, resnet_model *m)
 {
-    for (int i = 0; i < m->n_params; i++) {
-        opr_tensor *p = m->params[i], *grad = opr_grad(p), *out = NULL;
-        if (!grad) continue;
-        opr_ctx *ctx = opr_tensor_ctx(p);
-        const bool first = !opt->buf[i];
-        if (first && opt->momentum != 0) {
-            opr_value z[] = {opr_v_tensor(p)};
-            if (opr_call_by_name(ctx, "zeros_like", z, 1, &opt->buf[i], 1)) return OPR_ERR_NOMEM;
+    const size_t cap = (size_t)(m->n_params ? m->n_params : 1);
+    opr_tensor **lists = calloc(6 * cap, sizeof *lists), **out = calloc(cap, sizeof *out);
+    bool *fresh = calloc(cap, sizeof *fresh); /* no buffer yet: on its first step */
+    if (!lists || !out || !fresh) {
+        free(lists);
+        free(out);
+        free(fresh);
+        return OPR_ERR_NOMEM;
+    }
+    for (int i = 0; i < m->n_params; i++) fresh[i] = !opt->buf[i];
+    opr_status rc = OPR_OK;
+    for (int first = 1; first >= 0 && !rc; first--) {
+        opr_tensor **ps = lists + (first ? 0 : 3) * cap, **gs = ps + cap, **bs = gs + cap;
+        int n = 0;
+        for (int i = 0; i < m->n_params && !rc; i++) {
+            opr_tensor *p = m->params[i], *grad = opr_grad(p);
+            if (!grad || fresh[i] != (first == 1)) continue; /* no gradient: skipped, as PyTorch does */
+            if (first && opt->momentum != 0) {
+                opr_value z[] = {opr_v_tensor(p)};
+                if (opr_call_by_name(opr_tensor_ctx(p), "zeros_like", z, 1, &opt->buf[i], 1)) rc = OPR_ERR_NOMEM;
+            }
+            ps[n] = p;
+            gs[n] = grad;
+            bs[n++] = opt->buf[i];
         }
-        opr_value a[] = {opr_v_tensor(p), opr_v_tensor(grad), opt->buf[i] ? opr_v_tensor(opt->buf[i]) : opr_v_none(),
+        if (rc || n == 0) continue;
+        opr_value a[] = {opr_v_tensors(ps, n), opr_v_tensors(gs, n), opr_v_tensors(bs, opt->momentum != 0 ? n : 0),
                          opr_v_double(opt->lr), opr_v_double(opt->momentum), opr_v_double(0),
                          opr_v_double(opt->weight_decay), opr_v_bool(false), opr_v_bool(false), opr_v_bool(first)};
-        opr_status rc = opr_call_by_name(ctx, "sgd_step_", a, 10, &out, 1);
-        opr_tensor_release(out); /* p itself */
-        if (rc) return rc;
+        rc = opr_call_by_name(opr_tensor_ctx(ps[0]), "_foreach_sgd_step", a, 10, out, n);
+        for (int k = 0; !rc && k < n; k++) opr_tensor_release(out[k]); /* the parameters themselves */
     }
-    return OPR_OK;
+    free(lists);
+    free(out);
+    free(fresh);
+    return rc;
 }
 
 opr_status resnet_sgd_step(resnet_sgd *opt, resnet_model *m)

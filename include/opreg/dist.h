@@ -2,7 +2,8 @@
  * opreg across processes: process groups for the collective ops.
  *
  * The collectives are ops like any other (registry/ops/dist.yaml: all_reduce,
- * all_gather, reduce_scatter, broadcast_from, reduce_to), with derivative formulas, run with
+ * all_gather, reduce_scatter, broadcast_from, reduce_to, gather_to, scatter_from,
+ * all_to_all_single, send, recv), with derivative formulas, run with
  * opr_call; their `group` argument is an opr_group's id (0: the world group). A plugin
  * provides the groups on an existing engine: the MPI plugin (plugins/mpi) for a
  * process started by mpirun, with CPU kernels on MPI. docs/distributed.md has the
@@ -55,6 +56,11 @@ OPR_API opr_status opr_dist_split(opr_ctx *ctx, const opr_group *parent, int32_t
 /* Frees a group split off (the world group is not freed). A broken group's
  * communicator is kept (a late peer may still complete its collective); its id goes. */
 OPR_API opr_status opr_dist_group_free(opr_ctx *ctx, opr_group *group);
+/* Waits until every member of group has called it (torch.distributed.barrier), within
+ * the time-out; a member that never comes fails the others with OPR_ERR_BACKEND after
+ * it, and the group is broken then, as after any collective's time-out. group->size
+ * must be the group's (from opr_dist_world or opr_dist_split). */
+OPR_API opr_status opr_dist_barrier(opr_ctx *ctx, const opr_group *group);
 /* How long a collective (and opr_dist_split, and the shutdown's check that every member
  * is there) waits for its peers before it fails, in seconds: more than 0, at most
  * OPR_DIST_TIMEOUT_MAX_S (a week); infinity, NaN and larger values are refused

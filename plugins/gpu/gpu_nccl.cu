@@ -16,7 +16,9 @@
  *    fail with a message (the communicator is aborted and made again next time),
  *    never hang.
  *
- * f32 and f64; strided inputs are packed on the device first; outputs are contiguous.
+ * f32, f64, i64 and bool (a byte, as ncclUint8); strided inputs are packed on the
+ * device first; outputs are contiguous. gather_to, scatter_from, all_to_all_single,
+ * send and recv are in gpu_nccl_p2p.cu, on NCCL's point to point.
  * HIP builds register nothing here (RCCL has the same API; not wired). The emulated
  * plugin runs this file against tests/gpu_emu's stand-in, an NCCL over MPI. */
 #include "gpu_common.cuh"
@@ -32,7 +34,7 @@ void gk_collective_shutdown(void) {}
 
 #else
 
-#include GPU_NCCL_HEADER
+#include "gpu_nccl.cuh"
 
 #include "../common/opc_collective.h"
 #include "../common/opc_dlsyms.h"
@@ -44,25 +46,9 @@ void gk_collective_shutdown(void) {}
 #include <stdlib.h>
 #include <time.h>
 #include <utility>
+#include <vector>
 
-namespace {
-
-/* The NCCL functions this file calls, loaded with dlopen. */
-struct nccl_api {
-    ncclResult_t (*get_version)(int *);
-    ncclResult_t (*get_unique_id)(ncclUniqueId *);
-    ncclResult_t (*comm_init_rank)(ncclComm_t *, int, ncclUniqueId, int);
-    ncclResult_t (*comm_destroy)(ncclComm_t);
-    ncclResult_t (*comm_abort)(ncclComm_t);
-    ncclResult_t (*comm_get_async_error)(ncclComm_t, ncclResult_t *);
-    const char *(*get_error_string)(ncclResult_t);
-    const char *(*get_last_error)(ncclComm_t);
-    ncclResult_t (*all_reduce)(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, gpuStream_t);
-    ncclResult_t (*broadcast)(const void *, void *, size_t, ncclDataType_t, int, ncclComm_t, gpuStream_t);
-    ncclResult_t (*reduce)(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t, int, ncclComm_t, gpuStream_t);
-    ncclResult_t (*all_gather)(const void *, void *, size_t, ncclDataType_t, ncclComm_t, gpuStream_t);
-    ncclResult_t (*reduce_scatter)(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, gpuStream_t);
-};
+namespace gk_nccl {
 
 nccl_api nccl;
 std::once_flag nccl_once;
@@ -101,6 +87,10 @@ void load_nccl()
         {"ncclReduce", offsetof(nccl_api, reduce)},
         {"ncclAllGather", offsetof(nccl_api, all_gather)},
         {"ncclReduceScatter", offsetof(nccl_api, reduce_scatter)},
+        {"ncclSend", offsetof(nccl_api, send)},
+        {"ncclRecv", offsetof(nccl_api, recv)},
+        {"ncclGroupStart", offsetof(nccl_api, group_start)},
+        {"ncclGroupEnd", offsetof(nccl_api, group_end)},
     };
     nccl_api api;
     if (opc_dlsyms(h, name, syms, sizeof syms / sizeof syms[0], &api, nccl_error, sizeof nccl_error)) return;
@@ -123,6 +113,9 @@ std::map<std::pair<int64_t, int>, ncclComm_t> comms;
  * aborted, and a member that is only late would meet a new one out of step, so no
  * collective runs on the group again (the MPI plugin's groups break alike). */
 std::map<int64_t, std::string> broken;
+/* The world ranks of each group's members, in group rank order, learnt when its first
+ * communicator was made. */
+std::map<int64_t, std::vector<int32_t>> members;
 
 double now_s()
 {
@@ -131,26 +124,20 @@ double now_s()
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
-/* What every collective starts with. */
-struct coll {
-    gk_ctx k;
-    const opr_tensor_view *self;
-    int64_t group;
-    int32_t rank, size;
-    int root; /* of a rooted collective */
-    double timeout_s;
-    ncclDataType_t type;
-    ncclComm_t comm;
-    const void *send; /* self's elements, contiguous: self's data or packed */
-    gk_buf packed;
-    char what[96];
-};
+ncclDataType_t nccl_type(opr_dtype dt)
+{
+    return dt == OPR_F64 ? ncclFloat64 : dt == OPR_I64 ? ncclInt64 : dt == OPR_BOOL ? ncclUint8 : ncclFloat32;
+}
 
-/* How coll_begin reads a collective's arguments. */
-enum coll_flags {
-    COLL_ROOTED = 1,     /* argument 1 is the root */
-    COLL_ROOT_SENDS = 2, /* only the root's self is read (broadcast): the others do not pack it */
-};
+ncclComm_t existing_comm(int64_t group, int ordinal, char *why, size_t why_len)
+{
+    std::lock_guard<std::mutex> g(comms_lock);
+    why[0] = '\0';
+    auto b = broken.find(group);
+    if (b != broken.end()) snprintf(why, why_len, "%s", b->second.c_str());
+    auto it = comms.find(std::make_pair(group, ordinal));
+    return it == comms.end() ? nullptr : it->second;
+}
 
 int fail_nccl(const coll *c, const char *where, ncclResult_t r)
 {
@@ -161,14 +148,14 @@ int fail_nccl(const coll *c, const char *where, ncclResult_t r)
 
 /* The members' signatures gathered and compared; then the group's communicator on this
  * device, made on first use from rank 0's id. */
-int same_collective_and_comm(coll *c, int group_arg)
+int same_collective_and_comm(coll *c, int group_arg, bool any_rows)
 {
     const opr_kernel_call *call = c->k.call;
     size_t bytes = (size_t)c->size + 1;
     char *all = (char *)calloc(bytes, OPC_COLL_SIG); /* every member's, then this one's */
     if (!all) return GK_FAIL(call, OPR_ERR_NOMEM, "%s: out of memory", c->what);
     char *mine = all + (size_t)c->size * OPC_COLL_SIG;
-    opc_coll_describe(call, group_arg, c->self, mine);
+    opc_coll_describe_rows(call, group_arg, c->self, any_rows, mine);
     char why[640];
     int rc = gk_host->group_all_gather(call, c->group, mine, all, OPC_COLL_SIG, why, sizeof why);
     if (rc) rc = GK_FAIL(call, rc, "%s: %s", c->what, why);
@@ -193,19 +180,51 @@ int same_collective_and_comm(coll *c, int group_arg)
         ncclResult_t r = nccl.get_unique_id(&id);
         if (r != ncclSuccess) return fail_nccl(c, "ncclGetUniqueId", r); /* the others time out in the gather */
     }
-    ncclUniqueId *ids = (ncclUniqueId *)calloc((size_t)c->size, sizeof id);
-    if (!ids) return GK_FAIL(call, OPR_ERR_NOMEM, "%s: out of memory", c->what);
-    rc = gk_host->group_all_gather(call, c->group, &id, ids, sizeof id, why, sizeof why);
-    if (!rc) id = ids[0];
-    free(ids);
+    /* with the id, each member's world rank: dst / src arguments are world ranks */
+    struct boot {
+        ncclUniqueId id;
+        int32_t world;
+    } mine_boot;
+    memset(&mine_boot, 0, sizeof mine_boot);
+    mine_boot.id = id;
+    int32_t world_size = 0;
+    double timeout_s = 0;
+    if ((rc = gk_host->group_info(call, 0, &mine_boot.world, &world_size, &timeout_s, why, sizeof why)))
+        return GK_FAIL(call, rc, "%s: %s", c->what, why);
+    boot *boots = (boot *)calloc((size_t)c->size, sizeof(boot));
+    if (!boots) return GK_FAIL(call, OPR_ERR_NOMEM, "%s: out of memory", c->what);
+    rc = gk_host->group_all_gather(call, c->group, &mine_boot, boots, sizeof(boot), why, sizeof why);
+    std::vector<int32_t> world_ranks;
+    if (!rc) {
+        id = boots[0].id;
+        for (int r = 0; r < c->size; r++) world_ranks.push_back(boots[r].world);
+    }
+    free(boots);
     if (rc) return GK_FAIL(call, rc, "%s: the NCCL bootstrap: %s", c->what, why);
     ncclComm_t comm = nullptr;
     ncclResult_t r = nccl.comm_init_rank(&comm, c->size, id, c->rank);
     if (r != ncclSuccess) return fail_nccl(c, "ncclCommInitRank", r);
     std::lock_guard<std::mutex> g(comms_lock);
     comms[key] = comm;
+    members[c->group] = world_ranks;
     c->comm = comm;
     return OPR_OK;
+}
+
+int member_rank(int64_t group, int64_t world_rank)
+{
+    std::lock_guard<std::mutex> g(comms_lock);
+    auto it = members.find(group);
+    if (it == members.end()) return -1;
+    for (size_t r = 0; r < it->second.size(); r++)
+        if (it->second[r] == world_rank) return (int)r;
+    return -1;
+}
+
+const char *nccl_load_error()
+{
+    std::call_once(nccl_once, load_nccl);
+    return nccl_error;
 }
 
 /* Checks the call, finds or makes the group's communicator after the same-collective
@@ -223,7 +242,7 @@ int coll_begin(const opr_kernel_call *call, int group_arg, int flags, coll *c)
     std::call_once(nccl_once, load_nccl);
     if (nccl_error[0]) return GK_FAIL(call, OPR_ERR_UNSUPPORTED, "%s", nccl_error);
     if (c->self->numel > 0x7fffffff) return GK_FAIL(call, OPR_ERR_UNSUPPORTED, "more than 2^31 - 1 elements");
-    c->type = c->self->dtype == OPR_F64 ? ncclFloat64 : ncclFloat32;
+    c->type = nccl_type(c->self->dtype);
     char why[512];
     if ((rc = gk_host->group_info(call, c->group, &c->rank, &c->size, &c->timeout_s, why, sizeof why)))
         return GK_FAIL(call, rc, "%s: %s", c->what, why);
@@ -236,7 +255,7 @@ int coll_begin(const opr_kernel_call *call, int group_arg, int flags, coll *c)
     }
     snprintf(c->what, sizeof c->what, "%s on group %lld (rank %d of %d, %s device %d)", call->op, (long long)c->group,
              c->rank, c->size, GPU_NAME, c->k.ordinal);
-    if ((rc = same_collective_and_comm(c, group_arg))) return rc;
+    if ((rc = same_collective_and_comm(c, group_arg, (flags & COLL_ANY_ROWS) != 0))) return rc;
     /* after the check, which compares the roots too: a member alone with a bad one
      * would leave the others waiting */
     if ((flags & COLL_ROOTED) && opc_coll_root(call, c->size, &c->root, why, sizeof why))
@@ -250,16 +269,6 @@ int coll_begin(const opr_kernel_call *call, int group_arg, int flags, coll *c)
     rc = gk_contiguous_copy(&c->k, c->self, &c->packed, strides);
     c->send = c->packed.p;
     return rc;
-}
-
-/* Runs an NCCL call that enqueues a collective (the emulation's stand-in moves the
- * data in the call, so device memory is opened around it). */
-template <class F> ncclResult_t enqueue(F f)
-{
-    gpu_library_access_begin();
-    ncclResult_t r = f();
-    gpu_library_access_end();
-    return r;
 }
 
 /* Waits for the collective just enqueued (r: what enqueuing it returned), polling the
@@ -302,19 +311,40 @@ int coll_wait(coll *c, const char *where, ncclResult_t r)
     }
 }
 
-ncclRedOp_t red_op(const char *op)
+/* The NCCL reduction of op on dtype dt into *r; false where NCCL has none (the bitwise
+ * ones on i64, bxor on bool: PyTorch's NCCL backend refuses them too), for
+ * OPR_ERR_UNSUPPORTED, so that dispatch runs the MPI kernel on host copies where the
+ * CPU fallback is on. bool is a byte: sum, bor and max are any (ncclMax); prod, band
+ * and min all (ncclMin). */
+bool red_op(const char *op, opr_dtype dt, ncclRedOp_t *r)
 {
-    return !strcmp(op, "max") ? ncclMax : !strcmp(op, "min") ? ncclMin : !strcmp(op, "mean") ? ncclAvg : ncclSum;
+    if (dt == OPR_BOOL) {
+        if (!strcmp(op, "bxor")) return false;
+        *r = (!strcmp(op, "prod") || !strcmp(op, "band") || !strcmp(op, "min")) ? ncclMin : ncclMax;
+        return true;
+    }
+    if (op[0] == 'b') return false;
+    *r = !strcmp(op, "max") ? ncclMax : !strcmp(op, "min") ? ncclMin : !strcmp(op, "mean") ? ncclAvg
+         : !strcmp(op, "prod") ? ncclProd : ncclSum;
+    return true;
+}
+
+/* red_op's refusal, before anything collective (every member refuses alike). */
+int no_red_op(const opr_kernel_call *call, const char *op)
+{
+    return GK_FAIL(call, OPR_ERR_UNSUPPORTED, "%s: NCCL has no %s reduction of %s", call->op, op,
+                   gk_arg_t(call, 0)->dtype == OPR_BOOL ? "bool" : "i64");
 }
 
 /* all_reduce(self, op, group) */
 int k_all_reduce(const opr_kernel_call *call)
 {
+    ncclRedOp_t op;
+    if (!red_op(call->args[1]->u.s, gk_arg_t(call, 0)->dtype, &op)) return no_red_op(call, call->args[1]->u.s);
     coll c;
     int rc = coll_begin(call, 2, 0, &c);
     if (rc) return rc;
     opr_tensor_view *out = call->outputs[0];
-    const ncclRedOp_t op = red_op(call->args[1]->u.s);
     ncclResult_t r = enqueue([&] {
         return nccl.all_reduce(c.send, out->data, (size_t)out->numel, c.type, op, c.comm, c.k.stream);
     });
@@ -350,7 +380,8 @@ int k_reduce_scatter(const opr_kernel_call *call)
         return GK_FAIL(call, OPR_ERR_INVALID, "%s: %s", c.what, why);
     if ((rc = gk_host->alloc_output(call, 0, c.self->ndim, shape))) return rc;
     opr_tensor_view *out = call->outputs[0];
-    const ncclRedOp_t op = red_op(call->args[1]->u.s);
+    ncclRedOp_t op;
+    red_op(call->args[1]->u.s, out->dtype, &op); /* sum or mean, on floats */
     ncclResult_t r = enqueue([&] {
         return nccl.reduce_scatter(c.send, out->data, (size_t)out->numel, c.type, op, c.comm, c.k.stream);
     });
@@ -371,15 +402,17 @@ int k_broadcast(const opr_kernel_call *call)
     return coll_wait(&c, "ncclBroadcast", r);
 }
 
-/* reduce_to(self, root, group): the sum on root, zeros on the others */
+/* reduce_to(self, root, op, group): the reduction on root, zeros on the others */
 int k_reduce(const opr_kernel_call *call)
 {
+    ncclRedOp_t op;
+    if (!red_op(call->args[2]->u.s, gk_arg_t(call, 0)->dtype, &op)) return no_red_op(call, call->args[2]->u.s);
     coll c;
-    int rc = coll_begin(call, 2, COLL_ROOTED, &c);
+    int rc = coll_begin(call, 3, COLL_ROOTED, &c);
     if (rc) return rc;
     opr_tensor_view *out = call->outputs[0];
     ncclResult_t r = enqueue([&] {
-        return nccl.reduce(c.send, out->data, (size_t)out->numel, c.type, ncclSum, c.root, c.comm, c.k.stream);
+        return nccl.reduce(c.send, out->data, (size_t)out->numel, c.type, op, c.root, c.comm, c.k.stream);
     });
     if ((rc = coll_wait(&c, "ncclReduce", r))) return rc;
     if (c.rank != c.root)
@@ -387,7 +420,9 @@ int k_reduce(const opr_kernel_call *call)
     return OPR_OK;
 }
 
-} // namespace
+} // namespace gk_nccl
+
+using namespace gk_nccl;
 
 int gk_register_collective(opr_plugin *self)
 {
@@ -398,10 +433,12 @@ int gk_register_collective(opr_plugin *self)
         opr_kernel_fn fn;
     } kernels[] = {
         {"all_reduce", k_all_reduce}, {"all_gather", k_all_gather}, {"reduce_scatter", k_reduce_scatter},
-        {"broadcast_from", k_broadcast}, {"reduce_to", k_reduce},
+        {"broadcast_from", k_broadcast}, {"reduce_to", k_reduce}, {"gather_to", k_gather_to},
+        {"scatter_from", k_scatter_from}, {"all_to_all_single", k_all_to_all_single}, {"send", k_send},
+        {"recv", k_recv},
     };
     for (const auto &k : kernels) {
-        int rc = gk_register(self, k.op, GK_FLOATS, k.fn);
+        int rc = gk_register(self, k.op, GK_NUMERIC | GK_BIT(OPR_BOOL), k.fn);
         if (rc) return rc;
     }
     return OPR_OK;

@@ -97,6 +97,7 @@ int mpid_group(int64_t id, bool collective, MPI_Comm *comm, uint64_t *seq, char 
         *comm = groups[slot].comm;
         if (collective && seq) *seq = ++groups[slot].seq;
         else if (collective) ++groups[slot].seq;
+        else if (seq) *seq = groups[slot].seq; /* point to point: the last collective's */
     }
     pthread_mutex_unlock(&state_lock);
     return rc;
@@ -125,7 +126,11 @@ double mpid_timeout(void)
 
 MPI_Datatype mpid_type(opr_dtype dt)
 {
-    return dt == OPR_F32 ? MPI_FLOAT : dt == OPR_F64 ? MPI_DOUBLE : MPI_DATATYPE_NULL;
+    return dt == OPR_F32    ? MPI_FLOAT
+           : dt == OPR_F64  ? MPI_DOUBLE
+           : dt == OPR_I64  ? MPI_INT64_T
+           : dt == OPR_BOOL ? MPI_UINT8_T /* one byte, 0 or 1 */
+                            : MPI_DATATYPE_NULL;
 }
 
 static int p_world(void *data, int32_t *rank, int32_t *size, char *why, size_t why_len)

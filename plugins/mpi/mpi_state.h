@@ -28,7 +28,8 @@
 int mpid_ensure(char *why, size_t why_len);
 /* The communicator of group id into *comm. For a collective (collective true) the
  * group's count of collectives goes up by one and *seq gets it (seq may be NULL), and
- * parked requests are given a chance to finish. OPR_ERR_INVALID: not a live group;
+ * parked requests are given a chance to finish; otherwise (point to point) *seq gets
+ * the number of the group's last collective. OPR_ERR_INVALID: not a live group;
  * OPR_ERR_BACKEND: the group is broken ("group 0 is broken: all_reduce timed out at
  * collective 12 ..."). */
 int mpid_group(int64_t id, bool collective, MPI_Comm *comm, uint64_t *seq, char *why, size_t why_len);
@@ -37,7 +38,8 @@ int mpid_group(int64_t id, bool collective, MPI_Comm *comm, uint64_t *seq, char 
 void mpid_break(int64_t id, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* The time-out in seconds. */
 double mpid_timeout(void);
-/* MPI_FLOAT / MPI_DOUBLE for f32 / f64, else MPI_DATATYPE_NULL. */
+/* MPI_FLOAT, MPI_DOUBLE, MPI_INT64_T, MPI_UINT8_T for f32, f64, i64, bool, else
+ * MPI_DATATYPE_NULL. */
 MPI_Datatype mpid_type(opr_dtype dt);
 /* Waits for *req, collective seq on group, within the time-out; op names it short for
  * the group's broken message ("all_reduce"), what long for errors ("all_reduce on

@@ -17,6 +17,8 @@
 #                                        PyTorch DDP (SCRIPT, find_unused_parameters) at NP
 #                                        processes, then test_ddp NP --torch with its
 #                                        parameters; skipped (77) without a python3 with torch
+#                                        (test_dist_ports with ports_torch.py: the same
+#                                        with torch.distributed's collectives)
 #   ... --device D                      (after the above) test_dist on device D's tensors
 # As root, OpenMPI needs its allow-run-as-root settings; --oversubscribe lets more ranks
 # than cores run.
@@ -63,7 +65,7 @@ elif [ "$mode" = --torch ]; then
     r=0
     while [ "$r" -lt "$np" ]; do
         grep -Eq "^rank $r/$np: all [0-9]+ checks passed$" "$out" || { echo "FAIL: rank $r did not pass"; status=1; }
-        grep -q "^rank $r/$np: bucket_mib 0: the parameters are PyTorch DDP's within" "$out" ||
+        grep -Eq "^rank $r/$np: (bucket_mib 0: the parameters are PyTorch DDP's|the collectives are PyTorch's \(gloo\)) within" "$out" ||
             { echo "FAIL: rank $r did not compare with PyTorch"; status=1; }
         r=$((r + 1))
     done

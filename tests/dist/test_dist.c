@@ -83,11 +83,11 @@ typedef struct coll {
 
 static int run(const coll *c, opr_tensor *x, int64_t group, opr_tensor **y)
 {
-    opr_value a[3];
+    opr_value a[4];
     int n = 0;
     a[n++] = opr_v_tensor(x);
+    if (c->root >= 0) a[n++] = opr_v_int(c->root); /* reduce_to(self, root, op, group) */
     if (c->op) a[n++] = opr_v_string(c->op);
-    if (c->root >= 0) a[n++] = opr_v_int(c->root);
     a[n++] = opr_v_int(group);
     *y = NULL;
     return opr_call(opr_op_find(ctx, c->name), a, n, y, 1);
@@ -155,7 +155,7 @@ static double *read_host(opr_tensor *t, int64_t *n)
 static const coll colls[] = {
     {"all_reduce", "sum", -1}, {"all_reduce", "mean", -1}, {"all_reduce", "max", -1}, {"all_reduce", "min", -1},
     {"all_gather", NULL, -1},  {"reduce_scatter", "sum", -1}, {"reduce_scatter", "mean", -1},
-    {"broadcast_from", NULL, 0},    {"reduce_to", NULL, 0},
+    {"broadcast_from", NULL, 0},    {"reduce_to", "sum", 0},
 };
 #define NCOLLS ((int)(sizeof colls / sizeof colls[0]))
 
@@ -268,8 +268,8 @@ static void check_errors(void)
     coll b = {"broadcast_from", NULL, world.size};
     CHECK(run(&b, x, 0, &y) == OPR_ERR_INVALID && strstr(opr_last_error(), "is not a member"), "root: %s",
           opr_last_error());
-    coll m = {"all_reduce", "prod", -1};
-    CHECK(run(&m, x, 0, &y) == OPR_ERR_INVALID, "op prod was accepted");
+    coll m = {"all_reduce", "band", -1}; /* bitwise: i64 and bool only */
+    CHECK(run(&m, x, 0, &y) == OPR_ERR_INVALID, "op band of f64 was accepted");
     if (ROWS % world.size == 0 && world.size > 1) { /* 5 rows do not split */
         double v[5 * COLS] = {0};
         opr_tensor *odd = on_dev(opr_tensor_from_data(ctx, OPR_F64, 2, (int64_t[]){5, COLS}, v, OPR_CPU));

@@ -22,6 +22,12 @@
  *                               the group usable after; a rank that skips a step makes
  *                               every rank fail, naming the rank and the steps; a rank
  *                               whose own step fails makes the others fail, naming it
+ *   test_dist_faults N p2p      after a 1 s time-out, rank 0 waits for a message rank 1
+ *                               never sends, rank 1 sends 2 MiB (past MPI's eager
+ *                               limit) that rank 0 never receives: both fail within the
+ *                               time-out, naming the peer and tag, and the group is
+ *                               broken for every later call (rank 1's message buffer
+ *                               stays parked with its request; its tensor is freed)
  *
  * Each rank prints "rank R/N: all K checks passed" or its failures. A process whose
  * group broke exits without MPI_Finalize: mpirun runs with orte_allowed_exit_without_sync. */
@@ -378,6 +384,31 @@ static void agree_run(void)
     opr_tensor_release(c);
 }
 
+static void p2p_run(void)
+{
+    opr_dist_set_timeout(ctx, 1);
+    if (world.rank > 1) return; /* ranks 0 and 1 only */
+    const int64_t n = world.rank == 0 ? 4 : (int64_t)1 << 18;
+    opr_tensor *x = filled(n, 1.0), *y = NULL;
+    opr_value a[4] = {opr_v_tensor(x), opr_v_int(1 - world.rank), opr_v_int(world.rank + 1), opr_v_int(0)};
+    const double t0 = now();
+    int rc = opr_call(opr_op_find(ctx, world.rank == 0 ? "recv" : "send"), a, 4, &y, 1);
+    const double took = now() - t0;
+    CHECK(rc == OPR_ERR_BACKEND && strstr(opr_last_error(), "timed out after 1 s"), "%s that nobody matches: %d %s",
+          world.rank == 0 ? "recv" : "send", rc, opr_last_error());
+    CHECK(world.rank == 1 || strstr(opr_last_error(), "waiting for rank 1's send"), "recv's message: %s",
+          opr_last_error());
+    CHECK(took < 3, "the time-out took %.2f s", took);
+    opr_tensor_release(x); /* the tensor goes; the kernel's own copy stays with MPI */
+    x = filled(4, 1.0);
+    double first = 0;
+    rc = sum_on(0, x, &first);
+    CHECK(rc == OPR_ERR_BACKEND && strstr(opr_last_error(), "group 0 is broken: ") &&
+              strstr(opr_last_error(), world.rank == 0 ? "recv from rank 1 with tag 1 timed out" : "send"),
+          "the collective after: %d %s", rc, opr_last_error());
+    opr_tensor_release(x);
+}
+
 int main(int argc, char **argv)
 {
     int want = argc > 1 ? atoi(argv[1]) : 0;
@@ -389,6 +420,7 @@ int main(int argc, char **argv)
     if (!strcmp(mode, "late")) late_run();
     else if (!strcmp(mode, "limits")) limits_run();
     else if (!strcmp(mode, "agree")) agree_run();
+    else if (!strcmp(mode, "p2p")) p2p_run();
     else if (!strcmp(mode, "stall")) {
         double took = stall_run();
         CHECK(took < 2.5, "opr_ctx_free took %.2f s", took);
@@ -400,7 +432,7 @@ int main(int argc, char **argv)
               "what opr_ctx_free logged: %s", logged);
         printf("rank %d/%d: opr_ctx_free returned after %.2f s, logging %s\n", world.rank, world.size, took, logged);
     } else {
-        CHECK(0, "mode '%s': late, stall, limits or agree", mode);
+        CHECK(0, "mode '%s': late, stall, limits, agree or p2p", mode);
     }
     int status = report();
     opr_ctx_free(ctx); /* after a fault: MPI_Finalize is skipped */

@@ -136,9 +136,17 @@ const char *ncclGetLastError(ncclComm_t comm)
     return last_error;
 }
 
-static MPI_Datatype type_of(ncclDataType_t t) { return t == ncclFloat64 ? MPI_DOUBLE : MPI_FLOAT; }
+static MPI_Datatype type_of(ncclDataType_t t)
+{
+    return t == ncclFloat64 ? MPI_DOUBLE : t == ncclInt64 ? MPI_INT64_T : t == ncclUint8 ? MPI_UINT8_T : MPI_FLOAT;
+}
 
-static MPI_Op op_of(ncclRedOp_t op) { return op == ncclMax ? MPI_MAX : op == ncclMin ? MPI_MIN : MPI_SUM; }
+static size_t size_of(ncclDataType_t t) { return t == ncclFloat64 || t == ncclInt64 ? 8 : t == ncclUint8 ? 1 : 4; }
+
+static MPI_Op op_of(ncclRedOp_t op)
+{
+    return op == ncclMax ? MPI_MAX : op == ncclMin ? MPI_MIN : op == ncclProd ? MPI_PROD : MPI_SUM;
+}
 
 static void average(void *buf, size_t n, ncclDataType_t t, int by)
 {
@@ -149,8 +157,9 @@ static void average(void *buf, size_t n, ncclDataType_t t, int by)
 static ncclResult_t check(ncclComm_t comm, size_t count, ncclDataType_t t, ncclRedOp_t op)
 {
     if (!comm || count > 0x7fffffff) return fail(ncclInvalidArgument, "bad communicator or count");
-    if (t != ncclFloat32 && t != ncclFloat64) return fail(ncclInvalidArgument, "the stand-in has f32 and f64 only");
-    if (op == ncclProd) return fail(ncclInvalidArgument, "the stand-in has no ncclProd");
+    if (t != ncclFloat32 && t != ncclFloat64 && t != ncclInt64 && t != ncclUint8)
+        return fail(ncclInvalidArgument, "the stand-in has f32, f64, i64 and uint8 only");
+    if (op == ncclAvg && t != ncclFloat32 && t != ncclFloat64) return fail(ncclInvalidArgument, "ncclAvg of an integer");
     return ncclSuccess;
 }
 
@@ -173,7 +182,7 @@ ncclResult_t ncclBroadcast(const void *send, void *recv, size_t count, ncclDataT
     (void)stream;
     ncclResult_t rc = check(comm, count, type, ncclSum);
     if (rc) return rc;
-    size_t es = type == ncclFloat64 ? 8 : 4;
+    size_t es = size_of(type);
     if (comm->rank == root && send != recv) memmove(recv, send, count * es);
     return done(MPI_Bcast(recv, (int)count, type_of(type), root, comm->comm));
 }
@@ -208,4 +217,58 @@ ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t recvcount, n
     rc = done(MPI_Reduce_scatter_block(send, recv, (int)recvcount, type_of(type), op_of(op), comm->comm));
     if (!rc && op == ncclAvg) average(recv, recvcount, type, comm->size);
     return rc;
+}
+
+/* Point to point: NCCL matches a pair's sends and receives in order, as MPI does on one
+ * tag; between ncclGroupStart and ncclGroupEnd they are started, and ncclGroupEnd
+ * waits for them all (a root's receives from every member must all be posted before
+ * any completes). One group at a time, on one thread, as the kernels use it. */
+#define MAX_PENDING 64
+static MPI_Request pending[MAX_PENDING];
+static int npending, group_depth;
+
+static ncclResult_t p2p_post(int rc, MPI_Request req)
+{
+    if (rc != MPI_SUCCESS) return fail(ncclSystemError, "MPI failed");
+    if (group_depth == 0) return done(MPI_Wait(&req, MPI_STATUS_IGNORE));
+    if (npending == MAX_PENDING) return fail(ncclInvalidUsage, "more than 64 sends and receives in one group");
+    pending[npending++] = req;
+    return ncclSuccess;
+}
+
+ncclResult_t ncclSend(const void *send, size_t count, ncclDataType_t type, int peer, ncclComm_t comm, void *stream)
+{
+    (void)stream;
+    ncclResult_t rc = check(comm, count, type, ncclSum);
+    if (rc) return rc;
+    if (peer < 0 || peer >= comm->size) return fail(ncclInvalidArgument, "ncclSend: no such peer");
+    MPI_Request req;
+    int mrc = MPI_Isend(send, (int)count, type_of(type), peer, 0, comm->comm, &req);
+    return p2p_post(mrc, req);
+}
+
+ncclResult_t ncclRecv(void *recv, size_t count, ncclDataType_t type, int peer, ncclComm_t comm, void *stream)
+{
+    (void)stream;
+    ncclResult_t rc = check(comm, count, type, ncclSum);
+    if (rc) return rc;
+    if (peer < 0 || peer >= comm->size) return fail(ncclInvalidArgument, "ncclRecv: no such peer");
+    MPI_Request req;
+    int mrc = MPI_Irecv(recv, (int)count, type_of(type), peer, 0, comm->comm, &req);
+    return p2p_post(mrc, req);
+}
+
+ncclResult_t ncclGroupStart(void)
+{
+    group_depth++;
+    return ncclSuccess;
+}
+
+ncclResult_t ncclGroupEnd(void)
+{
+    if (group_depth == 0) return fail(ncclInvalidUsage, "ncclGroupEnd without ncclGroupStart");
+    if (--group_depth > 0) return ncclSuccess;
+    int rc = MPI_Waitall(npending, pending, MPI_STATUSES_IGNORE);
+    npending = 0;
+    return done(rc);
 }

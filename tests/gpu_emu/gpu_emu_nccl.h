@@ -25,7 +25,7 @@ typedef enum {
     ncclInProgress = 7,
 } ncclResult_t;
 typedef enum { ncclSum = 0, ncclProd = 1, ncclMax = 2, ncclMin = 3, ncclAvg = 4 } ncclRedOp_t;
-typedef enum { ncclFloat32 = 7, ncclFloat64 = 8 } ncclDataType_t;
+typedef enum { ncclUint8 = 1, ncclInt64 = 4, ncclFloat32 = 7, ncclFloat64 = 8 } ncclDataType_t;
 #define NCCL_MAJOR 2
 #define NCCL_MINOR 28
 #define NCCL_VERSION_CODE 22800
@@ -51,6 +51,12 @@ ncclResult_t ncclReduce(const void *send, void *recv, size_t count, ncclDataType
                         ncclComm_t comm, gpuemu_nccl_stream_t stream);
 ncclResult_t ncclAllGather(const void *send, void *recv, size_t sendcount, ncclDataType_t type, ncclComm_t comm,
                            gpuemu_nccl_stream_t stream);
+ncclResult_t ncclSend(const void *send, size_t count, ncclDataType_t type, int peer, ncclComm_t comm,
+                      gpuemu_nccl_stream_t stream);
+ncclResult_t ncclRecv(void *recv, size_t count, ncclDataType_t type, int peer, ncclComm_t comm,
+                      gpuemu_nccl_stream_t stream);
+ncclResult_t ncclGroupStart(void);
+ncclResult_t ncclGroupEnd(void);
 ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t recvcount, ncclDataType_t type, ncclRedOp_t op,
                                ncclComm_t comm, gpuemu_nccl_stream_t stream);
 
