@@ -2,8 +2,9 @@
 # `opreg ops --core-aten`: every Core ATen overload opreg defines runs on the CPU, takes
 # ATen's arguments in ATen's order and has derivative formulas where it is
 # differentiable (exit 0); and the report does catch an overload that lacks them: an op
-# file adding _pdist_forward with ATen's schema but no kernel and no formula, and
-# another with the arguments in another order, make it exit 1 naming each problem.
+# directory holding only a file with _pdist_forward (ATen's schema, no kernel, no
+# formula) and _cdist_forward with the arguments in another order (the real op files
+# define both properly) makes it exit 1 naming each problem.
 # Usage: core_aten_coverage.sh OPREG
 set -u
 opreg=$1
@@ -24,7 +25,7 @@ cat >"$dir/planted.yaml" <<'YAML'
 - name: _cdist_forward(Tensor x2, Tensor x1, float p, int? compute_mode) -> Tensor
   shape: "[0]"
 YAML
-out=$("$opreg" ops --core-aten --yaml "$dir/planted.yaml" 2>&1)
+out=$(OPREG_YAML_DIR="$dir" "$opreg" ops --core-aten 2>&1)
 rc=$?
 [ $rc = 1 ] || { echo "FAIL: a planted incomplete overload: exit $rc, expected 1"; status=1; }
 echo "$out" | grep -q '^_pdist_forward .*no CPU kernel; no derivative formula' ||

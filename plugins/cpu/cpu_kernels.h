@@ -69,5 +69,7 @@ int cpu_register_pointwise(opr_plugin *self);   /* cpu_pointwise.c: ATen's other
 int cpu_register_optim(opr_plugin *self);       /* cpu_optim.c: sgd_step_, adamw_step_ */
 int cpu_register_shape(opr_plugin *self);       /* cpu_shape.c: flip */
 int cpu_register_scan(opr_plugin *self);        /* cpu_scan.c: cumsum */
+int cpu_register_random(opr_plugin *self);      /* cpu_random.c: rand, randn, randperm */
+int cpu_register_embedding_bag(opr_plugin *self); /* cpu_embedding_bag.c: _embedding_bag and its gradients */
 
 #endif

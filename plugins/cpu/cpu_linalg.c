@@ -1,5 +1,5 @@
 /* Linear algebra kernels: mm, bmm, matmul, linear, addmm (OpenBLAS GEMM) and cdist
- * (direct here; through a GEMM for large inputs, cpu_cdist_gemm.c).
+ * (any p >= 0, direct here; p = 2 through a GEMM for large inputs, cpu_cdist_gemm.c).
  *
  * Every product goes through one batched-GEMM driver. Operands are described by their
  * matrix strides, so a transposed view (t(x)) reaches BLAS as-is with the transpose
@@ -11,6 +11,7 @@
 #include "cpu_common.h"
 #include "cpu_blas.h"
 #include "cpu_kernels.h"
+#include "../common/opc_dist.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -343,6 +344,7 @@ typedef struct {
     const int64_t *bshape;
     const int64_t *bst1, *bst2;
     int64_t nbatch, P, R, M, rs1, rs2;
+    double p; /* the norm: 2 takes the vectorised loop, any other opc_dist_add */
     const void *x1, *x2;
     void *out;
 } cdist_job;
@@ -365,11 +367,16 @@ typedef struct {
             for (int64_t r = 0; r < j->R; r++) {                                          \
                 const T *r2 = (const T *)j->x2 + o2 + r * j->rs2;                         \
                 double acc = 0;                                                           \
-                for (int64_t m = 0; m < j->M; m++) {                                      \
-                    const double diff = (double)r1[m] - (double)r2[m];                    \
-                    acc += diff * diff;                                                   \
+                if (j->p == 2) {                                                          \
+                    for (int64_t m = 0; m < j->M; m++) {                                  \
+                        const double diff = (double)r1[m] - (double)r2[m];                \
+                        acc += diff * diff;                                               \
+                    }                                                                     \
+                } else {                                                                  \
+                    for (int64_t m = 0; m < j->M; m++)                                    \
+                        acc = opc_dist_add(j->p, acc, (double)r1[m] - (double)r2[m]);     \
                 }                                                                         \
-                o[r] = (T)sqrt(acc);                                                      \
+                o[r] = (T)opc_dist_finish(j->p, acc);                                     \
             }                                                                             \
         }                                                                                 \
     }
@@ -414,8 +421,7 @@ static int k_cdist(const opr_kernel_call *c)
     const opr_tensor_view *x1 = cpu_arg_t(c, 0), *x2 = cpu_arg_t(c, 1);
     const opr_tensor_view *out = c->outputs[0];
     const double p = cpu_arg_d(c, 2);
-    if (p != 2)
-        return CPU_FAIL(c, OPR_ERR_UNSUPPORTED, "cdist: only p=2 is supported (got p=%g)", p);
+    if (!(p >= 0)) return CPU_FAIL(c, OPR_ERR_INVALID, "cdist: p must be >= 0 (got p=%g)", p);
     const int32_t nd = x1->ndim;
     if (nd < 2 || x2->ndim != nd || x1->shape[nd - 1] != x2->shape[nd - 1])
         return CPU_FAIL(c, OPR_ERR_INVALID, "cdist: expected x1 [..., P, M] and x2 [..., R, M] with the same number of dims");
@@ -434,7 +440,7 @@ static int k_cdist(const opr_kernel_call *c)
     cdist_job j = {
         .nb = batch.nb, .bshape = batch.bshape, .bst1 = bst1, .bst2 = bst2,
         .nbatch = batch_count(&batch), .P = x1->shape[nd - 2], .R = x2->shape[nd - 2],
-        .M = x1->shape[nd - 1], .out = out->data,
+        .M = x1->shape[nd - 1], .p = p, .out = out->data,
     };
     if (out->numel != j.nbatch * j.P * j.R || (out->numel > 0 && !cpu_is_contiguous(out)))
         return CPU_FAIL(c, OPR_ERR_INVALID, "cdist: output must be a contiguous tensor of %lld elements",
@@ -459,7 +465,7 @@ static int k_cdist(const opr_kernel_call *c)
     j.x1 = d1;
     j.x2 = d2;
     int rc = OPR_OK;
-    if (cpu_cdist_use_gemm(j.P, j.R, j.M, j.rs1, j.rs2)) {
+    if (p == 2 && cpu_cdist_use_gemm(j.P, j.R, j.M, j.rs1, j.rs2)) {
         const int64_t es = (int64_t)cpu_dtype_size(out->dtype);
         for (int64_t b = 0; b < j.nbatch && rc == OPR_OK; b++) {
             int64_t rem = b, o1 = 0, o2 = 0;

@@ -392,6 +392,8 @@ int gk_register_collective(opr_plugin *self);  /* gpu_nccl.cu: all_reduce, ... o
 int gk_register_pointwise(opr_plugin *self);   /* gpu_pointwise.cu: ATen's other pointwise, bitwise, logical ops */
 int gk_register_shape(opr_plugin *self);       /* gpu_shape.cu: flip */
 int gk_register_scan(opr_plugin *self);        /* gpu_scan.cu: cumsum */
+int gk_register_random(opr_plugin *self);      /* gpu_random.cu: rand, randn, randperm */
+int gk_register_embedding_bag(opr_plugin *self); /* gpu_embedding_bag.cu: _embedding_bag and its gradients */
 /* Destroys the NCCL communicators (gpu_nccl.cu), with the last context. */
 void gk_collective_shutdown(void);
 

@@ -1,4 +1,4 @@
-/* Linear algebra: mm, bmm, matmul, linear, addmm (f32, f64, f16, bf16), cdist (f32,
+/* Linear algebra: mm, bmm, matmul, linear, addmm (f32, f64, f16, bf16), cdist (any p; f32,
  * f64), and the fused backward kernels mm_backward, bmm_backward, matmul_backward,
  * linear_backward, addmm_backward (f32, f64).
  *
@@ -19,6 +19,7 @@
 #include "gpu_common.cuh"
 #include "gpu_gemm_tiled.cuh"
 #include "../common/opc_matmul_grad.h"
+#include "../common/opc_dist.h"
 
 #if GPU_HAVE_BLAS
 #include GPU_BLAS_HEADER
@@ -364,10 +365,11 @@ int k_addmm(const opr_kernel_call *c) { return run_forward(c, "addmm", plan_addm
 /* ------------------------------------------------------------------ cdist */
 
 /* Direct differences, summed in double (the |x|^2 + |y|^2 - 2xy identity cancels
- * catastrophically for nearby points). One thread per output [b, p, r]. */
+ * catastrophically for nearby points), for any p >= 0 (opc_dist.h). One thread per
+ * output [b, p, r]. */
 template <class T>
 __global__ void k_cdist(int64_t total, int64_t P, int64_t R, int64_t M, gk_geom bg, const T *x1, int64_t rs1,
-                        int64_t ms1, const T *x2, int64_t rs2, int64_t ms2, T *out)
+                        int64_t ms1, const T *x2, int64_t rs2, int64_t ms2, T *out, double pn)
 {
     GK_LOOP(t, total)
     {
@@ -376,11 +378,8 @@ __global__ void k_cdist(int64_t total, int64_t P, int64_t R, int64_t M, gk_geom 
         gk_offsets<2>(bg, b, off);
         const T *a = x1 + off[0] + p * rs1, *c = x2 + off[1] + r * rs2;
         double acc = 0;
-        for (int64_t m = 0; m < M; m++) {
-            const double d = (double)a[m * ms1] - (double)c[m * ms2];
-            acc += d * d;
-        }
-        out[t] = (T)sqrt(acc);
+        for (int64_t m = 0; m < M; m++) acc = opc_dist_add(pn, acc, (double)a[m * ms1] - (double)c[m * ms2]);
+        out[t] = (T)opc_dist_finish(pn, acc);
     }
 }
 
@@ -393,7 +392,7 @@ int k_cdist_op(const opr_kernel_call *c)
     const opr_tensor_view *out = c->outputs[0];
     const double p = gk_arg_d(c, 2);
     if (!x1 || !x2) return GK_FAIL(c, OPR_ERR_INVALID, "cdist: x1 and x2 must be tensors");
-    if (p != 2) return GK_FAIL(c, OPR_ERR_UNSUPPORTED, "cdist: only p=2 is supported (got p=%g)", p);
+    if (!(p >= 0)) return GK_FAIL(c, OPR_ERR_INVALID, "cdist: p must be >= 0 (got p=%g)", p);
     const int32_t nd = x1->ndim;
     if (nd < 2 || x2->ndim != nd || x1->shape[nd - 1] != x2->shape[nd - 1] || nd > GK_MAXD)
         return GK_FAIL(c, OPR_ERR_INVALID, "cdist: expected x1 [..., P, M] and x2 [..., R, M] with the same number of dims");
@@ -422,11 +421,11 @@ int k_cdist_op(const opr_kernel_call *c)
     if (out->dtype == OPR_F32)
         gk_launch(k_cdist<float>, blocks, GK_THREADS, 0, k.stream, total, P, R, M, bg, (const float *)x1->data, x1->strides[nd - 2],
                                                             x1->strides[nd - 1], (const float *)x2->data, x2->strides[nd - 2],
-                                                            x2->strides[nd - 1], (float *)out->data);
+                                                            x2->strides[nd - 1], (float *)out->data, p);
     else
         gk_launch(k_cdist<double>, blocks, GK_THREADS, 0, k.stream, total, P, R, M, bg, (const double *)x1->data, x1->strides[nd - 2],
                                                              x1->strides[nd - 1], (const double *)x2->data, x2->strides[nd - 2],
-                                                             x2->strides[nd - 1], (double *)out->data);
+                                                             x2->strides[nd - 1], (double *)out->data, p);
     return gk_launched(&k, "cdist kernel");
 }
 
