@@ -69,5 +69,6 @@ int cpu_register_pointwise(opr_plugin *self);   /* cpu_pointwise.c: ATen's other
 int cpu_register_optim(opr_plugin *self);       /* cpu_optim.c: sgd_step_, adamw_step_ */
 int cpu_register_shape(opr_plugin *self);       /* cpu_shape.c: flip */
 int cpu_register_scan(opr_plugin *self);        /* cpu_scan.c: cumsum */
+int cpu_register_grid_sample(opr_plugin *self); /* cpu_grid_sample.c: grid_sampler_2d and its backward */
 
 #endif

@@ -392,6 +392,7 @@ int gk_register_collective(opr_plugin *self);  /* gpu_nccl.cu: all_reduce, ... o
 int gk_register_pointwise(opr_plugin *self);   /* gpu_pointwise.cu: ATen's other pointwise, bitwise, logical ops */
 int gk_register_shape(opr_plugin *self);       /* gpu_shape.cu: flip */
 int gk_register_scan(opr_plugin *self);        /* gpu_scan.cu: cumsum */
+int gk_register_grid_sample(opr_plugin *self); /* gpu_grid_sample.cu: grid_sampler_2d and its backward */
 /* Destroys the NCCL communicators (gpu_nccl.cu), with the last context. */
 void gk_collective_shutdown(void);
 
