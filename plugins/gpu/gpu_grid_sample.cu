@@ -184,7 +184,9 @@ int gk_register_grid_sample(opr_plugin *self)
     static const struct { const char *op; opr_kernel_fn fn; } table[] = {
         {"grid_sampler_2d", k_grid_sampler_2d},
         {"grid_sampler_2d_backward", k_grid_sampler_2d_backward},
+#ifdef OPR_GK_GRID_SAMPLER_2D_BACKWARD /* the YAML's key is (input, grid), the order of its outputs */
         {"grid_sampler_2d_backward_fused", k_grid_sampler_2d_backward},
+#endif
         {"grid_sampler_2d_backward_input", k_grid_sampler_2d_backward},
         {"grid_sampler_2d_backward_grid", k_grid_sampler_2d_backward},
     };
