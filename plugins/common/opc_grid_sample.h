@@ -11,7 +11,8 @@
  *     as ATen's safe_downgrade_to_int_range, so that no conversion overflows;
  *   - bilinear weighs the 4 neighbours floor(i), floor(i) + 1 by the distances; nearest
  *     reads the neighbour nearbyint(i) (ties to even), whose gradient with respect to
- *     the grid is zero.
+ *     the grid is zero; bicubic weighs 4 x 4 neighbours, each padded on its own
+ *     (opc_gs_cubic).
  * The index arithmetic is done in double for every dtype; sums over channels too. The
  * functions come in f32 and f64 versions (OPC_GS_DEFINE below). */
 #ifndef OPREG_OPC_GRID_SAMPLE_H
@@ -51,18 +52,26 @@ OPC_GS_FN double opc_gs_reflect(double x, int64_t twice_lo, int64_t twice_hi, do
     x -= lo;
     if (x < 0) { sign = -1; x = -x; }
     const double extra = fmod(x, span);
-    const int64_t flips = (int64_t)floor(x / span);
-    if (flips % 2 == 0) { if (g) *g = sign; return extra + lo; }
+    /* the parity of the flips in double: an infinite x gives NaN (then -100 below), never
+     * an out-of-range conversion */
+    if (fmod(floor(x / span), 2) == 0) { if (g) *g = sign; return extra + lo; }
     if (g) *g = -sign;
     return span - extra + lo;
 }
 
-/* The pixel index the grid coordinate g reads along a dim of size pixels, after
- * padding; *d (may be NULL) d index / d g. */
-OPC_GS_FN double opc_gs_source(double g, int64_t size, int pad, bool align_corners, double *d)
+/* The pixel index of grid coordinate g along a dim of size pixels, before padding;
+ * *d (may be NULL) d index / d g. */
+OPC_GS_FN double opc_gs_unnormalize(double g, int64_t size, bool align_corners, double *d)
 {
-    double x = align_corners ? (g + 1) / 2 * (double)(size - 1) : ((g + 1) * (double)size - 1) / 2;
-    double dx = align_corners ? (double)(size - 1) / 2 : (double)size / 2, gc = 1, gr = 1;
+    if (d) *d = align_corners ? (double)(size - 1) / 2 : (double)size / 2;
+    return align_corners ? (g + 1) / 2 * (double)(size - 1) : ((g + 1) * (double)size - 1) / 2;
+}
+
+/* Pixel index x after padding (ATen's compute_coordinates); *d (may be NULL) times
+ * its derivative. */
+OPC_GS_FN double opc_gs_pad(double x, int64_t size, int pad, bool align_corners, double *d)
+{
+    double gc = 1, gr = 1;
     if (pad == OPC_GS_BORDER) {
         x = opc_gs_clip(x, size, &gc);
     } else if (pad == OPC_GS_REFLECTION) {
@@ -70,8 +79,45 @@ OPC_GS_FN double opc_gs_source(double g, int64_t size, int pad, bool align_corne
         x = opc_gs_clip(x, size, &gc);
     }
     if (!(x >= -2147483648.0 && x <= 2147483647.0)) x = -100; /* NaN too */
-    if (d) *d = dx * gc * gr;
+    if (d) *d *= gc * gr;
     return x;
+}
+
+/* The pixel index the grid coordinate g reads along a dim of size pixels, after
+ * padding; *d (may be NULL) d index / d g. */
+OPC_GS_FN double opc_gs_source(double g, int64_t size, int pad, bool align_corners, double *d)
+{
+    return opc_gs_pad(opc_gs_unnormalize(g, size, align_corners, d), size, pad, align_corners, d);
+}
+
+/* Bicubic (ATen's grid sampler bicubic): the unpadded index i = floor(i) + t reads the
+ * 4 x 4 pixels floor(i) - 1 .. floor(i) + 2 per dim, each padded on its own, weighed
+ * by the cubic convolution weights of t (A = -0.75, as PyTorch); w[k] the weight of
+ * tap k, d[k] (may be NULL) d w[k] / d t. An index beyond the int range reads nothing. */
+OPC_GS_FN double opc_gs_cubic(double i, double *w, double *d)
+{
+    const double A = -0.75;
+    const double f = floor(i), t = i - f;
+    double x = t + 1;
+    w[0] = ((A * x - 5 * A) * x + 8 * A) * x - 4 * A;
+    if (d) d[0] = (3 * A * x - 10 * A) * x + 8 * A;
+    x = t;
+    w[1] = ((A + 2) * x - (A + 3)) * x * x + 1;
+    if (d) d[1] = (3 * (A + 2) * x - 2 * (A + 3)) * x;
+    x = 1 - t;
+    w[2] = ((A + 2) * x - (A + 3)) * x * x + 1;
+    if (d) d[2] = -(3 * (A + 2) * x - 2 * (A + 3)) * x;
+    x = 2 - t;
+    w[3] = ((A * x - 5 * A) * x + 8 * A) * x - 4 * A;
+    if (d) d[3] = -((3 * A * x - 10 * A) * x + 8 * A);
+    return f >= -2147483648.0 && f <= 2147483647.0 ? f : -100; /* NaN and inf too */
+}
+
+/* The padded pixel of tap index k (an integer) along a dim: its index, or -1 outside. */
+OPC_GS_FN int64_t opc_gs_tap(double k, int64_t size, int pad, bool align_corners)
+{
+    const int64_t p = (int64_t)opc_gs_pad(k, size, pad, align_corners, (double *)0);
+    return p >= 0 && p < size ? p : -1;
 }
 
 /* Whether pixel (y, x) lies in an h x w image. */
@@ -108,6 +154,27 @@ OPC_GS_FN void opc_gs_corners(double iy, double ix, int64_t *ys, int64_t *xs, do
     OPC_GS_FN void opc_gs_forward_##SUF(const T *x, int64_t C, int64_t H, int64_t W, double gx, double gy,        \
                                         int mode, int pad, bool ac, T *y, int64_t ostride)                        \
     {                                                                                                             \
+        if (mode == OPC_GS_BICUBIC) {                                                                             \
+            double wx[4], wy[4];                                                                                  \
+            const double fx = opc_gs_cubic(opc_gs_unnormalize(gx, W, ac, (double *)0), wx, (double *)0);          \
+            const double fy = opc_gs_cubic(opc_gs_unnormalize(gy, H, ac, (double *)0), wy, (double *)0);          \
+            int64_t tx[4], ty[4];                                                                                 \
+            for (int k = 0; k < 4; k++) {                                                                         \
+                tx[k] = opc_gs_tap(fx - 1 + k, W, pad, ac);                                                       \
+                ty[k] = opc_gs_tap(fy - 1 + k, H, pad, ac);                                                       \
+            }                                                                                                     \
+            for (int64_t c = 0; c < C; c++) {                                                                     \
+                double acc = 0;                                                                                   \
+                for (int i = 0; i < 4; i++) {                                                                     \
+                    double row = 0;                                                                               \
+                    for (int j = 0; ty[i] >= 0 && j < 4; j++)                                                     \
+                        if (tx[j] >= 0) row += (double)x[(c * H + ty[i]) * W + tx[j]] * wx[j];                   \
+                    acc += row * wy[i];                                                                           \
+                }                                                                                                 \
+                y[c * ostride] = (T)acc;                                                                          \
+            }                                                                                                     \
+            return;                                                                                               \
+        }                                                                                                         \
         const double ix = opc_gs_source(gx, W, pad, ac, (double *)0), iy = opc_gs_source(gy, H, pad, ac, (double *)0);                \
         if (mode == OPC_GS_NEAREST) {                                                                             \
             const int64_t xn = (int64_t)nearbyint(ix), yn = (int64_t)nearbyint(iy);                              \
@@ -130,6 +197,19 @@ OPC_GS_FN void opc_gs_corners(double iy, double ix, int64_t *ys, int64_t *xs, do
     {                                                                                                             \
         for (int64_t i = 0; i < H * W; i++) dx[i] = (T)0;                                                         \
         for (int64_t p = 0; p < npts; p++) {                                                                      \
+            if (mode == OPC_GS_BICUBIC) {                                                                         \
+                double wx[4], wy[4];                                                                              \
+                const double fx = opc_gs_cubic(opc_gs_unnormalize((double)grid[2 * p], W, ac, (double *)0), wx, (double *)0);     \
+                const double fy = opc_gs_cubic(opc_gs_unnormalize((double)grid[2 * p + 1], H, ac, (double *)0), wy, (double *)0); \
+                for (int i = 0; i < 4; i++) {                                                                     \
+                    const int64_t ty = opc_gs_tap(fy - 1 + i, H, pad, ac);                                        \
+                    for (int j = 0; ty >= 0 && j < 4; j++) {                                                      \
+                        const int64_t tx = opc_gs_tap(fx - 1 + j, W, pad, ac);                                    \
+                        if (tx >= 0) dx[ty * W + tx] += (T)(wy[i] * wx[j] * (double)dy[p]);                       \
+                    }                                                                                             \
+                }                                                                                                 \
+                continue;                                                                                         \
+            }                                                                                                     \
             const double ix = opc_gs_source((double)grid[2 * p], W, pad, ac, (double *)0);                                  \
             const double iy = opc_gs_source((double)grid[2 * p + 1], H, pad, ac, (double *)0);                              \
             if (mode == OPC_GS_NEAREST) {                                                                         \
@@ -152,6 +232,30 @@ OPC_GS_FN void opc_gs_corners(double iy, double ix, int64_t *ys, int64_t *xs, do
             return;                                                                                               \
         }                                                                                                         \
         double mx, my;                                                                                            \
+        if (mode == OPC_GS_BICUBIC) { /* the taps are padded, not the index: only unnormalize's derivative */   \
+            double wx[4], wy[4], dwx[4], dwy[4];                                                                  \
+            const double fx = opc_gs_cubic(opc_gs_unnormalize(gx, W, ac, &mx), wx, dwx);                          \
+            const double fy = opc_gs_cubic(opc_gs_unnormalize(gy, H, ac, &my), wy, dwy);                          \
+            int64_t tx[4], ty[4];                                                                                 \
+            for (int k = 0; k < 4; k++) {                                                                         \
+                tx[k] = opc_gs_tap(fx - 1 + k, W, pad, ac);                                                       \
+                ty[k] = opc_gs_tap(fy - 1 + k, H, pad, ac);                                                       \
+            }                                                                                                     \
+            double sx = 0, sy = 0;                                                                                \
+            for (int64_t c = 0; c < C; c++) {                                                                     \
+                const double g = (double)dy[c * ostride];                                                         \
+                for (int i = 0; i < 4; i++)                                                                       \
+                    for (int j = 0; ty[i] >= 0 && j < 4; j++)                                                     \
+                        if (tx[j] >= 0) {                                                                         \
+                            const double v = (double)x[(c * H + ty[i]) * W + tx[j]] * g;                          \
+                            sx += v * dwx[j] * wy[i];                                                             \
+                            sy += v * wx[j] * dwy[i];                                                             \
+                        }                                                                                         \
+            }                                                                                                     \
+            dg[0] = (T)(mx * sx);                                                                                 \
+            dg[1] = (T)(my * sy);                                                                                 \
+            return;                                                                                               \
+        }                                                                                                         \
         const double ix = opc_gs_source(gx, W, pad, ac, &mx), iy = opc_gs_source(gy, H, pad, ac, &my);            \
         int64_t ys[4], xs[4];                                                                                     \
         double wt[4];                                                                                             \

@@ -33,8 +33,8 @@ static int gs_geometry(const opr_kernel_call *c, const int64_t *xs, const opr_te
 {
     if (!grid || grid->ndim != 4 || grid->shape[3] != 2 || grid->shape[0] != xs[0])
         return CPU_FAIL(c, OPR_ERR_INVALID, "%s: grid must be [N, H_out, W_out, 2] with the input's N", c->op);
-    if (cpu_arg_i(c, imode) != OPC_GS_BILINEAR && cpu_arg_i(c, imode) != OPC_GS_NEAREST)
-        return CPU_FAIL(c, OPR_ERR_UNSUPPORTED, "%s: interpolation_mode %lld is not supported (0 bilinear, 1 nearest)",
+    if (cpu_arg_i(c, imode) < OPC_GS_BILINEAR || cpu_arg_i(c, imode) > OPC_GS_BICUBIC)
+        return CPU_FAIL(c, OPR_ERR_INVALID, "%s: interpolation_mode %lld is not 0 (bilinear), 1 (nearest) or 2 (bicubic)",
                         c->op, (long long)cpu_arg_i(c, imode));
     if (cpu_arg_i(c, ipad) < OPC_GS_ZEROS || cpu_arg_i(c, ipad) > OPC_GS_REFLECTION)
         return CPU_FAIL(c, OPR_ERR_INVALID, "%s: padding_mode %lld is not 0, 1 or 2", c->op, (long long)cpu_arg_i(c, ipad));

@@ -76,8 +76,8 @@ int gs_geometry(const opr_kernel_call *c, const int64_t *xs, const opr_tensor_vi
     if (!grid || grid->ndim != 4 || grid->shape[3] != 2 || grid->shape[0] != xs[0])
         return GK_FAIL(c, OPR_ERR_INVALID, "%s: grid must be [N, H_out, W_out, 2] with the input's N", c->op);
     const int64_t mode = gk_arg_i(c, imode), pad = gk_arg_i(c, ipad);
-    if (mode != OPC_GS_BILINEAR && mode != OPC_GS_NEAREST)
-        return GK_FAIL(c, OPR_ERR_UNSUPPORTED, "%s: interpolation_mode %lld is not supported (0 bilinear, 1 nearest)", c->op,
+    if (mode < OPC_GS_BILINEAR || mode > OPC_GS_BICUBIC)
+        return GK_FAIL(c, OPR_ERR_INVALID, "%s: interpolation_mode %lld is not 0 (bilinear), 1 (nearest) or 2 (bicubic)", c->op,
                        (long long)mode);
     if (pad < OPC_GS_ZEROS || pad > OPC_GS_REFLECTION)
         return GK_FAIL(c, OPR_ERR_INVALID, "%s: padding_mode %lld is not 0, 1 or 2", c->op, (long long)pad);
