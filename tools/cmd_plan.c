@@ -13,8 +13,8 @@ static void usage(void)
            "Prints every candidate set that computes the gradients of the named inputs of OP, with\n"
            "its estimated cost, launches and the tensors it saves (and their bytes), then the chosen\n"
            "set and why it won. Every tensor argument needs a --shape; other arguments take their\n"
-           "defaults unless given with --arg (ints, floats, true/false, or lists like 0,1);\n"
-           "--shape NAME=none passes None for an optional tensor (Tensor?).\n"
+           "defaults unless given with --arg (ints, floats, true/false, or lists like 0,1 or 1.5,2;\n"
+           "None for an optional one); --shape NAME=none passes None for an optional tensor (Tensor?).\n"
            "--backend NAME plans on that device, with its plugins' kernels: where a kernel gives\n"
            "its own estimate (cost_ns, ABI 2.2) it replaces the registry's (\"the estimate of K\n"
            "(plugin P)\"), and a fused kernel whose supports refuses the arguments is listed as\n"
@@ -133,7 +133,8 @@ int cmd_plan(int argc, char **argv)
             continue;
         }
         if (!val) { nargs = i; break; } /* this and the rest take their defaults */
-        if (kind == OPR_V_INT) args[i] = opr_v_int(atoll(val));
+        if (!strcmp(val, "None") && opr_op_arg_optional(op, i)) args[i] = opr_v_none(); /* upsample's output_size=None */
+        else if (kind == OPR_V_INT) args[i] = opr_v_int(atoll(val));
         else if (kind == OPR_V_DOUBLE) args[i] = opr_v_double(atof(val));
         else if (kind == OPR_V_BOOL) args[i] = opr_v_bool(!strcmp(val, "true") || !strcmp(val, "1"));
         else if (kind == OPR_V_INT_LIST) args[i] = opr_v_ints(lists[i], parse_dims(val, lists[i]) < 0 ? 0 : parse_dims(val, lists[i]));

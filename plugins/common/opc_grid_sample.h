@@ -54,7 +54,7 @@ OPC_GS_FN double opc_gs_reflect(double x, int64_t twice_lo, int64_t twice_hi, do
     const double extra = fmod(x, span);
     /* the parity of the flips in double: an infinite x gives NaN (then -100 below), never
      * an out-of-range conversion */
-    if (fmod(floor(x / span), 2) == 0) { if (g) *g = sign; return extra + lo; }
+    if (fmod(floor(x / span), 2.0) == 0) { if (g) *g = sign; return extra + lo; }
     if (g) *g = -sign;
     return span - extra + lo;
 }
