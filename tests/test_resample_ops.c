@@ -208,6 +208,48 @@ START_TEST(test_grid_sampler_backward_op)
 }
 END_TEST
 
+/* Under opr_vmap (no batching rule: one call per sample) the float list reaches each
+ * call: batch B of [N, C, H, W] samples gives what one call on [B * N, C, H, W] gives,
+ * the planes being independent; grid_sampler_2d the same with its grid batched too. */
+static opr_status vmap_vec(void *user, opr_tensor *const *in, int nin, opr_tensor **out, int nout)
+{
+    (void)user, (void)nin, (void)nout;
+    const opr_op *op = opr_op_find(opr_tensor_ctx(in[0]), "upsample_bilinear2d.vec");
+    opr_value a[] = {TV(in[0]), opr_v_none(), opr_v_bool(false), DBLS(1.7, 2.0)};
+    return opr_call(op, a, 4, out, 1);
+}
+static opr_status vmap_grid(void *user, opr_tensor *const *in, int nin, opr_tensor **out, int nout)
+{
+    (void)user, (void)nin, (void)nout;
+    const opr_op *op = opr_op_find(opr_tensor_ctx(in[0]), "grid_sampler_2d");
+    opr_value a[] = {TV(in[0]), TV(in[1]), opr_v_int(2), opr_v_int(2), opr_v_bool(false)};
+    return opr_call(op, a, 5, out, 1);
+}
+
+START_TEST(test_vmap)
+{
+    opr_ctx *ctx = tu_ctx();
+    tu_seed(5);
+    opr_tensor *x = tu_rand(ctx, OPR_F64, 5, (int64_t[]){3, 2, 2, 3, 4}, -1, 1);
+    opr_tensor *grid = tu_rand(ctx, OPR_F64, 5, (int64_t[]){3, 2, 2, 3, 2}, -1.5, 1.5);
+    opr_tensor *y = NULL, *yg = NULL;
+    ck_assert_msg(!opr_vmap(ctx, vmap_vec, NULL, &x, (int[]){0}, 1, &y, (int[]){0}, 1, NULL), "%s", opr_last_error());
+    opr_tensor *flat = tu_call1(ctx, "reshape", ARGS(TV(x), INTS(6, 2, 3, 4)));
+    opr_tensor *want = tu_call1(ctx, "upsample_bilinear2d.vec", ARGS(TV(flat), opr_v_none(), opr_v_bool(false), DBLS(1.7, 2.0)));
+    opr_tensor *want5 = tu_call1(ctx, "reshape", ARGS(TV(want), INTS(3, 2, 2, 5, 8)));
+    expect_same(y, want5, 1e-12, "upsample_bilinear2d.vec under opr_vmap");
+    opr_tensor *ins[] = {x, grid};
+    ck_assert_msg(!opr_vmap(ctx, vmap_grid, NULL, ins, (int[]){0, 0}, 2, &yg, (int[]){0}, 1, NULL), "%s", opr_last_error());
+    opr_tensor *gflat = tu_call1(ctx, "reshape", ARGS(TV(grid), INTS(6, 2, 3, 2)));
+    opr_tensor *gwant = tu_call1(ctx, "grid_sampler_2d", ARGS(TV(flat), TV(gflat), opr_v_int(2), opr_v_int(2), opr_v_bool(false)));
+    opr_tensor *gwant5 = tu_call1(ctx, "reshape", ARGS(TV(gwant), INTS(3, 2, 2, 2, 3)));
+    expect_same(yg, gwant5, 1e-12, "grid_sampler_2d under opr_vmap");
+    opr_tensor *all[] = {x, grid, y, yg, flat, want, want5, gflat, gwant, gwant5};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) opr_tensor_release(all[i]);
+    tu_ctx_free(ctx);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("resample_ops");
@@ -217,6 +259,7 @@ int main(void)
     tcase_add_test(tc, test_refused);
     tcase_add_test(tc, test_grid_sampler_identity);
     tcase_add_test(tc, test_grid_sampler_backward_op);
+    tcase_add_test(tc, test_vmap);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }
