@@ -8,7 +8,7 @@
 #include <string.h>
 
 /* How well value v fits argument a: 0 exactly, 1 by a conversion (an int for a float
- * or an int[]), -1 not at all. */
+ * or an int[], an int[] for a float[]: opr_call converts it), -1 not at all. */
 static int fit(const op_arg *a, const opr_value *v)
 {
     if (v->kind == OPR_V_NONE) return a->optional ? 0 : -1;
@@ -21,6 +21,7 @@ static int fit(const op_arg *a, const opr_value *v)
     case ARG_BOOL: return v->kind == OPR_V_BOOL ? 0 : -1;
     case ARG_INT_LIST: return v->kind == OPR_V_INT_LIST ? 0 : v->kind == OPR_V_INT ? 1 : -1;
     case ARG_STR: return v->kind == OPR_V_STRING ? 0 : -1;
+    case ARG_FLOAT_LIST: return v->kind == OPR_V_DOUBLE_LIST ? 0 : v->kind == OPR_V_INT_LIST ? 1 : -1;
     }
     return -1;
 }

@@ -9,14 +9,14 @@
 
 static const char *type_name(arg_type t)
 {
-    static const char *names[] = {"Tensor", "Tensor[]", "int", "float", "bool", "int[]", "str", "Scalar"};
+    static const char *names[] = {"Tensor", "Tensor[]", "int", "float", "bool", "int[]", "str", "Scalar", "float[]"};
     return names[t];
 }
 
 const char *value_kind_name(opr_value_kind k)
 {
-    static const char *names[] = {"None", "Tensor", "Tensor[]", "int", "float", "bool", "int[]", "str"};
-    return (unsigned)k <= OPR_V_STRING ? names[k] : "invalid value";
+    static const char *names[] = {"None", "Tensor", "Tensor[]", "int", "float", "bool", "int[]", "str", "float[]"};
+    return (unsigned)k <= OPR_V_DOUBLE_LIST ? names[k] : "invalid value";
 }
 
 /* State collected while checking the arguments. */
@@ -26,6 +26,7 @@ typedef struct checked {
     opr_tensor_view *list_views;  /* views of the one Tensor[] argument, if any, followed
                                      in the same block by the pointers to them */
     opr_tensor *tensors[OPR_MAX_ARGS];
+    double dbls[OPR_MAX_ARGS][OPR_MAX_DIMS]; /* an int[] given for a float[], as doubles */
     mval slots[OPR_MAX_ARGS + OPR_MAX_OUTS + 1];
     int common;                   /* common dtype T, -1 until seen */
     opr_device dev;
@@ -154,6 +155,21 @@ static int check_args(const opr_op *op, const opr_value *args, int nargs, checke
                 k->kind = OPR_ARG_INT_LIST;
                 k->u.il.items = v->u.il.items;
                 k->u.il.n = v->u.il.n;
+            }
+            break;
+        case ARG_FLOAT_LIST: /* an int list converts, as PyTorch takes scale_factors=[2, 2] */
+            if ((ok = v->kind == OPR_V_DOUBLE_LIST || v->kind == OPR_V_INT_LIST)) {
+                const int n = v->kind == OPR_V_DOUBLE_LIST ? v->u.dl.n : v->u.il.n;
+                const void *items = v->kind == OPR_V_DOUBLE_LIST ? (const void *)v->u.dl.items : (const void *)v->u.il.items;
+                if (n && !items)
+                    return opr_fail(OPR_ERR_INVALID, "%s: argument '%s' has %d NULL items", op->name, a->name, n);
+                if (n < 0 || n > OPR_MAX_DIMS)
+                    return opr_fail(OPR_ERR_INVALID, "%s: argument '%s' must be a list of 0 to %d floats", op->name,
+                                    a->name, OPR_MAX_DIMS);
+                for (int j = 0; v->kind == OPR_V_INT_LIST && j < n; j++) c->dbls[i][j] = (double)v->u.il.items[j];
+                k->kind = OPR_ARG_DOUBLE_LIST;
+                k->u.dl.items = v->kind == OPR_V_DOUBLE_LIST ? v->u.dl.items : c->dbls[i];
+                k->u.dl.n = n;
             }
             break;
         case ARG_STR:

@@ -68,7 +68,8 @@ int expr_resolve_formula(expr *e, const char *const *names, int nnames, const ex
 /* MV_TENSORS: a list of real tensors (a Tensor[] argument of a call, `grads`); MV_METAS:
  * the same seen only through its items' metadata (a Tensor[] argument as a graph node
  * keeps it: item metadata without the tensors). */
-typedef enum mval_kind { MV_NONE, MV_INT, MV_FLOAT, MV_BOOL, MV_LIST, MV_TENSOR, MV_TENSORS, MV_STR, MV_METAS } mval_kind;
+typedef enum mval_kind { MV_NONE, MV_INT, MV_FLOAT, MV_BOOL, MV_LIST, MV_TENSOR, MV_TENSORS, MV_STR, MV_METAS,
+               MV_FLIST /* a float list (float[] arguments): u.fl */ } mval_kind;
 
 /* A value during metadata evaluation. Tensors are seen through their metadata only. */
 typedef struct mval {
@@ -79,6 +80,7 @@ typedef struct mval {
         double d;
         bool b;
         int64_t l[OPR_MAX_DIMS];
+        double fl[OPR_MAX_DIMS];
         const opr_meta *t;
         opr_tensor *const *ts;
         const opr_meta *ms;

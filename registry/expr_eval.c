@@ -367,11 +367,12 @@ static int bi_stack_shape(const mval *a, int n, mval *out)
     return OPR_OK;
 }
 
-/* len(ts): the number of items of a tensor list or an int list. */
+/* len(ts): the number of items of a tensor list, an int list or a float list. */
 static int bi_len(const mval *a, int n, mval *out)
 {
     (void)n;
-    if (!mval_is_list(&a[0]) && a[0].k != MV_LIST) return opr_fail(OPR_ERR_INVALID, "len: expected a list");
+    if (!mval_is_list(&a[0]) && a[0].k != MV_LIST && a[0].k != MV_FLIST)
+        return opr_fail(OPR_ERR_INVALID, "len: expected a list");
     out->k = MV_INT;
     out->u.i = a[0].n;
     return OPR_OK;
@@ -670,6 +671,12 @@ static bool values_equal(const mval *x, const mval *y)
 {
     if (x->k == MV_LIST && y->k == MV_LIST)
         return x->n == y->n && !memcmp(x->u.l, y->u.l, (size_t)x->n * sizeof(int64_t));
+    if (x->k == MV_FLIST || y->k == MV_FLIST) { /* item by item, as numbers: [2.0, 1.5] == [2.0, 1.5] */
+        if (x->k != y->k || x->n != y->n) return false;
+        for (int i = 0; i < x->n; i++)
+            if (x->u.fl[i] != y->u.fl[i]) return false;
+        return true;
+    }
     if (x->k == MV_NONE || y->k == MV_NONE) return x->k == y->k;
     if (x->k == MV_STR && y->k == MV_STR) return !strcmp(x->u.s, y->u.s);
     double a, b;
@@ -700,14 +707,19 @@ int expr_eval_with(const expr *e, const mval *slots, const expr_hooks *h, mval *
     case EXPR_NAME: *out = slots[e->slot]; return OPR_OK;
     case EXPR_LIST: {
         if (e->nargs > OPR_MAX_DIMS) return opr_fail(OPR_ERR_INVALID, "list longer than %d", OPR_MAX_DIMS);
-        out->k = MV_LIST;
-        out->n = e->nargs;
+        mval v[OPR_MAX_DIMS];
+        bool floats = false; /* an item that is not a whole number makes a float list ([1.5, 2]) */
         for (int i = 0; i < e->nargs; i++) {
-            mval v;
-            int rc = expr_eval_with(e->args[i], slots, h, &v);
+            int rc = expr_eval_with(e->args[i], slots, h, &v[i]);
             if (rc) return rc;
-            if (!as_int(&v, &out->u.l[i])) return opr_fail(OPR_ERR_INVALID, "list items must be ints");
+            int64_t k;
+            floats |= v[i].k == MV_FLOAT && !as_int(&v[i], &k);
         }
+        out->k = floats ? MV_FLIST : MV_LIST;
+        out->n = e->nargs;
+        for (int i = 0; i < e->nargs; i++)
+            if (floats ? !as_num(&v[i], &out->u.fl[i]) : !as_int(&v[i], &out->u.l[i]))
+                return opr_fail(OPR_ERR_INVALID, "list items must be numbers (ints, or floats for a float list)");
         return OPR_OK;
     }
     case EXPR_CALL: {
@@ -741,7 +753,7 @@ int expr_eval_with(const expr *e, const mval *slots, const expr_hooks *h, mval *
         int64_t k;
         int d = 0;
         /* wrap() lets index 0 through for 0 items (a 0-d tensor's dim 0): not here */
-        if ((mval_is_list(&l) || l.k == MV_LIST) && l.n == 0)
+        if ((mval_is_list(&l) || l.k == MV_LIST || l.k == MV_FLIST) && l.n == 0)
             return opr_fail(OPR_ERR_INVALID, "index into an empty list");
         if (mval_is_list(&l) && as_int(&i, &k)) { /* grads[k], results[k], tensors[i] */
             if (wrap(k, l.n, "index", &d)) return OPR_ERR_INVALID;
@@ -750,7 +762,13 @@ int expr_eval_with(const expr *e, const mval *slots, const expr_hooks *h, mval *
             out->u.t = mval_item(&l, d);
             return OPR_OK;
         }
-        if (l.k != MV_LIST || !as_int(&i, &k)) return opr_fail(OPR_ERR_INVALID, "only int lists can be indexed");
+        if (l.k == MV_FLIST && as_int(&i, &k)) { /* scale_factors[0] */
+            if (wrap(k, l.n, "index", &d)) return OPR_ERR_INVALID;
+            out->k = MV_FLOAT;
+            out->u.d = l.u.fl[d];
+            return OPR_OK;
+        }
+        if (l.k != MV_LIST || !as_int(&i, &k)) return opr_fail(OPR_ERR_INVALID, "only int and float lists can be indexed");
         if (wrap(k, l.n, "index", &d)) return OPR_ERR_INVALID;
         out->k = MV_INT;
         out->u.i = l.u.l[d];
@@ -794,6 +812,11 @@ void mval_of_kernel_arg(const opr_kernel_arg *k, mval *m)
         m->n = k->u.il.n;
         if (k->u.il.n) memcpy(m->u.l, k->u.il.items, (size_t)k->u.il.n * sizeof(int64_t));
         break;
+    case OPR_ARG_DOUBLE_LIST:
+        m->k = MV_FLIST;
+        m->n = k->u.dl.n;
+        if (k->u.dl.n) memcpy(m->u.fl, k->u.dl.items, (size_t)k->u.dl.n * sizeof(double));
+        break;
     default: m->k = MV_NONE; break;
     }
 }
@@ -806,6 +829,7 @@ bool kernel_arg_of_mval(const mval *m, opr_kernel_arg *k)
     case MV_FLOAT: k->kind = OPR_ARG_DOUBLE; k->u.d = m->u.d; return true;
     case MV_BOOL: k->kind = OPR_ARG_BOOL; k->u.b = m->u.b; return true;
     case MV_LIST: k->kind = OPR_ARG_INT_LIST; k->u.il.items = m->u.l; k->u.il.n = m->n; return true;
+    case MV_FLIST: k->kind = OPR_ARG_DOUBLE_LIST; k->u.dl.items = m->u.fl; k->u.dl.n = m->n; return true;
     case MV_STR: k->kind = OPR_ARG_STRING; k->u.s = m->u.s; return true;
     case MV_NONE: return true;
     default: return false;

@@ -117,6 +117,7 @@ static int run_call(void *ud, const expr *call, const mval *args, int nargs, mva
             }
             break;
         case MV_LIST: vals[p] = opr_v_ints(v->u.l, v->n); break;
+        case MV_FLIST: vals[p] = opr_v_doubles(v->u.fl, v->n); break;
         case MV_TENSORS: /* a Tensor[] argument or `grads` handed on */
             for (int i = 0; i < v->n; i++)
                 if (!v->u.ts[i]) return opr_fail(OPR_ERR_INVALID, "%s:%d:%d: %s(): item %d of the tensor list is None",

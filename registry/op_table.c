@@ -267,7 +267,7 @@ int opr_op_arg_kind(const opr_op *op, int i)
     static const opr_value_kind kinds[] = {
         [ARG_TENSOR] = OPR_V_TENSOR, [ARG_TENSOR_LIST] = OPR_V_TENSOR_LIST, [ARG_INT] = OPR_V_INT,
         [ARG_FLOAT] = OPR_V_DOUBLE, [ARG_BOOL] = OPR_V_BOOL, [ARG_INT_LIST] = OPR_V_INT_LIST, [ARG_STR] = OPR_V_STRING,
-        [ARG_SCALAR] = OPR_V_DOUBLE,
+        [ARG_SCALAR] = OPR_V_DOUBLE, [ARG_FLOAT_LIST] = OPR_V_DOUBLE_LIST,
     };
     return op && i >= 0 && i < op->nargs ? (int)kinds[op->args[i].type] : -1;
 }
@@ -278,6 +278,7 @@ const char *opr_op_arg_type(const opr_op *op, int i)
         [ARG_TENSOR] = {"Tensor", "Tensor?"}, [ARG_TENSOR_LIST] = {"Tensor[]", "Tensor[]"},
         [ARG_INT] = {"int", "int?"}, [ARG_FLOAT] = {"float", "float?"}, [ARG_BOOL] = {"bool", "bool?"},
         [ARG_INT_LIST] = {"int[]", "int[]?"}, [ARG_STR] = {"str", "str?"}, [ARG_SCALAR] = {"Scalar", "Scalar?"},
+        [ARG_FLOAT_LIST] = {"float[]", "float[]?"},
     };
     if (op && i >= 0 && i < op->nargs && op->args[i].bool_items) return "bool[]";
     return op && i >= 0 && i < op->nargs ? types[op->args[i].type][op->args[i].optional] : NULL;

@@ -528,6 +528,9 @@ static int make_key(const opr_op *op, uint32_t mask, opr_device dev, const mval 
         } else if (v->k == MV_LIST) {
             key[n++] = v->n;
             for (int d = 0; d < v->n; d++) key[n++] = v->u.l[d];
+        } else if (v->k == MV_FLIST) { /* scale_factors: a formula may read the items */
+            key[n++] = v->n;
+            for (int d = 0; d < v->n; d++) memcpy(&key[n++], &v->u.fl[d], sizeof(int64_t));
         } else if (v->k == MV_STR) { /* all_reduce's op: a select may read it */
             uint64_t h = 1469598103934665603ull;
             for (const char *c = v->u.s; *c; c++) h = (h ^ (unsigned char)*c) * 1099511628211ull;

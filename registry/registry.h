@@ -10,7 +10,8 @@
 
 typedef enum arg_type {
     ARG_TENSOR, ARG_TENSOR_LIST, ARG_INT, ARG_FLOAT, ARG_BOOL, ARG_INT_LIST, ARG_STR,
-    ARG_SCALAR              /* a number (int, float or bool), wrapped in the op's dtype T */
+    ARG_SCALAR,             /* a number (int, float or bool), wrapped in the op's dtype T */
+    ARG_FLOAT_LIST          /* `float[]`, `float[]?` (upsample's scale_factors): OPR_V_DOUBLE_LIST */
 } arg_type;
 
 typedef struct op_arg {
@@ -193,6 +194,7 @@ static inline opr_value op_arg_default(const op_arg *a)
     case OPR_ARG_BOOL: return opr_v_bool(d->u.b);
     case OPR_ARG_INT_LIST: return opr_v_ints(d->u.il.items, d->u.il.n);
     case OPR_ARG_STRING: return opr_v_string(d->u.s);
+    case OPR_ARG_DOUBLE_LIST: return opr_v_doubles(d->u.dl.items, d->u.dl.n);
     default: return opr_v_none();
     }
 }

@@ -122,6 +122,19 @@ static int parse_scalar(const loader *l, const op_arg *a, const yaml_node_t *n, 
         memcpy(out->u.l, t.shape, sizeof t.shape);
         return OPR_OK;
     }
+    if (a->type == ARG_FLOAT_LIST && !(a->optional && s && !strcmp(s, "None"))) { /* scale_factors: [1.7, 2] */
+        if (n->type != YAML_SEQUENCE_NODE) return yaml_fail_at(l, n, OPR_ERR_PARSE, "samples: '%s' must be a list", a->name);
+        out->k = MV_FLIST;
+        out->n = 0;
+        for (yaml_node_item_t *it = n->data.sequence.items.start; it < n->data.sequence.items.top; it++) {
+            const yaml_node_t *item = yaml_document_get_node(l->doc, *it);
+            if (out->n == OPR_MAX_DIMS) return yaml_fail_at(l, n, OPR_ERR_PARSE, "samples: '%s' has too many items", a->name);
+            int rc = parse_value(l, item, &out->u.fl[out->n]);
+            if (rc) return rc;
+            out->n++;
+        }
+        return OPR_OK;
+    }
     if (!s) return yaml_fail_at(l, n, OPR_ERR_PARSE, "samples: '%s' needs a plain value", a->name);
     if (!strcmp(s, "None")) { out->k = MV_NONE; return OPR_OK; }
     char *end;
@@ -301,7 +314,7 @@ int samples_build(const opr_op *op, int i, const sample_tweak *tw, opr_dtype dty
             mval_of_kernel_arg(&oa->def, &m);
             args[a] = m.k == MV_INT ? opr_v_int(m.u.i) : m.k == MV_FLOAT ? opr_v_double(m.u.d) : m.k == MV_BOOL
                       ? opr_v_bool(m.u.b) : oa->def.kind == OPR_ARG_INT_LIST ? opr_v_ints(oa->def.u.il.items, oa->def.u.il.n)
-                      : oa->def.kind == OPR_ARG_STRING ? opr_v_string(oa->def.u.s) : opr_v_none();
+                      : oa->def.kind == OPR_ARG_STRING ? opr_v_string(oa->def.u.s) : op_arg_default(oa);
             continue;
         }
         if (oa->type == ARG_TENSOR && sa->ntensors == 0) { args[a] = opr_v_none(); continue; }
@@ -327,6 +340,7 @@ int samples_build(const opr_op *op, int i, const sample_tweak *tw, opr_dtype dty
         case MV_BOOL: args[a] = opr_v_bool(m->u.b); break;
         case MV_LIST: args[a] = opr_v_ints(m->u.l, m->n); break;
         case MV_STR: args[a] = opr_v_string(m->u.s); break;
+        case MV_FLIST: args[a] = opr_v_doubles(m->u.fl, m->n); break;
         default: args[a] = opr_v_none(); break;
         }
     }

@@ -17,6 +17,8 @@ static const struct { const char *text; arg_type type; bool optional; } type_nam
     {"int", ARG_INT, false}, {"float?", ARG_FLOAT, true}, {"float", ARG_FLOAT, false},
     {"bool?", ARG_BOOL, true}, {"bool", ARG_BOOL, false}, {"str?", ARG_STR, true}, {"str", ARG_STR, false}, {"Scalar?", ARG_SCALAR, true},
     {"Scalar", ARG_SCALAR, false},
+    /* ATen's float[]? (upsample's scale_factors): a list of doubles, None its only default */
+    {"float[]?", ARG_FLOAT_LIST, true}, {"float[]", ARG_FLOAT_LIST, false},
 };
 
 typedef struct cursor {

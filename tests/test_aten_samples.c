@@ -126,6 +126,11 @@ static void add_case(opr_ctx *ctx, FILE *f, const char *name, const opr_op *op, 
             for (int k = 0; k < v->u.il.n; k++) fprintf(f, " %lld", (long long)v->u.il.items[k]);
             fprintf(f, "\n");
             break;
+        case OPR_V_DOUBLE_LIST:
+            fprintf(f, "arg floats %d", v->u.dl.n);
+            for (int k = 0; k < v->u.dl.n; k++) fprintf(f, " %.17g", v->u.dl.items[k]);
+            fprintf(f, "\n");
+            break;
         case OPR_V_STRING: fprintf(f, "arg str %s\n", v->u.s); break;
         default: fprintf(f, "arg none\n"); break;
         }

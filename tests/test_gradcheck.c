@@ -56,7 +56,7 @@
 
 typedef enum atype {
     T_TENSOR, T_TENSOR_OPT, T_TENSOR_LIST, T_INT, T_INT_OPT, T_INT_LIST, T_INT_LIST_OPT,
-    T_FLOAT, T_FLOAT_OPT, T_BOOL, T_BOOL_OPT, T_STR, T_STR_OPT
+    T_FLOAT, T_FLOAT_OPT, T_BOOL, T_BOOL_OPT, T_STR, T_STR_OPT, T_FLOAT_LIST, T_FLOAT_LIST_OPT
 } atype;
 
 static const struct { const char *text; atype type; } TYPES[] = {
@@ -64,6 +64,7 @@ static const struct { const char *text; atype type; } TYPES[] = {
     {"int[]?", T_INT_LIST_OPT}, {"int[]", T_INT_LIST}, {"int?", T_INT_OPT}, {"int", T_INT},
     {"float?", T_FLOAT_OPT}, {"float", T_FLOAT}, {"bool?", T_BOOL_OPT}, {"bool", T_BOOL}, {"str?", T_STR_OPT}, {"str", T_STR},
     {"Scalar?", T_FLOAT_OPT}, {"Scalar", T_FLOAT}, /* a number: the samples give floats */
+    {"float[]?", T_FLOAT_LIST_OPT}, {"float[]", T_FLOAT_LIST},
 };
 
 typedef struct sarg {
@@ -373,7 +374,7 @@ typedef struct dcand {
     bool has_lets;
 } dcand;
 
-typedef enum vkind { V_ABSENT, V_NONE, V_TENSOR, V_TLIST, V_INT, V_FLOAT, V_BOOL, V_ILIST, V_STR } vkind;
+typedef enum vkind { V_ABSENT, V_NONE, V_TENSOR, V_TLIST, V_INT, V_FLOAT, V_BOOL, V_ILIST, V_STR, V_FLIST } vkind;
 
 typedef struct tspec {
     int ndim;
@@ -395,6 +396,7 @@ typedef struct aval {
     int64_t il[MAXD];
     int nil;
     char s[64];
+    double fl[MAXD]; /* a float[] (nil items) */
 } aval;
 
 typedef struct sample {
@@ -535,7 +537,7 @@ static bool read_sample(const yreader *r, const schema *sc, const yaml_node_t *n
         atype ty = sc->args[a].type;
         if (is_null(v)) {
             if (ty != T_TENSOR_OPT && ty != T_INT_OPT && ty != T_FLOAT_OPT && ty != T_INT_LIST_OPT && ty != T_BOOL_OPT &&
-                ty != T_STR_OPT)
+                ty != T_STR_OPT && ty != T_FLOAT_LIST_OPT)
                 return rfail(r, v, "None given for non-optional argument", key);
             x->k = V_NONE;
             continue;
@@ -577,6 +579,16 @@ static bool read_sample(const yreader *r, const schema *sc, const yaml_node_t *n
         case T_INT_LIST_OPT:
             x->k = V_ILIST;
             if (!read_int_list(r, v, x->il, &x->nil)) return false;
+            break;
+        case T_FLOAT_LIST:
+        case T_FLOAT_LIST_OPT:
+            x->k = V_FLIST;
+            x->nil = 0;
+            if (v->type != YAML_SEQUENCE_NODE) return rfail(r, v, "expected a list of numbers", NULL);
+            for (yaml_node_item_t *it = v->data.sequence.items.start; it < v->data.sequence.items.top; it++) {
+                if (x->nil == MAXD) return rfail(r, v, "list too long", NULL);
+                if (!read_double(r, ynode(r, *it), &x->fl[x->nil++])) return false;
+            }
             break;
         case T_STR:
         case T_STR_OPT:
@@ -994,6 +1006,7 @@ static bool build_args(opr_ctx *ctx, const yop *y, const sample *s, const sdata 
         case V_BOOL: c->v[a] = opr_v_bool(v->b); break;
         case V_ILIST: c->v[a] = opr_v_ints(v->il, v->nil); break;
         case V_STR: c->v[a] = opr_v_string(v->s); break;
+        case V_FLIST: c->v[a] = opr_v_doubles(v->fl, v->nil); break;
         }
     }
     c->n = last + 1;

@@ -13,8 +13,8 @@ static void usage(void)
            "Prints every candidate set that computes the gradients of the named inputs of OP, with\n"
            "its estimated cost, launches and the tensors it saves (and their bytes), then the chosen\n"
            "set and why it won. Every tensor argument needs a --shape; other arguments take their\n"
-           "defaults unless given with --arg (ints, floats, true/false, or lists like 0,1);\n"
-           "--shape NAME=none passes None for an optional tensor (Tensor?).\n"
+           "defaults unless given with --arg (ints, floats, true/false, or lists like 0,1 or 1.5,2;\n"
+           "None for an optional one); --shape NAME=none passes None for an optional tensor (Tensor?).\n"
            "--backend NAME plans on that device, with its plugins' kernels: where a kernel gives\n"
            "its own estimate (cost_ns, ABI 2.2) it replaces the registry's (\"the estimate of K\n"
            "(plugin P)\"), and a fused kernel whose supports refuses the arguments is listed as\n"
@@ -31,6 +31,21 @@ static void usage(void)
            "The last line says how the op runs on batched tensors of opr_vmap (its batching rule,\n"
            "or a loop over the samples).\n\n"
            "example: opreg plan mm --requires-grad self --shape self=64x512 --shape mat2=512x512\n");
+}
+
+/* "1.7,2": a float[] argument's items; -1 when malformed. */
+static int parse_floats(const char *s, double *out)
+{
+    int n = 0;
+    for (const char *p = s; *p && n < OPR_MAX_DIMS;) {
+        char *end;
+        out[n++] = strtod(p, &end);
+        if (end == p) return -1;
+        if (!*end) return n;
+        if (*end != ',') return -1;
+        p = end + 1;
+    }
+    return *s ? -1 : 0;
 }
 
 static int parse_dims(const char *s, int64_t *dims)
@@ -87,6 +102,7 @@ int cmd_plan(int argc, char **argv)
     opr_value args[16];
     opr_tensor *owned[16] = {NULL};
     int64_t lists[16][OPR_MAX_DIMS];
+    double flists[16][OPR_MAX_DIMS];
     char *names[16];
     int nnames = 0;
     char *rg_copy = strdup(rg);
@@ -117,10 +133,16 @@ int cmd_plan(int argc, char **argv)
             continue;
         }
         if (!val) { nargs = i; break; } /* this and the rest take their defaults */
-        if (kind == OPR_V_INT) args[i] = opr_v_int(atoll(val));
+        if (!strcmp(val, "None") && opr_op_arg_optional(op, i)) args[i] = opr_v_none(); /* upsample's output_size=None */
+        else if (kind == OPR_V_INT) args[i] = opr_v_int(atoll(val));
         else if (kind == OPR_V_DOUBLE) args[i] = opr_v_double(atof(val));
         else if (kind == OPR_V_BOOL) args[i] = opr_v_bool(!strcmp(val, "true") || !strcmp(val, "1"));
         else if (kind == OPR_V_INT_LIST) args[i] = opr_v_ints(lists[i], parse_dims(val, lists[i]) < 0 ? 0 : parse_dims(val, lists[i]));
+        else if (kind == OPR_V_DOUBLE_LIST) {
+            const int n = parse_floats(val, flists[i]);
+            if (n < 0) { fprintf(stderr, "opreg plan: '%s' is not a list of numbers such as 1.7,2\n", val); goto out; }
+            args[i] = opr_v_doubles(flists[i], n);
+        }
         else args[i] = opr_v_string(val);
     }
     if (opr_op_alternative(op)) {

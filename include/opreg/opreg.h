@@ -637,7 +637,8 @@ typedef enum opr_value_kind {
     OPR_V_DOUBLE,
     OPR_V_BOOL,
     OPR_V_INT_LIST,
-    OPR_V_STRING
+    OPR_V_STRING,
+    OPR_V_DOUBLE_LIST       /* a float[] argument (ATen's float[]?: upsample's scale_factors) */
 } opr_value_kind;
 
 /* One argument of opr_call, in schema order. Pointers are borrowed for the call. */
@@ -651,6 +652,7 @@ typedef struct opr_value {
         bool b;
         struct { const int64_t *items; int n; } il;
         const char *s;
+        struct { const double *items; int n; } dl;
     } u;
 } opr_value;
 
@@ -662,6 +664,7 @@ static inline opr_value opr_v_double(double d) { opr_value v; v.kind = OPR_V_DOU
 static inline opr_value opr_v_bool(bool b) { opr_value v; v.kind = OPR_V_BOOL; v.u.b = b; return v; }
 static inline opr_value opr_v_ints(const int64_t *items, int n) { opr_value v; v.kind = OPR_V_INT_LIST; v.u.il.items = items; v.u.il.n = n; return v; }
 static inline opr_value opr_v_string(const char *s) { opr_value v; v.kind = OPR_V_STRING; v.u.s = s; return v; }
+static inline opr_value opr_v_doubles(const double *items, int n) { opr_value v; v.kind = OPR_V_DOUBLE_LIST; v.u.dl.items = items; v.u.dl.n = n; return v; }
 
 /* Overloads. As in PyTorch, one op name may stand for several schemas, each an op of
  * its own: "max" is max(Tensor self) and max.dim(Tensor self, int dim, ...); "gt" is
@@ -704,12 +707,12 @@ OPR_API opr_status opr_op_result_count(const opr_op *op, const opr_value *args, 
 /* Name of argument i, or NULL when out of range. */
 OPR_API const char *opr_op_arg_name(const opr_op *op, int i);
 /* Kind of value argument i takes (OPR_V_TENSOR, OPR_V_INT, ...), -1 when out of range.
- * A float argument also takes OPR_V_INT; a Scalar (reported as OPR_V_DOUBLE) takes
+ * A float argument also takes OPR_V_INT, a float[] one (OPR_V_DOUBLE_LIST) OPR_V_INT_LIST; a Scalar (reported as OPR_V_DOUBLE) takes
  * OPR_V_INT, OPR_V_DOUBLE or OPR_V_BOOL; an optional one also takes OPR_V_NONE. */
 OPR_API int opr_op_arg_kind(const opr_op *op, int i);
 /* The argument's type as the registry reads the schema: "Tensor", "Tensor?", "Tensor[]",
  * "int", "int?", "int[]", "int[]?", "bool[]" (ATen's bool[N]: an int list of 0 / 1),
- * "float", "float?", "Scalar", "Scalar?", "bool", "bool?" or "str" (ATen's SymInt reads as int,
+ * "float", "float?", "float[]", "float[]?", "Scalar", "Scalar?", "bool", "bool?" or "str" (ATen's SymInt reads as int,
  * int[N] as int[]); NULL when out of range. A Scalar is a number (int, float or bool): with tensors of
  * another category it promotes them as PyTorch does for wrapped numbers (opr_call). */
 OPR_API const char *opr_op_arg_type(const opr_op *op, int i);

@@ -79,7 +79,8 @@ typedef enum opr_arg_kind {
     OPR_ARG_DOUBLE,
     OPR_ARG_BOOL,
     OPR_ARG_INT_LIST,
-    OPR_ARG_STRING
+    OPR_ARG_STRING,
+    OPR_ARG_DOUBLE_LIST     /* a float[] argument (the union's dl) */
 } opr_arg_kind;
 
 /* One argument of a kernel call, in schema order, defaults already filled in. Lists of
@@ -96,6 +97,7 @@ typedef struct opr_kernel_arg {
         bool b;
         struct { const int64_t *items; int32_t n; } il;
         const char *s;
+        struct { const double *items; int32_t n; } dl; /* same size as il: the union does not grow */
     } u;                    /* 2.0 */
 } opr_kernel_arg;
 #define OPR_KERNEL_ARG_STRUCT_SIZE_2_0 OPR_STRUCT_SIZE(opr_kernel_arg, u)

@@ -71,5 +71,6 @@ int cpu_register_shape(opr_plugin *self);       /* cpu_shape.c: flip */
 int cpu_register_scan(opr_plugin *self);        /* cpu_scan.c: cumsum */
 int cpu_register_random(opr_plugin *self);      /* cpu_random.c: rand, randn, randperm */
 int cpu_register_embedding_bag(opr_plugin *self); /* cpu_embedding_bag.c: _embedding_bag and its gradients */
+int cpu_register_grid_sample(opr_plugin *self); /* cpu_grid_sample.c: grid_sampler_2d and its backward */
 
 #endif

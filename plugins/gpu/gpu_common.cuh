@@ -394,6 +394,7 @@ int gk_register_shape(opr_plugin *self);       /* gpu_shape.cu: flip */
 int gk_register_scan(opr_plugin *self);        /* gpu_scan.cu: cumsum */
 int gk_register_random(opr_plugin *self);      /* gpu_random.cu: rand, randn, randperm */
 int gk_register_embedding_bag(opr_plugin *self); /* gpu_embedding_bag.cu: _embedding_bag and its gradients */
+int gk_register_grid_sample(opr_plugin *self); /* gpu_grid_sample.cu: grid_sampler_2d and its backward */
 /* Destroys the NCCL communicators (gpu_nccl.cu), with the last context. */
 void gk_collective_shutdown(void);
 

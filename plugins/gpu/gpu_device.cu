@@ -434,6 +434,7 @@ extern "C" OPR_PLUGIN_EXPORT int opr_plugin_init(const opr_host_api *host, opr_p
         gk_register_batch_norm, gk_register_collective, gk_register_pointwise, gk_register_scatter,
         gk_register_optim, gk_register_shape, gk_register_scan,
         gk_register_random, gk_register_embedding_bag,
+        gk_register_grid_sample,
     };
     for (size_t i = 0; i < sizeof families / sizeof families[0]; i++)
         if ((rc = families[i](self)) != OPR_OK) return rc;

@@ -8,6 +8,7 @@ from a sample, and the gradients of the outputs to back-propagate:
     argnames NAME..                opreg's names of the arguments, in order
     arg tensor RG DTYPE NDIM D..   then one line of values; RG 1: it requires grad
     arg int V | arg float V | arg bool 0|1 | arg ints N V.. | arg bools N 0|1..
+                                   | arg floats N V.. (a float[]: scale_factors)
                                    | arg none | arg str S
     gradout NDIM D..               then one line of values: the gradient of an output
                                    (one per output, in order; "gradout none" for one
@@ -87,6 +88,8 @@ def read_cases(path):
                 case["args"].append(w[2] == "1")
             elif kind == "ints":
                 case["args"].append([int(v) for v in w[3:3 + int(w[2])]])
+            elif kind == "floats":
+                case["args"].append([float(v) for v in w[3:3 + int(w[2])]])
             elif kind == "bools":
                 case["args"].append([v != "0" for v in w[3:3 + int(w[2])]])
             elif kind == "none":
