@@ -537,6 +537,10 @@ static int make_key(const opr_op *op, uint32_t mask, opr_device dev, const mval 
             int i = 0;
             for (; i < v->n && n + 2 * OPR_MAX_DIMS + 4 < KEY_MAX; i++) {
                 const opr_meta *m = mval_item(v, i);
+                if (!m) { /* a None item of a Tensor?[] */
+                    key[n++] = -1;
+                    continue;
+                }
                 key[n++] = m->dtype * 16 + m->ndim;
                 for (int d = 0; d < m->ndim; d++) key[n++] = m->shape[d];
             }
