@@ -127,6 +127,19 @@ static void add_case(opr_ctx *ctx, FILE *f, const char *name, const opr_op *op, 
             fprintf(f, "\n");
             break;
         case OPR_V_STRING: fprintf(f, "arg str %s\n", v->u.s); break;
+        case OPR_V_TENSOR_LIST: /* Tensor[] or Tensor?[] (index's indices, None items included) */
+            fprintf(f, "arg tensors %d\n", v->u.tl.n);
+            for (int k = 0; k < v->u.tl.n; k++) {
+                const opr_tensor *t = v->u.tl.items[k];
+                if (!t) {
+                    fprintf(f, "item none\n");
+                    continue;
+                }
+                fprintf(f, "item %s ", dtype_word(opr_tensor_dtype(t)));
+                write_shape(f, t);
+                write_values(f, t);
+            }
+            break;
         default: fprintf(f, "arg none\n"); break;
         }
     }

@@ -9,6 +9,8 @@ from a sample, and the gradients of the outputs to back-propagate:
     arg tensor RG DTYPE NDIM D..   then one line of values; RG 1: it requires grad
     arg int V | arg float V | arg bool 0|1 | arg ints N V.. | arg bools N 0|1..
                                    | arg none | arg str S
+    arg tensors N                  a Tensor[] or Tensor?[], then N lines "item none"
+                                   or "item DTYPE NDIM D.." (then one line of values)
     gradout NDIM D..               then one line of values: the gradient of an output
                                    (one per output, in order; "gradout none" for one
                                    that gets none, integer outputs)
@@ -89,6 +91,20 @@ def read_cases(path):
                 case["args"].append([int(v) for v in w[3:3 + int(w[2])]])
             elif kind == "bools":
                 case["args"].append([v != "0" for v in w[3:3 + int(w[2])]])
+            elif kind == "tensors":  # a Tensor[] / Tensor?[]: one "item" line (and values) each
+                items = []
+                for _ in range(int(w[2])):
+                    iw = lines[i].split()
+                    i += 1
+                    if iw[1] == "none":
+                        items.append(None)
+                        continue
+                    dt, nd = DTYPES[iw[1]], int(iw[2])
+                    shape = [int(d) for d in iw[3:3 + nd]]
+                    vals = [float(v) for v in lines[i].split()]
+                    i += 1
+                    items.append(torch.tensor(vals, dtype=torch.float64).to(dt).reshape(shape))
+                case["args"].append(items)
             elif kind == "none":
                 case["args"].append(None)
             elif kind == "str":
