@@ -111,4 +111,16 @@ static inline bool opc_adv_index_plan(const char *op, int32_t ndim, const int64_
     return true;
 }
 
+/* Whether index values between min and max (those of a non-empty index) all lie in
+ * [-size, size) of dimension dim, with PyTorch's message for the first one that does
+ * not (negative ones are later wrapped like Python indices). */
+static inline bool opc_adv_index_in_range(const char *op, int64_t min, int64_t max, int32_t dim, int64_t size,
+                                          char *why, size_t why_size)
+{
+    if (max < size && min >= -size) return true;
+    snprintf(why, why_size, "%s: index %lld is out of bounds for dimension %d with size %lld", op,
+             (long long)(max >= size ? max : min), (int)dim, (long long)size);
+    return false;
+}
+
 #endif

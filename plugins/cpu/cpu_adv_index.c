@@ -8,7 +8,6 @@
 #include "cpu_common.h"
 #include "cpu_kernels.h"
 #include "../common/opc_adv_index.h"
-#include "../common/opc_index.h"
 
 #include <string.h>
 
@@ -37,7 +36,7 @@ static int plan(const opr_kernel_call *c, const char *op, const opr_tensor_view 
             mx = v > mx ? v : mx;
             for (int32_t d = t->ndim - 1; d >= 0 && ++idx[d] == t->shape[d]; d--) idx[d] = 0;
         }
-        if (!opc_index_in_range(op, mn, mx, g->idx_dim[k], g->idx_size[k], why, sizeof why))
+        if (!opc_adv_index_in_range(op, mn, mx, g->idx_dim[k], g->idx_size[k], why, sizeof why))
             return CPU_FAIL(c, OPR_ERR_INVALID, "%s", why);
     }
     return OPR_OK;

@@ -9,7 +9,6 @@
  * or (PyTorch's bool +=), which needs no atomics since every writer writes 1. */
 #include "gpu_common.cuh"
 #include "../common/opc_adv_index.h"
-#include "../common/opc_index.h"
 
 namespace {
 
@@ -120,7 +119,7 @@ int plan(const gk_ctx *k, const opr_kernel_call *c, const char *op, const opr_te
             int64_t mn, mx;
             int rc = gk_index_range(k, t, &mn, &mx);
             if (rc) return rc;
-            if (!opc_index_in_range(op, mn, mx, a.idx_dim[j], a.idx_size[j], why, sizeof why))
+            if (!opc_adv_index_in_range(op, mn, mx, a.idx_dim[j], a.idx_size[j], why, sizeof why))
                 return GK_FAIL(c, OPR_ERR_INVALID, "%s", why);
         }
         g->idx[j] = (const int64_t *)t->data;
