@@ -120,8 +120,11 @@ static int check_args(const opr_op *op, const opr_value *args, int nargs, checke
                         continue;
                     }
                     if (!v->u.tl.items[j]) return opr_fail(OPR_ERR_INVALID, "%s: argument '%s%s' is NULL", op->name, a->name, where);
-                    op_arg index_arg = *a; /* Tensor?[] items are indices: i64, outside T */
-                    if (a->none_items) index_arg.fixed_dtype = OPR_I64;
+                    /* Tensor?[] items are indices, outside T: i64, or a bool mask, which
+                     * opr_call has expanded to i64 (index_masks.c) and only a plan or a
+                     * check of the arguments (dispatch_validate) sees */
+                    op_arg index_arg = *a;
+                    if (a->none_items) index_arg.fixed_dtype = v->u.tl.items[j]->m.dtype == OPR_BOOL ? OPR_BOOL : OPR_I64;
                     int rc = check_tensor(op, &index_arg, v->u.tl.items[j], c, where);
                     if (rc) return rc;
                     c->list_requires_grad |= v->u.tl.items[j]->requires_grad;
