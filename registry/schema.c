@@ -203,6 +203,15 @@ static int parse_returns(cursor *c, opr_op *op)
     }
     if (!strncmp(c->p, "Tensor", 6) && !isalnum((unsigned char)c->p[6])) {
         c->p += 6;
+        /* ATen's alias annotation of an out= overload's result, `-> Tensor(a!)`: the
+         * result is that argument, which the op's forward returns */
+        if (*c->p == '(') {
+            const char *q = c->p + 1;
+            while (isalpha((unsigned char)*q)) q++;
+            if (*q == '!') q++;
+            if (*q != ')' || q == c->p + 1) return fail(c, c->p, "expected an alias annotation such as Tensor(a!)");
+            c->p = q + 1;
+        }
         if (!(op->out_names[0] = strdup("result"))) return opr_fail(OPR_ERR_NOMEM, "out of memory");
         op->nout = 1;
         return OPR_OK;

@@ -218,6 +218,8 @@ def main():
             if err is not None:
                 f.write("case %s error %s\n" % (case["id"], " ".join(str(err).split())[:300]))
                 continue
+            if isinstance(res, (bool, int, float)):  # a Scalar result (_local_scalar_dense): opreg's is 0-d
+                res = torch.tensor(res, dtype=torch.float64)
             outs = list(res) if isinstance(res, (tuple, list)) else [res]
             f.write("case %s ok %d\n" % (case["id"], len(outs)))
             for k, t in enumerate(outs):
