@@ -67,6 +67,29 @@ static inline void elem_offsets(const opc_adv_index *g, int64_t i, const int64_t
     *ooff = o;
 }
 
+/* The result is walked in rows of its last dim: when that dim is not one of the index
+ * dims (no index tensor steps along it), a row is a plain strided run in both operands,
+ * so the coordinates are decoded once per row, not once per element. */
+static bool rows_are_runs(const opc_adv_index *g)
+{
+    if (g->ndim == 0) return false;
+    for (int32_t k = 0; k < g->nidx; k++)
+        if (g->idx_strides[k][g->ndim - 1]) return false;
+    return true;
+}
+
+/* es-byte elements: n of them from src (stride ss) to dst (stride ds), in elements. */
+static inline void move_run(char *dst, int64_t ds, const char *src, int64_t ss, int64_t n, size_t es)
+{
+    const int64_t db = ds * (int64_t)es, sb = ss * (int64_t)es;
+    switch (es) {
+    case 1: for (int64_t j = 0; j < n; j++) dst[j * db] = src[j * sb]; break;
+    case 2: for (int64_t j = 0; j < n; j++) memcpy(dst + j * db, src + j * sb, 2); break;
+    case 4: for (int64_t j = 0; j < n; j++) memcpy(dst + j * db, src + j * sb, 4); break;
+    default: for (int64_t j = 0; j < n; j++) memcpy(dst + j * db, src + j * sb, 8); break;
+    }
+}
+
 /* out = self[indices] */
 static int k_index(const opr_kernel_call *c)
 {
@@ -81,11 +104,15 @@ static int k_index(const opr_kernel_call *c)
     const size_t es = cpu_dtype_size(x->dtype);
     const char *src = x->data;
     char *dst = out->data;
+    if (g.numel == 0) return OPR_OK;
+    /* a run per row of the last dim where it is not indexed, else one element per row */
+    const int64_t len = rows_are_runs(&g) ? g.shape[g.ndim - 1] : 1, nrows = g.numel / len;
+    const int64_t xs = len > 1 ? g.self_strides[g.ndim - 1] : 0, os = len > 1 ? out->strides[g.ndim - 1] : 0;
 #pragma omp parallel for if (g.numel >= CPU_PAR_THRESHOLD)
-    for (int64_t i = 0; i < g.numel; i++) {
+    for (int64_t r = 0; r < nrows; r++) {
         int64_t xo, oo;
-        elem_offsets(&g, i, out->strides, &xo, &oo);
-        memcpy(dst + oo * (int64_t)es, src + xo * (int64_t)es, es);
+        elem_offsets(&g, r * len, out->strides, &xo, &oo);
+        move_run(dst + oo * (int64_t)es, os, src + xo * (int64_t)es, xs, len, es);
     }
     return OPR_OK;
 }
@@ -116,21 +143,38 @@ static int k_index_put(const opr_kernel_call *c)
     if (out->data != x->data) cpu_copy_strided(es, x->ndim, x->shape, out->data, out->strides, x->data, x->strides);
     char *dst = out->data;
     const char *src = val->data;
-    for (int64_t i = 0; i < g.numel; i++) {
+    if (g.numel == 0) return OPR_OK;
+    const int64_t len = rows_are_runs(&g) ? g.shape[g.ndim - 1] : 1, nrows = g.numel / len;
+    const int64_t xs = len > 1 ? g.self_strides[g.ndim - 1] : 0, vstep = len > 1 ? vst[g.ndim - 1] : 0;
+    for (int64_t r = 0; r < nrows; r++) { /* in order: repeated indices sum alike on every run */
         int64_t xo, vo;
-        elem_offsets(&g, i, vst, &xo, &vo);
+        elem_offsets(&g, r * len, vst, &xo, &vo);
         if (!acc) {
-            memcpy(dst + xo * (int64_t)es, src + vo * (int64_t)es, es);
+            move_run(dst + xo * (int64_t)es, xs, src + vo * (int64_t)es, vstep, len, es);
             continue;
         }
         switch (x->dtype) {
-        case OPR_F32: ((float *)(void *)dst)[xo] += ((const float *)(const void *)src)[vo]; break;
-        case OPR_F64: ((double *)(void *)dst)[xo] += ((const double *)(const void *)src)[vo]; break;
-        case OPR_I64: /* wraps as PyTorch's int64 addition does */
-            ((int64_t *)(void *)dst)[xo] =
-                (int64_t)((uint64_t)((int64_t *)(void *)dst)[xo] + (uint64_t)((const int64_t *)(const void *)src)[vo]);
+        case OPR_F32: {
+            float *d = (float *)(void *)dst + xo;
+            const float *v = (const float *)(const void *)src + vo;
+            for (int64_t j = 0; j < len; j++) d[j * xs] += v[j * vstep];
             break;
-        case OPR_BOOL: dst[xo] = (char)(dst[xo] || src[vo]); break;
+        }
+        case OPR_F64: {
+            double *d = (double *)(void *)dst + xo;
+            const double *v = (const double *)(const void *)src + vo;
+            for (int64_t j = 0; j < len; j++) d[j * xs] += v[j * vstep];
+            break;
+        }
+        case OPR_I64: { /* wraps as PyTorch's int64 addition does */
+            int64_t *d = (int64_t *)(void *)dst + xo;
+            const int64_t *v = (const int64_t *)(const void *)src + vo;
+            for (int64_t j = 0; j < len; j++) d[j * xs] = (int64_t)((uint64_t)d[j * xs] + (uint64_t)v[j * vstep]);
+            break;
+        }
+        case OPR_BOOL:
+            for (int64_t j = 0; j < len; j++) dst[xo + j * xs] = (char)(dst[xo + j * xs] || src[vo + j * vstep]);
+            break;
         default: return CPU_FAIL(c, OPR_ERR_UNSUPPORTED, "%s: accumulate does not support dtype %d", op, (int)x->dtype);
         }
     }
