@@ -37,6 +37,9 @@ typedef struct opr_node {
     int32_t nitems;
     ag_edge *items;
     opr_meta *item_metas;
+    opr_tensor **item_saved;            /* owned, nitems (NULL for a None item of a
+                                           Tensor?[]): the items themselves, when the plan
+                                           reads them (index's indices); else NULL */
     /* The pieces of an op returning a Tensor[] (op->list_out), its outputs here: their
      * accumulated gradients (instead of pending[]) and metadata. One allocation. */
     int32_t npieces;
@@ -85,6 +88,8 @@ opr_tensor *ag_zeros(opr_ctx *ctx, const opr_meta *m, opr_device dev);
 
 /* Drops a reference to a node (record.c). */
 void ag_node_release(struct opr_node *n);
+/* Drops the Tensor[] items a node saved (item_saved), after its backward or with it. */
+void ag_release_items(struct opr_node *n);
 /* Called before a reference to a leaf whose grad has a graph is dropped: frees the
  * loop leaf -> grad -> graph -> leaf when nothing else holds it (leaf_cycle.c). */
 void ag_leaf_cycle_collect(opr_tensor *leaf);

@@ -256,6 +256,7 @@ static int run_node(opr_node *n, const opr_backward_opts *o, const capture *cap,
     free(item_grads);
     if (!o->retain_graph) {
         for (int s = 0; s < n->nmetas; s++) { opr_tensor_release(n->saved[s]); n->saved[s] = NULL; }
+        ag_release_items(n);
         n->released = true;
     }
     return rc;

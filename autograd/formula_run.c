@@ -40,6 +40,11 @@ static int bind_slots(expr_run *r, opr_node *n, opr_tensor *const *grads_in, boo
         slots[s].u.t = &t->m;
         if (s >= op->nargs) results[s - op->nargs] = t;
     }
+    if (n->item_saved) { /* the saved items of the Tensor[] argument, handed to ops as a list */
+        slots[n->list_arg] = (mval){.k = MV_TENSORS, .n = n->nitems, .u.ts = n->item_saved};
+        r->known_list = n->item_saved;
+        r->nknown_list = n->nitems;
+    }
     if (n->npieces) { /* an op returning Tensor[]: `grads` is one gradient per piece */
         slots[slot_result(op)] = slots[op->nargs];
         slots[slot_results(op)] = slots[op->nargs];

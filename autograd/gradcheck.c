@@ -488,6 +488,7 @@ static int setup(gc *g, const char *const *inputs, int n_inputs, const opr_gradc
         int n = v->kind == OPR_V_TENSOR ? 1 : v->kind == OPR_V_TENSOR_LIST ? v->u.tl.n : 0;
         for (int it = 0; it < n; it++) {
             opr_tensor *src = v->kind == OPR_V_TENSOR ? v->u.t : v->u.tl.items[it];
+            if (!src && v->kind == OPR_V_TENSOR_LIST && a < op->nargs && op->args[a].none_items) continue; /* None index */
             if (!src) return opr_fail(OPR_ERR_INVALID, "opr_gradcheck: %s: NULL tensor in argument %d", op->name, a);
             if (g->nt == GC_MAX_T)
                 return opr_fail(OPR_ERR_UNSUPPORTED, "opr_gradcheck: %s: more than %d tensors", op->name, GC_MAX_T);

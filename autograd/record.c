@@ -101,9 +101,18 @@ void ag_node_release(struct opr_node *first)
         }
         for (int k = 0; k < n->npieces; k++) opr_tensor_release(n->piece_pending[k]);
         free(n->piece_pending);
+        ag_release_items(n);
         free(n->items);
         node_free(n);
     }
+}
+
+void ag_release_items(opr_node *n)
+{
+    if (!n->item_saved) return;
+    for (int j = 0; j < n->nitems; j++) opr_tensor_release(n->item_saved[j]);
+    free(n->item_saved);
+    n->item_saved = NULL;
 }
 
 /* An edge to where t's gradient goes: its grad_fn, or t itself as a leaf. */
@@ -132,6 +141,10 @@ static int record_items(opr_node *n, int list_arg, const mval *list)
     n->nitems = list->n;
     for (int j = 0; j < list->n; j++) {
         opr_tensor *t = list->u.ts[j];
+        if (!t) { /* None in a Tensor?[]: mval_item reads ndim -1 as None */
+            n->item_metas[j] = (opr_meta){.ndim = -1};
+            continue;
+        }
         n->item_metas[j] = t->m;
         if (t->requires_grad) edge_to(&n->items[j], t);
     }
@@ -166,7 +179,7 @@ static int record(const opr_op *op, opr_tensor *const *tensors, const mval *slot
         if (slots[i].k != MV_TENSORS) continue;
         bool wants = false;
         for (int j = 0; j < slots[i].n; j++) /* an op of many items is one node: one bit for them all */
-            wants |= slots[i].u.ts[j]->requires_grad;
+            wants |= slots[i].u.ts[j] && slots[i].u.ts[j]->requires_grad;
         if (wants && list_arg >= 0 && ((mask >> list_arg) & 1))
             return opr_fail(OPR_ERR_UNSUPPORTED, "%s: items of two Tensor[] arguments ('%s', '%s') require grad; a "
                             "node follows the items of one", op->name, op->args[list_arg].name, op->args[i].name);
@@ -201,6 +214,7 @@ static int record(const opr_op *op, opr_tensor *const *tensors, const mval *slot
     n->nitems = 0;
     n->items = NULL;
     n->item_metas = NULL;
+    n->item_saved = NULL;
     n->npieces = 0;
     n->piece_pending = NULL;
     n->piece_metas = NULL;
@@ -264,11 +278,13 @@ static int record(const opr_op *op, opr_tensor *const *tensors, const mval *slot
             return opr_fail(OPR_ERR_UNSUPPORTED, "%s: the plan reads its pieces as tensors; formulas of an op "
                             "returning Tensor[] may read them only through size(), sizes(), dim() or numel()", op->name);
         }
-        if (s == n->list_arg) { /* no formula needs this yet: the items' metadata are kept */
-            ag_node_release(n);
-            return opr_fail(OPR_ERR_UNSUPPORTED, "%s: the plan reads the items of Tensor[] argument '%s' as tensors; "
-                            "formulas may read them only through size(), sizes(), dim() or numel()", op->name,
-                            op->args[s].name);
+        if (s == n->list_arg) { /* the items themselves (index's indices), next to their metadata */
+            if (!(n->item_saved = calloc((size_t)n->nitems + 1, sizeof *n->item_saved))) {
+                ag_node_release(n);
+                return opr_fail(OPR_ERR_NOMEM, "out of memory recording %s", op->name);
+            }
+            for (int j = 0; j < n->nitems; j++) n->item_saved[j] = opr_tensor_retain(slots[s].u.ts[j]);
+            continue;
         }
         n->saved[s] = s < op->nargs ? opr_tensor_retain(tensors[s]) : detached_view(outs[s - op->nargs]);
         if (!n->saved[s]) {

@@ -40,7 +40,7 @@ typedef struct bcase {
     int64_t shape[2];
     double lo, hi;
     int nextra;
-    opr_value extra[2];
+    opr_value extra[3];
     bool backward; /* time the backward of op (forward untimed, graph retained) */
     limit_kind limit;
     int chain;     /* > 0: a graph of `chain` ops (op on 8 elements) recorded and run
@@ -259,6 +259,16 @@ int main(int argc, char **argv)
     if (!ctx) { fprintf(stderr, "opr_ctx_new: %s\n", opr_last_error()); return 1; }
 
     static const int64_t dim0[] = {0}, dim1[] = {1};
+    /* advanced indexing: 4096 random rows (repeats included) of a 4096 x 256 matrix,
+     * gathered (x[i]) and accumulated into (x.index_put_([i], v, accumulate=True)) */
+    static const int64_t rows_shape[] = {4096, 256}, nrows = 4096;
+    int64_t *rows = malloc((size_t)nrows * sizeof *rows);
+    if (!rows) return 1;
+    for (int64_t i = 0; i < nrows; i++) rows[i] = (int64_t)((uint64_t)(i * 2654435761u + 12345u) % (uint64_t)nrows);
+    opr_tensor *row_index = opr_tensor_from_data(ctx, OPR_I64, 1, &nrows, rows, OPR_CPU);
+    opr_tensor *row_values = bench_rand_f32(ctx, 2, rows_shape, -1, 1, 29);
+    free(rows);
+    if (!row_index || !row_values) { fprintf(stderr, "index rows: %s\n", opr_last_error()); return 1; }
     const bcase cases[] = {
         {"cdist_fwd", "cdist 2048x64 vs 2048x64 fwd", "cdist", 2, 2, {2048, 64}, -1, 1, 0, {{0}}, false, LIM_SGEMM, 0},
         {"norm_bwd_1M", "norm backward 1M", "norm", 1, 1, {1 << 20}, -1, 1, 0, {{0}}, true, LIM_COPY, 0},
@@ -298,6 +308,11 @@ int main(int argc, char **argv)
         {"relu_16M", "relu 16M", "relu", 1, 1, {1 << 24}, -1, 1, 0, {{0}}, false, LIM_COPY, 0},
         {"sin_16M", "sin 16M", "sin", 1, 1, {1 << 24}, -4, 4, 0, {{0}}, false, LIM_COPY, 0},
         {"log1p_16M", "log1p 16M", "log1p", 1, 1, {1 << 24}, 0, 4, 0, {{0}}, false, LIM_COPY, 0},
+        /* indexing.yaml: x[i] and index_put with accumulate (repeated rows summed) */
+        {"index_rows_1M", "index 4096 rows of 4096x256", "index.Tensor", 1, 2, {4096, 256}, -1, 1, 1,
+         {opr_v_tensors(&row_index, 1)}, false, LIM_COPY, 0},
+        {"index_put_acc_1M", "index_put accumulate 4096 rows", "index_put", 1, 2, {4096, 256}, -1, 1, 3,
+         {opr_v_tensors(&row_index, 1), opr_v_tensor(row_values), opr_v_bool(true)}, false, LIM_COPY, 0},
         {"chain_100", "graph of 100 adds, per op", "add", 2, 1, {8}, -1, 1, 0, {{0}}, false, LIM_NONE, 100},
         {"chain_10k", "graph of 10^4 adds, per op", "add", 2, 1, {8}, -1, 1, 0, {{0}}, false, LIM_NONE, 10000},
     };
@@ -340,6 +355,8 @@ int main(int argc, char **argv)
            "a preallocated output (out=): its allocator would map and page-fault each large output\n"
            "afresh, opreg's keeps its blocks. graph: forward\n"
            "(recording) and backward of a chain of adds on 8 floats, divided by its length.\n");
+    opr_tensor_release(row_index);
+    opr_tensor_release(row_values);
     opr_ctx_free(ctx);
     return status;
 }

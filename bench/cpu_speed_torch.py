@@ -71,6 +71,8 @@ def time_ns(fn):
 
 
 M1, M16, SQ = 1 << 20, 1 << 24, 4096
+# the rows of cpu_speed.c's index cases: the same multiplicative hash, repeats included
+ROWS = torch.tensor([(i * 2654435761 + 12345) % (1 << 32) % 4096 for i in range(4096)], dtype=torch.int64)
 CASES = [
     ("cdist_fwd", lambda: (lambda a, b: lambda: torch.cdist(a, b))(rand(2048, 64), rand(2048, 64))),
     ("norm_bwd_1M", lambda: norm_backward(rand(M1).requires_grad_(True))),
@@ -101,6 +103,9 @@ CASES = [
     ("relu_16M", lambda: into(lambda a, out: torch.clamp_min(a, 0, out=out), rand(M16))),
     ("sin_16M", lambda: into(torch.sin, rand(M16, lo=-4, hi=4))),
     ("log1p_16M", lambda: into(torch.log1p, rand(M16, lo=0, hi=4))),
+    ("index_rows_1M", lambda: (lambda a, i: lambda: torch.ops.aten.index.Tensor(a, [i]))(rand(4096, 256), ROWS)),
+    ("index_put_acc_1M", lambda: (lambda a, i, v: lambda: torch.ops.aten.index_put(a, [i], v, True))(
+        rand(4096, 256), ROWS, rand(4096, 256))),
     ("chain_100", lambda: chain(100), 100),
     ("chain_10k", lambda: chain(10000), 10000),
 ]

@@ -116,8 +116,17 @@ static int check_args(const opr_op *op, const opr_value *args, int nargs, checke
                 for (int j = 0; j < v->u.tl.n; j++) {
                     char where[32];
                     snprintf(where, sizeof where, "[%d]", j);
+                    if (!v->u.tl.items[j] && a->none_items) { /* None: the kernel gets NULL */
+                        ptrs[j] = NULL;
+                        continue;
+                    }
                     if (!v->u.tl.items[j]) return opr_fail(OPR_ERR_INVALID, "%s: argument '%s%s' is NULL", op->name, a->name, where);
-                    int rc = check_tensor(op, a, v->u.tl.items[j], c, where);
+                    /* Tensor?[] items are indices, outside T: i64, or a bool mask, which
+                     * opr_call has expanded to i64 (index_masks.c) and only a plan or a
+                     * check of the arguments (dispatch_validate) sees */
+                    op_arg index_arg = *a;
+                    if (a->none_items) index_arg.fixed_dtype = v->u.tl.items[j]->m.dtype == OPR_BOOL ? OPR_BOOL : OPR_I64;
+                    int rc = check_tensor(op, &index_arg, v->u.tl.items[j], c, where);
                     if (rc) return rc;
                     c->list_requires_grad |= v->u.tl.items[j]->requires_grad;
                     opr_tensor_fill_view(v->u.tl.items[j], &c->list_views[j]);
@@ -404,6 +413,8 @@ static int call_prefix(const opr_op *op, const opr_value *args, int nargs, opr_t
 opr_status opr_call(const opr_op *op, const opr_value *args, int nargs, opr_tensor **results, int nres)
 {
     if (op && results && nres >= 1 && nres < op->nout) return call_prefix(op, args, nargs, results, nres);
+    if (op && op->has_index_list && args && nargs > 0 && nargs <= op->nargs && index_masks_present(op, args, nargs))
+        return index_masks_call(op, args, nargs, results, nres);
     opr_dtype promoted;
     if (op && args && nargs > 0 && nargs <= op->nargs && promote_target(op, args, nargs, &promoted))
         return promote_call(op, args, nargs, promoted, results, nres);

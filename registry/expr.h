@@ -110,10 +110,11 @@ bool expr_builtin_is_select(int builtin);
 bool expr_truthy(const mval *v);
 
 /* Item k of a tensor list (MV_TENSORS or MV_METAS) as metadata: NULL for a None item
- * (`grads[k]` of an output that got no gradient). k must be in range. */
+ * (`grads[k]` of an output that got no gradient, a None of a Tensor?[], which a node
+ * keeps as ndim -1). k must be in range. */
 static inline const opr_meta *mval_item(const mval *l, int k)
 {
-    if (l->k == MV_METAS) return &l->u.ms[k];
+    if (l->k == MV_METAS) return l->u.ms[k].ndim < 0 ? NULL : &l->u.ms[k];
     return l->u.ts[k] ? &l->u.ts[k]->m : NULL;
 }
 static inline bool mval_is_list(const mval *v) { return v->k == MV_TENSORS || v->k == MV_METAS; }
@@ -140,6 +141,8 @@ int expr_bi_reduce_perm(const mval *a, int n, mval *out);
 int expr_bi_reduce_flat(const mval *a, int n, mval *out);
 int expr_bi_list_sum(const mval *a, int n, mval *out);
 int expr_bi_repeat_shape(const mval *a, int n, mval *out);
+/* expr_index_shape.c: index_shape(self, indices), the result shape of index.Tensor */
+int expr_bi_index_shape(const mval *a, int n, mval *out);
 
 /* Appends the source-like text of e to buf (for error messages). */
 void expr_format(const expr *e, char *buf, size_t len);

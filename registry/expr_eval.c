@@ -580,6 +580,7 @@ static const struct builtin {
     {"pad_shape", 2, 2, expr_bi_pad_shape}, {"neg_ints", 1, 1, expr_bi_neg_ints},
     {"reduce_perm", 2, 2, expr_bi_reduce_perm}, {"reduce_flat", 2, 2, expr_bi_reduce_flat},
     {"list_sum", 1, 2, expr_bi_list_sum}, {"repeat_shape", 3, 3, expr_bi_repeat_shape},
+    {"index_shape", 2, 2, expr_bi_index_shape},
     /* select(cond, a, b): a if cond is truthy, else b; only the chosen one is
      * evaluated (so a formula runs, and is costed for, one branch). Evaluated in
      * expr_eval_with, not through a builtin_fn. */

@@ -120,7 +120,7 @@ static int run_call(void *ud, const expr *call, const mval *args, int nargs, mva
         case MV_FLIST: vals[p] = opr_v_doubles(v->u.fl, v->n); break;
         case MV_TENSORS: /* a Tensor[] argument or `grads` handed on */
             for (int i = 0; i < v->n; i++)
-                if (!v->u.ts[i]) return opr_fail(OPR_ERR_INVALID, "%s:%d:%d: %s(): item %d of the tensor list is None",
+                if (!v->u.ts[i] && !a->none_items) return opr_fail(OPR_ERR_INVALID, "%s:%d:%d: %s(): item %d of the tensor list is None",
                                                  op->file, call->line, call->col, op->name, i);
             vals[p] = opr_v_tensors(v->u.ts, v->n);
             break;

@@ -173,7 +173,7 @@ static int snap_inputs(kcall_frame *f, guard_run *g, const opr_kernel_call *call
         int rc = OPR_OK;
         if (a->kind == OPR_ARG_TENSOR) rc = snap(f, g, a->u.t, j, -1, skip_lo, skip_n);
         for (int k = 0; a->kind == OPR_ARG_TENSOR_LIST && k < a->u.tl.n && !rc; k++)
-            rc = snap(f, g, a->u.tl.items[k], j, k, skip_lo, skip_n);
+            if (a->u.tl.items[k]) rc = snap(f, g, a->u.tl.items[k], j, k, skip_lo, skip_n); /* NULL: a None index */
         if (rc) return rc;
     }
     return OPR_OK;

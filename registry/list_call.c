@@ -73,7 +73,7 @@ int list_call(const opr_op *op, const opr_value *args, int nargs, opr_tensor **r
         if (args[i].kind == OPR_V_TENSOR) tensors[i] = args[i].u.t;
         if (args[i].kind == OPR_V_TENSOR) requires_grad |= args[i].u.t->requires_grad;
         for (int j = 0; args[i].kind == OPR_V_TENSOR_LIST && j < args[i].u.tl.n; j++)
-            requires_grad |= args[i].u.tl.items[j]->requires_grad;
+            requires_grad |= args[i].u.tl.items[j] && args[i].u.tl.items[j]->requires_grad;
     }
     const bool record = requires_grad && opr_grad_mode_enabled();
     /* With its own formulas the call is one node: its parts must not be recorded. */

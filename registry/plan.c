@@ -193,9 +193,14 @@ int plan_forward_cost(const opr_op *op, const mval *args, opr_device dev, double
 static uint64_t slot_bytes(const opr_op *op, const mval *slots, uint64_t save)
 {
     uint64_t total = 0;
-    for (int s = 0; s < op->nargs + op->nout; s++)
-        if ((save >> s) & 1 && slots[s].k == MV_TENSOR)
-            total += (uint64_t)slots[s].u.t->numel * opr_dtype_size(slots[s].u.t->dtype);
+    for (int s = 0; s < op->nargs + op->nout; s++) {
+        if (!((save >> s) & 1)) continue;
+        if (slots[s].k == MV_TENSOR) total += (uint64_t)slots[s].u.t->numel * opr_dtype_size(slots[s].u.t->dtype);
+        for (int k = 0; mval_is_list(&slots[s]) && k < slots[s].n; k++) { /* a Tensor[] saved: its items */
+            const opr_meta *m = mval_item(&slots[s], k);
+            if (m) total += (uint64_t)m->numel * opr_dtype_size(m->dtype);
+        }
+    }
     return total;
 }
 
@@ -540,6 +545,10 @@ static int make_key(const opr_op *op, uint32_t mask, opr_device dev, const mval 
             int i = 0;
             for (; i < v->n && n + 2 * OPR_MAX_DIMS + 4 < KEY_MAX; i++) {
                 const opr_meta *m = mval_item(v, i);
+                if (!m) { /* a None item of a Tensor?[] */
+                    key[n++] = -1;
+                    continue;
+                }
                 key[n++] = m->dtype * 16 + m->ndim;
                 for (int d = 0; d < m->ndim; d++) key[n++] = m->shape[d];
             }

@@ -26,6 +26,9 @@ typedef struct op_arg {
     int list_len;           /* `int[N]`, `bool[N]`: N (an int default stands for N copies), else 0 */
     bool bool_items;        /* `bool[N]`: an int list of 0 / 1 items */
     bool written;           /* `Tensor(a!)`: the op writes this argument in place */
+    bool none_items;        /* `Tensor?[]` (ATen's indices): a Tensor[] whose items may be None
+                               (NULL), each i64 (a bool mask is expanded to its nonzero's
+                               columns before the call: index_masks.c), outside T */
 } op_arg;
 
 /* The kernel of one (op, device type) for one dtype. */
@@ -148,6 +151,7 @@ struct opr_op {
     int nout;
     bool inplace;              /* name ends in '_': output 0 is `self` */
     bool has_written;          /* some argument is `Tensor(a!)`: the op writes it in place */
+    bool has_index_list;       /* some argument is `Tensor?[]` (index_masks.c) */
     bool list_out;             /* `-> Tensor[]`: `count` pieces, piece i the `forward` with `i`
                                   bound (list_call.c); nout is 1, its slot the pieces' list */
     expr *count;               /* list_out: the number of pieces, over the arguments */
@@ -319,6 +323,10 @@ int list_call(const opr_op *op, const opr_value *args, int nargs, opr_tensor **r
 
 /* opr_call of an op some of whose arguments are jagged (jagged_call.c). */
 int jagged_call(const opr_op *op, const opr_value *args, int nargs, opr_tensor **results, int nres);
+/* Whether a Tensor?[] argument of the call holds a bool mask, and opr_call with each
+ * mask replaced by its nonzero's i64 columns (index_masks.c). */
+bool index_masks_present(const opr_op *op, const opr_value *args, int nargs);
+int index_masks_call(const opr_op *op, const opr_value *args, int nargs, opr_tensor **results, int nres);
 /* opr_call of an op some of whose arguments are batched (vmap_call.c). */
 int vmap_call(const opr_op *op, const opr_value *args, int nargs, opr_tensor **results, int nres);
 /* The layouts among the tensor arguments: LAYOUT_JAGGED | LAYOUT_BATCHED bits. */

@@ -205,8 +205,14 @@ static int parse_one(const loader *l, const opr_op *op, const yaml_node_t *n, op
             if (cnt > OPR_SAMPLE_MAX_TENSORS)
                 return yaml_fail_at(l, v, OPR_ERR_PARSE, "samples: '%s' has more tensors than a sample may make", k);
             if (!(sa->tensors = calloc((size_t)(cnt ? cnt : 1), sizeof *sa->tensors))) return opr_fail(OPR_ERR_NOMEM, "out of memory");
-            for (int i = 0; i < cnt && !rc; i++)
-                rc = parse_tensor(l, yaml_document_get_node(l->doc, v->data.sequence.items.start[i]), &sa->tensors[i]);
+            for (int i = 0; i < cnt && !rc; i++) {
+                yaml_node_t *item = yaml_document_get_node(l->doc, v->data.sequence.items.start[i]);
+                const char *word = yaml_scalar(item);
+                if (op->args[a].none_items && word && !strcmp(word, "None")) /* a None item: ndim -1 */
+                    sa->tensors[i] = (sample_tensor){.ndim = -1, .dtype = -1, .nvalues = -1};
+                else
+                    rc = parse_tensor(l, item, &sa->tensors[i]);
+            }
             sa->ntensors = cnt;
         } else {
             rc = parse_scalar(l, &op->args[a], v, &sa->value);
@@ -324,7 +330,13 @@ int samples_build(const opr_op *op, int i, const sample_tweak *tw, opr_dtype dty
                 return opr_fail(OPR_ERR_UNSUPPORTED, "%s: sample %d has too many tensors", op->name, i);
             for (int k = 0; k < sa->ntensors; k++) {
                 const sample_tensor *st = &sa->tensors[k];
-                opr_dtype dt = st->dtype >= 0 ? (opr_dtype)st->dtype : oa->fixed_dtype >= 0 ? (opr_dtype)oa->fixed_dtype : dtype;
+                if (st->ndim < 0) { /* None in a Tensor?[] */
+                    owned[(*nowned)++] = NULL;
+                    continue;
+                }
+                /* a Tensor?[] holds indices: i64 unless the sample says bool */
+                opr_dtype dt = st->dtype >= 0 ? (opr_dtype)st->dtype : oa->fixed_dtype >= 0 ? (opr_dtype)oa->fixed_dtype
+                               : oa->none_items ? OPR_I64 : dtype;
                 opr_tensor *t = make_tensor(ctx, st, dt, dev, &rng, tw, *nowned);
                 if (!t) return opr_error_status();
                 owned[(*nowned)++] = t;

@@ -1,6 +1,7 @@
 /* Schema strings: "name(Type arg=default, ...) -> Ret" where name may carry an
  * overload ("max.dim": op max, overload dim), Type is Tensor, Tensor?, Tensor[], int,
- * int?, int[], int[]?, float, float?, Scalar, Scalar?, bool, str or str? (and ATen's
+ * int?, int[], int[]?, float, float?, Scalar, Scalar?, bool, str or str?, Tensor?[] (a
+ * Tensor[] whose items may be None: ATen's indices) (and ATen's
  * spellings of some: parse_type; a `*` before the keyword-only arguments), and Ret is Tensor or "(Tensor a, Tensor b)". Defaults are
  * literals of the expression language. */
 #include "composite.h"
@@ -140,6 +141,10 @@ static int parse_type(cursor *c, op_arg *a)
         if (*q != ')' || q == p + 1) return fail(c, at, "expected an alias annotation such as Tensor(a!)");
         p = q + 1;
     }
+    if (n == 6 && !memcmp(text, "Tensor", 6) && p[0] == '?' && p[1] == '[' && p[2] == ']') { /* Tensor?[] */
+        a->none_items = true;
+        p++;
+    }
     if (*p == '[') {
         const char *q = p + 1;
         while (isdigit((unsigned char)*q)) q++;
@@ -200,6 +205,15 @@ static int parse_returns(cursor *c, opr_op *op)
     }
     if (!strncmp(c->p, "Tensor", 6) && !isalnum((unsigned char)c->p[6])) {
         c->p += 6;
+        /* ATen's alias annotation of an out= overload's result, `-> Tensor(a!)`: the
+         * result is that argument, which the op's forward returns */
+        if (*c->p == '(') {
+            const char *q = c->p + 1;
+            while (isalpha((unsigned char)*q)) q++;
+            if (*q == '!') q++;
+            if (*q != ')' || q == c->p + 1) return fail(c, c->p, "expected an alias annotation such as Tensor(a!)");
+            c->p = q + 1;
+        }
         if (!(op->out_names[0] = strdup("result"))) return opr_fail(OPR_ERR_NOMEM, "out of memory");
         op->nout = 1;
         return OPR_OK;
@@ -276,6 +290,7 @@ int schema_parse(opr_op *op, const char *schema, const expr_src *src)
     for (int i = 0; i < op->nargs; i++) {
         op->has_scalars |= op->args[i].type == ARG_SCALAR;
         op->has_written |= op->args[i].written;
+        op->has_index_list |= op->args[i].none_items;
     }
     if (op->inplace && (op->nargs == 0 || op->args[0].type != ARG_TENSOR || op->nout != 1))
         return fail(&c, schema, "in-place op must take a Tensor first and return one Tensor");

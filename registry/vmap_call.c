@@ -480,9 +480,16 @@ int vmap_call(const opr_op *op, const opr_value *args, int nargs, opr_tensor **r
             if (t->bt_level > v.level) { v.level = t->bt_level; v.n = t->bt_phys->m.shape[0]; }
         }
     }
-    if (op->composite && op->batch.kind == BATCH_LOOP) {
+    for (int i = 0; op->composite && op->has_written && i < nargs; i++) /* an out= composite (atan2.out) */
+        if (op->args[i].written && args[i].kind == OPR_V_TENSOR && args[i].u.t &&
+            !(args[i].u.t->bt_phys && args[i].u.t->bt_level == v.level))
+            return opr_fail(OPR_ERR_UNSUPPORTED, "%s: argument '%s' is written in place and is not batched while other "
+                            "arguments are: every sample would write its result over the others' (batch it too)",
+                            op->name, op->args[i].name);
+    if (op->composite && op->batch.kind == BATCH_LOOP && !op->has_written) {
         /* a composite runs its forward on the batched tensors: each part by its own rule
-         * (and records itself, as one node when it has derivative entries) */
+         * (and records itself, as one node when it has derivative entries); one that
+         * writes an argument (atan2.out) loops instead, each sample writing its slice */
         opr_tensor *tensors[OPR_MAX_ARGS] = {NULL};
         for (int i = 0; i < nargs; i++)
             if (args[i].kind == OPR_V_TENSOR) tensors[i] = args[i].u.t;

@@ -212,7 +212,7 @@ static int build(const opr_op *op, int sample, opr_dtype dt, opr_device d, bool 
         } else if (v->kind == OPR_V_TENSOR_LIST) {
             if (lv->u.tl.n != v->u.tl.n) rc = OPR_ERR_INVALID;
             for (int j = 0; !rc && j < v->u.tl.n; j++)
-                if (opr_tensor_dtype(v->u.tl.items[j]) == OPR_F32 && is_half(opr_tensor_dtype(lv->u.tl.items[j])))
+                if (v->u.tl.items[j] && opr_tensor_dtype(v->u.tl.items[j]) == OPR_F32 && is_half(opr_tensor_dtype(lv->u.tl.items[j])))
                     rc = take_values(v->u.tl.items[j], lv->u.tl.items[j]);
         }
     }
@@ -221,7 +221,8 @@ static int build(const opr_op *op, int sample, opr_dtype dt, opr_device d, bool 
         if (a->v[i].kind == OPR_V_TENSOR) {
             a->v[i].u.t = strided_twin(a, a->v[i].u.t);
         } else if (a->v[i].kind == OPR_V_TENSOR_LIST && a->v[i].u.tl.n <= 8) {
-            for (int j = 0; j < a->v[i].u.tl.n; j++) a->lists[i][j] = strided_twin(a, a->v[i].u.tl.items[j]);
+            for (int j = 0; j < a->v[i].u.tl.n; j++) /* a None index item stays None */
+                a->lists[i][j] = a->v[i].u.tl.items[j] ? strided_twin(a, a->v[i].u.tl.items[j]) : NULL;
             a->v[i].u.tl.items = a->lists[i];
         }
     }
@@ -234,7 +235,7 @@ static bool has_strided_arg(const args *a)
         if (a->v[i].kind == OPR_V_TENSOR && opr_tensor_ndim(a->v[i].u.t) >= 2) return true;
         if (a->v[i].kind == OPR_V_TENSOR_LIST)
             for (int j = 0; j < a->v[i].u.tl.n; j++)
-                if (opr_tensor_ndim(a->v[i].u.tl.items[j]) >= 2) return true;
+                if (a->v[i].u.tl.items[j] && opr_tensor_ndim(a->v[i].u.tl.items[j]) >= 2) return true;
     }
     return false;
 }

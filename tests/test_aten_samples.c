@@ -99,7 +99,8 @@ static void add_case(opr_ctx *ctx, FILE *f, const char *name, const opr_op *op, 
     opr_tensor *inputs[MAX_ARGS];
     int ninputs = 0, input_arg[MAX_ARGS];
     for (int a = 0; a < nargs; a++)
-        if (args[a].kind == OPR_V_TENSOR && opr_tensor_dtype(args[a].u.t) == OPR_F64 && tu_arg_differentiable(op, a)) {
+        if (args[a].kind == OPR_V_TENSOR && opr_tensor_dtype(args[a].u.t) == OPR_F64 && tu_arg_differentiable(op, a) &&
+            opr_op_output_differentiable(op, 0)) { /* not for `differentiable: false` (out= overloads, .item()) */
             ck_assert(!opr_set_requires_grad(args[a].u.t, true));
             c->rg[a] = true;
             input_arg[ninputs] = a;
@@ -132,6 +133,19 @@ static void add_case(opr_ctx *ctx, FILE *f, const char *name, const opr_op *op, 
             fprintf(f, "\n");
             break;
         case OPR_V_STRING: fprintf(f, "arg str %s\n", v->u.s); break;
+        case OPR_V_TENSOR_LIST: /* Tensor[] or Tensor?[] (index's indices, None items included) */
+            fprintf(f, "arg tensors %d\n", v->u.tl.n);
+            for (int k = 0; k < v->u.tl.n; k++) {
+                const opr_tensor *t = v->u.tl.items[k];
+                if (!t) {
+                    fprintf(f, "item none\n");
+                    continue;
+                }
+                fprintf(f, "item %s ", dtype_word(opr_tensor_dtype(t)));
+                write_shape(f, t);
+                write_values(f, t);
+            }
+            break;
         default: fprintf(f, "arg none\n"); break;
         }
     }

@@ -60,7 +60,7 @@ typedef enum atype {
 } atype;
 
 static const struct { const char *text; atype type; } TYPES[] = {
-    {"Tensor[]", T_TENSOR_LIST}, {"Tensor?", T_TENSOR_OPT}, {"Tensor", T_TENSOR},
+    {"Tensor[]", T_TENSOR_LIST}, {"Tensor?[]", T_TENSOR_LIST}, {"Tensor?", T_TENSOR_OPT}, {"Tensor", T_TENSOR},
     {"int[]?", T_INT_LIST_OPT}, {"int[]", T_INT_LIST}, {"int?", T_INT_OPT}, {"int", T_INT},
     {"float?", T_FLOAT_OPT}, {"float", T_FLOAT}, {"bool?", T_BOOL_OPT}, {"bool", T_BOOL}, {"str?", T_STR_OPT}, {"str", T_STR},
     {"Scalar?", T_FLOAT_OPT}, {"Scalar", T_FLOAT}, /* a number: the samples give floats */
@@ -553,6 +553,11 @@ static bool read_sample(const yreader *r, const schema *sc, const yaml_node_t *n
             if (v->type != YAML_SEQUENCE_NODE) return rfail(r, v, "a Tensor[] sample is a list of tensor specs", NULL);
             for (yaml_node_item_t *it = v->data.sequence.items.start; it < v->data.sequence.items.top; it++) {
                 if (x->nitems == MAXL) return rfail(r, v, "too many tensors", NULL);
+                if (is_null(ynode(r, *it))) { /* None in a Tensor?[] (indices): ndim -1 */
+                    memset(&x->items[x->nitems], 0, sizeof x->items[0]);
+                    x->items[x->nitems++].ndim = -1;
+                    continue;
+                }
                 if (!read_tspec(r, ynode(r, *it), &x->items[x->nitems++])) return false;
             }
             break;
@@ -888,6 +893,7 @@ static bool sdata_make(const yop *y, const sample *s, int sample_idx, sdata *sd,
         const aval *v = &s->a[a];
         int n = v->k == V_TENSOR ? 1 : v->k == V_TLIST ? v->nitems : 0;
         for (int it = 0; it < n; it++) {
+            if (v->k == V_TLIST && v->items[it].ndim < 0) continue; /* None: the list item stays NULL */
             if (sd->nt == MAXT) { snprintf(err, errlen, "too many tensors in sample"); return false; }
             tinst *t = &sd->t[sd->nt];
             t->arg = a;

@@ -82,6 +82,7 @@ static int round_like(sample_run *ref, const sample_run *low)
         for (int k = 0; k < n; k++) {
             opr_tensor *t = x->kind == OPR_V_TENSOR ? x->u.t : x->u.tl.items[k];
             const opr_tensor *lt = y->kind == OPR_V_TENSOR ? y->u.t : y->u.tl.items[k];
+            if (!t || !lt) continue; /* a None item of a Tensor?[] */
             int64_t numel = opr_tensor_numel(t);
             if (!t || !lt || opr_tensor_dtype(t) != OPR_F64 || opr_tensor_dtype(lt) == OPR_F64 ||
                 opr_tensor_numel(lt) != numel)

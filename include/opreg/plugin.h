@@ -91,7 +91,7 @@ typedef struct opr_kernel_arg {
     opr_arg_kind kind;      /* 2.0 */
     union {
         const opr_tensor_view *t;
-        struct { const opr_tensor_view *const *items; int32_t n; } tl;
+        struct { const opr_tensor_view *const *items; int32_t n; } tl; /* a Tensor?[]'s None item: NULL */
         int64_t i;
         double d;
         bool b;

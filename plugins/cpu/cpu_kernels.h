@@ -52,6 +52,7 @@ int cpu_register_softmax(opr_plugin *self);     /* cpu_softmax.c: softmax, log_s
 int cpu_register_linalg(opr_plugin *self);      /* cpu_linalg.c */
 int cpu_register_index(opr_plugin *self);       /* cpu_index.c */
 int cpu_register_scatter(opr_plugin *self);     /* cpu_scatter.c: slice_scatter, scatter, scatter_reduce, nonzero */
+int cpu_register_adv_index(opr_plugin *self);   /* cpu_adv_index.c: index.Tensor, index_put(_) */
 int cpu_register_sort(opr_plugin *self);        /* cpu_sort.c */
 int cpu_register_factory(opr_plugin *self);     /* cpu_factory.c */
 int cpu_register_grad(opr_plugin *self);        /* cpu_grad.c */

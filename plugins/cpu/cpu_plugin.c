@@ -72,6 +72,7 @@ static int register_all(const opr_host_api *host, opr_plugin *self)
         cpu_register_pointwise, cpu_register_scatter, cpu_register_optim, cpu_register_shape, cpu_register_scan,
         cpu_register_random, cpu_register_embedding_bag,
         cpu_register_grid_sample,
+        cpu_register_adv_index,
     };
     for (size_t i = 0; i < sizeof families / sizeof families[0]; i++)
         if ((rc = families[i](self)) != OPR_OK) return rc;

@@ -376,6 +376,7 @@ int gk_register_reduce(opr_plugin *self);      /* gpu_reduce.cu */
 int gk_register_linalg(opr_plugin *self);      /* gpu_linalg.cu */
 int gk_register_index(opr_plugin *self);       /* gpu_index.cu */
 int gk_register_scatter(opr_plugin *self);     /* gpu_scatter.cu: slice_scatter, scatter, scatter_reduce, nonzero */
+int gk_register_adv_index(opr_plugin *self);   /* gpu_adv_index.cu: index.Tensor, index_put(_) */
 int gk_register_copy(opr_plugin *self);        /* gpu_copy.cu */
 int gk_register_sort(opr_plugin *self);        /* gpu_sort.cu */
 int gk_register_segment(opr_plugin *self);     /* gpu_segment.cu: segments of jagged tensors */

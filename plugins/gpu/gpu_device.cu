@@ -160,7 +160,9 @@ int gk_begin(const opr_kernel_call *c, const char *op, gk_ctx *k)
     for (int i = 0; i < c->nargs && ordinal < 0; i++) {
         const opr_kernel_arg *a = c->args[i];
         if (a->kind == OPR_ARG_TENSOR && a->u.t) ordinal = a->u.t->device.index;
-        else if (a->kind == OPR_ARG_TENSOR_LIST && a->u.tl.n > 0) ordinal = a->u.tl.items[0]->device.index;
+        else if (a->kind == OPR_ARG_TENSOR_LIST) /* the first item present (a Tensor?[] may hold None) */
+            for (int j = 0; j < a->u.tl.n && ordinal < 0; j++)
+                if (a->u.tl.items[j]) ordinal = a->u.tl.items[j]->device.index;
     }
     if (ordinal < 0) ordinal = c->nout > 0 ? c->outputs[0]->device.index : 0;
     return gk_begin_ordinal(c, ordinal, op, k);
@@ -435,6 +437,7 @@ extern "C" OPR_PLUGIN_EXPORT int opr_plugin_init(const opr_host_api *host, opr_p
         gk_register_optim, gk_register_shape, gk_register_scan,
         gk_register_random, gk_register_embedding_bag,
         gk_register_grid_sample,
+        gk_register_adv_index,
     };
     for (size_t i = 0; i < sizeof families / sizeof families[0]; i++)
         if ((rc = families[i](self)) != OPR_OK) return rc;

@@ -10,6 +10,8 @@ from a sample, and the gradients of the outputs to back-propagate:
     arg int V | arg float V | arg bool 0|1 | arg ints N V.. | arg bools N 0|1..
                                    | arg floats N V.. (a float[]: scale_factors)
                                    | arg none | arg str S
+    arg tensors N                  a Tensor[] or Tensor?[], then N lines "item none"
+                                   or "item DTYPE NDIM D.." (then one line of values)
     gradout NDIM D..               then one line of values: the gradient of an output
                                    (one per output, in order; "gradout none" for one
                                    that gets none, integer outputs)
@@ -92,6 +94,20 @@ def read_cases(path):
                 case["args"].append([float(v) for v in w[3:3 + int(w[2])]])
             elif kind == "bools":
                 case["args"].append([v != "0" for v in w[3:3 + int(w[2])]])
+            elif kind == "tensors":  # a Tensor[] / Tensor?[]: one "item" line (and values) each
+                items = []
+                for _ in range(int(w[2])):
+                    iw = lines[i].split()
+                    i += 1
+                    if iw[1] == "none":
+                        items.append(None)
+                        continue
+                    dt, nd = DTYPES[iw[1]], int(iw[2])
+                    shape = [int(d) for d in iw[3:3 + nd]]
+                    vals = [float(v) for v in lines[i].split()]
+                    i += 1
+                    items.append(torch.tensor(vals, dtype=torch.float64).to(dt).reshape(shape))
+                case["args"].append(items)
             elif kind == "none":
                 case["args"].append(None)
             elif kind == "str":
@@ -205,6 +221,8 @@ def main():
             if err is not None:
                 f.write("case %s error %s\n" % (case["id"], " ".join(str(err).split())[:300]))
                 continue
+            if isinstance(res, (bool, int, float)):  # a Scalar result (_local_scalar_dense): opreg's is 0-d
+                res = torch.tensor(res, dtype=torch.float64)
             outs = list(res) if isinstance(res, (tuple, list)) else [res]
             f.write("case %s ok %d\n" % (case["id"], len(outs)))
             for k, t in enumerate(outs):

@@ -1,0 +1,202 @@
+/* Advanced indexing: index.Tensor(self, Tensor?[] indices) and index_put(_)(self,
+ * indices, values, accumulate). The layout of the result (where the broadcast index
+ * dims go, which dims are taken whole) is opc_adv_index_plan's, shared with the GPU
+ * plugin. Every index value is checked before anything is written, so a failing
+ * index_put_ leaves self untouched. Pure data movement (index, index_put without
+ * accumulate) moves elements as opaque bytes; accumulation is typed, and runs in one
+ * thread in order, so that repeated indices sum the same way on every run. */
+#include "cpu_common.h"
+#include "cpu_kernels.h"
+#include "../common/opc_adv_index.h"
+
+#include <string.h>
+
+/* The layout of indexing a tensor of x's shape with strides st (x's own, or those of
+ * index_put's output) by argument 1, with every index value checked against its dim. */
+static int plan(const opr_kernel_call *c, const char *op, const opr_tensor_view *x, const int64_t *st,
+                opc_adv_index *g)
+{
+    const opr_kernel_arg *list = c->args[1];
+    if (list->kind != OPR_ARG_TENSOR_LIST) return CPU_FAIL(c, OPR_ERR_INVALID, "%s: indices must be a tensor list", op);
+    char why[OPC_WHY_SIZE];
+    if (!opc_adv_index_plan(op, x->ndim, x->shape, st, list->u.tl.items, list->u.tl.n, g, why, sizeof why))
+        return CPU_FAIL(c, OPR_ERR_INVALID, "%s", why);
+    for (int32_t k = 0; k < g->nidx; k++) {
+        const opr_tensor_view *t = g->idx[k];
+        if (t->dtype != OPR_I64)
+            return CPU_FAIL(c, OPR_ERR_INVALID, "%s: tensors used as indices must be long or bool tensors", op);
+        if (t->numel == 0) continue;
+        int64_t mn = INT64_MAX, mx = INT64_MIN, idx[OPR_MAX_DIMS] = {0};
+        const int64_t *p = t->data;
+        for (int64_t i = 0; i < t->numel; i++) { /* row-major walk of t */
+            int64_t off = 0;
+            for (int32_t d = 0; d < t->ndim; d++) off += idx[d] * t->strides[d];
+            const int64_t v = p[off];
+            mn = v < mn ? v : mn;
+            mx = v > mx ? v : mx;
+            for (int32_t d = t->ndim - 1; d >= 0 && ++idx[d] == t->shape[d]; d--) idx[d] = 0;
+        }
+        if (!opc_adv_index_in_range(op, mn, mx, g->idx_dim[k], g->idx_size[k], why, sizeof why))
+            return CPU_FAIL(c, OPR_ERR_INVALID, "%s", why);
+    }
+    return OPR_OK;
+}
+
+/* Offsets of result element i (row-major): into the indexed tensor, and under the
+ * strides ost (the output of index, or values broadcast to the result). */
+static inline void elem_offsets(const opc_adv_index *g, int64_t i, const int64_t *ost, int64_t *xoff, int64_t *ooff)
+{
+    int64_t coord[OPR_MAX_DIMS];
+    for (int32_t d = g->ndim - 1; d >= 0; d--) {
+        coord[d] = i % g->shape[d];
+        i /= g->shape[d];
+    }
+    int64_t x = 0, o = 0;
+    for (int32_t d = 0; d < g->ndim; d++) {
+        x += coord[d] * g->self_strides[d];
+        o += coord[d] * ost[d];
+    }
+    for (int32_t k = 0; k < g->nidx; k++) {
+        int64_t p = 0;
+        for (int32_t d = 0; d < g->ndim; d++) p += coord[d] * g->idx_strides[k][d];
+        int64_t v = ((const int64_t *)g->idx[k]->data)[p];
+        if (v < 0) v += g->idx_size[k];
+        x += v * g->idx_self_stride[k];
+    }
+    *xoff = x;
+    *ooff = o;
+}
+
+/* The result is walked in rows of its last dim: when that dim is not one of the index
+ * dims (no index tensor steps along it), a row is a plain strided run in both operands,
+ * so the coordinates are decoded once per row, not once per element. */
+static bool rows_are_runs(const opc_adv_index *g)
+{
+    if (g->ndim == 0) return false;
+    for (int32_t k = 0; k < g->nidx; k++)
+        if (g->idx_strides[k][g->ndim - 1]) return false;
+    return true;
+}
+
+/* es-byte elements: n of them from src (stride ss) to dst (stride ds), in elements. */
+static inline void move_run(char *dst, int64_t ds, const char *src, int64_t ss, int64_t n, size_t es)
+{
+    const int64_t db = ds * (int64_t)es, sb = ss * (int64_t)es;
+    switch (es) {
+    case 1: for (int64_t j = 0; j < n; j++) dst[j * db] = src[j * sb]; break;
+    case 2: for (int64_t j = 0; j < n; j++) memcpy(dst + j * db, src + j * sb, 2); break;
+    case 4: for (int64_t j = 0; j < n; j++) memcpy(dst + j * db, src + j * sb, 4); break;
+    default: for (int64_t j = 0; j < n; j++) memcpy(dst + j * db, src + j * sb, 8); break;
+    }
+}
+
+/* out = self[indices] */
+static int k_index(const opr_kernel_call *c)
+{
+    const char *op = "index";
+    const opr_tensor_view *x = cpu_arg_t(c, 0);
+    opr_tensor_view *out = c->outputs[0];
+    opc_adv_index g;
+    int rc = plan(c, op, x, x->strides, &g);
+    if (rc) return rc;
+    if (g.ndim != out->ndim || g.numel != out->numel)
+        return CPU_FAIL(c, OPR_ERR_INVALID, "%s: the output was sized for another result", op);
+    const size_t es = cpu_dtype_size(x->dtype);
+    const char *src = x->data;
+    char *dst = out->data;
+    if (g.numel == 0) return OPR_OK;
+    /* a run per row of the last dim where it is not indexed, else one element per row */
+    const int64_t len = rows_are_runs(&g) ? g.shape[g.ndim - 1] : 1, nrows = g.numel / len;
+    const int64_t xs = len > 1 ? g.self_strides[g.ndim - 1] : 0, os = len > 1 ? out->strides[g.ndim - 1] : 0;
+#pragma omp parallel for if (g.numel >= CPU_PAR_THRESHOLD)
+    for (int64_t r = 0; r < nrows; r++) {
+        int64_t xo, oo;
+        elem_offsets(&g, r * len, out->strides, &xo, &oo);
+        move_run(dst + oo * (int64_t)es, os, src + xo * (int64_t)es, xs, len, es);
+    }
+    return OPR_OK;
+}
+
+/* out (self, or a copy of it) with out[indices] = values, or += when accumulating. */
+static int k_index_put(const opr_kernel_call *c)
+{
+    const char *op = c->op;
+    const opr_tensor_view *x = cpu_arg_t(c, 0), *val = cpu_arg_t(c, 2);
+    opr_tensor_view *out = c->outputs[0];
+    const bool acc = cpu_arg_b(c, 3);
+    for (int32_t d = 0; d < out->ndim; d++)
+        if (out->shape[d] > 1 && out->strides[d] == 0)
+            return CPU_FAIL(c, OPR_ERR_INVALID, "%s: more than one element of self refers to the same memory location "
+                            "(dim %d is expanded)", op, (int)d);
+    opc_adv_index g;
+    int rc = plan(c, op, out, out->strides, &g);
+    if (rc) return rc;
+    /* values broadcast to the result's shape, right-aligned */
+    int64_t vst[OPR_MAX_DIMS];
+    if (val->ndim > g.ndim) goto mismatch;
+    for (int32_t d = 0; d < g.ndim; d++) {
+        const int32_t dv = d - (g.ndim - val->ndim);
+        if (dv >= 0 && val->shape[dv] != 1 && val->shape[dv] != g.shape[d]) goto mismatch;
+        vst[d] = dv >= 0 && val->shape[dv] != 1 ? val->strides[dv] : 0;
+    }
+    const size_t es = cpu_dtype_size(x->dtype);
+    if (out->data != x->data) cpu_copy_strided(es, x->ndim, x->shape, out->data, out->strides, x->data, x->strides);
+    char *dst = out->data;
+    const char *src = val->data;
+    if (g.numel == 0) return OPR_OK;
+    const int64_t len = rows_are_runs(&g) ? g.shape[g.ndim - 1] : 1, nrows = g.numel / len;
+    const int64_t xs = len > 1 ? g.self_strides[g.ndim - 1] : 0, vstep = len > 1 ? vst[g.ndim - 1] : 0;
+    for (int64_t r = 0; r < nrows; r++) { /* in order: repeated indices sum alike on every run */
+        int64_t xo, vo;
+        elem_offsets(&g, r * len, vst, &xo, &vo);
+        if (!acc) {
+            move_run(dst + xo * (int64_t)es, xs, src + vo * (int64_t)es, vstep, len, es);
+            continue;
+        }
+        switch (x->dtype) {
+        case OPR_F32: {
+            float *d = (float *)(void *)dst + xo;
+            const float *v = (const float *)(const void *)src + vo;
+            for (int64_t j = 0; j < len; j++) d[j * xs] += v[j * vstep];
+            break;
+        }
+        case OPR_F64: {
+            double *d = (double *)(void *)dst + xo;
+            const double *v = (const double *)(const void *)src + vo;
+            for (int64_t j = 0; j < len; j++) d[j * xs] += v[j * vstep];
+            break;
+        }
+        case OPR_I64: { /* wraps as PyTorch's int64 addition does */
+            int64_t *d = (int64_t *)(void *)dst + xo;
+            const int64_t *v = (const int64_t *)(const void *)src + vo;
+            for (int64_t j = 0; j < len; j++) d[j * xs] = (int64_t)((uint64_t)d[j * xs] + (uint64_t)v[j * vstep]);
+            break;
+        }
+        case OPR_BOOL:
+            for (int64_t j = 0; j < len; j++) dst[xo + j * xs] = (char)(dst[xo + j * xs] || src[vo + j * vstep]);
+            break;
+        default: return CPU_FAIL(c, OPR_ERR_UNSUPPORTED, "%s: accumulate does not support dtype %d", op, (int)x->dtype);
+        }
+    }
+    return OPR_OK;
+mismatch:;
+    char vs[192] = "", rs[192] = ""; /* 8 dims of 20 digits and a separator each */
+    for (int32_t d = 0, n = 0; d < val->ndim; d++) n += snprintf(vs + n, sizeof vs - (size_t)n, "%s%lld", d ? ", " : "", (long long)val->shape[d]);
+    for (int32_t d = 0, n = 0; d < g.ndim; d++) n += snprintf(rs + n, sizeof rs - (size_t)n, "%s%lld", d ? ", " : "", (long long)g.shape[d]);
+    return CPU_FAIL(c, OPR_ERR_INVALID, "%s: shape mismatch: value tensor of shape [%s] cannot be broadcast to indexing "
+                    "result of shape [%s]", op, vs, rs);
+}
+
+int cpu_register_adv_index(opr_plugin *self)
+{
+    const uint32_t dtypes =
+        OPR_DTYPE_BIT(OPR_F32) | OPR_DTYPE_BIT(OPR_F64) | OPR_DTYPE_BIT(OPR_I64) | OPR_DTYPE_BIT(OPR_BOOL);
+    const struct { const char *op; opr_kernel_fn fn; } table[] = {
+        {"index", k_index}, {"index_put", k_index_put}, {"index_put_", k_index_put},
+    };
+    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
+        int rc = cpu_register(self, table[i].op, dtypes, table[i].fn);
+        if (rc != OPR_OK) return rc;
+    }
+    return OPR_OK;
+}
