@@ -275,7 +275,7 @@ START_TEST(test_abi_major_older)
 {
     opr_ctx *ctx = bare_ctx();
     opr_plugin_candidate c = expect_refused(ctx, fx("fx_abi_old"), OPR_ERR_ABI,
-                                            PHRASES("ABI 1.7", "older", "host ABI 2.2", "major versions must match"));
+                                            PHRASES("ABI 1.7", "older", "host ABI 2.3", "major versions must match"));
     ck_assert_uint_eq(c.abi_major, 1);
     ck_assert_uint_eq(c.abi_minor, 7);
     ck_assert_str_eq(c.name, "fx_abi_old");
@@ -290,7 +290,7 @@ START_TEST(test_abi_major_newer)
 {
     opr_ctx *ctx = bare_ctx();
     opr_plugin_candidate c = expect_refused(ctx, fx("fx_abi_new"), OPR_ERR_ABI,
-                                            PHRASES("ABI 3.3", "newer", "host ABI 2.2"));
+                                            PHRASES("ABI 3.3", "newer", "host ABI 2.3"));
     ck_assert_uint_eq(c.abi_major, 3);
     ck_assert_uint_eq(c.abi_minor, 3);
     ck_assert_ptr_null(strstr(c.why, "older"));
@@ -708,7 +708,7 @@ START_TEST(test_abi_minor_newer_without_its_op)
     ck_assert_str_eq(c.why, "skipped 2 kernel(s) for ops the registry does not define: fx_triple; "
                             "device 'fxdev' has no copy_ kernel: strided tensors on it cannot be copied, made "
                             "contiguous or read back, and view ops do not count as runnable there; "
-                            "plugin ABI 2.99 is newer than host 2.2 (accepted)");
+                            "plugin ABI 2.99 is newer than host 2.3 (accepted)");
     ck_assert_ptr_null(opr_op_find(ctx, "fx_triple"));
     opr_device dev;
     ck_assert_int_eq(opr_device_parse(ctx, "fxdev", &dev), OPR_OK);

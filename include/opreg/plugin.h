@@ -39,7 +39,7 @@ extern "C" {
 #endif
 
 #define OPR_ABI_MAJOR 2
-#define OPR_ABI_MINOR 2
+#define OPR_ABI_MINOR 3
 
 /* OPR_STRUCT_SIZE(type, last) (opreg.h) is the size of a struct up to and including
  * its field `last`: what struct_size must at least be for a reader to use `last`. The
@@ -80,7 +80,8 @@ typedef enum opr_arg_kind {
     OPR_ARG_BOOL,
     OPR_ARG_INT_LIST,
     OPR_ARG_STRING,
-    OPR_ARG_DOUBLE_LIST     /* a float[] argument (the union's dl) */
+    OPR_ARG_DOUBLE_LIST     /* 2.3: a float[] argument (the union's dl); only ops with a
+                               float[] in their schema receive one */
 } opr_arg_kind;
 
 /* One argument of a kernel call, in schema order, defaults already filled in. Lists of
