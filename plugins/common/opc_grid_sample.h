@@ -18,9 +18,13 @@
 #ifndef OPREG_OPC_GRID_SAMPLE_H
 #define OPREG_OPC_GRID_SAMPLE_H
 
+#include <opreg/plugin.h>
+
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <string.h>
 
 #if defined(__CUDACC__) || defined(__HIPCC__)
 #define OPC_GS_FN __host__ __device__ static inline
@@ -279,5 +283,39 @@ OPC_GS_FN void opc_gs_corners(double iy, double ix, int64_t *ys, int64_t *xs, do
 
 OPC_GS_DEFINE(float, f32)
 OPC_GS_DEFINE(double, f64)
+
+/* The outputs and the input's shape [N, C, H, W] of a backward call, host side. Four
+ * names share the kernel: the fused entry (grad_input_mask says which outputs are
+ * wanted), grid_sampler_2d_backward_input and _grid (one output each; the input's
+ * gradient gets the input's sizes when the input itself is not passed) and ATen's
+ * grid_sampler_2d_backward (the grid's gradient always, as ATen; the input's when
+ * output_mask[0]). false with the reason in why. */
+static inline bool opc_gs_backward_outputs(const opr_kernel_call *c, opr_tensor_view **dx, opr_tensor_view **dgrid,
+                                           int64_t xs[4], char *why, size_t why_size)
+{
+    const bool only_input = !strcmp(c->op, "grid_sampler_2d_backward_input");
+    const bool only_grid = !strcmp(c->op, "grid_sampler_2d_backward_grid");
+    unsigned mask = only_input ? 1u : only_grid ? 2u : (unsigned)c->grad_input_mask;
+    if (!only_input && !only_grid && !c->grad_input_mask)
+        mask = 2u | (c->nargs > 6 && c->args[6]->kind == OPR_ARG_INT_LIST && c->args[6]->u.il.n > 0 &&
+                     c->args[6]->u.il.items[0] ? 1u : 0u);
+    const int nout = only_input || only_grid ? 1 : 2;
+    if (c->nout < nout) {
+        snprintf(why, why_size, "%s: expected %d outputs", c->op, nout);
+        return false;
+    }
+    *dx = mask & 1 ? c->outputs[0] : NULL;
+    *dgrid = mask & 2 ? c->outputs[only_grid ? 0 : 1] : NULL;
+    const opr_tensor_view *x = c->nargs > 1 && c->args[1]->kind == OPR_ARG_TENSOR ? c->args[1]->u.t : NULL;
+    if (x && x->ndim == 4) memcpy(xs, x->shape, 4 * sizeof *xs);
+    else if (c->nargs > 1 && c->args[1]->kind == OPR_ARG_INT_LIST && c->args[1]->u.il.n == 4)
+        memcpy(xs, c->args[1]->u.il.items, 4 * sizeof *xs);
+    else if (*dx && (*dx)->ndim == 4) memcpy(xs, (*dx)->shape, 4 * sizeof *xs);
+    else {
+        snprintf(why, why_size, "%s: the input's shape [N, C, H, W] is unknown", c->op);
+        return false;
+    }
+    return true;
+}
 
 #endif

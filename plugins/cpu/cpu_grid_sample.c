@@ -109,22 +109,11 @@ static int k_grid_sampler_2d(const opr_kernel_call *c)
 /* The four backward names (the header comment says how their arguments differ). */
 static int k_grid_sampler_2d_backward(const opr_kernel_call *c)
 {
-    const bool only_input = !strcmp(c->op, "grid_sampler_2d_backward_input");
-    const bool only_grid = !strcmp(c->op, "grid_sampler_2d_backward_grid");
-    unsigned mask = only_input ? 1u : only_grid ? 2u : (unsigned)c->grad_input_mask;
-    if (!only_input && !only_grid && !c->grad_input_mask) /* ATen's op: the grid's gradient always, as ATen */
-        mask = 2u | (c->nargs > 6 && c->args[6]->kind == OPR_ARG_INT_LIST && c->args[6]->u.il.n > 0 &&
-                     c->args[6]->u.il.items[0] ? 1u : 0u);
-    const int nout = only_input || only_grid ? 1 : 2;
-    if (c->nout < nout) return CPU_FAIL(c, OPR_ERR_INVALID, "%s: expected %d outputs", c->op, nout);
-    opr_tensor_view *dx = mask & 1 ? c->outputs[0] : NULL;
-    opr_tensor_view *dgrid = mask & 2 ? c->outputs[only_grid ? 0 : 1] : NULL;
-    const opr_tensor_view *gy = cpu_arg_t(c, 0), *x = cpu_arg_t(c, 1), *grid = cpu_arg_t(c, 2);
+    opr_tensor_view *dx, *dgrid;
     int64_t xs[4];
-    if (x && x->ndim == 4) memcpy(xs, x->shape, sizeof xs);
-    else if (c->args[1]->kind == OPR_ARG_INT_LIST && c->args[1]->u.il.n == 4) memcpy(xs, c->args[1]->u.il.items, sizeof xs);
-    else if (dx && dx->ndim == 4) memcpy(xs, dx->shape, sizeof xs);
-    else return CPU_FAIL(c, OPR_ERR_INVALID, "%s: the input's shape [N, C, H, W] is unknown", c->op);
+    char why[200];
+    if (!opc_gs_backward_outputs(c, &dx, &dgrid, xs, why, sizeof why)) return CPU_FAIL(c, OPR_ERR_INVALID, "%s", why);
+    const opr_tensor_view *gy = cpu_arg_t(c, 0), *x = cpu_arg_t(c, 1), *grid = cpu_arg_t(c, 2);
     if (!gy || !grid) return CPU_FAIL(c, OPR_ERR_INVALID, "%s: expected grad_output and grid", c->op);
     if (dgrid && !x) return CPU_FAIL(c, OPR_ERR_INVALID, "%s: the grid's gradient needs the input", c->op);
     if (gy->dtype != OPR_F32 && gy->dtype != OPR_F64)
