@@ -357,15 +357,7 @@ int main(int argc, char **argv)
     int want = argc > 1 ? atoi(argv[1]) : 0;
     const char *device = argc > 3 && !strcmp(argv[2], "--device") ? argv[3] : NULL;
     const char *torch_file = argc > 3 && !strcmp(argv[2], "--torch") ? argv[3] : NULL;
-    ctx = opr_ctx_new(NULL);
-    if (!ctx) { printf("FAIL: opr_ctx_new: %s\n", opr_last_error()); return 1; }
-    if (opr_dist_world(ctx, &world)) { printf("FAIL: opr_dist_world: %s\n", opr_last_error()); return 1; }
-    if (device) { /* rank r on ordinal r % count; nothing falls back to the CPU */
-        if (opr_device_parse(ctx, device, &dev)) { printf("FAIL: --device %s: %s\n", device, opr_last_error()); return 1; }
-        int count = opr_device_type_ordinals(ctx, dev.type);
-        dev.index = count > 0 ? world.rank % count : 0;
-        opr_cpu_fallback_set(ctx, false);
-    }
+    if (dist_test_start(device, &dev)) return 1;
     CHECK(want == 0 || world.size == want, "the world has %d ranks, want %d", world.size, want);
     if (torch_file) {
         have_torch_ref = read_torch_ref(torch_file);

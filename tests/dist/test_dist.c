@@ -31,14 +31,7 @@
 
 static opr_device dev = OPR_CPU; /* where the inputs live (--device) */
 
-/* t moved to dev (t released). */
-static opr_tensor *on_dev(opr_tensor *t)
-{
-    if (!t || dev.type == OPR_CPU.type) return t;
-    opr_tensor *d = opr_tensor_to(t, dev);
-    opr_tensor_release(t);
-    return d;
-}
+static opr_tensor *on_dev(opr_tensor *t) { return dist_test_to(t, dev); }
 
 /* Rank r's input, element i: distinct on every rank and element (no ties for max). */
 static double input(int r, int i) { return sin(1.0 + 7.3 * r + 0.37 * i) + 0.01 * r; }
@@ -398,17 +391,7 @@ int main(int argc, char **argv)
         if (!strcmp(argv[i], "--die")) die = true;
         else if (!strcmp(argv[i], "--device") && i + 1 < argc) device = argv[++i];
     }
-    ctx = opr_ctx_new(NULL);
-    if (!ctx) { printf("FAIL: opr_ctx_new: %s\n", opr_last_error()); return 1; }
-    char why[256];
-    if (!opr_dist_available(ctx, why, sizeof why)) { printf("FAIL: %s\n", why); return 1; }
-    if (opr_dist_world(ctx, &world)) { printf("FAIL: opr_dist_world: %s\n", opr_last_error()); return 1; }
-    if (device) {
-        if (opr_device_parse(ctx, device, &dev)) { printf("FAIL: --device %s: %s\n", device, opr_last_error()); return 1; }
-        int count = opr_device_type_ordinals(ctx, dev.type);
-        dev.index = count > 0 ? world.rank % count : 0;
-        opr_cpu_fallback_set(ctx, false);
-    }
+    if (dist_test_start(device, &dev)) return 1;
     CHECK(want == 0 || world.size == want, "the world has %d ranks, want %d", world.size, want);
     if (die) { /* the survivors end as usual: the shutdown knows the world is broken */
         die_run();

@@ -413,9 +413,7 @@ int main(int argc, char **argv)
 {
     int want = argc > 1 ? atoi(argv[1]) : 0;
     const char *mode = argc > 2 ? argv[2] : "";
-    ctx = opr_ctx_new(NULL);
-    if (!ctx) { printf("FAIL: opr_ctx_new: %s\n", opr_last_error()); return 1; }
-    if (opr_dist_world(ctx, &world)) { printf("FAIL: opr_dist_world: %s\n", opr_last_error()); return 1; }
+    if (dist_test_start(NULL, NULL)) return 1;
     CHECK(want == 0 || world.size == want, "the world has %d ranks, want %d", world.size, want);
     if (!strcmp(mode, "late")) late_run();
     else if (!strcmp(mode, "limits")) limits_run();

@@ -45,13 +45,7 @@ static double input(int r, int i, opr_dtype dt)
     return sin(1.0 + 7.3 * r + 0.37 * i) + 0.01 * r + 1.5; /* away from 0: prod's gradient divides */
 }
 
-static opr_tensor *on_dev(opr_tensor *t)
-{
-    if (!t || dev.type == OPR_CPU.type) return t;
-    opr_tensor *d = opr_tensor_to(t, dev);
-    opr_tensor_release(t);
-    return d;
-}
+static opr_tensor *on_dev(opr_tensor *t) { return dist_test_to(t, dev); }
 
 /* n values as a tensor of dtype dt and shape [n / COLS, COLS] (or [n] when ndim 1). */
 static opr_tensor *make(const double *v, int64_t n, opr_dtype dt)
@@ -521,17 +515,7 @@ int main(int argc, char **argv)
         if (!strcmp(argv[i], "--device") && i + 1 < argc) device = argv[++i];
         else if (!strcmp(argv[i], "--torch") && i + 1 < argc) torch_file = argv[++i];
     }
-    ctx = opr_ctx_new(NULL);
-    if (!ctx) { printf("FAIL: opr_ctx_new: %s\n", opr_last_error()); return 1; }
-    char why[256];
-    if (!opr_dist_available(ctx, why, sizeof why)) { printf("FAIL: %s\n", why); return 1; }
-    if (opr_dist_world(ctx, &world)) { printf("FAIL: opr_dist_world: %s\n", opr_last_error()); return 1; }
-    if (device) {
-        if (opr_device_parse(ctx, device, &dev)) { printf("FAIL: --device %s: %s\n", device, opr_last_error()); return 1; }
-        int count = opr_device_type_ordinals(ctx, dev.type);
-        dev.index = count > 0 ? world.rank % count : 0;
-        opr_cpu_fallback_set(ctx, false);
-    }
+    if (dist_test_start(device, &dev)) return 1;
     CHECK(want == 0 || world.size == want, "the world has %d ranks, want %d", world.size, want);
     CHECK(world.size <= 3, "at most 3 ranks (the references' buffers)");
     if (torch_file) CHECK(read_torch_ref(torch_file), "cannot read PyTorch's results from %s", torch_file);
