@@ -117,19 +117,35 @@ static double accuracy(const demo_ops *ops, opr_tensor *logp, opr_tensor *y)
     return (double)correct / (double)n;
 }
 
-/* w -= lr * grad in place (sgd_step_, registry/ops/optim.yaml: torch.optim.SGD's
- * update), with grad mode off as in torch's step(); then its gradient is dropped. */
-static int sgd_step(const demo_ops *ops, opr_tensor **w, double lr)
+/* torch.optim.SGD's update (w -= lr * grad, no momentum) of every trainable tensor in
+ * one _foreach_sgd_step (registry/ops/optim_foreach.yaml: sgd_step_ on each), with grad
+ * mode off as in torch's step(); then their gradients are dropped. */
+static int sgd_step(const demo_ops *ops, model *m, double lr)
 {
-    opr_tensor *g = opr_grad(*w);
-    if (!g) return OPR_OK; /* no gradient reached it */
+    opr_tensor *ps[2 * LAYERS], *gs[2 * LAYERS], *out[2 * LAYERS];
+    int n = 0;
+    for (int l = 0; l < LAYERS; l++) {
+        opr_tensor *t[2] = {m->w[l], m->b[l]};
+        for (int k = 0; k < 2 && m->trainable[l]; k++)
+            if (opr_grad(t[k])) { /* no gradient reached it: skipped, as PyTorch does */
+                ps[n] = t[k];
+                gs[n++] = opr_grad(t[k]);
+            }
+    }
+    if (n == 0) return OPR_OK;
+    opr_value sa[4] = {opr_v_tensors(ps, n), opr_v_tensors(gs, n), opr_v_tensors(NULL, 0), opr_v_double(lr)};
     bool prev = opr_grad_mode_set(false);
-    opr_value sa[4] = {opr_v_tensor(*w), opr_v_tensor(g), opr_v_none(), opr_v_double(lr)};
-    opr_tensor *self = call1(ops->sgd, sa, 4);
+    int rc = opr_call(ops->sgd, sa, 4, out, n);
     opr_grad_mode_set(prev);
-    if (!self) return OPR_ERR_BACKEND;
-    opr_tensor_release(self);
-    return opr_zero_grad(*w);
+    if (rc) {
+        fprintf(stderr, "opreg demo: %s\n", opr_last_error());
+        return rc;
+    }
+    for (int i = 0; i < n; i++) {
+        opr_tensor_release(out[i]); /* the parameters themselves */
+        if (!rc) rc = opr_zero_grad(ps[i]);
+    }
+    return rc;
 }
 
 /* Per-op totals of what one step's graph saved. */
@@ -239,7 +255,7 @@ int cmd_demo(int argc, char **argv)
     }
     opr_ctx *ctx = cli_ctx_new(argc, argv);
     if (!ctx) return 1;
-    const char *names[] = {"linear", "relu", "log_softmax", "gather", "mean", "neg", "sgd_step_", "max.dim", "eq", "sum"};
+    const char *names[] = {"linear", "relu", "log_softmax", "gather", "mean", "neg", "_foreach_sgd_step", "max.dim", "eq", "sum"};
     const opr_op *found[10];
     for (int i = 0; i < 10; i++)
         if (!(found[i] = opr_op_find(ctx, names[i]))) {
@@ -285,10 +301,7 @@ int cmd_demo(int argc, char **argv)
         if (!loss) goto out;
         if (step == 1) opr_autograd_walk(loss, collect_row, &table);
         if (opr_backward(loss, NULL, NULL)) { fprintf(stderr, "opreg demo: %s\n", opr_last_error()); opr_tensor_release(loss); goto out; }
-        for (int l = 0; l < LAYERS; l++) {
-            if (!m.trainable[l]) continue;
-            if (sgd_step(&ops, &m.w[l], lr) || sgd_step(&ops, &m.b[l], lr)) { opr_tensor_release(loss); goto out; }
-        }
+        if (sgd_step(&ops, &m, lr)) { opr_tensor_release(loss); goto out; }
         if (logp) {
             float lv = 0;
             opr_tensor_copy_to_host(loss, &lv, sizeof lv);
