@@ -294,6 +294,7 @@ static opr_status read_node(opr_program *p, int i, json_t *e, missing_ops *miss)
     if (!nd->args || !nd->refs || !nd->values) return opr_fail(OPR_ERR_NOMEM, "program: out of memory");
     const char *key = NULL;
     void *it = kw ? json_object_iter(kw) : NULL;
+    bool device_given = false;
     for (int a = 0; a < nd->nargs; a++) {
         prog_arg *pa = &nd->args[a];
         json_t *v;
@@ -320,7 +321,14 @@ static opr_status read_node(opr_program *p, int i, json_t *e, missing_ops *miss)
         }
         if (!kind_fits(nd->op, pa->pos, pa->kind))
             return opr_fail(OPR_ERR_PARSE, "%s: the schema's %s takes no such value", where, opr_op_arg_type(nd->op, pa->pos));
+        if (pa->kind == PA_TENSORS && !(pa->items = calloc((size_t)pa->n + 1, sizeof *pa->items)))
+            return opr_fail(OPR_ERR_NOMEM, "program: out of memory");
+        device_given = device_given || !strcmp(opr_op_arg_name(nd->op, pa->pos), "device");
     }
+    /* a factory without a device argument runs where ATen's default (the CPU) would
+     * put it in the capture: here, the program's device (decided once, not per run) */
+    const int dpos = opr_op_arg_index(nd->op, "device");
+    nd->add_device = !device_given && dpos >= nd->npos && !strncmp(opr_op_arg_type(nd->op, dpos), "str", 3);
     json_t *refs = json_object_get(e, "refs");
     for (int k = 0; k < nd->nout; k++) {
         json_t *r = json_array_get(refs, (size_t)k);

@@ -30,6 +30,7 @@ typedef struct prog_arg {
     char *kw;        /* keyword name (owned), NULL if positional */
     prog_ref ref;    /* PA_REF */
     prog_ref *refs;  /* PA_TENSORS: n of them, SRC_NONE for a None item */
+    opr_tensor **items; /* PA_TENSORS: the list a run passes, filled by each run */
     int64_t *ints;   /* PA_INTS, PA_BOOLS: n of them */
     int n;
     int64_t i;
@@ -44,6 +45,7 @@ typedef struct prog_node {
     prog_arg *args;
     int nargs;          /* positional ones first, then the keyword ones */
     int npos;
+    bool add_device;    /* a factory not given its device: runs add the program's */
     int nout;
     int *refs;          /* per output: index of its reference in the stored tensors, or -1 */
     opr_tensor **values;/* per output: the last run's value */

@@ -148,6 +148,7 @@ void opr_program_free(opr_program *p)
         prog_node *nd = &p->nodes[i];
         for (int a = 0; nd->args && a < nd->nargs; a++) {
             free(nd->args[a].refs);
+            free(nd->args[a].items);
             free(nd->args[a].ints);
             free(nd->args[a].s);
             free(nd->args[a].kw);
@@ -186,13 +187,13 @@ static opr_tensor *deref(const opr_program *p, opr_tensor *const *inputs, prog_r
     return p->gtensor[r.src][r.index];
 }
 
-static opr_value arg_value(const opr_program *p, opr_tensor *const *inputs, const prog_arg *a, opr_tensor **list)
+static opr_value arg_value(const opr_program *p, opr_tensor *const *inputs, const prog_arg *a)
 {
     switch (a->kind) {
     case PA_REF: return opr_v_tensor(deref(p, inputs, a->ref));
     case PA_TENSORS:
-        for (int i = 0; i < a->n; i++) list[i] = deref(p, inputs, a->refs[i]);
-        return opr_v_tensors(list, a->n);
+        for (int i = 0; i < a->n; i++) a->items[i] = deref(p, inputs, a->refs[i]);
+        return opr_v_tensors(a->items, a->n);
     case PA_INT: return opr_v_int(a->i);
     case PA_FLOAT: return opr_v_double(a->d);
     case PA_BOOL: return opr_v_bool(a->b);
@@ -211,27 +212,16 @@ static opr_status run_node(opr_program *p, opr_tensor *const *inputs, int i)
     prog_node *nd = &p->nodes[i];
     opr_value vals[32];
     opr_kwarg kws[32];
-    opr_tensor **lists[32] = {0};
     if (nd->nargs > 30) return opr_fail(OPR_ERR_INVALID, "node %d (aten::%s): too many arguments", i, nd->aten);
-    opr_status st = OPR_OK;
     int nkw = 0;
-    bool device_given = false;
-    for (int a = 0; a < nd->nargs && !st; a++) {
+    for (int a = 0; a < nd->nargs; a++) {
         const prog_arg *pa = &nd->args[a];
-        if (pa->kind == PA_TENSORS && !(lists[a] = calloc((size_t)pa->n + 1, sizeof *lists[a])))
-            st = opr_fail(OPR_ERR_NOMEM, "program: out of memory");
-        opr_value v = arg_value(p, inputs, pa, lists[a]);
+        opr_value v = arg_value(p, inputs, pa);
         if (a < nd->npos) vals[a] = v;
         else kws[nkw++] = opr_kw(pa->kw, v);
-        device_given = device_given || !strcmp(opr_op_arg_name(nd->op, pa->pos), "device");
     }
-    /* a factory without a device argument runs where ATen's default (the CPU) would
-     * put it in the capture: here, the program's device */
-    const int dpos = opr_op_arg_index(nd->op, "device");
-    if (!device_given && dpos >= nd->npos && !strncmp(opr_op_arg_type(nd->op, dpos), "str", 3))
-        kws[nkw++] = opr_kw("device", opr_v_string(p->device));
-    if (!st) st = opr_call_kw(nd->op, vals, nd->npos, kws, nkw, nd->values, nd->nout);
-    for (int a = 0; a < nd->nargs; a++) free(lists[a]);
+    if (nd->add_device) kws[nkw++] = opr_kw("device", opr_v_string(p->device));
+    opr_status st = opr_call_kw(nd->op, vals, nd->npos, kws, nkw, nd->values, nd->nout);
     return st ? opr_fail_wrap(st, "node %d (aten::%s)", i, nd->aten) : OPR_OK;
 }
 
