@@ -33,6 +33,7 @@ expect 0 run --help
 expect 2 run
 expect 2 run model.opreg --bogus
 expect 2 run model.opreg --repeat 0
+expect 2 run model.opreg --warmup -1
 expect 2 run model.opreg --dtype f16
 expect 2 run model.opreg --format xml
 expect 2 run model.opreg --backend

@@ -14,7 +14,7 @@ static void run_usage(FILE *out)
 {
     fprintf(out,
             "usage: opreg run MODEL.opreg [--backend DEVICE] [--dtype f32|f64] [--compare] [--backward]\n"
-            "                 [--repeat N] [--profile] [--format text|json] [--rtol X] [--atol X]\n\n"
+            "                 [--repeat N] [--warmup N] [--profile] [--format text|json] [--rtol X] [--atol X]\n\n"
             "Runs a program captured by opreg-capture on DEVICE (default cpu) with autograd.\n"
             "  --dtype      run in this floating dtype (default: as captured)\n"
             "  --compare    check every node, output and (with --backward) parameter gradient that\n"
@@ -23,8 +23,11 @@ static void run_usage(FILE *out)
             "               Tolerance per element: atol + rtol |reference|, by default 1e-4 + 1e-3 |ref|\n"
             "               when the run or the reference is f32, 1e-9 + 1e-7 |ref| in f64\n"
             "  --backward   also run backward (of the program's loss, else of the sum of its outputs)\n"
-            "  --repeat N   run N times and report the time per run\n"
-            "  --profile    time per op kind (calls, total, share) and the slowest nodes\n"
+            "  --repeat N   run N times and report the time per run: mean and median (json: also the\n"
+            "               medians in the process's CPU time, which other processes' load does not inflate)\n"
+            "  --warmup N   first run N times untimed (caches, allocator, lazily opened libraries)\n"
+            "  --profile    time per op kind (calls, total, share) and the slowest nodes, over the\n"
+            "               timed runs\n"
             "  --format     json: one JSON object on stdout, for CI\n"
             "Exit status: 0 ok, 1 mismatch, 2 usage or load error (an op the registry lacks is\n"
             "named before anything runs), 3 a node failed.\n");
@@ -33,7 +36,7 @@ static void run_usage(FILE *out)
 typedef struct run_args {
     const char *path, *backend, *dtype;
     bool compare, backward, profile, json;
-    int repeat;
+    int repeat, warmup;
     double rtol, atol;
 } run_args;
 
@@ -61,6 +64,28 @@ static double now_s(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* The process's CPU time: unlike the wall clock, not inflated while other processes
+ * hold the cores (a one-thread CPU run's measure on a loaded machine). */
+static double cpu_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The median of v[0..n) (sorts v). */
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 static void tolerance(const run_args *a, opr_dtype run, opr_dtype ref, double *rtol, double *atol)
@@ -248,7 +273,8 @@ static int by_ns(const void *x, const void *y)
     return a < b ? 1 : a > b ? -1 : 0;
 }
 
-static void print_profile(opr_program *p, bool json)
+/* The profile of the timed runs: every node's time less its time in the warm-up (base). */
+static void print_profile(opr_program *p, const int64_t *base, bool json)
 {
     const int nn = opr_program_num_nodes(p);
     op_time *kinds = calloc((size_t)nn + 1, sizeof *kinds), *nodes = calloc((size_t)nn + 1, sizeof *nodes);
@@ -257,7 +283,7 @@ static void print_profile(opr_program *p, bool json)
     int64_t total = 0;
     for (int i = 0; i < nn; i++) {
         const char *name = opr_program_node_aten_name(p, i);
-        const int64_t ns = opr_program_node_time_ns(p, i);
+        const int64_t ns = opr_program_node_time_ns(p, i) - base[i];
         int k = 0;
         while (k < nk && strcmp(kinds[k].name, name)) k++;
         if (k == nk) kinds[nk++].name = name;
@@ -270,7 +296,7 @@ static void print_profile(opr_program *p, bool json)
     qsort(nodes, (size_t)nn, sizeof *nodes, by_ns);
     const double t = total ? (double)total : 1;
     if (json) printf("\"profile\": {\"total_ms\": %.3f, \"ops\": [", 1e-6 * (double)total);
-    else printf("profile: %.3f ms in %d nodes (all runs)\n  %-28s %7s %10s %6s\n", 1e-6 * (double)total, nn, "op", "calls", "ms", "share");
+    else printf("profile: %.3f ms in %d nodes (the timed runs)\n  %-28s %7s %10s %6s\n", 1e-6 * (double)total, nn, "op", "calls", "ms", "share");
     for (int k = 0; k < nk; k++)
         if (json)
             printf("%s{\"op\": \"%s\", \"calls\": %d, \"total_ms\": %.3f, \"share\": %.4f}", k ? ", " : "", kinds[k].name,
@@ -304,6 +330,7 @@ static int parse_args(int argc, char **argv, run_args *a)
         else if (!strcmp(s, "--backend") && has) a->backend = argv[++i];
         else if (!strcmp(s, "--dtype") && has) a->dtype = argv[++i];
         else if (!strcmp(s, "--repeat") && has) a->repeat = atoi(argv[++i]);
+        else if (!strcmp(s, "--warmup") && has) a->warmup = atoi(argv[++i]);
         else if (!strcmp(s, "--rtol") && has) a->rtol = atof(argv[++i]);
         else if (!strcmp(s, "--atol") && has) a->atol = atof(argv[++i]);
         else if (!strcmp(s, "--format") && has) {
@@ -316,6 +343,7 @@ static int parse_args(int argc, char **argv, run_args *a)
     }
     if (!a->path) return fprintf(stderr, "opreg run: no program file given (see --help)\n"), 2;
     if (a->repeat < 1) return fprintf(stderr, "opreg run: --repeat must be at least 1\n"), 2;
+    if (a->warmup < 0) return fprintf(stderr, "opreg run: --warmup must be at least 0\n"), 2;
     if (a->dtype && strcmp(a->dtype, "f32") && strcmp(a->dtype, "f64"))
         return fprintf(stderr, "opreg run: --dtype f32 or f64\n"), 2;
     return 0;
@@ -337,6 +365,8 @@ int cmd_run(int argc, char **argv)
     o.dtype = a.dtype && !strcmp(a.dtype, "f64") ? OPR_F64 : OPR_F32;
     opr_program *p = NULL;
     opr_tensor **outs = NULL;
+    double *times = NULL;
+    int64_t *base = NULL; /* each node's profiled time after the warm-up */
     rc = 2;
     if (opr_device_parse(ctx, a.backend, &o.device)) {
         fprintf(stderr, "opreg run: backend %s: %s\n", a.backend, opr_last_error());
@@ -348,7 +378,10 @@ int cmd_run(int argc, char **argv)
     }
     const int nout = opr_program_num_outputs(p);
     outs = calloc((size_t)nout + 1, sizeof *outs);
-    if (!outs) goto out;
+    /* per timed run: wall forward, backward, both; then the same in CPU time */
+    times = calloc(6 * (size_t)a.repeat, sizeof *times);
+    base = calloc((size_t)opr_program_num_nodes(p) + 1, sizeof *base);
+    if (!outs || !times || !base) goto out;
     double fwd = 0, bwd = 0;
     int mismatches = 0;
     rc = 0;
@@ -357,23 +390,29 @@ int cmd_run(int argc, char **argv)
         json_string(a.path);
         printf(", \"backend\": ");
         json_string(a.backend);
-        printf(", \"nodes\": %d, \"runs\": %d, ", opr_program_num_nodes(p), a.repeat);
+        printf(", \"nodes\": %d, \"runs\": %d, \"warmup\": %d, ", opr_program_num_nodes(p), a.repeat, a.warmup);
     } else {
         printf("%s on %s: %d nodes\n", a.path, a.backend, opr_program_num_nodes(p));
     }
-    for (int r = 0; r < a.repeat && !rc; r++) {
+    /* the warm-up runs come first (r < 0): run and, on the first, compared, not timed */
+    for (int r = -a.warmup; r < a.repeat && !rc; r++) {
+        for (int i = 0; r == 0 && i < opr_program_num_nodes(p); i++) base[i] = opr_program_node_time_ns(p, i);
         for (int k = 0; k < nout; k++) opr_tensor_release(outs[k]), outs[k] = NULL;
         for (int i = 0; a.backward && i < opr_program_num_params(p); i++)
             opr_zero_grad(opr_program_param(p, opr_program_param_name(p, i)));
-        double t0 = now_s();
+        const double t0 = now_s(), c0 = cpu_s();
         if (opr_program_run(p, NULL, 0, outs, nout) || opr_device_sync(ctx, o.device)) rc = 3;
-        double t1 = now_s();
+        const double t1 = now_s(), c1 = cpu_s();
         if (!rc && a.backward && (opr_program_backward(p, outs) || opr_device_sync(ctx, o.device))) rc = 3;
-        fwd += t1 - t0;
-        bwd += now_s() - t1;
+        if (r >= 0) {
+            const double t[6] = {t1 - t0, now_s() - t1, 0, c1 - c0, cpu_s() - c1, 0};
+            for (int k = 0; k < 6; k++) times[k * a.repeat + r] = k % 3 == 2 ? t[k - 2] + t[k - 1] : t[k];
+            fwd += t[0];
+            bwd += t[1];
+        }
         /* the first run is the one compared: the references are of one run from the
          * stored state, and a run may write the buffers */
-        if (!rc && r == 0 && a.compare) mismatches = compare_all(&a, p, outs, a.json);
+        if (!rc && r == -a.warmup && a.compare) mismatches = compare_all(&a, p, outs, a.json);
     }
     if (rc) {
         fprintf(stderr, "opreg run: %s\n", opr_last_error());
@@ -384,18 +423,28 @@ int cmd_run(int argc, char **argv)
         }
         goto out;
     }
+    double med[6]; /* the medians of times' six rows */
+    for (int k = 0; k < 6; k++) med[k] = 1e3 * median(times + k * a.repeat, a.repeat);
+    const double fwd_median = med[0] / 1e3, bwd_median = med[1] / 1e3;
     if (a.json)
-        printf("\"forward_ms\": %.4f, \"backward_ms\": %.4f, ", 1e3 * fwd / a.repeat, 1e3 * bwd / a.repeat);
+        printf("\"forward_ms\": %.4f, \"backward_ms\": %.4f, \"forward_median_ms\": %.4f, \"backward_median_ms\": %.4f, "
+               "\"run_median_ms\": %.4f, \"forward_cpu_median_ms\": %.4f, \"backward_cpu_median_ms\": %.4f, "
+               "\"run_cpu_median_ms\": %.4f, ", 1e3 * fwd / a.repeat, 1e3 * bwd / a.repeat, med[0], med[1], med[2], med[3],
+               med[4], med[5]);
     else if (a.backward)
-        printf("%d run(s): forward %.3f ms, backward %.3f ms\n", a.repeat, 1e3 * fwd / a.repeat, 1e3 * bwd / a.repeat);
+        printf("%d run(s) after %d untimed: forward %.3f ms (median %.3f), backward %.3f ms (median %.3f)\n", a.repeat,
+               a.warmup, 1e3 * fwd / a.repeat, 1e3 * fwd_median, 1e3 * bwd / a.repeat, 1e3 * bwd_median);
     else
-        printf("%d run(s): forward %.3f ms\n", a.repeat, 1e3 * fwd / a.repeat);
+        printf("%d run(s) after %d untimed: forward %.3f ms (median %.3f)\n", a.repeat, a.warmup, 1e3 * fwd / a.repeat,
+               1e3 * fwd_median);
     if (mismatches) rc = 1;
-    if (a.profile) print_profile(p, a.json);
+    if (a.profile) print_profile(p, base, a.json);
     if (a.json) printf("\"ok\": %s}\n", rc ? "false" : "true");
 out:
     for (int k = 0; outs && k < opr_program_num_outputs(p); k++) opr_tensor_release(outs[k]);
     free(outs);
+    free(times);
+    free(base);
     opr_program_free(p);
     opr_ctx_free(ctx);
     return rc;
