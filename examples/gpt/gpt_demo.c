@@ -43,6 +43,19 @@ void gpt_demo_options_help(FILE *out)
 
 /* The shipped text: $OPREG_GPT_TEXT, the installed share/opreg/data next to the running
  * program's prefix, then the source tree's copy this was built from. */
+static int cmp_double(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The median of v[0..n), n >= 1 (sorts v). */
+static double median_of(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
 static const char *default_text(char *buf, size_t len)
 {
     const char *env = getenv("OPREG_GPT_TEXT");
@@ -152,7 +165,9 @@ int gpt_demo_run(opr_ctx *ctx, int argc, char **argv, const char *prog)
     }
     opr_manual_seed(ctx, o.train.seed); /* the dropout masks (--dropout) */
     gpt_model *m = gpt_model_new(ctx, &o.cfg, o.train.seed, OPR_CPU);
-    double *losses = m ? malloc((size_t)o.train.steps * sizeof *losses) : NULL;
+    /* each step's loss, then (data parallel) its time and its step check's
+     * (gpt_train_opts.step_us, check_us) */
+    double *losses = m ? malloc(3 * (size_t)o.train.steps * sizeof *losses) : NULL;
     if (!m || !losses) {
         fprintf(stderr, "%s: %s\n", prog, m ? "out of memory" : gpt_error());
         gpt_model_free(m);
@@ -161,6 +176,8 @@ int gpt_demo_run(opr_ctx *ctx, int argc, char **argv, const char *prog)
     }
     o.train.losses = losses;
     if (world.size > 1) {
+        o.train.step_us = losses + o.train.steps;
+        o.train.check_us = losses + 2 * o.train.steps;
         o.train.rank = world.rank;
         o.train.ranks = world.size;
         if (opr_ddp_new(ctx, &world, m->params, m->n_params, NULL, &o.train.ddp)) {
@@ -206,16 +223,12 @@ int gpt_demo_run(opr_ctx *ctx, int argc, char **argv, const char *prog)
         }
         printf("data parallel, last step: gradients reduced over %.2f ms, %.0f%% of it while the backward ran\n",
                comm / 1000, comm > 0 ? 100 * overlapped / comm : 0);
-        /* the members' step check: from the last event before it (the last bucket in) */
-        double before = 0, checked = -1;
-        for (int i = 0; i < n; i++) {
-            if (ev[i].kind == OPR_DDP_STEP_CHECKED) checked = ev[i].t_us;
-            else if (checked < 0) before = fmax(before, ev[i].t_us);
-        }
-        double step_us = rate > 0 ? 1e6 * (double)o.train.batch * (double)o.cfg.block_size / rate : 0;
-        if (checked >= 0)
-            printf("data parallel, last step: the members' step check took %.0f us, %.2f%% of a step (%.1f ms)\n",
-                   checked - before, step_us > 0 ? 100 * (checked - before) / step_us : 0, step_us / 1000);
+        /* the members' step check per step, against the step, over the second half of
+         * the steps (the first ones warm up) */
+        const int from = o.train.steps / 2, k = o.train.steps - from;
+        const double check = median_of(o.train.check_us + from, k), step = median_of(o.train.step_us + from, k);
+        printf("data parallel: the members' step check took %.0f us per step (median of %d steps), %.2f%% of a "
+               "step (%.1f ms)\n", check, k, step > 0 ? 100 * check / step : 0, step / 1000);
     }
     if (o.sample_chars > 0) {
         char *sample = malloc((size_t)o.sample_chars + 1);

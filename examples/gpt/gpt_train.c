@@ -20,6 +20,21 @@ static opr_tensor *token_tensor(opr_ctx *ctx, const int64_t *tokens, int64_t row
     return t;
 }
 
+/* The members' step check of the last opr_ddp_backward, in us: the time between the
+ * event before OPR_DDP_STEP_CHECKED (the last bucket in) and it; 0 when it did not run. */
+static double step_check_us(const opr_ddp *ddp)
+{
+    int n;
+    const opr_ddp_event *ev = opr_ddp_events(ddp, &n);
+    for (int i = 1; ev && i < n; i++)
+        if (ev[i].kind == OPR_DDP_STEP_CHECKED) {
+            double before = 0;
+            for (int k = 0; k < i; k++) before = fmax(before, ev[k].t_us);
+            return ev[i].t_us - before;
+        }
+    return 0;
+}
+
 opr_status gpt_train(gpt_model *m, const gpt_text *text, const gpt_train_opts *o, double *tokens_per_s)
 {
     const int B = o->batch, T = m->cfg.block_size;
@@ -36,6 +51,7 @@ opr_status gpt_train(gpt_model *m, const gpt_text *text, const gpt_train_opts *o
     double t_last = t0;
     int step_last = 0;
     for (int step = 1; !rc && step <= o->steps; step++) {
+        const double t_step = now_s();
         rc = gpt_text_batch(text, &batches, B, T, x, y);
         opr_tensor *xt = rc ? NULL : token_tensor(ctx, x + (size_t)first * T, share, T, dev);
         opr_tensor *yt = xt ? token_tensor(ctx, y + (size_t)first * T, share, T, dev) : NULL;
@@ -44,6 +60,7 @@ opr_status gpt_train(gpt_model *m, const gpt_text *text, const gpt_train_opts *o
         if (!rc) rc = gpt_model_forward(m, xt, yt, true, &loss, NULL);
         if (!rc && (o->ddp ? opr_ddp_backward(o->ddp, loss, NULL) : opr_backward(loss, NULL, NULL)))
             rc = gpt_fail(OPR_ERR_BACKEND, "gpt_train: backward: %s", opr_last_error());
+        if (!rc && o->ddp && o->check_us) o->check_us[step - 1] = step_check_us(o->ddp);
         if (!rc) rc = gpt_adamw_step(&opt, m);
         double lv = NAN;
         if (!rc && o->ddp) { /* the group's mean: the loss of the whole batch */
@@ -60,6 +77,7 @@ opr_status gpt_train(gpt_model *m, const gpt_text *text, const gpt_train_opts *o
         GPT_RELEASE(xt, yt, loss);
         if (rc) break;
         if (o->losses) o->losses[step - 1] = lv;
+        if (o->step_us) o->step_us[step - 1] = 1e6 * (now_s() - t_step);
         if (o->log_every > 0 && (step == 1 || step % o->log_every == 0 || step == o->steps)) {
             const double t = now_s();
             fprintf(log, "  step %5d/%d  loss %.4f  %8.0f tokens/s\n", step, o->steps, lv,

@@ -41,6 +41,10 @@ typedef struct gpt_train_opts {
      * means, the rate counts the whole batch */
     opr_ddp *ddp;
     int rank, ranks;
+    /* NULL, or room for `steps`: each step's wall time, and (with ddp) the time of the
+     * members' step check inside its opr_ddp_backward (from the event before
+     * OPR_DDP_STEP_CHECKED, the last bucket in, to it), both in microseconds */
+    double *step_us, *check_us;
 } gpt_train_opts;
 
 /* Trains m on text for o->steps steps of o->batch sequences of block_size tokens:

@@ -49,6 +49,8 @@ if [ "$mode" = --demo ]; then
     grep -q "^  data parallel: $np ranks (MPI), $((12 / np)) of the 12 sequences each" "$out" ||
         { echo "FAIL: the demo did not run data-parallel"; status=1; }
     [ "$(grep -c '^trained: loss' "$out")" = 1 ] || { echo "FAIL: not exactly one rank reported"; status=1; }
+    grep -q "^data parallel: the members' step check took [0-9]* us per step (median of 3 steps)" "$out" ||
+        { echo "FAIL: the demo did not report its step check's cost"; status=1; }
 elif [ "$mode" = --torch ]; then
     python=
     for p in "${OPREG_PYTHON:-}" python3 /usr/bin/python3; do
