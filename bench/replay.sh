@@ -18,9 +18,10 @@
 # is built (BUILD_DIR/plugins-onednn), which `opreg run` then loads over the CPU plugin.
 #
 # Then the replay's cost per node, two ways:
-#  - against the hand-written example: (median forward of the captured GPT - median
-#    forward of examples/gpt's gpt_model_forward on the same config, timed by
-#    opreg_bench_gpt_forward) / the program's node count; the same for forward + backward;
+#  - against the hand-written example: (forward of the captured GPT - forward of
+#    examples/gpt's gpt_model_forward on the same config, timed by
+#    opreg_bench_gpt_forward in the same round) / the program's node count, the median
+#    over the rounds; the same for forward + backward;
 #  - inside the replay: (wall time of a forward - the summed time of its nodes as
 #    --profile measures them) / the node count: the loop of opr_program_run itself.
 #   bench/replay.sh BUILD_DIR [REPEAT] [ROUNDS] [WARMUP]
@@ -59,10 +60,18 @@ rounds_of() { awk -v c="$1" '{ printf "%s%.2f", (NR > 1 ? " " : ""), $c }' "$2";
 echo "one thread each side, freed memory kept, convolutions: $convs; median of $repeat runs after $warmup" \
     "warm-up, median over $rounds alternating rounds; load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 printf '%-7s %-17s %9s %9s %6s   %9s %9s %6s\n' model pass "opreg cpu" "torch cpu" ratio "opreg wall" "torch" ratio
+: >"$dir/ef"; : >"$dir/eb"
 for m in gpt resnet; do
     : >"$dir/$m.f"; : >"$dir/$m.b"
     r=0
     while [ $r -lt "$rounds" ]; do
+        if [ $m = gpt ]; then # the hand-written example in the same round: wall, cpu
+            e=$("$example" --layers 2 --heads 4 --embd 128 --context 64 --vocab 65 --batch 8 --repeat "$repeat" \
+                --warmup "$warmup")
+            echo "$e" | sed -n 's/^forward \(.*\)$/\1/p' >>"$dir/ef"
+            echo "$e" | sed -n 's/^forward_backward \(.*\)$/\1/p' >>"$dir/eb"
+            enodes=$(echo "$e" | sed -n 's/^nodes \(.*\)$/\1/p')
+        fi
         # each line: opreg wall, opreg cpu, torch wall, torch cpu (ms)
         t=$("$python" "$src/bench/replay_torch.py" "$src/bench/replay_models.py:$m" "$repeat" "$warmup")
         # forward alone without gradients (PyTorch's runs under no_grad), then both passes
@@ -77,7 +86,6 @@ for m in gpt resnet; do
     for pass in f b; do
         ow=$(median 1 <"$dir/$m.$pass") oc=$(median 2 <"$dir/$m.$pass")
         tw=$(median 3 <"$dir/$m.$pass") tc=$(median 4 <"$dir/$m.$pass")
-        echo "$ow $oc" >"$dir/$m.$pass.median"
         printf '%-7s %-17s %9.3f %9.3f %5.2fx   %9.3f %9.3f %5.2fx\n' "$m" \
             "$([ $pass = f ] && echo forward || echo forward+backward)" "$oc" "$tc" "$(echo "$oc $tc" | awk '{ print $1 / $2 }')" \
             "$ow" "$tw" "$(echo "$ow $tw" | awk '{ print $1 / $2 }')"
@@ -85,22 +93,15 @@ for m in gpt resnet; do
     done
 done
 
-# the replay against the hand-written example, per node (CPU time)
+# the replay against the hand-written example, per node (CPU time), round by round
 nodes=$("$opreg" run "$dir/gpt.opreg" --format json | fields nodes)
-: >"$dir/ef"; : >"$dir/eb"
-r=0
-while [ $r -lt "$rounds" ]; do
-    e=$("$example" --layers 2 --heads 4 --embd 128 --context 64 --vocab 65 --batch 8 --repeat "$repeat" --warmup "$warmup")
-    echo "$e" | sed -n 's/^forward \(.*\)$/\1/p' >>"$dir/ef"
-    echo "$e" | sed -n 's/^forward_backward \(.*\)$/\1/p' >>"$dir/eb"
-    enodes=$(echo "$e" | sed -n 's/^nodes \(.*\)$/\1/p')
-    r=$((r + 1))
-done
 for pass in f b; do
-    o=$(median 2 <"$dir/gpt.$pass.median") e=$(median 2 <"$dir/e$pass")
-    printf 'gpt     %-17s replay %.3f ms (%d nodes) - example %.3f ms (%d recorded ops) = %.2f us per node (cpu)\n' \
-        "$([ $pass = f ] && echo forward || echo forward+backward)" "$o" "$nodes" "$e" "$enodes" \
-        "$(echo "$o $e $nodes" | awk '{ print 1e3 * ($1 - $2) / $3 }')"
+    per=$(paste -d' ' "$dir/gpt.$pass" "$dir/e$pass" | awk -v n="$nodes" '{ print 1e3 * ($2 - $6) / n }' | median 1)
+    printf 'gpt     %-17s replay %.3f ms (%d nodes) - example %.3f ms (%d recorded ops): %.2f us per node (cpu;' \
+        "$([ $pass = f ] && echo forward || echo forward+backward)" "$(median 2 <"$dir/gpt.$pass")" "$nodes" \
+        "$(median 2 <"$dir/e$pass")" "$enodes" "$per"
+    echo " rounds $(paste -d' ' "$dir/gpt.$pass" "$dir/e$pass" |
+        awk -v n="$nodes" '{ printf "%s%.2f", (NR > 1 ? " " : ""), 1e3 * ($2 - $6) / n }'))"
 done
 
 # the replay's own loop: a forward's wall time less its nodes' time
