@@ -15,7 +15,7 @@
  * forward records. Threads: whatever OMP_NUM_THREADS and OPENBLAS_NUM_THREADS say
  * (bench/replay.sh sets 1). */
 #include "bench_timing.h"
-#include "gpt/gpt_model.h"
+#include "gpt/gpt_train.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,18 +26,6 @@ static double cpu_now_s(void)
     struct timespec ts;
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 static void count_node(void *ud, const opr_node_info *info)
@@ -112,8 +100,8 @@ int main(int argc, char **argv)
             }
         }
         if (!rc)
-            printf("%s %.4f %.4f\n", backward ? "forward_backward" : "forward", 1e3 * median(times, repeat),
-                   1e3 * median(times + repeat, repeat));
+            printf("%s %.4f %.4f\n", backward ? "forward_backward" : "forward", 1e3 * gpt_median(times, repeat),
+                   1e3 * gpt_median(times + repeat, repeat));
     }
     if (!rc) { /* the ops one forward records: the count of calls the example makes */
         opr_tensor *loss = NULL;

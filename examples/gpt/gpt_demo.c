@@ -43,19 +43,6 @@ void gpt_demo_options_help(FILE *out)
 
 /* The shipped text: $OPREG_GPT_TEXT, the installed share/opreg/data next to the running
  * program's prefix, then the source tree's copy this was built from. */
-static int cmp_double(const void *a, const void *b)
-{
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* The median of v[0..n), n >= 1 (sorts v). */
-static double median_of(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 static const char *default_text(char *buf, size_t len)
 {
     const char *env = getenv("OPREG_GPT_TEXT");
@@ -226,7 +213,7 @@ int gpt_demo_run(opr_ctx *ctx, int argc, char **argv, const char *prog)
         /* the members' step check per step, against the step, over the second half of
          * the steps (the first ones warm up) */
         const int from = o.train.steps / 2, k = o.train.steps - from;
-        const double check = median_of(o.train.check_us + from, k), step = median_of(o.train.step_us + from, k);
+        const double check = gpt_median(o.train.check_us + from, k), step = gpt_median(o.train.step_us + from, k);
         printf("data parallel: the members' step check took %.0f us per step (median of %d steps), %.2f%% of a "
                "step (%.1f ms)\n", check, k, step > 0 ? 100 * check / step : 0, step / 1000);
     }

@@ -20,6 +20,18 @@ static opr_tensor *token_tensor(opr_ctx *ctx, const int64_t *tokens, int64_t row
     return t;
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+double gpt_median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
 /* The members' step check of the last opr_ddp_backward, in us: the time between the
  * event before OPR_DDP_STEP_CHECKED (the last bucket in) and it; 0 when it did not run. */
 static double step_check_us(const opr_ddp *ddp)

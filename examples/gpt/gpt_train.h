@@ -52,6 +52,9 @@ typedef struct gpt_train_opts {
  * gets the rate over the whole run. OPR_OK or an error with gpt_error(). */
 opr_status gpt_train(gpt_model *m, const gpt_text *text, const gpt_train_opts *o, double *tokens_per_s);
 
+/* The median of v[0..n), n >= 1 (sorts v): of timings, per step or per run. */
+double gpt_median(double *v, int n);
+
 /* Generates n_chars characters into out (n_chars + 1 bytes, NUL-terminated), starting
  * after a newline (or the first token when the text has none), each drawn from the
  * softmax of the last logits / temperature with gpt_rng seeded with seed + 2. Runs
