@@ -8,26 +8,31 @@
 # tests/capture/replay.sh covers.
 set -u
 opreg=$1 capture=$2
+# One Python start for every check (importing torch takes seconds): the first python3
+# with torch and torchvision says whether its torch.export is the one the path needs.
+why="no python3 with torch and torchvision"
 py=""
 for p in "${OPREG_PYTHON:-}" python3 /usr/bin/python3; do
     [ -n "$p" ] || continue
-    if "$p" -c 'import torch, torchvision' >/dev/null 2>&1; then py=$p; break; fi
-done
-if [ -z "$py" ]; then
-    echo "SKIP: no python3 with torch and torchvision"
-    exit 77
-fi
-ver=$("$py" -c 'import torch; print(torch.__version__)')
-if ! "$py" -c 'import sys, torch
+    got=$("$p" -c 'import torch, torchvision
 v = [int("".join(c for c in p if c.isdigit()) or 0) for p in torch.__version__.split("+")[0].split(".")[:2]]
-sys.exit(0 if v >= [2, 1] else 1)'; then
-    echo "SKIP: PyTorch >= 2.1 not installed (found $ver)"
-    exit 77
-fi
-if ! "$py" -c 'from torch.export import ExportedProgram
-from torch.export.graph_signature import InputKind, OutputKind
-assert hasattr(ExportedProgram, "run_decompositions")' >/dev/null 2>&1; then
-    echo "SKIP: PyTorch $ver's torch.export has no run_decompositions() or input_specs (PyTorch 2.2 has them)"
+if v < [2, 1]:
+    print("PyTorch >= 2.1 not installed (found %s)" % torch.__version__)
+else:
+    try:
+        from torch.export import ExportedProgram
+        from torch.export.graph_signature import InputKind, OutputKind
+        ok = hasattr(ExportedProgram, "run_decompositions")
+    except ImportError:
+        ok = False
+    print("ok" if ok else "PyTorch %s has no torch.export run_decompositions() or input_specs (2.2 has them)"
+          % torch.__version__)' 2>/dev/null) || continue
+    py=$p
+    why=$got
+    break
+done
+if [ "$why" != ok ]; then
+    echo "SKIP: $why"
     exit 77
 fi
 here=$(cd "$(dirname "$0")" && pwd)
