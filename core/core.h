@@ -79,12 +79,16 @@ typedef struct opr_storage {
 } opr_storage;
 
 /* Shape metadata, embedded in every tensor so that shape expressions can run on
- * tensors and on bare metadata alike. */
+ * tensors and on bare metadata alike. It includes the layout in the storage (PyTorch's
+ * TensorGeometry): a graph node keeps it for a tensor its formulas read only through
+ * metadata, so that as_strided's gradient knows its input's strides and offset. */
 typedef struct opr_meta {
     opr_dtype dtype;
     int32_t ndim;
     int64_t numel;
     int64_t shape[OPR_MAX_DIMS];
+    int64_t strides[OPR_MAX_DIMS]; /* in elements; the first ndim are set */
+    int64_t offset;                /* into the storage, in elements */
 } opr_meta;
 
 struct opr_node;
@@ -100,9 +104,7 @@ typedef struct opr_ragged {
 
 struct opr_tensor {
     _Atomic int refs;
-    opr_meta m;
-    int64_t strides[OPR_MAX_DIMS];
-    int64_t offset;           /* in elements */
+    opr_meta m;               /* shape, strides and storage offset */
     opr_storage *storage;
     opr_ctx *ctx;
     /* autograd */

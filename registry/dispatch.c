@@ -250,10 +250,10 @@ static opr_tensor *slice_view(const opr_op *op, opr_tensor *self, const opr_kern
     end = end < start ? start : end > size ? size : end;
     int64_t shape[OPR_MAX_DIMS], strides[OPR_MAX_DIMS];
     memcpy(shape, self->m.shape, (size_t)nd * sizeof *shape);
-    memcpy(strides, self->strides, (size_t)nd * sizeof *strides);
+    memcpy(strides, self->m.strides, (size_t)nd * sizeof *strides);
     shape[d] = (end - start + step - 1) / step;
     strides[d] *= step;
-    return opr_tensor_make_view(self, nd, shape, strides, self->offset + start * self->strides[d]);
+    return opr_tensor_make_view(self, nd, shape, strides, self->m.offset + start * self->m.strides[d]);
 }
 
 /* Host-implemented view ops. */
@@ -266,7 +266,7 @@ static opr_tensor *run_view(const opr_op *op, checked *c)
     case VIEW_T:
         if (self->m.ndim > 2) { opr_fail(OPR_ERR_INVALID, "t: expects a tensor with <= 2 dims, got %d", self->m.ndim); return NULL; }
         return self->m.ndim == 2 ? opr_tensor_transpose(self, 0, 1)
-                                 : opr_tensor_make_view(self, self->m.ndim, self->m.shape, self->strides, self->offset);
+                                 : opr_tensor_make_view(self, self->m.ndim, self->m.shape, self->m.strides, self->m.offset);
     case VIEW_TRANSPOSE:
         if (to_int(k[1].u.i, &a) || to_int(k[2].u.i, &b)) break;
         return opr_tensor_transpose(self, a, b);
@@ -293,7 +293,7 @@ static opr_tensor *run_view(const opr_op *op, checked *c)
     case VIEW_SLICE: return slice_view(op, self, k);
     case VIEW_CONTIGUOUS: /* a new header even when no copy is needed: autograd records on it */
         return opr_tensor_is_contiguous(self)
-                   ? opr_tensor_make_view(self, self->m.ndim, self->m.shape, self->strides, self->offset)
+                   ? opr_tensor_make_view(self, self->m.ndim, self->m.shape, self->m.strides, self->m.offset)
                    : opr_tensor_contiguous(self);
     case VIEW_NONE: break;
     }
@@ -482,7 +482,7 @@ opr_status opr_call(const opr_op *op, const opr_value *args, int nargs, opr_tens
     }
     if (op->view || identity) {
         opr_tensor *self = c.tensors[0];
-        opr_tensor *v = identity ? opr_tensor_make_view(self, self->m.ndim, self->m.shape, self->strides, self->offset)
+        opr_tensor *v = identity ? opr_tensor_make_view(self, self->m.ndim, self->m.shape, self->m.strides, self->m.offset)
                                  : run_view(op, &c);
         if (v && record && (rc = op->ctx->reg->record(op, c.tensors, c.slots, &v, c.dev, c.list_requires_grad))) {
             opr_tensor_release(v);
