@@ -286,6 +286,22 @@ static int rule_view(vcall *v, int *op_which)
         return RULE_DONE;
     }
     case VIEW_CONTIGUOUS: return RULE_DONE;
+    case VIEW_AS_STRIDED: {
+        /* functorch's rule: sample i is the view at storage_offset + i * (the batch dim's
+         * stride), or at its own offset when storage_offset is None: one view of the
+         * physical tensor with the batch dim in front */
+        const int m = a[1].u.il.n;
+        if (a[1].kind != OPR_V_INT_LIST || a[2].kind != OPR_V_INT_LIST || a[2].u.il.n != m || m + 1 > OPR_MAX_DIMS)
+            return RULE_LOOP;
+        int64_t *st = v->lists[2];
+        l[0] = v->n;
+        st[0] = a[0].u.t->m.strides[0];
+        memcpy(l + 1, a[1].u.il.items, (size_t)m * sizeof *l);
+        memcpy(st + 1, a[2].u.il.items, (size_t)m * sizeof *st);
+        a[1] = opr_v_ints(l, m + 1);
+        a[2] = opr_v_ints(st, m + 1);
+        return RULE_DONE;
+    }
     default: return RULE_LOOP;
     }
 }

@@ -391,7 +391,7 @@ int gk_register_batch_norm(opr_plugin *self);  /* gpu_batch_norm.cu: native_batc
 int gk_register_optim(opr_plugin *self);       /* gpu_optim.cu: sgd_step_, adamw_step_ */
 int gk_register_collective(opr_plugin *self);  /* gpu_nccl.cu: all_reduce, ... on NCCL */
 int gk_register_pointwise(opr_plugin *self);   /* gpu_pointwise.cu: ATen's other pointwise, bitwise, logical ops */
-int gk_register_shape(opr_plugin *self);       /* gpu_shape.cu: flip */
+int gk_register_shape(opr_plugin *self);       /* gpu_shape.cu: flip, as_strided_scatter */
 int gk_register_scan(opr_plugin *self);        /* gpu_scan.cu: cumsum */
 int gk_register_random(opr_plugin *self);      /* gpu_random.cu: rand, randn, randperm */
 int gk_register_embedding_bag(opr_plugin *self); /* gpu_embedding_bag.cu: _embedding_bag and its gradients */
