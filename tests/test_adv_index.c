@@ -4,10 +4,12 @@
  * dim, more indices than dims, index shapes that do not broadcast, a mask whose shape
  * is not self's, values that do not broadcast to the indexed shape, a float index);
  * and the layout rules on a tensor whose elements are their own flat positions, so that
- * each result element names where it came from. */
+ * each result element names where it came from; and the version check of the index
+ * tensors index's node saves. */
 #include "test_util.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 static opr_ctx *ctx;
 
@@ -147,6 +149,41 @@ START_TEST(test_refusals)
 }
 END_TEST
 
+/* index's node keeps its index tensors (its gradient scatters through them), and checks
+ * them at backward as it checks its other saved tensors: an index changed in place after
+ * the call fails the backward, naming it, instead of sending the gradient to the new
+ * positions. Unchanged, the gradient lands on the indexed rows. */
+START_TEST(test_index_changed_after_forward)
+{
+    const int64_t s43[] = {4, 3}, s3[] = {3}, s33[] = {3, 3};
+    opr_tensor *x = iota(2, s43), *idx = i64_of(1, s3, (const int64_t[]){0, 2, 2});
+    ck_assert_int_eq(opr_set_requires_grad(x, true), OPR_OK);
+    opr_tensor *items[] = {idx};
+    opr_value a[] = {opr_v_tensor(x), opr_v_tensors(items, 1)};
+    opr_tensor *ones = opr_tensor_from_data(ctx, OPR_F64, 2, s33, (const double[]){1, 1, 1, 1, 1, 1, 1, 1, 1}, OPR_CPU);
+    opr_tensor *y = tu_call1(ctx, "index.Tensor", a, 2);
+    ck_assert_int_eq(opr_backward(y, ones, NULL), OPR_OK);
+    double *g = tu_to_f64(opr_grad(x));
+    for (int k = 0; k < 12; k++) ck_assert_double_eq(g[k], k < 3 ? 1 : k < 6 ? 0 : k < 9 ? 2 : 0);
+    free(g);
+    opr_tensor_release(y);
+    y = tu_call1(ctx, "index.Tensor", a, 2);
+    opr_value fill[] = {opr_v_tensor(idx), opr_v_double(3)};
+    opr_tensor_release(tu_call1(ctx, "fill_", fill, 2));
+    ck_assert_int_eq(opr_backward(y, ones, NULL), OPR_ERR_INVALID);
+    ck_assert_msg(strstr(opr_last_error(), "'indices[0]', saved for it, was modified in place"), "message: %s",
+                  opr_last_error());
+    g = tu_to_f64(opr_grad(x)); /* the first backward's, nothing added */
+    ck_assert_double_eq(g[0], 1);
+    ck_assert_double_eq(g[9], 0);
+    free(g);
+    opr_tensor_release(y);
+    opr_tensor_release(ones);
+    opr_tensor_release(idx);
+    opr_tensor_release(x);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("adv_index");
@@ -155,6 +192,7 @@ int main(void)
     tcase_add_test(tc, test_layout);
     tcase_add_test(tc, test_accumulate_sums_repeats);
     tcase_add_test(tc, test_refusals);
+    tcase_add_test(tc, test_index_changed_after_forward);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }
