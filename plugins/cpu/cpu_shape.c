@@ -28,12 +28,20 @@ static int k_flip(const opr_kernel_call *c)
 /* out[p] += src[i] for the position p of each element i of src in the strided view
  * (w: operand 0 the view of out, 1 src), in src's row-major order: where the view
  * overlaps itself the sums run in that order, so results do not vary from run to run
- * (one thread for that reason). bool adds as a logical or. */
+ * (one thread for that reason). bool adds as a logical or; halves add in float, each
+ * sum rounded back. */
 #define ACCUMULATE(T, OP)                                                                     \
     do {                                                                                      \
         T *o = (T *)base;                                                                     \
         const T *s = (const T *)src->data;                                                    \
         for (int64_t i = 0; i < src->numel; i++, cpu_walk_next(&w)) o[w.off[0]] OP s[w.off[1]]; \
+    } while (0)
+#define ACCUMULATE_HALF(TO_F32, FROM_F32)                                                     \
+    do {                                                                                      \
+        uint16_t *o = (uint16_t *)base;                                                       \
+        const uint16_t *s = (const uint16_t *)src->data;                                      \
+        for (int64_t i = 0; i < src->numel; i++, cpu_walk_next(&w))                           \
+            o[w.off[0]] = FROM_F32(TO_F32(o[w.off[0]]) + TO_F32(s[w.off[1]]));                \
     } while (0)
 
 /* as_strided_scatter(self, src, size, stride, storage_offset, accumulate): self's
@@ -67,16 +75,19 @@ static int k_as_strided_scatter(const opr_kernel_call *c)
     case OPR_F64: ACCUMULATE(double, +=); break;
     case OPR_I64: ACCUMULATE(int64_t, +=); break;
     case OPR_BOOL: ACCUMULATE(uint8_t, |=); break;
+    case OPR_F16: ACCUMULATE_HALF(opu_f16_to_f32, opu_f32_to_f16); break;
+    case OPR_BF16: ACCUMULATE_HALF(opu_bf16_to_f32, opu_f32_to_bf16); break;
     default: return CPU_FAIL(c, OPR_ERR_UNSUPPORTED, "as_strided_scatter: dtype %s", cpu_dtype_name(x->dtype));
     }
     return OPR_OK;
 }
 #undef ACCUMULATE
+#undef ACCUMULATE_HALF
 
 int cpu_register_shape(opr_plugin *self)
 {
-    const uint32_t num = OPR_DTYPE_BIT(OPR_F32) | OPR_DTYPE_BIT(OPR_F64) | OPR_DTYPE_BIT(OPR_I64) | OPR_DTYPE_BIT(OPR_BOOL);
-    const uint32_t all = num | OPR_DTYPE_BIT(OPR_F16) | OPR_DTYPE_BIT(OPR_BF16);
+    const uint32_t all = OPR_DTYPE_BIT(OPR_F32) | OPR_DTYPE_BIT(OPR_F64) | OPR_DTYPE_BIT(OPR_I64) |
+                         OPR_DTYPE_BIT(OPR_BOOL) | OPR_DTYPE_BIT(OPR_F16) | OPR_DTYPE_BIT(OPR_BF16);
     int rc = cpu_register(self, "flip", all, k_flip);
-    return rc ? rc : cpu_register(self, "as_strided_scatter", num, k_as_strided_scatter);
+    return rc ? rc : cpu_register(self, "as_strided_scatter", all, k_as_strided_scatter);
 }

@@ -2,8 +2,9 @@
  * composite: flip, as on the CPU a strided copy of self read through a view with the
  * flipped dims' strides negated (opc_flip_view), by element size (every dtype), and
  * as_strided_scatter, whose accumulating form adds with atomicAdd (f32, f64, i64
- * wrapping; bool as a logical or): where its view overlaps itself the floating sums
- * are not bitwise reproducible from run to run, unlike the CPU's. */
+ * wrapping; halves in float through a compare-and-swap; bool as a logical or): where
+ * its view overlaps itself the floating sums are not bitwise reproducible from run to
+ * run, unlike the CPU's. */
 #include "gpu_common.cuh"
 #include "../common/opc_as_strided.h"
 #include "../common/opc_flip_scan.h"
@@ -31,6 +32,26 @@ int k_flip_op(const opr_kernel_call *c)
 GK_DEV void atomic_add(float *p, float v) { atomicAdd(p, v); }
 GK_DEV void atomic_add(double *p, double v) { atomicAdd(p, v); }
 GK_DEV void atomic_add(int64_t *p, int64_t v) { atomicAdd((unsigned long long *)p, (unsigned long long)v); }
+/* A half adds in float through a compare-and-swap of the aligned 32-bit word holding it
+ * (atomicAdd on halves needs sm_70 or more, and bf16 has none): the word stays inside
+ * the allocation, which device allocators align and pad to more than 4 bytes. */
+template <class H> GK_DEV void atomic_add(H *p, H v)
+{
+    unsigned int *word = (unsigned int *)((size_t)p & ~(size_t)3);
+    const bool high = ((size_t)p & 2) != 0;
+    unsigned int old = *word, seen;
+    do {
+        seen = old;
+        const unsigned short bits = (unsigned short)(high ? seen >> 16 : seen & 0xffffu);
+        H h, sum;
+        unsigned short out;
+        memcpy(&h, &bits, sizeof h);
+        sum = gk_cvt<H>(gk_cvt<float>(h) + gk_cvt<float>(v));
+        memcpy(&out, &sum, sizeof out);
+        const unsigned int next = high ? (seen & 0xffffu) | ((unsigned int)out << 16) : (seen & 0xffff0000u) | out;
+        old = atomicCAS(word, seen, next);
+    } while (old != seen);
+}
 
 /* out[view position of i] += src[i] over src's n elements (g: operand 0 the view of
  * out, 1 src). */
@@ -85,6 +106,8 @@ int k_as_strided_scatter_op(const opr_kernel_call *c)
     case OPR_F64: gk_launch(k_add_strided<double>, gk_blocks(m), GK_THREADS, 0, k.stream, m, g, (double *)base, (const double *)src->data); break;
     case OPR_I64: gk_launch(k_add_strided<int64_t>, gk_blocks(m), GK_THREADS, 0, k.stream, m, g, (int64_t *)base, (const int64_t *)src->data); break;
     case OPR_BOOL: gk_launch(k_or_strided, gk_blocks(m), GK_THREADS, 0, k.stream, m, g, (uint8_t *)base, (const uint8_t *)src->data); break;
+    case OPR_F16: gk_launch(k_add_strided<gpu_f16>, gk_blocks(m), GK_THREADS, 0, k.stream, m, g, (gpu_f16 *)base, (const gpu_f16 *)src->data); break;
+    case OPR_BF16: gk_launch(k_add_strided<gpu_bf16>, gk_blocks(m), GK_THREADS, 0, k.stream, m, g, (gpu_bf16 *)base, (const gpu_bf16 *)src->data); break;
     default: return GK_FAIL(c, OPR_ERR_UNSUPPORTED, "as_strided_scatter: dtype %s", gk_dtype_name(x->dtype));
     }
     return gk_launched(&k, "as_strided_scatter kernel");
@@ -95,5 +118,5 @@ int k_as_strided_scatter_op(const opr_kernel_call *c)
 int gk_register_shape(opr_plugin *self)
 {
     int rc = gk_register(self, "flip", GK_ALL, k_flip_op);
-    return rc ? rc : gk_register(self, "as_strided_scatter", GK_NUMERIC | GK_BIT(OPR_BOOL), k_as_strided_scatter_op);
+    return rc ? rc : gk_register(self, "as_strided_scatter", GK_ALL, k_as_strided_scatter_op);
 }
