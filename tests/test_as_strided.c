@@ -18,20 +18,6 @@ static opr_ctx *ctx;
 static void setup(void) { ctx = tu_ctx(); }
 static void teardown(void) { tu_ctx_free(ctx); }
 
-/* A tensor of shape whose element i is i (f64). */
-static opr_tensor *iota(int ndim, const int64_t *shape)
-{
-    int64_t n = 1;
-    for (int d = 0; d < ndim; d++) n *= shape[d];
-    double *v = malloc((size_t)(n ? n : 1) * sizeof *v);
-    ck_assert_ptr_nonnull(v);
-    for (int64_t i = 0; i < n; i++) v[i] = (double)i;
-    opr_tensor *t = opr_tensor_from_data(ctx, OPR_F64, ndim, shape, v, OPR_CPU);
-    free(v);
-    ck_assert_ptr_nonnull(t);
-    return t;
-}
-
 static opr_tensor *f64_of(int ndim, const int64_t *shape, const double *v)
 {
     opr_tensor *t = opr_tensor_from_data(ctx, OPR_F64, ndim, shape, v, OPR_CPU);
@@ -63,7 +49,7 @@ static opr_tensor *narrow(opr_tensor *x, int64_t start, int64_t len)
 START_TEST(test_as_strided_checks)
 {
     const int64_t s5[] = {5}, s33[] = {3, 3}, s11[] = {1, 1}, neg[] = {-1, 1}, nsz[] = {-3, 3}, s1[] = {1};
-    opr_tensor *x = iota(1, s5);
+    opr_tensor *x = tu_iota(ctx, 1, s5);
     /* overlapping elements of one storage: row i is x[i], x[i + 1], x[i + 2] */
     opr_tensor *y = as_strided(x, 2, s33, s11, NULL);
     expect_values(y, (const double[]){0, 1, 2, 1, 2, 3, 2, 3, 4}, 9);
@@ -107,7 +93,7 @@ typedef opr_tensor *(*view_fn)(opr_tensor *x);
 static void expect_grad(int nd, const int64_t *xshape, view_fn f, int n, const int64_t *size, const int64_t *stride,
                         const int64_t *offset, const double *g, const double *want)
 {
-    opr_tensor *x = iota(nd, xshape);
+    opr_tensor *x = tu_iota(ctx, nd, xshape);
     ck_assert_int_eq(opr_set_requires_grad(x, true), OPR_OK);
     opr_tensor *v = f(x), *y = as_strided(v, n, size, stride, offset), *gt = f64_of(n, size, g);
     ck_assert_int_eq(opr_backward(y, gt, NULL), OPR_OK);
@@ -157,7 +143,7 @@ START_TEST(test_as_strided_vmap)
     /* functorch's rule: sample i's view starts at storage_offset + i * (the batch
      * stride), or at its own offset for None */
     const int64_t s25[] = {2, 5}, one = 1;
-    opr_tensor *x = iota(2, s25), *out = NULL;
+    opr_tensor *x = tu_iota(ctx, 2, s25), *out = NULL;
     ck_assert_int_eq(opr_vmap(ctx, per_sample, (void *)&one, &x, NULL, 1, &out, NULL, 1, NULL), OPR_OK);
     expect_values(out, (const double[]){1, 2, 6, 7}, 4);
     opr_tensor_release(out);
@@ -173,7 +159,7 @@ END_TEST
 START_TEST(test_as_strided_scatter_accumulates)
 {
     const int64_t s5[] = {5}, s33[] = {3, 3}, st11[] = {1, 1};
-    opr_tensor *x = iota(1, s5);
+    opr_tensor *x = tu_iota(ctx, 1, s5);
     opr_tensor *src = f64_of(2, s33, (const double[]){1, 1, 1, 1, 1, 1, 1, 1, 1});
     opr_value a[] = {opr_v_tensor(x), opr_v_tensor(src), opr_v_ints(s33, 2), opr_v_ints(st11, 2), opr_v_none(),
                      opr_v_bool(true)};
@@ -203,7 +189,7 @@ START_TEST(test_resize)
 {
     const int64_t s23[] = {2, 3}, s4[] = {4}, s35[] = {3, 5}, s6[] = {6}, s1[] = {1};
     /* smaller: the same storage, the first elements in storage order */
-    opr_tensor *x = iota(2, s23);
+    opr_tensor *x = tu_iota(ctx, 2, s23);
     void *data = opr_tensor_data(x);
     opr_tensor_release(resize(x, 1, s4));
     ck_assert_ptr_eq(opr_tensor_data(x), data);
@@ -215,7 +201,7 @@ START_TEST(test_resize)
     expect_values(x, (const double[]){0, 1, 2, 3, 4, 5, 0, 0, 0, 0, 0, 0, 0, 0, 0}, 15);
     opr_tensor_release(x);
     /* a view keeps its offset; its storage, shared, may not grow */
-    x = iota(1, s6);
+    x = tu_iota(ctx, 1, s6);
     opr_tensor *v = narrow(x, 2, 2);
     opr_value a[] = {opr_v_tensor(v), opr_v_ints(s6, 1)};
     tu_expect_fail(ctx, "resize_", a, 2, 1, OPR_ERR_INVALID, "must grow from 48 to 64 bytes but 1 other tensor(s)");
@@ -237,7 +223,7 @@ START_TEST(test_resize_and_autograd)
 {
     const int64_t s3[] = {3}, s31[] = {3, 1};
     /* a tensor that requires grad: PyTorch's refusal, grad mode or not */
-    opr_tensor *x = iota(1, s3), *w = iota(1, s3);
+    opr_tensor *x = tu_iota(ctx, 1, s3), *w = tu_iota(ctx, 1, s3);
     ck_assert_int_eq(opr_set_requires_grad(x, true), OPR_OK);
     opr_value a[] = {opr_v_tensor(x), opr_v_ints(s31, 2)};
     tu_expect_fail(ctx, "resize_", a, 2, 1, OPR_ERR_UNSUPPORTED, "resize_: cannot resize variables that require grad");
@@ -246,7 +232,7 @@ START_TEST(test_resize_and_autograd)
     opr_grad_mode_set(mode);
     /* a resize is a change in place: a node that saved the tensor fails its backward */
     opr_value m[] = {opr_v_tensor(x), opr_v_tensor(w)};
-    opr_tensor *y = tu_call1(ctx, "mul", m, 2), *g = iota(1, s3);
+    opr_tensor *y = tu_call1(ctx, "mul", m, 2), *g = tu_iota(ctx, 1, s3);
     opr_tensor_release(resize(w, 2, s31));
     ck_assert_int_eq(opr_backward(y, g, NULL), OPR_ERR_INVALID);
     ck_assert_msg(strstr(opr_last_error(), "modified in place"), "message: %s", opr_last_error());
@@ -269,13 +255,13 @@ static void capture_log(opr_log_level level, const char *source, const char *mes
 START_TEST(test_atan2_out_resizes)
 {
     const int64_t s23[] = {2, 3}, s3[] = {3}, s4[] = {4}, s0[] = {0};
-    opr_tensor *y = iota(2, s23), *x = iota(1, s3);
+    opr_tensor *y = tu_iota(ctx, 2, s23), *x = tu_iota(ctx, 1, s3);
     const opr_op *op = opr_op_find(ctx, "atan2.out");
     ck_assert_ptr_nonnull(op);
     log_capture got = {0};
     opr_log_set(capture_log, &got);
     /* out with elements, of another shape: resized, with PyTorch's warning */
-    opr_tensor *out = iota(1, s4), *r = NULL;
+    opr_tensor *out = tu_iota(ctx, 1, s4), *r = NULL;
     opr_value a[] = {opr_v_tensor(y), opr_v_tensor(x), opr_v_tensor(out)};
     ck_assert_int_eq(opr_call(op, a, 3, &r, 1), OPR_OK);
     ck_assert_int_eq(got.n, 1);
@@ -289,7 +275,7 @@ START_TEST(test_atan2_out_resizes)
     ck_assert_int_eq(opr_call(op, a, 3, &r, 1), OPR_OK);
     ck_assert_ptr_eq(opr_tensor_data(out), data);
     opr_tensor_release(r);
-    opr_tensor *empty = iota(1, s0);
+    opr_tensor *empty = tu_iota(ctx, 1, s0);
     a[2] = opr_v_tensor(empty);
     ck_assert_int_eq(opr_call(op, a, 3, &r, 1), OPR_OK);
     ck_assert_int_eq(opr_tensor_numel(empty), 6);

@@ -1,10 +1,9 @@
 /* Kernels of the Core ATen shape ops of registry/ops/shape.yaml that are no view or
  * composite: flip, as on the CPU a strided copy of self read through a view with the
  * flipped dims' strides negated (opc_flip_view), by element size (every dtype), and
- * as_strided_scatter, whose accumulating form adds with atomicAdd (f32, f64, i64
- * wrapping; halves in float through a compare-and-swap; bool as a logical or): where
- * its view overlaps itself the floating sums are not bitwise reproducible from run to
- * run, unlike the CPU's. */
+ * as_strided_scatter, whose accumulating form adds with gk_atomic_add (bool as a
+ * logical or): where its view overlaps itself the floating sums are not bitwise
+ * reproducible from run to run, unlike the CPU's. */
 #include "gpu_common.cuh"
 #include "../common/opc_as_strided.h"
 #include "../common/opc_flip_scan.h"
@@ -29,30 +28,6 @@ int k_flip_op(const opr_kernel_call *c)
                            (const char *)x->data + base * (int64_t)es, st);
 }
 
-GK_DEV void atomic_add(float *p, float v) { atomicAdd(p, v); }
-GK_DEV void atomic_add(double *p, double v) { atomicAdd(p, v); }
-GK_DEV void atomic_add(int64_t *p, int64_t v) { atomicAdd((unsigned long long *)p, (unsigned long long)v); }
-/* A half adds in float through a compare-and-swap of the aligned 32-bit word holding it
- * (atomicAdd on halves needs sm_70 or more, and bf16 has none): the word stays inside
- * the allocation, which device allocators align and pad to more than 4 bytes. */
-template <class H> GK_DEV void atomic_add(H *p, H v)
-{
-    unsigned int *word = (unsigned int *)((size_t)p & ~(size_t)3);
-    const bool high = ((size_t)p & 2) != 0;
-    unsigned int old = *word, seen;
-    do {
-        seen = old;
-        const unsigned short bits = (unsigned short)(high ? seen >> 16 : seen & 0xffffu);
-        H h, sum;
-        unsigned short out;
-        memcpy(&h, &bits, sizeof h);
-        sum = gk_cvt<H>(gk_cvt<float>(h) + gk_cvt<float>(v));
-        memcpy(&out, &sum, sizeof out);
-        const unsigned int next = high ? (seen & 0xffffu) | ((unsigned int)out << 16) : (seen & 0xffff0000u) | out;
-        old = atomicCAS(word, seen, next);
-    } while (old != seen);
-}
-
 /* out[view position of i] += src[i] over src's n elements (g: operand 0 the view of
  * out, 1 src). */
 template <class T> __global__ void k_add_strided(int64_t n, gk_geom g, T *out, const T *src)
@@ -61,7 +36,7 @@ template <class T> __global__ void k_add_strided(int64_t n, gk_geom g, T *out, c
     {
         int64_t off[2];
         gk_offsets<2>(g, i, off);
-        atomic_add(out + off[0], src[off[1]]);
+        gk_atomic_add(out + off[0], src[off[1]]);
     }
 }
 
