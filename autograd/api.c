@@ -54,7 +54,7 @@ opr_tensor *opr_tensor_detach(opr_tensor *t)
         opr_tensor_release(v);
         return j;
     }
-    return opr_tensor_make_view(t, t->m.ndim, t->m.shape, t->strides, t->offset);
+    return opr_tensor_make_view(t, t->m.ndim, t->m.shape, t->m.strides, t->m.offset);
 }
 
 /* The output slot of an op returning a Tensor[]: its pieces' metadata (*pieces, which

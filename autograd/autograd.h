@@ -40,6 +40,8 @@ typedef struct opr_node {
     opr_tensor **item_saved;            /* owned, nitems (NULL for a None item of a
                                            Tensor?[]): the items themselves, when the plan
                                            reads them (index's indices); else NULL */
+    uint32_t *item_saved_version;       /* their storage versions when saved (in
+                                           item_saved's block) */
     /* The pieces of an op returning a Tensor[] (op->list_out), its outputs here: their
      * accumulated gradients (instead of pending[]) and metadata. One allocation. */
     int32_t npieces;

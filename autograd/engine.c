@@ -225,6 +225,14 @@ static int run_node(opr_node *n, const opr_backward_opts *o, const capture *cap,
                             "(version %u when saved, %u now); its gradient would be wrong", op->name,
                             op->deriv->slot_names[s], n->saved_version[s], now);
     }
+    for (int j = 0; n->item_saved && j < n->nitems; j++) { /* the saved items of its Tensor[] (index's indices) */
+        const opr_tensor *t = n->item_saved[j];
+        uint32_t now = t ? atomic_load_explicit(&t->storage->version, memory_order_relaxed) : 0;
+        if (t && now != n->item_saved_version[j])
+            return opr_fail(OPR_ERR_INVALID, "backward of %s: '%s[%d]', saved for it, was modified in place afterwards "
+                            "(version %u when saved, %u now); its gradient would be wrong", op->name,
+                            op->args[n->list_arg].name, j, n->item_saved_version[j], now);
+    }
     for (int k = 0; cap && k < ag_nouts(n); k++) /* captured non-leaf inputs */
         for (int i = 0; i < cap->n; i++)
             if (cap->inputs[i]->grad_fn == n && cap->inputs[i]->output_nr == k && *ag_pending(n, k)) {

@@ -27,7 +27,7 @@ static int bind_slots(expr_run *r, opr_node *n, opr_tensor *const *grads_in, boo
         opr_tensor *t = n->saved[s];
         if (!t) continue;
         if (create_graph && s >= op->nargs && !t->grad_fn && opr_dtype_is_floating(t->m.dtype)) {
-            opr_tensor *v = opr_tensor_make_view(t, t->m.ndim, t->m.shape, t->strides, t->offset);
+            opr_tensor *v = opr_tensor_make_view(t, t->m.ndim, t->m.shape, t->m.strides, t->m.offset);
             if (!v || expr_run_keep(r, v)) return OPR_ERR_NOMEM;
             atomic_fetch_add(&n->refs, 1);
             v->grad_fn = n;

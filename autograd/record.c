@@ -111,8 +111,9 @@ void ag_release_items(opr_node *n)
 {
     if (!n->item_saved) return;
     for (int j = 0; j < n->nitems; j++) opr_tensor_release(n->item_saved[j]);
-    free(n->item_saved);
+    free(n->item_saved); /* with item_saved_version */
     n->item_saved = NULL;
+    n->item_saved_version = NULL;
 }
 
 /* An edge to where t's gradient goes: its grad_fn, or t itself as a leaf. */
@@ -215,6 +216,7 @@ static int record(const opr_op *op, opr_tensor *const *tensors, const mval *slot
     n->items = NULL;
     n->item_metas = NULL;
     n->item_saved = NULL;
+    n->item_saved_version = NULL;
     n->npieces = 0;
     n->piece_pending = NULL;
     n->piece_metas = NULL;
@@ -279,11 +281,16 @@ static int record(const opr_op *op, opr_tensor *const *tensors, const mval *slot
                             "returning Tensor[] may read them only through size(), sizes(), dim() or numel()", op->name);
         }
         if (s == n->list_arg) { /* the items themselves (index's indices), next to their metadata */
-            if (!(n->item_saved = calloc((size_t)n->nitems + 1, sizeof *n->item_saved))) {
+            const size_t items = ((size_t)n->nitems + 1) * sizeof *n->item_saved;
+            if (!(n->item_saved = calloc(1, items + (size_t)n->nitems * sizeof *n->item_saved_version))) {
                 ag_node_release(n);
                 return opr_fail(OPR_ERR_NOMEM, "out of memory recording %s", op->name);
             }
-            for (int j = 0; j < n->nitems; j++) n->item_saved[j] = opr_tensor_retain(slots[s].u.ts[j]);
+            n->item_saved_version = (uint32_t *)(void *)((char *)n->item_saved + items);
+            for (int j = 0; j < n->nitems; j++) {
+                opr_tensor *t = n->item_saved[j] = opr_tensor_retain(slots[s].u.ts[j]);
+                if (t) n->item_saved_version[j] = atomic_load_explicit(&t->storage->version, memory_order_relaxed);
+            }
             continue;
         }
         n->saved[s] = s < op->nargs ? opr_tensor_retain(tensors[s]) : detached_view(outs[s - op->nargs]);

@@ -74,13 +74,13 @@ opr_tensor *opr_batched_wrap(opr_tensor *phys, int64_t level)
     if (!t) return NULL;
     atomic_fetch_add(&phys->storage->refs, 1);
     t->storage = phys->storage;
-    t->offset = phys->offset;
+    t->m.offset = phys->m.offset;
     t->m.dtype = phys->m.dtype;
     t->m.ndim = phys->m.ndim - 1;
     t->m.numel = phys->m.shape[0] ? phys->m.numel / phys->m.shape[0] : opr_meta_numel(phys->m.shape + 1, phys->m.ndim - 1);
     for (int d = 1; d < phys->m.ndim; d++) {
         t->m.shape[d - 1] = phys->m.shape[d];
-        t->strides[d - 1] = phys->strides[d];
+        t->m.strides[d - 1] = phys->m.strides[d];
     }
     t->bt_phys = opr_tensor_retain(phys);
     t->bt_level = level;
@@ -97,7 +97,7 @@ int opr_batched_refuse(const opr_tensor *t, const char *who)
 
 opr_tensor *opr_tensor_alias(opr_tensor *t)
 {
-    if (!t->bt_phys) return opr_tensor_make_view(t, t->m.ndim, t->m.shape, t->strides, t->offset);
+    if (!t->bt_phys) return opr_tensor_make_view(t, t->m.ndim, t->m.shape, t->m.strides, t->m.offset);
     return opr_batched_wrap(t->bt_phys, t->bt_level);
 }
 

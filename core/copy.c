@@ -16,8 +16,8 @@ static void host_strided_copy(opr_tensor *dst, const opr_tensor *src)
         memmove(opr_tensor_data(dst), opr_tensor_data(src), (size_t)src->m.numel * es);
         return;
     }
-    opc_copy_strided(es, src->m.ndim, src->m.shape, opr_tensor_data(dst), dst->strides, opr_tensor_data(src),
-                     src->strides);
+    opc_copy_strided(es, src->m.ndim, src->m.shape, opr_tensor_data(dst), dst->m.strides, opr_tensor_data(src),
+                     src->m.strides);
 }
 
 static int device_copy(opr_tensor *dst, const opr_tensor *src)

@@ -79,12 +79,16 @@ typedef struct opr_storage {
 } opr_storage;
 
 /* Shape metadata, embedded in every tensor so that shape expressions can run on
- * tensors and on bare metadata alike. */
+ * tensors and on bare metadata alike. It includes the layout in the storage (PyTorch's
+ * TensorGeometry): a graph node keeps it for a tensor its formulas read only through
+ * metadata, so that as_strided's gradient knows its input's strides and offset. */
 typedef struct opr_meta {
     opr_dtype dtype;
     int32_t ndim;
     int64_t numel;
     int64_t shape[OPR_MAX_DIMS];
+    int64_t strides[OPR_MAX_DIMS]; /* in elements; the first ndim are set */
+    int64_t offset;                /* into the storage, in elements */
 } opr_meta;
 
 struct opr_node;
@@ -100,9 +104,7 @@ typedef struct opr_ragged {
 
 struct opr_tensor {
     _Atomic int refs;
-    opr_meta m;
-    int64_t strides[OPR_MAX_DIMS];
-    int64_t offset;           /* in elements */
+    opr_meta m;               /* shape, strides and storage offset */
     opr_storage *storage;
     opr_ctx *ctx;
     /* autograd */
@@ -245,6 +247,12 @@ opr_tensor *opr_tensor_empty(opr_ctx *ctx, opr_dtype dtype, int ndim, const int6
 /* New tensor header viewing `base`'s storage with the given geometry. */
 opr_tensor *opr_tensor_make_view(opr_tensor *base, int ndim, const int64_t *shape,
                                  const int64_t *strides, int64_t offset);
+/* resize_ (core/resize.c): t takes `shape`, contiguous from its storage offset, its
+ * storage kept when it reaches the last element (its elements stay in storage order),
+ * else replaced by a larger one with the same bytes first and zeros after, which only a
+ * storage no other tensor shares may be. Bumps the storage's version. `who` starts
+ * error messages; nothing changes on failure. */
+int opr_tensor_resize(opr_tensor *t, const int64_t *shape, int ndim, const char *who);
 /* Fills a plugin view of t (shape/strides point into t). */
 void opr_tensor_fill_view(const opr_tensor *t, opr_tensor_view *v);
 /* The view of a contiguous tensor of metadata m on dev with no data (what a kernel's

@@ -132,10 +132,10 @@ DLManagedTensor *opr_tensor_to_dlpack(opr_tensor *t)
     }
     d->device.device_id = t->storage->dev.index;
     d->data = t->storage->data;
-    d->byte_offset = (uint64_t)t->offset * opr_dtype_size(t->m.dtype);
+    d->byte_offset = (uint64_t)t->m.offset * opr_dtype_size(t->m.dtype);
     d->ndim = t->m.ndim;
     memcpy(e->shape, t->m.shape, sizeof e->shape);
-    memcpy(e->strides, t->strides, sizeof e->strides);
+    memcpy(e->strides, t->m.strides, sizeof e->strides);
     d->shape = e->shape;
     d->strides = e->strides;
     e->t = opr_tensor_retain(t);

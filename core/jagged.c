@@ -126,17 +126,17 @@ opr_tensor *opr_jagged_wrap(opr_tensor *values, opr_ragged *r)
     if (!t) return NULL;
     atomic_fetch_add(&values->storage->refs, 1);
     t->storage = values->storage;
-    t->offset = values->offset;
+    t->m.offset = values->m.offset;
     t->m.dtype = values->m.dtype;
     t->m.ndim = values->m.ndim + 1;
     t->m.numel = values->m.numel;
     t->m.shape[0] = r->batch;
     t->m.shape[1] = OPR_SIZE_RAGGED;
-    t->strides[0] = 0;
-    t->strides[1] = values->strides[0];
+    t->m.strides[0] = 0;
+    t->m.strides[1] = values->m.strides[0];
     for (int d = 1; d < values->m.ndim; d++) {
         t->m.shape[d + 1] = values->m.shape[d];
-        t->strides[d + 1] = values->strides[d];
+        t->m.strides[d + 1] = values->m.strides[d];
     }
     t->jag_values = opr_tensor_retain(values);
     atomic_fetch_add_explicit(&r->refs, 1, memory_order_relaxed);

@@ -55,7 +55,7 @@ opr_tensor *opr_tensor_alloc_header(opr_ctx *ctx)
     if (!t) { opr_fail(OPR_ERR_NOMEM, "out of memory allocating a tensor"); return NULL; }
     atomic_init(&t->refs, 1);
     t->ctx = ctx;
-    t->offset = 0;
+    t->m.offset = 0;
     t->requires_grad = false;
     t->grad = NULL;
     t->grad_fn = NULL;
@@ -83,7 +83,7 @@ opr_tensor *opr_tensor_empty(opr_ctx *ctx, opr_dtype dtype, int ndim, const int6
     t->m.ndim = ndim;
     t->m.numel = numel;
     if (ndim) memcpy(t->m.shape, shape, (size_t)ndim * sizeof *shape);
-    opr_contiguous_strides(shape, ndim, t->strides);
+    opr_contiguous_strides(shape, ndim, t->m.strides);
     return t;
 }
 
@@ -179,12 +179,12 @@ opr_tensor *opr_tensor_over_memory(opr_ctx *ctx, opr_device dev, void *data, opr
     t->m.numel = opr_meta_numel(shape, ndim);
     for (int i = 0; i < ndim && i < OPR_MAX_DIMS; i++) {
         t->m.shape[i] = shape[i];
-        if (strides) t->strides[i] = strides[i];
+        if (strides) t->m.strides[i] = strides[i];
     }
-    if (!strides) opr_contiguous_strides(shape, ndim, t->strides);
-    t->offset = offset;
+    if (!strides) opr_contiguous_strides(shape, ndim, t->m.strides);
+    t->m.offset = offset;
     int64_t last = 0; /* the storage spans up to the furthest element */
-    for (int i = 0; i < ndim; i++) last += (shape[i] - 1) * (t->strides[i] > 0 ? t->strides[i] : 0);
+    for (int i = 0; i < ndim; i++) last += (shape[i] - 1) * (t->m.strides[i] > 0 ? t->m.strides[i] : 0);
     s->nbytes = t->m.numel ? (size_t)(offset + last + 1) * opr_elem_size(dtype) : 0;
     return t;
 }
@@ -205,9 +205,9 @@ opr_tensor *opr_tensor_make_view(opr_tensor *base, int ndim, const int64_t *shap
     t->m.numel = numel;
     if (ndim) {
         memcpy(t->m.shape, shape, (size_t)ndim * sizeof *shape);
-        memcpy(t->strides, strides, (size_t)ndim * sizeof *strides);
+        memcpy(t->m.strides, strides, (size_t)ndim * sizeof *strides);
     }
-    t->offset = offset;
+    t->m.offset = offset;
     return t;
 }
 
@@ -245,11 +245,11 @@ void opr_tensor_release(opr_tensor *t)
 void opr_tensor_fill_view(const opr_tensor *t, opr_tensor_view *v)
 {
     v->struct_size = sizeof *v;
-    v->data = (char *)t->storage->data + t->offset * (int64_t)opr_elem_size(t->m.dtype);
+    v->data = (char *)t->storage->data + t->m.offset * (int64_t)opr_elem_size(t->m.dtype);
     v->dtype = t->m.dtype;
     v->ndim = t->m.ndim;
     v->shape = t->m.shape;
-    v->strides = t->strides;
+    v->strides = t->m.strides;
     v->device = t->storage->dev;
     v->numel = t->m.numel;
 }
@@ -265,8 +265,8 @@ opr_ctx *opr_tensor_ctx(const opr_tensor *t) { return t ? t->ctx : NULL; }
 opr_dtype opr_tensor_dtype(const opr_tensor *t) { return t ? t->m.dtype : OPR_DTYPE_COUNT; }
 int opr_tensor_ndim(const opr_tensor *t) { return t ? t->m.ndim : -1; }
 const int64_t *opr_tensor_shape(const opr_tensor *t) { return t ? t->m.shape : NULL; }
-const int64_t *opr_tensor_strides(const opr_tensor *t) { return t ? t->strides : NULL; }
-int64_t opr_tensor_offset(const opr_tensor *t) { return t ? t->offset : 0; }
+const int64_t *opr_tensor_strides(const opr_tensor *t) { return t ? t->m.strides : NULL; }
+int64_t opr_tensor_offset(const opr_tensor *t) { return t ? t->m.offset : 0; }
 int64_t opr_tensor_numel(const opr_tensor *t) { return t ? t->m.numel : 0; }
 opr_device opr_tensor_device(const opr_tensor *t) { return t ? t->storage->dev : (opr_device){-1, -1}; }
 
@@ -281,7 +281,7 @@ int64_t opr_tensor_stride(const opr_tensor *t, int d)
 {
     if (!t) return 0;
     if (d < 0) d += t->m.ndim;
-    return d >= 0 && d < t->m.ndim ? t->strides[d] : 0;
+    return d >= 0 && d < t->m.ndim ? t->m.strides[d] : 0;
 }
 
 bool opr_tensor_is_contiguous(const opr_tensor *t)
@@ -292,7 +292,7 @@ bool opr_tensor_is_contiguous(const opr_tensor *t)
     for (int d = 0; d < t->m.ndim; d++) /* no elements: nothing is out of order (as in PyTorch) */
         if (t->m.shape[d] == 0) return true;
     for (int d = t->m.ndim - 1; d >= 0; d--) {
-        if (t->m.shape[d] != 1 && t->strides[d] != expect) return false;
+        if (t->m.shape[d] != 1 && t->m.strides[d] != expect) return false;
         expect *= t->m.shape[d];
     }
     return true;
@@ -300,7 +300,7 @@ bool opr_tensor_is_contiguous(const opr_tensor *t)
 
 void *opr_tensor_data(const opr_tensor *t)
 {
-    return t ? (char *)t->storage->data + t->offset * (int64_t)opr_dtype_size(t->m.dtype) : NULL;
+    return t ? (char *)t->storage->data + t->m.offset * (int64_t)opr_dtype_size(t->m.dtype) : NULL;
 }
 
 bool opr_tensor_shares_storage(const opr_tensor *a, const opr_tensor *b)

@@ -26,13 +26,13 @@ opr_tensor *opr_tensor_transpose(opr_tensor *t, int d0, int d1)
     int a, b;
     if (!wrap_dim(d0, t->m.ndim, &a)) return BAD_DIM("transpose", d0, t);
     if (!wrap_dim(d1, t->m.ndim, &b)) return BAD_DIM("transpose", d1, t);
-    if (t->m.ndim == 0) return opr_tensor_make_view(t, 0, NULL, NULL, t->offset);
+    if (t->m.ndim == 0) return opr_tensor_make_view(t, 0, NULL, NULL, t->m.offset);
     int64_t shape[OPR_MAX_DIMS], strides[OPR_MAX_DIMS];
     memcpy(shape, t->m.shape, sizeof shape);
-    memcpy(strides, t->strides, sizeof strides);
+    memcpy(strides, t->m.strides, sizeof strides);
     shape[a] = t->m.shape[b]; shape[b] = t->m.shape[a];
-    strides[a] = t->strides[b]; strides[b] = t->strides[a];
-    return opr_tensor_make_view(t, t->m.ndim, shape, strides, t->offset);
+    strides[a] = t->m.strides[b]; strides[b] = t->m.strides[a];
+    return opr_tensor_make_view(t, t->m.ndim, shape, strides, t->m.offset);
 }
 
 opr_tensor *opr_tensor_permute(opr_tensor *t, const int *dims, int ndims)
@@ -50,9 +50,9 @@ opr_tensor *opr_tensor_permute(opr_tensor *t, const int *dims, int ndims)
         if (seen[d]) { opr_fail(OPR_ERR_INVALID, "permute: dim %d repeated", d); return NULL; }
         seen[d] = true;
         shape[i] = t->m.shape[d];
-        strides[i] = t->strides[d];
+        strides[i] = t->m.strides[d];
     }
-    return opr_tensor_make_view(t, ndims, shape, strides, t->offset);
+    return opr_tensor_make_view(t, ndims, shape, strides, t->m.offset);
 }
 
 opr_tensor *opr_tensor_expand(opr_tensor *t, const int64_t *shape, int ndim)
@@ -71,7 +71,7 @@ opr_tensor *opr_tensor_expand(opr_tensor *t, const int64_t *shape, int ndim)
             out[d] = want; strides[d] = 0; continue;
         }
         int64_t have = t->m.shape[d - off];
-        if (want == -1 || want == have) { out[d] = have; strides[d] = t->strides[d - off]; }
+        if (want == -1 || want == have) { out[d] = have; strides[d] = t->m.strides[d - off]; }
         else if (have == 1 && want >= 0) { out[d] = want; strides[d] = 0; }
         else {
             opr_fail(OPR_ERR_INVALID, "expand: size %lld of dim %d cannot expand to %lld",
@@ -79,7 +79,7 @@ opr_tensor *opr_tensor_expand(opr_tensor *t, const int64_t *shape, int ndim)
             return NULL;
         }
     }
-    return opr_tensor_make_view(t, ndim, out, strides, t->offset);
+    return opr_tensor_make_view(t, ndim, out, strides, t->m.offset);
 }
 
 opr_tensor *opr_tensor_narrow(opr_tensor *t, int dim, int64_t start, int64_t length)
@@ -97,7 +97,7 @@ opr_tensor *opr_tensor_narrow(opr_tensor *t, int dim, int64_t start, int64_t len
     int64_t shape[OPR_MAX_DIMS];
     memcpy(shape, t->m.shape, sizeof shape);
     shape[d] = length;
-    return opr_tensor_make_view(t, t->m.ndim, shape, t->strides, t->offset + start * t->strides[d]);
+    return opr_tensor_make_view(t, t->m.ndim, shape, t->m.strides, t->m.offset + start * t->m.strides[d]);
 }
 
 opr_tensor *opr_tensor_diagonal(opr_tensor *t, int64_t offset, int d0, int d1)
@@ -108,17 +108,17 @@ opr_tensor *opr_tensor_diagonal(opr_tensor *t, int64_t offset, int d0, int d1)
     if (!wrap_dim(d0, t->m.ndim, &a)) return BAD_DIM("diagonal", d0, t);
     if (!wrap_dim(d1, t->m.ndim, &b)) return BAD_DIM("diagonal", d1, t);
     if (a == b) { opr_fail(OPR_ERR_INVALID, "diagonal: dim1 and dim2 are both %d", a); return NULL; }
-    int64_t len = opr_diagonal_length(t->m.shape[a], t->m.shape[b], offset), start = t->offset;
-    if (len > 0) start += offset >= 0 ? offset * t->strides[b] : -offset * t->strides[a];
+    int64_t len = opr_diagonal_length(t->m.shape[a], t->m.shape[b], offset), start = t->m.offset;
+    if (len > 0) start += offset >= 0 ? offset * t->m.strides[b] : -offset * t->m.strides[a];
     int64_t shape[OPR_MAX_DIMS], strides[OPR_MAX_DIMS];
     int n = 0;
     for (int d = 0; d < t->m.ndim; d++) {
         if (d == a || d == b) continue;
         shape[n] = t->m.shape[d];
-        strides[n++] = t->strides[d];
+        strides[n++] = t->m.strides[d];
     }
     shape[n] = len;
-    strides[n++] = t->strides[a] + t->strides[b];
+    strides[n++] = t->m.strides[a] + t->m.strides[b];
     return opr_tensor_make_view(t, n, shape, strides, start);
 }
 
@@ -132,13 +132,13 @@ opr_tensor *opr_tensor_unsqueeze(opr_tensor *t, int dim)
     for (int i = 0, j = 0; i <= t->m.ndim; i++) {
         if (i == d) {
             shape[i] = 1;
-            strides[i] = j < t->m.ndim ? t->strides[j] * t->m.shape[j] : 1;
+            strides[i] = j < t->m.ndim ? t->m.strides[j] * t->m.shape[j] : 1;
             continue;
         }
         shape[i] = t->m.shape[j];
-        strides[i] = t->strides[j++];
+        strides[i] = t->m.strides[j++];
     }
-    return opr_tensor_make_view(t, t->m.ndim + 1, shape, strides, t->offset);
+    return opr_tensor_make_view(t, t->m.ndim + 1, shape, strides, t->m.offset);
 }
 
 opr_tensor *opr_tensor_squeeze(opr_tensor *t, int dim)
@@ -152,9 +152,9 @@ opr_tensor *opr_tensor_squeeze(opr_tensor *t, int dim)
         bool drop = t->m.shape[d] == 1 && (only < 0 || only == d);
         if (drop) continue;
         shape[n] = t->m.shape[d];
-        strides[n++] = t->strides[d];
+        strides[n++] = t->m.strides[d];
     }
-    return opr_tensor_make_view(t, n, shape, strides, t->offset);
+    return opr_tensor_make_view(t, n, shape, strides, t->m.offset);
 }
 
 /* Resolves a -1 entry and checks the element count. */
@@ -196,17 +196,17 @@ static bool view_strides(const opr_tensor *t, const int64_t *shape, int ndim, in
     if (t->m.numel == 0 || t->m.ndim == 0) { opr_contiguous_strides(shape, ndim, strides); return true; }
     int view_d = ndim - 1;
     int64_t tensor_numel = 1, view_numel = 1;
-    int64_t chunk_base = t->strides[t->m.ndim - 1];
+    int64_t chunk_base = t->m.strides[t->m.ndim - 1];
     for (int d = t->m.ndim - 1; d >= 0; d--) {
         tensor_numel *= t->m.shape[d];
-        if (d == 0 || (t->m.shape[d - 1] != 1 && t->strides[d - 1] != tensor_numel * chunk_base)) {
+        if (d == 0 || (t->m.shape[d - 1] != 1 && t->m.strides[d - 1] != tensor_numel * chunk_base)) {
             while (view_d >= 0 && (view_numel < tensor_numel || shape[view_d] == 1)) {
                 strides[view_d] = view_numel * chunk_base;
                 view_numel *= shape[view_d];
                 view_d--;
             }
             if (view_numel != tensor_numel) return false;
-            if (d > 0) { chunk_base = t->strides[d - 1]; tensor_numel = 1; view_numel = 1; }
+            if (d > 0) { chunk_base = t->m.strides[d - 1]; tensor_numel = 1; view_numel = 1; }
         }
     }
     return view_d == -1;
@@ -221,7 +221,7 @@ opr_tensor *opr_tensor_view_shape(opr_tensor *t, const int64_t *shape, int ndim)
         opr_fail(OPR_ERR_INVALID, "view: the tensor's strides do not allow this shape without a copy (use reshape)");
         return NULL;
     }
-    return opr_tensor_make_view(t, ndim, out, strides, t->offset);
+    return opr_tensor_make_view(t, ndim, out, strides, t->m.offset);
 }
 
 opr_tensor *opr_tensor_reshape(opr_tensor *t, const int64_t *shape, int ndim)
@@ -229,10 +229,10 @@ opr_tensor *opr_tensor_reshape(opr_tensor *t, const int64_t *shape, int ndim)
     CHECK_DENSE("reshape", t);
     int64_t out[OPR_MAX_DIMS], strides[OPR_MAX_DIMS];
     if (infer_shape(t, shape, ndim, out, "reshape")) return NULL;
-    if (view_strides(t, out, ndim, strides)) return opr_tensor_make_view(t, ndim, out, strides, t->offset);
+    if (view_strides(t, out, ndim, strides)) return opr_tensor_make_view(t, ndim, out, strides, t->m.offset);
     opr_tensor *c = opr_tensor_contiguous(t);
     if (!c) return NULL;
-    opr_tensor *v = opr_tensor_make_view(c, ndim, out, (opr_contiguous_strides(out, ndim, strides), strides), c->offset);
+    opr_tensor *v = opr_tensor_make_view(c, ndim, out, (opr_contiguous_strides(out, ndim, strides), strides), c->m.offset);
     opr_tensor_release(c);
     return v;
 }

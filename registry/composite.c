@@ -236,7 +236,7 @@ static int def_call(const opr_op *op, composite_def *cd, opr_tensor *const *tens
         /* a new header: the node is attached to it, never to an argument */
         bool is_arg = false;
         for (int i = 0; i < op->nargs; i++) is_arg |= tensors[i] == res;
-        *out = is_arg || res->grad_fn ? opr_tensor_make_view(res, res->m.ndim, res->m.shape, res->strides, res->offset)
+        *out = is_arg || res->grad_fn ? opr_tensor_make_view(res, res->m.ndim, res->m.shape, res->m.strides, res->m.offset)
                                       : opr_tensor_retain(res);
         if (!*out) rc = opr_error_status();
         if (!rc && record && op->deriv && (rc = op->ctx->reg->record(op, tensors, slots, out, dev, false))) {

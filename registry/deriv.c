@@ -148,9 +148,10 @@ int deriv_add_formula(opr_op *op, deriv_cand *c, int cover_pos, expr *e, const c
 }
 
 /* Whether a formula's call can bind to callee: no more positional arguments than it
- * takes, keywords it has, no parameter given twice, every one without a default given.
- * The cost model and the backward pass read each parameter's slot, so a call that
- * leaves one out must not get that far. */
+ * takes, keywords it has, no parameter given twice, every one without a default given
+ * but a `str device`, which the run fills with its own device (expr_run.c). The cost
+ * model and the backward pass read each parameter's slot, so a call that leaves one out
+ * must not get that far. */
 static int check_call(const opr_op *op, const char *where, const expr *call, const opr_op *callee)
 {
     const char *why = NULL, *what = "";
@@ -166,7 +167,8 @@ static int check_call(const opr_op *op, const char *where, const expr *call, con
         else bound[p] = true;
     }
     for (int p = 0; p < callee->nargs && !why; p++)
-        if (!bound[p] && !callee->args[p].has_default) why = "needs argument", what = callee->args[p].name;
+        if (!bound[p] && !callee->args[p].has_default && p != callee->device_arg)
+            why = "needs argument", what = callee->args[p].name;
     if (!why) return OPR_OK;
     return opr_fail(OPR_ERR_PARSE, "%s:%d:%d: %s: %s() %s %s%s%s", op->file, call->line, call->col, where,
                     callee->name, why, *what ? "'" : "", what, *what ? "'" : "");

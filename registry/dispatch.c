@@ -214,94 +214,6 @@ static int check_failed(const opr_op *op, const expr *e, const checked *c)
                     shapes[0] ? ")" : "");
 }
 
-static int to_int(int64_t v, int *out)
-{
-    if (v < INT32_MIN + 1 || v > INT32_MAX) return OPR_ERR_INVALID;
-    *out = (int)v;
-    return OPR_OK;
-}
-
-/* slice.Tensor(self, dim, start, end, step): the elements start, start + step, ...
- * below end along dim, as a view. Bounds are PyTorch's: None is 0 / the size, a
- * negative one counts from the end, both are then clamped into [0, size] and end to at
- * least start, so any start and end give a (possibly empty) view; step must be > 0. */
-static opr_tensor *slice_view(const opr_op *op, opr_tensor *self, const opr_kernel_arg *k)
-{
-    int nd = self->m.ndim, d = 0;
-    /* a YAML entry may say `view: slice` over any schema: read only what slice's has */
-    if (op->nargs != 5 || k[1].kind != OPR_ARG_INT || k[4].kind != OPR_ARG_INT ||
-        (k[2].kind != OPR_ARG_INT && k[2].kind != OPR_ARG_NONE) || (k[3].kind != OPR_ARG_INT && k[3].kind != OPR_ARG_NONE)) {
-        opr_fail(OPR_ERR_INVALID, "%s: a 'slice' view takes (Tensor self, int dim, int? start, int? end, int step)", op->name);
-        return NULL;
-    }
-    if (opr_layout_refuse(self, "slice")) return NULL;
-    if (nd == 0) { opr_fail(OPR_ERR_INVALID, "slice: dimension specified as %lld but tensor has no dimensions", (long long)k[1].u.i); return NULL; }
-    if (k[1].u.i < -nd || k[1].u.i >= nd) {
-        opr_fail(OPR_ERR_INVALID, "slice: dimension %lld out of range (expected to be in range of [%d, %d])", (long long)k[1].u.i, -nd, nd - 1);
-        return NULL;
-    }
-    d = (int)(k[1].u.i < 0 ? k[1].u.i + nd : k[1].u.i);
-    const int64_t step = k[4].u.i, size = self->m.shape[d];
-    if (step <= 0) { opr_fail(OPR_ERR_INVALID, "slice: slice step must be positive, got %lld", (long long)step); return NULL; }
-    int64_t start = k[2].kind == OPR_ARG_NONE ? 0 : k[2].u.i, end = k[3].kind == OPR_ARG_NONE ? size : k[3].u.i;
-    if (start < 0) start += size;
-    if (end < 0) end += size;
-    start = start < 0 ? 0 : start > size ? size : start;
-    end = end < start ? start : end > size ? size : end;
-    int64_t shape[OPR_MAX_DIMS], strides[OPR_MAX_DIMS];
-    memcpy(shape, self->m.shape, (size_t)nd * sizeof *shape);
-    memcpy(strides, self->strides, (size_t)nd * sizeof *strides);
-    shape[d] = (end - start + step - 1) / step;
-    strides[d] *= step;
-    return opr_tensor_make_view(self, nd, shape, strides, self->offset + start * self->strides[d]);
-}
-
-/* Host-implemented view ops. */
-static opr_tensor *run_view(const opr_op *op, checked *c)
-{
-    opr_tensor *self = c->tensors[0];
-    const opr_kernel_arg *k = c->kargs;
-    int a = 0, b = 0;
-    switch (op->view) {
-    case VIEW_T:
-        if (self->m.ndim > 2) { opr_fail(OPR_ERR_INVALID, "t: expects a tensor with <= 2 dims, got %d", self->m.ndim); return NULL; }
-        return self->m.ndim == 2 ? opr_tensor_transpose(self, 0, 1)
-                                 : opr_tensor_make_view(self, self->m.ndim, self->m.shape, self->strides, self->offset);
-    case VIEW_TRANSPOSE:
-        if (to_int(k[1].u.i, &a) || to_int(k[2].u.i, &b)) break;
-        return opr_tensor_transpose(self, a, b);
-    case VIEW_PERMUTE: {
-        int dims[OPR_MAX_DIMS];
-        for (int i = 0; i < k[1].u.il.n; i++) if (to_int(k[1].u.il.items[i], &dims[i])) goto bad;
-        return opr_tensor_permute(self, dims, k[1].u.il.n);
-    }
-    case VIEW_RESHAPE: return opr_tensor_reshape(self, k[1].u.il.items, k[1].u.il.n);
-    case VIEW_EXPAND: return opr_tensor_expand(self, k[1].u.il.items, k[1].u.il.n);
-    case VIEW_UNSQUEEZE:
-        if (to_int(k[1].u.i, &a)) break;
-        return opr_tensor_unsqueeze(self, a);
-    case VIEW_SQUEEZE:
-        if (k[1].kind == OPR_ARG_NONE) return opr_tensor_squeeze(self, OPR_ALL_DIMS);
-        if (to_int(k[1].u.i, &a)) break;
-        return opr_tensor_squeeze(self, a);
-    case VIEW_NARROW:
-        if (to_int(k[1].u.i, &a)) break;
-        return opr_tensor_narrow(self, a, k[2].u.i, k[3].u.i);
-    case VIEW_DIAGONAL:
-        if (to_int(k[2].u.i, &a) || to_int(k[3].u.i, &b)) break;
-        return opr_tensor_diagonal(self, k[1].u.i, a, b);
-    case VIEW_SLICE: return slice_view(op, self, k);
-    case VIEW_CONTIGUOUS: /* a new header even when no copy is needed: autograd records on it */
-        return opr_tensor_is_contiguous(self)
-                   ? opr_tensor_make_view(self, self->m.ndim, self->m.shape, self->strides, self->offset)
-                   : opr_tensor_contiguous(self);
-    case VIEW_NONE: break;
-    }
-bad:
-    opr_fail(OPR_ERR_INVALID, "%s: dimension argument out of range", op->name);
-    return NULL;
-}
-
 static int out_dtype(const opr_op *op, int i, const checked *c, opr_dtype *out)
 {
     int rule = op->out_dtype[i];
@@ -445,6 +357,10 @@ opr_status opr_call(const opr_op *op, const opr_value *args, int nargs, opr_tens
         c.slots[op->random_arg].k = MV_INT;
         c.slots[op->random_arg].u.i = seed;
     }
+    if ((op->view == VIEW_RESIZE || op->view == VIEW_RESIZE_OUTPUT) && c.tensors[0]->requires_grad) {
+        free(c.list_views); /* PyTorch's words, whether grad mode is on or not */
+        return opr_fail(OPR_ERR_UNSUPPORTED, "%s: cannot resize variables that require grad", op->name);
+    }
     bool record = c.any_requires_grad && opr_grad_mode_enabled();
     if (record && op->inplace) { /* refuse before anything is mutated */
         free(c.list_views);
@@ -482,8 +398,8 @@ opr_status opr_call(const opr_op *op, const opr_value *args, int nargs, opr_tens
     }
     if (op->view || identity) {
         opr_tensor *self = c.tensors[0];
-        opr_tensor *v = identity ? opr_tensor_make_view(self, self->m.ndim, self->m.shape, self->strides, self->offset)
-                                 : run_view(op, &c);
+        opr_tensor *v = identity ? opr_tensor_make_view(self, self->m.ndim, self->m.shape, self->m.strides, self->m.offset)
+                                 : host_op_run(op, self, c.kargs);
         if (v && record && (rc = op->ctx->reg->record(op, c.tensors, c.slots, &v, c.dev, c.list_requires_grad))) {
             opr_tensor_release(v);
             v = NULL;

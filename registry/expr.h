@@ -144,6 +144,13 @@ int expr_bi_repeat_shape(const mval *a, int n, mval *out);
 /* expr_index_shape.c: index_shape(self, indices), the result shape of index.Tensor */
 int expr_bi_index_shape(const mval *a, int n, mval *out);
 
+/* expr_geometry.c: strides, storage_offset, min_storage_size, maybe_overlap (a
+ * tensor's layout in its storage, for as_strided's gradient) */
+int expr_bi_strides(const mval *a, int n, mval *out);
+int expr_bi_storage_offset(const mval *a, int n, mval *out);
+int expr_bi_min_storage_size(const mval *a, int n, mval *out);
+int expr_bi_maybe_overlap(const mval *a, int n, mval *out);
+
 /* Appends the source-like text of e to buf (for error messages). */
 void expr_format(const expr *e, char *buf, size_t len);
 

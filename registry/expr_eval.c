@@ -581,6 +581,8 @@ static const struct builtin {
     {"reduce_perm", 2, 2, expr_bi_reduce_perm}, {"reduce_flat", 2, 2, expr_bi_reduce_flat},
     {"list_sum", 1, 2, expr_bi_list_sum}, {"repeat_shape", 3, 3, expr_bi_repeat_shape},
     {"index_shape", 2, 2, expr_bi_index_shape},
+    {"strides", 1, 1, expr_bi_strides}, {"storage_offset", 1, 1, expr_bi_storage_offset},
+    {"min_storage_size", 3, 3, expr_bi_min_storage_size}, {"maybe_overlap", 2, 2, expr_bi_maybe_overlap},
     /* select(cond, a, b): a if cond is truthy, else b; only the chosen one is
      * evaluated (so a formula runs, and is costed for, one branch). Evaluated in
      * expr_eval_with, not through a builtin_fn. */

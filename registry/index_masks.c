@@ -60,8 +60,8 @@ static int expand(const opr_op *op, const op_arg *a, const opr_tensor *self, opr
         if (rc) return opr_fail_wrap(rc, "%s: the nonzero of mask '%s'[%d]", op->name, a->name, j);
         owned[(*nowned)++] = nz;
         for (int d = 0; d < t->m.ndim; d++) { /* column d of the [count, ndim] coordinates */
-            const int64_t len = nz->m.shape[0], stride = nz->strides[0];
-            opr_tensor *col = opr_tensor_make_view(nz, 1, &len, &stride, nz->offset + d * nz->strides[1]);
+            const int64_t len = nz->m.shape[0], stride = nz->m.strides[0];
+            opr_tensor *col = opr_tensor_make_view(nz, 1, &len, &stride, nz->m.offset + d * nz->m.strides[1]);
             if (!col) return opr_error_status();
             owned[(*nowned)++] = col;
             items[(*count)++] = col;

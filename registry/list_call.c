@@ -109,7 +109,7 @@ int list_call(const opr_op *op, const opr_value *args, int nargs, opr_tensor **r
         if (!rc && !piece) rc = opr_fail(OPR_ERR_INVALID, "%s: the forward expression did not give a tensor", op->name);
         if (rc) { rc = opr_fail_wrap(rc, "%s: piece %d (%s:%d)", op->name, i, op->file, op->line); break; }
         /* a new header per piece: the node is attached to it, never to an argument */
-        results[i] = own ? opr_tensor_make_view(piece, piece->m.ndim, piece->m.shape, piece->strides, piece->offset)
+        results[i] = own ? opr_tensor_make_view(piece, piece->m.ndim, piece->m.shape, piece->m.strides, piece->m.offset)
                          : opr_tensor_retain(piece);
         if (!results[i]) rc = opr_error_status();
         expr_run_rewind(&r, 0);

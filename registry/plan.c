@@ -87,6 +87,7 @@ static opr_tensor *fake_new(cost_ctx *cc, opr_dtype dt, int ndim, const int64_t 
     t->m.ndim = ndim;
     if (ndim) memcpy(t->m.shape, shape, (size_t)ndim * sizeof *shape);
     t->m.numel = opr_meta_numel(shape, ndim);
+    opr_contiguous_strides(shape, ndim, t->m.strides); /* as a new result is laid out */
     return t;
 }
 

@@ -127,11 +127,21 @@ typedef struct batch_rule {
     int size_arg;         /* BATCH_SIZE: the int[] argument */
 } batch_rule;
 
+/* The ops the host implements (`view:`; host_ops.c): views, and the resizes, which
+ * change their argument's own header (in place: output 0 is self). */
 typedef enum view_kind {
     VIEW_NONE = 0, VIEW_T, VIEW_TRANSPOSE, VIEW_PERMUTE, VIEW_RESHAPE, VIEW_EXPAND,
     VIEW_UNSQUEEZE, VIEW_SQUEEZE, VIEW_NARROW, VIEW_DIAGONAL, VIEW_CONTIGUOUS,
-    VIEW_SLICE /* slice.Tensor: narrow with a step; the last kind (yaml_load.c's loop) */
+    VIEW_SLICE,         /* slice.Tensor: narrow with a step */
+    VIEW_AS_STRIDED,    /* as_strided: any geometry within the storage */
+    VIEW_RESIZE,        /* resize_ */
+    VIEW_RESIZE_OUTPUT, /* _resize_output_: resize_ of an out= argument */
+    VIEW_KIND_COUNT
 } view_kind;
+
+/* Runs the host op of op (op->view) on its checked arguments k (self: k[0]'s tensor):
+ * its result, a new reference, or NULL with the error set (host_ops.c). */
+opr_tensor *host_op_run(const opr_op *op, opr_tensor *self, const opr_kernel_arg *k);
 
 struct opr_op {
     char *name;                /* as written: "max.dim", "gt" */

@@ -286,6 +286,22 @@ static int rule_view(vcall *v, int *op_which)
         return RULE_DONE;
     }
     case VIEW_CONTIGUOUS: return RULE_DONE;
+    case VIEW_AS_STRIDED: {
+        /* functorch's rule: sample i is the view at storage_offset + i * (the batch dim's
+         * stride), or at its own offset when storage_offset is None: one view of the
+         * physical tensor with the batch dim in front */
+        const int m = a[1].u.il.n;
+        if (a[1].kind != OPR_V_INT_LIST || a[2].kind != OPR_V_INT_LIST || a[2].u.il.n != m || m + 1 > OPR_MAX_DIMS)
+            return RULE_LOOP;
+        int64_t *st = v->lists[2];
+        l[0] = v->n;
+        st[0] = a[0].u.t->m.strides[0];
+        memcpy(l + 1, a[1].u.il.items, (size_t)m * sizeof *l);
+        memcpy(st + 1, a[2].u.il.items, (size_t)m * sizeof *st);
+        a[1] = opr_v_ints(l, m + 1);
+        a[2] = opr_v_ints(st, m + 1);
+        return RULE_DONE;
+    }
     default: return RULE_LOOP;
     }
 }
@@ -480,12 +496,21 @@ int vmap_call(const opr_op *op, const opr_value *args, int nargs, opr_tensor **r
             if (t->bt_level > v.level) { v.level = t->bt_level; v.n = t->bt_phys->m.shape[0]; }
         }
     }
-    for (int i = 0; op->composite && op->has_written && i < nargs; i++) /* an out= composite (atan2.out) */
-        if (op->args[i].written && args[i].kind == OPR_V_TENSOR && args[i].u.t &&
-            !(args[i].u.t->bt_phys && args[i].u.t->bt_level == v.level))
+    for (int i = 0; op->composite && op->has_written && i < nargs; i++) { /* an out= composite (atan2.out) */
+        const opr_tensor *w = args[i].kind == OPR_V_TENSOR ? args[i].u.t : NULL;
+        if (!op->args[i].written || !w) continue;
+        if (!(w->bt_phys && w->bt_level == v.level))
             return opr_fail(OPR_ERR_UNSUPPORTED, "%s: argument '%s' is written in place and is not batched while other "
                             "arguments are: every sample would write its result over the others' (batch it too)",
                             op->name, op->args[i].name);
+        /* its samples are views of one batched tensor: none can take another shape */
+        mval want;
+        if (!expr_eval(op->shapes[0], slots, &want) && want.k == MV_LIST &&
+            (want.n != w->m.ndim || memcmp(want.u.l, w->m.shape, (size_t)want.n * sizeof *want.u.l)))
+            return opr_fail(OPR_ERR_UNSUPPORTED, "%s: argument '%s' is written in place and has a shape other than the "
+                            "result's: a batched tensor cannot be resized under opr_vmap (give it the result's shape)",
+                            op->name, op->args[i].name);
+    }
     if (op->composite && op->batch.kind == BATCH_LOOP && !op->has_written) {
         /* a composite runs its forward on the batched tensors: each part by its own rule
          * (and records itself, as one node when it has derivative entries); one that

@@ -146,7 +146,8 @@ static const char *const view_names[] = {
     [VIEW_T] = "t", [VIEW_TRANSPOSE] = "transpose", [VIEW_PERMUTE] = "permute",
     [VIEW_RESHAPE] = "reshape", [VIEW_EXPAND] = "expand", [VIEW_UNSQUEEZE] = "unsqueeze",
     [VIEW_SQUEEZE] = "squeeze", [VIEW_NARROW] = "narrow", [VIEW_DIAGONAL] = "diagonal",
-    [VIEW_CONTIGUOUS] = "contiguous", [VIEW_SLICE] = "slice",
+    [VIEW_CONTIGUOUS] = "contiguous", [VIEW_SLICE] = "slice", [VIEW_AS_STRIDED] = "as_strided",
+    [VIEW_RESIZE] = "resize", [VIEW_RESIZE_OUTPUT] = "resize_output",
 };
 
 static int parse_key(const loader *l, opr_op *op, const yaml_node_t *k, const yaml_node_t *v)
@@ -265,7 +266,7 @@ static int parse_key(const loader *l, opr_op *op, const yaml_node_t *k, const ya
         return OPR_OK;
     }
     if (!strcmp(key, "view")) {
-        for (int k = 1; k <= VIEW_SLICE; k++)
+        for (int k = 1; k < VIEW_KIND_COUNT; k++)
             if (yaml_scalar(v) && !strcmp(yaml_scalar(v), view_names[k])) { op->view = (view_kind)k; return OPR_OK; }
         return yaml_fail_at(l, v, OPR_ERR_PARSE, "unknown view kind '%s'", yaml_scalar(v) ? yaml_scalar(v) : "?");
     }

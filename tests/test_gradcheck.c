@@ -203,7 +203,7 @@ static const char *const META_BUILTINS[] = {
     "matmul_shape", "cat_shape", "diag_shape", "max", "min", "ceil", "floor", "transpose_shape",
     "permute_shape", "reshape_shape", "expand_shape", "unsqueeze_shape", "squeeze_shape", "diagonal_shape",
     "cat_offset", "stack_shape", "len", "conv_shape", "conv_transpose_padding", "pool_shape", "dims_except", "channel_shape",
-    "pad_shape", "neg_ints",
+    "pad_shape", "neg_ints", "strides", "storage_offset", "min_storage_size", "maybe_overlap",
 };
 
 static bool is_meta_builtin(const char *name)

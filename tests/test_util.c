@@ -31,6 +31,19 @@ double tu_uniform(double lo, double hi)
     return lo + (hi - lo) * (double)(state >> 11) / 9007199254740992.0;
 }
 
+opr_tensor *tu_iota(opr_ctx *ctx, int ndim, const int64_t *shape)
+{
+    int64_t n = 1;
+    for (int d = 0; d < ndim; d++) n *= shape[d];
+    double *v = malloc((size_t)(n ? n : 1) * sizeof *v);
+    ck_assert_ptr_nonnull(v);
+    for (int64_t i = 0; i < n; i++) v[i] = (double)i;
+    opr_tensor *t = opr_tensor_from_data(ctx, OPR_F64, ndim, shape, v, OPR_CPU);
+    free(v);
+    ck_assert_ptr_nonnull(t);
+    return t;
+}
+
 opr_tensor *tu_rand(opr_ctx *ctx, opr_dtype dt, int ndim, const int64_t *shape, double lo, double hi)
 {
     int64_t n = 1;

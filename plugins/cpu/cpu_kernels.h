@@ -68,7 +68,7 @@ int cpu_register_pool(opr_plugin *self);        /* cpu_pool.c: max, average and 
 int cpu_register_batch_norm(opr_plugin *self);  /* cpu_batch_norm.c: batch and group norm */
 int cpu_register_pointwise(opr_plugin *self);   /* cpu_pointwise.c: ATen's other pointwise, bitwise, logical ops */
 int cpu_register_optim(opr_plugin *self);       /* cpu_optim.c: sgd_step_, adamw_step_ */
-int cpu_register_shape(opr_plugin *self);       /* cpu_shape.c: flip */
+int cpu_register_shape(opr_plugin *self);       /* cpu_shape.c: flip, as_strided_scatter */
 int cpu_register_scan(opr_plugin *self);        /* cpu_scan.c: cumsum */
 int cpu_register_random(opr_plugin *self);      /* cpu_random.c: rand, randn, randperm */
 int cpu_register_embedding_bag(opr_plugin *self); /* cpu_embedding_bag.c: _embedding_bag and its gradients */

@@ -69,17 +69,13 @@ template <class E> __global__ void k_put_adv(int64_t n, adv_geom g, E *out, cons
     }
 }
 
-GK_DEV void atomic_add(float *p, float v) { atomicAdd(p, v); }
-GK_DEV void atomic_add(double *p, double v) { atomicAdd(p, v); }
-GK_DEV void atomic_add(int64_t *p, int64_t v) { atomicAdd((unsigned long long *)p, (unsigned long long)v); }
-
 template <class T> __global__ void k_accumulate_adv(int64_t n, adv_geom g, T *out, const T *v)
 {
     GK_LOOP(i, n)
     {
         int64_t xo, vo;
         adv_offsets(g, i, &xo, &vo);
-        atomic_add(out + xo, v[vo]);
+        gk_atomic_add(out + xo, v[vo]);
     }
 }
 

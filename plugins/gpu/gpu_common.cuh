@@ -321,6 +321,33 @@ GK_DEV double gk_wmul(double x, double y) { return x * y; }
 GK_DEV bool gk_isnan(float v) { return v != v; }
 GK_DEV bool gk_isnan(double v) { return v != v; }
 GK_DEV bool gk_isnan(int64_t) { return false; }
+
+/* *p += v from any thread: atomicAdd for f32, f64 and i64 (wrapping); a half adds in
+ * float through a compare-and-swap of the aligned 32-bit word holding it (atomicAdd on
+ * halves needs sm_70 or more, and bf16 has none): the word stays inside the
+ * allocation, which device allocators align and pad to more than 4 bytes. */
+GK_DEV void gk_atomic_add(float *p, float v) { atomicAdd(p, v); }
+GK_DEV void gk_atomic_add(double *p, double v) { atomicAdd(p, v); }
+GK_DEV void gk_atomic_add(int64_t *p, int64_t v) { atomicAdd((unsigned long long *)p, (unsigned long long)v); }
+template <class H> GK_DEV void gk_atomic_add_half(H *p, H v)
+{
+    unsigned int *word = (unsigned int *)((size_t)p & ~(size_t)3);
+    const bool high = ((size_t)p & 2) != 0;
+    unsigned int old = *word, seen;
+    do {
+        seen = old;
+        const unsigned short bits = (unsigned short)(high ? seen >> 16 : seen & 0xffffu);
+        H h, sum;
+        unsigned short out;
+        memcpy(&h, &bits, sizeof h);
+        sum = gk_cvt<H>(gk_cvt<float>(h) + gk_cvt<float>(v));
+        memcpy(&out, &sum, sizeof out);
+        const unsigned int next = high ? (seen & 0xffffu) | ((unsigned int)out << 16) : (seen & 0xffff0000u) | out;
+        old = atomicCAS(word, seen, next);
+    } while (old != seen);
+}
+GK_DEV void gk_atomic_add(gpu_f16 *p, gpu_f16 v) { gk_atomic_add_half(p, v); }
+GK_DEV void gk_atomic_add(gpu_bf16 *p, gpu_bf16 v) { gk_atomic_add_half(p, v); }
 #endif
 
 /* ------------------------------------------------------------------ shared entry points */
@@ -391,7 +418,7 @@ int gk_register_batch_norm(opr_plugin *self);  /* gpu_batch_norm.cu: native_batc
 int gk_register_optim(opr_plugin *self);       /* gpu_optim.cu: sgd_step_, adamw_step_ */
 int gk_register_collective(opr_plugin *self);  /* gpu_nccl.cu: all_reduce, ... on NCCL */
 int gk_register_pointwise(opr_plugin *self);   /* gpu_pointwise.cu: ATen's other pointwise, bitwise, logical ops */
-int gk_register_shape(opr_plugin *self);       /* gpu_shape.cu: flip */
+int gk_register_shape(opr_plugin *self);       /* gpu_shape.cu: flip, as_strided_scatter */
 int gk_register_scan(opr_plugin *self);        /* gpu_scan.cu: cumsum */
 int gk_register_random(opr_plugin *self);      /* gpu_random.cu: rand, randn, randperm */
 int gk_register_embedding_bag(opr_plugin *self); /* gpu_embedding_bag.cu: _embedding_bag and its gradients */

@@ -23,10 +23,6 @@ namespace {
 
 GK_DEV int64_t wrap_index(int64_t v, int64_t size) { return v < 0 ? v + size : v; }
 
-GK_DEV void atomic_add(float *p, float v) { atomicAdd(p, v); }
-GK_DEV void atomic_add(double *p, double v) { atomicAdd(p, v); }
-GK_DEV void atomic_add(int64_t *p, int64_t v) { atomicAdd((unsigned long long *)p, (unsigned long long)v); }
-
 /* Order-preserving map of i64 onto u64 (for atomicMin/atomicMax on unsigned). */
 GK_DEV unsigned long long ord_u64(int64_t v) { return (unsigned long long)v ^ (1ull << 63); }
 
@@ -270,7 +266,7 @@ __global__ void k_scatter_add(int64_t n, gk_geom g, T *out, const T *src, const 
     {
         int64_t off[3];
         gk_offsets<3>(g, i, off);
-        atomic_add(out + off[0] + wrap_index(index[off[2]], size) * out_sd, src[off[1]]);
+        gk_atomic_add(out + off[0] + wrap_index(index[off[2]], size) * out_sd, src[off[1]]);
     }
 }
 
@@ -323,7 +319,7 @@ __global__ void k_index_add(int64_t n, dim_geom g, T *out, const T *src, const i
     {
         int64_t off[2], coord;
         dim_offsets(g, i, off, &coord);
-        atomic_add(out + off[0] + wrap_index(index[coord * is], size) * out_sd, scaled(alpha, src[off[1]]));
+        gk_atomic_add(out + off[0] + wrap_index(index[coord * is], size) * out_sd, scaled(alpha, src[off[1]]));
     }
 }
 

@@ -14,9 +14,6 @@
 
 namespace {
 
-GK_DEV void atomic_add(float *p, float v) { atomicAdd(p, v); }
-GK_DEV void atomic_add(double *p, double v) { atomicAdd(p, v); }
-
 /* Calls f with a value of the compute type of a floating dtype (f32, else f64). */
 template <class F> void by_float_type(opr_dtype dt, F &&f)
 {
@@ -99,7 +96,7 @@ __global__ void k_embedding_backward(int64_t n, int64_t D, gk_geom gg, T *out, c
         if (row == padding_idx) continue;
         int64_t off[1];
         gk_offsets<1>(gg, i, off);
-        atomic_add(&out[row * D + j], g[off[0]]);
+        gk_atomic_add(&out[row * D + j], g[off[0]]);
     }
 }
 

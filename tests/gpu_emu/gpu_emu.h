@@ -116,6 +116,12 @@ template <class T> inline T atomicAdd(T *p, T v)
     *p = old + v;
     return old;
 }
+template <class T> inline T atomicCAS(T *p, T compare, T v)
+{
+    T old = *p;
+    if (old == compare) *p = v;
+    return old;
+}
 template <class T> inline T atomicMin(T *p, T v)
 {
     T old = *p;

@@ -25,7 +25,8 @@ options, `*, ScalarType? dtype=None, ..., Device? device=None`); a string given 
 (any.dims, squeeze.dims of PyTorch 2) are computed from its older ops, as PyTorch 2
 defines them (NEWER). Ops whose values ATen leaves unspecified (empty.memory_format,
 empty_strided) are compared for their shape: their PyTorch output is taken as zeros,
-opreg's is zeros. The output file holds, per case, either
+opreg's is zeros. resize_ leaves a grown storage's new elements uninitialised: they
+are zeroed (DEFINED_HERE), as opreg zeroes them. The output file holds, per case, either
 
     case ID ok NOUT
     out K NDIM D.. (values line) | out K none
@@ -139,11 +140,26 @@ def squeeze_dims(self, dim):
     return out
 
 
+def resize_zeroed(self, size, memory_format=None):
+    """resize_, with the elements a grown storage gains zeroed, as opreg's are (PyTorch
+    leaves them uninitialised)."""
+    old = self.storage().size()
+    torch.ops.aten.resize_(self, size, memory_format=memory_format)
+    with torch.no_grad():
+        self.new_empty(0).set_(self.storage())[old:] = 0
+    return self
+
+
 NEWER = {"any.dims": any_dims, "squeeze.dims": squeeze_dims}
 UNSPECIFIED = {"empty.memory_format", "empty_strided"}
+# ops whose values ATen leaves unspecified in part: computed with those parts as opreg
+# defines them
+DEFINED_HERE = {"resize_": resize_zeroed}
 
 
 def overloads(name):
+    if name in DEFINED_HERE:
+        return [DEFINED_HERE[name]]
     base, _, ov = name.partition(".")
     packet = getattr(torch.ops.aten, base, None)
     if ov and (packet is None or ov not in packet.overloads()) and name in NEWER:
