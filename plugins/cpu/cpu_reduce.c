@@ -1,4 +1,4 @@
-/* Reduction CPU kernels: sum, mean, prod, max, min, max.dim, min.dim and norm (softmax
+/* Reduction CPU kernels: sum, mean, prod, max, min, max.dim, min.dim, amax, amin and norm (softmax
  * and log_softmax: cpu_softmax.c).
  *
  * A reduction splits the input's dims into *kept* dims (one output element per index)
@@ -11,10 +11,10 @@
  *  - few outputs with long slices (sum of everything): each slice is cut into a fixed
  *    number of parts folded in parallel and merged in order, so the result does not
  *    depend on the number of threads.
- * sum/mean have a third, "column" path for the case where the reduced elements are far
- * apart but neighbouring outputs are adjacent in memory (sum over dim 0 of a row-major
- * matrix, i.e. every bias gradient): it adds whole input rows into a row of up to
- * RED_COLS accumulators, so the input is read in memory order.
+ * sum/mean and amax/amin have a third, "column" path for the case where the reduced
+ * elements are far apart but neighbouring outputs are adjacent in memory (sum over dim 0
+ * of a row-major matrix, i.e. every bias gradient): it folds whole input rows into a row
+ * of up to RED_COLS accumulators, so the input is read in memory order.
  *
  * f32 is accumulated in double. Floating max/min propagate NaN and report the first
  * index of the extreme (the first NaN if any), like PyTorch. */
@@ -312,6 +312,31 @@ RED_ARG_FOLD(fold_max_i64, int64_t, i, int64_t, RED_GT_I)
 RED_ARG_FLOAT_FOLD(fold_min_f32, float, RED_LT, RED_PICK_MIN, INFINITY)
 RED_ARG_FLOAT_FOLD(fold_min_f64, double, RED_LT, RED_PICK_MIN, INFINITY)
 RED_ARG_FOLD(fold_min_i64, int64_t, i, int64_t, RED_LT_I)
+/* amax / amin: the extremum alone (no index to find), NaN winning over everything. A
+ * contiguous stretch goes to cpu_vmath.h's vector loop (amax_f32 ...), other layouts
+ * are folded element by element under the same rule. */
+#define RED_EXT_FLOAT_FOLD(name, T, BEATS, VEXT, EMPTY)                                   \
+    static void name(const void *xv, const red_space *rs, int64_t start, int64_t end,     \
+                     double p, red_acc *acc)                                              \
+    {                                                                                     \
+        const T *x = (const T *)xv;                                                       \
+        (void)p;                                                                          \
+        T m = (EMPTY);                                                                    \
+        if (rs->ndim == 1 && rs->st[0] == 1) {                                            \
+            m = VEXT(end - start, x + start);                                             \
+        } else {                                                                          \
+            RED_FOREACH(T, x, rs, start, end, if (BEATS(v, m) || v != v) m = v;);         \
+        }                                                                                 \
+        if (BEATS(m, acc->d) || m != m) acc->d = m;                                       \
+    }
+#define RED_BEATS_GT(a, b) ((a) > (b))
+#define RED_BEATS_LT(a, b) ((a) < (b))
+RED_EXT_FLOAT_FOLD(fold_amax_f32, float, RED_BEATS_GT, cpu_vm.amax_f32, -INFINITY)
+RED_EXT_FLOAT_FOLD(fold_amax_f64, double, RED_BEATS_GT, cpu_vm.amax_f64, -INFINITY)
+RED_EXT_FLOAT_FOLD(fold_amin_f32, float, RED_BEATS_LT, cpu_vm.amin_f32, INFINITY)
+RED_EXT_FLOAT_FOLD(fold_amin_f64, double, RED_BEATS_LT, cpu_vm.amin_f64, INFINITY)
+RED_FOLD(fold_amax_i64, int64_t, int64_t m = acc->i, m = v > m ? v : m;, acc->i = m)
+RED_FOLD(fold_amin_i64, int64_t, int64_t m = acc->i, m = v < m ? v : m;, acc->i = m)
 /* Norms, accumulated in double: sum x^2, sum |x|, sum |x|^p, max |x|. */
 #define RED_NORM_FOLDS(SUF, T)                                                            \
     RED_SUM_FOLD(fold_norm2_##SUF, T, cpu_vm.sumsq_##SUF, (double)v * v)                  \
@@ -337,6 +362,17 @@ static void merge_maxabs(red_acc *a, const red_acc *b)
 {
     if (RED_GT(b->d, a->d)) a->d = b->d;
 }
+/* a NaN in a stays; one in b replaces a */
+static void merge_amax_d(red_acc *a, const red_acc *b)
+{
+    if (b->d > a->d || b->d != b->d) a->d = b->d;
+}
+static void merge_amin_d(red_acc *a, const red_acc *b)
+{
+    if (b->d < a->d || b->d != b->d) a->d = b->d;
+}
+static void merge_amax_i(red_acc *a, const red_acc *b) { a->i = b->i > a->i ? b->i : a->i; }
+static void merge_amin_i(red_acc *a, const red_acc *b) { a->i = b->i < a->i ? b->i : a->i; }
 RED_ARG_MERGE(merge_max_d, d, RED_GT)
 RED_ARG_MERGE(merge_min_d, d, RED_LT)
 RED_ARG_MERGE(merge_max_i, i, RED_GT_I)
@@ -381,6 +417,17 @@ static const red_table min_k = {
     [OPR_F32] = {fold_min_f32, merge_min_d, store_d_f32, RED_INIT0},
     [OPR_F64] = {fold_min_f64, merge_min_d, store_d_f64, RED_INIT0},
     [OPR_I64] = {fold_min_i64, merge_min_i, store_i_i64, RED_INIT0},
+};
+/* amax / amin start from the identity of the extremum (the slice is never empty) */
+static const red_table amax_k = {
+    [OPR_F32] = {fold_amax_f32, merge_amax_d, store_d_f32, {-INFINITY, INT64_MIN, -1}},
+    [OPR_F64] = {fold_amax_f64, merge_amax_d, store_d_f64, {-INFINITY, INT64_MIN, -1}},
+    [OPR_I64] = {fold_amax_i64, merge_amax_i, store_i_i64, {-INFINITY, INT64_MIN, -1}},
+};
+static const red_table amin_k = {
+    [OPR_F32] = {fold_amin_f32, merge_amin_d, store_d_f32, {INFINITY, INT64_MAX, -1}},
+    [OPR_F64] = {fold_amin_f64, merge_amin_d, store_d_f64, {INFINITY, INT64_MAX, -1}},
+    [OPR_I64] = {fold_amin_i64, merge_amin_i, store_i_i64, {INFINITY, INT64_MAX, -1}},
 };
 static const red_table norm2_k = {
     [OPR_F32] = {fold_norm2_f32, merge_sum_d, store_norm2_f32, RED_INIT0},
@@ -532,6 +579,40 @@ static const red_cols_fn cols_fns[OPR_DTYPE_COUNT] = {
     [OPR_F32] = cols_f32, [OPR_F64] = cols_f64, [OPR_I64] = cols_i64,
 };
 
+/* The column path of amax / amin: a row of running extrema, each input row folded in
+ * by cpu_vmath.h's elementwise maximum / minimum (NaN sticks). */
+#define RED_COLEXT(name, T, ROW, EMPTY)                                                   \
+    static void name(const red_job *jb, int64_t g, int64_t c0, int64_t width, bool mean)  \
+    {                                                                                     \
+        const red_plan *pl = jb->pl;                                                      \
+        const int32_t kin = pl->kndim - 1;                                                \
+        (void)mean;                                                                       \
+        cpu_walk w;                                                                       \
+        red_walk_kept(pl, kin, &w);                                                       \
+        cpu_walk_seek(&w, g);                                                             \
+        const T *x = (const T *)jb->x + w.off[0] + c0;                                    \
+        T acc[RED_COLS];                                                                  \
+        for (int64_t c = 0; c < width; c++) acc[c] = (EMPTY);                             \
+        RED_FOREACH_PTR(T, x, &pl->rs, 0, pl->rs.n, ROW(width, acc, px_, acc););          \
+        T *o = (T *)jb->out[0] + w.off[1];                                                \
+        const int64_t os = pl->kst[1][kin];                                               \
+        for (int64_t c = 0; c < width; c++) o[(c0 + c) * os] = acc[c];                   \
+    }
+#define RED_ROWMAX_I64(n, a, x, y) for (int64_t c = 0; c < (n); c++) (y)[c] = (x)[c] > (a)[c] ? (x)[c] : (a)[c]
+#define RED_ROWMIN_I64(n, a, x, y) for (int64_t c = 0; c < (n); c++) (y)[c] = (x)[c] < (a)[c] ? (x)[c] : (a)[c]
+RED_COLEXT(cols_amax_f32, float, cpu_vm.maximum_f32, -INFINITY)
+RED_COLEXT(cols_amax_f64, double, cpu_vm.maximum_f64, -INFINITY)
+RED_COLEXT(cols_amax_i64, int64_t, RED_ROWMAX_I64, INT64_MIN)
+RED_COLEXT(cols_amin_f32, float, cpu_vm.minimum_f32, INFINITY)
+RED_COLEXT(cols_amin_f64, double, cpu_vm.minimum_f64, INFINITY)
+RED_COLEXT(cols_amin_i64, int64_t, RED_ROWMIN_I64, INT64_MAX)
+static const red_cols_fn cols_amax_fns[OPR_DTYPE_COUNT] = {
+    [OPR_F32] = cols_amax_f32, [OPR_F64] = cols_amax_f64, [OPR_I64] = cols_amax_i64,
+};
+static const red_cols_fn cols_amin_fns[OPR_DTYPE_COUNT] = {
+    [OPR_F32] = cols_amin_f32, [OPR_F64] = cols_amin_f64, [OPR_I64] = cols_amin_i64,
+};
+
 /* Cuts each row of outputs into as many column blocks as there are threads (each as
  * wide as RED_COLS at most and RED_COLS_MIN at least, so a block still streams long
  * rows). Every output is summed in the same order whatever the cut. */
@@ -660,6 +741,25 @@ static int red_extreme_dim(const opr_kernel_call *c, const char *op, const red_k
 static int k_max_dim(const opr_kernel_call *c) { return red_extreme_dim(c, "max.dim", max_k); }
 static int k_min_dim(const opr_kernel_call *c) { return red_extreme_dim(c, "min.dim", min_k); }
 
+/* amax/amin(self, int[1] dim, keepdim): the extremum over dim ([]: every dim), NaN if
+ * the slice holds one. Slices along a contiguous dim are scanned with vector extrema;
+ * over an outer dim, whole rows are folded into a row of running extrema. */
+static int red_ext(const opr_kernel_call *c, const char *op, const red_kind *table, const red_cols_fn *cols)
+{
+    const opr_tensor_view *in;
+    const red_kind *k;
+    uint32_t mask;
+    int rc = red_begin(c, op, 3, 1, table, &in, &k);
+    if (!rc) rc = red_dim_mask(c, 1, op, in->ndim, &mask);
+    if (rc) return rc;
+    for (int32_t d = 0; d < in->ndim; d++)
+        if ((mask & (1u << d)) && in->shape[d] == 0)
+            return CPU_FAIL(c, OPR_ERR_INVALID, "%s: dim %d has size 0 (an empty slice has no extremum)", op, d);
+    return red_go(c, op, in, mask, 1, k, 0, cols[in->dtype], false);
+}
+static int k_amax(const opr_kernel_call *c) { return red_ext(c, "amax", amax_k, cols_amax_fns); }
+static int k_amin(const opr_kernel_call *c) { return red_ext(c, "amin", amin_k, cols_amin_fns); }
+
 /* norm(self, p): (sum |x|^p)^(1/p) over all elements, with exact special cases for
  * p = 1, 2 and inf (max |x|). */
 static int k_norm(const opr_kernel_call *c)
@@ -691,6 +791,8 @@ int cpu_register_reduce(opr_plugin *self)
         {"min", red_mask(min_k), k_min},
         {"max.dim", red_mask(max_k), k_max_dim},
         {"min.dim", red_mask(min_k), k_min_dim},
+        {"amax", red_mask(amax_k), k_amax},
+        {"amin", red_mask(amin_k), k_amin},
         /* every p shares the dtypes of p = 2 */
         {"norm", red_mask(norm2_k), k_norm},
     };

@@ -74,6 +74,41 @@
         return m[0];                                                                      \
     }
 
+/* The NaN-propagating extremum of x (amax / amin): one running extremum per lane, as
+ * VM_MAX, where a NaN replaces the lane's value and stays (no comparison with a NaN is
+ * true), so that a NaN anywhere reaches the result. BEATS(v, m): v replaces m. 32 lanes:
+ * with 64 (or 16), gcc 12's loop over rows of 4096 floats ran 1.3x (7x) slower at every
+ * width. */
+#define VM_EXT_LANES 32
+#define VM_EXT(name, T, BEATS, EMPTY)                                                     \
+    static T name(int64_t n, const T *x)                                                  \
+    {                                                                                     \
+        T m[VM_EXT_LANES];                                                                \
+        for (int k = 0; k < VM_EXT_LANES; k++) m[k] = (EMPTY);                            \
+        int64_t i = 0;                                                                    \
+        for (; i + VM_EXT_LANES <= n; i += VM_EXT_LANES)                                  \
+            for (int k = 0; k < VM_EXT_LANES; k++) {                                      \
+                const T v = x[i + k];                                                     \
+                m[k] = BEATS(v, m[k]) || v != v ? v : m[k];                               \
+            }                                                                             \
+        for (; i < n; i++) m[0] = BEATS(x[i], m[0]) || x[i] != x[i] ? x[i] : m[0];        \
+        for (int k = 1; k < VM_EXT_LANES; k++) m[0] = BEATS(m[k], m[0]) || m[k] != m[k] ? m[k] : m[0]; \
+        return m[0];                                                                      \
+    }
+#define VM_GT(a, b) ((a) > (b))
+#define VM_LT(a, b) ((a) < (b))
+
+/* maximum / minimum of two arrays (cpu_vmath.h says the rule): plain selects, which
+ * every ISA's compiler turns into vector compares and blends. */
+#define VM_PICK2(name, T, BEATS)                                                          \
+    static void name(int64_t n, const T *a, const T *b, T *y)                             \
+    {                                                                                     \
+        for (int64_t i = 0; i < n; i++) {                                                 \
+            const T u = a[i], v = b[i];                                                   \
+            y[i] = u != u ? u : BEATS(v, u) || v != v ? v : u;                            \
+        }                                                                                 \
+    }
+
 /* Partial sums: element i goes to acc[i % VM_NACC] (the tail to acc[0]), then the
  * partials are added pairwise. Independent accumulators break the chain of dependent
  * adds, and the fixed layout keeps the result the same for every ISA. */
@@ -178,6 +213,14 @@ VM_MAP2(vm_fmod_f32, VM_SLEEF_FMODF) /* exact, as libm's */
 
 VM_MAX(vm_max_f32, float)
 VM_MAX(vm_max_f64, double)
+VM_EXT(vm_amax_f32, float, VM_GT, -INFINITY)
+VM_EXT(vm_amax_f64, double, VM_GT, -INFINITY)
+VM_EXT(vm_amin_f32, float, VM_LT, INFINITY)
+VM_EXT(vm_amin_f64, double, VM_LT, INFINITY)
+VM_PICK2(vm_maximum_f32, float, VM_GT)
+VM_PICK2(vm_maximum_f64, double, VM_GT)
+VM_PICK2(vm_minimum_f32, float, VM_LT)
+VM_PICK2(vm_minimum_f64, double, VM_LT)
 VM_SUM(vm_sum_f32, float, v)
 VM_SUM(vm_sumsq_f32, float, v * v)
 VM_SUM(vm_sum_f64, double, v)
@@ -198,9 +241,12 @@ const cpu_vmath VM_TABLE = {
     .asinh_f32 = vm_asinh_f32, .acosh_f32 = vm_acosh_f32, .atanh_f32 = vm_atanh_f32, .expm1_f32 = vm_expm1_f32,
     .log1p_f32 = vm_log1p_f32, .log2_f32 = vm_log2_f32, .log10_f32 = vm_log10_f32, .atan2_f32 = vm_atan2_f32,
     .fmod_f32 = vm_fmod_f32,
+    .maximum_f32 = vm_maximum_f32, .minimum_f32 = vm_minimum_f32,
+    .maximum_f64 = vm_maximum_f64, .minimum_f64 = vm_minimum_f64,
     .pow_f32 = vm_pow_f32, .pow_f64 = vm_pow_f64,
     .expsub_f32 = vm_expsub_f32, .expsub_f64 = vm_expsub_f64,
     .max_f32 = vm_max_f32, .max_f64 = vm_max_f64,
+    .amax_f32 = vm_amax_f32, .amax_f64 = vm_amax_f64, .amin_f32 = vm_amin_f32, .amin_f64 = vm_amin_f64,
     .sum_f32 = vm_sum_f32, .sumsq_f32 = vm_sumsq_f32,
     .sum_f64 = vm_sum_f64, .sumsq_f64 = vm_sumsq_f64,
     .addrow_f32 = vm_addrow_f32, .addrow_f64 = vm_addrow_f64,
