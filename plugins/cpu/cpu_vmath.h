@@ -72,6 +72,9 @@ typedef struct cpu_vmath {
     cpu_vmax_f64 max_f64, amax_f64, amin_f64;
     cpu_vsum_f32 sum_f32, sumsq_f32;
     cpu_vsum_f64 sum_f64, sumsq_f64;
+    /* y[i] += x[i] (index_put's accumulation): cpu_vfn_* with y read too */
+    cpu_vfn_f32 addto_f32;
+    cpu_vfn_f64 addto_f64;
     cpu_vaddrow_f32 addrow_f32;
     cpu_vaddrow_f64 addrow_f64;
     cpu_vaddrow8_f32 addrow8_f32;

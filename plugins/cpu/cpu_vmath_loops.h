@@ -132,6 +132,12 @@
         return acc[0];                                                                    \
     }
 
+#define VM_ADDTO(name, T)                                                                 \
+    static void name(int64_t n, const T *x, T *y)                                         \
+    {                                                                                     \
+        for (int64_t i = 0; i < n; i++) y[i] += x[i];                                     \
+    }
+
 #define VM_ADDROW(name, T)                                                                \
     static void name(int64_t n, const T *x, double *acc)                                  \
     {                                                                                     \
@@ -225,6 +231,8 @@ VM_SUM(vm_sum_f32, float, v)
 VM_SUM(vm_sumsq_f32, float, v * v)
 VM_SUM(vm_sum_f64, double, v)
 VM_SUM(vm_sumsq_f64, double, v * v)
+VM_ADDTO(vm_addto_f32, float)
+VM_ADDTO(vm_addto_f64, double)
 VM_ADDROW(vm_addrow_f32, float)
 VM_ADDROW(vm_addrow_f64, double)
 VM_ADDROW8(vm_addrow8_f32, float)
@@ -249,6 +257,7 @@ const cpu_vmath VM_TABLE = {
     .amax_f32 = vm_amax_f32, .amax_f64 = vm_amax_f64, .amin_f32 = vm_amin_f32, .amin_f64 = vm_amin_f64,
     .sum_f32 = vm_sum_f32, .sumsq_f32 = vm_sumsq_f32,
     .sum_f64 = vm_sum_f64, .sumsq_f64 = vm_sumsq_f64,
+    .addto_f32 = vm_addto_f32, .addto_f64 = vm_addto_f64,
     .addrow_f32 = vm_addrow_f32, .addrow_f64 = vm_addrow_f64,
     .addrow8_f32 = vm_addrow8_f32, .addrow8_f64 = vm_addrow8_f64,
 };
