@@ -164,8 +164,9 @@ static int k_index(const opr_kernel_call *c)
     return OPR_OK;
 }
 
-/* dst[j * ds] += src[j * ss] for j < n, in the dtype's arithmetic; the unit-stride
- * case is a plain loop the compiler vectorises. */
+/* dst[j * ds] += src[j * ss] for j < n, in the dtype's arithmetic: cpu_vmath.h's loop
+ * for unit-stride f32 and f64, plain loops (the unit-stride one vectorised by the
+ * compiler) for the rest. */
 #define ADD_RUN(T, ADD)                                                                   \
     do {                                                                                  \
         T *d_ = (T *)(void *)dst;                                                         \

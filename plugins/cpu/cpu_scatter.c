@@ -134,9 +134,10 @@ static int k_scatter_value(const opr_kernel_call *c) { return scatter_impl(c, fa
 /* scatter_reduce's traversal of the index: a row (the elements that differ only along
  * dim) is folded in its order, rows independently (they reach disjoint parts of out).
  * When dim is the index's last dim a row is contiguous and rows are taken one after the
- * other; otherwise rows are taken in blocks of `cols` neighbours along the last dim, and
- * a block steps along dim over all of them at once, which reads index, src and out in
- * memory order while every row still sees its elements in order. */
+ * other; otherwise rows are taken in blocks of SCATTER_COLS neighbours along the last
+ * dim, and a block steps along dim over all of them at once, which reads index, src and
+ * out in memory order while every row still sees its elements in order. */
+#define SCATTER_COLS 256 /* 1 or 2 KiB of each row of src and index: whole cache lines */
 typedef struct {
     rows_job j;
     /* blocked traversal (dim is not the last dim): the last dim, and a walker over the
@@ -174,7 +175,7 @@ static void scatter_plan_init(scatter_plan *sp, const opr_tensor_view *out, cons
     static inline void fold_amin_##T(T *a, T v) { if (NAN(v) || v < *a) *a = v; }
 
 /* Row by row: rows [lo, hi) of the plain traversal. */
-#define SCATTER_ROWS(T, FOLD)                                                                          \
+#define SCATTER_ROWS(FOLD)                                                                             \
     do {                                                                                               \
         cpu_walk w = j->rows;                                                                          \
         cpu_walk_seek(&w, lo);                                                                         \
@@ -215,9 +216,6 @@ static void scatter_plan_init(scatter_plan *sp, const opr_tensor_view *out, cons
         }                                                                                              \
     } while (0)
 
-/* Columns a task of the blocked traversal takes: a few cache lines of each row. */
-#define SCATTER_COLS 256
-
 #define DEF_REDUCE(T, SUF, LOWEST, HIGHEST, DIV)                                                       \
     static void reduce_##SUF(const scatter_plan *sp, opc_reduce red, bool include_self, T *o,          \
                              const T *s, const int64_t *ip, int64_t *count, const opr_tensor_view *out) \
@@ -234,16 +232,16 @@ static void scatter_plan_init(scatter_plan *sp, const opr_tensor_view *out, cons
             switch (red) {                                                                             \
             case OPC_RED_SUM:                                                                          \
             case OPC_RED_MEAN:                                                                         \
-                if (sp->blocked) SCATTER_BLOCKS(T, fold_sum_##T); else SCATTER_ROWS(T, fold_sum_##T);  \
+                if (sp->blocked) SCATTER_BLOCKS(T, fold_sum_##T); else SCATTER_ROWS(fold_sum_##T);     \
                 break;                                                                                 \
             case OPC_RED_PROD:                                                                         \
-                if (sp->blocked) SCATTER_BLOCKS(T, fold_prod_##T); else SCATTER_ROWS(T, fold_prod_##T); \
+                if (sp->blocked) SCATTER_BLOCKS(T, fold_prod_##T); else SCATTER_ROWS(fold_prod_##T);   \
                 break;                                                                                 \
             case OPC_RED_AMAX:                                                                         \
-                if (sp->blocked) SCATTER_BLOCKS(T, fold_amax_##T); else SCATTER_ROWS(T, fold_amax_##T); \
+                if (sp->blocked) SCATTER_BLOCKS(T, fold_amax_##T); else SCATTER_ROWS(fold_amax_##T);   \
                 break;                                                                                 \
             case OPC_RED_AMIN:                                                                         \
-                if (sp->blocked) SCATTER_BLOCKS(T, fold_amin_##T); else SCATTER_ROWS(T, fold_amin_##T); \
+                if (sp->blocked) SCATTER_BLOCKS(T, fold_amin_##T); else SCATTER_ROWS(fold_amin_##T);   \
                 break;                                                                                 \
             }                                                                                          \
         }                                                                                              \
