@@ -126,6 +126,21 @@ static inline void cpu_thread_range(int64_t n, int64_t *lo, int64_t *hi)
     *hi = cpu_chunk_lo(n, nt, t + 1);
 }
 
+/* The width of the blocks a row of n columns is cut into, one per thread of a parallel
+ * loop (par; else the whole row), but at least lo columns (a block still streams) and at
+ * most hi (its accumulators stay in cache). */
+static inline int64_t cpu_col_block(int64_t n, bool par, int64_t lo, int64_t hi)
+{
+#ifdef _OPENMP
+    const int64_t nthr = par ? omp_get_max_threads() : 1;
+#else
+    const int64_t nthr = 1;
+    (void)par;
+#endif
+    const int64_t w = (n + nthr - 1) / nthr;
+    return w < lo ? lo : w > hi ? hi : w;
+}
+
 /* The smallest and largest value of a non-empty i64 view (the range checks of index
  * arguments, before anything is written): a plain loop in four lanes of each where the
  * view is contiguous, a walk elsewhere; in parallel over large views. */

@@ -289,13 +289,7 @@ static void red_run_cols(const red_job *jb, red_cols_fn fn, bool mean)
     const red_plan *pl = jb->pl;
     const int64_t cols = pl->kshape[pl->kndim - 1], groups = pl->n_out / cols;
     const bool par = pl->n_out * pl->rs.n >= CPU_PAR_THRESHOLD;
-#ifdef _OPENMP
-    const int64_t nthr = par ? omp_get_max_threads() : 1;
-#else
-    const int64_t nthr = 1;
-#endif
-    int64_t width = (cols + nthr - 1) / nthr;
-    width = width < RED_COLS_MIN ? RED_COLS_MIN : width > RED_COLS ? RED_COLS : width;
+    const int64_t width = cpu_col_block(cols, par, RED_COLS_MIN, RED_COLS);
     const int64_t nblk = (cols + width - 1) / width, ntask = groups * nblk;
 #pragma omp parallel for if (par) schedule(static)
     for (int64_t t = 0; t < ntask; t++) {

@@ -60,13 +60,7 @@ static void cumsum_rows(const opr_tensor_view *x, opr_tensor_view *out, int32_t 
 {
     const int64_t n = x->shape[d], outer = x->numel / (n * inner);
     const bool par = x->numel >= CPU_PAR_THRESHOLD;
-#ifdef _OPENMP
-    const int64_t nthr = par ? omp_get_max_threads() : 1;
-#else
-    const int64_t nthr = 1;
-#endif
-    int64_t width = (inner + nthr - 1) / nthr;
-    width = width < 256 ? 256 : width > SCAN_COLS ? SCAN_COLS : width;
+    const int64_t width = cpu_col_block(inner, par, 256, SCAN_COLS);
     const int64_t ncb = (inner + width - 1) / width, ntask = outer * ncb;
 #pragma omp parallel for schedule(static) if (par && ntask > 1)
     for (int64_t t = 0; t < ntask; t++) {
