@@ -37,15 +37,20 @@ static int plan(const opr_kernel_call *c, const char *op, const opr_tensor_view 
     return OPR_OK;
 }
 
-/* Offsets of result element i (row-major): into the indexed tensor, and under the
- * strides ost (the output of index, or values broadcast to the result). */
-static inline void elem_offsets(const opc_adv_index *g, int64_t i, const int64_t *ost, int64_t *xoff, int64_t *ooff)
+/* Offsets of the element of the result whose row-major index over its first nd dims is
+ * i (the dims after them at 0: nd = ndim - 1 names the start of a row of the last dim):
+ * into the indexed tensor, and under the strides ost (the output of index, or values
+ * broadcast to the result). The first dim's coordinate is what remains of i, so a row of
+ * a 2-d result costs no division. */
+static inline void elem_offsets(const opc_adv_index *g, int64_t i, int32_t nd, const int64_t *ost, int64_t *xoff,
+                                int64_t *ooff)
 {
-    int64_t coord[OPR_MAX_DIMS];
-    for (int32_t d = g->ndim - 1; d >= 0; d--) {
+    int64_t coord[OPR_MAX_DIMS] = {0};
+    for (int32_t d = nd - 1; d > 0; d--) {
         coord[d] = i % g->shape[d];
         i /= g->shape[d];
     }
+    if (nd > 0) coord[0] = i;
     int64_t x = 0, o = 0;
     for (int32_t d = 0; d < g->ndim; d++) {
         x += coord[d] * g->self_strides[d];
@@ -81,7 +86,8 @@ enum { AHEAD = 4, RING = 8 }; /* RING > AHEAD, a power of two */
 typedef struct row_ahead {
     const opc_adv_index *g;
     const int64_t *ost;
-    int64_t len, hi;
+    int32_t nd; /* rows: dims of the result before the run (elem_offsets) */
+    int64_t hi;
     const char *base;
     int64_t es, bytes;
     bool write;
@@ -92,7 +98,7 @@ static inline void ahead_fetch(row_ahead *a, int64_t r)
 {
     if (r >= a->hi) return;
     int64_t *xo = &a->xo[r % RING];
-    elem_offsets(a->g, r * a->len, a->ost, xo, &a->oo[r % RING]);
+    elem_offsets(a->g, r, a->nd, a->ost, xo, &a->oo[r % RING]);
     const char *p = a->base + *xo * a->es;
     for (int64_t b = 0; b < a->bytes; b += 64) {
         if (a->write) __builtin_prefetch(p + b, 1);
@@ -152,8 +158,8 @@ static int k_index(const opr_kernel_call *c)
     {
         int64_t lo, hi;
         cpu_thread_range(nrows, &lo, &hi);
-        row_ahead a = {.g = &g, .ost = out->strides, .len = len, .hi = hi, .base = src, .es = (int64_t)es,
-                       .bytes = xs == 1 ? len * (int64_t)es : 0, .write = false};
+        row_ahead a = {.g = &g, .ost = out->strides, .nd = len > 1 ? g.ndim - 1 : g.ndim, .hi = hi, .base = src,
+                       .es = (int64_t)es, .bytes = xs == 1 ? len * (int64_t)es : 0, .write = false};
         ahead_start(&a, lo);
         for (int64_t r = lo; r < hi; r++) {
             int64_t xo, oo;
@@ -238,8 +244,9 @@ static int k_index_put(const opr_kernel_call *c)
             lo *= unit;
             hi = hi * unit < len ? hi * unit : len;
         }
-        row_ahead a = {.g = &g, .ost = vst, .len = len, .hi = lo < hi ? nrows : 0, .base = dst + lo * (int64_t)es,
-                       .es = (int64_t)es, .bytes = xs == 1 ? (hi - lo) * (int64_t)es : 0, .write = true};
+        row_ahead a = {.g = &g, .ost = vst, .nd = len > 1 ? g.ndim - 1 : g.ndim, .hi = lo < hi ? nrows : 0,
+                       .base = dst + lo * (int64_t)es, .es = (int64_t)es,
+                       .bytes = xs == 1 ? (hi - lo) * (int64_t)es : 0, .write = true};
         ahead_start(&a, 0);
         for (int64_t r = 0; r < a.hi; r++) {
             int64_t xo, vo;
