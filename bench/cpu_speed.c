@@ -40,7 +40,7 @@ typedef struct bcase {
     int64_t shape[2];
     double lo, hi;
     int nextra;
-    opr_value extra[3];
+    opr_value extra[4];
     bool backward; /* time the backward of op (forward untimed, graph retained) */
     limit_kind limit;
     int chain;     /* > 0: a graph of `chain` ops (op on 8 elements) recorded and run
@@ -50,7 +50,7 @@ typedef struct bcase {
 typedef struct run_state {
     const bcase *c;
     const opr_op *op;
-    opr_value args[4];
+    opr_value args[5];
     int nargs;
     opr_tensor *y; /* backward: the output, its graph retained */
     opr_tensor *x[2];
@@ -267,8 +267,16 @@ int main(int argc, char **argv)
     for (int64_t i = 0; i < nrows; i++) rows[i] = (int64_t)((uint64_t)(i * 2654435761u + 12345u) % (uint64_t)nrows);
     opr_tensor *row_index = opr_tensor_from_data(ctx, OPR_I64, 1, &nrows, rows, OPR_CPU);
     opr_tensor *row_values = bench_rand_f32(ctx, 2, rows_shape, -1, 1, 29);
+    /* scatter_reduce along dim 0: the same rows, each index row one row number repeated
+     * (index[i][j] = rows[i]: x.scatter_reduce(0, i[:, None].expand(-1, 256), v, "sum"),
+     * made contiguous) */
+    int64_t *rows2 = malloc((size_t)(nrows * rows_shape[1]) * sizeof *rows2);
+    if (!rows2) return 1;
+    for (int64_t i = 0; i < nrows * rows_shape[1]; i++) rows2[i] = rows[i / rows_shape[1]];
+    opr_tensor *scatter_index = opr_tensor_from_data(ctx, OPR_I64, 2, rows_shape, rows2, OPR_CPU);
     free(rows);
-    if (!row_index || !row_values) { fprintf(stderr, "index rows: %s\n", opr_last_error()); return 1; }
+    free(rows2);
+    if (!row_index || !row_values || !scatter_index) { fprintf(stderr, "index rows: %s\n", opr_last_error()); return 1; }
     const bcase cases[] = {
         {"cdist_fwd", "cdist 2048x64 vs 2048x64 fwd", "cdist", 2, 2, {2048, 64}, -1, 1, 0, {{0}}, false, LIM_SGEMM, 0},
         {"norm_bwd_1M", "norm backward 1M", "norm", 1, 1, {1 << 20}, -1, 1, 0, {{0}}, true, LIM_COPY, 0},
@@ -289,6 +297,7 @@ int main(int argc, char **argv)
         {"sin_1M", "sin 1M", "sin", 1, 1, {1 << 20}, -4, 4, 0, {{0}}, false, LIM_COPY, 0},
         {"atan2_1M", "atan2 1M", "atan2", 2, 1, {1 << 20}, -1, 1, 0, {{0}}, false, LIM_COPY, 0},
         {"maximum_1M", "maximum 1M", "maximum", 2, 1, {1 << 20}, -1, 1, 0, {{0}}, false, LIM_COPY, 0},
+        {"minimum_1M", "minimum 1M", "minimum", 2, 1, {1 << 20}, -1, 1, 0, {{0}}, false, LIM_COPY, 0},
         {"fmod_1M", "fmod 1M", "fmod", 2, 1, {1 << 20}, 0.5, 2, 0, {{0}}, false, LIM_COPY, 0},
         {"cos_1M", "cos 1M", "cos", 1, 1, {1 << 20}, -4, 4, 0, {{0}}, false, LIM_COPY, 0},
         {"asin_1M", "asin 1M", "asin", 1, 1, {1 << 20}, -1, 1, 0, {{0}}, false, LIM_COPY, 0},
@@ -300,7 +309,13 @@ int main(int argc, char **argv)
         /* reduction.yaml / shape.yaml */
         {"cumsum_4096sq", "cumsum dim 1 of 4096^2", "cumsum", 1, 2, {4096, 4096}, -1, 1, 1, {opr_v_int(1)},
          false, LIM_COPY, 0},
+        {"cumsum_dim0_4096sq", "cumsum dim 0 of 4096^2", "cumsum", 1, 2, {4096, 4096}, -1, 1, 1, {opr_v_int(0)},
+         false, LIM_COPY, 0},
         {"amax_dim1_4096sq", "amax dim 1 of 4096^2", "amax", 1, 2, {4096, 4096}, -1, 1, 1, {opr_v_ints(dim1, 1)},
+         false, LIM_READ, 0},
+        {"amax_dim0_4096sq", "amax dim 0 of 4096^2", "amax", 1, 2, {4096, 4096}, -1, 1, 1, {opr_v_ints(dim0, 1)},
+         false, LIM_READ, 0},
+        {"amin_dim1_4096sq", "amin dim 1 of 4096^2", "amin", 1, 2, {4096, 4096}, -1, 1, 1, {opr_v_ints(dim1, 1)},
          false, LIM_READ, 0},
         /* out of cache: the bandwidth target for elementwise work */
         {"exp_16M", "exp 16M", "exp", 1, 1, {1 << 24}, -1, 1, 0, {{0}}, false, LIM_COPY, 0},
@@ -313,6 +328,9 @@ int main(int argc, char **argv)
          {opr_v_tensors(&row_index, 1)}, false, LIM_COPY, 0},
         {"index_put_acc_1M", "index_put accumulate 4096 rows", "index_put", 1, 2, {4096, 256}, -1, 1, 3,
          {opr_v_tensors(&row_index, 1), opr_v_tensor(row_values), opr_v_bool(true)}, false, LIM_COPY, 0},
+        {"scatter_reduce_sum_1M", "scatter_reduce sum 4096 rows", "scatter_reduce", 1, 2, {4096, 256}, -1, 1, 4,
+         {opr_v_int(0), opr_v_tensor(scatter_index), opr_v_tensor(row_values), opr_v_string("sum")}, false, LIM_COPY,
+         0},
         {"chain_100", "graph of 100 adds, per op", "add", 2, 1, {8}, -1, 1, 0, {{0}}, false, LIM_NONE, 100},
         {"chain_10k", "graph of 10^4 adds, per op", "add", 2, 1, {8}, -1, 1, 0, {{0}}, false, LIM_NONE, 10000},
     };
@@ -357,6 +375,7 @@ int main(int argc, char **argv)
            "(recording) and backward of a chain of adds on 8 floats, divided by its length.\n");
     opr_tensor_release(row_index);
     opr_tensor_release(row_values);
+    opr_tensor_release(scatter_index);
     opr_ctx_free(ctx);
     return status;
 }

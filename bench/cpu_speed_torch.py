@@ -88,6 +88,7 @@ CASES = [
     ("sin_1M", lambda: into(torch.sin, rand(M1, lo=-4, hi=4))),
     ("atan2_1M", lambda: (lambda a, b: lambda: torch.atan2(a, b, out=a.new_empty(a.shape)))(rand(M1), rand(M1))),
     ("maximum_1M", lambda: (lambda a, b: lambda: torch.maximum(a, b, out=a.new_empty(a.shape)))(rand(M1), rand(M1))),
+    ("minimum_1M", lambda: (lambda a, b: lambda: torch.minimum(a, b, out=a.new_empty(a.shape)))(rand(M1), rand(M1))),
     ("fmod_1M", lambda: (lambda a, b: lambda: torch.fmod(a, b, out=a.new_empty(a.shape)))(rand(M1, lo=0.5, hi=2), rand(M1, lo=0.5, hi=2))),
     ("cos_1M", lambda: into(torch.cos, rand(M1, lo=-4, hi=4))),
     ("asin_1M", lambda: into(torch.asin, rand(M1))),
@@ -97,7 +98,10 @@ CASES = [
     ("log2_1M", lambda: into(torch.log2, rand(M1, lo=0.1, hi=4))),
     ("erf_1M", lambda: into(torch.erf, rand(M1, lo=-2, hi=2))),
     ("cumsum_4096sq", lambda: into(lambda a, out: torch.cumsum(a, 1, out=out), rand(SQ, SQ))),
+    ("cumsum_dim0_4096sq", lambda: into(lambda a, out: torch.cumsum(a, 0, out=out), rand(SQ, SQ))),
     ("amax_dim1_4096sq", lambda: (lambda a: lambda: torch.amax(a, 1))(rand(SQ, SQ))),
+    ("amax_dim0_4096sq", lambda: (lambda a: lambda: torch.amax(a, 0))(rand(SQ, SQ))),
+    ("amin_dim1_4096sq", lambda: (lambda a: lambda: torch.amin(a, 1))(rand(SQ, SQ))),
     ("exp_16M", lambda: into(torch.exp, rand(M16))),
     ("sigmoid_16M", lambda: into(torch.sigmoid, rand(M16, lo=-8, hi=8))),
     ("relu_16M", lambda: into(lambda a, out: torch.clamp_min(a, 0, out=out), rand(M16))),
@@ -106,6 +110,8 @@ CASES = [
     ("index_rows_1M", lambda: (lambda a, i: lambda: torch.ops.aten.index.Tensor(a, [i]))(rand(4096, 256), ROWS)),
     ("index_put_acc_1M", lambda: (lambda a, i, v: lambda: torch.ops.aten.index_put(a, [i], v, True))(
         rand(4096, 256), ROWS, rand(4096, 256))),
+    ("scatter_reduce_sum_1M", lambda: (lambda a, i, v: lambda: torch.ops.aten.scatter_reduce.two(a, 0, i, v, "sum"))(
+        rand(4096, 256), ROWS[:, None].expand(-1, 256).contiguous(), rand(4096, 256))),
     ("chain_100", lambda: chain(100), 100),
     ("chain_10k", lambda: chain(10000), 10000),
 ]

@@ -1,7 +1,8 @@
 /* Built-in shape functions of the Core ATen reduction and shape ops (registry/ops/
- * reduction.yaml, shape.yaml): the composites there (amax, amin, split_with_sizes,
- * repeat, squeeze.dims) need int lists the expression language cannot build itself,
- * since it has no loops. Like every built-in they read metadata only. */
+ * reduction.yaml, shape.yaml): their checks (amax, amin: the reduced elements; flip: its
+ * dims) and composites (split_with_sizes, repeat, squeeze.dims) need int lists the
+ * expression language cannot build itself, since it has no loops. Like every built-in
+ * they read metadata only. */
 #include "expr.h"
 
 #include <stdio.h>

@@ -1,8 +1,9 @@
 /* The CPU plugin's vector loops (plugins/cpu/cpu_vmath.h), every ISA table the machine
  * can run, checked directly: a large output (streaming stores, from any alignment of y)
  * holds bit for bit what the same function writes in small pieces (normal stores);
- * relu keeps NaN and -0 like `x < 0 ? 0 : x`; the maximum passes over NaN; the
- * eight-row column sum adds in its documented order. The op-level suites (test_kernels and its ISA-capped runs) check
+ * relu keeps NaN and -0 like `x < 0 ? 0 : x`; the maximum passes over NaN, amax / amin
+ * and maximum / minimum propagate it; the eight-row column sum adds in its documented
+ * order. The op-level suites (test_kernels and its ISA-capped runs) check
  * the values themselves. */
 #include "plugins/cpu/cpu_vmath.h"
 
@@ -137,6 +138,62 @@ START_TEST(max_passes_over_nan)
 }
 END_TEST
 
+/* amax/amin: NaN anywhere wins, else the extremum (-inf / +inf for none); maximum /
+ * minimum: NaN from either side, else the larger / smaller, the first at a tie, bit for
+ * bit (signed zeros); addto: y + x. Lengths around the 32 lanes and the vector widths. */
+START_TEST(extrema_keep_nan)
+{
+    const cpu_vmath *t = table_here(_i);
+    if (!t) return;
+    enum { N = 1000 };
+    static float af[N], bf[N], yf[N];
+    static double ad[N], bd[N], yd[N];
+    for (int i = 0; i < N; i++) {
+        ad[i] = af[i] = (float)value(i + 100); /* NaN at 902, inf at 903, -inf at 904 */
+        bd[i] = bf[i] = i % 3 ? (float)value(i * 3 + 1) : af[i];
+    }
+    ad[7] = af[7] = -0.0f, bd[7] = bf[7] = 0.0f, bd[8] = bf[8] = NAN;
+    const int64_t lens[] = {0, 1, 5, 31, 32, 33, 100, 902, 903, N};
+    for (size_t l = 0; l < sizeof lens / sizeof lens[0]; l++) {
+        const int64_t n = lens[l];
+        double mx = -INFINITY, mn = INFINITY;
+        for (int64_t i = 0; i < n; i++) {
+            if (isnan(ad[i])) { mx = mn = NAN; break; }
+            mx = ad[i] > mx ? ad[i] : mx;
+            mn = ad[i] < mn ? ad[i] : mn;
+        }
+        const double got[4] = {t->amax_f32(n, af), t->amax_f64(n, ad), t->amin_f32(n, af), t->amin_f64(n, ad)};
+        const double want[4] = {(float)mx, mx, (float)mn, mn};
+        for (int k = 0; k < 4; k++)
+            ck_assert_msg(got[k] == want[k] || (isnan(got[k]) && isnan(want[k])), "%s %s of %lld: %g, not %g", t->isa,
+                          k < 2 ? "amax" : "amin", (long long)n, got[k], want[k]);
+    }
+    for (int m = 0; m < 2; m++) {
+        (m ? t->maximum_f32 : t->minimum_f32)(N, af, bf, yf);
+        (m ? t->maximum_f64 : t->minimum_f64)(N, ad, bd, yd);
+        for (int i = 0; i < N; i++) {
+            const float a = af[i], b = bf[i];
+            const float wf = isnan(a) ? a : isnan(b) ? b : (m ? b > a : b < a) ? b : a;
+            const double wd = isnan(ad[i]) ? ad[i] : isnan(bd[i]) ? bd[i] : (m ? bd[i] > ad[i] : bd[i] < ad[i]) ? bd[i] : ad[i];
+            ck_assert_msg(!memcmp(&yf[i], &wf, sizeof wf) || (isnan(yf[i]) && isnan(wf)), "%s %s f32 [%d]", t->isa,
+                          m ? "maximum" : "minimum", i);
+            ck_assert_msg(!memcmp(&yd[i], &wd, sizeof wd) || (isnan(yd[i]) && isnan(wd)), "%s %s f64 [%d]", t->isa,
+                          m ? "maximum" : "minimum", i);
+        }
+    }
+    memcpy(yf, bf, sizeof yf);
+    memcpy(yd, bd, sizeof yd);
+    t->addto_f32(N - 3, af, yf);
+    t->addto_f64(N - 3, ad, yd);
+    for (int i = 0; i < N; i++) {
+        const float wf = i < N - 3 ? bf[i] + af[i] : bf[i];
+        const double wd = i < N - 3 ? bd[i] + ad[i] : bd[i];
+        ck_assert_msg(!memcmp(&yf[i], &wf, sizeof wf) || (isnan(yf[i]) && isnan(wf)), "%s addto f32 [%d]", t->isa, i);
+        ck_assert_msg(!memcmp(&yd[i], &wd, sizeof wd) || (isnan(yd[i]) && isnan(wd)), "%s addto f64 [%d]", t->isa, i);
+    }
+}
+END_TEST
+
 START_TEST(eight_rows_in_their_order)
 {
     const cpu_vmath *t = table_here(_i);
@@ -174,6 +231,7 @@ int main(void)
     tcase_add_loop_test(tc, large_outputs_equal_small_pieces, 0, n);
     tcase_add_loop_test(tc, relu_keeps_nan_and_negative_zero, 0, n);
     tcase_add_loop_test(tc, max_passes_over_nan, 0, n);
+    tcase_add_loop_test(tc, extrema_keep_nan, 0, n);
     tcase_add_loop_test(tc, eight_rows_in_their_order, 0, n);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

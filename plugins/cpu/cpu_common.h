@@ -126,4 +126,62 @@ static inline void cpu_thread_range(int64_t n, int64_t *lo, int64_t *hi)
     *hi = cpu_chunk_lo(n, nt, t + 1);
 }
 
+/* The width of the blocks a row of n columns is cut into, one per thread of a parallel
+ * loop (par; else the whole row), but at least lo columns (a block still streams) and at
+ * most hi (its accumulators stay in cache). */
+static inline int64_t cpu_col_block(int64_t n, bool par, int64_t lo, int64_t hi)
+{
+#ifdef _OPENMP
+    const int64_t nthr = par ? omp_get_max_threads() : 1;
+#else
+    const int64_t nthr = 1;
+    (void)par;
+#endif
+    const int64_t w = (n + nthr - 1) / nthr;
+    return w < lo ? lo : w > hi ? hi : w;
+}
+
+/* The smallest and largest value of a non-empty i64 view (the range checks of index
+ * arguments, before anything is written): a plain loop in four lanes of each where the
+ * view is contiguous, a walk elsewhere; in parallel over large views. */
+static inline void cpu_minmax_i64(const opr_tensor_view *t, int64_t *mn_out, int64_t *mx_out)
+{
+    const int64_t *p = t->data, n = t->numel;
+    const bool contig = cpu_is_contiguous(t);
+    int64_t mn = INT64_MAX, mx = INT64_MIN;
+#pragma omp parallel if (n >= CPU_PAR_THRESHOLD) reduction(min : mn) reduction(max : mx)
+    {
+        int64_t lo, hi;
+        cpu_thread_range(n, &lo, &hi);
+        if (contig) {
+            int64_t a[4] = {INT64_MAX, INT64_MAX, INT64_MAX, INT64_MAX}, b[4] = {INT64_MIN, INT64_MIN, INT64_MIN, INT64_MIN};
+            int64_t i = lo;
+            for (; i + 4 <= hi; i += 4)
+                for (int k = 0; k < 4; k++) {
+                    a[k] = p[i + k] < a[k] ? p[i + k] : a[k];
+                    b[k] = p[i + k] > b[k] ? p[i + k] : b[k];
+                }
+            for (; i < hi; i++) {
+                a[0] = p[i] < a[0] ? p[i] : a[0];
+                b[0] = p[i] > b[0] ? p[i] : b[0];
+            }
+            for (int k = 0; k < 4; k++) {
+                mn = a[k] < mn ? a[k] : mn;
+                mx = b[k] > mx ? b[k] : mx;
+            }
+        } else if (lo < hi) {
+            cpu_walk w = {.ndim = t->ndim, .nops = 1, .shape = t->shape};
+            memcpy(w.strides[0], t->strides, (size_t)t->ndim * sizeof(int64_t));
+            cpu_walk_seek(&w, lo);
+            for (int64_t i = lo; i < hi; i++, cpu_walk_next(&w)) {
+                const int64_t v = p[w.off[0]];
+                mn = v < mn ? v : mn;
+                mx = v > mx ? v : mx;
+            }
+        }
+    }
+    *mn_out = mn;
+    *mx_out = mx;
+}
+
 #endif /* OPREG_CPU_COMMON_H */

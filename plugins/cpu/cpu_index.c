@@ -93,23 +93,8 @@ static int check_dtype(const opr_kernel_call *c, const char *op, const char *wha
 static int check_indices(const opr_kernel_call *c, const char *op, const opr_tensor_view *index, int32_t dim, int64_t size)
 {
     if (index->numel == 0) return OPR_OK;
-    const int64_t *p = index->data;
-    const int64_t *st[] = { index->strides };
-    const cpu_walk w0 = walk_new(index->ndim, index->shape, 1, st);
-    const int64_t n = index->numel;
-    int64_t mn = INT64_MAX, mx = INT64_MIN;
-#pragma omp parallel if (n >= CPU_PAR_THRESHOLD) reduction(min : mn) reduction(max : mx)
-    {
-        int64_t lo, hi;
-        cpu_thread_range(n, &lo, &hi);
-        cpu_walk w = w0;
-        cpu_walk_seek(&w, lo);
-        for (int64_t i = lo; i < hi; i++, cpu_walk_next(&w)) {
-            int64_t v = p[w.off[0]];
-            if (v < mn) mn = v;
-            if (v > mx) mx = v;
-        }
-    }
+    int64_t mn, mx;
+    cpu_minmax_i64(index, &mn, &mx);
     char why[OPC_WHY_SIZE];
     return opc_index_in_range(op, mn, mx, dim, size, why, sizeof why) ? OPR_OK : CPU_FAIL(c, OPR_ERR_INVALID, "%s", why);
 }

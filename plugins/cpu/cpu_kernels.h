@@ -47,7 +47,8 @@ char *cpu_contiguous_copy(const opr_tensor_view *v, int64_t *strides);
 const void *cpu_dense(const opr_tensor_view *v, void **owned);
 
 int cpu_register_elementwise(opr_plugin *self); /* cpu_elementwise.c */
-int cpu_register_reduce(opr_plugin *self);      /* cpu_reduce.c */
+int cpu_register_reduce(opr_plugin *self);      /* cpu_reduce.c: sum, mean, prod, norm */
+int cpu_register_reduce_extreme(opr_plugin *self); /* cpu_reduce_extreme.c: max, min, amax, amin */
 int cpu_register_softmax(opr_plugin *self);     /* cpu_softmax.c: softmax, log_softmax */
 int cpu_register_linalg(opr_plugin *self);      /* cpu_linalg.c */
 int cpu_register_index(opr_plugin *self);       /* cpu_index.c */

@@ -18,16 +18,8 @@ static int check_embedding_indices(const opr_kernel_call *c, const char *op, con
                                    int64_t num_weights)
 {
     if (indices->numel == 0) return OPR_OK;
-    const int64_t *ip = indices->data;
-    int64_t mn = INT64_MAX, mx = INT64_MIN;
-    cpu_walk w = {.ndim = indices->ndim, .nops = 1, .shape = indices->shape};
-    memcpy(w.strides[0], indices->strides, (size_t)indices->ndim * sizeof(int64_t));
-    cpu_walk_seek(&w, 0);
-    for (int64_t i = 0; i < indices->numel; i++, cpu_walk_next(&w)) {
-        const int64_t v = ip[w.off[0]];
-        mn = v < mn ? v : mn;
-        mx = v > mx ? v : mx;
-    }
+    int64_t mn, mx;
+    cpu_minmax_i64(indices, &mn, &mx);
     char why[OPC_WHY_SIZE];
     return opc_embedding_in_range(op, mn, mx, num_weights, why, sizeof why) ? OPR_OK
                                                                             : CPU_FAIL(c, OPR_ERR_INVALID, "%s", why);

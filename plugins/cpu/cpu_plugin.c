@@ -64,8 +64,8 @@ static int register_all(const opr_host_api *host, opr_plugin *self)
     int rc = host->register_device(self, &dev);
     if (rc) return rc;
     int (*const families[])(opr_plugin *) = {
-        cpu_register_elementwise, cpu_register_reduce, cpu_register_softmax, cpu_register_linalg,
-        cpu_register_index, cpu_register_sort, cpu_register_factory, cpu_register_grad,
+        cpu_register_elementwise, cpu_register_reduce, cpu_register_reduce_extreme, cpu_register_softmax,
+        cpu_register_linalg, cpu_register_index, cpu_register_sort, cpu_register_factory, cpu_register_grad,
         cpu_register_backward, cpu_register_segment, cpu_register_convert, cpu_register_nn, cpu_register_norm,
         cpu_register_loss, cpu_register_attention, cpu_register_conv, cpu_register_pool,
         cpu_register_batch_norm,

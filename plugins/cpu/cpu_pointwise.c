@@ -171,10 +171,23 @@ EW_BINARY_LOOP(remainder_i64, int64_t, int64_t, i64, pw_rem_i64(x, y))
 PW_SLEEF_BINARY(atan2)
 EW_BINARY_FLOAT(powt, pow(x, y))
 EW_BINARY_LOOP(powt_i64, int64_t, int64_t, i64, pw_powi(x, y))
-EW_BINARY_FLOAT(maximum, PW_MAX(x, y))
+/* maximum/minimum in f32, f64: cpu_vmath.h's loop (the widest vectors the CPU has)
+ * where the operands are contiguous, the same rule element by element elsewhere */
+#define PW_PICK(op, T, SUF, EXPR)                                                          \
+    EW_BINARY_LOOP(op##_ew_##SUF, T, T, SUF, EXPR)                                         \
+    static void op##_##SUF(int64_t n, char *const *ptr, const int64_t *st, const ew_params *p) \
+    {                                                                                      \
+        if (st[0] == 1 && st[1] == 1 && st[2] == 1)                                        \
+            cpu_vm.op##_##SUF(n, (const T *)ptr[1], (const T *)ptr[2], (T *)ptr[0]);       \
+        else                                                                               \
+            op##_ew_##SUF(n, ptr, st, p);                                                  \
+    }
+PW_PICK(maximum, float, f32, PW_MAX(x, y))
+PW_PICK(maximum, double, f64, PW_MAX(x, y))
+PW_PICK(minimum, float, f32, PW_MIN(x, y))
+PW_PICK(minimum, double, f64, PW_MIN(x, y))
 EW_BINARY_LOOP(maximum_i64, int64_t, int64_t, i64, x < y ? y : x)
 EW_BINARY_LOOP(maximum_b8, uint8_t, uint8_t, b8, x | y)
-EW_BINARY_FLOAT(minimum, PW_MIN(x, y))
 EW_BINARY_LOOP(minimum_i64, int64_t, int64_t, i64, y < x ? y : x)
 EW_BINARY_LOOP(minimum_b8, uint8_t, uint8_t, b8, x & y)
 

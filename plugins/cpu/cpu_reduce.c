@@ -1,24 +1,7 @@
-/* Reduction CPU kernels: sum, mean, prod, max, min, max.dim, min.dim and norm (softmax
- * and log_softmax: cpu_softmax.c).
- *
- * A reduction splits the input's dims into *kept* dims (one output element per index)
- * and *reduced* dims (folded into that element). red_plan_make does the split once,
- * matches the kept dims to the preallocated output(s) and merges dims that can be walked
- * as one. Each op then provides a small vtable (red_kind): fold a stretch of one slice
- * into an accumulator, merge two accumulators, store the result. The driver (red_run)
- * picks how to spread the work over threads:
- *  - many outputs: blocks of outputs in parallel, each slice folded in order;
- *  - few outputs with long slices (sum of everything): each slice is cut into a fixed
- *    number of parts folded in parallel and merged in order, so the result does not
- *    depend on the number of threads.
- * sum/mean have a third, "column" path for the case where the reduced elements are far
- * apart but neighbouring outputs are adjacent in memory (sum over dim 0 of a row-major
- * matrix, i.e. every bias gradient): it adds whole input rows into a row of up to
- * RED_COLS accumulators, so the input is read in memory order.
- *
- * f32 is accumulated in double. Floating max/min propagate NaN and report the first
- * index of the extreme (the first NaN if any), like PyTorch. */
-#include "cpu_common.h"
+/* Reduction CPU kernels: sum, mean, prod and norm, and the machinery every reduction
+ * runs on (cpu_reduce.h says how it works): the plan, the driver and the column path.
+ * max, min, max.dim, min.dim, amax and amin: cpu_reduce_extreme.c. */
+#include "cpu_reduce.h"
 #include "cpu_kernels.h"
 #include "cpu_vmath.h"
 #include "../common/opc_reduce.h"
@@ -29,33 +12,8 @@
 #define RED_NPART 64
 /* ... and the shortest part worth a thread. */
 #define RED_PART_MIN 4096
-/* Outputs accumulated side by side by the column path: at most a row of 4096 (32 KiB of
- * double accumulators, in L1 or L2), at least 256 when the row is cut between threads. */
-#define RED_COLS 4096
-#define RED_COLS_MIN 256
-/* max.dim/min.dim write values and indices. */
-#define RED_MAX_OUT 2
-
-/* ------------------------------------------------------------------ dtype helpers */
 
 /* ------------------------------------------------------------------ plan */
-
-/* The reduced dims of one slice, element strides relative to the slice's start. */
-typedef struct red_space {
-    int32_t ndim; /* >= 1 */
-    int64_t shape[OPR_MAX_DIMS];
-    int64_t st[OPR_MAX_DIMS];
-    int64_t n; /* elements per slice */
-} red_space;
-
-typedef struct red_plan {
-    int32_t kndim; /* kept dims, >= 1 */
-    int32_t nops;  /* 1 + number of outputs */
-    int64_t kshape[OPR_MAX_DIMS];
-    int64_t kst[1 + RED_MAX_OUT][OPR_MAX_DIMS]; /* strides of the input, then each output */
-    int64_t n_out;                              /* elements per output */
-    red_space rs;
-} red_plan;
 
 static inline int64_t red_abs64(int64_t v) { return v < 0 ? -v : v; }
 
@@ -117,87 +75,7 @@ static int red_plan_make(const opr_kernel_call *c, const char *op, const opr_ten
     return OPR_OK;
 }
 
-/* A walker over the first `ndim` kept dims (all of them, or all but the innermost). */
-static void red_walk_kept(const red_plan *pl, int32_t ndim, cpu_walk *w)
-{
-    w->ndim = ndim;
-    w->nops = pl->nops;
-    w->shape = pl->kshape;
-    for (int k = 0; k < pl->nops; k++)
-        for (int32_t d = 0; d < ndim; d++) w->strides[k][d] = pl->kst[k][d];
-}
-
-/* Visits elements [start, end) of one slice in row-major order of the reduced space,
- * with `px_` pointing at the element and `ri` its linear index in the slice: a walker
- * over the outer reduced dims and a plain loop over the innermost one. */
-#define RED_FOREACH_PTR(T, x, rs, start, end, ...)                                         \
-    do {                                                                                   \
-        if ((start) >= (end)) break;                                                       \
-        cpu_walk w_;                                                                       \
-        w_.ndim = (rs)->ndim - 1;                                                          \
-        w_.nops = 1;                                                                       \
-        w_.shape = (rs)->shape;                                                            \
-        for (int32_t d_ = 0; d_ < w_.ndim; d_++) w_.strides[0][d_] = (rs)->st[d_];         \
-        const int64_t len_ = (rs)->shape[w_.ndim], s_ = (rs)->st[w_.ndim];                 \
-        cpu_walk_seek(&w_, (start) / len_);                                                \
-        int64_t ri = (start), j_ = (start) % len_;                                         \
-        while (ri < (end)) {                                                               \
-            const T *p_ = (x) + w_.off[0] + j_ * s_;                                       \
-            const int64_t seg_ = len_ - j_ < (end) - ri ? len_ - j_ : (end) - ri;          \
-            for (int64_t k_ = 0; k_ < seg_; k_++, ri++) {                                  \
-                const T *px_ = p_ + k_ * s_;                                               \
-                __VA_ARGS__                                                                \
-            }                                                                              \
-            j_ = 0;                                                                        \
-            cpu_walk_next(&w_);                                                            \
-        }                                                                                  \
-    } while (0)
-
-/* Same, binding the element's value `v`. */
-#define RED_FOREACH(T, x, rs, start, end, ...) \
-    RED_FOREACH_PTR(T, x, rs, start, end, const T v = *px_; __VA_ARGS__)
-
 /* ------------------------------------------------------------------ op vtables */
-
-/* Accumulator: d for floating values and sums, i for i64 ones, idx for arg-max/min
- * (-1 while nothing has been seen). */
-typedef struct red_acc {
-    double d;
-    int64_t i;
-    int64_t idx;
-} red_acc;
-
-typedef struct red_param {
-    double p;  /* norm exponent */
-    int64_t n; /* elements per slice (mean) */
-} red_param;
-
-/* Folds elements [start, end) of the slice at x into *acc. */
-typedef void (*red_fold_fn)(const void *x, const red_space *rs, int64_t start, int64_t end,
-                            double p, red_acc *acc);
-/* *a = *a (+) *b, where b's elements come after a's (matters for first-index ties). */
-typedef void (*red_merge_fn)(red_acc *a, const red_acc *b);
-/* Writes the result of one slice; out[1] (indices) is NULL unless the op has it. */
-typedef void (*red_store_fn)(char *const *out, const int64_t *off, const red_acc *acc,
-                             const red_param *prm);
-
-typedef struct red_kind {
-    red_fold_fn fold; /* NULL: dtype not supported */
-    red_merge_fn merge;
-    red_store_fn store;
-    red_acc init;
-} red_kind;
-
-#define RED_FOLD(name, T, INIT, BODY, FINISH)                                             \
-    static void name(const void *xv, const red_space *rs, int64_t start, int64_t end,     \
-                     double p, red_acc *acc)                                              \
-    {                                                                                     \
-        const T *x = (const T *)xv;                                                       \
-        (void)p;                                                                          \
-        INIT;                                                                             \
-        RED_FOREACH(T, x, rs, start, end, BODY);                                          \
-        FINISH;                                                                           \
-    }
 
 /* Floating sums and sums of squares get their own folds: a contiguous slice goes to the
  * vector loops of cpu_vmath.h (16 partial sums, which break the chain of dependent adds
@@ -217,33 +95,6 @@ typedef struct red_kind {
         acc->d += s;                                                                      \
     }
 
-/* a > b for max, with NaN above everything (NaN propagates; the first NaN wins). */
-#define RED_GT(a, b) ((a) > (b) || (isnan(a) && !isnan(b)))
-#define RED_LT(a, b) ((a) < (b) || (isnan(a) && !isnan(b)))
-#define RED_GT_I(a, b) ((a) > (b))
-#define RED_LT_I(a, b) ((a) < (b))
-
-/* Arg-extreme fold: strict comparison keeps the first index on ties. */
-#define RED_ARG_FOLD(name, T, F, FT, BEATS)                                               \
-    RED_FOLD(name, T, FT b = acc->F; int64_t bi = acc->idx,                               \
-             if (bi < 0 || BEATS(v, b)) { b = v; bi = ri; },                              \
-             acc->F = b; acc->idx = bi)
-#define RED_ARG_MERGE(name, F, BEATS)                                                     \
-    static void name(red_acc *a, const red_acc *b)                                        \
-    {                                                                                     \
-        if (b->idx >= 0 && (a->idx < 0 || BEATS(b->F, a->F))) *a = *b;                    \
-    }
-
-/* Stores VALUE (an expression of acc and prm) as T, and the index where there is one. */
-#define RED_STORE(name, T, VALUE)                                                         \
-    static void name(char *const *out, const int64_t *off, const red_acc *acc,            \
-                     const red_param *prm)                                                \
-    {                                                                                     \
-        (void)prm;                                                                        \
-        ((T *)out[0])[off[0]] = (T)(VALUE);                                               \
-        if (out[1]) ((int64_t *)out[1])[off[1]] = acc->idx;                               \
-    }
-
 /* i64 sums and products wrap around like PyTorch's instead of overflowing (undefined
  * in C): compute in uint64_t. */
 RED_SUM_FOLD(fold_sum_f32, float, cpu_vm.sum_f32, v)
@@ -254,64 +105,6 @@ RED_FOLD(fold_prod_f32, float, double q = acc->d, q *= v;, acc->d = q)
 RED_FOLD(fold_prod_f64, double, double q = acc->d, q *= v;, acc->d = q)
 RED_FOLD(fold_prod_i64, int64_t, uint64_t q = (uint64_t)acc->i, q *= (uint64_t)v;,
          acc->i = (int64_t)q)
-/* Floating max/min with index: a contiguous slice is scanned twice, first for its
- * extremum in RED_LANES independent lanes (which the compiler turns into vector
- * max/min) and whether it holds a NaN, then for the first position of the NaN or of the
- * extremum; the same element as the one-pass fold (NaN first, then the first of equal
- * values) at a fraction of its time on long rows (amax over a row of 4096: ~10x). */
-#define RED_LANES 16
-#define RED_ARG_FLOAT_FOLD(name, T, BEATS, PICK, START)                                   \
-    static void name(const void *xv, const red_space *rs, int64_t start, int64_t end,     \
-                     double p, red_acc *acc)                                              \
-    {                                                                                     \
-        const T *x = (const T *)xv;                                                       \
-        (void)p;                                                                          \
-        if (!(rs->ndim == 1 && rs->st[0] == 1 && end > start)) {                          \
-            double b = acc->d;                                                            \
-            int64_t bi = acc->idx;                                                        \
-            RED_FOREACH(T, x, rs, start, end, if (bi < 0 || BEATS(v, b)) { b = v; bi = ri; }); \
-            acc->d = b;                                                                   \
-            acc->idx = bi;                                                                \
-            return;                                                                       \
-        }                                                                                 \
-        const T *r = x + start;                                                           \
-        const int64_t n = end - start;                                                    \
-        T m[RED_LANES];                                                                   \
-        unsigned char nan[RED_LANES] = {0};                                               \
-        for (int k = 0; k < RED_LANES; k++) m[k] = (START);                               \
-        int64_t i = 0;                                                                    \
-        for (; i + RED_LANES <= n; i += RED_LANES)                                        \
-            for (int k = 0; k < RED_LANES; k++) {                                         \
-                const T v = r[i + k];                                                     \
-                m[k] = PICK(v, m[k]);                                                     \
-                nan[k] |= v != v;                                                         \
-            }                                                                             \
-        for (; i < n; i++) {                                                              \
-            m[0] = PICK(r[i], m[0]);                                                      \
-            nan[0] |= r[i] != r[i];                                                       \
-        }                                                                                 \
-        bool any_nan = false;                                                             \
-        for (int k = 0; k < RED_LANES; k++) {                                             \
-            m[0] = PICK(m[k], m[0]);                                                      \
-            any_nan = any_nan || nan[k];                                                  \
-        }                                                                                 \
-        for (i = 0; i < n - 1; i++)                                                       \
-            if (any_nan ? r[i] != r[i] : r[i] == m[0]) break;                             \
-        const double v = r[i];                                                            \
-        if (acc->idx < 0 || BEATS(v, acc->d)) {                                           \
-            acc->d = v;                                                                   \
-            acc->idx = start + i;                                                         \
-        }                                                                                 \
-    }
-/* v if it is larger (smaller) than m, else m: NaN never picked (found by the NaN scan) */
-#define RED_PICK_MAX(v, m) ((v) > (m) ? (v) : (m))
-#define RED_PICK_MIN(v, m) ((v) < (m) ? (v) : (m))
-RED_ARG_FLOAT_FOLD(fold_max_f32, float, RED_GT, RED_PICK_MAX, -INFINITY)
-RED_ARG_FLOAT_FOLD(fold_max_f64, double, RED_GT, RED_PICK_MAX, -INFINITY)
-RED_ARG_FOLD(fold_max_i64, int64_t, i, int64_t, RED_GT_I)
-RED_ARG_FLOAT_FOLD(fold_min_f32, float, RED_LT, RED_PICK_MIN, INFINITY)
-RED_ARG_FLOAT_FOLD(fold_min_f64, double, RED_LT, RED_PICK_MIN, INFINITY)
-RED_ARG_FOLD(fold_min_i64, int64_t, i, int64_t, RED_LT_I)
 /* Norms, accumulated in double: sum x^2, sum |x|, sum |x|^p, max |x|. */
 #define RED_NORM_FOLDS(SUF, T)                                                            \
     RED_SUM_FOLD(fold_norm2_##SUF, T, cpu_vm.sumsq_##SUF, (double)v * v)                  \
@@ -337,26 +130,12 @@ static void merge_maxabs(red_acc *a, const red_acc *b)
 {
     if (RED_GT(b->d, a->d)) a->d = b->d;
 }
-RED_ARG_MERGE(merge_max_d, d, RED_GT)
-RED_ARG_MERGE(merge_min_d, d, RED_LT)
-RED_ARG_MERGE(merge_max_i, i, RED_GT_I)
-RED_ARG_MERGE(merge_min_i, i, RED_LT_I)
-
-RED_STORE(store_d_f32, float, acc->d)
-RED_STORE(store_d_f64, double, acc->d)
-RED_STORE(store_i_i64, int64_t, acc->i)
 RED_STORE(store_mean_f32, float, acc->d / (double)prm->n) /* 0/0 = NaN for an empty slice */
 RED_STORE(store_mean_f64, double, acc->d / (double)prm->n)
 RED_STORE(store_norm2_f32, float, sqrt(acc->d))
 RED_STORE(store_norm2_f64, double, sqrt(acc->d))
 RED_STORE(store_normp_f32, float, pow(acc->d, 1.0 / prm->p))
 RED_STORE(store_normp_f64, double, pow(acc->d, 1.0 / prm->p))
-
-/* Tables indexed by the input dtype; also the source of each op's registered mask. */
-typedef red_kind red_table[OPR_DTYPE_COUNT];
-
-#define RED_INIT0 {0, 0, -1}
-#define RED_INIT1 {1, 1, -1}
 
 static const red_table sum_k = {
     [OPR_F32] = {fold_sum_f32, merge_sum_d, store_d_f32, RED_INIT0},
@@ -371,16 +150,6 @@ static const red_table prod_k = {
     [OPR_F32] = {fold_prod_f32, merge_prod_d, store_d_f32, RED_INIT1},
     [OPR_F64] = {fold_prod_f64, merge_prod_d, store_d_f64, RED_INIT1},
     [OPR_I64] = {fold_prod_i64, merge_prod_i, store_i_i64, RED_INIT1},
-};
-static const red_table max_k = {
-    [OPR_F32] = {fold_max_f32, merge_max_d, store_d_f32, RED_INIT0},
-    [OPR_F64] = {fold_max_f64, merge_max_d, store_d_f64, RED_INIT0},
-    [OPR_I64] = {fold_max_i64, merge_max_i, store_i_i64, RED_INIT0},
-};
-static const red_table min_k = {
-    [OPR_F32] = {fold_min_f32, merge_min_d, store_d_f32, RED_INIT0},
-    [OPR_F64] = {fold_min_f64, merge_min_d, store_d_f64, RED_INIT0},
-    [OPR_I64] = {fold_min_i64, merge_min_i, store_i_i64, RED_INIT0},
 };
 static const red_table norm2_k = {
     [OPR_F32] = {fold_norm2_f32, merge_sum_d, store_norm2_f32, RED_INIT0},
@@ -399,25 +168,7 @@ static const red_table normi_k = {
     [OPR_F64] = {fold_normi_f64, merge_maxabs, store_d_f64, RED_INIT0},
 };
 
-/* The dtypes a table has kernels for, as an OPR_DTYPE_BIT mask. */
-static uint32_t red_mask(const red_kind *t)
-{
-    uint32_t m = 0;
-    for (int d = 0; d < OPR_DTYPE_COUNT; d++)
-        if (t[d].fold) m |= OPR_DTYPE_BIT(d);
-    return m;
-}
-
 /* ------------------------------------------------------------------ driver */
-
-typedef struct red_job {
-    const red_plan *pl;
-    const red_kind *k;
-    red_param prm;
-    const char *x; /* input element [0,...,0] */
-    size_t esz;    /* input element size */
-    char *out[RED_MAX_OUT];
-} red_job;
 
 /* Reduces outputs [lo, hi), each slice in one go. */
 static void red_outputs(const red_job *jb, int64_t lo, int64_t hi)
@@ -492,8 +243,6 @@ static bool red_use_cols(const red_plan *pl)
  * contiguous elements into a row of accumulators (eight rows at a time, added pairwise
  * first, where the reduced dims merge into one): the input streams through in memory
  * order. mean divides by the slice length. */
-typedef void (*red_cols_fn)(const red_job *jb, int64_t g, int64_t c0, int64_t width, bool mean);
-
 #define RED_COLSUM(name, T, ACC, ADDROW, ADDROW8, FINISH)                                 \
     static void name(const red_job *jb, int64_t g, int64_t c0, int64_t width, bool mean)  \
     {                                                                                     \
@@ -540,13 +289,7 @@ static void red_run_cols(const red_job *jb, red_cols_fn fn, bool mean)
     const red_plan *pl = jb->pl;
     const int64_t cols = pl->kshape[pl->kndim - 1], groups = pl->n_out / cols;
     const bool par = pl->n_out * pl->rs.n >= CPU_PAR_THRESHOLD;
-#ifdef _OPENMP
-    const int64_t nthr = par ? omp_get_max_threads() : 1;
-#else
-    const int64_t nthr = 1;
-#endif
-    int64_t width = (cols + nthr - 1) / nthr;
-    width = width < RED_COLS_MIN ? RED_COLS_MIN : width > RED_COLS ? RED_COLS : width;
+    const int64_t width = cpu_col_block(cols, par, RED_COLS_MIN, RED_COLS);
     const int64_t nblk = (cols + width - 1) / width, ntask = groups * nblk;
 #pragma omp parallel for if (par) schedule(static)
     for (int64_t t = 0; t < ntask; t++) {
@@ -557,10 +300,9 @@ static void red_run_cols(const red_job *jb, red_cols_fn fn, bool mean)
 
 /* ------------------------------------------------------------------ kernels */
 
-/* Checks arity, the input and the outputs (opc_reduce_begin), and returns the vtable
- * for the input's dtype. */
-static int red_begin(const opr_kernel_call *c, const char *op, int nargs, int nout,
-                     const red_kind *table, const opr_tensor_view **in, const red_kind **k)
+/* cpu_reduce.h says what these four do. */
+int red_begin(const opr_kernel_call *c, const char *op, int nargs, int nout, const red_kind *table,
+              const opr_tensor_view **in, const red_kind **k)
 {
     char why[OPC_WHY_SIZE];
     const int rc = opc_reduce_begin(c, op, nargs, nout, red_mask(table), "CPU", in, why, sizeof why);
@@ -569,26 +311,21 @@ static int red_begin(const opr_kernel_call *c, const char *op, int nargs, int no
     return OPR_OK;
 }
 
-/* Wraps a dim argument (opc_reduce_dim). */
-static int red_wrap(const opr_kernel_call *c, const char *op, int64_t d, int32_t ndim, int32_t *out)
+int red_wrap(const opr_kernel_call *c, const char *op, int64_t d, int32_t ndim, int32_t *out)
 {
     char why[OPC_WHY_SIZE];
     return opc_reduce_dim(op, d, ndim, out, why, sizeof why) ? OPR_OK : CPU_FAIL(c, OPR_ERR_INVALID, "%s", why);
 }
 
-/* The dim argument ai as a mask of reduced dims (opc_reduce_dim_mask). */
-static int red_dim_mask(const opr_kernel_call *c, int ai, const char *op, int32_t ndim,
-                        uint32_t *mask)
+int red_dim_mask(const opr_kernel_call *c, int ai, const char *op, int32_t ndim, uint32_t *mask)
 {
     char why[OPC_WHY_SIZE];
     if (!opc_reduce_dim_mask(c, ai, op, ndim, mask, why, sizeof why)) return CPU_FAIL(c, OPR_ERR_INVALID, "%s", why);
     return OPR_OK;
 }
 
-/* Plans and runs a reduction of `in` over `mask` into the call's first nout outputs. */
-static int red_go(const opr_kernel_call *c, const char *op, const opr_tensor_view *in,
-                  uint32_t mask, int nout, const red_kind *k, double p, red_cols_fn cols,
-                  bool mean)
+int red_go(const opr_kernel_call *c, const char *op, const opr_tensor_view *in, uint32_t mask, int nout,
+           const red_kind *k, double p, red_cols_fn cols, bool mean)
 {
     red_plan pl;
     int rc = red_plan_make(c, op, in, mask, nout, (const opr_tensor_view *const *)c->outputs, &pl);
@@ -630,36 +367,6 @@ static int k_prod(const opr_kernel_call *c)
     return rc ? rc : red_go(c, "prod", in, mask, 1, k, 0, NULL, false);
 }
 
-/* max/min(self): the extreme of all elements, a 0-d value. */
-static int red_extreme_all(const opr_kernel_call *c, const char *op, const red_kind *table)
-{
-    const opr_tensor_view *in;
-    const red_kind *k;
-    int rc = red_begin(c, op, 1, 1, table, &in, &k);
-    if (rc) return rc;
-    if (in->numel == 0)
-        return CPU_FAIL(c, OPR_ERR_INVALID, "%s: expected a non-empty tensor", op);
-    return red_go(c, op, in, ~0u, 1, k, 0, NULL, false);
-}
-static int k_max(const opr_kernel_call *c) { return red_extreme_all(c, "max", max_k); }
-static int k_min(const opr_kernel_call *c) { return red_extreme_all(c, "min", min_k); }
-
-/* max.dim/min.dim(self, dim, keepdim) -> (values, i64 indices along dim). */
-static int red_extreme_dim(const opr_kernel_call *c, const char *op, const red_kind *table)
-{
-    const opr_tensor_view *in;
-    const red_kind *k;
-    int32_t d;
-    int rc = red_begin(c, op, 3, 2, table, &in, &k);
-    if (!rc) rc = red_wrap(c, op, cpu_arg_i(c, 1), in->ndim, &d);
-    if (rc) return rc;
-    if (in->ndim > 0 && in->shape[d] == 0)
-        return CPU_FAIL(c, OPR_ERR_INVALID, "%s: dim %d has size 0", op, d);
-    return red_go(c, op, in, 1u << d, 2, k, 0, NULL, false);
-}
-static int k_max_dim(const opr_kernel_call *c) { return red_extreme_dim(c, "max.dim", max_k); }
-static int k_min_dim(const opr_kernel_call *c) { return red_extreme_dim(c, "min.dim", min_k); }
-
 /* norm(self, p): (sum |x|^p)^(1/p) over all elements, with exact special cases for
  * p = 1, 2 and inf (max |x|). */
 static int k_norm(const opr_kernel_call *c)
@@ -687,10 +394,6 @@ int cpu_register_reduce(opr_plugin *self)
         {"sum", red_mask(sum_k), k_sum},
         {"mean", red_mask(mean_k), k_mean},
         {"prod", red_mask(prod_k), k_prod},
-        {"max", red_mask(max_k), k_max},
-        {"min", red_mask(min_k), k_min},
-        {"max.dim", red_mask(max_k), k_max_dim},
-        {"min.dim", red_mask(min_k), k_min_dim},
         /* every p shares the dtypes of p = 2 */
         {"norm", red_mask(norm2_k), k_norm},
     };

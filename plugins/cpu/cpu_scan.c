@@ -1,8 +1,13 @@
 /* Kernels of the scans of registry/ops/reduction.yaml: cumsum. Each line along dim is
  * summed in order (so the result does not depend on the thread count), f32 in double
  * as PyTorch's CPU cumsum accumulates, i64 in unsigned arithmetic so that an overflow
- * wraps (as in PyTorch) instead of being undefined. Lines run in parallel. Inputs may be
- * any strided views; outputs are the host's contiguous tensors. */
+ * wraps (as in PyTorch) instead of being undefined. Inputs may be any strided views;
+ * outputs are the host's contiguous tensors.
+ *
+ * Two loops, the same sums: along the innermost dim, lines run in parallel, each a
+ * running sum; along an outer dim of a contiguous input (a line's elements far apart),
+ * whole rows are added into a row of running sums instead (out row k = out row k - 1 +
+ * x row k), which reads and writes memory in order and vectorises across the row. */
 #include "cpu_common.h"
 #include "cpu_kernels.h"
 #include "../common/opc_flip_scan.h"
@@ -23,6 +28,49 @@ CUMSUM_LINE(line_f32, float, double, (float)acc)
 CUMSUM_LINE(line_f64, double, double, acc)
 CUMSUM_LINE(line_i64, int64_t, uint64_t, (int64_t)acc)
 
+/* Columns of running sums a row of the scan is cut into (double accumulators, 8 KiB:
+ * in L1 next to the rows streaming through). */
+#define SCAN_COLS 1024
+
+/* Lines along an outer dim of contiguous x and out, seen as [outer, n, inner]: the
+ * running sums of columns [c0, c0 + w) of block o, row by row. */
+#define CUMSUM_ROWS(NAME, T, ACC, STORE)                                                           \
+    static void NAME(const T *x, T *out, int64_t n, int64_t inner, int64_t o, int64_t c0, int64_t w) \
+    {                                                                                              \
+        ACC acc[SCAN_COLS];                                                                        \
+        for (int64_t j = 0; j < w; j++) acc[j] = 0;                                                \
+        const int64_t base = o * n * inner + c0;                                                   \
+        for (int64_t k = 0; k < n; k++) {                                                          \
+            const T *xr = x + base + k * inner;                                                    \
+            T *orow = out + base + k * inner;                                                      \
+            for (int64_t j = 0; j < w; j++) {                                                      \
+                acc[j] += (ACC)xr[j];                                                              \
+                orow[j] = STORE;                                                                   \
+            }                                                                                      \
+        }                                                                                          \
+    }
+CUMSUM_ROWS(rows_f32, float, double, (float)acc[j])
+CUMSUM_ROWS(rows_f64, double, double, acc[j])
+CUMSUM_ROWS(rows_i64, int64_t, uint64_t, (int64_t)acc[j])
+
+/* cumsum along dim d of contiguous x into out, where the dims after d hold inner > 1
+ * elements: tasks of (outer block, column block), in parallel; a row is cut into one
+ * block per thread (SCAN_COLS at most, 256 at least, so that a block still streams). */
+static void cumsum_rows(const opr_tensor_view *x, opr_tensor_view *out, int32_t d, int64_t inner)
+{
+    const int64_t n = x->shape[d], outer = x->numel / (n * inner);
+    const bool par = x->numel >= CPU_PAR_THRESHOLD;
+    const int64_t width = cpu_col_block(inner, par, 256, SCAN_COLS);
+    const int64_t ncb = (inner + width - 1) / width, ntask = outer * ncb;
+#pragma omp parallel for schedule(static) if (par && ntask > 1)
+    for (int64_t t = 0; t < ntask; t++) {
+        const int64_t o = t / ncb, c0 = t % ncb * width, w = inner - c0 < width ? inner - c0 : width;
+        if (x->dtype == OPR_F32) rows_f32(x->data, out->data, n, inner, o, c0, w);
+        else if (x->dtype == OPR_F64) rows_f64(x->data, out->data, n, inner, o, c0, w);
+        else rows_i64(x->data, out->data, n, inner, o, c0, w);
+    }
+}
+
 static int k_cumsum(const opr_kernel_call *c)
 {
     const opr_tensor_view *x = cpu_arg_t(c, 0);
@@ -35,6 +83,14 @@ static int k_cumsum(const opr_kernel_call *c)
     if (x->dtype != OPR_F32 && x->dtype != OPR_F64 && x->dtype != OPR_I64)
         return CPU_FAIL(c, OPR_ERR_UNSUPPORTED, "cumsum: dtype %s is not supported on cpu", cpu_dtype_name(x->dtype));
     if (out->numel == 0) return OPR_OK;
+    if (d >= 0 && cpu_is_contiguous(x) && cpu_is_contiguous(out)) {
+        int64_t inner = 1;
+        for (int32_t q = d + 1; q < x->ndim; q++) inner *= x->shape[q];
+        if (inner > 1) {
+            cumsum_rows(x, out, d, inner);
+            return OPR_OK;
+        }
+    }
     /* the lines: every index of the other dims (dim d of the walk has size 1) */
     int64_t shape[OPR_MAX_DIMS], xst[OPR_MAX_DIMS], ost[OPR_MAX_DIMS];
     cpu_view_strides(out, ost);

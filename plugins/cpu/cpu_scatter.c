@@ -21,16 +21,8 @@ static int check_scatter_index(const opr_kernel_call *c, const char *op, const o
                                int64_t size)
 {
     if (index->numel == 0) return OPR_OK;
-    cpu_walk w = {.ndim = index->ndim, .nops = 1, .shape = index->shape};
-    memcpy(w.strides[0], index->strides, (size_t)index->ndim * sizeof(int64_t));
-    cpu_walk_seek(&w, 0);
-    const int64_t *p = index->data;
-    int64_t mn = INT64_MAX, mx = INT64_MIN;
-    for (int64_t i = 0; i < index->numel; i++, cpu_walk_next(&w)) {
-        const int64_t v = p[w.off[0]];
-        mn = v < mn ? v : mn;
-        mx = v > mx ? v : mx;
-    }
+    int64_t mn, mx;
+    cpu_minmax_i64(index, &mn, &mx);
     char why[OPC_WHY_SIZE];
     return opc_scatter_index_ok(op, mn, mx, dim, size, why, sizeof why) ? OPR_OK
                                                                          : CPU_FAIL(c, OPR_ERR_INVALID, "%s", why);
@@ -139,44 +131,125 @@ static int k_scatter_value(const opr_kernel_call *c) { return scatter_impl(c, fa
 
 /* ------------------------------------------------------------------ scatter_reduce */
 
-/* The reductions per dtype: R(acc, v) folds v into acc; mean sums, then divides by the
+/* scatter_reduce's traversal of the index: a row (the elements that differ only along
+ * dim) is folded in its order, rows independently (they reach disjoint parts of out).
+ * When dim is the index's last dim a row is contiguous and rows are taken one after the
+ * other; otherwise rows are taken in blocks of SCATTER_COLS neighbours along the last
+ * dim, and a block steps along dim over all of them at once, which reads index, src and
+ * out in memory order while every row still sees its elements in order. */
+#define SCATTER_COLS 256 /* 1 or 2 KiB of each row of src and index: whole cache lines */
+typedef struct {
+    rows_job j;
+    /* blocked traversal (dim is not the last dim): the last dim, and a walker over the
+     * rest with dim and the last dim at 1 */
+    bool blocked;
+    int64_t ncols, out_sc, src_sc, idx_sc, ngroups;
+    cpu_walk groups;
+    int64_t gshape[OPR_MAX_DIMS];
+} scatter_plan;
+
+static void scatter_plan_init(scatter_plan *sp, const opr_tensor_view *out, const opr_tensor_view *src,
+                              const opr_tensor_view *index, int32_t dim, int64_t *rshape)
+{
+    rows_init(&sp->j, out, src, index, dim, rshape);
+    const int32_t q = index->ndim - 1;
+    sp->blocked = dim != q && sp->j.nrows > 1;
+    if (!sp->blocked) return;
+    sp->ncols = index->shape[q];
+    sp->out_sc = out->strides[q];
+    sp->src_sc = src->strides[q];
+    sp->idx_sc = index->strides[q];
+    sp->ngroups = sp->j.nrows / sp->ncols;
+    memcpy(sp->gshape, rshape, (size_t)index->ndim * sizeof *rshape);
+    sp->gshape[q] = 1;
+    sp->groups = sp->j.rows;
+    sp->groups.shape = sp->gshape;
+}
+
+/* The reductions per dtype: FOLD(a, v) folds v into *a; mean sums, then divides by the
  * count of elements that met (floor division for integers, as PyTorch). */
-#define DEF_REDUCE(T, SUF, LOWEST, HIGHEST, DIV, NAN)                                                    \
-    static void reduce_##SUF(const rows_job *j, opc_reduce red, bool include_self, T *o, const T *s, \
-                             const int64_t *ip, int64_t *count, const opr_tensor_view *out)            \
-    {                                                                                                 \
-        const T init = red == OPC_RED_PROD ? (T)1 : red == OPC_RED_AMAX ? LOWEST                      \
-                     : red == OPC_RED_AMIN ? HIGHEST : (T)0;                                          \
-        _Pragma("omp parallel if (j->nrows > 1 && j->nrows * j->len >= CPU_PAR_THRESHOLD)")          \
-        {                                                                                             \
-            int64_t lo, hi;                                                                           \
-            cpu_thread_range(j->nrows, &lo, &hi);                                                     \
-            cpu_walk w = j->rows;                                                                     \
-            cpu_walk_seek(&w, lo);                                                                    \
-            for (int64_t r = lo; r < hi; r++, cpu_walk_next(&w)) {                                    \
-                if (!include_self) /* the positions this row reaches start from the identity */       \
-                    for (int64_t i = 0; i < j->len; i++)                                              \
-                        o[w.off[0] + ip[w.off[2] + i * j->idx_sd] * j->out_sd] = init;                \
-                for (int64_t i = 0; i < j->len; i++) {                                                \
-                    const int64_t oo = w.off[0] + ip[w.off[2] + i * j->idx_sd] * j->out_sd;           \
-                    const T v = s[w.off[1] + i * j->src_sd];                                          \
-                    T *a = o + oo;                                                                    \
-                    switch (red) {                                                                    \
-                    case OPC_RED_SUM:                                                                 \
-                    case OPC_RED_MEAN: *a += v; break;                                                \
-                    case OPC_RED_PROD: *a *= v; break;                                                \
-                    case OPC_RED_AMAX: if (NAN(v) || v > *a) *a = v;   break;                           \
-                    case OPC_RED_AMIN: if (NAN(v) || v < *a) *a = v;   break;                           \
-                    }                                                                                 \
-                    if (count) count[oo]++;                                                           \
-                }                                                                                     \
-            }                                                                                         \
-        }                                                                                             \
-        if (!count) return;                                                                           \
-        for (int64_t i = 0; i < out->numel; i++) {                                                    \
-            const int64_t n = count[i] + (include_self ? 1 : 0);                                      \
-            if (n > 1) o[i] = DIV(o[i], (T)n);                                                        \
-        }                                                                                             \
+#define SCATTER_FOLDS(T, NAN)                                                                          \
+    static inline void fold_sum_##T(T *a, T v) { *a += v; }                                            \
+    static inline void fold_prod_##T(T *a, T v) { *a *= v; }                                           \
+    static inline void fold_amax_##T(T *a, T v) { if (NAN(v) || v > *a) *a = v; }                     \
+    static inline void fold_amin_##T(T *a, T v) { if (NAN(v) || v < *a) *a = v; }
+
+/* Row by row: rows [lo, hi) of the plain traversal. */
+#define SCATTER_ROWS(FOLD)                                                                             \
+    do {                                                                                               \
+        cpu_walk w = j->rows;                                                                          \
+        cpu_walk_seek(&w, lo);                                                                         \
+        for (int64_t r = lo; r < hi; r++, cpu_walk_next(&w)) {                                         \
+            if (!include_self) /* the positions this row reaches start from the identity */           \
+                for (int64_t i = 0; i < j->len; i++)                                                   \
+                    o[w.off[0] + ip[w.off[2] + i * j->idx_sd] * j->out_sd] = init;                     \
+            for (int64_t i = 0; i < j->len; i++) {                                                     \
+                const int64_t oo = w.off[0] + ip[w.off[2] + i * j->idx_sd] * j->out_sd;                \
+                FOLD(o + oo, s[w.off[1] + i * j->src_sd]);                                             \
+                if (count) count[oo]++;                                                                \
+            }                                                                                          \
+        }                                                                                              \
+    } while (0)
+
+/* Blocked: task t is columns [c0, c1) of group g; each step along dim folds one element
+ * into each of those rows. */
+#define SCATTER_BLOCKS(T, FOLD)                                                                        \
+    do {                                                                                               \
+        for (int64_t t = lo; t < hi; t++) {                                                            \
+            const int64_t g = t / nblk, c0 = t % nblk * SCATTER_COLS;                                  \
+            const int64_t c1 = c0 + SCATTER_COLS < sp->ncols ? c0 + SCATTER_COLS : sp->ncols;         \
+            cpu_walk w = sp->groups;                                                                   \
+            cpu_walk_seek(&w, g);                                                                      \
+            const int64_t *irow = ip + w.off[2];                                                       \
+            const T *srow = s + w.off[1];                                                              \
+            T *orow = o + w.off[0];                                                                    \
+            if (!include_self)                                                                         \
+                for (int64_t i = 0; i < j->len; i++)                                                   \
+                    for (int64_t cc = c0; cc < c1; cc++)                                               \
+                        orow[irow[i * j->idx_sd + cc * sp->idx_sc] * j->out_sd + cc * sp->out_sc] = init; \
+            for (int64_t i = 0; i < j->len; i++)                                                       \
+                for (int64_t cc = c0; cc < c1; cc++) {                                                 \
+                    const int64_t oo = irow[i * j->idx_sd + cc * sp->idx_sc] * j->out_sd + cc * sp->out_sc; \
+                    FOLD(orow + oo, srow[i * j->src_sd + cc * sp->src_sc]);                            \
+                    if (count) count[w.off[0] + oo]++;                                                 \
+                }                                                                                      \
+        }                                                                                              \
+    } while (0)
+
+#define DEF_REDUCE(T, SUF, LOWEST, HIGHEST, DIV)                                                       \
+    static void reduce_##SUF(const scatter_plan *sp, opc_reduce red, bool include_self, T *o,          \
+                             const T *s, const int64_t *ip, int64_t *count, const opr_tensor_view *out) \
+    {                                                                                                  \
+        const rows_job *j = &sp->j;                                                                    \
+        const T init = red == OPC_RED_PROD ? (T)1 : red == OPC_RED_AMAX ? LOWEST                       \
+                     : red == OPC_RED_AMIN ? HIGHEST : (T)0;                                           \
+        const int64_t nblk = sp->blocked ? (sp->ncols + SCATTER_COLS - 1) / SCATTER_COLS : 0;          \
+        const int64_t ntask = sp->blocked ? sp->ngroups * nblk : j->nrows;                             \
+        _Pragma("omp parallel if (ntask > 1 && j->nrows * j->len >= CPU_PAR_THRESHOLD)")              \
+        {                                                                                              \
+            int64_t lo, hi;                                                                            \
+            cpu_thread_range(ntask, &lo, &hi);                                                         \
+            switch (red) {                                                                             \
+            case OPC_RED_SUM:                                                                          \
+            case OPC_RED_MEAN:                                                                         \
+                if (sp->blocked) SCATTER_BLOCKS(T, fold_sum_##T); else SCATTER_ROWS(fold_sum_##T);     \
+                break;                                                                                 \
+            case OPC_RED_PROD:                                                                         \
+                if (sp->blocked) SCATTER_BLOCKS(T, fold_prod_##T); else SCATTER_ROWS(fold_prod_##T);   \
+                break;                                                                                 \
+            case OPC_RED_AMAX:                                                                         \
+                if (sp->blocked) SCATTER_BLOCKS(T, fold_amax_##T); else SCATTER_ROWS(fold_amax_##T);   \
+                break;                                                                                 \
+            case OPC_RED_AMIN:                                                                         \
+                if (sp->blocked) SCATTER_BLOCKS(T, fold_amin_##T); else SCATTER_ROWS(fold_amin_##T);   \
+                break;                                                                                 \
+            }                                                                                          \
+        }                                                                                              \
+        if (!count) return;                                                                            \
+        for (int64_t i = 0; i < out->numel; i++) {                                                     \
+            const int64_t n = count[i] + (include_self ? 1 : 0);                                       \
+            if (n > 1) o[i] = DIV(o[i], (T)n);                                                         \
+        }                                                                                              \
     }
 
 #define FDIV(a, b) ((a) / (b))
@@ -186,9 +259,12 @@ static inline int64_t floor_div(int64_t a, int64_t b)
     return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
 }
 #define NO_NAN(v) ((void)(v), false)
-DEF_REDUCE(float, f32, -INFINITY, INFINITY, FDIV, isnan)
-DEF_REDUCE(double, f64, -INFINITY, INFINITY, FDIV, isnan)
-DEF_REDUCE(int64_t, i64, INT64_MIN, INT64_MAX, floor_div, NO_NAN)
+SCATTER_FOLDS(float, isnan)
+SCATTER_FOLDS(double, isnan)
+SCATTER_FOLDS(int64_t, NO_NAN)
+DEF_REDUCE(float, f32, -INFINITY, INFINITY, FDIV)
+DEF_REDUCE(double, f64, -INFINITY, INFINITY, FDIV)
+DEF_REDUCE(int64_t, i64, INT64_MIN, INT64_MAX, floor_div)
 
 static int k_scatter_reduce(const opr_kernel_call *c)
 {
@@ -210,17 +286,17 @@ static int k_scatter_reduce(const opr_kernel_call *c)
     if (rc) return rc;
     const bool include_self = cpu_arg_b(c, 5);
     cpu_copy_strided(cpu_dtype_size(x->dtype), x->ndim, x->shape, out->data, out->strides, x->data, x->strides);
-    rows_job j;
+    scatter_plan sp;
     int64_t rshape[OPR_MAX_DIMS];
-    rows_init(&j, out, src, index, dim, rshape);
-    if (j.nrows == 0) return OPR_OK;
+    scatter_plan_init(&sp, out, src, index, dim, rshape);
+    if (sp.j.nrows == 0) return OPR_OK;
     int64_t *count = NULL;
     if (red == OPC_RED_MEAN && !(count = calloc((size_t)out->numel, sizeof *count)))
         return CPU_FAIL(c, OPR_ERR_NOMEM, "%s: out of memory", op);
     switch (x->dtype) {
-    case OPR_F32: reduce_f32(&j, red, include_self, out->data, src->data, index->data, count, out); break;
-    case OPR_F64: reduce_f64(&j, red, include_self, out->data, src->data, index->data, count, out); break;
-    default: reduce_i64(&j, red, include_self, out->data, src->data, index->data, count, out); break;
+    case OPR_F32: reduce_f32(&sp, red, include_self, out->data, src->data, index->data, count, out); break;
+    case OPR_F64: reduce_f64(&sp, red, include_self, out->data, src->data, index->data, count, out); break;
+    default: reduce_i64(&sp, red, include_self, out->data, src->data, index->data, count, out); break;
     }
     free(count);
     return OPR_OK;

@@ -16,9 +16,16 @@ void cpu_vmath_init(void)
     const bool cap_sse2 = isa && strcmp(isa, "sse2") == 0, cap_avx2 = cap_sse2 || (isa && strcmp(isa, "avx2") == 0);
     __builtin_cpu_init();
     const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    if (!cap_avx2 && avx2 && __builtin_cpu_supports("avx512f"))
+    if (!cap_avx2 && avx2 && __builtin_cpu_supports("avx512f")) {
         cpu_vm = cpu_vmath_avx512;
-    else if (!cap_sse2 && avx2)
+        /* amax/amin stream their input from memory, and did so faster with 256-bit loads
+         * than with 512-bit ones (AMD EPYC, family 1Ah: 1.6 against 2.2 ms over 4096 rows
+         * of 4096 floats, the same loop at either width) */
+        cpu_vm.amax_f32 = cpu_vmath_avx2.amax_f32;
+        cpu_vm.amax_f64 = cpu_vmath_avx2.amax_f64;
+        cpu_vm.amin_f32 = cpu_vmath_avx2.amin_f32;
+        cpu_vm.amin_f64 = cpu_vmath_avx2.amin_f64;
+    } else if (!cap_sse2 && avx2)
         cpu_vm = cpu_vmath_avx2;
     else
         cpu_vm = cpu_vmath_sse2;

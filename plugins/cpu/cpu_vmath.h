@@ -37,7 +37,11 @@ typedef void (*cpu_vfn1_f32)(int64_t n, const float *x, float e, float *y);
 typedef void (*cpu_vfn1_f64)(int64_t n, const double *x, double e, double *y);
 /* y[i] = f(a[i], b[i]): atan2, fmod. */
 typedef void (*cpu_vfn2_f32)(int64_t n, const float *a, const float *b, float *y);
-/* The largest x[i] that is not NaN; -inf if there is none (n = 0 included). */
+/* y[i] = f(a[i], b[i]) in f64: maximum, minimum. */
+typedef void (*cpu_vfn2_f64)(int64_t n, const double *a, const double *b, double *y);
+/* max_*: the largest x[i] that is not NaN; -inf if there is none (n = 0 included).
+ * amax_* / amin_*: the largest / smallest x[i], NaN if any x[i] is NaN (PyTorch's
+ * amax, amin); -inf / +inf for n = 0. */
 typedef float (*cpu_vmax_f32)(int64_t n, const float *x);
 typedef double (*cpu_vmax_f64)(int64_t n, const double *x);
 /* Sum of x[i] (or of x[i]^2), accumulated in double. */
@@ -58,12 +62,19 @@ typedef struct cpu_vmath {
     cpu_vfn_f32 sin_f32, cos_f32, tan_f32, asin_f32, acos_f32, atan_f32, sinh_f32, cosh_f32, asinh_f32, acosh_f32,
         atanh_f32, expm1_f32, log1p_f32, log2_f32, log10_f32;
     cpu_vfn2_f32 atan2_f32, fmod_f32;
+    /* maximum / minimum: the larger / smaller of a[i] and b[i], NaN where either is NaN,
+     * a[i] at a tie (of -0 and +0 too, as PyTorch's scalar std::max); y may be a or b. */
+    cpu_vfn2_f32 maximum_f32, minimum_f32;
+    cpu_vfn2_f64 maximum_f64, minimum_f64;
     cpu_vfn1_f32 pow_f32, expsub_f32;
     cpu_vfn1_f64 pow_f64, expsub_f64;
-    cpu_vmax_f32 max_f32;
-    cpu_vmax_f64 max_f64;
+    cpu_vmax_f32 max_f32, amax_f32, amin_f32;
+    cpu_vmax_f64 max_f64, amax_f64, amin_f64;
     cpu_vsum_f32 sum_f32, sumsq_f32;
     cpu_vsum_f64 sum_f64, sumsq_f64;
+    /* y[i] += x[i] (index_put's accumulation): cpu_vfn_* with y read too */
+    cpu_vfn_f32 addto_f32;
+    cpu_vfn_f64 addto_f64;
     cpu_vaddrow_f32 addrow_f32;
     cpu_vaddrow_f64 addrow_f64;
     cpu_vaddrow8_f32 addrow8_f32;

@@ -17,6 +17,9 @@
 #define VM_DIVF _mm256_div_ps
 #define VM_SQRTF _mm256_sqrt_ps
 #define VM_MAXF _mm256_max_ps
+#define VM_MINF _mm256_min_ps
+#define VM_ORF _mm256_or_ps
+#define VM_UNORDF(a, b) _mm256_cmp_ps(a, b, _CMP_UNORD_Q) /* all ones (a NaN) where a or b is NaN */
 #define VM_EXPF Sleef_expf8_u10avx2
 #define VM_LOGF Sleef_logf8_u10avx2
 #define VM_TANHF Sleef_tanhf8_u10avx2
@@ -38,6 +41,9 @@
 #define VM_DIVD _mm256_div_pd
 #define VM_SQRTD _mm256_sqrt_pd
 #define VM_MAXD _mm256_max_pd
+#define VM_MIND _mm256_min_pd
+#define VM_ORD _mm256_or_pd
+#define VM_UNORDD(a, b) _mm256_cmp_pd(a, b, _CMP_UNORD_Q)
 #define VM_EXPD Sleef_expd4_u10avx2
 #define VM_LOGD Sleef_logd4_u10avx2
 #define VM_TANHD Sleef_tanhd4_u10avx2

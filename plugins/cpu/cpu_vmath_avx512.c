@@ -18,6 +18,11 @@
 #define VM_DIVF _mm512_div_ps
 #define VM_SQRTF _mm512_sqrt_ps
 #define VM_MAXF _mm512_max_ps
+#define VM_MINF _mm512_min_ps
+/* or of the bits (the float or is AVX512DQ's; the integer one AVX512F's) */
+#define VM_ORF(a, b) _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(a), _mm512_castps_si512(b)))
+/* a NaN where a or b is NaN, else 0 */
+#define VM_UNORDF(a, b) _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(a, b, _CMP_UNORD_Q), _mm512_set1_ps(NAN))
 #define VM_EXPF Sleef_expf16_u10avx512f
 #define VM_LOGF Sleef_logf16_u10avx512f
 #define VM_TANHF Sleef_tanhf16_u10avx512f
@@ -39,6 +44,9 @@
 #define VM_DIVD _mm512_div_pd
 #define VM_SQRTD _mm512_sqrt_pd
 #define VM_MAXD _mm512_max_pd
+#define VM_MIND _mm512_min_pd
+#define VM_ORD(a, b) _mm512_castsi512_pd(_mm512_or_si512(_mm512_castpd_si512(a), _mm512_castpd_si512(b)))
+#define VM_UNORDD(a, b) _mm512_maskz_mov_pd(_mm512_cmp_pd_mask(a, b, _CMP_UNORD_Q), _mm512_set1_pd(NAN))
 #define VM_EXPD Sleef_expd8_u10avx512f
 #define VM_LOGD Sleef_logd8_u10avx512f
 #define VM_TANHD Sleef_tanhd8_u10avx512f

@@ -5,6 +5,7 @@
  * include it only there, once. */
 #include "cpu_vmath.h"
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 #include <immintrin.h>
@@ -74,6 +75,54 @@
         return m[0];                                                                      \
     }
 
+/* The NaN-propagating extremum of x (amax / amin): four vectors of running extrema
+ * (PICK: the vector max / min, which passes over a NaN in its first operand) and, apart
+ * from them, two vectors collecting whether a NaN went by (UNORD, or-ed in); the tail
+ * element by element. Keeping the NaN out of the extrema's chain of dependent
+ * operations (one max a vector) lets the loads run far enough ahead to stream rows
+ * from memory at PyTorch's rate; a select-based loop that carried the NaN in the
+ * extrema ran 1.3x slower. BEATS(v, m): v replaces m. */
+#define VM_EXT(name, T, VT, W, LOAD, STORE, SET1, PICK, UNORD, OR, BEATS, EMPTY)          \
+    static T name(int64_t n, const T *x)                                                  \
+    {                                                                                     \
+        VT m0 = SET1(EMPTY), m1 = m0, m2 = m0, m3 = m0, q0 = SET1((T)0), q1 = q0;          \
+        int64_t i = 0;                                                                    \
+        for (; i + 4 * (W) <= n; i += 4 * (W)) {                                          \
+            const VT a = LOAD(x + i), b = LOAD(x + i + (W));                              \
+            const VT c = LOAD(x + i + 2 * (W)), d = LOAD(x + i + 3 * (W));                \
+            m0 = PICK(a, m0);                                                             \
+            m1 = PICK(b, m1);                                                             \
+            m2 = PICK(c, m2);                                                             \
+            m3 = PICK(d, m3);                                                             \
+            q0 = OR(q0, UNORD(a, b));                                                     \
+            q1 = OR(q1, UNORD(c, d));                                                     \
+        }                                                                                 \
+        T m[W], q[W];                                                                     \
+        STORE(m, PICK(PICK(m0, m1), PICK(m2, m3)));                                       \
+        STORE(q, OR(q0, q1));                                                             \
+        bool nan = false;                                                                 \
+        for (int k = 0; k < (W); k++) nan = nan || q[k] != 0; /* a NaN is never 0 */      \
+        for (int k = 1; k < (W); k++) m[0] = BEATS(m[k], m[0]) ? m[k] : m[0];             \
+        for (; i < n; i++) {                                                              \
+            nan = nan || x[i] != x[i];                                                    \
+            m[0] = BEATS(x[i], m[0]) ? x[i] : m[0];                                       \
+        }                                                                                 \
+        return nan ? (T)NAN : m[0];                                                       \
+    }
+#define VM_GT(a, b) ((a) > (b))
+#define VM_LT(a, b) ((a) < (b))
+
+/* maximum / minimum of two arrays (cpu_vmath.h says the rule): plain selects, which
+ * every ISA's compiler turns into vector compares and blends. */
+#define VM_PICK2(name, T, BEATS)                                                          \
+    static void name(int64_t n, const T *a, const T *b, T *y)                             \
+    {                                                                                     \
+        for (int64_t i = 0; i < n; i++) {                                                 \
+            const T u = a[i], v = b[i];                                                   \
+            y[i] = u != u ? u : BEATS(v, u) || v != v ? v : u;                            \
+        }                                                                                 \
+    }
+
 /* Partial sums: element i goes to acc[i % VM_NACC] (the tail to acc[0]), then the
  * partials are added pairwise. Independent accumulators break the chain of dependent
  * adds, and the fixed layout keeps the result the same for every ISA. */
@@ -95,6 +144,12 @@
         for (int w = VM_NACC / 2; w > 0; w /= 2)                                          \
             for (int k = 0; k < w; k++) acc[k] += acc[k + w];                             \
         return acc[0];                                                                    \
+    }
+
+#define VM_ADDTO(name, T)                                                                 \
+    static void name(int64_t n, const T *x, T *y)                                         \
+    {                                                                                     \
+        for (int64_t i = 0; i < n; i++) y[i] += x[i];                                     \
     }
 
 #define VM_ADDROW(name, T)                                                                \
@@ -178,10 +233,20 @@ VM_MAP2(vm_fmod_f32, VM_SLEEF_FMODF) /* exact, as libm's */
 
 VM_MAX(vm_max_f32, float)
 VM_MAX(vm_max_f64, double)
+VM_EXT(vm_amax_f32, float, VM_VF, VM_WF, VM_LOADF, VM_STOREF, VM_SET1F, VM_MAXF, VM_UNORDF, VM_ORF, VM_GT, -INFINITY)
+VM_EXT(vm_amax_f64, double, VM_VD, VM_WD, VM_LOADD, VM_STORED, VM_SET1D, VM_MAXD, VM_UNORDD, VM_ORD, VM_GT, -INFINITY)
+VM_EXT(vm_amin_f32, float, VM_VF, VM_WF, VM_LOADF, VM_STOREF, VM_SET1F, VM_MINF, VM_UNORDF, VM_ORF, VM_LT, INFINITY)
+VM_EXT(vm_amin_f64, double, VM_VD, VM_WD, VM_LOADD, VM_STORED, VM_SET1D, VM_MIND, VM_UNORDD, VM_ORD, VM_LT, INFINITY)
+VM_PICK2(vm_maximum_f32, float, VM_GT)
+VM_PICK2(vm_maximum_f64, double, VM_GT)
+VM_PICK2(vm_minimum_f32, float, VM_LT)
+VM_PICK2(vm_minimum_f64, double, VM_LT)
 VM_SUM(vm_sum_f32, float, v)
 VM_SUM(vm_sumsq_f32, float, v * v)
 VM_SUM(vm_sum_f64, double, v)
 VM_SUM(vm_sumsq_f64, double, v * v)
+VM_ADDTO(vm_addto_f32, float)
+VM_ADDTO(vm_addto_f64, double)
 VM_ADDROW(vm_addrow_f32, float)
 VM_ADDROW(vm_addrow_f64, double)
 VM_ADDROW8(vm_addrow8_f32, float)
@@ -198,11 +263,15 @@ const cpu_vmath VM_TABLE = {
     .asinh_f32 = vm_asinh_f32, .acosh_f32 = vm_acosh_f32, .atanh_f32 = vm_atanh_f32, .expm1_f32 = vm_expm1_f32,
     .log1p_f32 = vm_log1p_f32, .log2_f32 = vm_log2_f32, .log10_f32 = vm_log10_f32, .atan2_f32 = vm_atan2_f32,
     .fmod_f32 = vm_fmod_f32,
+    .maximum_f32 = vm_maximum_f32, .minimum_f32 = vm_minimum_f32,
+    .maximum_f64 = vm_maximum_f64, .minimum_f64 = vm_minimum_f64,
     .pow_f32 = vm_pow_f32, .pow_f64 = vm_pow_f64,
     .expsub_f32 = vm_expsub_f32, .expsub_f64 = vm_expsub_f64,
     .max_f32 = vm_max_f32, .max_f64 = vm_max_f64,
+    .amax_f32 = vm_amax_f32, .amax_f64 = vm_amax_f64, .amin_f32 = vm_amin_f32, .amin_f64 = vm_amin_f64,
     .sum_f32 = vm_sum_f32, .sumsq_f32 = vm_sumsq_f32,
     .sum_f64 = vm_sum_f64, .sumsq_f64 = vm_sumsq_f64,
+    .addto_f32 = vm_addto_f32, .addto_f64 = vm_addto_f64,
     .addrow_f32 = vm_addrow_f32, .addrow_f64 = vm_addrow_f64,
     .addrow8_f32 = vm_addrow8_f32, .addrow8_f64 = vm_addrow8_f64,
 };

@@ -15,6 +15,9 @@
 #define VM_DIVF _mm_div_ps
 #define VM_SQRTF _mm_sqrt_ps
 #define VM_MAXF _mm_max_ps
+#define VM_MINF _mm_min_ps
+#define VM_ORF _mm_or_ps
+#define VM_UNORDF _mm_cmpunord_ps /* all ones (a NaN) where a or b is NaN, else 0 */
 #define VM_EXPF Sleef_expf4_u10sse2
 #define VM_LOGF Sleef_logf4_u10sse2
 #define VM_TANHF Sleef_tanhf4_u10sse2
@@ -36,6 +39,9 @@
 #define VM_DIVD _mm_div_pd
 #define VM_SQRTD _mm_sqrt_pd
 #define VM_MAXD _mm_max_pd
+#define VM_MIND _mm_min_pd
+#define VM_ORD _mm_or_pd
+#define VM_UNORDD _mm_cmpunord_pd
 #define VM_EXPD Sleef_expd2_u10sse2
 #define VM_LOGD Sleef_logd2_u10sse2
 #define VM_TANHD Sleef_tanhd2_u10sse2

@@ -1,5 +1,5 @@
-/* Reductions: sum, mean, prod, max, min, max.dim, min.dim, norm, softmax, log_softmax,
- * and sum_to (plus gk_sum_dims / gk_sum_to for the backward kernels, which also sum
+/* Reductions: sum, mean, prod, max, min, max.dim, min.dim, amax, amin, norm, softmax,
+ * log_softmax, and sum_to (plus gk_sum_dims / gk_sum_to for the backward kernels, which also sum
  * f16 and bf16, accumulating in double like f32). f32, f64, i64 as
  * on the CPU backend (plugins/cpu/cpu_reduce.c), with the same semantics: f32 sums
  * and products accumulate in double, i64 ones wrap; floating max/min propagate NaN
@@ -423,6 +423,24 @@ int extreme_dim(const opr_kernel_call *c, const char *op, red_kind kind)
 int k_max_dim(const opr_kernel_call *c) { return extreme_dim(c, "max.dim", RK_MAX); }
 int k_min_dim(const opr_kernel_call *c) { return extreme_dim(c, "min.dim", RK_MIN); }
 
+/* amax/amin(self, int[1] dim, keepdim): max.dim's fold over any set of dims, with no
+ * index output (the index it tracks on the way costs nothing next to the reads). */
+int extreme_dims(const opr_kernel_call *c, const char *op, red_kind kind)
+{
+    gk_ctx k;
+    const opr_tensor_view *in;
+    uint32_t mask;
+    int rc = red_begin(c, op, 3, 1, NUM, &k, &in);
+    if (!rc) rc = red_dim_mask(c, 1, op, in->ndim, &mask);
+    if (rc) return rc;
+    for (int32_t d = 0; d < in->ndim; d++)
+        if ((mask & (1u << d)) && in->shape[d] == 0)
+            return GK_FAIL(c, OPR_ERR_INVALID, "%s: dim %d has size 0 (an empty slice has no extremum)", op, d);
+    return red_go(&k, c, op, in, mask, 1, kind, 0);
+}
+int k_amax(const opr_kernel_call *c) { return extreme_dims(c, "amax", RK_MAX); }
+int k_amin(const opr_kernel_call *c) { return extreme_dims(c, "amin", RK_MIN); }
+
 int k_norm(const opr_kernel_call *c)
 {
     if (c->nargs < 2) return GK_FAIL(c, OPR_ERR_INVALID, "norm: expected 2 arguments");
@@ -593,7 +611,8 @@ int gk_register_reduce(opr_plugin *self)
     } ops[] = {
         {"sum", NUM, k_sum},         {"mean", FL, k_mean},         {"prod", NUM, k_prod},
         {"max", NUM, k_max},         {"min", NUM, k_min},          {"max.dim", NUM, k_max_dim},
-        {"min.dim", NUM, k_min_dim}, {"norm", FL, k_norm},         {"softmax", FL, k_softmax_op},
+        {"min.dim", NUM, k_min_dim}, {"amax", NUM, k_amax},        {"amin", NUM, k_amin},
+        {"norm", FL, k_norm},        {"softmax", FL, k_softmax_op},
         {"log_softmax", FL, k_log_softmax_op},                     {"sum_to", FL | GK_HALVES, k_sum_to},
     };
     for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
