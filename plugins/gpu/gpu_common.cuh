@@ -388,6 +388,10 @@ int gk_gemm(const gk_ctx *k, opr_dtype dt, int64_t m, int64_t n, int64_t kk, dou
 
 /* Registration of each kernel family. */
 int gk_register(opr_plugin *self, const char *op, uint32_t dtypes, opr_kernel_fn fn);
+/* gk_register for an f32 kernel (among dtypes) that also serves f16 and bf16: their
+ * tensors are widened to f32 scratch around the call and the outputs rounded back
+ * (gpu_half.cu). */
+int gk_register_upcast(opr_plugin *self, const char *op, uint32_t dtypes, opr_kernel_fn fn);
 /* Same, with a `supports` callback (opr_kernel_desc) that may decline a call. */
 int gk_register_supports(opr_plugin *self, const char *op, uint32_t dtypes, opr_kernel_fn fn,
                          bool (*supports)(const opr_kernel_call *call, char *why, size_t why_len));
