@@ -10,6 +10,7 @@
  *
  * Defaults: 1 thread, 5 repetitions (median), batch 8, 64x64 training images (the layer
  * table uses ResNet-18's shapes at 224x224). */
+#include "bench_onednn.h"
 #include "bench_python.h"
 #include "bench_timing.h"
 
@@ -97,11 +98,6 @@ static int train_step(void *ud)
     return rc;
 }
 
-/* The oneDNN plugin's file, where CMake built it (bench/CMakeLists.txt). */
-#ifndef OPREG_BENCH_ONEDNN_PLUGIN
-#define OPREG_BENCH_ONEDNN_PLUGIN NULL
-#endif
-
 /* Every layer's conv2d step and the ResNet-18 step on ctx into ms (-1: failed). */
 static void run_all(opr_ctx *ctx, int batch, int image, double ms[NLAYERS + 1])
 {
@@ -145,32 +141,6 @@ static void run_all(opr_ctx *ctx, int batch, int image, double ms[NLAYERS + 1])
     resnet_model_free(s.m);
 }
 
-/* A context with the oneDNN plugin loaded over the CPU plugin, or NULL (why says why). */
-static opr_ctx *onednn_ctx(char *why, size_t why_len)
-{
-    const char *path = OPREG_BENCH_ONEDNN_PLUGIN;
-    if (!path) {
-        snprintf(why, why_len, "the oneDNN plugin was not built (no libdnnl-dev at configure time)");
-        return NULL;
-    }
-    const opr_ctx_opts o = {.struct_size = sizeof o, .plugin_paths = &path, .n_plugin_paths = 1};
-    opr_ctx *ctx = opr_ctx_new(&o);
-    opr_kernel_info k = {.struct_size = sizeof k};
-    if (!ctx) {
-        snprintf(why, why_len, "%s", opr_last_error());
-        return NULL;
-    }
-    /* the figures are only oneDNN's if its kernel is the one that runs */
-    if (opr_op_kernel_info(opr_op_find(ctx, "convolution"), OPR_CPU.type, OPR_F32, &k) || !k.plugin ||
-        strcmp(k.plugin, "onednn")) {
-        snprintf(why, why_len, "%s did not load or does not run f32 convolution (plugin %s does)", path,
-                 k.plugin ? k.plugin : "none");
-        opr_ctx_free(ctx);
-        return NULL;
-    }
-    return ctx;
-}
-
 int main(int argc, char **argv)
 {
     int threads = 1, batch = 8, image = 64;
@@ -201,7 +171,7 @@ int main(int argc, char **argv)
     run_all(ctx, batch, image, ours);
     opr_ctx_free(ctx);
     char why[512];
-    opr_ctx *dctx = onednn_ctx(why, sizeof why);
+    opr_ctx *dctx = bench_onednn_ctx(why, sizeof why);
     const bool have_dnnl = dctx != NULL;
     if (dctx) {
         run_all(dctx, batch, image, dnnl);

@@ -3,7 +3,10 @@
  * and fresh large blocks come from mmap, whose first touch of every page costs more
  * than the arithmetic of many ops. Small blocks go straight to the C allocator. The
  * cache is per context, bounded, and emptied when the context is freed; memory
- * statistics report tensors (current) and tensors plus this cache (reserved). */
+ * statistics report tensors (current) and tensors plus this cache (reserved).
+ * OPREG_CPU_NO_CACHE=1 when a context is made leaves its cache off: every freed block
+ * goes back to the C allocator, so that what a tool counts there (a malloc counter, as
+ * bench/finetune.c's) is the tensors in use. */
 #include "core.h"
 
 #include <stdlib.h>
@@ -21,6 +24,7 @@ typedef struct cpu_cache {
     pthread_mutex_t lock;
     struct { size_t size; cached_block *head; } bins[CACHE_BINS];
     _Atomic size_t cached;
+    bool off; /* OPREG_CPU_NO_CACHE=1 */
 } cpu_cache;
 
 static size_t round_size(size_t n)
@@ -33,7 +37,10 @@ static size_t round_size(size_t n)
 void *cpu_cache_new(void)
 {
     cpu_cache *c = calloc(1, sizeof *c);
-    if (c) pthread_mutex_init(&c->lock, NULL);
+    if (!c) return NULL;
+    pthread_mutex_init(&c->lock, NULL);
+    const char *no = getenv("OPREG_CPU_NO_CACHE");
+    c->off = no && !strcmp(no, "1");
     return c;
 }
 
@@ -53,7 +60,7 @@ void *cpu_cache_alloc(void *data, int32_t ordinal, size_t nbytes)
     cpu_cache *c = data;
     size_t size = round_size(nbytes);
     void *p = NULL;
-    if (size >= CACHE_MIN && size <= CACHE_MAX_BLOCK) {
+    if (!c->off && size >= CACHE_MIN && size <= CACHE_MAX_BLOCK) {
         pthread_mutex_lock(&c->lock);
         for (int i = 0; i < CACHE_BINS && !p; i++)
             if (c->bins[i].size == size && c->bins[i].head) {
@@ -73,7 +80,7 @@ void cpu_cache_release(void *data, int32_t ordinal, void *ptr, size_t nbytes)
     (void)ordinal;
     cpu_cache *c = data;
     size_t size = round_size(nbytes);
-    if (size >= CACHE_MIN && size <= CACHE_MAX_BLOCK) {
+    if (!c->off && size >= CACHE_MIN && size <= CACHE_MAX_BLOCK) {
         pthread_mutex_lock(&c->lock);
         int slot = -1;
         for (int i = 0; i < CACHE_BINS && slot < 0; i++)

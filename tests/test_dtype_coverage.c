@@ -110,6 +110,71 @@ START_TEST(test_half_values)
 }
 END_TEST
 
+/* to() into and out of the half types: f32 rounds to nearest even, halves widen
+ * exactly, i64 goes through float. */
+START_TEST(test_half_conversions)
+{
+    opr_ctx *ctx = tu_ctx();
+    const float third = 1.0f / 3;
+    opr_tensor *x = opr_tensor_from_data(ctx, OPR_F32, 1, (int64_t[]){3}, (float[]){third, -2.5f, 65504.0f}, OPR_CPU);
+    opr_tensor *n = opr_tensor_from_data(ctx, OPR_I64, 1, (int64_t[]){2}, (int64_t[]){2049, -7}, OPR_CPU);
+    static const char *const names[2] = {"f16", "bf16"};
+    /* 1/3 and 2049 rounded: f16 0.333251953125 and 2048, bf16 0.333984375 and 2048;
+     * 65504 is f16's largest and rounds to 65536 in bf16 */
+    const double want[2][5] = {{0.333251953125, -2.5, 65504, 2048, -7}, {0.333984375, -2.5, 65536, 2048, -7}};
+    for (int k = 0; k < 2; k++) {
+        opr_tensor *h = tu_call1(ctx, "to", (opr_value[]){opr_v_tensor(x), opr_v_string(names[k])}, 2);
+        opr_tensor *hn = tu_call1(ctx, "to", (opr_value[]){opr_v_tensor(n), opr_v_string(names[k])}, 2);
+        opr_tensor *back = tu_call1(ctx, "to", (opr_value[]){opr_v_tensor(h), opr_v_string("f64")}, 2);
+        ck_assert_str_eq(opr_dtype_name(opr_tensor_dtype(h)), names[k]);
+        double *v = tu_to_f64(back), *vn = tu_to_f64(hn);
+        for (int i = 0; i < 3; i++) ck_assert_msg(v[i] == want[k][i], "%s: to [%d] = %.12g, want %.12g", names[k], i, v[i], want[k][i]);
+        for (int i = 0; i < 2; i++) ck_assert_msg(vn[i] == want[k][3 + i], "%s: i64 [%d] = %g", names[k], i, vn[i]);
+        free(v);
+        free(vn);
+        opr_tensor_release(h);
+        opr_tensor_release(hn);
+        opr_tensor_release(back);
+    }
+    opr_tensor_release(x);
+    opr_tensor_release(n);
+    tu_ctx_free(ctx);
+}
+END_TEST
+
+/* Batch norm in f16 on the CPU writes its running statistics in place through the f32
+ * path (cpu_register_upcast_ex): the f16 tensors the caller holds are updated. */
+START_TEST(test_half_batch_norm_running_stats)
+{
+    opr_ctx *ctx = tu_ctx();
+    /* channel 0: 1, 3, 5, 7 (mean 4, unbiased variance 20 / 3); channel 1: all 2 */
+    const float xs[8] = {1, 2, 3, 2, 5, 2, 7, 2};
+    opr_tensor *x32 = opr_tensor_from_data(ctx, OPR_F32, 2, (int64_t[]){4, 2}, xs, OPR_CPU);
+    opr_tensor *x = tu_call1(ctx, "to", (opr_value[]){opr_v_tensor(x32), opr_v_string("f16")}, 2);
+    opr_tensor *zeros = opr_tensor_from_data(ctx, OPR_F32, 1, (int64_t[]){2}, (float[]){0, 0}, OPR_CPU);
+    opr_tensor *ones = opr_tensor_from_data(ctx, OPR_F32, 1, (int64_t[]){2}, (float[]){1, 1}, OPR_CPU);
+    opr_tensor *rm = tu_call1(ctx, "to", (opr_value[]){opr_v_tensor(zeros), opr_v_string("f16")}, 2);
+    opr_tensor *rv = tu_call1(ctx, "to", (opr_value[]){opr_v_tensor(ones), opr_v_string("f16")}, 2);
+    opr_tensor *outs[3] = {NULL};
+    opr_value a[] = {opr_v_tensor(x), opr_v_none(), opr_v_none(), opr_v_tensor(rm), opr_v_tensor(rv), opr_v_bool(true),
+                     opr_v_double(0.5), opr_v_double(1e-5)};
+    ck_assert_msg(!opr_call(opr_op_find(ctx, "native_batch_norm"), a, 8, outs, 3), "%s", opr_last_error());
+    ck_assert_int_eq(opr_tensor_dtype(rm), OPR_F16);
+    double *m = tu_to_f64(rm), *v = tu_to_f64(rv), *y = tu_to_f64(outs[0]);
+    /* running = 0.5 running + 0.5 batch: mean (2, 1), variance (0.5 + 10 / 3, 0.5) */
+    ck_assert_msg(m[0] == 2 && m[1] == 1, "running_mean %g %g", m[0], m[1]);
+    ck_assert_msg(fabs(v[0] - (0.5 + 10.0 / 3)) <= 4e-3 && v[1] == 0.5, "running_var %g %g", v[0], v[1]);
+    /* y[0, 0] = (1 - 4) / sqrt(5 + eps) */
+    ck_assert_msg(fabs(y[0] + 3 / sqrt(5.00001)) <= 2e-3, "y[0] = %g", y[0]);
+    free(m);
+    free(v);
+    free(y);
+    opr_tensor *tr[] = {x32, x, zeros, ones, rm, rv, outs[0], outs[1], outs[2]};
+    for (size_t i = 0; i < sizeof tr / sizeof tr[0]; i++) opr_tensor_release(tr[i]);
+    tu_ctx_free(ctx);
+}
+END_TEST
+
 static Suite *coverage_suite(void)
 {
     Suite *s = suite_create("dtype_coverage");
@@ -117,6 +182,8 @@ static Suite *coverage_suite(void)
     tcase_set_timeout(t, 300);
     tcase_add_test(t, test_schema_dtypes_run_on_cpu);
     tcase_add_test(t, test_half_values);
+    tcase_add_test(t, test_half_conversions);
+    tcase_add_test(t, test_half_batch_norm_running_stats);
     suite_add_tcase(s, t);
     return s;
 }

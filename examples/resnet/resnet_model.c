@@ -311,3 +311,29 @@ opr_status resnet_model_forward(resnet_model *m, opr_tensor *x, opr_tensor *targ
     else opr_tensor_release(out);
     return OPR_OK;
 }
+
+opr_status resnet_head_saved_bytes(const resnet_model *m, int64_t n, uint64_t *bytes)
+{
+    *bytes = 0;
+    opr_tensor *w = resnet_model_tensor(m, "fc.weight", false), *b = resnet_model_tensor(m, "fc.bias", false);
+    if (!w || !b) return fail(OPR_ERR_NOT_FOUND, "resnet: no fc.weight or fc.bias");
+    /* stand-ins of the features, logits and targets: a plan depends on shapes only */
+    opr_ctx *ctx = opr_tensor_ctx(w);
+    const opr_device dev = opr_tensor_device(w);
+    opr_tensor *h = opr_tensor_new(ctx, m->cfg.dtype, 2, (int64_t[]){n, opr_tensor_shape(w)[1]}, dev);
+    opr_tensor *logits = opr_tensor_new(ctx, m->cfg.dtype, 2, (int64_t[]){n, m->cfg.num_classes}, dev);
+    opr_tensor *targets = opr_tensor_new(ctx, OPR_I64, 1, (int64_t[]){n}, dev);
+    uint64_t head = 0, loss = 0;
+    opr_status rc = h && logits && targets ? OPR_OK : fail(OPR_ERR_NOMEM, "resnet: %s", opr_last_error());
+    if (!rc && opr_plan_saved_bytes(m->ops.linear, (opr_value[]){T(h), T(w), T(b)}, 3, (const char *[]){"weight", "bias"}, 2,
+                                    &head))
+        rc = fail(OPR_ERR_INVALID, "resnet: the head's plan: %s", opr_last_error());
+    if (!rc && opr_plan_saved_bytes(m->ops.cross_entropy, (opr_value[]){T(logits), T(targets)}, 2, (const char *[]){"self"}, 1,
+                                    &loss))
+        rc = fail(OPR_ERR_INVALID, "resnet: the loss's plan: %s", opr_last_error());
+    opr_tensor_release(h);
+    opr_tensor_release(logits);
+    opr_tensor_release(targets);
+    if (!rc) *bytes = head + loss;
+    return rc;
+}

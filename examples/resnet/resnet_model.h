@@ -63,6 +63,14 @@ opr_tensor *resnet_model_tensor(const resnet_model *m, const char *name, bool bu
 opr_status resnet_model_forward(resnet_model *m, opr_tensor *x, opr_tensor *targets, bool train, opr_tensor **loss,
                                 opr_tensor **logits);
 
+/* The bytes a training step's graph saves when only the head (fc.weight, fc.bias)
+ * requires grad, for a batch of n: what opr_plan_saved_bytes gives for its two calls,
+ * linear(features, fc.weight, fc.bias) with weight and bias requiring grad and
+ * cross_entropy(logits, targets) with the logits requiring it. Nothing of the backbone
+ * is recorded then, so this is the whole graph's. OPR_OK or an error with
+ * resnet_error(). */
+opr_status resnet_head_saved_bytes(const resnet_model *m, int64_t n, uint64_t *bytes);
+
 /* The message of this thread's last failure in the example's code, "" when none. */
 const char *resnet_error(void);
 

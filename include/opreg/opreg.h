@@ -984,7 +984,11 @@ typedef struct opr_gradcheck_opts {
                             max(|analytic|, |numeric|); each 0: by the dtype of the inputs
                             (f64 1e-7 / 1e-5, f32 1e-5 / 1e-4, f16 and bf16 1e-2 / 2e-2);
                             otherwise finite and > 0 (NaN, infinite or negative:
-                            OPR_ERR_INVALID). A NaN gradient, analytic or numeric, is a
+                            OPR_ERR_INVALID). In f16 and bf16 the relative term is also
+                            taken against the largest |numeric| of that input's gradient
+                            (a formula run in half precision rounds every intermediate,
+                            and a difference of nearly equal terms keeps their error).
+                            A NaN gradient, analytic or numeric, is a
                             mismatch even against NaN (torch.autograd.gradcheck's rule).
                             The forward output is held to the same dtype table, f64 at
                             1e-12 / 1e-9 (there NaN agrees with NaN). */

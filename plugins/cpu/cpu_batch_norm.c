@@ -1,4 +1,5 @@
-/* Batch and group normalization kernels (f32 and f64): native_batch_norm, its backward
+/* Batch and group normalization kernels (f32 and f64; f16 and bf16 through them,
+ * cpu_half.c): native_batch_norm, its backward
  * native_batch_norm_backward (also the fused backward native_batch_norm_backward_fused of
  * training calls), native_group_norm and its backward native_group_norm_backward (the
  * kernel of _native_batch_norm_legit and its variants too: normalization.yaml).
@@ -332,15 +333,26 @@ static int k_batch_norm_legit_variant(const opr_kernel_call *c)
 
 int cpu_register_batch_norm(opr_plugin *self)
 {
-    const uint32_t dtypes = OPR_DTYPE_BIT(OPR_F32) | OPR_DTYPE_BIT(OPR_F64);
-    int rc = cpu_register(self, "native_batch_norm", dtypes, k_batch_norm);
-    if (!rc) rc = cpu_register(self, "native_batch_norm_backward", dtypes, k_batch_norm_backward);
-    if (!rc) rc = cpu_register(self, "_native_batch_norm_legit", dtypes, k_batch_norm);
-    if (!rc) rc = cpu_register(self, "_native_batch_norm_legit.no_stats", dtypes, k_batch_norm_legit_variant);
-    if (!rc) rc = cpu_register(self, "_native_batch_norm_legit_no_training", dtypes, k_batch_norm_legit_variant);
-    if (!rc) rc = cpu_register(self, "native_group_norm", dtypes, k_group_norm);
-    if (!rc) rc = cpu_register(self, "native_group_norm_backward", dtypes, k_group_norm_backward);
-    if (!rc) rc = cpu_register_supports(self, "native_batch_norm_backward_fused", dtypes, k_batch_norm_backward_fused, fused_supports);
-    if (!rc) rc = cpu_register_supports(self, "_native_batch_norm_legit_backward_fused", dtypes, k_batch_norm_backward_fused, fused_supports);
+    /* f16 and bf16 computed in f32 (cpu_half.c); batch norm's running_mean and
+     * running_var (arguments 3 and 4) are written in place */
+    const uint32_t dtypes = OPR_DTYPE_BIT(OPR_F32) | OPR_DTYPE_BIT(OPR_F64), running = 1u << 3 | 1u << 4;
+    static const struct {
+        const char *op;
+        opr_kernel_fn fn;
+        bool writes_running;
+    } table[] = {
+        {"native_batch_norm", k_batch_norm, true},
+        {"native_batch_norm_backward", k_batch_norm_backward, false},
+        {"_native_batch_norm_legit", k_batch_norm, true},
+        {"_native_batch_norm_legit.no_stats", k_batch_norm_legit_variant, false},
+        {"_native_batch_norm_legit_no_training", k_batch_norm_legit_variant, false},
+        {"native_group_norm", k_group_norm, false},
+        {"native_group_norm_backward", k_group_norm_backward, false},
+    };
+    int rc = OPR_OK;
+    for (size_t i = 0; i < sizeof table / sizeof table[0] && !rc; i++)
+        rc = cpu_register_upcast_ex(self, table[i].op, dtypes, table[i].fn, table[i].writes_running ? running : 0, NULL);
+    if (!rc) rc = cpu_register_upcast_ex(self, "native_batch_norm_backward_fused", dtypes, k_batch_norm_backward_fused, 0, fused_supports);
+    if (!rc) rc = cpu_register_upcast_ex(self, "_native_batch_norm_legit_backward_fused", dtypes, k_batch_norm_backward_fused, 0, fused_supports);
     return rc;
 }

@@ -1,7 +1,9 @@
 /* Dtype conversion: to(self, dtype), a copy of self in the output's dtype, element by
  * element as C converts (floats to i64 truncate toward zero, anything to bool is
  * "!= 0"). A float that does not fit in i64 (NaN, inf, |x| >= 2^63) is an error rather
- * than C's undefined conversion. */
+ * than C's undefined conversion. f16 and bf16 read exactly (every half is a float) and
+ * are written from a float rounded to nearest even: from f64 through float, as
+ * PyTorch's c10::Half and BFloat16 convert. */
 #include "cpu_common.h"
 #include "cpu_kernels.h"
 
@@ -16,6 +18,7 @@ static double load(const char *p, opr_dtype dt, int64_t *i64, bool *exact)
     case OPR_F64: { double d; memcpy(&d, p, sizeof d); return d; }
     case OPR_I64: memcpy(i64, p, sizeof *i64); *exact = true; return (double)*i64;
     case OPR_BOOL: *i64 = *(const unsigned char *)p != 0; *exact = true; return (double)*i64;
+    case OPR_F16: case OPR_BF16: return opu_load_f64(p, dt, 0);
     default: return 0;
     }
 }
@@ -25,8 +28,6 @@ static int k_to(const opr_kernel_call *c)
     const opr_tensor_view *x = cpu_arg_t(c, 0);
     opr_tensor_view *out = c->outputs[0];
     const size_t xs = opc_dtype_size(x->dtype), os = opc_dtype_size(out->dtype);
-    if (out->dtype == OPR_F16 || out->dtype == OPR_BF16)
-        return CPU_FAIL(c, OPR_ERR_UNSUPPORTED, "to: dtype %s is not supported on cpu", opc_dtype_name(out->dtype));
     cpu_walk w = {.ndim = x->ndim, .nops = 2, .shape = x->shape};
     for (int32_t d = 0; d < x->ndim; d++) {
         w.strides[0][d] = x->strides[d];
@@ -51,6 +52,7 @@ static int k_to(const opr_kernel_call *c)
             memcpy(dst, &iv, sizeof iv);
             break;
         case OPR_BOOL: *(unsigned char *)dst = exact ? iv != 0 : v != 0; break;
+        case OPR_F16: case OPR_BF16: opu_store_f64(dst, out->dtype, 0, exact ? (double)(float)iv : v); break;
         default: break;
         }
     }
@@ -60,6 +62,6 @@ static int k_to(const opr_kernel_call *c)
 int cpu_register_convert(opr_plugin *self)
 {
     const uint32_t dtypes = OPR_DTYPE_BIT(OPR_F32) | OPR_DTYPE_BIT(OPR_F64) | OPR_DTYPE_BIT(OPR_I64) |
-                            OPR_DTYPE_BIT(OPR_BOOL);
+                            OPR_DTYPE_BIT(OPR_BOOL) | OPR_DTYPE_BIT(OPR_F16) | OPR_DTYPE_BIT(OPR_BF16);
     return cpu_register(self, "to", dtypes, k_to);
 }

@@ -1,4 +1,5 @@
-/* grid_sampler_2d and its gradients (registry/ops/grid_sample.yaml), f32 and f64, on
+/* grid_sampler_2d and its gradients (registry/ops/grid_sample.yaml), f32 and f64 (f16
+ * and bf16 through f32, cpu_half.c), on
  * the arithmetic of plugins/common/opc_grid_sample.h (shared with plugins/gpu, so both
  * give the same numbers). input [N, C, H, W], grid [N, Ho, Wo, 2]; the output
  * [N, C, Ho, Wo]. One backward kernel serves four names, whose arguments sit at the
@@ -151,7 +152,7 @@ int cpu_register_grid_sample(opr_plugin *self)
     };
     const uint32_t dtypes = OPR_DTYPE_BIT(OPR_F32) | OPR_DTYPE_BIT(OPR_F64);
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
-        int rc = cpu_register(self, table[i].op, dtypes, table[i].fn);
+        int rc = cpu_register_upcast(self, table[i].op, dtypes, table[i].fn);
         if (rc) return rc;
     }
     return OPR_OK;

@@ -4,6 +4,8 @@
  * dtypes (compute in float, store in half), and it gives every op the schema lists with
  * f16 / bf16 a CPU kernel to compare the GPU kernels against, without a second copy of
  * each loop. Outputs whose shape depends on the data (alloc_output) are not covered.
+ * Arguments an op writes in place (batch norm's running statistics) are widened like
+ * the others and rounded back after the call (cpu_register_upcast_ex).
  * The conversions are those of <opreg/plugin_util.h> (opu_f16_to_f32 and the others). */
 #include "cpu_common.h"
 #include "cpu_kernels.h"
@@ -15,7 +17,13 @@
 #define UPCAST_MAX_TENSORS 32
 #define UPCAST_MAX_ARGS 24
 
-static opr_kernel_fn upcast_fns[UPCAST_MAX];
+/* The f32 kernel of an op and the arguments it writes in place (bit i: argument i). */
+typedef struct upcast_entry {
+    opr_kernel_fn fn;
+    uint32_t written;
+} upcast_entry;
+
+static upcast_entry upcast_fns[UPCAST_MAX];
 static int upcast_n;
 static pthread_mutex_t upcast_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -42,8 +50,9 @@ static float *widen(const opr_tensor_view *v, opr_tensor_view *to, int64_t *stri
     return buf;
 }
 
-/* The f32 results in `from` rounded into half-precision output view v. */
-static void narrow(const float *from, opr_tensor_view *v)
+/* The f32 results in `from` rounded into half-precision view v (an output, or an
+ * argument written in place: the view is the host's, its data writable). */
+static void narrow(const float *from, const opr_tensor_view *v)
 {
     int64_t idx[OPR_MAX_DIMS] = {0};
     uint16_t *dst = v->data;
@@ -63,6 +72,7 @@ typedef struct upcast_call {
     int64_t strides[UPCAST_MAX_TENSORS][OPR_MAX_DIMS];
     float *bufs[UPCAST_MAX_TENSORS];
     int nviews, nlists;
+    int arg_view[UPCAST_MAX_ARGS]; /* the stand-in of tensor argument i (-1: itself) */
 } upcast_call;
 
 /* The f32 stand-in of view v (v itself unless half), or NULL without memory / room. */
@@ -78,7 +88,8 @@ static const opr_tensor_view *stand_in(upcast_call *u, const opr_tensor_view *v)
 
 static int k_upcast(const opr_kernel_call *c)
 {
-    const opr_kernel_fn f32 = *(const opr_kernel_fn *)c->kernel_data;
+    const upcast_entry *e = c->kernel_data;
+    const opr_kernel_fn f32 = e->fn;
     bool half = false;
     for (int i = 0; i < c->nout; i++) half |= c->outputs[i] && is_half(c->outputs[i]->dtype);
     for (int i = 0; i < c->nargs; i++) {
@@ -95,7 +106,12 @@ static int k_upcast(const opr_kernel_call *c)
     for (int i = 0; i < c->nargs && !rc; i++) {
         u->args[i] = *c->args[i];
         u->argp[i] = &u->args[i];
-        if (u->args[i].kind == OPR_ARG_TENSOR && !(u->args[i].u.t = stand_in(u, c->args[i]->u.t))) rc = OPR_ERR_NOMEM;
+        u->arg_view[i] = -1;
+        if (u->args[i].kind == OPR_ARG_TENSOR) {
+            const int before = u->nviews;
+            if (!(u->args[i].u.t = stand_in(u, c->args[i]->u.t))) rc = OPR_ERR_NOMEM;
+            else if (u->nviews > before) u->arg_view[i] = before;
+        }
         if (u->args[i].kind != OPR_ARG_TENSOR_LIST) continue;
         int n = u->args[i].u.tl.n;
         if (u->nlists + n > UPCAST_MAX_TENSORS) { rc = OPR_ERR_NOMEM; break; }
@@ -127,22 +143,31 @@ static int k_upcast(const opr_kernel_call *c)
     }
     for (int i = 0, k = first_out; !rc && i < c->nout; i++)
         if (u->outp[i] != c->outputs[i]) narrow(u->bufs[k++], c->outputs[i]);
+    for (int i = 0; !rc && i < c->nargs && i < 32; i++)
+        if ((e->written >> i & 1) && u->arg_view[i] >= 0)
+            narrow(u->bufs[u->arg_view[i]], c->args[i]->u.t);
     for (int k = 0; k < u->nviews; k++) free(u->bufs[k]);
     free(u);
     return rc;
 }
 
-int cpu_register_upcast(opr_plugin *self, const char *op, uint32_t dtypes, opr_kernel_fn fn)
+int cpu_register_upcast_ex(opr_plugin *self, const char *op, uint32_t dtypes, opr_kernel_fn fn, uint32_t written,
+                           bool (*supports)(const opr_kernel_call *call, char *why, size_t why_len))
 {
-    if (!(dtypes & OPR_DTYPE_BIT(OPR_F32))) return cpu_register(self, op, dtypes, fn);
+    if (!(dtypes & OPR_DTYPE_BIT(OPR_F32))) return cpu_register_full(self, op, dtypes, fn, NULL, supports);
     /* the table is the same for every context (init registers the same kernels each
      * time), and contexts may be initialised on several threads at once */
     pthread_mutex_lock(&upcast_lock);
     int k;
-    for (k = 0; k < upcast_n && upcast_fns[k] != fn; k++) {}
-    if (k == upcast_n && upcast_n < UPCAST_MAX) upcast_fns[upcast_n++] = fn;
+    for (k = 0; k < upcast_n && (upcast_fns[k].fn != fn || upcast_fns[k].written != written); k++) {}
+    if (k == upcast_n && upcast_n < UPCAST_MAX) upcast_fns[upcast_n++] = (upcast_entry){fn, written};
     pthread_mutex_unlock(&upcast_lock);
     if (k == UPCAST_MAX) return cpu_init_error("cpu: more ops through cpu_register_upcast than UPCAST_MAX");
-    return cpu_register_data(self, op, dtypes | OPR_DTYPE_BIT(OPR_F16) | OPR_DTYPE_BIT(OPR_BF16), k_upcast,
-                             &upcast_fns[k]);
+    return cpu_register_full(self, op, dtypes | OPR_DTYPE_BIT(OPR_F16) | OPR_DTYPE_BIT(OPR_BF16), k_upcast,
+                             &upcast_fns[k], supports);
+}
+
+int cpu_register_upcast(opr_plugin *self, const char *op, uint32_t dtypes, opr_kernel_fn fn)
+{
+    return cpu_register_upcast_ex(self, op, dtypes, fn, 0, NULL);
 }

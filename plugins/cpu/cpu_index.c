@@ -619,26 +619,26 @@ int cpu_register_index(opr_plugin *self)
 {
     const uint32_t num = OPR_DTYPE_BIT(OPR_F32) | OPR_DTYPE_BIT(OPR_F64) | OPR_DTYPE_BIT(OPR_I64);
     const uint32_t all = num | OPR_DTYPE_BIT(OPR_BOOL);
-    /* diag, copy_ and diagonal_scatter move bytes, so they serve the half types, which only
-     * have storage here. */
+    /* diag, index_select, gather, copy_ and diagonal_scatter move bytes, so they serve
+     * the half types as they are; index_add and scatter_add sum them in f32 (cpu_half.c). */
     const uint32_t any = all | OPR_DTYPE_BIT(OPR_F16) | OPR_DTYPE_BIT(OPR_BF16);
-    const struct { const char *op; uint32_t dtypes; opr_kernel_fn fn; } table[] = {
-        { "diag", any, k_diag },
-        { "index_select", all, k_index_select },
-        { "masked_select", all, k_masked_select },
-        { "gather", all, k_gather },
-        { "index_add", num, k_index_add },
-        { "scatter_add", num, k_scatter_add },
-        { "cat", all, k_cat },
-        { "diagonal_scatter", any, k_diagonal_scatter },
-        { "masked_scatter", all, k_masked_scatter },
-        { "copy_", any, k_copy_ },
-        { "fill_", all, k_fill_ },
-        { "index_add_", num, k_index_add_ },
-        { "masked_fill_", all, k_masked_fill_ },
+    const struct { const char *op; uint32_t dtypes; opr_kernel_fn fn; bool upcast; } table[] = {
+        { "diag", any, k_diag, false },
+        { "index_select", any, k_index_select, false },
+        { "masked_select", all, k_masked_select, false },
+        { "gather", any, k_gather, false },
+        { "index_add", num, k_index_add, true },
+        { "scatter_add", num, k_scatter_add, true },
+        { "cat", all, k_cat, false },
+        { "diagonal_scatter", any, k_diagonal_scatter, false },
+        { "masked_scatter", all, k_masked_scatter, false },
+        { "copy_", any, k_copy_, false },
+        { "fill_", all, k_fill_, false },
+        { "index_add_", num, k_index_add_, false },
+        { "masked_fill_", all, k_masked_fill_, false },
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
-        int rc = cpu_register(self, table[i].op, table[i].dtypes, table[i].fn);
+        int rc = (table[i].upcast ? cpu_register_upcast : cpu_register)(self, table[i].op, table[i].dtypes, table[i].fn);
         if (rc != OPR_OK) return rc;
     }
     return OPR_OK;

@@ -14,6 +14,9 @@ int cpu_register_data(opr_plugin *self, const char *op, uint32_t dtypes, opr_ker
  * kernel takes, asked before it runs. */
 int cpu_register_supports(opr_plugin *self, const char *op, uint32_t dtypes, opr_kernel_fn fn,
                           bool (*supports)(const opr_kernel_call *call, char *why, size_t why_len));
+/* Both: kernel_data and a `supports` callback (either may be NULL). */
+int cpu_register_full(opr_plugin *self, const char *op, uint32_t dtypes, opr_kernel_fn fn, void *data,
+                      bool (*supports)(const opr_kernel_call *call, char *why, size_t why_len));
 /* Reports msg as the error of the plugin's init (there is no call yet); returns
  * OPR_ERR_INVALID. */
 int cpu_init_error(const char *msg);
@@ -21,6 +24,11 @@ int cpu_init_error(const char *msg);
  * tensors are widened to f32 around the call and the outputs rounded back
  * (cpu_half.c). */
 int cpu_register_upcast(opr_plugin *self, const char *op, uint32_t dtypes, opr_kernel_fn fn);
+/* The same, with the arguments the op writes in place (bit i: argument i; their widened
+ * copies are rounded back into them after the call) and a `supports` callback (NULL:
+ * none), which sees the call as the host made it (half-precision tensors). */
+int cpu_register_upcast_ex(opr_plugin *self, const char *op, uint32_t dtypes, opr_kernel_fn fn, uint32_t written,
+                           bool (*supports)(const opr_kernel_call *call, char *why, size_t why_len));
 
 /* out = scale * x summed over x's leading dims, when that is all that summing x to out
  * (broadcast strides ostr) does and x is contiguous; false otherwise (cpu_grad.c). */

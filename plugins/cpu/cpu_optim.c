@@ -33,8 +33,37 @@ static int check_operands(const opr_kernel_call *c, const opr_tensor_view *self,
     return OPR_OK;
 }
 
-/* Element i of v (NULL: none). */
-#define AT(T, v, i) (((T *)(v)->data)[cpu_offset_of((v), (i))])
+/* Element i of v (NULL: none): at i itself when every operand of the call is
+ * contiguous (parameters, their gradients and buffers are), else found through v's
+ * strides. */
+#define AT(T, v, i) (((T *)(v)->data)[contig ? (i) : cpu_offset_of((v), (i))])
+
+/* Every given view is contiguous. */
+static bool all_contiguous(const opr_tensor_view *const *v, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (v[i] && !cpu_is_contiguous(v[i])) return false;
+    return true;
+}
+
+/* SGD_LOOP on contiguous operands, with momentum (the usual case), as one loop whose
+ * flags are selects the compiler vectorizes: the general loop's per-element branches
+ * and offsets kept it scalar, at 4 ns per element, as long as ResNet-18's backward
+ * for its 11M parameters. The same operations in the same order. */
+#define SGD_DENSE_MOMENTUM(T)                                                                                 \
+    do {                                                                                                      \
+        const T lr_ = (T)lr, wd_ = (T)wd, mom_ = (T)mom, keep_ = (T)(1.0 - damp);                           \
+        const bool wd_on = wd != 0;                                                                           \
+        T *p_ = out->data, *b_ = buf->data;                                                                   \
+        const T *g_ = grad->data;                                                                             \
+        _Pragma("omp parallel for simd if (n >= CPU_PAR_THRESHOLD)")                                          \
+        for (int64_t i = 0; i < n; i++) {                                                                     \
+            const T p = p_[i], gi = maximize ? -g_[i] : g_[i], g = wd_on ? gi + wd_ * p : gi;                 \
+            const T b = first ? g : b_[i] * mom_ + keep_ * g;                                                 \
+            b_[i] = b;                                                                                        \
+            p_[i] = p + -lr_ * (nesterov ? g + mom_ * b : b);                                                 \
+        }                                                                                                     \
+    } while (0)
 
 #define SGD_LOOP(T)                                                                                           \
     do {                                                                                                      \
@@ -69,7 +98,10 @@ static int k_sgd_step(const opr_kernel_call *c)
     if (!rc) rc = check_operands(c, out, ops, names, 2);
     if (rc) return rc;
     const int64_t n = out->numel;
-    if (out->dtype == OPR_F32) SGD_LOOP(float);
+    const bool contig = all_contiguous((const opr_tensor_view *[]){out, grad, buf}, 3);
+    if (contig && mom != 0 && out->dtype == OPR_F32) SGD_DENSE_MOMENTUM(float);
+    else if (contig && mom != 0) SGD_DENSE_MOMENTUM(double);
+    else if (out->dtype == OPR_F32) SGD_LOOP(float);
     else SGD_LOOP(double);
     return OPR_OK;
 }
@@ -116,6 +148,7 @@ static int k_adamw_step(const opr_kernel_call *c)
     if (rc) return rc;
     const double t = (double)step, step_size = lr / (1.0 - pow(b1, t)), bc2_sqrt = sqrt(1.0 - pow(b2, t));
     const int64_t n = out->numel;
+    const bool contig = all_contiguous((const opr_tensor_view *[]){out, grad, exp_avg, exp_avg_sq, max_sq}, 5);
     if (out->dtype == OPR_F32) ADAMW_LOOP(float, sqrtf);
     else ADAMW_LOOP(double, sqrt);
     return OPR_OK;

@@ -16,8 +16,8 @@ static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
 static const opr_host_api *init_host;
 static pthread_once_t vmath_once = PTHREAD_ONCE_INIT;
 
-static int register_kernel(opr_plugin *self, const char *op, uint32_t dtypes, opr_kernel_fn fn, void *data,
-                           bool (*supports)(const opr_kernel_call *call, char *why, size_t why_len))
+int cpu_register_full(opr_plugin *self, const char *op, uint32_t dtypes, opr_kernel_fn fn, void *data,
+                      bool (*supports)(const opr_kernel_call *call, char *why, size_t why_len))
 {
     opr_kernel_desc d = {
         .struct_size = sizeof d, .op = op, .device = "cpu", .dtypes = dtypes, .fn = fn, .data = data, .supports = supports,
@@ -27,13 +27,13 @@ static int register_kernel(opr_plugin *self, const char *op, uint32_t dtypes, op
 
 int cpu_register_data(opr_plugin *self, const char *op, uint32_t dtypes, opr_kernel_fn fn, void *data)
 {
-    return register_kernel(self, op, dtypes, fn, data, NULL);
+    return cpu_register_full(self, op, dtypes, fn, data, NULL);
 }
 
 int cpu_register_supports(opr_plugin *self, const char *op, uint32_t dtypes, opr_kernel_fn fn,
                           bool (*supports)(const opr_kernel_call *call, char *why, size_t why_len))
 {
-    return register_kernel(self, op, dtypes, fn, NULL, supports);
+    return cpu_register_full(self, op, dtypes, fn, NULL, supports);
 }
 
 int cpu_register(opr_plugin *self, const char *op, uint32_t dtypes, opr_kernel_fn fn)

@@ -1,4 +1,5 @@
-/* Pooling kernels (f32 and f64): max_pool2d/3d_with_indices, avg_pool2d/3d and their
+/* Pooling kernels (f32 and f64; f16 and bf16 through them, cpu_half.c):
+ * max_pool2d/3d_with_indices, avg_pool2d/3d and their
  * backward, _adaptive_avg_pool2d/3d and their backward.
  *
  * Every tensor is seen as planes (the leading dims, [N, C] or [C]) of up to 3 spatial
@@ -256,7 +257,7 @@ int cpu_register_pool(opr_plugin *self)
     };
     const uint32_t dtypes = OPR_DTYPE_BIT(OPR_F32) | OPR_DTYPE_BIT(OPR_F64);
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
-        int rc = cpu_register(self, table[i].op, dtypes, table[i].fn);
+        int rc = cpu_register_upcast(self, table[i].op, dtypes, table[i].fn);
         if (rc) return rc;
     }
     return OPR_OK;

@@ -398,7 +398,10 @@ int cpu_register_reduce(opr_plugin *self)
         {"norm", red_mask(norm2_k), k_norm},
     };
     for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
-        int rc = cpu_register(self, ops[i].op, ops[i].mask, ops[i].fn);
+        /* sum and mean also in f16 and bf16 (the gradients of the normalizations sum
+         * them), summed in f32 and rounded once (cpu_half.c) */
+        const bool halves = !strcmp(ops[i].op, "sum") || !strcmp(ops[i].op, "mean");
+        int rc = (halves ? cpu_register_upcast : cpu_register)(self, ops[i].op, ops[i].mask, ops[i].fn);
         if (rc != OPR_OK) return rc;
     }
     return OPR_OK;

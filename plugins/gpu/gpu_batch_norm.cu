@@ -1,4 +1,4 @@
-/* Batch and group normalization kernels (f32, f64): native_batch_norm, its backward
+/* Batch and group normalization kernels (f32, f64, f16, bf16): native_batch_norm, its backward
  * native_batch_norm_backward (also the fused backward native_batch_norm_backward_fused of
  * training calls), native_group_norm and native_group_norm_backward (the kernel of
  * _native_batch_norm_legit and its variants too), with the results of the CPU kernels
@@ -8,7 +8,8 @@
  * statistic is a block-wide reduction, one block per channel (batch norm) or per sample
  * group (group norm): the threads stride through its elements and combine their partial
  * sums in a shared-memory tree (no warp shuffles, so 64-wide wavefronts work; no
- * atomics, so the sums do not depend on the schedule). Sums are in double and two-pass
+ * atomics, so the sums do not depend on the schedule). Sums are in double (halves
+ * widened by gk_to_d, every result rounded to the storage type once) and two-pass
  * (the mean, then the squared deviations), as the variance must not lose digits to
  * cancellation. Thread 0 of the block then writes the per-channel results (saved
  * statistics, running statistics in place, weight and bias gradients) and the
@@ -28,10 +29,10 @@ namespace {
 template <class T> struct vec {
     T *p;
     int64_t st;
-    GK_DEV double at(int64_t i, double dflt) const { return p ? (double)p[i * st] : dflt; }
+    GK_DEV double at(int64_t i, double dflt) const { return p ? gk_to_d(p[i * st]) : dflt; }
     GK_DEV void set(int64_t i, double v) const
     {
-        if (p) p[i * st] = (T)v;
+        if (p) p[i * st] = gk_from_d<T>(v);
     }
 };
 
@@ -71,17 +72,17 @@ __global__ void k_bn_stats(int64_t ch, int64_t m, int64_t inner, const T *x, boo
         double mean, invstd;
         if (train) {
             double s = 0, ss = 0;
-            for (int64_t j = threadIdx.x; j < m; j += blockDim.x) s += (double)x[chan_at(k, j, ch, inner)];
+            for (int64_t j = threadIdx.x; j < m; j += blockDim.x) s += gk_to_d(x[chan_at(k, j, ch, inner)]);
             mean = block_sum(s, sh) / (double)m;
             for (int64_t j = threadIdx.x; j < m; j += blockDim.x) {
-                const double d = (double)x[chan_at(k, j, ch, inner)] - mean;
+                const double d = gk_to_d(x[chan_at(k, j, ch, inner)]) - mean;
                 ss += d * d;
             }
             ss = block_sum(ss, sh);
             invstd = 1 / sqrt(ss / (double)m + eps);
             if (threadIdx.x == 0) {
-                save_mean[k] = (T)mean;
-                save_invstd[k] = (T)invstd;
+                save_mean[k] = gk_from_d<T>(mean);
+                save_invstd[k] = gk_from_d<T>(invstd);
                 rm.set(k, (1 - momentum) * rm.at(k, 0) + momentum * mean);
                 rv.set(k, (1 - momentum) * rv.at(k, 0) + momentum * ss / (double)(m - 1));
             }
@@ -104,7 +105,7 @@ __global__ void k_bn_apply(int64_t total, int64_t ch, int64_t inner, const T *x,
     GK_LOOP(e, total)
     {
         const int64_t k = e / inner % ch;
-        y[e] = (T)((double)x[e] * coef[2 * k] + coef[2 * k + 1]);
+        y[e] = gk_from_d<T>(gk_to_d(x[e]) * coef[2 * k] + coef[2 * k + 1]);
     }
 }
 
@@ -127,9 +128,9 @@ __global__ void k_bn_backward_reduce(int64_t ch, int64_t m, int64_t inner, const
         double sg = 0, sgx = 0;
         for (int64_t j = threadIdx.x; j < m; j += blockDim.x) {
             const int64_t i = chan_at(k, j, ch, inner);
-            const double gv = (double)g[i];
+            const double gv = gk_to_d(g[i]);
             sg += gv;
-            if (x) sgx += gv * ((double)x[i] - mean);
+            if (x) sgx += gv * (gk_to_d(x[i]) - mean);
         }
         sg = block_sum(sg, sh);
         sgx = block_sum(sgx, sh);
@@ -150,7 +151,7 @@ __global__ void k_bn_backward_apply(int64_t total, int64_t ch, int64_t inner, co
     GK_LOOP(e, total)
     {
         const double *c = coef + 4 * (e / inner % ch);
-        dx[e] = (T)(c[0] * ((double)g[e] - c[1] - ((double)x[e] - c[3]) * c[2]));
+        dx[e] = gk_from_d<T>(c[0] * (gk_to_d(g[e]) - c[1] - (gk_to_d(x[e]) - c[3]) * c[2]));
     }
 }
 
@@ -165,17 +166,17 @@ __global__ void k_gn_stats(int64_t rows, int64_t len, const T *x, double eps, T 
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
         const T *xr = x + r * len;
         double s = 0, ss = 0;
-        for (int64_t j = threadIdx.x; j < len; j += blockDim.x) s += (double)xr[j];
+        for (int64_t j = threadIdx.x; j < len; j += blockDim.x) s += gk_to_d(xr[j]);
         const double total = block_sum(s, sh), mean = len ? total / (double)len : 0;
         for (int64_t j = threadIdx.x; j < len; j += blockDim.x) {
-            const double d = (double)xr[j] - mean;
+            const double d = gk_to_d(xr[j]) - mean;
             ss += d * d;
         }
         ss = block_sum(ss, sh);
         if (threadIdx.x == 0) {
             const double rstd = 1 / sqrt((len ? ss / (double)len : 0) + eps);
-            mean_out[r] = (T)mean;
-            rstd_out[r] = (T)rstd;
+            mean_out[r] = gk_from_d<T>(mean);
+            rstd_out[r] = gk_from_d<T>(rstd);
             st[2 * r] = mean;
             st[2 * r + 1] = rstd;
         }
@@ -192,7 +193,7 @@ __global__ void k_gn_apply(int64_t total, int64_t ch, int64_t hw, int64_t cg, co
     {
         const int64_t r = e / (cg * hw), k = e / hw % ch;
         const double scale = st[2 * r + 1] * w.at(k, 1), shift = b.at(k, 0) - st[2 * r] * scale;
-        y[e] = (T)((double)x[e] * scale + shift);
+        y[e] = gk_from_d<T>(gk_to_d(x[e]) * scale + shift);
     }
 }
 
@@ -201,11 +202,11 @@ __global__ void k_gn_apply(int64_t total, int64_t ch, int64_t hw, int64_t cg, co
 /* Blocks for one block per item (grid-stride beyond). */
 unsigned item_blocks(int64_t items) { return (unsigned)(items < 65535 ? (items > 0 ? items : 1) : 65535); }
 
-/* Every given tensor has dtype dt (f32 or f64), and the per-channel ones C elements in
+/* Every given tensor has dtype dt (f32, f64, f16 or bf16), and the per-channel ones C elements in
  * one dim. */
 int check_operands(const opr_kernel_call *c, opr_dtype dt, int64_t ch, const opr_tensor_view *const *vecs, int nvecs)
 {
-    if (dt != OPR_F32 && dt != OPR_F64)
+    if (!((GK_FLOATS | GK_HALVES) & GK_BIT(dt)))
         return GK_FAIL(c, OPR_ERR_UNSUPPORTED, "%s: no %s kernel for dtype %s", c->op, GPU_RUNTIME_NAME, gk_dtype_name(dt));
     for (int i = 0; i < nvecs; i++) {
         const opr_tensor_view *v = vecs[i];
@@ -257,8 +258,7 @@ int k_batch_norm(const opr_kernel_call *c)
     gk_buf bx, bcoef;
     const void *px;
     if ((rc = gk_dense(&k, x, &bx, &px)) || (rc = bcoef.alloc(&k, (size_t)ch * 2 * sizeof(double)))) return rc;
-    if (x->dtype == OPR_F32) launch_bn_forward<float>(&k, n, ch, inner, px, train, momentum, eps, vecs, y, sm, si, bcoef.as<double>());
-    else launch_bn_forward<double>(&k, n, ch, inner, px, train, momentum, eps, vecs, y, sm, si, bcoef.as<double>());
+    GK_FLOAT_DISPATCH(x->dtype, launch_bn_forward, &k, n, ch, inner, px, train, momentum, eps, vecs, y, sm, si, bcoef.as<double>());
     return gk_launched(&k, "batch norm kernel");
 }
 
@@ -305,8 +305,7 @@ int bn_backward_run(const opr_kernel_call *c, const bn_backward *p)
     if ((rc = gk_dense(&k, g, &bg, &pg)) || (rc = gk_dense(&k, (p->dx || p->dw) ? x : nullptr, &bx, &px)) ||
         (rc = bcoef.alloc(&k, (size_t)ch * 4 * sizeof(double))))
         return rc;
-    if (g->dtype == OPR_F32) launch_bn_backward<float>(&k, p, ch, n * inner, inner, pg, px, bcoef.as<double>());
-    else launch_bn_backward<double>(&k, p, ch, n * inner, inner, pg, px, bcoef.as<double>());
+    GK_FLOAT_DISPATCH(g->dtype, launch_bn_backward, &k, p, ch, n * inner, inner, pg, px, bcoef.as<double>());
     return gk_launched(&k, "batch norm backward kernel");
 }
 
@@ -400,8 +399,7 @@ int k_group_norm(const opr_kernel_call *c)
     gk_buf bx, bst;
     const void *px;
     if ((rc = gk_dense(&k, x, &bx, &px)) || (rc = bst.alloc(&k, (size_t)rows * 2 * sizeof(double)))) return rc;
-    if (x->dtype == OPR_F32) launch_gn<float>(&k, rows, len, ch, hw, px, eps, w, b, y, mo, ro, bst.as<double>());
-    else launch_gn<double>(&k, rows, len, ch, hw, px, eps, w, b, y, mo, ro, bst.as<double>());
+    GK_FLOAT_DISPATCH(x->dtype, launch_gn, &k, rows, len, ch, hw, px, eps, w, b, y, mo, ro, bst.as<double>());
     return gk_launched(&k, "group norm kernel");
 }
 
@@ -415,17 +413,17 @@ __global__ void k_gn_bwd_dx(int64_t rows, int64_t len, int64_t hw, int64_t cg, i
     __shared__ double sh[GK_THREADS];
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
         const int64_t off = r * len, c0 = (r % groups) * cg;
-        const double mu = (double)mean[r], rs = (double)rstd[r];
+        const double mu = gk_to_d(mean[r]), rs = gk_to_d(rstd[r]);
         double s1 = 0, s2 = 0;
         for (int64_t j = threadIdx.x; j < len; j += blockDim.x) {
-            const double g = (double)dy[off + j] * w.at(c0 + j / hw, 1);
+            const double g = gk_to_d(dy[off + j]) * w.at(c0 + j / hw, 1);
             s1 += g;
-            s2 += g * ((double)x[off + j] - mu) * rs;
+            s2 += g * (gk_to_d(x[off + j]) - mu) * rs;
         }
         const double m1 = block_sum(s1, sh) / (double)len, m2 = block_sum(s2, sh) / (double)len;
         for (int64_t j = threadIdx.x; j < len; j += blockDim.x) {
-            const double g = (double)dy[off + j] * w.at(c0 + j / hw, 1);
-            dx[off + j] = (T)(rs * (g - m1 - ((double)x[off + j] - mu) * rs * m2));
+            const double g = gk_to_d(dy[off + j]) * w.at(c0 + j / hw, 1);
+            dx[off + j] = gk_from_d<T>(rs * (g - m1 - (gk_to_d(x[off + j]) - mu) * rs * m2));
         }
     }
 }
@@ -441,15 +439,15 @@ __global__ void k_gn_bwd_dwdb(int64_t ch, int64_t n, int64_t hw, int64_t cg, int
         double sw = 0, sb = 0;
         for (int64_t j = threadIdx.x; j < n * hw; j += blockDim.x) {
             const int64_t i = j / hw, r = i * groups + k / cg, off = (i * ch + k) * hw + j % hw;
-            const double g = (double)dy[off];
-            sw += g * ((double)x[off] - (double)mean[r]) * (double)rstd[r];
+            const double g = gk_to_d(dy[off]);
+            sw += g * (gk_to_d(x[off]) - gk_to_d(mean[r])) * gk_to_d(rstd[r]);
             sb += g;
         }
         sw = block_sum(sw, sh);
         sb = block_sum(sb, sh);
         if (threadIdx.x == 0) {
-            if (dw) dw[k] = (T)sw;
-            if (db) db[k] = (T)sb;
+            if (dw) dw[k] = gk_from_d<T>(sw);
+            if (db) db[k] = gk_from_d<T>(sb);
         }
     }
 }
@@ -497,8 +495,7 @@ int k_group_norm_backward(const opr_kernel_call *c)
     const void *p[4];
     for (int i = 0; i < 4; i++)
         if ((rc = gk_dense(&k, src[i], &bufs[i], &p[i]))) return rc;
-    if (x->dtype == OPR_F32) launch_gn_backward<float>(&k, n, ch, hw, groups, p, w, dx, dw, db);
-    else launch_gn_backward<double>(&k, n, ch, hw, groups, p, w, dx, dw, db);
+    GK_FLOAT_DISPATCH(x->dtype, launch_gn_backward, &k, n, ch, hw, groups, p, w, dx, dw, db);
     return gk_launched(&k, "group norm backward kernel");
 }
 
@@ -515,16 +512,16 @@ int k_batch_norm_legit_variant(const opr_kernel_call *c)
 
 int gk_register_batch_norm(opr_plugin *self)
 {
-    int rc = gk_register(self, "native_batch_norm", GK_FLOATS, k_batch_norm);
-    if (!rc) rc = gk_register(self, "native_batch_norm_backward", GK_FLOATS, k_batch_norm_backward);
-    if (!rc) rc = gk_register(self, "_native_batch_norm_legit", GK_FLOATS, k_batch_norm);
-    if (!rc) rc = gk_register(self, "_native_batch_norm_legit.no_stats", GK_FLOATS, k_batch_norm_legit_variant);
-    if (!rc) rc = gk_register(self, "_native_batch_norm_legit_no_training", GK_FLOATS, k_batch_norm_legit_variant);
-    if (!rc) rc = gk_register(self, "native_group_norm", GK_FLOATS, k_group_norm);
-    if (!rc) rc = gk_register(self, "native_group_norm_backward", GK_FLOATS, k_group_norm_backward);
+    int rc = gk_register(self, "native_batch_norm", GK_FLOATS | GK_HALVES, k_batch_norm);
+    if (!rc) rc = gk_register(self, "native_batch_norm_backward", GK_FLOATS | GK_HALVES, k_batch_norm_backward);
+    if (!rc) rc = gk_register(self, "_native_batch_norm_legit", GK_FLOATS | GK_HALVES, k_batch_norm);
+    if (!rc) rc = gk_register(self, "_native_batch_norm_legit.no_stats", GK_FLOATS | GK_HALVES, k_batch_norm_legit_variant);
+    if (!rc) rc = gk_register(self, "_native_batch_norm_legit_no_training", GK_FLOATS | GK_HALVES, k_batch_norm_legit_variant);
+    if (!rc) rc = gk_register(self, "native_group_norm", GK_FLOATS | GK_HALVES, k_group_norm);
+    if (!rc) rc = gk_register(self, "native_group_norm_backward", GK_FLOATS | GK_HALVES, k_group_norm_backward);
 #ifdef OPR_GK_BATCH_NORM_BACKWARD
-    if (!rc) rc = gk_register_supports(self, "native_batch_norm_backward_fused", GK_FLOATS, k_batch_norm_backward_fused, fused_supports);
-    if (!rc) rc = gk_register_supports(self, "_native_batch_norm_legit_backward_fused", GK_FLOATS, k_batch_norm_backward_fused, fused_supports);
+    if (!rc) rc = gk_register_supports(self, "native_batch_norm_backward_fused", GK_FLOATS | GK_HALVES, k_batch_norm_backward_fused, fused_supports);
+    if (!rc) rc = gk_register_supports(self, "_native_batch_norm_legit_backward_fused", GK_FLOATS | GK_HALVES, k_batch_norm_backward_fused, fused_supports);
 #endif
     return rc;
 }

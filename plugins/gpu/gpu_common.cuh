@@ -306,6 +306,23 @@ template <> struct gk_conv<uint8_t, bool> {
 };
 template <class D, class S> GK_DEV D gk_cvt(S v) { return gk_conv<D, S>::run(v); }
 
+/* F<T>(args...) with T the storage type of dt, which the caller has checked is f32, f64,
+ * f16 or bf16. */
+#define GK_FLOAT_DISPATCH(dt, F, ...)                        \
+    do {                                                     \
+        switch (dt) {                                        \
+        case OPR_F32: F<float>(__VA_ARGS__); break;          \
+        case OPR_F64: F<double>(__VA_ARGS__); break;         \
+        case OPR_F16: F<gpu_f16>(__VA_ARGS__); break;        \
+        default: F<gpu_bf16>(__VA_ARGS__); break;            \
+        }                                                    \
+    } while (0)
+
+/* A floating storage element as double, and a double rounded to the storage type
+ * (halves through float): kernels that compute in double serve f16 and bf16 with these. */
+template <class S> GK_DEV double gk_to_d(S v) { return (double)gk_cvt<typename gk_acc<S>::type>(v); }
+template <class S> GK_DEV S gk_from_d(double d) { return gk_cvt<S>((typename gk_acc<S>::type)d); }
+
 /* Wrapping i64 arithmetic (PyTorch's behaviour; signed overflow is undefined in C++). */
 GK_DEV int64_t gk_wadd(int64_t x, int64_t y) { return (int64_t)((uint64_t)x + (uint64_t)y); }
 GK_DEV int64_t gk_wsub(int64_t x, int64_t y) { return (int64_t)((uint64_t)x - (uint64_t)y); }
@@ -363,6 +380,10 @@ int gk_fill(const gk_ctx *k, size_t es, int32_t ndim, const int64_t *shape, void
 /* Encodes v as one element of dt the way fill_ converts (bool: v != 0; i64: refuses
  * values out of range). */
 int gk_encode_scalar(const opr_kernel_call *c, const char *op, opr_dtype dt, double v, uint64_t *bits);
+/* Copies `shape` elements of dtype `from` at src into dtype `to` at dst, either side
+ * with any strides, converting as to(self, dtype) does (gpu_convert.cu). */
+int gk_convert_strided(const gk_ctx *k, opr_dtype to, int32_t ndim, const int64_t *shape, void *dst,
+                       const int64_t *dst_st, opr_dtype from, const void *src, const int64_t *src_st);
 /* Copies a view into a new contiguous scratch buffer of the same dtype. */
 int gk_contiguous_copy(const gk_ctx *k, const opr_tensor_view *v, gk_buf *buf, int64_t *strides);
 /* v's data in row-major order in *data: v's own when it is contiguous, else a copy in
@@ -394,6 +415,10 @@ int gk_gemm(const gk_ctx *k, opr_dtype dt, int64_t m, int64_t n, int64_t kk, dou
 
 /* Registration of each kernel family. */
 int gk_register(opr_plugin *self, const char *op, uint32_t dtypes, opr_kernel_fn fn);
+/* gk_register for an f32 kernel (among dtypes) that also serves f16 and bf16: their
+ * tensors are widened to f32 scratch around the call and the outputs rounded back
+ * (gpu_half.cu). */
+int gk_register_upcast(opr_plugin *self, const char *op, uint32_t dtypes, opr_kernel_fn fn);
 /* Same, with a `supports` callback (opr_kernel_desc) that may decline a call. */
 int gk_register_supports(opr_plugin *self, const char *op, uint32_t dtypes, opr_kernel_fn fn,
                          bool (*supports)(const opr_kernel_call *call, char *why, size_t why_len));

@@ -1,5 +1,5 @@
-/* Convolution kernels (f32, f64): convolution, convolution_backward_weight, and
- * convolution_backward, which also serves as the fused backward
+/* Convolution kernels (f32, f64; f16 and bf16 through f32): convolution,
+ * convolution_backward_weight, and convolution_backward, which also serves as the fused backward
  * convolution_backward_fused. The same three directions as the CPU's
  * (plugins/cpu/cpu_conv.c), on the geometry of plugins/common/opc_conv.h (the "big" and
  * "small" images):
@@ -15,7 +15,9 @@
  * strided batch: the weight is shared), one call per sample over the groups for the
  * weight's gradient (which accumulates with beta = 1). The f64 path is the reference
  * opreg check compares with; no vendor convolution library here (cuDNN comes later,
- * behind dlopen). f16 and bf16 are not registered: they run on the CPU fallback. */
+ * behind dlopen). f16 and bf16 run the f32 path on widened copies of their operands,
+ * the result rounded once (as the CPU plugin computes them, cpu_half.c); a bias is added
+ * to the rounded result. */
 #include "gpu_common.cuh"
 
 #include "../common/opc_conv.h"
@@ -90,7 +92,7 @@ __global__ void k_fold(int64_t total, opc_conv g, const T *col, T *big)
 template <class T>
 __global__ void k_add_bias(int64_t total, int64_t ch, int64_t inner, const T *bias, int64_t bstride, T *y)
 {
-    GK_LOOP(e, total) y[e] += bias[(e / inner % ch) * bstride];
+    GK_LOOP(e, total) y[e] = gk_from_d<T>(gk_to_d(y[e]) + gk_to_d(bias[(e / inner % ch) * bstride]));
 }
 
 template <class T>
@@ -177,9 +179,28 @@ int conv_run(const gk_ctx *k, const opc_conv *g, conv_dir dir, const void *a, co
     return OPR_OK;
 }
 
+/* Elements of a contiguous f16 / bf16 operand, widened into f32 scratch. */
+int widen(const gk_ctx *k, opr_dtype dt, int64_t n, const void *src, gk_buf *buf)
+{
+    int rc = buf->alloc(k, (size_t)n * sizeof(float));
+    const int64_t one = 1;
+    return rc ? rc : gk_convert_strided(k, OPR_F32, 1, &n, buf->p, &one, dt, src, &one);
+}
+
 int conv_dispatch(const gk_ctx *k, opr_dtype dt, const opc_conv *g, conv_dir dir, const void *a, const void *b, void *out)
 {
-    return dt == OPR_F32 ? conv_run<float>(k, g, dir, a, b, out) : conv_run<double>(k, g, dir, a, b, out);
+    if (dt == OPR_F32) return conv_run<float>(k, g, dir, a, b, out);
+    if (dt == OPR_F64) return conv_run<double>(k, g, dir, a, b, out);
+    /* the halves: operand sizes by direction (opc_conv.h's layouts), in f32, rounded once */
+    const int64_t big = g->n * g->cb * g->bvol, small = g->n * g->cs * g->svol, w = g->cs * (g->cb / g->groups) * g->kvol;
+    const int64_t na = dir == TO_SMALL ? big : small, nb = dir == TO_SMALL || dir == TO_BIG ? w : big;
+    const int64_t nout = dir == TO_SMALL ? small : dir == TO_BIG ? big : w, one = 1;
+    gk_buf ba, bb, bo;
+    int rc;
+    if ((rc = widen(k, dt, na, a, &ba)) || (rc = widen(k, dt, nb, b, &bb)) || (rc = bo.alloc(k, (size_t)nout * sizeof(float))) ||
+        (rc = conv_run<float>(k, g, dir, ba.p, bb.p, bo.p)))
+        return rc;
+    return gk_convert_strided(k, dt, 1, &nout, out, &one, OPR_F32, bo.p, &one);
 }
 
 /* ------------------------------------------------------------------ operands */
@@ -187,7 +208,7 @@ int conv_dispatch(const gk_ctx *k, opr_dtype dt, const opc_conv *g, conv_dir dir
 int check_float(const opr_kernel_call *c, const opr_tensor_view *v, opr_dtype dt)
 {
     if (!v) return OPR_OK;
-    if (dt != OPR_F32 && dt != OPR_F64)
+    if (!((GK_FLOATS | GK_HALVES) & GK_BIT(dt)))
         return GK_FAIL(c, OPR_ERR_UNSUPPORTED, "%s: no %s kernel for dtype %s", c->op, GPU_RUNTIME_NAME, gk_dtype_name(dt));
     return gk_check_dtype(c, c->op, "an operand", v, dt);
 }
@@ -204,18 +225,19 @@ int geometry(const opr_kernel_call *c, int32_t ndim, const int64_t *big, const i
     return OPR_OK;
 }
 
+template <class T>
+void launch_add_bias(const gk_ctx *k, int64_t total, int64_t ch, int64_t inner, const void *bias, int64_t bstride, void *y)
+{
+    gk_launch(k_add_bias<T>, gk_blocks(total), GK_THREADS, 0, k->stream, total, ch, inner, (const T *)bias, bstride, (T *)y);
+}
+
 /* out (contiguous [N, C, *]) += bias[c]. */
 int add_bias(const gk_ctx *k, const opr_tensor_view *bias, opr_tensor_view *y)
 {
     const int64_t ch = y->shape[1], inner = y->numel / (y->shape[0] * ch);
     if (bias->ndim != 1 || bias->shape[0] != ch)
         return GK_FAIL(k->call, OPR_ERR_INVALID, "%s: bias must have shape [%lld]", k->op, (long long)ch);
-    if (y->dtype == OPR_F32)
-        gk_launch(k_add_bias<float>, gk_blocks(y->numel), GK_THREADS, 0, k->stream, y->numel, ch, inner,
-                  (const float *)bias->data, bias->strides[0], (float *)y->data);
-    else
-        gk_launch(k_add_bias<double>, gk_blocks(y->numel), GK_THREADS, 0, k->stream, y->numel, ch, inner,
-                  (const double *)bias->data, bias->strides[0], (double *)y->data);
+    GK_FLOAT_DISPATCH(y->dtype, launch_add_bias, k, y->numel, ch, inner, bias->data, bias->strides[0], y->data);
     return gk_launched(k, "bias kernel");
 }
 
@@ -344,7 +366,7 @@ int gk_register_conv(opr_plugin *self)
 #endif
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
-        int rc = gk_register(self, table[i].op, GK_FLOATS, table[i].fn);
+        int rc = gk_register(self, table[i].op, GK_FLOATS | GK_HALVES, table[i].fn);
         if (rc != OPR_OK) return rc;
     }
     return OPR_OK;

@@ -1,4 +1,5 @@
-/* grid_sampler_2d and its gradients (registry/ops/grid_sample.yaml), f32 and f64: the
+/* grid_sampler_2d and its gradients (registry/ops/grid_sample.yaml), f32 and f64 (f16
+ * and bf16 through f32, gpu_half.cu): the
  * CPU plugin's kernels (plugins/cpu/cpu_grid_sample.c, whose header comment gives the
  * four backward names and their arguments) on the same per-point arithmetic
  * (plugins/common/opc_grid_sample.h), so both backends give the same numbers. One
@@ -180,7 +181,7 @@ int gk_register_grid_sample(opr_plugin *self)
         {"grid_sampler_2d_backward_grid", k_grid_sampler_2d_backward},
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
-        int rc = gk_register(self, table[i].op, GK_FLOATS, table[i].fn);
+        int rc = gk_register_upcast(self, table[i].op, GK_FLOATS, table[i].fn);
         if (rc) return rc;
     }
     return OPR_OK;

@@ -6,7 +6,8 @@
  * nothing is read or written outside the views.
  *
  * scatter_add and index_add accumulate with atomicAdd (f32, f64, i64 wrapping), so
- * floating sums over repeated indices are not bitwise reproducible from run to run.
+ * floating sums over repeated indices are not bitwise reproducible from run to run;
+ * their f16 and bf16 accumulate in f32 scratch, rounded once.
  * masked_select and masked_scatter count the true mask elements per chunk, prefix-sum
  * the counts on the host (which needs the total anyway: it sizes masked_select's
  * output through host->alloc_output and is checked against masked_scatter's source),
@@ -270,6 +271,42 @@ __global__ void k_scatter_add(int64_t n, gk_geom g, T *out, const T *src, const 
     }
 }
 
+/* out[..., index[i], ...] += src[i] along dim (out already holds self). */
+int scatter_add_into(const gk_ctx *k, opr_tensor_view *out, const opr_tensor_view *src, const opr_tensor_view *index,
+                     int32_t dim, int64_t size)
+{
+    const int64_t n = index->numel;
+    if (n == 0) return OPR_OK;
+    int64_t os[GK_MAXD];
+    strides_but_dim(out, dim, os);
+    gk_geom g;
+    const int64_t *st[3] = {os, src->strides, index->strides};
+    gk_geom_make(&g, index->ndim, index->shape, 3, st);
+    const int64_t *ip = (const int64_t *)index->data;
+    const int64_t osd = opc_stride_at(out, dim);
+    by_accum_type(out->dtype, [&](auto t) {
+        using T = decltype(t);
+        gk_launch(k_scatter_add<T>, gk_blocks(n), GK_THREADS, 0, k->stream, n, g, (T *)out->data, (const T *)src->data,
+                  ip, size, osd);
+    });
+    return gk_launched(k, "scatter_add kernel");
+}
+
+/* A contiguous f32 copy of half-precision view v in w (its data in buf). */
+int widen_f32(const gk_ctx *k, const opr_tensor_view *v, gk_buf *buf, opr_tensor_view *w, int64_t *strides)
+{
+    int rc = buf->alloc(k, (size_t)v->numel * sizeof(float));
+    if (rc) return rc;
+    *w = *v;
+    opc_contig_strides(v->ndim, v->shape, strides);
+    w->strides = strides;
+    w->dtype = OPR_F32;
+    w->data = buf->p;
+    return gk_convert_strided(k, OPR_F32, v->ndim, v->shape, w->data, strides, v->dtype, v->data, v->strides);
+}
+
+/* f16 and bf16 accumulate in f32 (there is no portable half atomicAdd): self and src
+ * are widened to f32 scratch, summed there, and the sums rounded into out once. */
 int k_scatter_add_op(const opr_kernel_call *c)
 {
     gk_ctx k;
@@ -281,28 +318,25 @@ int k_scatter_add_op(const opr_kernel_call *c)
     int32_t dim;
     if (!opc_scatter_add_args(x, index, src, gk_arg_i(c, 1), &dim, why, sizeof why))
         return GK_FAIL(c, OPR_ERR_INVALID, "%s", why);
-    if ((rc = check_accumulates(c, "scatter_add", x->dtype))) return rc;
+    const bool half = x->dtype == OPR_F16 || x->dtype == OPR_BF16;
+    if (!half && (rc = check_accumulates(c, "scatter_add", x->dtype))) return rc;
     if (!opc_scatter_add_shapes(x, index, src, out, dim, why, sizeof why)) return GK_FAIL(c, OPR_ERR_INVALID, "%s", why);
     if ((rc = check_out_dtype(c, "scatter_add", out, x))) return rc;
     const int64_t size = opc_size_at(x, dim);
     if ((rc = check_indices(&k, index, dim, size))) return rc;
-    const size_t es = gk_dtype_size(x->dtype);
-    if ((rc = gk_copy_strided(&k, es, x->ndim, x->shape, out->data, out->strides, x->data, x->strides))) return rc;
-    const int64_t n = index->numel;
-    if (n == 0) return OPR_OK;
-    int64_t os[GK_MAXD];
-    strides_but_dim(out, dim, os);
-    gk_geom g;
-    const int64_t *st[3] = {os, src->strides, index->strides};
-    gk_geom_make(&g, index->ndim, index->shape, 3, st);
-    const int64_t *ip = (const int64_t *)index->data;
-    const int64_t osd = opc_stride_at(out, dim);
-    by_accum_type(x->dtype, [&](auto t) {
-        using T = decltype(t);
-        gk_launch(k_scatter_add<T>, gk_blocks(n), GK_THREADS, 0, k.stream, n, g, (T *)out->data, (const T *)src->data,
-                  ip, size, osd);
-    });
-    return gk_launched(&k, "scatter_add kernel");
+    if (!half) {
+        if ((rc = gk_copy_strided(&k, gk_dtype_size(x->dtype), x->ndim, x->shape, out->data, out->strides, x->data,
+                                  x->strides)))
+            return rc;
+        return scatter_add_into(&k, out, src, index, dim, size);
+    }
+    gk_buf bx, bs;
+    opr_tensor_view wx, ws;
+    int64_t sx[GK_MAXD], ss[GK_MAXD];
+    if ((rc = widen_f32(&k, x, &bx, &wx, sx)) || (rc = widen_f32(&k, src, &bs, &ws, ss)) ||
+        (rc = scatter_add_into(&k, &wx, &ws, index, dim, size)))
+        return rc;
+    return gk_convert_strided(&k, out->dtype, out->ndim, out->shape, out->data, out->strides, OPR_F32, wx.data, sx);
 }
 
 /* ------------------------------------------------------------------ index_add */
@@ -323,6 +357,28 @@ __global__ void k_index_add(int64_t n, dim_geom g, T *out, const T *src, const i
     }
 }
 
+/* out[..., index[i], ...] += alpha * source[..., i, ...] along dim (out already holds
+ * self); the source's elements at src with strides src_st. */
+int index_add_into(const gk_ctx *k, opr_tensor_view *out, const opr_tensor_view *source, const void *src,
+                   const int64_t *src_st, const opr_tensor_view *index, int32_t dim, int64_t size, double alpha)
+{
+    const int64_t n = source->numel;
+    if (n == 0) return OPR_OK;
+    int64_t os[GK_MAXD];
+    strides_but_dim(out, dim, os);
+    const dim_geom g = dim_geom_make(source->ndim, source->shape, source->ndim ? dim : -1, os, src_st);
+    const int64_t *ip = (const int64_t *)index->data;
+    const int64_t is = index->ndim ? index->strides[0] : 0, osd = opc_stride_at(out, dim);
+    by_accum_type(out->dtype, [&](auto t) {
+        using T = decltype(t);
+        gk_launch(k_index_add<T>, gk_blocks(n), GK_THREADS, 0, k->stream, n, g, (T *)out->data, (const T *)src, ip, is,
+                  size, osd, (T)alpha);
+    });
+    return gk_launched(k, "index_add kernel");
+}
+
+/* f16 and bf16 accumulate in f32 scratch as scatter_add's do (in place too: the sums
+ * are rounded back into self). */
 int index_add_impl(const opr_kernel_call *c, bool inplace)
 {
     const char *op = inplace ? "index_add_" : "index_add";
@@ -335,7 +391,8 @@ int index_add_impl(const opr_kernel_call *c, bool inplace)
     int32_t dim;
     if (!opc_index_add_args(op, x, index, source, gk_arg_i(c, 1), &dim, why, sizeof why))
         return GK_FAIL(c, OPR_ERR_INVALID, "%s", why);
-    if ((rc = check_accumulates(c, op, x->dtype))) return rc;
+    const bool half = x->dtype == OPR_F16 || x->dtype == OPR_BF16;
+    if (!half && (rc = check_accumulates(c, op, x->dtype))) return rc;
     if (!opc_index_add_shapes(op, x, index, source, out, dim, why, sizeof why))
         return GK_FAIL(c, OPR_ERR_INVALID, "%s", why);
     if ((rc = check_out_dtype(c, op, out, x))) return rc;
@@ -344,6 +401,15 @@ int index_add_impl(const opr_kernel_call *c, bool inplace)
     if (!opc_index_add_alpha(op, x->dtype, alpha, why, sizeof why)) return GK_FAIL(c, OPR_ERR_INVALID, "%s", why);
     const int64_t size = opc_size_at(out, dim);
     if ((rc = check_indices(&k, index, dim, size))) return rc;
+    if (half) {
+        gk_buf bx, bs;
+        opr_tensor_view wx, ws;
+        int64_t sx[GK_MAXD], ss[GK_MAXD];
+        if ((rc = widen_f32(&k, x, &bx, &wx, sx)) || (rc = widen_f32(&k, source, &bs, &ws, ss)) ||
+            (rc = index_add_into(&k, &wx, &ws, ws.data, ss, index, dim, size, alpha)))
+            return rc;
+        return gk_convert_strided(&k, out->dtype, out->ndim, out->shape, out->data, out->strides, OPR_F32, wx.data, sx);
+    }
 
     /* A source sharing memory with self would see its own partial sums. */
     gk_buf tmp;
@@ -358,19 +424,7 @@ int index_add_impl(const opr_kernel_call *c, bool inplace)
     if (!inplace &&
         (rc = gk_copy_strided(&k, gk_dtype_size(x->dtype), x->ndim, x->shape, out->data, out->strides, x->data, x->strides)))
         return rc;
-    const int64_t n = source->numel;
-    if (n == 0) return OPR_OK;
-    int64_t os[GK_MAXD];
-    strides_but_dim(out, dim, os);
-    const dim_geom g = dim_geom_make(source->ndim, source->shape, source->ndim ? dim : -1, os, src_st);
-    const int64_t *ip = (const int64_t *)index->data;
-    const int64_t is = index->ndim ? index->strides[0] : 0, osd = opc_stride_at(out, dim);
-    by_accum_type(x->dtype, [&](auto t) {
-        using T = decltype(t);
-        gk_launch(k_index_add<T>, gk_blocks(n), GK_THREADS, 0, k.stream, n, g, (T *)out->data, (const T *)src, ip, is,
-                  size, osd, (T)alpha);
-    });
-    return gk_launched(&k, "index_add kernel");
+    return index_add_into(&k, out, source, src, src_st, index, dim, size, alpha);
 }
 
 int k_index_add_op(const opr_kernel_call *c) { return index_add_impl(c, false); }
@@ -596,8 +650,8 @@ int gk_register_index(opr_plugin *self)
         {"index_select", all, k_index_select_op},
         {"masked_select", all, k_masked_select_op},
         {"gather", all, k_gather_op},
-        {"index_add", num, k_index_add_op},
-        {"scatter_add", num, k_scatter_add_op},
+        {"index_add", num | GK_HALVES, k_index_add_op},
+        {"scatter_add", num | GK_HALVES, k_scatter_add_op},
         {"masked_scatter", all, k_masked_scatter_op},
         {"index_add_", num, k_index_add_inplace},
     };

@@ -1,4 +1,4 @@
-/* Pooling kernels (f32, f64): max_pool2d/3d_with_indices, avg_pool2d/3d and their
+/* Pooling kernels (f32, f64, f16, bf16): max_pool2d/3d_with_indices, avg_pool2d/3d and their
  * backward, _adaptive_avg_pool2d/3d and their backward, with the results of the CPU
  * kernels (plugins/cpu/cpu_pool.c).
  *
@@ -7,7 +7,8 @@
  * serves 2-d and 3-d. As PyTorch's CUDA kernels: the forward runs one thread per output
  * element; the backward of the average poolings one thread per input element, which
  * gathers the share of every window that covers it (no atomics; sums in a fixed order,
- * so the result does not depend on the schedule). Window sums accumulate in double.
+ * so the result does not depend on the schedule). Window sums accumulate in double,
+ * halves included (gk_to_d), rounded to the storage type once.
  * max pooling's backward is a formula (a scatter_add at the indices), not a kernel.
  * Strided inputs are made contiguous first; outputs are contiguous. */
 #include "gpu_common.cuh"
@@ -39,7 +40,7 @@ __global__ void k_max_pool(int64_t total, opc_pool g, const T *x, T *y, int64_t 
         int64_t o[3];
         coords(e % g.out_vol, g.out, o);
         const T *xp = x + e / g.out_vol * g.in_vol;
-        T best = (T)0;
+        double best = 0;
         int64_t at = -1;
         for (int64_t k0 = 0; k0 < g.k[0]; k0++) {
             const int64_t i0 = o[0] * g.st[0] - g.pad[0] + k0 * g.dil[0];
@@ -51,7 +52,7 @@ __global__ void k_max_pool(int64_t total, opc_pool g, const T *x, T *y, int64_t 
                     const int64_t i2 = o[2] * g.st[2] - g.pad[2] + k2 * g.dil[2];
                     if (i2 < 0 || i2 >= g.in[2]) continue;
                     const int64_t i = (i0 * g.in[1] + i1) * g.in[2] + i2;
-                    const T v = xp[i];
+                    const double v = gk_to_d(xp[i]);
                     if (at < 0 || v > best || gk_isnan(v)) {
                         best = v;
                         at = i;
@@ -59,7 +60,7 @@ __global__ void k_max_pool(int64_t total, opc_pool g, const T *x, T *y, int64_t 
                 }
             }
         }
-        y[e] = at < 0 ? (T)-INFINITY : best;
+        y[e] = gk_from_d<T>(at < 0 ? -INFINITY : best);
         idx[e] = at;
     }
 }
@@ -100,15 +101,15 @@ __global__ void k_avg_pool(int64_t total, opc_pool g, const T *x, T *y)
         coords(e % g.out_vol, g.out, o);
         const double div = avg_divisor(g, o, lo, hi);
         if (div == 0) {
-            y[e] = (T)0;
+            y[e] = gk_from_d<T>(0);
             continue;
         }
         const T *xp = x + e / g.out_vol * g.in_vol;
         double acc = 0;
         for (int64_t i0 = lo[0]; i0 < hi[0]; i0++)
             for (int64_t i1 = lo[1]; i1 < hi[1]; i1++)
-                for (int64_t i2 = lo[2]; i2 < hi[2]; i2++) acc += (double)xp[(i0 * g.in[1] + i1) * g.in[2] + i2];
-        y[e] = (T)(acc / div);
+                for (int64_t i2 = lo[2]; i2 < hi[2]; i2++) acc += gk_to_d(xp[(i0 * g.in[1] + i1) * g.in[2] + i2]);
+        y[e] = gk_from_d<T>(acc / div);
     }
 }
 
@@ -142,9 +143,9 @@ __global__ void k_avg_pool_backward(int64_t total, opc_pool g, const T *dy, T *d
                     if (div == 0 || i[0] < lo[0] || i[0] >= hi[0] || i[1] < lo[1] || i[1] >= hi[1] || i[2] < lo[2] ||
                         i[2] >= hi[2])
                         continue;
-                    acc += (double)dp[(o[0] * g.out[1] + o[1]) * g.out[2] + o[2]] / div;
+                    acc += gk_to_d(dp[(o[0] * g.out[1] + o[1]) * g.out[2] + o[2]]) / div;
                 }
-        dx[e] = (T)acc;
+        dx[e] = gk_from_d<T>(acc);
     }
 }
 
@@ -169,8 +170,8 @@ __global__ void k_adaptive(int64_t total, opc_pool g, const T *x, T *y)
         double acc = 0;
         for (int64_t i0 = lo[0]; i0 < hi[0]; i0++)
             for (int64_t i1 = lo[1]; i1 < hi[1]; i1++)
-                for (int64_t i2 = lo[2]; i2 < hi[2]; i2++) acc += (double)xp[(i0 * g.in[1] + i1) * g.in[2] + i2];
-        y[e] = (T)(acc / (double)((hi[0] - lo[0]) * (hi[1] - lo[1]) * (hi[2] - lo[2])));
+                for (int64_t i2 = lo[2]; i2 < hi[2]; i2++) acc += gk_to_d(xp[(i0 * g.in[1] + i1) * g.in[2] + i2]);
+        y[e] = gk_from_d<T>(acc / (double)((hi[0] - lo[0]) * (hi[1] - lo[1]) * (hi[2] - lo[2])));
     }
 }
 
@@ -201,10 +202,10 @@ __global__ void k_adaptive_backward(int64_t total, opc_pool g, const T *dy, T *d
                         in = in && lo[d] <= i[d] && i[d] < hi[d];
                     }
                     if (in)
-                        acc += (double)dp[(o[0] * g.out[1] + o[1]) * g.out[2] + o[2]] /
+                        acc += gk_to_d(dp[(o[0] * g.out[1] + o[1]) * g.out[2] + o[2]]) /
                                (double)((hi[0] - lo[0]) * (hi[1] - lo[1]) * (hi[2] - lo[2]));
                 }
-        dx[e] = (T)acc;
+        dx[e] = gk_from_d<T>(acc);
     }
 }
 
@@ -216,18 +217,19 @@ int begin(const opr_kernel_call *c, gk_ctx *k, const opr_tensor_view *src, const
     int rc = gk_begin(c, c->op, k);
     if (rc) return rc;
     if (!src || !dst) return GK_FAIL(c, OPR_ERR_INVALID, "%s: expected tensor arguments", c->op);
-    if (dst->dtype != OPR_F32 && dst->dtype != OPR_F64)
+    if (!((GK_FLOATS | GK_HALVES) & GK_BIT(dst->dtype)))
         return GK_FAIL(c, OPR_ERR_UNSUPPORTED, "%s: no %s kernel for dtype %s", c->op, GPU_RUNTIME_NAME, gk_dtype_name(dst->dtype));
     return gk_check_dtype(c, c->op, "the input", src, dst->dtype);
 }
 
-/* The forward kernel (one thread per output element) or the backward one (one per
- * input element), f32 or f64 by T; total: the elements of dst. */
+/* The average pooling kernel of one dtype: the forward (one thread per output element)
+ * or the backward (one per input element); total: the elements of dst. */
 template <class T>
-void launch(const gk_ctx *k, void (*fwd)(int64_t, opc_pool, const T *, T *), void (*bwd)(int64_t, opc_pool, const T *, T *),
-            bool backward, int64_t total, const opc_pool &g, const void *src, void *dst)
+void launch_avg(const gk_ctx *k, bool adaptive, bool backward, int64_t total, const opc_pool &g, const void *src, void *dst)
 {
-    gk_launch(backward ? bwd : fwd, gk_blocks(total), GK_THREADS, 0, k->stream, total, g, (const T *)src, (T *)dst);
+    void (*fn)(int64_t, opc_pool, const T *, T *) =
+        adaptive ? (backward ? k_adaptive_backward<T> : k_adaptive<T>) : (backward ? k_avg_pool_backward<T> : k_avg_pool<T>);
+    gk_launch(fn, gk_blocks(total), GK_THREADS, 0, k->stream, total, g, (const T *)src, (T *)dst);
 }
 
 /* The average poolings' common tail: src contiguous, then the kernel into c's output. */
@@ -239,14 +241,14 @@ int run_avg(const opr_kernel_call *c, gk_ctx *k, bool adaptive, bool backward, c
     const void *ps;
     int rc = gk_dense(k, src, &bs, &ps);
     if (rc) return rc;
-    if (dst->dtype == OPR_F32) {
-        if (adaptive) launch<float>(k, k_adaptive<float>, k_adaptive_backward<float>, backward, dst->numel, g, ps, dst->data);
-        else launch<float>(k, k_avg_pool<float>, k_avg_pool_backward<float>, backward, dst->numel, g, ps, dst->data);
-    } else {
-        if (adaptive) launch<double>(k, k_adaptive<double>, k_adaptive_backward<double>, backward, dst->numel, g, ps, dst->data);
-        else launch<double>(k, k_avg_pool<double>, k_avg_pool_backward<double>, backward, dst->numel, g, ps, dst->data);
-    }
+    GK_FLOAT_DISPATCH(dst->dtype, launch_avg, k, adaptive, backward, dst->numel, g, ps, dst->data); /* begin() checked */
     return gk_launched(k, "average pooling kernel");
+}
+
+template <class T>
+void launch_max(const gk_ctx *k, int64_t total, const opc_pool &g, const void *x, void *y, int64_t *idx)
+{
+    gk_launch(k_max_pool<T>, gk_blocks(total), GK_THREADS, 0, k->stream, total, g, (const T *)x, (T *)y, idx);
 }
 
 /* max_pool2d_with_indices / max_pool3d_with_indices: args (self, kernel_size, stride,
@@ -270,13 +272,7 @@ int k_max_pool_op(const opr_kernel_call *c)
     gk_buf bx;
     const void *px;
     if ((rc = gk_dense(&k, x, &bx, &px))) return rc;
-    const int64_t total = y->numel;
-    if (y->dtype == OPR_F32)
-        gk_launch(k_max_pool<float>, gk_blocks(total), GK_THREADS, 0, k.stream, total, g, (const float *)px, (float *)y->data,
-                  (int64_t *)ix->data);
-    else
-        gk_launch(k_max_pool<double>, gk_blocks(total), GK_THREADS, 0, k.stream, total, g, (const double *)px,
-                  (double *)y->data, (int64_t *)ix->data);
+    GK_FLOAT_DISPATCH(y->dtype, launch_max, &k, y->numel, g, px, y->data, (int64_t *)ix->data); /* begin() checked */
     return gk_launched(&k, "max pooling kernel");
 }
 
@@ -341,7 +337,7 @@ int gk_register_pool(opr_plugin *self)
         {"_adaptive_avg_pool2d_backward", k_adaptive_op}, {"_adaptive_avg_pool3d_backward", k_adaptive_op},
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
-        int rc = gk_register(self, table[i].op, GK_FLOATS, table[i].fn);
+        int rc = gk_register(self, table[i].op, GK_FLOATS | GK_HALVES, table[i].fn);
         if (rc != OPR_OK) return rc;
     }
     return OPR_OK;

@@ -51,10 +51,9 @@ GK_DEV bool lt_nan(double a, double b) { return a < b || (a != a && b == b); }
 
 template <class T, red_kind K> struct red_op {
     static constexpr bool is_int = std::is_same<T, int64_t>::value;
-    typedef typename gk_acc<T>::type acc_t; /* halves convert through float */
 
-    static GK_DEV double to_d(T v) { return (double)gk_cvt<acc_t>(v); }
-    static GK_DEV T from_d(double d) { return gk_cvt<T>((acc_t)d); }
+    static GK_DEV double to_d(T v) { return gk_to_d(v); }
+    static GK_DEV T from_d(double d) { return gk_from_d<T>(d); }
 
     static GK_DEV red_acc init()
     {
@@ -318,11 +317,11 @@ int red_dispatch(const gk_ctx *k, opr_dtype dt, red_args &a)
     case OPR_I64:
         if constexpr (K == RK_SUM || K == RK_PROD || K == RK_MAX || K == RK_MIN) return red_launch<int64_t, K>(k, a);
         else return GK_FAIL(k->call, OPR_ERR_UNSUPPORTED, "%s: no %s kernel for dtype i64", k->op, GPU_NAME);
-    case OPR_F16: /* sums only: the gradients that sum_to and the backward kernels reduce */
-        if constexpr (K == RK_SUM) return red_launch<gpu_f16, K>(k, a);
+    case OPR_F16: /* sums and means only: sum, mean, and the gradients sum_to and the backward kernels reduce */
+        if constexpr (K == RK_SUM || K == RK_MEAN) return red_launch<gpu_f16, K>(k, a);
         else return GK_FAIL(k->call, OPR_ERR_UNSUPPORTED, "%s: no %s kernel for dtype f16", k->op, GPU_NAME);
     case OPR_BF16:
-        if constexpr (K == RK_SUM) return red_launch<gpu_bf16, K>(k, a);
+        if constexpr (K == RK_SUM || K == RK_MEAN) return red_launch<gpu_bf16, K>(k, a);
         else return GK_FAIL(k->call, OPR_ERR_UNSUPPORTED, "%s: no %s kernel for dtype bf16", k->op, GPU_NAME);
     default:
         return GK_FAIL(k->call, OPR_ERR_UNSUPPORTED, "%s: no %s kernel for dtype %s", k->op, GPU_NAME, gk_dtype_name(dt));
@@ -393,8 +392,8 @@ int sum_like(const opr_kernel_call *c, const char *op, red_kind kind, uint32_t d
     if (!rc) rc = red_dim_mask(c, 1, op, in->ndim, &mask);
     return rc ? rc : red_go(&k, c, op, in, mask, 1, kind, 0);
 }
-int k_sum(const opr_kernel_call *c) { return sum_like(c, "sum", RK_SUM, NUM); }
-int k_mean(const opr_kernel_call *c) { return sum_like(c, "mean", RK_MEAN, FL); }
+int k_sum(const opr_kernel_call *c) { return sum_like(c, "sum", RK_SUM, NUM | GK_HALVES); }
+int k_mean(const opr_kernel_call *c) { return sum_like(c, "mean", RK_MEAN, FL | GK_HALVES); }
 int k_prod(const opr_kernel_call *c) { return sum_like(c, "prod", RK_PROD, NUM); }
 
 int extreme_all(const opr_kernel_call *c, const char *op, red_kind kind)
@@ -609,7 +608,7 @@ int gk_register_reduce(opr_plugin *self)
         uint32_t mask;
         opr_kernel_fn fn;
     } ops[] = {
-        {"sum", NUM, k_sum},         {"mean", FL, k_mean},         {"prod", NUM, k_prod},
+        {"sum", NUM | GK_HALVES, k_sum}, {"mean", FL | GK_HALVES, k_mean},         {"prod", NUM, k_prod},
         {"max", NUM, k_max},         {"min", NUM, k_min},          {"max.dim", NUM, k_max_dim},
         {"min.dim", NUM, k_min_dim}, {"amax", NUM, k_amax},        {"amin", NUM, k_amin},
         {"norm", FL, k_norm},        {"softmax", FL, k_softmax_op},
