@@ -29,7 +29,7 @@
  * bench_malloc.h. Also printed: opreg's own high-water mark of tensor storage
  * (opr_memory_stats: peak_bytes above current_bytes before the step; tensors only).
  *
- * Targets (issue 37): frozen peak <= 0.6x PyTorch's, full peak <= 1.0x, step time <= 1.0x.
+ * Targets: frozen peak <= 0.6x PyTorch's, full peak <= 1.0x, step time <= 1.0x.
  *
  *   opreg_bench_finetune [--threads N] [--reps N] [--batch N] [--image N]
  *

@@ -11,7 +11,7 @@ Prints `NAME VALUE` lines, CASE frozen or full: torch_CASE_ms (median step time 
 steps after 2 of warm-up) and torch_CASE_peak (median over the same steps of the bytes
 live in the C allocator at the step's highest point above those live before it,
 counted by bench/memhook.c when it is preloaded; -1 without it)."""
-import ctypes
+import memhook  # bench/memhook.py
 import sys
 import time
 
@@ -26,13 +26,7 @@ threads, reps, batch, image = (int(a) for a in sys.argv[1:5])
 torch.set_num_threads(threads)
 torch.manual_seed(0)
 
-try:
-    hook = ctypes.CDLL(None)
-    hook.memhook_peak.restype = ctypes.c_int64
-    hook.memhook_current.restype = ctypes.c_int64
-    hook.memhook_reset_peak()
-except (AttributeError, OSError):
-    hook = None
+hook = memhook.load()
 
 
 def median(xs):

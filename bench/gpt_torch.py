@@ -6,7 +6,7 @@ the model of tests/gpt_reference.py (the same weights, batches and AdamW as opre
 Prints `NAME VALUE` lines: torch_tokens_per_s (over STEPS steps after WARMUP) and
 torch_peak (bytes above what was live before the timed steps, counted by bench/memhook.c
 when it is preloaded; -1 without it)."""
-import ctypes
+import memhook  # bench/memhook.py
 import sys
 import time
 
@@ -30,13 +30,7 @@ def step():
     return training.step(training.model, x, y).item()
 
 
-try:
-    hook = ctypes.CDLL(None)
-    hook.memhook_peak.restype = ctypes.c_int64
-    hook.memhook_current.restype = ctypes.c_int64
-    hook.memhook_reset_peak()
-except (AttributeError, OSError):
-    hook = None
+hook = memhook.load()
 
 for _ in range(warmup):
     step()

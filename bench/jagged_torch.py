@@ -12,7 +12,7 @@ Prints `NAME VALUE` lines:
   linear_padded    ns: linear forward + backward on the padded SPEED_LENGTHS batch
   chain_padded     ns: attention-like pooling, padded: y = linear(x); softmax of y over
                    the (masked) sequence dim, times y, summed over it -> sum -> backward"""
-import ctypes
+import memhook  # bench/memhook.py
 import sys
 import time
 
@@ -33,19 +33,8 @@ def rand(*shape, lo=-1.0, hi=1.0):
     return torch.rand(*shape, generator=gen) * (hi - lo) + lo
 
 
-def hook():
-    try:
-        h = ctypes.CDLL(None)
-        h.memhook_peak.restype = ctypes.c_int64
-        h.memhook_current.restype = ctypes.c_int64
-        h.memhook_reset_peak()
-        return h
-    except (AttributeError, OSError):
-        return None
-
-
 # memory: the seed's test on the padded batch
-h = hook()
+h = memhook.load()
 if h is not None:
     B, N = len(mem_lengths), max(mem_lengths)
     base = h.memhook_current()

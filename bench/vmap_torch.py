@@ -7,7 +7,7 @@ timed the same way as the opreg side (the fastest of ROUNDS rounds).
 Prints `NAME VALUE` lines: functorch_ns (one batch of per-sample gradients) and
 functorch_peak (bytes above what was live before, counted by bench/memhook.c when it is
 preloaded; -1 without it)."""
-import ctypes
+import memhook  # bench/memhook.py
 import sys
 import time
 
@@ -36,13 +36,7 @@ def loss(p, xi, yi):
 
 per_sample = functorch.vmap(functorch.grad(loss), in_dims=(None, 0, 0))
 
-try:
-    hook = ctypes.CDLL(None)
-    hook.memhook_peak.restype = ctypes.c_int64
-    hook.memhook_current.restype = ctypes.c_int64
-    hook.memhook_reset_peak()
-except (AttributeError, OSError):
-    hook = None
+hook = memhook.load()
 
 best = float("inf")
 peak = -1

@@ -2,8 +2,8 @@
  * (registry/ops/resampling.yaml's .vec overloads, registry/ops/grid_sample.yaml): how a
  * float list is described, converted, bound by keyword and resolved; the .vec ops
  * against the ops they compose (one kernel, two names); the refused calls; and
- * properties of grid_sampler_2d that hold whatever the backend (an identity grid
- * reproduces the input; the ATen backward's mask). Values of every sample against
+ * properties of grid_sampler_2d and grid_sampler_3d that hold whatever the backend (an
+ * identity grid reproduces the input; the ATen backward's mask; no bicubic in 3-d). Values of every sample against
  * PyTorch are in test_aten_samples, gradients in test_gradcheck. */
 #include "tests/test_util.h"
 
@@ -250,6 +250,45 @@ START_TEST(test_vmap)
 }
 END_TEST
 
+/* grid_sampler_3d: the grid of the voxel centres (align_corners) reads every voxel back
+ * in both modes and every padding, and grid_sample takes 5-d inputs to it; bicubic is
+ * refused in 3-d (PyTorch refuses it too), by grid_sampler_3d and by grid_sample. */
+START_TEST(test_grid_sampler_3d)
+{
+    opr_ctx *ctx = tu_ctx();
+    const int64_t N = 2, C = 2, D = 3, H = 4, W = 5, pts = N * D * H * W;
+    opr_tensor *x = tu_rand(ctx, OPR_F64, 5, (int64_t[]){N, C, D, H, W}, -1, 1);
+    double *g = malloc((size_t)(pts * 3) * sizeof *g);
+    ck_assert(g);
+    for (int64_t i = 0; i < pts; i++) {
+        const int64_t j = i % W, k = i / W % H, l = i / (W * H) % D;
+        g[3 * i] = -1 + 2.0 * (double)j / (double)(W - 1);
+        g[3 * i + 1] = -1 + 2.0 * (double)k / (double)(H - 1);
+        g[3 * i + 2] = -1 + 2.0 * (double)l / (double)(D - 1);
+    }
+    opr_tensor *grid = opr_tensor_from_data(ctx, OPR_F64, 5, (int64_t[]){N, D, H, W, 3}, g, OPR_CPU);
+    free(g);
+    for (int mode = 0; mode < 2; mode++)
+        for (int pad = 0; pad < 3; pad++) {
+            opr_tensor *y = tu_call1(ctx, "grid_sampler_3d", ARGS(TV(x), TV(grid), opr_v_int(mode), opr_v_int(pad), opr_v_bool(true)));
+            char what[64];
+            snprintf(what, sizeof what, "3-d identity grid, mode %d, padding %d", mode, pad);
+            expect_same(y, x, 1e-12, what);
+            opr_tensor_release(y);
+        }
+    opr_tensor *y = tu_call1(ctx, "grid_sample", ARGS(TV(x), TV(grid), opr_v_string("nearest"), opr_v_string("border"),
+                                                      opr_v_bool(true)));
+    expect_same(y, x, 1e-12, "grid_sample on 5-d input");
+    opr_tensor_release(y);
+    tu_expect_fail(ctx, "grid_sampler_3d", ARGS(TV(x), TV(grid), opr_v_int(2), opr_v_int(0), opr_v_bool(false)), 1,
+                   OPR_ERR_INVALID, "interpolation_mode");
+    tu_expect_fail(ctx, "grid_sample", ARGS(TV(x), TV(grid), opr_v_string("bicubic")), 1, OPR_ERR_INVALID, "bicubic");
+    opr_tensor_release(grid);
+    opr_tensor_release(x);
+    tu_ctx_free(ctx);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("resample_ops");
@@ -259,6 +298,7 @@ int main(void)
     tcase_add_test(tc, test_refused);
     tcase_add_test(tc, test_grid_sampler_identity);
     tcase_add_test(tc, test_grid_sampler_backward_op);
+    tcase_add_test(tc, test_grid_sampler_3d);
     tcase_add_test(tc, test_vmap);
     suite_add_tcase(s, tc);
     return tu_run(s);

@@ -284,17 +284,18 @@ OPC_GS_FN void opc_gs_corners(double iy, double ix, int64_t *ys, int64_t *xs, do
 OPC_GS_DEFINE(float, f32)
 OPC_GS_DEFINE(double, f64)
 
-/* The outputs and the input's shape [N, C, H, W] of a backward call, host side. Four
- * names share the kernel: the fused entry (grad_input_mask says which outputs are
- * wanted), grid_sampler_2d_backward_input and _grid (one output each; the input's
- * gradient gets the input's sizes when the input itself is not passed) and ATen's
- * grid_sampler_2d_backward (the grid's gradient always, as ATen; the input's when
+/* The outputs and the input's shape ([N, C, H, W], or [N, C, D, H, W] for the 3-d ops,
+ * into xs[5]) of a backward call, host side. Four names per dimension share the kernel:
+ * the fused entry (grad_input_mask says which outputs are wanted),
+ * grid_sampler_Nd_backward_input and _grid (one output each; the input's gradient gets
+ * the input's sizes when the input itself is not passed) and ATen's
+ * grid_sampler_Nd_backward (the grid's gradient always, as ATen; the input's when
  * output_mask[0]). false with the reason in why. */
 static inline bool opc_gs_backward_outputs(const opr_kernel_call *c, opr_tensor_view **dx, opr_tensor_view **dgrid,
-                                           int64_t xs[4], char *why, size_t why_size)
+                                           int64_t xs[5], char *why, size_t why_size)
 {
-    const bool only_input = !strcmp(c->op, "grid_sampler_2d_backward_input");
-    const bool only_grid = !strcmp(c->op, "grid_sampler_2d_backward_grid");
+    const bool only_input = strstr(c->op, "_backward_input") != NULL, only_grid = strstr(c->op, "_backward_grid") != NULL;
+    const int nd = strstr(c->op, "_3d") ? 5 : 4;
     unsigned mask = only_input ? 1u : only_grid ? 2u : (unsigned)c->grad_input_mask;
     if (!only_input && !only_grid && !c->grad_input_mask)
         mask = 2u | (c->nargs > 6 && c->args[6]->kind == OPR_ARG_INT_LIST && c->args[6]->u.il.n > 0 &&
@@ -307,12 +308,12 @@ static inline bool opc_gs_backward_outputs(const opr_kernel_call *c, opr_tensor_
     *dx = mask & 1 ? c->outputs[0] : NULL;
     *dgrid = mask & 2 ? c->outputs[only_grid ? 0 : 1] : NULL;
     const opr_tensor_view *x = c->nargs > 1 && c->args[1]->kind == OPR_ARG_TENSOR ? c->args[1]->u.t : NULL;
-    if (x && x->ndim == 4) memcpy(xs, x->shape, 4 * sizeof *xs);
-    else if (c->nargs > 1 && c->args[1]->kind == OPR_ARG_INT_LIST && c->args[1]->u.il.n == 4)
-        memcpy(xs, c->args[1]->u.il.items, 4 * sizeof *xs);
-    else if (*dx && (*dx)->ndim == 4) memcpy(xs, (*dx)->shape, 4 * sizeof *xs);
+    if (x && x->ndim == nd) memcpy(xs, x->shape, (size_t)nd * sizeof *xs);
+    else if (c->nargs > 1 && c->args[1]->kind == OPR_ARG_INT_LIST && c->args[1]->u.il.n == nd)
+        memcpy(xs, c->args[1]->u.il.items, (size_t)nd * sizeof *xs);
+    else if (*dx && (*dx)->ndim == nd) memcpy(xs, (*dx)->shape, (size_t)nd * sizeof *xs);
     else {
-        snprintf(why, why_size, "%s: the input's shape [N, C, H, W] is unknown", c->op);
+        snprintf(why, why_size, "%s: the input's shape (%d dims) is unknown", c->op, nd);
         return false;
     }
     return true;

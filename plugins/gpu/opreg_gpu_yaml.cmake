@@ -31,7 +31,8 @@ function(opreg_gpu_yaml_definitions target)
     "scaled_dot_product_attention_backward|SDPA|query, key, value"
     "convolution_backward_fused|CONVOLUTION|input, weight, bias"
     "native_batch_norm_backward_fused|BATCH_NORM|input, weight, bias"
-    "grid_sampler_2d_backward_fused|GRID_SAMPLER_2D|input, grid")
+    "grid_sampler_2d_backward_fused|GRID_SAMPLER_2D|input, grid"
+    "grid_sampler_3d_backward_fused|GRID_SAMPLER_3D|input, grid")
   foreach(entry IN LISTS backward)
     string(REPLACE "|" ";" parts "${entry}")
     list(GET parts 0 kname)
