@@ -18,13 +18,6 @@ static opr_ctx *ctx;
 static void setup(void) { ctx = tu_ctx(); }
 static void teardown(void) { tu_ctx_free(ctx); }
 
-static opr_tensor *f64_of(int ndim, const int64_t *shape, const double *v)
-{
-    opr_tensor *t = opr_tensor_from_data(ctx, OPR_F64, ndim, shape, v, OPR_CPU);
-    ck_assert_ptr_nonnull(t);
-    return t;
-}
-
 static void expect_values(const opr_tensor *t, const double *want, int64_t n)
 {
     ck_assert_int_eq(opr_tensor_numel(t), n);
@@ -95,7 +88,7 @@ static void expect_grad(int nd, const int64_t *xshape, view_fn f, int n, const i
 {
     opr_tensor *x = tu_iota(ctx, nd, xshape);
     ck_assert_int_eq(opr_set_requires_grad(x, true), OPR_OK);
-    opr_tensor *v = f(x), *y = as_strided(v, n, size, stride, offset), *gt = f64_of(n, size, g);
+    opr_tensor *v = f(x), *y = as_strided(v, n, size, stride, offset), *gt = tu_f64(ctx, n, size, g);
     ck_assert_int_eq(opr_backward(y, gt, NULL), OPR_OK);
     expect_values(opr_grad(x), want, opr_tensor_numel(x));
     opr_tensor *all[] = {gt, y, v, x};
@@ -160,7 +153,7 @@ START_TEST(test_as_strided_scatter_accumulates)
 {
     const int64_t s5[] = {5}, s33[] = {3, 3}, st11[] = {1, 1};
     opr_tensor *x = tu_iota(ctx, 1, s5);
-    opr_tensor *src = f64_of(2, s33, (const double[]){1, 1, 1, 1, 1, 1, 1, 1, 1});
+    opr_tensor *src = tu_f64(ctx, 2, s33, (const double[]){1, 1, 1, 1, 1, 1, 1, 1, 1});
     opr_value a[] = {opr_v_tensor(x), opr_v_tensor(src), opr_v_ints(s33, 2), opr_v_ints(st11, 2), opr_v_none(),
                      opr_v_bool(true)};
     opr_tensor *y = tu_call1(ctx, "as_strided_scatter", a, 6);

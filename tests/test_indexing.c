@@ -13,13 +13,6 @@ static opr_ctx *ctx;
 static void setup(void) { ctx = tu_ctx(); }
 static void teardown(void) { tu_ctx_free(ctx); }
 
-static opr_tensor *f64_of(int ndim, const int64_t *shape, const double *v)
-{
-    opr_tensor *t = opr_tensor_from_data(ctx, OPR_F64, ndim, shape, v, OPR_CPU);
-    ck_assert_ptr_nonnull(t);
-    return t;
-}
-
 static opr_tensor *i64_of(int ndim, const int64_t *shape, const int64_t *v)
 {
     opr_tensor *t = opr_tensor_from_data(ctx, OPR_I64, ndim, shape, v, OPR_CPU);
@@ -44,7 +37,7 @@ START_TEST(test_index_out_of_range)
 {
     const int64_t s34[] = {3, 4}, s31[] = {3, 1};
     const double zeros[12] = {0};
-    opr_tensor *self = f64_of(2, s34, zeros);
+    opr_tensor *self = tu_f64(ctx, 2, s34, zeros);
     const int64_t bad[] = {0, 4, 1}, neg[] = {0, -1, 1};
     opr_tensor *index = i64_of(2, s31, bad), *nindex = i64_of(2, s31, neg);
     opr_tensor *src = tu_rand(ctx, OPR_F64, 2, s31, -1, 1);
@@ -82,7 +75,7 @@ START_TEST(test_slice_bounds_and_refusals)
 {
     const int64_t s7[] = {7};
     const double v[] = {0, 1, 2, 3, 4, 5, 6};
-    opr_tensor *x = f64_of(1, s7, v);
+    opr_tensor *x = tu_f64(ctx, 1, s7, v);
     /* start -100 clamps to 0, end 100 to 7: 0, 3, 6 */
     opr_value a[] = {opr_v_tensor(x), opr_v_int(0), opr_v_int(-100), opr_v_int(100), opr_v_int(3)};
     opr_tensor *t = tu_call1(ctx, "slice.Tensor", a, 5);
@@ -104,7 +97,7 @@ START_TEST(test_slice_bounds_and_refusals)
     expect_values(t, 1, s2, (const double[]){4, 6});
     /* slice_scatter writes exactly those positions */
     const double w[] = {10, 20};
-    opr_tensor *src = f64_of(1, s2, w);
+    opr_tensor *src = tu_f64(ctx, 1, s2, w);
     opr_value b[] = {opr_v_tensor(x), opr_v_tensor(src), opr_v_int(0), opr_v_int(-3), opr_v_none(), opr_v_int(2)};
     opr_tensor *y = tu_call1(ctx, "slice_scatter", b, 6);
     expect_values(y, 1, s7, (const double[]){0, 1, 2, 3, 10, 5, 20});
@@ -126,7 +119,7 @@ START_TEST(test_nonzero_sized_by_data)
 {
     const int64_t s23[] = {2, 3};
     const double v[] = {0, -0.0, 2, 5, 0, -1};
-    opr_tensor *x = f64_of(2, s23, v);
+    opr_tensor *x = tu_f64(ctx, 2, s23, v);
     opr_value a[] = {opr_v_tensor(x)};
     opr_tensor *t = tu_call1(ctx, "nonzero", a, 1);
     ck_assert_int_eq(opr_tensor_dtype(t), OPR_I64);
@@ -135,7 +128,7 @@ START_TEST(test_nonzero_sized_by_data)
     opr_tensor_release(t);
     opr_tensor_release(x);
     const double z[] = {0, 0, 0, 0, 0, 0};
-    x = f64_of(2, s23, z);
+    x = tu_f64(ctx, 2, s23, z);
     a[0] = opr_v_tensor(x);
     t = tu_call1(ctx, "nonzero", a, 1);
     ck_assert_int_eq(opr_tensor_size(t, 0), 0);
@@ -150,8 +143,8 @@ START_TEST(test_scatter_reduce_cases)
 {
     const int64_t s3[] = {3}, s4[] = {4};
     const int64_t idx[] = {0, 0, 2, 0};
-    opr_tensor *self = f64_of(1, s3, (const double[]){10, 20, 30});
-    opr_tensor *index = i64_of(1, s4, idx), *src = f64_of(1, s4, (const double[]){1, 2, 3, 4});
+    opr_tensor *self = tu_f64(ctx, 1, s3, (const double[]){10, 20, 30});
+    opr_tensor *index = i64_of(1, s4, idx), *src = tu_f64(ctx, 1, s4, (const double[]){1, 2, 3, 4});
     static const struct { const char *reduce; bool include_self; double want[3]; } cases[] = {
         {"sum", true, {17, 20, 33}}, {"sum", false, {7, 20, 3}}, {"prod", true, {80, 20, 90}},
         {"prod", false, {8, 20, 3}}, {"mean", true, {4.25, 20, 16.5}}, {"mean", false, {7.0 / 3, 20, 3}},
@@ -191,7 +184,7 @@ START_TEST(test_names_resolve)
         ck_assert_msg(opr_op_find(ctx, names[i]) != NULL, "no op %s", names[i]);
     const int64_t s23[] = {2, 3}, s21[] = {2, 1};
     const int64_t iv[] = {2, 0};
-    opr_tensor *x = f64_of(2, s23, (const double[]){1, 2, 3, 4, 5, 6}), *index = i64_of(2, s21, iv);
+    opr_tensor *x = tu_f64(ctx, 2, s23, (const double[]){1, 2, 3, 4, 5, 6}), *index = i64_of(2, s21, iv);
     opr_value a[] = {opr_v_tensor(x), opr_v_int(1), opr_v_tensor(index), opr_v_double(-1)};
     opr_tensor *t = tu_call1(ctx, "scatter", a, 4);
     expect_values(t, 2, s23, (const double[]){1, 2, -1, -1, 5, 6});

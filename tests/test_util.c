@@ -31,6 +31,13 @@ double tu_uniform(double lo, double hi)
     return lo + (hi - lo) * (double)(state >> 11) / 9007199254740992.0;
 }
 
+opr_tensor *tu_f64(opr_ctx *ctx, int ndim, const int64_t *shape, const double *v)
+{
+    opr_tensor *t = opr_tensor_from_data(ctx, OPR_F64, ndim, shape, v, OPR_CPU);
+    ck_assert_ptr_nonnull(t);
+    return t;
+}
+
 opr_tensor *tu_iota(opr_ctx *ctx, int ndim, const int64_t *shape)
 {
     int64_t n = 1;

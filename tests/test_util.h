@@ -19,6 +19,8 @@ double tu_uniform(double lo, double hi);
 /* New CPU tensor of random values in [lo, hi) (f32/f64), or [lo, hi) integers (i64),
  * or random 0/1 (bool). */
 opr_tensor *tu_rand(opr_ctx *ctx, opr_dtype dt, int ndim, const int64_t *shape, double lo, double hi);
+/* New CPU f64 tensor holding v (row-major); fails the test if it cannot be made. */
+opr_tensor *tu_f64(opr_ctx *ctx, int ndim, const int64_t *shape, const double *v);
 /* New CPU f64 tensor whose element i (row-major) is i: each result element of a view
  * or a gather then names where it came from. */
 opr_tensor *tu_iota(opr_ctx *ctx, int ndim, const int64_t *shape);
