@@ -54,9 +54,9 @@ static bool all_contiguous(const opr_tensor_view *const *v, int n)
     do {                                                                                                      \
         const T lr_ = (T)lr, wd_ = (T)wd, mom_ = (T)mom, keep_ = (T)(1.0 - damp);                           \
         const bool wd_on = wd != 0;                                                                           \
-        T *p_ = out->data, *b_ = buf->data;                                                                   \
-        const T *g_ = grad->data;                                                                             \
-        _Pragma("omp parallel for simd if (n >= CPU_PAR_THRESHOLD)")                                          \
+        T *restrict p_ = out->data, *restrict b_ = buf->data;                                                 \
+        const T *restrict g_ = grad->data;                                                                    \
+        _Pragma("omp parallel for if (n >= CPU_PAR_THRESHOLD)")                                               \
         for (int64_t i = 0; i < n; i++) {                                                                     \
             const T p = p_[i], gi = maximize ? -g_[i] : g_[i], g = wd_on ? gi + wd_ * p : gi;                 \
             const T b = first ? g : b_[i] * mom_ + keep_ * g;                                                 \
