@@ -431,7 +431,8 @@ int cpu_register_norm(opr_plugin *self)
 {
     const uint32_t dtypes = OPR_DTYPE_BIT(OPR_F32) | OPR_DTYPE_BIT(OPR_F64);
     /* upcast: f16 and bf16 layer norm through the f32 kernels (cpu_half.c), the
-     * statistics in double and every output rounded once, as PyTorch computes them */
+     * statistics in double and every output rounded once, as PyTorch's CUDA kernel
+     * computes them */
     const struct { const char *op; opr_kernel_fn fn; bool upcast; } table[] = {
         {"layer_norm", k_layer_norm, true},
         {"layer_norm_backward", k_layer_norm_backward, true},
