@@ -200,15 +200,24 @@ static void expect_rounded(opr_ctx *ctx, opr_tensor *got, opr_tensor *want, cons
 }
 
 /* The padding ops move elements only: in f16 and bf16 on the CPU each equals the f32
- * op on the widened input, bit for bit (constant_pad_nd's value rounded to the dtype). */
+ * op on the widened input, bit for bit (constant_pad_nd's value rounded to the dtype).
+ * The rows of 3000 hold more elements than bf16 (256) and f16 (2048) count exactly: the
+ * reflected index must not be computed in the tensor's dtype. */
 START_TEST(test_half_padding_exact)
 {
     opr_ctx *ctx = tu_ctx();
     tu_seed(7);
     opr_tensor *x = tu_rand(ctx, OPR_F32, 4, (int64_t[]){2, 3, 4, 5}, -4, 4);
+    opr_tensor *row = tu_rand(ctx, OPR_F32, 2, (int64_t[]){2, 3000}, -4, 4);
     static const char *const names[2] = {"f16", "bf16"};
-    const int64_t refl[4] = {1, 2, 3, 1}, repl[6] = {1, 2, 0, 2, 1, 1}, cpad[4] = {1, 0, 2, -1};
+    const int64_t refl[4] = {1, 2, 3, 1}, repl[6] = {1, 2, 0, 2, 1, 1}, cpad[4] = {1, 0, 2, -1}, refl1[2] = {3, 2};
     for (int k = 0; k < 2; k++) {
+        opr_tensor *hr = to_dt(ctx, row, names[k]), *wr = to_dt(ctx, hr, "f32");
+        expect_rounded(ctx, tu_call1(ctx, "reflection_pad1d", (opr_value[]){opr_v_tensor(hr), opr_v_ints(refl1, 2)}, 2),
+                       tu_call1(ctx, "reflection_pad1d", (opr_value[]){opr_v_tensor(wr), opr_v_ints(refl1, 2)}, 2),
+                       "reflection_pad1d");
+        opr_tensor_release(hr);
+        opr_tensor_release(wr);
         opr_tensor *h = to_dt(ctx, x, names[k]), *w = to_dt(ctx, h, "f32");
         expect_rounded(ctx, tu_call1(ctx, "reflection_pad2d", (opr_value[]){opr_v_tensor(h), opr_v_ints(refl, 4)}, 2),
                        tu_call1(ctx, "reflection_pad2d", (opr_value[]){opr_v_tensor(w), opr_v_ints(refl, 4)}, 2),
@@ -224,6 +233,7 @@ START_TEST(test_half_padding_exact)
         opr_tensor_release(w);
     }
     opr_tensor_release(x);
+    opr_tensor_release(row);
     tu_ctx_free(ctx);
 }
 END_TEST
