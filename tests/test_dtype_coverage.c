@@ -175,6 +175,120 @@ START_TEST(test_half_batch_norm_running_stats)
 }
 END_TEST
 
+/* t converted by to() to the dtype named `dt`. */
+static opr_tensor *to_dt(opr_ctx *ctx, opr_tensor *t, const char *dt)
+{
+    return tu_call1(ctx, "to", (opr_value[]){opr_v_tensor(t), opr_v_string(dt)}, 2);
+}
+
+/* got (a half tensor) equals want (f32) rounded to got's dtype, element for element:
+ * what computing in f32 and rounding once at the end gives. Takes both. */
+static void expect_rounded(opr_ctx *ctx, opr_tensor *got, opr_tensor *want, const char *what)
+{
+    const char *dt = opr_dtype_name(opr_tensor_dtype(got));
+    opr_tensor *w = to_dt(ctx, want, dt);
+    ck_assert_int_eq(opr_tensor_ndim(got), opr_tensor_ndim(w));
+    for (int d = 0; d < opr_tensor_ndim(got); d++) ck_assert_int_eq(opr_tensor_size(got, d), opr_tensor_size(w, d));
+    double *g = tu_to_f64(got), *v = tu_to_f64(w);
+    for (int64_t i = 0; i < opr_tensor_numel(got); i++)
+        ck_assert_msg(g[i] == v[i], "%s %s [%lld] = %.9g, want %.9g", dt, what, (long long)i, g[i], v[i]);
+    free(g);
+    free(v);
+    opr_tensor_release(got);
+    opr_tensor_release(want);
+    opr_tensor_release(w);
+}
+
+/* The padding ops move elements only: in f16 and bf16 on the CPU each equals the f32
+ * op on the widened input, bit for bit (constant_pad_nd's value rounded to the dtype).
+ * The rows of 3000 hold more elements than bf16 (256) and f16 (2048) count exactly: the
+ * reflected index must not be computed in the tensor's dtype. */
+START_TEST(test_half_padding_exact)
+{
+    opr_ctx *ctx = tu_ctx();
+    tu_seed(7);
+    opr_tensor *x = tu_rand(ctx, OPR_F32, 4, (int64_t[]){2, 3, 4, 5}, -4, 4);
+    opr_tensor *row = tu_rand(ctx, OPR_F32, 2, (int64_t[]){2, 3000}, -4, 4);
+    static const char *const names[2] = {"f16", "bf16"};
+    const int64_t refl[4] = {1, 2, 3, 1}, repl[6] = {1, 2, 0, 2, 1, 1}, cpad[4] = {1, 0, 2, -1}, refl1[2] = {3, 2};
+    for (int k = 0; k < 2; k++) {
+        opr_tensor *hr = to_dt(ctx, row, names[k]), *wr = to_dt(ctx, hr, "f32");
+        expect_rounded(ctx, tu_call1(ctx, "reflection_pad1d", (opr_value[]){opr_v_tensor(hr), opr_v_ints(refl1, 2)}, 2),
+                       tu_call1(ctx, "reflection_pad1d", (opr_value[]){opr_v_tensor(wr), opr_v_ints(refl1, 2)}, 2),
+                       "reflection_pad1d");
+        opr_tensor_release(hr);
+        opr_tensor_release(wr);
+        opr_tensor *h = to_dt(ctx, x, names[k]), *w = to_dt(ctx, h, "f32");
+        expect_rounded(ctx, tu_call1(ctx, "reflection_pad2d", (opr_value[]){opr_v_tensor(h), opr_v_ints(refl, 4)}, 2),
+                       tu_call1(ctx, "reflection_pad2d", (opr_value[]){opr_v_tensor(w), opr_v_ints(refl, 4)}, 2),
+                       "reflection_pad2d");
+        expect_rounded(ctx, tu_call1(ctx, "replication_pad3d", (opr_value[]){opr_v_tensor(h), opr_v_ints(repl, 6)}, 2),
+                       tu_call1(ctx, "replication_pad3d", (opr_value[]){opr_v_tensor(w), opr_v_ints(repl, 6)}, 2),
+                       "replication_pad3d");
+        expect_rounded(
+            ctx, tu_call1(ctx, "constant_pad_nd", (opr_value[]){opr_v_tensor(h), opr_v_ints(cpad, 4), opr_v_double(0.1)}, 3),
+            tu_call1(ctx, "constant_pad_nd", (opr_value[]){opr_v_tensor(w), opr_v_ints(cpad, 4), opr_v_double(0.1)}, 3),
+            "constant_pad_nd");
+        opr_tensor_release(h);
+        opr_tensor_release(w);
+    }
+    opr_tensor_release(x);
+    opr_tensor_release(row);
+    tu_ctx_free(ctx);
+}
+END_TEST
+
+/* native_layer_norm and its backward in f16 and bf16 on the CPU: computed in f32 and
+ * rounded once (each output the f32 op's on the widened inputs, rounded), mean and
+ * rstd in the input's dtype (PyTorch 1.13's CPU kernel); layer_norm gives the same. */
+START_TEST(test_half_layer_norm)
+{
+    opr_ctx *ctx = tu_ctx();
+    tu_seed(11);
+    const int64_t ns[1] = {8}, all[3] = {1, 1, 1};
+    opr_tensor *x = tu_rand(ctx, OPR_F32, 2, (int64_t[]){3, 8}, -2, 2), *g = tu_rand(ctx, OPR_F32, 2, (int64_t[]){3, 8}, -1, 1);
+    opr_tensor *wt = tu_rand(ctx, OPR_F32, 1, ns, 0.5, 2), *b = tu_rand(ctx, OPR_F32, 1, ns, -1, 1);
+    static const char *const names[2] = {"f16", "bf16"};
+    const opr_op *fwd = opr_op_find(ctx, "native_layer_norm"), *bwd = opr_op_find(ctx, "native_layer_norm_backward");
+    for (int k = 0; k < 2; k++) {
+        opr_tensor *h[4] = {to_dt(ctx, x, names[k]), to_dt(ctx, g, names[k]), to_dt(ctx, wt, names[k]), to_dt(ctx, b, names[k])};
+        opr_tensor *w[4];
+        for (int i = 0; i < 4; i++) w[i] = to_dt(ctx, h[i], "f32");
+        opr_tensor *ho[3] = {0}, *wo[3] = {0};
+        opr_value ha[] = {opr_v_tensor(h[0]), opr_v_ints(ns, 1), opr_v_tensor(h[2]), opr_v_tensor(h[3]), opr_v_double(1e-5)};
+        opr_value wa[] = {opr_v_tensor(w[0]), opr_v_ints(ns, 1), opr_v_tensor(w[2]), opr_v_tensor(w[3]), opr_v_double(1e-5)};
+        ck_assert_msg(!opr_call(fwd, ha, 5, ho, 3) && !opr_call(fwd, wa, 5, wo, 3), "%s", opr_last_error());
+        for (int i = 0; i < 3; i++) ck_assert_str_eq(opr_dtype_name(opr_tensor_dtype(ho[i])), names[k]);
+        opr_tensor *ln = tu_call1(ctx, "layer_norm", ha, 5);
+        opr_tensor_retain(wo[0]);
+        expect_rounded(ctx, ln, wo[0], "layer_norm");
+        /* the backward from the half statistics, and the f32 one from them widened */
+        opr_tensor *hs[2] = {ho[1], ho[2]}, *ws[2] = {to_dt(ctx, ho[1], "f32"), to_dt(ctx, ho[2], "f32")};
+        opr_tensor *hg[3] = {0}, *wg[3] = {0};
+        opr_value hb[] = {opr_v_tensor(h[1]), opr_v_tensor(h[0]), opr_v_ints(ns, 1), opr_v_tensor(hs[0]),
+                          opr_v_tensor(hs[1]), opr_v_tensor(h[2]), opr_v_tensor(h[3]), opr_v_ints(all, 3)};
+        opr_value wb[] = {opr_v_tensor(w[1]), opr_v_tensor(w[0]), opr_v_ints(ns, 1), opr_v_tensor(ws[0]),
+                          opr_v_tensor(ws[1]), opr_v_tensor(w[2]), opr_v_tensor(w[3]), opr_v_ints(all, 3)};
+        ck_assert_msg(!opr_call(bwd, hb, 8, hg, 3) && !opr_call(bwd, wb, 8, wg, 3), "%s", opr_last_error());
+        static const char *const fwd_names[3] = {"native_layer_norm", "mean", "rstd"};
+        static const char *const bwd_names[3] = {"grad_input", "grad_weight", "grad_bias"};
+        for (int i = 0; i < 3; i++) {
+            expect_rounded(ctx, ho[i], wo[i], fwd_names[i]);
+            expect_rounded(ctx, hg[i], wg[i], bwd_names[i]);
+        }
+        for (int i = 0; i < 4; i++) {
+            opr_tensor_release(h[i]);
+            opr_tensor_release(w[i]);
+        }
+        opr_tensor_release(ws[0]);
+        opr_tensor_release(ws[1]);
+    }
+    opr_tensor *tr[] = {x, g, wt, b};
+    for (size_t i = 0; i < sizeof tr / sizeof tr[0]; i++) opr_tensor_release(tr[i]);
+    tu_ctx_free(ctx);
+}
+END_TEST
+
 static Suite *coverage_suite(void)
 {
     Suite *s = suite_create("dtype_coverage");
@@ -184,6 +298,8 @@ static Suite *coverage_suite(void)
     tcase_add_test(t, test_half_values);
     tcase_add_test(t, test_half_conversions);
     tcase_add_test(t, test_half_batch_norm_running_stats);
+    tcase_add_test(t, test_half_padding_exact);
+    tcase_add_test(t, test_half_layer_norm);
     suite_add_tcase(s, t);
     return s;
 }

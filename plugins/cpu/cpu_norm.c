@@ -1,7 +1,7 @@
 /* Normalisation and activation kernels: layer_norm, its fused backward
  * layer_norm_backward, ATen's native_layer_norm (layer_norm's kernel, which also writes
  * the row statistics) and native_layer_norm_backward (from those statistics), gelu and
- * gelu_backward (f32 and f64).
+ * gelu_backward (f32 and f64; the layer norm ops also f16 and bf16, through f32).
  *
  * layer_norm works on the rows x cols view of input (cols = numel(normalized_shape)):
  * the statistics of a row are accumulated in double, two passes (mean, then the sum of
@@ -430,16 +430,19 @@ static int k_gelu_backward(const opr_kernel_call *c) { return gelu_common(c, "ge
 int cpu_register_norm(opr_plugin *self)
 {
     const uint32_t dtypes = OPR_DTYPE_BIT(OPR_F32) | OPR_DTYPE_BIT(OPR_F64);
-    const struct { const char *op; opr_kernel_fn fn; } table[] = {
-        {"layer_norm", k_layer_norm},
-        {"layer_norm_backward", k_layer_norm_backward},
-        {"native_layer_norm", k_layer_norm},
-        {"native_layer_norm_backward", k_native_layer_norm_backward},
-        {"gelu", k_gelu},
-        {"gelu_backward", k_gelu_backward},
+    /* upcast: f16 and bf16 layer norm through the f32 kernels (cpu_half.c), the
+     * statistics in double and every output rounded once, as PyTorch's CUDA kernel
+     * computes them */
+    const struct { const char *op; opr_kernel_fn fn; bool upcast; } table[] = {
+        {"layer_norm", k_layer_norm, true},
+        {"layer_norm_backward", k_layer_norm_backward, true},
+        {"native_layer_norm", k_layer_norm, true},
+        {"native_layer_norm_backward", k_native_layer_norm_backward, true},
+        {"gelu", k_gelu, false},
+        {"gelu_backward", k_gelu_backward, false},
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
-        int rc = cpu_register(self, table[i].op, dtypes, table[i].fn);
+        int rc = (table[i].upcast ? cpu_register_upcast : cpu_register)(self, table[i].op, dtypes, table[i].fn);
         if (rc != OPR_OK) return rc;
     }
     return OPR_OK;

@@ -1,10 +1,10 @@
 /* Normalisation and activation kernels: layer_norm, its fused backward
  * layer_norm_backward, ATen's native_layer_norm (layer_norm's kernel, also writing the
  * row statistics) and native_layer_norm_backward (from those statistics), gelu and
- * gelu_backward (f32, f64), with the results of the CPU
- * kernels (plugins/cpu/cpu_norm.c): row statistics in double, two passes, and the
- * backward recomputing mean and rstd from input so that autograd saves input and
- * weight only.
+ * gelu_backward (f32, f64; the layer norm ops also f16 and bf16, through f32), with
+ * the results of the CPU kernels (plugins/cpu/cpu_norm.c): row statistics in double,
+ * two passes, and the backward recomputing mean and rstd from input so that autograd
+ * saves input and weight only.
  *
  * layer_norm runs one thread per row of the rows x cols view (cols =
  * numel(normalized_shape)), the column sums of the weight and bias gradients one thread
@@ -354,22 +354,24 @@ int k_gelu_backward(const opr_kernel_call *c) { return gelu_common(c, "gelu_back
  * (registrations are optional). */
 int gk_register_norm(opr_plugin *self)
 {
+    /* upcast: f16 and bf16 layer norm through the f32 kernels on widened copies
+     * (gpu_half.cu), every output rounded once, as the CPU plugin does (cpu_half.c) */
     const struct {
         const char *op;
-        uint32_t dtypes;
         opr_kernel_fn fn;
+        bool upcast;
     } table[] = {
-        {"layer_norm", GK_FLOATS, k_layer_norm},
-        {"native_layer_norm", GK_FLOATS, k_layer_norm},
-        {"native_layer_norm_backward", GK_FLOATS, k_native_layer_norm_backward},
+        {"layer_norm", k_layer_norm, true},
+        {"native_layer_norm", k_layer_norm, true},
+        {"native_layer_norm_backward", k_native_layer_norm_backward, true},
 #ifdef OPR_GK_LAYER_NORM_BACKWARD
-        {"layer_norm_backward", GK_FLOATS, k_layer_norm_backward},
+        {"layer_norm_backward", k_layer_norm_backward, true},
 #endif
-        {"gelu", GK_FLOATS, k_gelu},
-        {"gelu_backward", GK_FLOATS, k_gelu_backward},
+        {"gelu", k_gelu, false},
+        {"gelu_backward", k_gelu_backward, false},
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
-        int rc = gk_register(self, table[i].op, table[i].dtypes, table[i].fn);
+        int rc = (table[i].upcast ? gk_register_upcast : gk_register)(self, table[i].op, GK_FLOATS, table[i].fn);
         if (rc != OPR_OK) return rc;
     }
     return OPR_OK;
