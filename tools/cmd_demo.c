@@ -6,6 +6,7 @@
 
 #include "gpt/gpt_demo.h"
 #include "resnet/resnet_demo.h"
+#include "saved_table.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -148,53 +149,6 @@ static int sgd_step(const demo_ops *ops, model *m, double lr)
     return rc;
 }
 
-/* Per-op totals of what one step's graph saved. */
-typedef struct op_row {
-    char op[32];
-    char plan[160];
-    int nodes;
-    uint64_t saved, all_inputs;
-} op_row;
-
-typedef struct op_table {
-    op_row rows[16];
-    int n;
-} op_table;
-
-static void collect_row(void *ud, const opr_node_info *info)
-{
-    op_table *t = ud;
-    op_row *r = NULL;
-    for (int i = 0; i < t->n && !r; i++)
-        if (!strcmp(t->rows[i].op, info->op) && !strcmp(t->rows[i].plan, info->plan)) r = &t->rows[i];
-    if (!r && t->n < 16) {
-        r = &t->rows[t->n++];
-        memset(r, 0, sizeof *r);
-        snprintf(r->op, sizeof r->op, "%s", info->op);
-        snprintf(r->plan, sizeof r->plan, "%s", info->plan);
-    }
-    if (!r) return;
-    r->nodes++;
-    r->saved += info->saved_bytes;
-    r->all_inputs += info->all_inputs_bytes;
-}
-
-static void print_table(const op_table *t)
-{
-    printf("\nper op, one training step (the registry's choice vs saving every input):\n");
-    printf("  %-12s %-5s %-47s %12s %14s\n", "op", "nodes", "chosen formulas", "saved bytes", "save-all bytes");
-    uint64_t saved = 0, all = 0;
-    for (int i = 0; i < t->n; i++) {
-        const op_row *r = &t->rows[i];
-        printf("  %-12s %-5d %-47s %12llu %14llu\n", r->op, r->nodes, r->plan, (unsigned long long)r->saved,
-               (unsigned long long)r->all_inputs);
-        saved += r->saved;
-        all += r->all_inputs;
-    }
-    printf("  %-12s %-5s %-47s %12llu %14llu  (%.0f%% of save-all)\n", "total", "", "", (unsigned long long)saved,
-           (unsigned long long)all, all ? 100.0 * (double)saved / (double)all : 0.0);
-}
-
 static opr_device best_device(opr_ctx *ctx, const demo_ops *ops)
 {
     opr_device best = OPR_CPU;
@@ -294,12 +248,12 @@ int cmd_demo(int argc, char **argv)
         opr_set_requires_grad(m.w[l], m.trainable[l]);
         opr_set_requires_grad(m.b[l], m.trainable[l]);
     }
-    op_table table = {.n = 0};
+    saved_table table = {.n = 0};
     for (int step = 1; step <= steps; step++) {
         opr_tensor *logp = NULL;
         opr_tensor *loss = forward(&ops, &m, x, y, step % 25 == 0 || step == 1 ? &logp : NULL);
         if (!loss) goto out;
-        if (step == 1) opr_autograd_walk(loss, collect_row, &table);
+        if (step == 1) opr_autograd_walk(loss, saved_table_collect, &table);
         if (opr_backward(loss, NULL, NULL)) { fprintf(stderr, "opreg demo: %s\n", opr_last_error()); opr_tensor_release(loss); goto out; }
         if (sgd_step(&ops, &m, lr)) { opr_tensor_release(loss); goto out; }
         if (logp) {
@@ -320,7 +274,7 @@ int cmd_demo(int argc, char **argv)
     printf("final: loss %.4f, training accuracy %.1f%%\n", lv, 100 * acc);
     opr_tensor_release(logp);
     opr_tensor_release(loss);
-    print_table(&table);
+    saved_table_print(&table, "per op, one training step (the registry's choice vs saving every input):");
     rc = acc > 0.9 ? 0 : 1;
     if (rc) fprintf(stderr, "opreg demo: accuracy stayed at or below 90%%\n");
 out:

@@ -3,6 +3,7 @@
 
 #include "resnet_data.h"
 #include "resnet_train.h"
+#include "saved_table.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -72,35 +73,6 @@ static int parse(int argc, char **argv, const char *prog, demo_opts *o)
     return 0;
 }
 
-/* Per-op totals of what the first step's graph saved. */
-typedef struct op_row {
-    char op[40], plan[120];
-    int nodes;
-    unsigned long long saved, all;
-} op_row;
-typedef struct op_table {
-    op_row rows[24];
-    int n;
-} op_table;
-
-static void collect(void *ud, const opr_node_info *info)
-{
-    op_table *t = ud;
-    op_row *r = NULL;
-    for (int i = 0; i < t->n && !r; i++)
-        if (!strcmp(t->rows[i].op, info->op) && !strcmp(t->rows[i].plan, info->plan)) r = &t->rows[i];
-    if (!r && t->n < 24) {
-        r = &t->rows[t->n++];
-        memset(r, 0, sizeof *r);
-        snprintf(r->op, sizeof r->op, "%s", info->op);
-        snprintf(r->plan, sizeof r->plan, "%s", info->plan);
-    }
-    if (!r) return;
-    r->nodes++;
-    r->saved += info->saved_bytes;
-    r->all += info->all_inputs_bytes;
-}
-
 int resnet_demo_run(opr_ctx *ctx, int argc, char **argv, const char *prog)
 {
     demo_opts o;
@@ -120,9 +92,9 @@ int resnet_demo_run(opr_ctx *ctx, int argc, char **argv, const char *prog)
            "%d steps of %d generated 32x32 images (4 shapes), SGD lr %g (falling linearly to 0) momentum 0.9\n",
            o.blocks, o.width, o.width << 3, (long long)numel, o.steps, o.batch, o.lr);
     double *losses = calloc((size_t)o.steps, sizeof *losses);
-    op_table table = {.n = 0};
+    saved_table table = {.n = 0};
     const resnet_train_opts to = {.steps = o.steps, .batch = o.batch, .lr = o.lr, .momentum = 0.9, .weight_decay = 1e-4,
-                                  .decay = true, .data_seed = o.seed + 1, .log_every = o.log_every, .losses = losses, .walk = collect,
+                                  .decay = true, .data_seed = o.seed + 1, .log_every = o.log_every, .losses = losses, .walk = saved_table_collect,
                                   .walk_ud = &table};
     double rate = 0, acc = 0;
     opr_status st = losses ? resnet_train(m, &to, &rate) : OPR_ERR_NOMEM;
@@ -133,17 +105,7 @@ int resnet_demo_run(opr_ctx *ctx, int argc, char **argv, const char *prog)
         resnet_model_free(m);
         return 1;
     }
-    printf("\nper op, the first training step (the registry's choice against saving every input):\n");
-    printf("  %-26s %-5s %-40s %12s %14s\n", "op", "nodes", "chosen formulas", "saved bytes", "save-all bytes");
-    unsigned long long saved = 0, all = 0;
-    for (int i = 0; i < table.n; i++) {
-        const op_row *r = &table.rows[i];
-        printf("  %-26s %-5d %-40s %12llu %14llu\n", r->op, r->nodes, r->plan, r->saved, r->all);
-        saved += r->saved;
-        all += r->all;
-    }
-    printf("  %-26s %-5s %-40s %12llu %14llu  (%.0f%% of save-all)\n", "total", "", "", saved, all,
-           all ? 100.0 * (double)saved / (double)all : 0.0);
+    saved_table_print(&table, "per op, the first training step (the registry's choice against saving every input):");
     const bool defaults_used = o.steps == defaults.steps && o.batch == defaults.batch && o.width == defaults.width &&
                                o.blocks == defaults.blocks && o.lr == defaults.lr && o.test == defaults.test;
     printf("\n%.0f images/s; loss %.4f -> %.4f", rate, losses[0], losses[o.steps - 1]);
