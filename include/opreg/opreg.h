@@ -115,7 +115,8 @@ OPR_API size_t opr_dtype_size(opr_dtype dtype);
 /* "f32", "f64", "i64", "bool", "f16", "bf16", "i32"; "?" for an invalid dtype. */
 OPR_API const char *opr_dtype_name(opr_dtype dtype);
 /* Parses a dtype name (also accepts "float32", "float64", "int64", "float", "double",
- * "long", "float16", "half" and "bfloat16"). Returns OPR_OK or OPR_ERR_INVALID. */
+ * "long", "float16", "half", "bfloat16", "int32" and "int"). Returns OPR_OK or
+ * OPR_ERR_INVALID. */
 OPR_API opr_status opr_dtype_parse(const char *name, opr_dtype *out);
 
 /* IEEE half (f16) and bfloat16 values from and to float, rounding to nearest even:
