@@ -204,12 +204,12 @@ void opr_storage_release(opr_storage *s);
 /* Element size without a call (hot paths); valid dtypes only. */
 static inline size_t opr_elem_size(opr_dtype dt)
 {
-    static const unsigned char sizes[OPR_DTYPE_COUNT] = {4, 8, 8, 1, 2, 2};
+    static const unsigned char sizes[OPR_DTYPE_COUNT] = {4, 8, 8, 1, 2, 2, 4};
     return sizes[dt];
 }
 
 /* Writes v as one element of dt at dst (opr_elem_size(dt) bytes): rounded to f32,
- * f16 or bf16, truncated for i64, v != 0 for bool. */
+ * f16 or bf16, truncated for i64 and i32, v != 0 for bool. */
 void opr_dtype_store(opr_dtype dt, double v, void *dst);
 /* opr_dtype_store for a number from a caller (a Scalar or float argument): OPR_ERR_INVALID,
  * in PyTorch's words, for one the dtype cannot hold (i64: NaN, infinities and values

@@ -28,6 +28,7 @@ static bool dl_dtype_of(opr_dtype dt, DLDataType *out)
     case OPR_BOOL: *out = (DLDataType){kDLUInt, 8, 1}; return true; /* dlpack 0.6 has no kDLBool */
     case OPR_F16: *out = (DLDataType){kDLFloat, 16, 1}; return true;
     case OPR_BF16: *out = (DLDataType){kDLBfloat, 16, 1}; return true;
+    case OPR_I32: *out = (DLDataType){kDLInt, 32, 1}; return true;
     default: return false;
     }
 }
@@ -41,6 +42,7 @@ static bool opr_dtype_of(DLDataType d, opr_dtype *out)
     else if (d.code == kDLUInt && d.bits == 8) *out = OPR_BOOL;
     else if (d.code == kDLFloat && d.bits == 16) *out = OPR_F16;
     else if (d.code == kDLBfloat && d.bits == 16) *out = OPR_BF16;
+    else if (d.code == kDLInt && d.bits == 32) *out = OPR_I32;
     else return false;
     return true;
 }

@@ -6,6 +6,7 @@
 static const struct { const char *name; size_t size; } dtype_info[OPR_DTYPE_COUNT] = {
     [OPR_F32] = {"f32", 4}, [OPR_F64] = {"f64", 8}, [OPR_I64] = {"i64", 8},
     [OPR_BOOL] = {"bool", 1}, [OPR_F16] = {"f16", 2}, [OPR_BF16] = {"bf16", 2},
+    [OPR_I32] = {"i32", 4},
 };
 
 static bool dtype_valid(opr_dtype dt) { return (unsigned)dt < OPR_DTYPE_COUNT; }
@@ -19,14 +20,14 @@ opr_status opr_dtype_parse(const char *name, opr_dtype *out)
     static const struct { const char *alias; opr_dtype dt; } aliases[] = {
         {"float32", OPR_F32}, {"float", OPR_F32}, {"float64", OPR_F64}, {"double", OPR_F64},
         {"int64", OPR_I64}, {"long", OPR_I64}, {"float16", OPR_F16}, {"half", OPR_F16},
-        {"bfloat16", OPR_BF16},
+        {"bfloat16", OPR_BF16}, {"int32", OPR_I32}, {"int", OPR_I32},
     };
     if (!name || !out) return opr_fail(OPR_ERR_INVALID, "opr_dtype_parse: NULL argument");
     for (int i = 0; i < OPR_DTYPE_COUNT; i++)
         if (!strcmp(name, dtype_info[i].name)) { *out = (opr_dtype)i; return OPR_OK; }
     for (size_t i = 0; i < sizeof aliases / sizeof aliases[0]; i++)
         if (!strcmp(name, aliases[i].alias)) { *out = aliases[i].dt; return OPR_OK; }
-    return opr_fail(OPR_ERR_INVALID, "unknown dtype '%s' (expected f32, f64, i64, bool, f16 or bf16)", name);
+    return opr_fail(OPR_ERR_INVALID, "unknown dtype '%s' (expected f32, f64, i64, bool, f16, bf16 or i32)", name);
 }
 
 uint16_t opr_bf16_from_float(float f)
@@ -85,10 +86,12 @@ float opr_f16_to_float(uint16_t h)
 
 int opr_number_store(opr_dtype dt, double v, void *dst)
 {
-    /* the only target with a bounded range and no infinity or NaN (bool takes any
-     * number: v != 0, as PyTorch's conversion to bool cannot overflow) */
+    /* the targets with a bounded range and no infinity or NaN (bool takes any number:
+     * v != 0, as PyTorch's conversion to bool cannot overflow) */
     if (dt == OPR_I64 && !(v >= -0x1p63 && v < 0x1p63))
         return opr_fail(OPR_ERR_INVALID, "value cannot be converted to type int64_t without overflow: %g", v);
+    if (dt == OPR_I32 && !(v >= -0x1p31 && v < 0x1p31))
+        return opr_fail(OPR_ERR_INVALID, "value cannot be converted to type int32_t without overflow: %g", v);
     opr_dtype_store(dt, v, dst);
     return OPR_OK;
 }
@@ -102,6 +105,7 @@ void opr_dtype_store(opr_dtype dt, double v, void *dst)
     case OPR_BOOL: *(unsigned char *)dst = v != 0; break;
     case OPR_F16: { uint16_t h = opr_f16_from_float((float)v); memcpy(dst, &h, sizeof h); break; }
     case OPR_BF16: { uint16_t h = opr_bf16_from_float((float)v); memcpy(dst, &h, sizeof h); break; }
+    case OPR_I32: { int32_t i = (int32_t)v; memcpy(dst, &i, sizeof i); break; }
     default: break;
     }
 }

@@ -360,6 +360,7 @@ opr_status opr_tensor_copy_to_host_f64(const opr_tensor *t, double *dst, int64_t
         case OPR_BOOL: dst[i] = raw[i]; break;
         case OPR_F16: dst[i] = opr_f16_to_float(((const uint16_t *)raw)[i]); break;
         case OPR_BF16: dst[i] = opr_bf16_to_float(((const uint16_t *)raw)[i]); break;
+        case OPR_I32: dst[i] = ((const int32_t *)raw)[i]; break;
         default: rc = opr_fail(OPR_ERR_UNSUPPORTED, "opr_tensor_copy_to_host_f64: dtype %s", opr_dtype_name(dt));
         }
     }

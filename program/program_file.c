@@ -13,7 +13,7 @@
 #define MAX_HEADER_BYTES (100u << 20)
 
 static const struct { const char *name; opr_dtype dt; } st_dtypes[] = {
-    {"F32", OPR_F32}, {"F64", OPR_F64}, {"I64", OPR_I64}, {"BOOL", OPR_BOOL},
+    {"F32", OPR_F32}, {"F64", OPR_F64}, {"I64", OPR_I64}, {"BOOL", OPR_BOOL}, {"I32", OPR_I32},
 };
 
 int prog_stored_find(const opr_program *p, const char *name)

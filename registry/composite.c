@@ -170,6 +170,7 @@ static int expected_dtype(const opr_op *op, const mval *slots, opr_dtype common,
 {
     int rule = op->out_dtype[0];
     if (rule == OUT_DTYPE_T) *out = common;
+    else if (rule == OUT_DTYPE_ACC) *out = out_dtype_acc(common);
     else if (rule != OUT_DTYPE_ARG) *out = (opr_dtype)rule;
     else if (opr_dtype_parse(slots[op->dtype_arg].u.s, out))
         return opr_fail_wrap(OPR_ERR_INVALID, "%s: argument '%s'", op->name, op->args[op->dtype_arg].name);

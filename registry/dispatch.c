@@ -218,6 +218,7 @@ static int out_dtype(const opr_op *op, int i, const checked *c, opr_dtype *out)
 {
     int rule = op->out_dtype[i];
     if (rule == OUT_DTYPE_T) { *out = (opr_dtype)c->common; return OPR_OK; }
+    if (rule == OUT_DTYPE_ACC) { *out = out_dtype_acc((opr_dtype)c->common); return OPR_OK; }
     if (rule == OUT_DTYPE_ARG) {
         const opr_kernel_arg *k = &c->kargs[op->dtype_arg];
         int rc = opr_dtype_parse(k->u.s, out);

@@ -4,8 +4,11 @@
  * only by category (bool < integer < floating). A 0-d tensor of the same category as
  * the dimensioned tensors takes their dtype; one of a higher category makes the result
  * its dtype. A number of a higher category makes it the default dtype of that category
- * (f32, i64). The tensors that differ from the result are converted with the `to` op,
- * which autograd records like any other. */
+ * (f32, i64), except in an op marked `scalar_promotion: false` (fill, a pad or scatter
+ * value: PyTorch converts the number to self's dtype). An op marked `int_to_float`
+ * (true division) computes an integer or bool result in f32, as PyTorch's div does.
+ * The tensors that differ from the result are converted with the `to` op, which
+ * autograd records like any other. */
 #include "composite.h"
 
 #include <stdlib.h>
@@ -50,16 +53,17 @@ bool promote_target(const opr_op *op, const opr_value *args, int nargs, opr_dtyp
         }
     })
     if (mixed) return false; /* dispatch refuses it, naming both */
-    for (int i = 0; op->has_scalars && i < nargs; i++) {
+    for (int i = 0; op->has_scalars && !op->no_scalar_promotion && i < nargs; i++) {
         if (op->args[i].type != ARG_SCALAR) continue;
         int c = args[i].kind == OPR_V_DOUBLE ? 2 : args[i].kind == OPR_V_INT ? 1 : args[i].kind == OPR_V_BOOL ? 0 : -1;
         if (c > number) number = c;
     }
-    if (zero_dim < 0 && number < 0) return false; /* the common case: dimensioned tensors that agree */
+    if (zero_dim < 0 && number < 0 && !op->int_to_float) return false; /* the common case: dimensioned tensors that agree */
     int r = dimensioned >= 0 ? dimensioned : zero_dim;
     if (r < 0) return false;
     if (zero_dim >= 0 && category((opr_dtype)zero_dim) > category((opr_dtype)r)) r = zero_dim;
     if (number > category((opr_dtype)r)) r = number == 2 ? OPR_F32 : OPR_I64;
+    if (op->int_to_float && category((opr_dtype)r) < 2) r = OPR_F32;
     bool differs = false;
     FOR_EACH_T_TENSOR(op, args, nargs, { differs |= (int)t->m.dtype != r; })
     *target = (opr_dtype)r;

@@ -70,6 +70,10 @@ bool kquery_cost(const dtype_kernel *k, const opr_kernel_call *call, double *ns)
 /* Output dtype rules. */
 #define OUT_DTYPE_T (-1)    /* the common dtype of the plain tensor arguments */
 #define OUT_DTYPE_ARG (-2)  /* named by the str argument op->dtype_arg */
+#define OUT_DTYPE_ACC (-3)  /* acc(T): T, except i64 for an i32 T (PyTorch's sum, prod, cumsum) */
+
+/* The dtype of an acc(T) output for the common dtype t. */
+static inline opr_dtype out_dtype_acc(opr_dtype t) { return t == OPR_I32 ? OPR_I64 : t; }
 
 /* How an op takes jagged tensors (its YAML `jagged:` key; registry/jagged_call.c). */
 typedef enum jagged_kind {
@@ -151,6 +155,8 @@ struct opr_op {
     _Atomic(opr_op *) set_next, bucket_next;
     char *overload;            /* "dim" (after the '.'), or the `overload:` key, or NULL */
     bool has_scalars;          /* a Scalar argument: wrapped-number promotion applies */
+    bool int_to_float;         /* `int_to_float: true`: an integer or bool T computes in f32 (promote.c) */
+    bool no_scalar_promotion;  /* `scalar_promotion: false`: a Scalar takes self's dtype (fill, pad value) */
     char *schema;
     opr_ctx *ctx;
     char *file;

@@ -322,7 +322,7 @@ static void reshape_sizes(const sample_tweak *tw, int k, sample_tensor *st)
         else if (st->shape[d] == v->from) st->shape[d] = v->to;
     }
     /* an index tensor drawn below the size it indexes keeps doing so */
-    if (v->kind == VK_SIZE1 && st->dtype == OPR_I64 && st->hi == (double)v->from) st->hi = (double)v->to;
+    if (v->kind == VK_SIZE1 && (st->dtype == OPR_I64 || st->dtype == OPR_I32) && st->hi == (double)v->from) st->hi = (double)v->to;
 }
 
 /* The view of tensor k this variant asks for: over a buffer of *buf_numel elements,

@@ -272,6 +272,11 @@ static opr_tensor *make_tensor(opr_ctx *ctx, const sample_tensor *given, opr_dty
             opr_fail(OPR_ERR_INVALID, "samples: %g in an i64 tensor (integers within +-2^53)", v);
             return NULL;
         }
+        if (dt == OPR_I32 && !(floor(v) >= -0x1p31 && floor(v) < 0x1p31)) {
+            free(buf);
+            opr_fail(OPR_ERR_INVALID, "samples: %g in an i32 tensor (integers within [-2^31, 2^31))", v);
+            return NULL;
+        }
         switch (dt) {
         case OPR_F32: ((float *)buf)[i] = (float)v; break;
         case OPR_F64: ((double *)buf)[i] = v; break;
@@ -279,6 +284,7 @@ static opr_tensor *make_tensor(opr_ctx *ctx, const sample_tensor *given, opr_dty
         case OPR_BOOL: buf[i] = st->nvalues >= 0 ? v != 0 : v >= (st->lo + st->hi) / 2; break;
         case OPR_F16: ((uint16_t *)buf)[i] = opr_f16_from_float((float)v); break;
         case OPR_BF16: ((uint16_t *)buf)[i] = opr_bf16_from_float((float)v); break;
+        case OPR_I32: ((int32_t *)buf)[i] = (int32_t)floor(v); break;
         default: free(buf); opr_fail(OPR_ERR_UNSUPPORTED, "samples: dtype %s not supported", opr_dtype_name(dt)); return NULL;
         }
     }

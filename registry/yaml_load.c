@@ -119,12 +119,13 @@ static int parse_dtype_list(const loader *l, const yaml_node_t *n, uint32_t *mas
     return OPR_OK;
 }
 
-/* "T", a dtype name, or "arg(NAME)". */
+/* "T", "acc(T)", a dtype name, or "arg(NAME)". */
 static int parse_out_dtype(const loader *l, opr_op *op, const yaml_node_t *n, int *out)
 {
     const char *s = yaml_scalar(n);
     if (!s) return yaml_fail_at(l, n, OPR_ERR_PARSE, "%s must be a dtype", "dtype");
     if (!strcmp(s, "T")) { *out = OUT_DTYPE_T; return OPR_OK; }
+    if (!strcmp(s, "acc(T)")) { *out = OUT_DTYPE_ACC; return OPR_OK; }
     size_t len = strlen(s);
     if (!strncmp(s, "arg(", 4) && len > 5 && s[len - 1] == ')') {
         char name[64];
@@ -178,6 +179,16 @@ static int parse_key(const loader *l, opr_op *op, const yaml_node_t *k, const ya
         if (!b || (strcmp(b, "false") && strcmp(b, "true")))
             return yaml_fail_at(l, v, OPR_ERR_PARSE, "differentiable must be true or false, not '%s'", b ? b : "?");
         op->nondifferentiable = !strcmp(b, "false");
+        return OPR_OK;
+    }
+    if (!strcmp(key, "int_to_float") || !strcmp(key, "scalar_promotion")) { /* promote.c */
+        const char *b = yaml_scalar(v);
+        if (!b || (strcmp(b, "false") && strcmp(b, "true")))
+            return yaml_fail_at(l, v, OPR_ERR_PARSE, key[0] == 'i' ? "int_to_float must be true or false, not '%s'"
+                                                                 : "scalar_promotion must be true or false, not '%s'",
+                                b ? b : "?");
+        if (key[0] == 'i') op->int_to_float = !strcmp(b, "true");
+        else op->no_scalar_promotion = !strcmp(b, "false");
         return OPR_OK;
     }
     if (!strcmp(key, "output_differentiability")) { /* PyTorch's key: [True, False, False] */

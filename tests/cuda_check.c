@@ -78,7 +78,7 @@ static double *values_of(opr_tensor *t, int64_t *n)
 static bool close_enough(double a, double b, opr_dtype dt)
 {
     if (isnan(a) || isnan(b)) return isnan(a) && isnan(b);
-    if (dt == OPR_I64 || dt == OPR_BOOL) return a == b;
+    if (dt == OPR_I64 || dt == OPR_I32 || dt == OPR_BOOL) return a == b;
     if (isinf(a) || isinf(b)) return a == b;
     const double rtol = dt == OPR_F64 ? 1e-9 : dt == OPR_F32 ? 1e-4 : 1e-2;
     const double atol = dt == OPR_F64 ? 1e-12 : dt == OPR_F32 ? 1e-5 : 1e-2;
@@ -270,7 +270,7 @@ static void check_device(void)
 
 /* ------------------------------------------------------------------ 2. forward parity */
 
-static const opr_dtype all_dtypes[] = {OPR_F32, OPR_F64, OPR_I64, OPR_BOOL, OPR_F16, OPR_BF16};
+static const opr_dtype all_dtypes[] = {OPR_F32, OPR_F64, OPR_I64, OPR_BOOL, OPR_F16, OPR_BF16, OPR_I32};
 
 /* The tensors a call gives: the op's outputs, or the pieces of an op returning a
  * Tensor[] (split), each compared as an output; at most MAXOUT (else 0: the call is

@@ -6,7 +6,9 @@
  * gradient of every floating tensor argument for fixed random output gradients
  * (opr_autograd_grad against torch.autograd.grad), and every tensor argument as the call
  * left it (an op may write some: batch norm's running statistics), within
- * 1e-9 * (1 + |reference|).
+ * 1e-9 * (1 + |reference|). Ops whose dtypes include i32 run each sample a second time
+ * with i32 tensors (torch.int32 on PyTorch's side), where the dtypes of the outputs are
+ * compared too (sum of int32 gives int64).
  *
  * An op returning Tensor[] (split_with_sizes) is compared piece by piece. Each case
  * names the op as the command line does (an overload name such as sum.dim_IntList is
@@ -40,6 +42,7 @@ static int n_ops;
 typedef struct ocase {
     const opr_op *op;
     int sample;
+    opr_dtype dtype; /* the dtype the sample ran in */
     opr_tensor *outs[MAX_OUT];
     int nout;
     opr_tensor *grads[MAX_ARGS]; /* opreg's gradient of argument a, NULL where none */
@@ -48,11 +51,11 @@ typedef struct ocase {
 } ocase;
 
 static ocase cases[MAX_CASES];
-static int n_cases;
+static int n_cases, n_skipped;
 
 static const char *dtype_word(opr_dtype dt)
 {
-    return dt == OPR_F64 ? "f64" : dt == OPR_F32 ? "f32" : dt == OPR_I64 ? "i64" : dt == OPR_BOOL ? "bool" : "?";
+    return dt == OPR_F64 ? "f64" : dt == OPR_F32 ? "f32" : dt == OPR_I64 ? "i64" : dt == OPR_BOOL ? "bool" : dt == OPR_I32 ? "i32" : "?";
 }
 
 static void write_values(FILE *f, const opr_tensor *t)
@@ -79,20 +82,43 @@ static opr_tensor *grad_like(opr_ctx *ctx, const opr_tensor *t)
     return tu_rand(ctx, OPR_F64, opr_tensor_ndim(t), shape, -1, 1);
 }
 
-/* Runs sample s of op through opreg (keeping its outputs and gradients in cases[]) and
- * writes the case for PyTorch. */
-static void add_case(opr_ctx *ctx, FILE *f, const char *name, const opr_op *op, int s)
+/* Whether opreg takes sample s of op in dt. An i32 sample it refuses (true division of
+ * integers with div.Tensor_mode: PyTorch gives floats, opreg's schema refuses it) is
+ * skipped with a line saying so rather than compared; an f64 one always runs. */
+static bool takes_sample(const char *name, const opr_op *op, int s, opr_dtype dt)
+{
+    if (dt == OPR_F64) return true;
+    opr_value args[MAX_ARGS];
+    opr_tensor *owned[OPR_SAMPLE_MAX_TENSORS], *outs[MAX_OUT] = {0};
+    int nargs = 0, nowned = 0, nout = opr_op_num_outputs(op);
+    int rc = opr_op_sample_args(op, s, dt, OPR_CPU, 1234 + (uint64_t)s, args, &nargs, owned, &nowned);
+    while (!rc && nargs < opr_op_num_args(op) && opr_op_arg_default(op, nargs, &args[nargs])) nargs++;
+    if (!rc && opr_op_returns_list(op)) rc = opr_op_result_count(op, args, nargs, &nout);
+    if (!rc) rc = nout <= MAX_OUT ? opr_call(op, args, nargs, outs, nout) : OPR_ERR_INVALID;
+    if (rc) {
+        printf("SKIP (%s) %s sample %d: opreg refuses it: %s\n", dtype_word(dt), name, s, opr_last_error());
+        n_skipped++;
+    }
+    for (int k = 0; k < MAX_OUT; k++) opr_tensor_release(outs[k]);
+    for (int k = 0; k < nowned; k++) opr_tensor_release(owned[k]);
+    return rc == OPR_OK;
+}
+
+/* Runs sample s of op in dtype dt through opreg (keeping its outputs and gradients in
+ * cases[]) and writes the case for PyTorch. */
+static void add_case(opr_ctx *ctx, FILE *f, const char *name, const opr_op *op, int s, opr_dtype dt)
 {
     ck_assert_msg(n_cases < MAX_CASES, "too many cases");
     ocase *c = &cases[n_cases];
     memset(c, 0, sizeof *c);
     c->op = op;
     c->sample = s;
+    c->dtype = dt;
     opr_value args[MAX_ARGS];
     opr_tensor *owned[OPR_SAMPLE_MAX_TENSORS];
     int nargs = 0, nowned = 0;
-    ck_assert_msg(!opr_op_sample_args(op, s, OPR_F64, OPR_CPU, 1234 + (uint64_t)s, args, &nargs, owned, &nowned),
-                  "%s sample %d: %s", opr_op_name(op), s, opr_last_error());
+    ck_assert_msg(!opr_op_sample_args(op, s, dt, OPR_CPU, 1234 + (uint64_t)s, args, &nargs, owned, &nowned),
+                  "%s sample %d (%s): %s", opr_op_name(op), s, dtype_word(dt), opr_last_error());
     /* the omitted trailing arguments as their defaults: ATen's overload may require
      * what opreg's schema defaults (sum.dim_IntList's dim) */
     while (nargs < opr_op_num_args(op) && opr_op_arg_default(op, nargs, &args[nargs])) nargs++;
@@ -270,7 +296,11 @@ START_TEST(test_aten_samples)
         const opr_op *op = opr_op_find(ctx, op_names[i]);
         ck_assert_msg(op != NULL, "no op %s", op_names[i]);
         ck_assert_msg(opr_op_sample_count(op) > 0, "%s has no samples", op_names[i]);
-        for (int s = 0; s < opr_op_sample_count(op); s++) add_case(ctx, f, op_names[i], op, s);
+        for (int s = 0; s < opr_op_sample_count(op); s++) {
+            add_case(ctx, f, op_names[i], op, s, OPR_F64);
+            if (opr_op_supports_dtype(op, OPR_I32) && takes_sample(op_names[i], op, s, OPR_I32))
+                add_case(ctx, f, op_names[i], op, s, OPR_I32);
+        }
     }
     fclose(f);
     snprintf(cmd, sizeof cmd, "'%s' -B '%s/aten_samples.py' '%s' '%s' 2>'%s'", of_python(), OPREG_ORACLE_DIR, in, out, err);
@@ -302,6 +332,15 @@ START_TEST(test_aten_samples)
             for (int k = 0; k < nout; k++) {
                 int kk;
                 ck_assert_int_eq(fscanf(f, "%15s %d", word, &kk), 2);
+                /* "out:DTYPE": in an i32 case the dtypes must agree too (PyTorch's f64
+                 * results of f64 cases may differ from opreg's, a Scalar's above all) */
+                if (c->dtype == OPR_I32 && c->outs[k] && strncmp(word, "out:", 4) == 0 &&
+                    strcmp(word + 4, dtype_word(opr_tensor_dtype(c->outs[k])))) {
+                    if (!bad[0])
+                        snprintf(bad, sizeof bad, "%s sample %d (i32): output %d is %s, PyTorch's %s", opr_op_name(c->op),
+                                 c->sample, k, dtype_word(opr_tensor_dtype(c->outs[k])), word + 4);
+                    failures++;
+                }
                 failures += compare(c, "output", k, c->outs[k], f, bad, sizeof bad);
             }
             for (int a = 0; a < MAX_ARGS; a++) {
@@ -320,8 +359,8 @@ START_TEST(test_aten_samples)
             }
         }
         if (bad[0]) {
-            printf("FAIL %s\n", bad);
-            if (!first[0]) snprintf(first, sizeof first, "%s", bad);
+            printf("FAIL (%s) %s\n", dtype_word(c->dtype), bad);
+            if (!first[0]) snprintf(first, sizeof first, "(%s) %s", dtype_word(c->dtype), bad);
         }
     }
     fclose(f);
@@ -334,7 +373,8 @@ START_TEST(test_aten_samples)
         for (int a = 0; a < MAX_ARGS; a++) opr_tensor_release(cases[i].grads[a]);
         for (int a = 0; a < MAX_ARGS; a++) opr_tensor_release(cases[i].after[a]);
     }
-    printf("%d op(s), %d case(s) against PyTorch (%s): %d failure(s)\n", n_ops, n_cases, of_python(), failures);
+    printf("%d op(s), %d case(s) against PyTorch (%s): %d failure(s), %d i32 sample(s) skipped\n", n_ops, n_cases,
+           of_python(), failures, n_skipped);
     tu_ctx_free(ctx);
     ck_assert_msg(failures == 0, "%d failure(s); the first: %s", failures, first);
 }

@@ -14,7 +14,7 @@
 #define MAX_ARGS 16
 #define MAX_OUTS 8
 
-static const opr_dtype all_dtypes[] = {OPR_F32, OPR_F64, OPR_I64, OPR_BOOL, OPR_F16, OPR_BF16};
+static const opr_dtype all_dtypes[] = {OPR_F32, OPR_F64, OPR_I64, OPR_BOOL, OPR_F16, OPR_BF16, OPR_I32};
 
 /* Runs sample s of op in dt on the CPU; returns opr_call's status (OPR_OK where the
  * sample cannot be built in dt or has more outputs than we take: nothing to judge). */

@@ -40,6 +40,7 @@ static opr_tensor *from_values(opr_ctx *ctx, opr_dtype dt, int ndim, const int64
         case OPR_I64: ((int64_t *)raw)[i] = (int64_t)v[i]; break;
         case OPR_BOOL: raw[i] = v[i] != 0; break;
         case OPR_F16: ((uint16_t *)raw)[i] = opr_f16_from_float((float)v[i]); break;
+        case OPR_I32: ((int32_t *)raw)[i] = (int32_t)v[i]; break;
         default: ((uint16_t *)raw)[i] = opr_bf16_from_float((float)v[i]); break;
         }
     }
@@ -85,7 +86,7 @@ START_TEST(test_to_round_trip)
     opr_ctx *ctx = tu_ctx();
     const opr_device c0 = cuda_dev(ctx, 0), c1 = cuda_dev(ctx, 1);
     const int64_t shape[2] = {3, 5};
-    const opr_dtype dts[] = {OPR_F32, OPR_F64, OPR_I64, OPR_BOOL, OPR_F16, OPR_BF16};
+    const opr_dtype dts[] = {OPR_F32, OPR_F64, OPR_I64, OPR_BOOL, OPR_F16, OPR_BF16, OPR_I32};
     for (size_t i = 0; i < sizeof dts / sizeof dts[0]; i++) {
         double v[15];
         for (int k = 0; k < 15; k++) v[k] = (k * 7 % 15) - 7 + 0.25 * (k % 3);

@@ -507,8 +507,9 @@ static bool read_tspec(const yreader *r, const yaml_node_t *n, tspec *t)
             have_range = true;
         } else if (!strcmp(key, "dtype")) {
             const char *s = yscalar(v);
-            if (!s || opr_dtype_parse(s, &t->dt) || (t->dt != OPR_F64 && t->dt != OPR_I64 && t->dt != OPR_BOOL))
-                return rfail(r, v, "dtype must be f64, i64 or bool, got", s ? s : "?");
+            if (!s || opr_dtype_parse(s, &t->dt) ||
+                (t->dt != OPR_F64 && t->dt != OPR_I64 && t->dt != OPR_I32 && t->dt != OPR_BOOL))
+                return rfail(r, v, "dtype must be f64, i64, i32 or bool, got", s ? s : "?");
         } else if (!strcmp(key, "values")) {
             if (v->type != YAML_SEQUENCE_NODE || v->data.sequence.items.top - v->data.sequence.items.start > 16)
                 return rfail(r, v, "values must be a list of at most 16 numbers", NULL);
@@ -519,7 +520,7 @@ static bool read_tspec(const yreader *r, const yaml_node_t *n, tspec *t)
         }
     }
     if (!have_shape) return rfail(r, n, "tensor spec without shape", NULL);
-    if (t->dt == OPR_I64 && !have_range) { t->lo = 0; t->hi = 2; }
+    if ((t->dt == OPR_I64 || t->dt == OPR_I32) && !have_range) { t->lo = 0; t->hi = 2; }
     return true;
 }
 
@@ -900,13 +901,14 @@ static bool sdata_make(const yop *y, const sample *s, int sample_idx, sdata *sd,
             t->item = v->k == V_TENSOR ? -1 : it;
             t->spec = v->k == V_TENSOR ? &v->t : &v->items[it];
             t->numel = numel_of(t->spec);
-            size_t es = t->spec->dt == OPR_BOOL ? 1 : 8;
+            size_t es = t->spec->dt == OPR_BOOL ? 1 : t->spec->dt == OPR_I32 ? 4 : 8;
             t->data = calloc((size_t)(t->numel ? t->numel : 1), es);
             if (!t->data) { snprintf(err, errlen, "out of memory"); return false; }
             for (int64_t e = 0; e < t->numel; e++) {
                 double u = e < t->spec->nvalues ? t->spec->values[e] : rng_uniform(t->spec->lo, t->spec->hi);
                 if (t->spec->dt == OPR_F64) ((double *)t->data)[e] = u;
                 else if (t->spec->dt == OPR_I64) ((int64_t *)t->data)[e] = (int64_t)floor(u);
+                else if (t->spec->dt == OPR_I32) ((int32_t *)t->data)[e] = (int32_t)floor(u);
                 else ((uint8_t *)t->data)[e] = rng_uniform(0, 1) < 0.5;
             }
             /* an input no candidate names (avg_pool2d_backward's self, read for its shape)
@@ -1226,7 +1228,8 @@ static int check_saves(opstate *st, const sdata *sd, const callargs *c, const ou
             continue;
         }
         for (int i = 0; i < sd->nt; i++)
-            if (sd->t[i].arg == s) want_bytes += (uint64_t)sd->t[i].numel * (sd->t[i].spec->dt == OPR_BOOL ? 1 : 8);
+            if (sd->t[i].arg == s)
+                want_bytes += (uint64_t)sd->t[i].numel * (sd->t[i].spec->dt == OPR_BOOL ? 1 : sd->t[i].spec->dt == OPR_I32 ? 4 : 8);
     }
     uint64_t got = 0;
     rc = opr_plan_saved_bytes(st->op, c->v, c->n, names, nnames, &got);

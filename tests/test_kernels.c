@@ -1255,7 +1255,7 @@ START_TEST(t_dtype_refusals)
         {"neg", OPR_BOOL, 0},  {"abs", OPR_BOOL, 0},    {"relu", OPR_BOOL, 0},       {"sum", OPR_BOOL, 0},
         {"max", OPR_BOOL, 0},  {"prod", OPR_BOOL, 0},   {"exp", OPR_I64, 0},         {"log", OPR_I64, 0},
         {"sqrt", OPR_I64, 0},  {"tanh", OPR_I64, 0},    {"sigmoid", OPR_I64, 0},     {"mean", OPR_I64, 0},
-        {"norm", OPR_I64, 0},  {"softmax", OPR_I64, 1}, {"log_softmax", OPR_I64, 1}, {"div", OPR_I64, 2},
+        {"norm", OPR_I64, 0},  {"softmax", OPR_I64, 1}, {"log_softmax", OPR_I64, 1},
         {"add", OPR_BOOL, 2},  {"mul", OPR_BOOL, 2},    {"gt", OPR_BOOL, 2},         {"le", OPR_BOOL, 2},
         {"mm", OPR_I64, 2},    {"matmul", OPR_I64, 2},  {"cdist", OPR_I64, 2},       {"sort", OPR_BOOL, 0},
         {"mode", OPR_BOOL, 0}, {"min", OPR_BOOL, 0},

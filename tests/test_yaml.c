@@ -456,8 +456,8 @@ START_TEST(test_unknown_dtype)
                      "unknown dtype", "f128");
     expect_bad_entry("- name: yb(Tensor self) -> Tensor\n  dtype: int8\n  shape: sizes(self)\n", "yb", "t.yaml:4:10: ",
                      "unknown dtype", "int8");
-    expect_bad_entry("- name: yb(Tensor self, Tensor idx) -> Tensor\n  arg_dtypes: {idx: i32}\n  shape: sizes(self)\n", "yb",
-                     "t.yaml:4:21: ", "unknown dtype", "i32");
+    expect_bad_entry("- name: yb(Tensor self, Tensor idx) -> Tensor\n  arg_dtypes: {idx: u32}\n  shape: sizes(self)\n", "yb",
+                     "t.yaml:4:21: ", "unknown dtype", "u32");
     expect_bad_entry("- name: yb(Tensor self) -> (Tensor a, Tensor b)\n  shapes: [sizes(self), sizes(self)]\n"
                      "  dtypes_out: [T, u8]\n",
                      "yb", "t.yaml:5:19: ", "unknown dtype", "u8");

@@ -30,7 +30,7 @@ ok              ^mm +pass
 ok              ^relu +pass
 ok              ^swish +pass
 ok              op\(s\) checked, 0 failure\(s\)(,|$)
-ok              n/i mul on vdev: dtypes i64, f16, bf16 candidates .*\[other\]
+ok              n/i mul on vdev: dtypes i64, f16, bf16, i32 candidates .*\[other\]
 ok              !^  (FAIL|CRASHED|TIMED OUT|UNSUPPORTED|STRICT)
 ok              NOT CHECKED swish on vdev: swish sample 0 f32 forward: the CPU reference could not run the sample: swish: no kernel for device cpu: no loaded plugin registers swish there \(register a kernel for .cpu. too, or give the op a reference: expression, and its forward is compared\)$
 ok              !is its plugin loaded

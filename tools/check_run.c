@@ -15,7 +15,7 @@
 #define MAX_ARGS CHECK_MAX_ARGS
 #define MAX_OUTS CHECK_MAX_OUTS
 
-static const opr_dtype all_dtypes[] = {OPR_F32, OPR_F64, OPR_I64, OPR_BOOL, OPR_F16, OPR_BF16};
+static const opr_dtype all_dtypes[] = {OPR_F32, OPR_F64, OPR_I64, OPR_BOOL, OPR_F16, OPR_BF16, OPR_I32};
 #define NDTYPES (int)(sizeof all_dtypes / sizeof all_dtypes[0])
 
 void check_describe_unit(const check_cfg *c, int u, check_record *r)

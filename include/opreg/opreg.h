@@ -101,6 +101,7 @@ typedef enum opr_dtype {
     OPR_BOOL = 3, /* one byte, 0 or 1 */
     OPR_F16 = 4,  /* IEEE binary16; ops whose schema lists it compute it (the CPU plugin: in f32, rounded back) */
     OPR_BF16 = 5, /* bfloat16; the same */
+    OPR_I32 = 6,  /* int32 (torch.int32); appended, so the values above keep their ABI */
     OPR_DTYPE_COUNT
 } opr_dtype;
 
@@ -111,10 +112,11 @@ static inline bool opr_dtype_is_floating(opr_dtype dt)
 }
 /* Bytes per element; 0 for an invalid dtype. */
 OPR_API size_t opr_dtype_size(opr_dtype dtype);
-/* "f32", "f64", "i64", "bool", "f16", "bf16"; "?" for an invalid dtype. */
+/* "f32", "f64", "i64", "bool", "f16", "bf16", "i32"; "?" for an invalid dtype. */
 OPR_API const char *opr_dtype_name(opr_dtype dtype);
 /* Parses a dtype name (also accepts "float32", "float64", "int64", "float", "double",
- * "long", "float16", "half" and "bfloat16"). Returns OPR_OK or OPR_ERR_INVALID. */
+ * "long", "float16", "half", "bfloat16", "int32" and "int"). Returns OPR_OK or
+ * OPR_ERR_INVALID. */
 OPR_API opr_status opr_dtype_parse(const char *name, opr_dtype *out);
 
 /* IEEE half (f16) and bfloat16 values from and to float, rounding to nearest even:

@@ -29,9 +29,9 @@
 /* The two tables below must name every dtype; a new one fails the build here rather
  * than reading as size 0 in every plugin. */
 #ifdef __cplusplus
-static_assert(OPR_DTYPE_COUNT == 6, "plugin_util.h: give the new opr_dtype a size and a name");
+static_assert(OPR_DTYPE_COUNT == 7, "plugin_util.h: give the new opr_dtype a size and a name");
 #else
-_Static_assert(OPR_DTYPE_COUNT == 6, "plugin_util.h: give the new opr_dtype a size and a name");
+_Static_assert(OPR_DTYPE_COUNT == 7, "plugin_util.h: give the new opr_dtype a size and a name");
 #endif
 
 /* ------------------------------------------------------------------ dtypes */
@@ -48,12 +48,13 @@ static inline size_t opu_dtype_size(opr_dtype t)
     case OPR_BOOL: return 1;
     case OPR_F16: return 2;
     case OPR_BF16: return 2;
+    case OPR_I32: return 4;
     default: return 0;
     }
 }
 
 /* The short name of dtype t as opr_dtype_name gives it and the YAML spells it ("f32",
- * "f64", "i64", "bool", "f16", "bf16"; "?" outside the enum), for error messages that
+ * "f64", "i64", "bool", "f16", "bf16", "i32"; "?" outside the enum), for error messages that
  * read like the host's. */
 static inline const char *opu_dtype_name(opr_dtype t)
 {
@@ -64,6 +65,7 @@ static inline const char *opu_dtype_name(opr_dtype t)
     case OPR_BOOL: return "bool";
     case OPR_F16: return "f16";
     case OPR_BF16: return "bf16";
+    case OPR_I32: return "i32";
     default: return "?";
     }
 }
@@ -150,12 +152,13 @@ static inline double opu_load_f64(const void *data, opr_dtype dt, int64_t off)
     case OPR_BOOL: return ((const unsigned char *)data)[off] != 0;
     case OPR_F16: return opu_f16_to_f32(((const uint16_t *)data)[off]);
     case OPR_BF16: return opu_bf16_to_f32(((const uint16_t *)data)[off]);
+    case OPR_I32: return ((const int32_t *)data)[off];
     default: return 0;
     }
 }
 
 /* Stores v into element `off` of data, of dtype dt: f32, f16 and bf16 round to nearest,
- * i64 truncates toward zero (v must fit in i64, as C's conversion requires), bool stores
+ * i64 and i32 truncate toward zero (v must fit in the type, as C's conversion requires), bool stores
  * v != 0. */
 static inline void opu_store_f64(void *data, opr_dtype dt, int64_t off, double v)
 {
@@ -166,6 +169,7 @@ static inline void opu_store_f64(void *data, opr_dtype dt, int64_t off, double v
     case OPR_BOOL: ((unsigned char *)data)[off] = v != 0; break;
     case OPR_F16: ((uint16_t *)data)[off] = opu_f32_to_f16((float)v); break;
     case OPR_BF16: ((uint16_t *)data)[off] = opu_f32_to_bf16((float)v); break;
+    case OPR_I32: ((int32_t *)data)[off] = (int32_t)v; break;
     default: break;
     }
 }

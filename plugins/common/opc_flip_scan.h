@@ -53,8 +53,9 @@ static inline bool opc_flip_view(const char *op, const opr_tensor_view *x, const
 static inline bool opc_cumsum_args(const char *op, const opr_tensor_view *x, int64_t dim, const opr_tensor_view *out,
                                    int32_t *d, char *why, size_t why_size)
 {
-    if (!opc_same_shape(x->ndim, x->shape, out) || out->dtype != x->dtype) {
-        snprintf(why, why_size, "%s: the output must have self's shape and dtype", op);
+    /* i32 sums into i64, as PyTorch's cumsum of int32 (the YAML's dtype: acc(T)) */
+    if (!opc_same_shape(x->ndim, x->shape, out) || out->dtype != (x->dtype == OPR_I32 ? OPR_I64 : x->dtype)) {
+        snprintf(why, why_size, "%s: the output must have self's shape and dtype (i64 for i32)", op);
         return false;
     }
     if (!opc_dim_arg(op, dim, x->ndim, d, why, why_size)) return false;

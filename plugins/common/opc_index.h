@@ -187,12 +187,14 @@ static inline bool opc_index_add_shapes(const char *op, const opr_tensor_view *x
     return true;
 }
 
-/* Whether alpha scales a tensor of dtype dt exactly: an i64 tensor needs a whole
- * number (that fits in i64). */
+/* Whether alpha scales a tensor of dtype dt exactly: an i64 (i32) tensor needs a whole
+ * number that fits in i64 (i32). */
 static inline bool opc_index_add_alpha(const char *op, opr_dtype dt, double alpha, char *why, size_t why_size)
 {
-    if (dt != OPR_I64 || (opc_fits_i64(alpha) && alpha == (double)(int64_t)alpha)) return true;
-    snprintf(why, why_size, "%s: alpha %g must be an integer for an i64 tensor", op, alpha);
+    if (dt != OPR_I64 && dt != OPR_I32) return true;
+    const bool fits = dt == OPR_I64 ? opc_fits_i64(alpha) : alpha >= -2147483648.0 && alpha < 2147483648.0;
+    if (fits && alpha == (double)(int64_t)alpha) return true;
+    snprintf(why, why_size, "%s: alpha %g must be an integer for an %s tensor", op, alpha, opc_dtype_name(dt));
     return false;
 }
 

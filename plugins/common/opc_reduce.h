@@ -15,6 +15,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 
 /* Wraps dim argument d of reduction op on an ndim-d input (opc_wrap_dim). Returns false
  * with the message in why. */
@@ -71,9 +72,16 @@ static inline bool opc_reduce_dtype_supported(const char *op, opr_dtype t, uint3
     return false;
 }
 
+/* The dtype of the values output of reduction op on a t input: t, except that sum and
+ * prod of i32 give i64 (PyTorch's integer accumulation; the YAML's `dtype: acc(T)`). */
+static inline opr_dtype opc_reduce_out_dtype(const char *op, opr_dtype t)
+{
+    return t == OPR_I32 && (!strcmp(op, "sum") || !strcmp(op, "prod")) ? OPR_I64 : t;
+}
+
 /* A reduction call c of op: at least nargs arguments and nout outputs, a tensor input
- * *in (argument 0) of a dtype in dtypes, and outputs of the input's dtype (values) then
- * i64 (indices). Returns OPR_OK, or an error status with the message in why. */
+ * *in (argument 0) of a dtype in dtypes, and outputs of opc_reduce_out_dtype (values)
+ * then i64 (indices). Returns OPR_OK, or an error status with the message in why. */
 static inline int opc_reduce_begin(const opr_kernel_call *c, const char *op, int nargs, int nout, uint32_t dtypes,
                                    const char *device, const opr_tensor_view **in, char *why, size_t why_size)
 {
@@ -90,7 +98,7 @@ static inline int opc_reduce_begin(const opr_kernel_call *c, const char *op, int
     const opr_dtype t = (*in)->dtype;
     if (!opc_reduce_dtype_supported(op, t, dtypes, device, why, why_size)) return OPR_ERR_UNSUPPORTED;
     for (int j = 0; j < nout; j++) {
-        const opr_dtype want = j == 0 ? t : OPR_I64;
+        const opr_dtype want = j == 0 ? opc_reduce_out_dtype(op, t) : OPR_I64;
         if (c->outputs[j]->dtype != want) {
             snprintf(why, why_size, "%s: output %d dtype is %s, expected %s", op, j,
                      opc_dtype_name(c->outputs[j]->dtype), opc_dtype_name(want));

@@ -20,10 +20,10 @@ static inline bool opc_fits_i64(double v)
     return v >= -9223372036854775808.0 && v < 9223372036854775808.0;
 }
 
-/* Writes v converted to dtype dt (f32, f64, i64 or bool; the way fill_ converts) into
+/* Writes v converted to dtype dt (f32, f64, i64, i32 or bool; the way fill_ converts) into
  * the first bytes of elem (8 bytes of room). Returns OPR_OK, or an error status with
- * the message for host->set_error in why: OPR_ERR_INVALID for a value i64 cannot hold
- * (in PyTorch's words: "value cannot be converted to type int64_t without overflow"),
+ * the message for host->set_error in why: OPR_ERR_INVALID for a value i64 (i32) cannot
+ * hold (in PyTorch's words: "value cannot be converted to type int64_t without overflow"),
  * OPR_ERR_UNSUPPORTED for another dtype (device names the plugin's device). */
 static inline int opc_encode_scalar(const char *op, opr_dtype dt, double v, void *elem, const char *device, char *why,
                                     size_t why_size)
@@ -41,6 +41,15 @@ static inline int opc_encode_scalar(const char *op, opr_dtype dt, double v, void
             return OPR_ERR_INVALID;
         }
         const int64_t i = (int64_t)v;
+        memcpy(elem, &i, sizeof i);
+        return OPR_OK;
+    }
+    case OPR_I32: {
+        if (!(v >= -2147483648.0 && v < 2147483648.0)) {
+            snprintf(why, why_size, "%s: value cannot be converted to type int32_t without overflow: %g", op, v);
+            return OPR_ERR_INVALID;
+        }
+        const int32_t i = (int32_t)v;
         memcpy(elem, &i, sizeof i);
         return OPR_OK;
     }

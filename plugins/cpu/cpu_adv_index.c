@@ -184,6 +184,7 @@ static int k_index(const opr_kernel_call *c)
     } while (0)
 #define ADD_PLAIN(a, b) ((a) + (b))
 #define ADD_WRAP(a, b) ((int64_t)((uint64_t)(a) + (uint64_t)(b))) /* as PyTorch's int64 */
+#define ADD_WRAP32(a, b) ((int32_t)((uint32_t)(a) + (uint32_t)(b)))
 #define ADD_OR(a, b) ((char)((a) || (b)))
 static inline void add_run(opr_dtype dt, char *dst, int64_t ds, const char *src, int64_t ss, int64_t n)
 {
@@ -196,6 +197,7 @@ static inline void add_run(opr_dtype dt, char *dst, int64_t ds, const char *src,
     case OPR_F32: ADD_RUN(float, ADD_PLAIN); break;
     case OPR_F64: ADD_RUN(double, ADD_PLAIN); break;
     case OPR_I64: ADD_RUN(int64_t, ADD_WRAP); break;
+    case OPR_I32: ADD_RUN(int32_t, ADD_WRAP32); break;
     default: ADD_RUN(char, ADD_OR); break; /* bool */
     }
 }
@@ -222,7 +224,8 @@ static int k_index_put(const opr_kernel_call *c)
         if (dv >= 0 && val->shape[dv] != 1 && val->shape[dv] != g.shape[d]) goto mismatch;
         vst[d] = dv >= 0 && val->shape[dv] != 1 ? val->strides[dv] : 0;
     }
-    if (acc && x->dtype != OPR_F32 && x->dtype != OPR_F64 && x->dtype != OPR_I64 && x->dtype != OPR_BOOL)
+    if (acc && x->dtype != OPR_F32 && x->dtype != OPR_F64 && x->dtype != OPR_I64 && x->dtype != OPR_I32 &&
+        x->dtype != OPR_BOOL)
         return CPU_FAIL(c, OPR_ERR_UNSUPPORTED, "%s: accumulate does not support dtype %d", op, (int)x->dtype);
     const size_t es = cpu_dtype_size(x->dtype);
     if (out->data != x->data) cpu_copy_strided(es, x->ndim, x->shape, out->data, out->strides, x->data, x->strides);
@@ -269,7 +272,8 @@ mismatch:;
 int cpu_register_adv_index(opr_plugin *self)
 {
     const uint32_t dtypes =
-        OPR_DTYPE_BIT(OPR_F32) | OPR_DTYPE_BIT(OPR_F64) | OPR_DTYPE_BIT(OPR_I64) | OPR_DTYPE_BIT(OPR_BOOL);
+        OPR_DTYPE_BIT(OPR_F32) | OPR_DTYPE_BIT(OPR_F64) | OPR_DTYPE_BIT(OPR_I64) | OPR_DTYPE_BIT(OPR_I32) |
+        OPR_DTYPE_BIT(OPR_BOOL);
     const struct { const char *op; opr_kernel_fn fn; } table[] = {
         {"index", k_index}, {"index_put", k_index_put}, {"index_put_", k_index_put},
     };

@@ -41,10 +41,13 @@ EW_VPOW(ew_vpow_f64, double, cpu_vm.pow_f64)
 /* add/sub: self + alpha * other. A == 1 costs one exact multiply, not worth a branch. */
 EW_BINARY_FLOAT(add, x + A * y)
 EW_BINARY_LOOP(add_i64, int64_t, int64_t, i64, WADD(x, WMUL(A, y)))
+EW_BINARY_LOOP(add_i32, int32_t, int32_t, i32, WADD32(x, WMUL32(A, y)))
 EW_BINARY_FLOAT(sub, x - A * y)
 EW_BINARY_LOOP(sub_i64, int64_t, int64_t, i64, WSUB(x, WMUL(A, y)))
+EW_BINARY_LOOP(sub_i32, int32_t, int32_t, i32, WSUB32(x, WMUL32(A, y)))
 EW_BINARY_FLOAT(mul, x * y)
 EW_BINARY_LOOP(mul_i64, int64_t, int64_t, i64, WMUL(x, y))
+EW_BINARY_LOOP(mul_i32, int32_t, int32_t, i32, WMUL32(x, y))
 EW_BINARY_FLOAT(div, x / y)
 
 /* lerp(self, end, weight) = self + weight * (end - self); addcmul = self + A * t1 * t2 */
@@ -56,6 +59,7 @@ EW_TERNARY_LOOP(addcmul_f64, double, x + A * y * z)
 EW_WHERE_LOOP(where_f32, float)
 EW_WHERE_LOOP(where_f64, double)
 EW_WHERE_LOOP(where_i64, int64_t)
+EW_WHERE_LOOP(where_i32, int32_t)
 
 /* IEEE comparisons: anything against NaN is false except ne. */
 EW_COMPARE(eq, x == y)
@@ -69,9 +73,11 @@ EW_COMPARE(le, x <= y)
 
 EW_UNARY_FLOAT(neg, -x)
 EW_UNARY_LOOP(neg_i64, int64_t, int64_t, i64, WNEG(x))
+EW_UNARY_LOOP(neg_i32, int32_t, int32_t, i32, WNEG32(x))
 /* fabs, not x < 0 ? -x : x, so that abs(-0.0) is +0.0. */
 EW_UNARY_FLOAT(abs, fabs(x))
 EW_UNARY_LOOP(abs_i64, int64_t, int64_t, i64, x < 0 ? WNEG(x) : x)
+EW_UNARY_LOOP(abs_i32, int32_t, int32_t, i32, x < 0 ? WNEG32(x) : x)
 EW_VMATH_FLOAT(exp, cpu_vm.exp_f32(N, X, Y), cpu_vm.exp_f64(N, X, Y))
 EW_VMATH_FLOAT(log, cpu_vm.log_f32(N, X, Y), cpu_vm.log_f64(N, X, Y))
 EW_VMATH_FLOAT(sqrt, cpu_vm.sqrt_f32(N, X, Y), cpu_vm.sqrt_f64(N, X, Y))
@@ -82,6 +88,7 @@ EW_UNARY_FLOAT(square, x * x)
 /* Written so that NaN propagates: NaN < 0 is false, so NaN comes out unchanged. */
 EW_VMATH_FLOAT(relu, cpu_vm.relu_f32(N, X, Y), cpu_vm.relu_f64(N, X, Y))
 EW_UNARY_LOOP(relu_i64, int64_t, int64_t, i64, x < 0 ? 0 : x)
+EW_UNARY_LOOP(relu_i32, int32_t, int32_t, i32, x < 0 ? 0 : x)
 /* 1 / (1 + e^-x): for very negative x, e^-x is inf and the result a correct 0. */
 EW_VMATH_FLOAT(sigmoid, cpu_vm.sigmoid_f32(N, X, Y), cpu_vm.sigmoid_f64(N, X, Y))
 EW_VMATH_FLOAT(tanh, cpu_vm.tanh_f32(N, X, Y), cpu_vm.tanh_f64(N, X, Y))
@@ -89,14 +96,15 @@ EW_VMATH_FLOAT(tanh, cpu_vm.tanh_f32(N, X, Y), cpu_vm.tanh_f64(N, X, Y))
  * PyTorch, NaN propagates and min > max gives max everywhere. */
 EW_UNARY_FLOAT(clamp, (x < A ? A : x) > B ? B : (x < A ? A : x))
 EW_UNARY_LOOP(clamp_i64, int64_t, int64_t, i64, (x < A ? A : x) > B ? B : (x < A ? A : x))
+EW_UNARY_LOOP(clamp_i32, int32_t, int32_t, i32, (x < A ? A : x) > B ? B : (x < A ? A : x))
 
 static const ew_table add_tab = EW_TABLE_FI(add), sub_tab = EW_TABLE_FI(sub),
                       mul_tab = EW_TABLE_FI(mul), div_tab = EW_TABLE_F(div),
                       where_tab = EW_TABLE_FI(where), lerp_tab = EW_TABLE_F(lerp),
                       addcmul_tab = EW_TABLE_F(addcmul);
-static const ew_table eq_tab = {[OPR_F32] = eq_f32, [OPR_F64] = eq_f64, [OPR_I64] = eq_i64,
+static const ew_table eq_tab = {[OPR_F32] = eq_f32, [OPR_F64] = eq_f64, [OPR_I64] = eq_i64, [OPR_I32] = eq_i32,
                               [OPR_BOOL] = eq_b8},
-                      ne_tab = {[OPR_F32] = ne_f32, [OPR_F64] = ne_f64, [OPR_I64] = ne_i64,
+                      ne_tab = {[OPR_F32] = ne_f32, [OPR_F64] = ne_f64, [OPR_I64] = ne_i64, [OPR_I32] = ne_i32,
                               [OPR_BOOL] = ne_b8},
                       gt_tab = EW_TABLE_FI(gt), lt_tab = EW_TABLE_FI(lt),
                       ge_tab = EW_TABLE_FI(ge), le_tab = EW_TABLE_FI(le);
@@ -310,9 +318,9 @@ static int ew_add_sub(const opr_kernel_call *c, const char *op, const ew_table t
     if (c->nargs < 3) return CPU_FAIL(c, OPR_ERR_INVALID, "%s: expected 3 arguments", op);
     const ew_params p = {cpu_arg_d(c, 2), 0};
     const opr_tensor_view *self = cpu_arg_t(c, 0);
-    if (self && self->dtype == OPR_I64 && p.a != floor(p.a))
-        return CPU_FAIL(c, OPR_ERR_INVALID, "%s: alpha must be an integer for i64 tensors, got %g",
-                        op, p.a);
+    if (self && (self->dtype == OPR_I64 || self->dtype == OPR_I32) && p.a != floor(p.a))
+        return CPU_FAIL(c, OPR_ERR_INVALID, "%s: alpha must be an integer for %s tensors, got %g",
+                        op, cpu_dtype_name(self->dtype), p.a);
     return ew_run(c, op, 3, 2, table, false, &p);
 }
 static int k_add(const opr_kernel_call *c) { return ew_add_sub(c, "add", add_tab); }
@@ -356,7 +364,7 @@ static int k_pow(const opr_kernel_call *c)
     return ew_run(c, "pow", 2, 1, *t, false, &p);
 }
 
-/* Bounds for clamp. An i64 tensor with a fractional bound keeps the integers inside
+/* Bounds for clamp. An integer tensor with a fractional bound keeps the integers inside
  * [min, max]: the min rounds up and the max down. */
 static double ew_lower(const opr_kernel_call *c, int i, bool is_int)
 {
@@ -374,7 +382,7 @@ static int k_clamp(const opr_kernel_call *c)
 {
     if (c->nargs < 3) return CPU_FAIL(c, OPR_ERR_INVALID, "clamp: expected 3 arguments");
     const opr_tensor_view *self = cpu_arg_t(c, 0);
-    const bool is_int = self && self->dtype == OPR_I64;
+    const bool is_int = self && (self->dtype == OPR_I64 || self->dtype == OPR_I32);
     const ew_params p = {ew_lower(c, 1, is_int), ew_upper(c, 2, is_int)};
     return ew_run(c, "clamp", 3, 1, clamp_tab, false, &p);
 }
@@ -382,7 +390,7 @@ static int k_clamp_min(const opr_kernel_call *c)
 {
     if (c->nargs < 2) return CPU_FAIL(c, OPR_ERR_INVALID, "clamp_min: expected 2 arguments");
     const opr_tensor_view *self = cpu_arg_t(c, 0);
-    const bool is_int = self && self->dtype == OPR_I64;
+    const bool is_int = self && (self->dtype == OPR_I64 || self->dtype == OPR_I32);
     const ew_params p = {ew_lower(c, 1, is_int), INFINITY};
     return ew_run(c, "clamp_min", 2, 1, clamp_tab, false, &p);
 }

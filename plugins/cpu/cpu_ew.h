@@ -41,10 +41,20 @@ static inline int64_t ew_sat_i64(double v)
     return (int64_t)v;
 }
 
+/* double -> int32 the same way (a clamp bound of +-inf becomes INT32_MAX/MIN). */
+static inline int32_t ew_sat_i32(double v)
+{
+    if (isnan(v)) return 0;
+    if (v >= 2147483647.0) return INT32_MAX;
+    if (v <= -2147483648.0) return INT32_MIN;
+    return (int32_t)v;
+}
+
 /* Conversions of the double scalar arguments to each element type. */
 #define EW_CONV_f32(v) ((float)(v))
 #define EW_CONV_f64(v) ((double)(v))
 #define EW_CONV_i64(v) ew_sat_i64(v)
+#define EW_CONV_i32(v) ew_sat_i32(v)
 #define EW_CONV_b8(v) ((void)(v), (uint8_t)0) /* bool ops take no scalars */
 
 /* i64 arithmetic wraps around like PyTorch's instead of overflowing (which is undefined
@@ -54,6 +64,11 @@ static inline int64_t ew_sat_i64(double v)
 #define WSUB(x, y) ((int64_t)((uint64_t)(x) - (uint64_t)(y)))
 #define WMUL(x, y) ((int64_t)((uint64_t)(x) * (uint64_t)(y)))
 #define WNEG(x) ((int64_t)(0u - (uint64_t)(x)))
+/* The same for i32, in uint32_t. */
+#define WADD32(x, y) ((int32_t)((uint32_t)(x) + (uint32_t)(y)))
+#define WSUB32(x, y) ((int32_t)((uint32_t)(x) - (uint32_t)(y)))
+#define WMUL32(x, y) ((int32_t)((uint32_t)(x) * (uint32_t)(y)))
+#define WNEG32(x) ((int32_t)(0u - (uint32_t)(x)))
 
 /* ------------------------------------------------------------------ loop templates */
 
@@ -147,7 +162,8 @@ static inline int64_t ew_sat_i64(double v)
 #define EW_COMPARE(op, EXPR)                               \
     EW_BINARY_LOOP(op##_f32, uint8_t, float, f32, EXPR)    \
     EW_BINARY_LOOP(op##_f64, uint8_t, double, f64, EXPR)   \
-    EW_BINARY_LOOP(op##_i64, uint8_t, int64_t, i64, EXPR)
+    EW_BINARY_LOOP(op##_i64, uint8_t, int64_t, i64, EXPR)   \
+    EW_BINARY_LOOP(op##_i32, uint8_t, int32_t, i32, EXPR)
 
 /* Unary loops over the vector functions of cpu_vmath.h (SLEEF; the accuracy is stated
  * there). CALL computes Y[0..N) from X[0..N) (A: the scalar argument). A strided or
@@ -183,7 +199,7 @@ static inline int64_t ew_sat_i64(double v)
 typedef ew_loop_fn ew_table[OPR_DTYPE_COUNT];
 
 #define EW_TABLE_F(op) {[OPR_F32] = op##_f32, [OPR_F64] = op##_f64}
-#define EW_TABLE_FI(op) {[OPR_F32] = op##_f32, [OPR_F64] = op##_f64, [OPR_I64] = op##_i64}
+#define EW_TABLE_FI(op) {[OPR_F32] = op##_f32, [OPR_F64] = op##_f64, [OPR_I64] = op##_i64, [OPR_I32] = op##_i32}
 
 /* Runs fn over out = op(in[0], ..., in[nin-1]) with broadcasting (the inputs are of the
  * loop's dtype; an input must broadcast to out). */

@@ -37,6 +37,12 @@ static int fill_value(const opr_kernel_call *c, const char *op, opr_tensor_view 
                             op, v);
         FILL_LOOP(int64_t, out->data, out->numel, (int64_t)v);
         return OPR_OK;
+    case OPR_I32:
+        if (!(v >= -2147483648.0 && v < 2147483648.0))
+            return CPU_FAIL(c, OPR_ERR_INVALID, "%s: value cannot be converted to type int32_t without overflow: %g",
+                            op, v);
+        FILL_LOOP(int32_t, out->data, out->numel, (int32_t)v);
+        return OPR_OK;
     case OPR_BOOL: memset(out->data, v != 0, (size_t)out->numel); return OPR_OK;
     default:
         return CPU_FAIL(c, OPR_ERR_UNSUPPORTED, "%s: dtype %s is not supported on cpu", op,
@@ -53,8 +59,9 @@ static int k_full(const opr_kernel_call *c)
 }
 
 /* Values are start + i * step with the output length the host computed. Like PyTorch,
- * floating outputs are computed in double and rounded once, while i64 outputs convert
- * start and step to i64 first (arange(0.5, 3, 1.5, dtype=i64) is [0, 1]). */
+ * floating outputs are computed in double and rounded once, while integer outputs
+ * convert start and step to i64 first (arange(0.5, 3, 1.5, dtype=i64) is [0, 1]); an
+ * i32 output refuses values beyond i32 rather than wrapping. */
 static int k_arange(const opr_kernel_call *c)
 {
     opr_tensor_view *out = c->outputs[0];
@@ -78,19 +85,27 @@ static int k_arange(const opr_kernel_call *c)
         for (int64_t i = 0; i < n; i++) p[i] = start + (double)i * step;
         return OPR_OK;
     }
-    case OPR_I64: {
+    case OPR_I64: case OPR_I32: {
+        const char *dn = cpu_dtype_name(out->dtype);
         if (!fits_i64(start) || !fits_i64(step))
-            return CPU_FAIL(c, OPR_ERR_INVALID, "arange: start %g or step %g does not fit i64", start, step);
+            return CPU_FAIL(c, OPR_ERR_INVALID, "arange: start %g or step %g does not fit %s", start, step, dn);
         const int64_t s0 = (int64_t)start, st = (int64_t)step;
         if (st == 0)
-            return CPU_FAIL(c, OPR_ERR_INVALID, "arange: step %g truncates to 0 for i64", step);
+            return CPU_FAIL(c, OPR_ERR_INVALID, "arange: step %g truncates to 0 for %s", step, dn);
         int64_t span, last;
-        if (__builtin_mul_overflow(n - 1, st, &span) || __builtin_add_overflow(s0, span, &last))
-            return CPU_FAIL(c, OPR_ERR_INVALID, "arange: values overflow i64");
+        if (__builtin_mul_overflow(n - 1, st, &span) || __builtin_add_overflow(s0, span, &last) ||
+            (out->dtype == OPR_I32 && (s0 < INT32_MIN || s0 > INT32_MAX || last < INT32_MIN || last > INT32_MAX)))
+            return CPU_FAIL(c, OPR_ERR_INVALID, "arange: values overflow %s", dn);
         /* Every value lies between s0 and last, so i * st cannot overflow either. */
-        int64_t *p = out->data;
+        if (out->dtype == OPR_I32) {
+            int32_t *p = out->data;
 #pragma omp parallel for if (par)
-        for (int64_t i = 0; i < n; i++) p[i] = s0 + i * st;
+            for (int64_t i = 0; i < n; i++) p[i] = (int32_t)(s0 + i * st);
+        } else {
+            int64_t *p = out->data;
+#pragma omp parallel for if (par)
+            for (int64_t i = 0; i < n; i++) p[i] = s0 + i * st;
+        }
         return OPR_OK;
     }
     default:
@@ -102,7 +117,7 @@ static int k_arange(const opr_kernel_call *c)
 int cpu_register_factory(opr_plugin *self)
 {
     const uint32_t all = OPR_DTYPE_BIT(OPR_F32) | OPR_DTYPE_BIT(OPR_F64) |
-                         OPR_DTYPE_BIT(OPR_I64) | OPR_DTYPE_BIT(OPR_BOOL);
+                         OPR_DTYPE_BIT(OPR_I64) | OPR_DTYPE_BIT(OPR_BOOL) | OPR_DTYPE_BIT(OPR_I32);
     const uint32_t numeric = all & ~OPR_DTYPE_BIT(OPR_BOOL);
     /* zeros_like and ones_like also in f16 and bf16 (through f32: cpu_half.c) */
     static const struct { const char *op; bool numeric_only; opr_kernel_fn fn; bool upcast; } table[] = {

@@ -133,6 +133,7 @@ static int k_new_zeros(const opr_kernel_call *c)
 SIGN(float, f32)
 SIGN(double, f64)
 SIGN(int64_t, i64)
+SIGN(int32_t, i32)
 
 /* sign(self): -1, 0 or 1 (NaN for NaN). */
 static int k_sign(const opr_kernel_call *c)
@@ -143,6 +144,7 @@ static int k_sign(const opr_kernel_call *c)
     case OPR_F32: sign_f32(x, out); break;
     case OPR_F64: sign_f64(x, out); break;
     case OPR_I64: sign_i64(x, out); break;
+    case OPR_I32: sign_i32(x, out); break;
     default: return CPU_FAIL(c, OPR_ERR_UNSUPPORTED, "sign: dtype %s is not supported on cpu", cpu_dtype_name(out->dtype));
     }
     return OPR_OK;
@@ -211,12 +213,12 @@ int cpu_register_grad(opr_plugin *self)
     const uint32_t fl = OPR_DTYPE_BIT(OPR_F32) | OPR_DTYPE_BIT(OPR_F64);
     /* The helpers that only move bytes serve the half types too (storage-only here). */
     const uint32_t all = fl | OPR_DTYPE_BIT(OPR_I64) | OPR_DTYPE_BIT(OPR_BOOL) | OPR_DTYPE_BIT(OPR_F16) |
-                         OPR_DTYPE_BIT(OPR_BF16);
+                         OPR_DTYPE_BIT(OPR_BF16) | OPR_DTYPE_BIT(OPR_I32);
     /* sum_to and sign also compute in f16 and bf16, through f32 (cpu_half.c) */
     const struct { const char *op; uint32_t dtypes; opr_kernel_fn fn; bool upcast; } table[] = {
         {"sum_to", fl, k_sum_to, true},
         {"new_zeros", all, k_new_zeros, false},
-        {"sign", fl | OPR_DTYPE_BIT(OPR_I64), k_sign, true},
+        {"sign", fl | OPR_DTYPE_BIT(OPR_I64) | OPR_DTYPE_BIT(OPR_I32), k_sign, true},
         {"narrow_scatter", all, k_narrow_scatter, false},
         {"diag_backward", all, k_diag_backward, false},
     };

@@ -353,6 +353,7 @@ typedef struct {
 DEF_ACCUM(float, f32)
 DEF_ACCUM(double, f64)
 DEF_ACCUM(int64_t, i64)
+DEF_ACCUM(int32_t, i32)
 
 static int run_accum(const opr_kernel_call *c, const char *op, opr_dtype dt, const accum_job *j)
 {
@@ -361,6 +362,7 @@ static int run_accum(const opr_kernel_call *c, const char *op, opr_dtype dt, con
     case OPR_F32: accum_f32(j); return OPR_OK;
     case OPR_F64: accum_f64(j); return OPR_OK;
     case OPR_I64: accum_i64(j); return OPR_OK;
+    case OPR_I32: accum_i32(j); return OPR_OK;
     default: return CPU_FAIL(c, OPR_ERR_UNSUPPORTED, "%s: dtype %s is not supported on cpu", op, cpu_dtype_name(dt));
     }
 }
@@ -617,7 +619,7 @@ static int k_masked_fill_(const opr_kernel_call *c)
 
 int cpu_register_index(opr_plugin *self)
 {
-    const uint32_t num = OPR_DTYPE_BIT(OPR_F32) | OPR_DTYPE_BIT(OPR_F64) | OPR_DTYPE_BIT(OPR_I64);
+    const uint32_t num = OPR_DTYPE_BIT(OPR_F32) | OPR_DTYPE_BIT(OPR_F64) | OPR_DTYPE_BIT(OPR_I64) | OPR_DTYPE_BIT(OPR_I32);
     const uint32_t all = num | OPR_DTYPE_BIT(OPR_BOOL);
     /* diag, index_select, gather, copy_ and diagonal_scatter move bytes, so they serve
      * the half types as they are; index_add and scatter_add sum them in f32 (cpu_half.c). */

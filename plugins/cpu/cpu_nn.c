@@ -240,6 +240,7 @@ static int k_tril(const opr_kernel_call *c) { return triangle(c, "tril", false);
 BEATS(float)
 BEATS(double)
 BEATS(int64_t)
+BEATS(int32_t)
 
 /* For each of the `outer` positions (walked by w over self without the reduced dim),
  * the index of the extremum among `len` elements `step` apart. */
@@ -260,6 +261,7 @@ BEATS(int64_t)
 ARG_EXTREMUM(float)
 ARG_EXTREMUM(double)
 ARG_EXTREMUM(int64_t)
+ARG_EXTREMUM(int32_t)
 
 static int arg_extremum(const opr_kernel_call *c, const char *op, bool largest)
 {
@@ -308,6 +310,7 @@ static int arg_extremum(const opr_kernel_call *c, const char *op, bool largest)
     case OPR_F32: arg_extremum_float(src->data, &w, outer, len, step, largest, out->data); break;
     case OPR_F64: arg_extremum_double(src->data, &w, outer, len, step, largest, out->data); break;
     case OPR_I64: arg_extremum_int64_t(src->data, &w, outer, len, step, largest, out->data); break;
+    case OPR_I32: arg_extremum_int32_t(src->data, &w, outer, len, step, largest, out->data); break;
     default: rc = CPU_FAIL(c, OPR_ERR_UNSUPPORTED, "%s: dtype %s", op, cpu_dtype_name(src->dtype));
     }
     free(copy);
@@ -320,7 +323,7 @@ static int k_argmin(const opr_kernel_call *c) { return arg_extremum(c, "argmin",
 int cpu_register_nn(opr_plugin *self)
 {
     const uint32_t fl = OPR_DTYPE_BIT(OPR_F32) | OPR_DTYPE_BIT(OPR_F64);
-    const uint32_t num = fl | OPR_DTYPE_BIT(OPR_I64);
+    const uint32_t num = fl | OPR_DTYPE_BIT(OPR_I64) | OPR_DTYPE_BIT(OPR_I32);
     const struct { const char *op; uint32_t dtypes; opr_kernel_fn fn; } table[] = {
         {"embedding", fl, k_embedding},
         {"embedding_backward", fl, k_embedding_backward},

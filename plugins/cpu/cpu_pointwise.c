@@ -52,35 +52,37 @@ PW_FLOORDIV_F(float, f32)
 PW_FLOORDIV_F(double, f64)
 
 /* Integer division and remainder for a divisor the kernel has checked is not 0; -1 is
- * taken apart because INT64_MIN / -1 overflows (undefined in C). */
-static inline int64_t pw_divt_i64(int64_t a, int64_t b) { return b == -1 ? WNEG(a) : a / b; }
-static inline int64_t pw_fmod_i64(int64_t a, int64_t b) { return b == -1 ? 0 : a % b; }
-static inline int64_t pw_divf_i64(int64_t a, int64_t b)
-{
-    if (b == -1) return WNEG(a);
-    const int64_t q = a / b, r = a % b;
-    return (r != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
-}
-static inline int64_t pw_rem_i64(int64_t a, int64_t b)
-{
-    if (b == -1) return 0;
-    const int64_t r = a % b;
-    return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
-}
-
-/* Integer pow (PyTorch's powi): square-and-multiply, wrapping; a negative exponent
- * gives 0 except for bases 1 and -1. */
-static inline int64_t pw_powi(int64_t a, int64_t b)
-{
-    if (b < 0) return a == 1 ? 1 : a == -1 ? ((b & 1) ? -1 : 1) : 0;
-    int64_t r = 1;
-    while (b) {
-        if (b & 1) r = WMUL(r, a);
-        b /= 2;
-        a = WMUL(a, a);
+ * taken apart because INT64_MIN / -1 (INT32_MIN / -1) overflows (undefined in C).
+ * Integer pow (PyTorch's powi): square-and-multiply, wrapping; a negative exponent
+ * gives 0 except for bases 1 and -1. Stamped out for i64 and i32. */
+#define PW_INT_ARITH(T, SUF, NEG, MUL)                                                      \
+    static inline T pw_divt_##SUF(T a, T b) { return b == -1 ? NEG(a) : a / b; }            \
+    static inline T pw_fmod_##SUF(T a, T b) { return b == -1 ? 0 : a % b; }                 \
+    static inline T pw_divf_##SUF(T a, T b)                                                 \
+    {                                                                                       \
+        if (b == -1) return NEG(a);                                                         \
+        const T q = a / b, r = a % b;                                                       \
+        return (r != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;                                \
+    }                                                                                       \
+    static inline T pw_rem_##SUF(T a, T b)                                                  \
+    {                                                                                       \
+        if (b == -1) return 0;                                                              \
+        const T r = a % b;                                                                  \
+        return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;                                \
+    }                                                                                       \
+    static inline T pw_powi_##SUF(T a, T b)                                                 \
+    {                                                                                       \
+        if (b < 0) return a == 1 ? 1 : a == -1 ? ((b & 1) ? -1 : 1) : 0;                    \
+        T r = 1;                                                                            \
+        while (b) {                                                                         \
+            if (b & 1) r = MUL(r, a);                                                       \
+            b /= 2;                                                                         \
+            a = MUL(a, a);                                                                  \
+        }                                                                                   \
+        return r;                                                                           \
     }
-    return r;
-}
+PW_INT_ARITH(int64_t, i64, WNEG, WMUL)
+PW_INT_ARITH(int32_t, i32, WNEG32, WMUL32)
 
 /* isnan/isinf of an integer or a bool */
 static inline uint8_t pw_never(int64_t v)
@@ -152,6 +154,7 @@ EW_UNARY_FLOAT(floor, floor(x))
 EW_UNARY_FLOAT(round, nearbyint(x))
 EW_UNARY_FLOAT(trunc, trunc(x))
 EW_UNARY_LOOP(ident_i64, int64_t, int64_t, i64, x)
+EW_UNARY_LOOP(ident_i32, int32_t, int32_t, i32, x)
 
 /* classification (bool out; glibc's isinf gives -1 for -inf, hence != 0); integers and bools
  * are never inf or NaN */
@@ -160,17 +163,21 @@ EW_UNARY_LOOP(isnan_f64, uint8_t, double, f64, isnan(x) != 0)
 EW_UNARY_LOOP(isinf_f32, uint8_t, float, f32, isinf(x) != 0)
 EW_UNARY_LOOP(isinf_f64, uint8_t, double, f64, isinf(x) != 0)
 EW_UNARY_LOOP(false_i64, uint8_t, int64_t, i64, pw_never(x))
+EW_UNARY_LOOP(false_i32, uint8_t, int32_t, i32, pw_never(x))
 EW_UNARY_LOOP(false_b8, uint8_t, uint8_t, b8, pw_never(x))
 
 /* binary arithmetic */
 PW_SLEEF_BINARY(fmod)
 EW_BINARY_LOOP(fmod_i64, int64_t, int64_t, i64, pw_fmod_i64(x, y))
+EW_BINARY_LOOP(fmod_i32, int32_t, int32_t, i32, pw_fmod_i32(x, y))
 EW_BINARY_LOOP(remainder_f32, float, float, f32, pw_rem_f32(x, y))
 EW_BINARY_LOOP(remainder_f64, double, double, f64, pw_rem_f64(x, y))
 EW_BINARY_LOOP(remainder_i64, int64_t, int64_t, i64, pw_rem_i64(x, y))
+EW_BINARY_LOOP(remainder_i32, int32_t, int32_t, i32, pw_rem_i32(x, y))
 PW_SLEEF_BINARY(atan2)
 EW_BINARY_FLOAT(powt, pow(x, y))
-EW_BINARY_LOOP(powt_i64, int64_t, int64_t, i64, pw_powi(x, y))
+EW_BINARY_LOOP(powt_i64, int64_t, int64_t, i64, pw_powi_i64(x, y))
+EW_BINARY_LOOP(powt_i32, int32_t, int32_t, i32, pw_powi_i32(x, y))
 /* maximum/minimum in f32, f64: cpu_vmath.h's loop (the widest vectors the CPU has)
  * where the operands are contiguous, the same rule element by element elsewhere */
 #define PW_PICK(op, T, SUF, EXPR)                                                          \
@@ -187,26 +194,34 @@ PW_PICK(maximum, double, f64, PW_MAX(x, y))
 PW_PICK(minimum, float, f32, PW_MIN(x, y))
 PW_PICK(minimum, double, f64, PW_MIN(x, y))
 EW_BINARY_LOOP(maximum_i64, int64_t, int64_t, i64, x < y ? y : x)
+EW_BINARY_LOOP(maximum_i32, int32_t, int32_t, i32, x < y ? y : x)
 EW_BINARY_LOOP(maximum_b8, uint8_t, uint8_t, b8, x | y)
 EW_BINARY_LOOP(minimum_i64, int64_t, int64_t, i64, y < x ? y : x)
+EW_BINARY_LOOP(minimum_i32, int32_t, int32_t, i32, y < x ? y : x)
 EW_BINARY_LOOP(minimum_b8, uint8_t, uint8_t, b8, x & y)
 
 /* div with a rounding mode: one loop per mode (true division is div's own loop) */
 EW_BINARY_FLOAT(divtrunc, trunc(x / y))
 EW_BINARY_LOOP(divtrunc_i64, int64_t, int64_t, i64, pw_divt_i64(x, y))
+EW_BINARY_LOOP(divtrunc_i32, int32_t, int32_t, i32, pw_divt_i32(x, y))
 EW_BINARY_LOOP(divfloor_f32, float, float, f32, pw_floordiv_f32(x, y))
 EW_BINARY_LOOP(divfloor_f64, double, double, f64, pw_floordiv_f64(x, y))
 EW_BINARY_LOOP(divfloor_i64, int64_t, int64_t, i64, pw_divf_i64(x, y))
+EW_BINARY_LOOP(divfloor_i32, int32_t, int32_t, i32, pw_divf_i32(x, y))
 EW_BINARY_FLOAT(divtrue, x / y)
 
-/* bitwise (i64, bool) */
+/* bitwise (i64, i32, bool) */
 EW_BINARY_LOOP(band_i64, int64_t, int64_t, i64, x & y)
+EW_BINARY_LOOP(band_i32, int32_t, int32_t, i32, x & y)
 EW_BINARY_LOOP(band_b8, uint8_t, uint8_t, b8, x & y)
 EW_BINARY_LOOP(bor_i64, int64_t, int64_t, i64, x | y)
+EW_BINARY_LOOP(bor_i32, int32_t, int32_t, i32, x | y)
 EW_BINARY_LOOP(bor_b8, uint8_t, uint8_t, b8, x | y)
 EW_BINARY_LOOP(bxor_i64, int64_t, int64_t, i64, x ^ y)
+EW_BINARY_LOOP(bxor_i32, int32_t, int32_t, i32, x ^ y)
 EW_BINARY_LOOP(bxor_b8, uint8_t, uint8_t, b8, x ^ y)
 EW_UNARY_LOOP(bnot_i64, int64_t, int64_t, i64, ~x)
+EW_UNARY_LOOP(bnot_i32, int32_t, int32_t, i32, ~x)
 EW_UNARY_LOOP(bnot_b8, uint8_t, uint8_t, b8, !x)
 
 /* logical (any dtype in, bool out): a value is true when it is not 0 (NaN is true) */
@@ -214,6 +229,7 @@ EW_UNARY_LOOP(bnot_b8, uint8_t, uint8_t, b8, !x)
     EW_BINARY_LOOP(op##_f32, uint8_t, float, f32, EXPR)       \
     EW_BINARY_LOOP(op##_f64, uint8_t, double, f64, EXPR)      \
     EW_BINARY_LOOP(op##_i64, uint8_t, int64_t, i64, EXPR)     \
+    EW_BINARY_LOOP(op##_i32, uint8_t, int32_t, i32, EXPR)     \
     EW_BINARY_LOOP(op##_b8, uint8_t, uint8_t, b8, EXPR)
 PW_LOGICAL(land, (x != 0) && (y != 0))
 PW_LOGICAL(lor, (x != 0) || (y != 0))
@@ -221,13 +237,15 @@ PW_LOGICAL(lxor, (x != 0) != (y != 0))
 EW_UNARY_LOOP(lnot_f32, uint8_t, float, f32, x == 0)
 EW_UNARY_LOOP(lnot_f64, uint8_t, double, f64, x == 0)
 EW_UNARY_LOOP(lnot_i64, uint8_t, int64_t, i64, x == 0)
+EW_UNARY_LOOP(lnot_i32, uint8_t, int32_t, i32, x == 0)
 EW_UNARY_LOOP(lnot_b8, uint8_t, uint8_t, b8, x == 0)
 
 /* ------------------------------------------------------------------ tables */
 
-#define PW_TABLE_R(op) {[OPR_F32] = op##_f32, [OPR_F64] = op##_f64, [OPR_I64] = ident_i64}
-#define PW_TABLE_ALL(op) {[OPR_F32] = op##_f32, [OPR_F64] = op##_f64, [OPR_I64] = op##_i64, [OPR_BOOL] = op##_b8}
-#define PW_TABLE_BITS(op) {[OPR_I64] = op##_i64, [OPR_BOOL] = op##_b8}
+#define PW_TABLE_R(op) {[OPR_F32] = op##_f32, [OPR_F64] = op##_f64, [OPR_I64] = ident_i64, [OPR_I32] = ident_i32}
+#define PW_TABLE_ALL(op) \
+    {[OPR_F32] = op##_f32, [OPR_F64] = op##_f64, [OPR_I64] = op##_i64, [OPR_I32] = op##_i32, [OPR_BOOL] = op##_b8}
+#define PW_TABLE_BITS(op) {[OPR_I64] = op##_i64, [OPR_I32] = op##_i32, [OPR_BOOL] = op##_b8}
 
 static const ew_table acos_tab = EW_TABLE_F(acos), acosh_tab = EW_TABLE_F(acosh), asin_tab = EW_TABLE_F(asin),
                       asinh_tab = EW_TABLE_F(asinh), atan_tab = EW_TABLE_F(atan), atanh_tab = EW_TABLE_F(atanh),
@@ -238,9 +256,9 @@ static const ew_table acos_tab = EW_TABLE_F(acos), acosh_tab = EW_TABLE_F(acosh)
                       rsqrt_tab = EW_TABLE_F(rsqrt);
 static const ew_table ceil_tab = PW_TABLE_R(ceil), floor_tab = PW_TABLE_R(floor), round_tab = PW_TABLE_R(round),
                       trunc_tab = PW_TABLE_R(trunc);
-static const ew_table isnan_tab = {[OPR_F32] = isnan_f32, [OPR_F64] = isnan_f64, [OPR_I64] = false_i64,
+static const ew_table isnan_tab = {[OPR_F32] = isnan_f32, [OPR_F64] = isnan_f64, [OPR_I64] = false_i64, [OPR_I32] = false_i32,
                                    [OPR_BOOL] = false_b8},
-                      isinf_tab = {[OPR_F32] = isinf_f32, [OPR_F64] = isinf_f64, [OPR_I64] = false_i64,
+                      isinf_tab = {[OPR_F32] = isinf_f32, [OPR_F64] = isinf_f64, [OPR_I64] = false_i64, [OPR_I32] = false_i32,
                                    [OPR_BOOL] = false_b8};
 static const ew_table fmod_tab = EW_TABLE_FI(fmod), remainder_tab = EW_TABLE_FI(remainder),
                       atan2_tab = EW_TABLE_F(atan2), powt_tab = EW_TABLE_FI(powt),
@@ -297,16 +315,20 @@ PW_KERNEL(lor, "logical_or", lor_tab, 2, 2, true)
 PW_KERNEL(lxor, "logical_xor", lxor_tab, 2, 2, true)
 PW_KERNEL(lnot, "logical_not", lnot_tab, 1, 1, true)
 
-/* An i64 divisor (argument 1) with a zero in it: PyTorch raises ZeroDivisionError for
- * integer fmod, remainder and rounded division; so do we, before anything is written. */
+/* An integer divisor (argument 1) with a zero in it: PyTorch raises ZeroDivisionError
+ * for integer fmod, remainder and rounded division; so do we, before anything is
+ * written. */
 static int pw_check_divisor(const opr_kernel_call *c, const char *op)
 {
     const opr_tensor_view *a = cpu_arg_t(c, 0), *b = cpu_arg_t(c, 1);
-    if (!a || !b || a->dtype != OPR_I64 || b->dtype != OPR_I64 || !c->nout || c->outputs[0]->numel == 0)
+    if (!a || !b || a->dtype != b->dtype || (b->dtype != OPR_I64 && b->dtype != OPR_I32) || !c->nout ||
+        c->outputs[0]->numel == 0)
         return OPR_OK; /* ew_run reports malformed calls; an empty output divides nothing */
-    const int64_t *d = (const int64_t *)b->data;
-    for (int64_t i = 0; i < b->numel; i++)
-        if (d[cpu_offset_of(b, i)] == 0) return CPU_FAIL(c, OPR_ERR_INVALID, "%s: ZeroDivisionError", op);
+    for (int64_t i = 0; i < b->numel; i++) {
+        const int64_t off = cpu_offset_of(b, i);
+        const bool zero = b->dtype == OPR_I64 ? ((const int64_t *)b->data)[off] == 0 : ((const int32_t *)b->data)[off] == 0;
+        if (zero) return CPU_FAIL(c, OPR_ERR_INVALID, "%s: ZeroDivisionError", op);
+    }
     return OPR_OK;
 }
 

@@ -105,6 +105,12 @@ RED_FOLD(fold_prod_f32, float, double q = acc->d, q *= v;, acc->d = q)
 RED_FOLD(fold_prod_f64, double, double q = acc->d, q *= v;, acc->d = q)
 RED_FOLD(fold_prod_i64, int64_t, uint64_t q = (uint64_t)acc->i, q *= (uint64_t)v;,
          acc->i = (int64_t)q)
+/* i32 sums and products accumulate in i64 and are stored as i64 (PyTorch's sum and
+ * prod of int32 give int64: the YAML's `dtype: acc(T)`) */
+RED_FOLD(fold_sum_i32, int32_t, uint64_t s = (uint64_t)acc->i, s += (uint64_t)(int64_t)v;,
+         acc->i = (int64_t)s)
+RED_FOLD(fold_prod_i32, int32_t, uint64_t q = (uint64_t)acc->i, q *= (uint64_t)(int64_t)v;,
+         acc->i = (int64_t)q)
 /* Norms, accumulated in double: sum x^2, sum |x|, sum |x|^p, max |x|. */
 #define RED_NORM_FOLDS(SUF, T)                                                            \
     RED_SUM_FOLD(fold_norm2_##SUF, T, cpu_vm.sumsq_##SUF, (double)v * v)                  \
@@ -141,6 +147,7 @@ static const red_table sum_k = {
     [OPR_F32] = {fold_sum_f32, merge_sum_d, store_d_f32, RED_INIT0},
     [OPR_F64] = {fold_sum_f64, merge_sum_d, store_d_f64, RED_INIT0},
     [OPR_I64] = {fold_sum_i64, merge_sum_i, store_i_i64, RED_INIT0},
+    [OPR_I32] = {fold_sum_i32, merge_sum_i, store_i_i64, RED_INIT0},
 };
 static const red_table mean_k = {
     [OPR_F32] = {fold_sum_f32, merge_sum_d, store_mean_f32, RED_INIT0},
@@ -150,6 +157,7 @@ static const red_table prod_k = {
     [OPR_F32] = {fold_prod_f32, merge_prod_d, store_d_f32, RED_INIT1},
     [OPR_F64] = {fold_prod_f64, merge_prod_d, store_d_f64, RED_INIT1},
     [OPR_I64] = {fold_prod_i64, merge_prod_i, store_i_i64, RED_INIT1},
+    [OPR_I32] = {fold_prod_i32, merge_prod_i, store_i_i64, RED_INIT1},
 };
 static const red_table norm2_k = {
     [OPR_F32] = {fold_norm2_f32, merge_sum_d, store_norm2_f32, RED_INIT0},

@@ -154,6 +154,7 @@ typedef struct red_kind {
 RED_STORE(store_d_f32, float, acc->d)
 RED_STORE(store_d_f64, double, acc->d)
 RED_STORE(store_i_i64, int64_t, acc->i)
+RED_STORE(store_i_i32, int32_t, acc->i)
 
 /* Tables indexed by the input dtype; also the source of each op's registered mask. */
 typedef red_kind red_table[OPR_DTYPE_COUNT];

@@ -80,9 +80,11 @@
 RED_ARG_FLOAT_FOLD(fold_max_f32, float, RED_GT, RED_PICK_MAX, -INFINITY)
 RED_ARG_FLOAT_FOLD(fold_max_f64, double, RED_GT, RED_PICK_MAX, -INFINITY)
 RED_ARG_FOLD(fold_max_i64, int64_t, i, int64_t, RED_GT_I)
+RED_ARG_FOLD(fold_max_i32, int32_t, i, int64_t, RED_GT_I)
 RED_ARG_FLOAT_FOLD(fold_min_f32, float, RED_LT, RED_PICK_MIN, INFINITY)
 RED_ARG_FLOAT_FOLD(fold_min_f64, double, RED_LT, RED_PICK_MIN, INFINITY)
 RED_ARG_FOLD(fold_min_i64, int64_t, i, int64_t, RED_LT_I)
+RED_ARG_FOLD(fold_min_i32, int32_t, i, int64_t, RED_LT_I)
 /* amax / amin: the extremum alone (no index to find), NaN winning over everything. A
  * contiguous stretch goes to cpu_vmath.h's vector loop (amax_f32 ...), other layouts
  * are folded element by element under the same rule. */
@@ -108,6 +110,8 @@ RED_EXT_FLOAT_FOLD(fold_amin_f32, float, RED_BEATS_LT, cpu_vm.amin_f32, INFINITY
 RED_EXT_FLOAT_FOLD(fold_amin_f64, double, RED_BEATS_LT, cpu_vm.amin_f64, INFINITY)
 RED_FOLD(fold_amax_i64, int64_t, int64_t m = acc->i, m = v > m ? v : m;, acc->i = m)
 RED_FOLD(fold_amin_i64, int64_t, int64_t m = acc->i, m = v < m ? v : m;, acc->i = m)
+RED_FOLD(fold_amax_i32, int32_t, int64_t m = acc->i, m = v > m ? v : m;, acc->i = m)
+RED_FOLD(fold_amin_i32, int32_t, int64_t m = acc->i, m = v < m ? v : m;, acc->i = m)
 /* a NaN in a stays; one in b replaces a */
 static void merge_amax_d(red_acc *a, const red_acc *b)
 {
@@ -128,22 +132,26 @@ static const red_table max_k = {
     [OPR_F32] = {fold_max_f32, merge_max_d, store_d_f32, RED_INIT0},
     [OPR_F64] = {fold_max_f64, merge_max_d, store_d_f64, RED_INIT0},
     [OPR_I64] = {fold_max_i64, merge_max_i, store_i_i64, RED_INIT0},
+    [OPR_I32] = {fold_max_i32, merge_max_i, store_i_i32, RED_INIT0},
 };
 static const red_table min_k = {
     [OPR_F32] = {fold_min_f32, merge_min_d, store_d_f32, RED_INIT0},
     [OPR_F64] = {fold_min_f64, merge_min_d, store_d_f64, RED_INIT0},
     [OPR_I64] = {fold_min_i64, merge_min_i, store_i_i64, RED_INIT0},
+    [OPR_I32] = {fold_min_i32, merge_min_i, store_i_i32, RED_INIT0},
 };
 /* amax / amin start from the identity of the extremum (the slice is never empty) */
 static const red_table amax_k = {
     [OPR_F32] = {fold_amax_f32, merge_amax_d, store_d_f32, {-INFINITY, INT64_MIN, -1}},
     [OPR_F64] = {fold_amax_f64, merge_amax_d, store_d_f64, {-INFINITY, INT64_MIN, -1}},
     [OPR_I64] = {fold_amax_i64, merge_amax_i, store_i_i64, {-INFINITY, INT64_MIN, -1}},
+    [OPR_I32] = {fold_amax_i32, merge_amax_i, store_i_i32, {-INFINITY, INT64_MIN, -1}},
 };
 static const red_table amin_k = {
     [OPR_F32] = {fold_amin_f32, merge_amin_d, store_d_f32, {INFINITY, INT64_MAX, -1}},
     [OPR_F64] = {fold_amin_f64, merge_amin_d, store_d_f64, {INFINITY, INT64_MAX, -1}},
     [OPR_I64] = {fold_amin_i64, merge_amin_i, store_i_i64, {INFINITY, INT64_MAX, -1}},
+    [OPR_I32] = {fold_amin_i32, merge_amin_i, store_i_i32, {INFINITY, INT64_MAX, -1}},
 };
 /* ------------------------------------------------------------------ column path */
 
@@ -174,11 +182,13 @@ RED_COLEXT(cols_amax_i64, int64_t, RED_ROWMAX_I64, INT64_MIN)
 RED_COLEXT(cols_amin_f32, float, cpu_vm.minimum_f32, INFINITY)
 RED_COLEXT(cols_amin_f64, double, cpu_vm.minimum_f64, INFINITY)
 RED_COLEXT(cols_amin_i64, int64_t, RED_ROWMIN_I64, INT64_MAX)
+RED_COLEXT(cols_amax_i32, int32_t, RED_ROWMAX_I64, INT32_MIN)
+RED_COLEXT(cols_amin_i32, int32_t, RED_ROWMIN_I64, INT32_MAX)
 static const red_cols_fn cols_amax_fns[OPR_DTYPE_COUNT] = {
-    [OPR_F32] = cols_amax_f32, [OPR_F64] = cols_amax_f64, [OPR_I64] = cols_amax_i64,
+    [OPR_F32] = cols_amax_f32, [OPR_F64] = cols_amax_f64, [OPR_I64] = cols_amax_i64, [OPR_I32] = cols_amax_i32,
 };
 static const red_cols_fn cols_amin_fns[OPR_DTYPE_COUNT] = {
-    [OPR_F32] = cols_amin_f32, [OPR_F64] = cols_amin_f64, [OPR_I64] = cols_amin_i64,
+    [OPR_F32] = cols_amin_f32, [OPR_F64] = cols_amin_f64, [OPR_I64] = cols_amin_i64, [OPR_I32] = cols_amin_i32,
 };
 
 /* ------------------------------------------------------------------ kernels */

@@ -1,7 +1,8 @@
 /* Kernels of the scans of registry/ops/reduction.yaml: cumsum. Each line along dim is
  * summed in order (so the result does not depend on the thread count), f32 in double
  * as PyTorch's CPU cumsum accumulates, i64 in unsigned arithmetic so that an overflow
- * wraps (as in PyTorch) instead of being undefined. Inputs may be any strided views;
+ * wraps (as in PyTorch) instead of being undefined; i32 likewise, into an i64 output
+ * (PyTorch's cumsum of int32 gives int64). Inputs may be any strided views;
  * outputs are the host's contiguous tensors.
  *
  * Two loops, the same sums: along the innermost dim, lines run in parallel, each a
@@ -15,8 +16,8 @@
 #include <string.h>
 
 /* One line: n elements step xs apart in x, os apart in out. */
-#define CUMSUM_LINE(NAME, T, ACC, STORE)                                                           \
-    static void NAME(const T *x, int64_t xs, T *out, int64_t os, int64_t n)                       \
+#define CUMSUM_LINE(NAME, T, TO, ACC, STORE)                                                       \
+    static void NAME(const T *x, int64_t xs, TO *out, int64_t os, int64_t n)                      \
     {                                                                                              \
         ACC acc = 0;                                                                               \
         for (int64_t k = 0; k < n; k++) {                                                          \
@@ -24,9 +25,10 @@
             out[k * os] = STORE;                                                                   \
         }                                                                                          \
     }
-CUMSUM_LINE(line_f32, float, double, (float)acc)
-CUMSUM_LINE(line_f64, double, double, acc)
-CUMSUM_LINE(line_i64, int64_t, uint64_t, (int64_t)acc)
+CUMSUM_LINE(line_f32, float, float, double, (float)acc)
+CUMSUM_LINE(line_f64, double, double, double, acc)
+CUMSUM_LINE(line_i64, int64_t, int64_t, uint64_t, (int64_t)acc)
+CUMSUM_LINE(line_i32, int32_t, int64_t, uint64_t, (int64_t)acc)
 
 /* Columns of running sums a row of the scan is cut into (double accumulators, 8 KiB:
  * in L1 next to the rows streaming through). */
@@ -34,24 +36,25 @@ CUMSUM_LINE(line_i64, int64_t, uint64_t, (int64_t)acc)
 
 /* Lines along an outer dim of contiguous x and out, seen as [outer, n, inner]: the
  * running sums of columns [c0, c0 + w) of block o, row by row. */
-#define CUMSUM_ROWS(NAME, T, ACC, STORE)                                                           \
-    static void NAME(const T *x, T *out, int64_t n, int64_t inner, int64_t o, int64_t c0, int64_t w) \
+#define CUMSUM_ROWS(NAME, T, TO, ACC, STORE)                                                       \
+    static void NAME(const T *x, TO *out, int64_t n, int64_t inner, int64_t o, int64_t c0, int64_t w) \
     {                                                                                              \
         ACC acc[SCAN_COLS];                                                                        \
         for (int64_t j = 0; j < w; j++) acc[j] = 0;                                                \
         const int64_t base = o * n * inner + c0;                                                   \
         for (int64_t k = 0; k < n; k++) {                                                          \
             const T *xr = x + base + k * inner;                                                    \
-            T *orow = out + base + k * inner;                                                      \
+            TO *orow = out + base + k * inner;                                                     \
             for (int64_t j = 0; j < w; j++) {                                                      \
                 acc[j] += (ACC)xr[j];                                                              \
                 orow[j] = STORE;                                                                   \
             }                                                                                      \
         }                                                                                          \
     }
-CUMSUM_ROWS(rows_f32, float, double, (float)acc[j])
-CUMSUM_ROWS(rows_f64, double, double, acc[j])
-CUMSUM_ROWS(rows_i64, int64_t, uint64_t, (int64_t)acc[j])
+CUMSUM_ROWS(rows_f32, float, float, double, (float)acc[j])
+CUMSUM_ROWS(rows_f64, double, double, double, acc[j])
+CUMSUM_ROWS(rows_i64, int64_t, int64_t, uint64_t, (int64_t)acc[j])
+CUMSUM_ROWS(rows_i32, int32_t, int64_t, uint64_t, (int64_t)acc[j])
 
 /* cumsum along dim d of contiguous x into out, where the dims after d hold inner > 1
  * elements: tasks of (outer block, column block), in parallel; a row is cut into one
@@ -67,7 +70,8 @@ static void cumsum_rows(const opr_tensor_view *x, opr_tensor_view *out, int32_t 
         const int64_t o = t / ncb, c0 = t % ncb * width, w = inner - c0 < width ? inner - c0 : width;
         if (x->dtype == OPR_F32) rows_f32(x->data, out->data, n, inner, o, c0, w);
         else if (x->dtype == OPR_F64) rows_f64(x->data, out->data, n, inner, o, c0, w);
-        else rows_i64(x->data, out->data, n, inner, o, c0, w);
+        else if (x->dtype == OPR_I64) rows_i64(x->data, out->data, n, inner, o, c0, w);
+        else rows_i32(x->data, out->data, n, inner, o, c0, w);
     }
 }
 
@@ -80,7 +84,7 @@ static int k_cumsum(const opr_kernel_call *c)
     if (!x) return CPU_FAIL(c, OPR_ERR_INVALID, "cumsum: self must be a tensor");
     if (!opc_cumsum_args("cumsum", x, cpu_arg_i(c, 1), out, &d, why, sizeof why))
         return CPU_FAIL(c, OPR_ERR_INVALID, "%s", why);
-    if (x->dtype != OPR_F32 && x->dtype != OPR_F64 && x->dtype != OPR_I64)
+    if (x->dtype != OPR_F32 && x->dtype != OPR_F64 && x->dtype != OPR_I64 && x->dtype != OPR_I32)
         return CPU_FAIL(c, OPR_ERR_UNSUPPORTED, "cumsum: dtype %s is not supported on cpu", cpu_dtype_name(x->dtype));
     if (out->numel == 0) return OPR_OK;
     if (d >= 0 && cpu_is_contiguous(x) && cpu_is_contiguous(out)) {
@@ -112,7 +116,9 @@ static int k_cumsum(const opr_kernel_call *c)
             if (x->dtype == OPR_F32) line_f32((const float *)x->data + w.off[0], xs, (float *)out->data + w.off[1], os, n);
             else if (x->dtype == OPR_F64)
                 line_f64((const double *)x->data + w.off[0], xs, (double *)out->data + w.off[1], os, n);
-            else line_i64((const int64_t *)x->data + w.off[0], xs, (int64_t *)out->data + w.off[1], os, n);
+            else if (x->dtype == OPR_I64)
+                line_i64((const int64_t *)x->data + w.off[0], xs, (int64_t *)out->data + w.off[1], os, n);
+            else line_i32((const int32_t *)x->data + w.off[0], xs, (int64_t *)out->data + w.off[1], os, n);
         }
     }
     return OPR_OK;
@@ -120,6 +126,6 @@ static int k_cumsum(const opr_kernel_call *c)
 
 int cpu_register_scan(opr_plugin *self)
 {
-    const uint32_t num = OPR_DTYPE_BIT(OPR_F32) | OPR_DTYPE_BIT(OPR_F64) | OPR_DTYPE_BIT(OPR_I64);
+    const uint32_t num = OPR_DTYPE_BIT(OPR_F32) | OPR_DTYPE_BIT(OPR_F64) | OPR_DTYPE_BIT(OPR_I64) | OPR_DTYPE_BIT(OPR_I32);
     return cpu_register(self, "cumsum", num, k_cumsum);
 }

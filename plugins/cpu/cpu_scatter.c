@@ -352,11 +352,12 @@ int cpu_register_scatter(opr_plugin *self)
     const uint32_t num = OPR_DTYPE_BIT(OPR_F32) | OPR_DTYPE_BIT(OPR_F64) | OPR_DTYPE_BIT(OPR_I64);
     /* slice_scatter and nonzero serve every dtype, the half types included; scatter
      * takes gather's dtypes (its gradient's), scatter.value's number converts to f32,
-     * f64, i64 and bool only, as fill_'s */
-    const uint32_t any = num | OPR_DTYPE_BIT(OPR_BOOL) | OPR_DTYPE_BIT(OPR_F16) | OPR_DTYPE_BIT(OPR_BF16);
+     * f64, i64, i32 and bool only, as fill_'s */
+    const uint32_t i32 = OPR_DTYPE_BIT(OPR_I32);
+    const uint32_t any = num | i32 | OPR_DTYPE_BIT(OPR_BOOL) | OPR_DTYPE_BIT(OPR_F16) | OPR_DTYPE_BIT(OPR_BF16);
     const struct { const char *op; uint32_t dtypes; opr_kernel_fn fn; } table[] = {
-        {"slice_scatter", any, k_slice_scatter}, {"scatter", num | OPR_DTYPE_BIT(OPR_BOOL), k_scatter_src},
-        {"scatter.value", num | OPR_DTYPE_BIT(OPR_BOOL), k_scatter_value}, {"scatter_reduce", num, k_scatter_reduce},
+        {"slice_scatter", any, k_slice_scatter}, {"scatter", num | i32 | OPR_DTYPE_BIT(OPR_BOOL), k_scatter_src},
+        {"scatter.value", num | i32 | OPR_DTYPE_BIT(OPR_BOOL), k_scatter_value}, {"scatter_reduce", num, k_scatter_reduce},
         {"nonzero", any, k_nonzero},
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {

@@ -201,6 +201,7 @@ static void fill_value(char *dst, int64_t count, opr_dtype dt, double v)
     case OPR_F32: { float f = (float)v; memcpy(one, &f, es); break; }
     case OPR_F64: memcpy(one, &v, es); break;
     case OPR_I64: { int64_t i = (int64_t)v; memcpy(one, &i, es); break; }
+    case OPR_I32: { int32_t i = (int32_t)v; memcpy(one, &i, es); break; }
     default: one[0] = v != 0; break; /* bool */
     }
     for (int64_t i = 0; i < count; i++) memcpy(dst + i * (int64_t)es, one, es);
@@ -242,7 +243,7 @@ static int k_padded_to_jagged(const opr_kernel_call *c)
 int cpu_register_segment(opr_plugin *self)
 {
     const uint32_t fl = OPR_DTYPE_BIT(OPR_F32) | OPR_DTYPE_BIT(OPR_F64);
-    const uint32_t all = fl | OPR_DTYPE_BIT(OPR_I64) | OPR_DTYPE_BIT(OPR_BOOL);
+    const uint32_t all = fl | OPR_DTYPE_BIT(OPR_I64) | OPR_DTYPE_BIT(OPR_I32) | OPR_DTYPE_BIT(OPR_BOOL);
     static const struct { const char *op; bool any_dtype; opr_kernel_fn fn; } table[] = {
         { "segment_sum", false, k_segment_sum },
         { "segment_expand", false, k_segment_expand },

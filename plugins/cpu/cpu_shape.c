@@ -74,6 +74,7 @@ static int k_as_strided_scatter(const opr_kernel_call *c)
     case OPR_F32: ACCUMULATE(float, +=); break;
     case OPR_F64: ACCUMULATE(double, +=); break;
     case OPR_I64: ACCUMULATE(int64_t, +=); break;
+    case OPR_I32: ACCUMULATE(int32_t, +=); break;
     case OPR_BOOL: ACCUMULATE(uint8_t, |=); break;
     case OPR_F16: ACCUMULATE_HALF(opu_f16_to_f32, opu_f32_to_f16); break;
     case OPR_BF16: ACCUMULATE_HALF(opu_bf16_to_f32, opu_f32_to_bf16); break;
@@ -87,7 +88,8 @@ static int k_as_strided_scatter(const opr_kernel_call *c)
 int cpu_register_shape(opr_plugin *self)
 {
     const uint32_t all = OPR_DTYPE_BIT(OPR_F32) | OPR_DTYPE_BIT(OPR_F64) | OPR_DTYPE_BIT(OPR_I64) |
-                         OPR_DTYPE_BIT(OPR_BOOL) | OPR_DTYPE_BIT(OPR_F16) | OPR_DTYPE_BIT(OPR_BF16);
+                         OPR_DTYPE_BIT(OPR_BOOL) | OPR_DTYPE_BIT(OPR_F16) | OPR_DTYPE_BIT(OPR_BF16) |
+                         OPR_DTYPE_BIT(OPR_I32);
     int rc = cpu_register(self, "flip", all, k_flip);
     return rc ? rc : cpu_register(self, "as_strided_scatter", all, k_as_strided_scatter);
 }

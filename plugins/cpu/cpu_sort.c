@@ -129,6 +129,7 @@ typedef struct {
 DEF_ROWS(float, f32, LESS_FLOAT)
 DEF_ROWS(double, f64, LESS_FLOAT)
 DEF_ROWS(int64_t, i64, LESS_INT)
+DEF_ROWS(int32_t, i32, LESS_INT)
 
 /* Validates the outputs (opc_rows_plan) and runs the rows of self along dim, k results
  * each. */
@@ -159,6 +160,7 @@ static int run_rows(const opr_kernel_call *c, rows_job *j, int32_t dim, int64_t 
     case OPR_F32: rc = rows_f32(j); break;
     case OPR_F64: rc = rows_f64(j); break;
     case OPR_I64: rc = rows_i64(j); break;
+    case OPR_I32: rc = rows_i32(j); break;
     default:
         return CPU_FAIL(c, OPR_ERR_UNSUPPORTED, "%s: dtype %s is not supported on cpu", op, cpu_dtype_name(x->dtype));
     }
@@ -217,7 +219,7 @@ static int k_mode(const opr_kernel_call *c)
 
 int cpu_register_sort(opr_plugin *self)
 {
-    const uint32_t dtypes = OPR_DTYPE_BIT(OPR_F32) | OPR_DTYPE_BIT(OPR_F64) | OPR_DTYPE_BIT(OPR_I64);
+    const uint32_t dtypes = OPR_DTYPE_BIT(OPR_F32) | OPR_DTYPE_BIT(OPR_F64) | OPR_DTYPE_BIT(OPR_I64) | OPR_DTYPE_BIT(OPR_I32);
     int rc;
     if ((rc = cpu_register(self, "sort", dtypes, k_sort)) != OPR_OK) return rc;
     if ((rc = cpu_register(self, "topk", dtypes, k_topk)) != OPR_OK) return rc;

@@ -219,6 +219,10 @@ int k_index_put_op(const opr_kernel_call *c)
             gk_launch(k_accumulate_adv<int64_t>, gk_blocks(n), GK_THREADS, 0, k.stream, n, g, (int64_t *)out->data,
                       (const int64_t *)val->data);
             break;
+        case OPR_I32:
+            gk_launch(k_accumulate_adv<int32_t>, gk_blocks(n), GK_THREADS, 0, k.stream, n, g, (int32_t *)out->data,
+                      (const int32_t *)val->data);
+            break;
         case OPR_BOOL:
             gk_launch(k_or_adv, gk_blocks(n), GK_THREADS, 0, k.stream, n, g, (uint8_t *)out->data,
                       (const uint8_t *)val->data);
@@ -235,7 +239,7 @@ int k_index_put_op(const opr_kernel_call *c)
 
 int gk_register_adv_index(opr_plugin *self)
 {
-    const uint32_t dtypes = GK_NUMERIC | GK_BIT(OPR_BOOL);
+    const uint32_t dtypes = GK_NUMERIC | GK_I32 | GK_BIT(OPR_BOOL);
     const struct {
         const char *op;
         opr_kernel_fn fn;

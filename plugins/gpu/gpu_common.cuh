@@ -73,6 +73,7 @@ static inline const char *gk_dtype_name(opr_dtype t) { return opc_dtype_name(t);
 #define GK_BIT(dt) OPR_DTYPE_BIT(dt)
 #define GK_FLOATS (GK_BIT(OPR_F32) | GK_BIT(OPR_F64))
 #define GK_NUMERIC (GK_FLOATS | GK_BIT(OPR_I64))
+#define GK_I32 GK_BIT(OPR_I32) /* added per kernel, where the kernel handles int32_t */
 #define GK_HALVES (GK_BIT(OPR_F16) | GK_BIT(OPR_BF16))
 #define GK_ALL (GK_NUMERIC | GK_BIT(OPR_BOOL) | GK_HALVES)
 
@@ -323,10 +324,13 @@ template <class D, class S> GK_DEV D gk_cvt(S v) { return gk_conv<D, S>::run(v);
 template <class S> GK_DEV double gk_to_d(S v) { return (double)gk_cvt<typename gk_acc<S>::type>(v); }
 template <class S> GK_DEV S gk_from_d(double d) { return gk_cvt<S>((typename gk_acc<S>::type)d); }
 
-/* Wrapping i64 arithmetic (PyTorch's behaviour; signed overflow is undefined in C++). */
+/* Wrapping i64 and i32 arithmetic (PyTorch's behaviour; signed overflow is undefined in C++). */
 GK_DEV int64_t gk_wadd(int64_t x, int64_t y) { return (int64_t)((uint64_t)x + (uint64_t)y); }
 GK_DEV int64_t gk_wsub(int64_t x, int64_t y) { return (int64_t)((uint64_t)x - (uint64_t)y); }
 GK_DEV int64_t gk_wmul(int64_t x, int64_t y) { return (int64_t)((uint64_t)x * (uint64_t)y); }
+GK_DEV int32_t gk_wadd(int32_t x, int32_t y) { return (int32_t)((uint32_t)x + (uint32_t)y); }
+GK_DEV int32_t gk_wsub(int32_t x, int32_t y) { return (int32_t)((uint32_t)x - (uint32_t)y); }
+GK_DEV int32_t gk_wmul(int32_t x, int32_t y) { return (int32_t)((uint32_t)x * (uint32_t)y); }
 GK_DEV float gk_wadd(float x, float y) { return x + y; }
 GK_DEV float gk_wsub(float x, float y) { return x - y; }
 GK_DEV float gk_wmul(float x, float y) { return x * y; }
@@ -338,14 +342,16 @@ GK_DEV double gk_wmul(double x, double y) { return x * y; }
 GK_DEV bool gk_isnan(float v) { return v != v; }
 GK_DEV bool gk_isnan(double v) { return v != v; }
 GK_DEV bool gk_isnan(int64_t) { return false; }
+GK_DEV bool gk_isnan(int32_t) { return false; }
 
-/* *p += v from any thread: atomicAdd for f32, f64 and i64 (wrapping); a half adds in
+/* *p += v from any thread: atomicAdd for f32, f64, i64 and i32 (wrapping); a half adds in
  * float through a compare-and-swap of the aligned 32-bit word holding it (atomicAdd on
  * halves needs sm_70 or more, and bf16 has none): the word stays inside the
  * allocation, which device allocators align and pad to more than 4 bytes. */
 GK_DEV void gk_atomic_add(float *p, float v) { atomicAdd(p, v); }
 GK_DEV void gk_atomic_add(double *p, double v) { atomicAdd(p, v); }
 GK_DEV void gk_atomic_add(int64_t *p, int64_t v) { atomicAdd((unsigned long long *)p, (unsigned long long)v); }
+GK_DEV void gk_atomic_add(int32_t *p, int32_t v) { atomicAdd(p, v); }
 template <class H> GK_DEV void gk_atomic_add_half(H *p, H v)
 {
     unsigned int *word = (unsigned int *)((size_t)p & ~(size_t)3);

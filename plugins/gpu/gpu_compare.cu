@@ -1,5 +1,5 @@
 /* Comparisons with a bool (one byte, 0/1) output: eq, ne, gt, lt, ge, le. f32, f64,
- * i64, f16, bf16 (in float); eq and ne also on bool, comparing truth values. IEEE
+ * i64, i32, f16, bf16 (in float); eq and ne also on bool, comparing truth values. IEEE
  * semantics: anything against NaN is false except ne. */
 #include "gpu_ew.cuh"
 
@@ -14,7 +14,7 @@ GK_BINARY_FN(f_le, bool, x <= y)
 GK_BINARY_FN(f_eq_b, bool, (x != 0) == (y != 0))
 GK_BINARY_FN(f_ne_b, bool, (x != 0) != (y != 0))
 
-const uint32_t ORDERED = GK_NUMERIC | GK_HALVES;
+const uint32_t ORDERED = GK_NUMERIC | GK_I32 | GK_HALVES;
 const uint32_t EQUALITY = ORDERED | GK_BIT(OPR_BOOL);
 
 template <template <class> class F, template <class> class FB>

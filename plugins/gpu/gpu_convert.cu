@@ -1,7 +1,8 @@
 /* Dtype conversion: to(self, dtype), self copied into the output's dtype (f32, f64,
- * i64, bool, f16, bf16) one element per thread. Floats convert to i64 by truncation
- * toward zero, saturating outside the i64 range and giving 0 for NaN, as the hardware's
- * conversion does (the CPU plugin refuses those values instead); anything converts to
+ * i64, bool, f16, bf16, i32) one element per thread. Floats convert to i64 and i32 by
+ * truncation toward zero, saturating outside the type's range and giving 0 for NaN, as
+ * the hardware's conversion does (the CPU plugin refuses those values instead); i64 to
+ * i32 keeps the low 32 bits, as the CPU plugin and PyTorch do; anything converts to
  * bool as "!= 0"; f16 and bf16 convert through float both ways (from f64 and i64 too,
  * as c10's Half and BFloat16 do). Validation follows plugins/cpu/cpu_convert.c.
  * gk_convert_strided (gpu_common.cuh) is the same copy for the other kernel families. */
@@ -29,9 +30,26 @@ struct to_elem<int64_t> {
         return (int64_t)v;
     }
     GK_DEV static int64_t from(int64_t v) { return v; }
+    GK_DEV static int64_t from(int32_t v) { return v; }
     GK_DEV static int64_t from(uint8_t v) { return v; }
     GK_DEV static int64_t from(gpu_f16 v) { return from((double)gpu_f16_to_float(v)); }
     GK_DEV static int64_t from(gpu_bf16 v) { return from((double)gpu_bf16_to_float(v)); }
+};
+template <>
+struct to_elem<int32_t> {
+    GK_DEV static int32_t from(float v) { return from((double)v); }
+    GK_DEV static int32_t from(double v)
+    {
+        if (v != v) return 0;
+        if (v >= 2147483647.0) return INT32_MAX;
+        if (v <= -2147483648.0) return INT32_MIN;
+        return (int32_t)v;
+    }
+    GK_DEV static int32_t from(int64_t v) { return (int32_t)(uint32_t)(uint64_t)v; }
+    GK_DEV static int32_t from(int32_t v) { return v; }
+    GK_DEV static int32_t from(uint8_t v) { return v; }
+    GK_DEV static int32_t from(gpu_f16 v) { return from((double)gpu_f16_to_float(v)); }
+    GK_DEV static int32_t from(gpu_bf16 v) { return from((double)gpu_bf16_to_float(v)); }
 };
 template <>
 struct to_elem<uint8_t> {
@@ -81,6 +99,7 @@ int launch_from(const gk_ctx *k, opr_dtype from, int64_t n, const gk_geom &g, vo
     case OPR_F32: return launch<D, float>(k, n, g, dst, src);
     case OPR_F64: return launch<D, double>(k, n, g, dst, src);
     case OPR_I64: return launch<D, int64_t>(k, n, g, dst, src);
+    case OPR_I32: return launch<D, int32_t>(k, n, g, dst, src);
     case OPR_BOOL: return launch<D, uint8_t>(k, n, g, dst, src);
     case OPR_F16: return launch<D, gpu_f16>(k, n, g, dst, src);
     case OPR_BF16: return launch<D, gpu_bf16>(k, n, g, dst, src);
@@ -95,6 +114,7 @@ int convert(const gk_ctx *k, opr_dtype to, opr_dtype from, int64_t n, const gk_g
     case OPR_F32: return launch_from<float>(k, from, n, g, dst, src);
     case OPR_F64: return launch_from<double>(k, from, n, g, dst, src);
     case OPR_I64: return launch_from<int64_t>(k, from, n, g, dst, src);
+    case OPR_I32: return launch_from<int32_t>(k, from, n, g, dst, src);
     case OPR_BOOL: return launch_from<uint8_t>(k, from, n, g, dst, src);
     case OPR_F16: return launch_from<gpu_f16>(k, from, n, g, dst, src);
     case OPR_BF16: return launch_from<gpu_bf16>(k, from, n, g, dst, src);
@@ -129,4 +149,4 @@ int gk_convert_strided(const gk_ctx *k, opr_dtype to, int32_t ndim, const int64_
     return convert(k, to, from, n, g, dst, src);
 }
 
-int gk_register_convert(opr_plugin *self) { return gk_register(self, "to", GK_ALL, k_to); }
+int gk_register_convert(opr_plugin *self) { return gk_register(self, "to", GK_ALL | GK_I32, k_to); }

@@ -251,13 +251,15 @@ __global__ void k_arange_f(int64_t n, T *o, double start, double step)
     GK_LOOP(i, n) o[i] = (T)(start + (double)i * step);
 }
 
-__global__ void k_arange_i(int64_t n, int64_t *o, int64_t start, int64_t step)
+template <class I>
+__global__ void k_arange_i(int64_t n, I *o, int64_t start, int64_t step)
 {
-    GK_LOOP(i, n) o[i] = start + i * step; /* checked on the host: no overflow */
+    GK_LOOP(i, n) o[i] = (I)(start + i * step); /* checked on the host: no overflow, fits I */
 }
 
 /* Values start + i * step; floating outputs computed in double and rounded once, i64
- * outputs from start and step converted to i64 first (PyTorch). */
+ * and i32 outputs from start and step converted to i64 first (PyTorch); values beyond
+ * i32 are refused for an i32 output, as on the CPU. */
 int k_arange(const opr_kernel_call *c)
 {
     gk_ctx k;
@@ -274,15 +276,18 @@ int k_arange(const opr_kernel_call *c)
     switch (out->dtype) {
     case OPR_F32: gk_launch(k_arange_f<float>, nb, GK_THREADS, 0, k.stream, n, (float *)out->data, start, step); break;
     case OPR_F64: gk_launch(k_arange_f<double>, nb, GK_THREADS, 0, k.stream, n, (double *)out->data, start, step); break;
-    case OPR_I64: {
+    case OPR_I64: case OPR_I32: {
+        const char *dn = gk_dtype_name(out->dtype);
         if (!opc_fits_i64(start) || !opc_fits_i64(step))
-            return GK_FAIL(c, OPR_ERR_INVALID, "arange: start %g or step %g does not fit i64", start, step);
+            return GK_FAIL(c, OPR_ERR_INVALID, "arange: start %g or step %g does not fit %s", start, step, dn);
         const int64_t s0 = (int64_t)start, st = (int64_t)step;
-        if (st == 0) return GK_FAIL(c, OPR_ERR_INVALID, "arange: step %g truncates to 0 for i64", step);
+        if (st == 0) return GK_FAIL(c, OPR_ERR_INVALID, "arange: step %g truncates to 0 for %s", step, dn);
         int64_t span, last;
-        if (__builtin_mul_overflow(n - 1, st, &span) || __builtin_add_overflow(s0, span, &last))
-            return GK_FAIL(c, OPR_ERR_INVALID, "arange: values overflow i64");
-        gk_launch(k_arange_i, nb, GK_THREADS, 0, k.stream, n, (int64_t *)out->data, s0, st);
+        if (__builtin_mul_overflow(n - 1, st, &span) || __builtin_add_overflow(s0, span, &last) ||
+            (out->dtype == OPR_I32 && (s0 < INT32_MIN || s0 > INT32_MAX || last < INT32_MIN || last > INT32_MAX)))
+            return GK_FAIL(c, OPR_ERR_INVALID, "arange: values overflow %s", dn);
+        if (out->dtype == OPR_I32) gk_launch(k_arange_i<int32_t>, nb, GK_THREADS, 0, k.stream, n, (int32_t *)out->data, s0, st);
+        else gk_launch(k_arange_i<int64_t>, nb, GK_THREADS, 0, k.stream, n, (int64_t *)out->data, s0, st);
         break;
     }
     default:
@@ -439,21 +444,21 @@ int gk_register_copy(opr_plugin *self)
         uint32_t dtypes;
         opr_kernel_fn fn;
     } table[] = {
-        {"copy_", GK_ALL, k_copy_},
-        {"fill_", GK_ALL, k_fill_},
-        {"masked_fill_", GK_ALL, k_masked_fill_},
-        {"zeros", GK_ALL, k_zeros},
-        {"ones", GK_ALL, k_ones},
-        {"full", GK_ALL, k_full},
-        {"arange", GK_NUMERIC, k_arange},
-        {"zeros_like", GK_ALL, k_zeros},
-        {"ones_like", GK_ALL, k_ones},
-        {"cat", GK_ALL, k_cat},
-        {"diag", GK_ALL, k_diag},
-        {"diagonal_scatter", GK_ALL, k_diagonal_scatter},
-        {"new_zeros", GK_ALL, k_zeros},
-        {"narrow_scatter", GK_ALL, k_narrow_scatter},
-        {"diag_backward", GK_ALL, k_diag_backward},
+        {"copy_", GK_ALL | GK_I32, k_copy_},
+        {"fill_", GK_ALL | GK_I32, k_fill_},
+        {"masked_fill_", GK_ALL | GK_I32, k_masked_fill_},
+        {"zeros", GK_ALL | GK_I32, k_zeros},
+        {"ones", GK_ALL | GK_I32, k_ones},
+        {"full", GK_ALL | GK_I32, k_full},
+        {"arange", GK_NUMERIC | GK_I32, k_arange},
+        {"zeros_like", GK_ALL | GK_I32, k_zeros},
+        {"ones_like", GK_ALL | GK_I32, k_ones},
+        {"cat", GK_ALL | GK_I32, k_cat},
+        {"diag", GK_ALL | GK_I32, k_diag},
+        {"diagonal_scatter", GK_ALL | GK_I32, k_diagonal_scatter},
+        {"new_zeros", GK_ALL | GK_I32, k_zeros},
+        {"narrow_scatter", GK_ALL | GK_I32, k_narrow_scatter},
+        {"diag_backward", GK_ALL | GK_I32, k_diag_backward},
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
         int rc = gk_register(self, table[i].op, table[i].dtypes, table[i].fn);

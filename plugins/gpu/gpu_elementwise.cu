@@ -14,6 +14,8 @@ GK_DEV int64_t gk_neg(int64_t x) { return (int64_t)(0u - (uint64_t)x); }
 GK_DEV float gk_abs(float x) { return fabsf(x); }
 GK_DEV double gk_abs(double x) { return fabs(x); }
 GK_DEV int64_t gk_abs(int64_t x) { return x < 0 ? gk_neg(x) : x; }
+GK_DEV int32_t gk_neg(int32_t x) { return (int32_t)(0u - (uint32_t)x); }
+GK_DEV int32_t gk_abs(int32_t x) { return x < 0 ? gk_neg(x) : x; }
 
 GK_BINARY_FN(f_add, C, gk_wadd(x, gk_wmul(a, y)))
 GK_BINARY_FN(f_sub, C, gk_wsub(x, gk_wmul(a, y)))
@@ -36,7 +38,7 @@ GK_TERNARY_FN(f_lerp, C, x + z * (y - x))
 GK_TERNARY_FN(f_addcmul, C, x + a * y * z)
 
 const uint32_t FLOATS = GK_FLOATS | GK_HALVES;
-const uint32_t NUMS = GK_NUMERIC | GK_HALVES;
+const uint32_t NUMS = GK_NUMERIC | GK_I32 | GK_HALVES;
 
 template <template <class> class F, int NIN>
 int run_float(const opr_kernel_call *c, const char *op, int nargs, double a, double b)
@@ -72,15 +74,16 @@ int k_lerp(const opr_kernel_call *c) { return run_float<f_lerp, 3>(c, "lerp", 3,
 int k_addcmul(const opr_kernel_call *c) { return run_float<f_addcmul, 3>(c, "addcmul", 4, gk_arg_d(c, 3), 0); }
 int k_sign(const opr_kernel_call *c) { return run_num<f_sign, 1>(c, "sign", 1, 0, 0); }
 
-/* add/sub(self, other, alpha): self (+/-) alpha * other; alpha must be integral for i64. */
+/* add/sub(self, other, alpha): self (+/-) alpha * other; alpha must be integral for i64 and i32. */
 template <template <class> class F>
 int add_sub(const opr_kernel_call *c, const char *op)
 {
     if (c->nargs < 3) return GK_FAIL(c, OPR_ERR_INVALID, "%s: expected 3 arguments", op);
     const double alpha = gk_arg_d(c, 2);
     const opr_tensor_view *self = gk_arg_t(c, 0);
-    if (self && self->dtype == OPR_I64 && alpha != floor(alpha))
-        return GK_FAIL(c, OPR_ERR_INVALID, "%s: alpha must be an integer for i64 tensors, got %g", op, alpha);
+    if (self && (self->dtype == OPR_I64 || self->dtype == OPR_I32) && alpha != floor(alpha))
+        return GK_FAIL(c, OPR_ERR_INVALID, "%s: alpha must be an integer for %s tensors, got %g", op,
+                       gk_dtype_name(self->dtype), alpha);
     return run_num<F, 2>(c, op, 3, alpha, 0);
 }
 int k_add(const opr_kernel_call *c) { return add_sub<f_add>(c, "add"); }
@@ -111,7 +114,7 @@ int k_clamp(const opr_kernel_call *c)
 {
     if (c->nargs < 3) return GK_FAIL(c, OPR_ERR_INVALID, "clamp: expected 3 arguments");
     const opr_tensor_view *self = gk_arg_t(c, 0);
-    const bool is_int = self && self->dtype == OPR_I64;
+    const bool is_int = self && (self->dtype == OPR_I64 || self->dtype == OPR_I32);
     return run_num<f_clamp, 1>(c, "clamp", 3, clamp_lo(c, 1, is_int), clamp_hi(c, 2, is_int));
 }
 
@@ -119,7 +122,7 @@ int k_clamp_min(const opr_kernel_call *c)
 {
     if (c->nargs < 2) return GK_FAIL(c, OPR_ERR_INVALID, "clamp_min: expected 2 arguments");
     const opr_tensor_view *self = gk_arg_t(c, 0);
-    const bool is_int = self && self->dtype == OPR_I64;
+    const bool is_int = self && (self->dtype == OPR_I64 || self->dtype == OPR_I32);
     return run_num<f_clamp, 1>(c, "clamp_min", 2, clamp_lo(c, 1, is_int), INFINITY);
 }
 

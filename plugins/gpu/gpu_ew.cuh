@@ -26,7 +26,7 @@ GK_DEV double gk_fabs(double x) { return fabs(x); }
 GK_DEV float gk_pow(float x, float y) { return powf(x, y); }
 GK_DEV double gk_pow(double x, double y) { return pow(x, y); }
 
-/* A scalar argument (double on the ABI) in a compute type: i64 saturates (NaN -> 0),
+/* A scalar argument (double on the ABI) in a compute type: i64 and i32 saturate (NaN -> 0),
  * as the CPU kernels convert. */
 template <class C> inline C gk_scalar(double v) { return (C)v; }
 template <> inline int64_t gk_scalar<int64_t>(double v)
@@ -35,6 +35,13 @@ template <> inline int64_t gk_scalar<int64_t>(double v)
     if (v >= 9223372036854775807.0) return INT64_MAX;
     if (v <= -9223372036854775808.0) return INT64_MIN;
     return (int64_t)v;
+}
+template <> inline int32_t gk_scalar<int32_t>(double v)
+{
+    if (v != v) return 0;
+    if (v >= 2147483647.0) return INT32_MAX;
+    if (v <= -2147483648.0) return INT32_MIN;
+    return (int32_t)v;
 }
 template <> inline uint8_t gk_scalar<uint8_t>(double v) { return v != 0; }
 
@@ -239,17 +246,21 @@ int gk_ew_dispatch(const gk_ctx *k, const gk_ew &e, double a, double b)
 #undef GK_EW_CASE
 }
 
-/* The same with i64 (and, for FI, bool) as well: F must compile for int64_t. */
+/* The same with i64 and i32 as well: F must compile for int64_t and int32_t. */
+template <template <class> class F, bool BOOL_OUT, int NIN, class I>
+int gk_ew_run_int(const gk_ctx *k, const gk_ew &e, double a, double b)
+{
+    F<I> f;
+    f.a = gk_scalar<I>(a);
+    f.b = gk_scalar<I>(b);
+    typedef typename std::conditional<BOOL_OUT, uint8_t, I>::type SO;
+    return gk_ew_run<NIN, SO, I>(k, e, f);
+}
 template <template <class> class F, bool BOOL_OUT, int NIN>
 int gk_ew_dispatch_int(const gk_ctx *k, const gk_ew &e, double a, double b)
 {
-    if (e.in[0]->dtype == OPR_I64) {
-        F<int64_t> f;
-        f.a = gk_scalar<int64_t>(a);
-        f.b = gk_scalar<int64_t>(b);
-        typedef typename std::conditional<BOOL_OUT, uint8_t, int64_t>::type SO;
-        return gk_ew_run<NIN, SO, int64_t>(k, e, f);
-    }
+    if (e.in[0]->dtype == OPR_I64) return gk_ew_run_int<F, BOOL_OUT, NIN, int64_t>(k, e, a, b);
+    if (e.in[0]->dtype == OPR_I32) return gk_ew_run_int<F, BOOL_OUT, NIN, int32_t>(k, e, a, b);
     return gk_ew_dispatch<F, BOOL_OUT, NIN>(k, e, a, b);
 }
 #endif

@@ -141,21 +141,22 @@ template <class F> void by_elem_size(size_t es, F &&f)
 }
 
 /* Calls f with a value of the element type of an accumulating op's dtype (f32, f64,
- * else i64; check_accumulates has refused the others). */
+ * i32, else i64; check_accumulates has refused the others). */
 template <class F> void by_accum_type(opr_dtype dt, F &&f)
 {
     switch (dt) {
     case OPR_F32: f(0.0f); break;
     case OPR_F64: f(0.0); break;
+    case OPR_I32: f((int32_t)0); break;
     default: f((int64_t)0); break;
     }
 }
 
-/* scatter_add and index_add accumulate with atomicAdd, which exists for f32, f64 and
- * (as unsigned) i64 only. */
+/* scatter_add and index_add accumulate with atomicAdd, which exists for f32, f64, i32
+ * and (as unsigned) i64 only. */
 int check_accumulates(const opr_kernel_call *c, const char *op, opr_dtype dt)
 {
-    if (dt == OPR_F32 || dt == OPR_F64 || dt == OPR_I64) return OPR_OK;
+    if (dt == OPR_F32 || dt == OPR_F64 || dt == OPR_I64 || dt == OPR_I32) return OPR_OK;
     return GK_FAIL(c, OPR_ERR_UNSUPPORTED, "%s: dtype %s is not supported on %s", op, gk_dtype_name(dt), GPU_NAME);
 }
 
@@ -344,6 +345,7 @@ int k_scatter_add_op(const opr_kernel_call *c)
 GK_DEV float scaled(float a, float v) { return a * v; }
 GK_DEV double scaled(double a, double v) { return a * v; }
 GK_DEV int64_t scaled(int64_t a, int64_t v) { return (int64_t)((uint64_t)a * (uint64_t)v); }
+GK_DEV int32_t scaled(int32_t a, int32_t v) { return (int32_t)((uint32_t)a * (uint32_t)v); }
 
 template <class T>
 __global__ void k_index_add(int64_t n, dim_geom g, T *out, const T *src, const int64_t *index, int64_t is,
@@ -641,7 +643,7 @@ int k_masked_scatter_op(const opr_kernel_call *c)
 
 int gk_register_index(opr_plugin *self)
 {
-    const uint32_t num = GK_NUMERIC, all = GK_ALL;
+    const uint32_t num = GK_NUMERIC | GK_I32, all = GK_ALL | GK_I32;
     const struct {
         const char *op;
         uint32_t dtypes;

@@ -16,7 +16,7 @@
  *    fail with a message (the communicator is aborted and made again next time),
  *    never hang.
  *
- * f32, f64, i64 and bool (a byte, as ncclUint8); strided inputs are packed on the
+ * f32, f64, i64, i32 and bool (a byte, as ncclUint8); strided inputs are packed on the
  * device first; outputs are contiguous. gather_to, scatter_from, all_to_all_single,
  * send and recv are in gpu_nccl_p2p.cu, on NCCL's point to point.
  * HIP builds register nothing here (RCCL has the same API; not wired). The emulated
@@ -126,7 +126,8 @@ double now_s()
 
 ncclDataType_t nccl_type(opr_dtype dt)
 {
-    return dt == OPR_F64 ? ncclFloat64 : dt == OPR_I64 ? ncclInt64 : dt == OPR_BOOL ? ncclUint8 : ncclFloat32;
+    return dt == OPR_F64 ? ncclFloat64 : dt == OPR_I64 ? ncclInt64 : dt == OPR_I32 ? ncclInt32 : dt == OPR_BOOL ? ncclUint8
+                                                                                                   : ncclFloat32;
 }
 
 ncclComm_t existing_comm(int64_t group, int ordinal, char *why, size_t why_len)
@@ -312,7 +313,7 @@ int coll_wait(coll *c, const char *where, ncclResult_t r)
 }
 
 /* The NCCL reduction of op on dtype dt into *r; false where NCCL has none (the bitwise
- * ones on i64, bxor on bool: PyTorch's NCCL backend refuses them too), for
+ * ones on i64 and i32, bxor on bool: PyTorch's NCCL backend refuses them too), for
  * OPR_ERR_UNSUPPORTED, so that dispatch runs the MPI kernel on host copies where the
  * CPU fallback is on. bool is a byte: sum, bor and max are any (ncclMax); prod, band
  * and min all (ncclMin). */
@@ -438,7 +439,7 @@ int gk_register_collective(opr_plugin *self)
         {"recv", k_recv},
     };
     for (const auto &k : kernels) {
-        int rc = gk_register(self, k.op, GK_NUMERIC | GK_BIT(OPR_BOOL), k.fn);
+        int rc = gk_register(self, k.op, GK_NUMERIC | GK_I32 | GK_BIT(OPR_BOOL), k.fn);
         if (rc) return rc;
     }
     return OPR_OK;

@@ -301,7 +301,7 @@ int arg_extremum(const opr_kernel_call *c, const char *op, bool largest)
     if (!x) return GK_FAIL(c, OPR_ERR_INVALID, "%s: self must be a tensor", op);
     if (!opc_arg_extremum_args(op, x, gk_arg_given(c, 1), gk_arg_i(c, 1), out, &d, why, sizeof why))
         return GK_FAIL(c, OPR_ERR_INVALID, "%s", why);
-    if (x->dtype != OPR_F32 && x->dtype != OPR_F64 && x->dtype != OPR_I64)
+    if (x->dtype != OPR_F32 && x->dtype != OPR_F64 && x->dtype != OPR_I64 && x->dtype != OPR_I32)
         return GK_FAIL(c, OPR_ERR_UNSUPPORTED, "%s: dtype %s is not supported on %s", op, gk_dtype_name(x->dtype), GPU_NAME);
     /* the slices: along dim d, or (every dim) the one slice of the flattened tensor */
     gk_buf flat;
@@ -336,8 +336,11 @@ int arg_extremum(const opr_kernel_call *c, const char *op, bool largest)
     else if (x->dtype == OPR_F64)
         gk_launch(k_arg_extremum<double>, gk_blocks(outer), GK_THREADS, 0, k.stream, outer, g, (const double *)data,
                   len, step, largest, (int64_t *)out->data);
-    else
+    else if (x->dtype == OPR_I64)
         gk_launch(k_arg_extremum<int64_t>, gk_blocks(outer), GK_THREADS, 0, k.stream, outer, g, (const int64_t *)data,
+                  len, step, largest, (int64_t *)out->data);
+    else
+        gk_launch(k_arg_extremum<int32_t>, gk_blocks(outer), GK_THREADS, 0, k.stream, outer, g, (const int32_t *)data,
                   len, step, largest, (int64_t *)out->data);
     return gk_launched(&k, "argmax/argmin kernel");
 }
@@ -349,7 +352,7 @@ int k_argmin_op(const opr_kernel_call *c) { return arg_extremum(c, "argmin", fal
 
 int gk_register_nn(opr_plugin *self)
 {
-    const uint32_t fl = GK_FLOATS, num = GK_NUMERIC;
+    const uint32_t fl = GK_FLOATS, num = GK_NUMERIC | GK_I32;
     const struct {
         const char *op;
         uint32_t dtypes;

@@ -47,6 +47,10 @@ GK_DEV int64_t gk_ceil(int64_t x) { return x; }
 GK_DEV int64_t gk_floor(int64_t x) { return x; }
 GK_DEV int64_t gk_round(int64_t x) { return x; }
 GK_DEV int64_t gk_trunc(int64_t x) { return x; }
+GK_DEV int32_t gk_ceil(int32_t x) { return x; }
+GK_DEV int32_t gk_floor(int32_t x) { return x; }
+GK_DEV int32_t gk_round(int32_t x) { return x; }
+GK_DEV int32_t gk_trunc(int32_t x) { return x; }
 
 GK_DEV bool pw_isinf(float x) { return x == INFINITY || x == -INFINITY; }
 GK_DEV bool pw_isinf(double x) { return x == INFINITY || x == -INFINITY; }
@@ -57,24 +61,13 @@ template <class T> GK_DEV bool pw_isnan(T) { return false; }
 
 /* fmod, remainder (the divisor's sign) and rounded division, as cpu_pointwise.c */
 template <class T> GK_DEV T pw_fmod(T a, T b) { return gk_fmod(a, b); }
-GK_DEV int64_t pw_fmod(int64_t a, int64_t b) { return (b == 0 || b == -1) ? 0 : a % b; }
 template <class T> GK_DEV T pw_rem(T a, T b)
 {
     T m = gk_fmod(a, b);
     if (m != 0 && ((b < 0) != (m < 0))) m += b;
     return m;
 }
-GK_DEV int64_t pw_rem(int64_t a, int64_t b)
-{
-    if (b == 0 || b == -1) return 0;
-    const int64_t r = a % b;
-    return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
-}
 template <class T> GK_DEV T pw_divtrunc(T a, T b) { return gk_trunc(a / b); }
-GK_DEV int64_t pw_divtrunc(int64_t a, int64_t b)
-{
-    return b == 0 ? 0 : b == -1 ? (int64_t)(0u - (uint64_t)a) : a / b;
-}
 template <class T> GK_DEV T pw_divfloor(T a, T b)
 {
     if (b == 0) return a / b;
@@ -86,32 +79,44 @@ template <class T> GK_DEV T pw_divfloor(T a, T b)
     if (div - fl > (T)0.5) fl += (T)1;
     return fl;
 }
-GK_DEV int64_t pw_divfloor(int64_t a, int64_t b)
-{
-    if (b == 0) return 0;
-    if (b == -1) return (int64_t)(0u - (uint64_t)a);
-    const int64_t q = a / b, r = a % b;
-    return (r != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
-}
-
 template <class T> GK_DEV T pw_pow(T a, T b) { return gk_pow(a, b); }
-GK_DEV int64_t pw_pow(int64_t a, int64_t b)
-{
-    if (b < 0) return a == 1 ? 1 : a == -1 ? ((b & 1) ? -1 : 1) : 0;
-    int64_t r = 1;
-    while (b) {
-        if (b & 1) r = gk_wmul(r, a);
-        b /= 2;
-        a = gk_wmul(a, a);
-    }
-    return r;
-}
+/* The integer versions, for i64 and i32 (I): a kernel cannot stop at a zero divisor, so
+ * it gives 0; -1 is taken apart because INT_MIN / -1 overflows. */
+#define PW_INT_OPS(I, U)                                                                   \
+    GK_DEV I pw_fmod(I a, I b) { return (b == 0 || b == -1) ? 0 : a % b; }                 \
+    GK_DEV I pw_rem(I a, I b)                                                              \
+    {                                                                                      \
+        if (b == 0 || b == -1) return 0;                                                   \
+        const I r = a % b;                                                                 \
+        return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;                               \
+    }                                                                                      \
+    GK_DEV I pw_divtrunc(I a, I b) { return b == 0 ? 0 : b == -1 ? (I)(0u - (U)a) : a / b; } \
+    GK_DEV I pw_divfloor(I a, I b)                                                         \
+    {                                                                                      \
+        if (b == 0) return 0;                                                              \
+        if (b == -1) return (I)(0u - (U)a);                                                \
+        const I q = a / b, r = a % b;                                                      \
+        return (r != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;                               \
+    }                                                                                      \
+    GK_DEV I pw_pow(I a, I b)                                                              \
+    {                                                                                      \
+        if (b < 0) return a == 1 ? 1 : a == -1 ? ((b & 1) ? -1 : 1) : 0;                   \
+        I r = 1;                                                                           \
+        while (b) {                                                                        \
+            if (b & 1) r = gk_wmul(r, a);                                                  \
+            b /= 2;                                                                        \
+            a = gk_wmul(a, a);                                                             \
+        }                                                                                  \
+        return r;                                                                          \
+    }                                                                                      \
+    GK_DEV I pw_not(I x) { return ~x; }
+PW_INT_OPS(int64_t, uint64_t)
+PW_INT_OPS(int32_t, uint32_t)
 
 /* maximum/minimum propagate NaN; on bool they are or/and */
 template <class T> GK_DEV T pw_max(T x, T y) { return pw_isnan(x) ? x : pw_isnan(y) ? y : x < y ? y : x; }
 template <class T> GK_DEV T pw_min(T x, T y) { return pw_isnan(x) ? x : pw_isnan(y) ? y : y < x ? y : x; }
 
-GK_DEV int64_t pw_not(int64_t x) { return ~x; }
 GK_DEV uint8_t pw_not(uint8_t x) { return x ? 0 : 1; }
 
 /* ------------------------------------------------------------------ functors */
@@ -161,12 +166,12 @@ GK_UNARY_FN(f_lnot, bool, x == 0)
 /* ------------------------------------------------------------------ dispatch */
 
 /* Which dtypes a functor is instantiated for: floats (f32, f64 and the halves in
- * float), i64, bool. */
+ * float), i64 and i32, bool. */
 enum { PW_F = 1, PW_I = 2, PW_B = 4 };
 
 constexpr uint32_t pw_mask(int kinds)
 {
-    return ((kinds & PW_F) ? (GK_FLOATS | GK_HALVES) : 0u) | ((kinds & PW_I) ? GK_BIT(OPR_I64) : 0u) |
+    return ((kinds & PW_F) ? (GK_FLOATS | GK_HALVES) : 0u) | ((kinds & PW_I) ? GK_BIT(OPR_I64) | GK_I32 : 0u) |
            ((kinds & PW_B) ? GK_BIT(OPR_BOOL) : 0u);
 }
 
@@ -180,12 +185,8 @@ int pw_run(const opr_kernel_call *c, const char *op, int nargs)
     if (rc) return rc;
     const opr_dtype dt = e.in[0]->dtype;
     if constexpr ((KINDS & PW_I) != 0) {
-        if (dt == OPR_I64) {
-            F<int64_t> f;
-            f.a = f.b = 0;
-            typedef typename std::conditional<BOOL_OUT, uint8_t, int64_t>::type SO;
-            return gk_ew_run<NIN, SO, int64_t>(&k, e, f);
-        }
+        if (dt == OPR_I64) return gk_ew_run_int<F, BOOL_OUT, NIN, int64_t>(&k, e, 0, 0);
+        if (dt == OPR_I32) return gk_ew_run_int<F, BOOL_OUT, NIN, int32_t>(&k, e, 0, 0);
     }
     if constexpr ((KINDS & PW_B) != 0) {
         if (dt == OPR_BOOL) {

@@ -50,7 +50,11 @@ GK_DEV bool gt_nan(double a, double b) { return a > b || (a != a && b == b); }
 GK_DEV bool lt_nan(double a, double b) { return a < b || (a != a && b == b); }
 
 template <class T, red_kind K> struct red_op {
-    static constexpr bool is_int = std::is_same<T, int64_t>::value;
+    static constexpr bool is_int = std::is_same<T, int64_t>::value || std::is_same<T, int32_t>::value;
+    /* the values output: T, except that sum and prod of i32 give i64 (PyTorch's; the
+     * YAML's `dtype: acc(T)`, opc_reduce_out_dtype) */
+    typedef typename std::conditional<std::is_same<T, int32_t>::value && (K == RK_SUM || K == RK_PROD), int64_t,
+                                      T>::type OT;
 
     static GK_DEV double to_d(T v) { return gk_to_d(v); }
     static GK_DEV T from_d(double d) { return gk_from_d<T>(d); }
@@ -121,10 +125,10 @@ template <class T, red_kind K> struct red_op {
         }
     }
 
-    static GK_DEV void store(T *o0, int64_t *o1, const red_acc &a, int64_t n, double p, double scale)
+    static GK_DEV void store(OT *o0, int64_t *o1, const red_acc &a, int64_t n, double p, double scale)
     {
         if constexpr (is_int) {
-            *o0 = (T)a.i;
+            *o0 = (OT)a.i;
         } else if constexpr (K == RK_MEAN) {
             *o0 = from_d(a.d / (double)n); /* 0/0 = NaN for an empty slice */
         } else if constexpr (K == RK_NORM2) {
@@ -173,7 +177,7 @@ __global__ void k_red_thread(red_args a)
         gk_offsets<3>(a.kg, o, off);
         red_acc acc = op::init();
         fold_range<T, K>(acc, (const T *)a.x + off[0], a.rg, 0, a.n_red, 1, a.p);
-        op::store((T *)a.out0 + off[1], a.out1 ? a.out1 + off[2] : nullptr, acc, a.n_red, a.p, a.scale);
+        op::store((typename op::OT *)a.out0 + off[1], a.out1 ? a.out1 + off[2] : nullptr, acc, a.n_red, a.p, a.scale);
     }
 }
 
@@ -199,7 +203,7 @@ __global__ void k_red_block(red_args a, red_acc *parts)
             __syncthreads();
         }
         if (tid == 0) {
-            if (nparts == 1) op::store((T *)a.out0 + off[1], a.out1 ? a.out1 + off[2] : nullptr, sh[0], a.n_red, a.p, a.scale);
+            if (nparts == 1) op::store((typename op::OT *)a.out0 + off[1], a.out1 ? a.out1 + off[2] : nullptr, sh[0], a.n_red, a.p, a.scale);
             else parts[o * nparts + q] = sh[0];
         }
         __syncthreads(); /* sh is reused by the next output */
@@ -216,7 +220,7 @@ __global__ void k_red_finish(red_args a, const red_acc *parts, int64_t nparts)
         gk_offsets<3>(a.kg, o, off);
         red_acc acc = parts[o * nparts];
         for (int64_t q = 1; q < nparts; q++) op::merge(acc, parts[o * nparts + q]);
-        op::store((T *)a.out0 + off[1], a.out1 ? a.out1 + off[2] : nullptr, acc, a.n_red, a.p, a.scale);
+        op::store((typename op::OT *)a.out0 + off[1], a.out1 ? a.out1 + off[2] : nullptr, acc, a.n_red, a.p, a.scale);
     }
 }
 
@@ -317,6 +321,9 @@ int red_dispatch(const gk_ctx *k, opr_dtype dt, red_args &a)
     case OPR_I64:
         if constexpr (K == RK_SUM || K == RK_PROD || K == RK_MAX || K == RK_MIN) return red_launch<int64_t, K>(k, a);
         else return GK_FAIL(k->call, OPR_ERR_UNSUPPORTED, "%s: no %s kernel for dtype i64", k->op, GPU_NAME);
+    case OPR_I32:
+        if constexpr (K == RK_SUM || K == RK_PROD || K == RK_MAX || K == RK_MIN) return red_launch<int32_t, K>(k, a);
+        else return GK_FAIL(k->call, OPR_ERR_UNSUPPORTED, "%s: no %s kernel for dtype i32", k->op, GPU_NAME);
     case OPR_F16: /* sums and means only: sum, mean, and the gradients sum_to and the backward kernels reduce */
         if constexpr (K == RK_SUM || K == RK_MEAN) return red_launch<gpu_f16, K>(k, a);
         else return GK_FAIL(k->call, OPR_ERR_UNSUPPORTED, "%s: no %s kernel for dtype f16", k->op, GPU_NAME);
@@ -381,7 +388,7 @@ int red_go(const gk_ctx *k, const opr_kernel_call *c, const char *op, const opr_
     return red_run(k, kind, in->dtype, a);
 }
 
-const uint32_t NUM = GK_NUMERIC, FL = GK_FLOATS;
+const uint32_t NUM = GK_NUMERIC | GK_I32, FL = GK_FLOATS;
 
 int sum_like(const opr_kernel_call *c, const char *op, red_kind kind, uint32_t dtypes)
 {

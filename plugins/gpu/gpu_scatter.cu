@@ -338,9 +338,9 @@ int k_nonzero(const opr_kernel_call *c)
 int gk_register_scatter(opr_plugin *self)
 {
     const struct { const char *op; uint32_t dtypes; opr_kernel_fn fn; } table[] = {
-        {"slice_scatter", GK_ALL, k_slice_scatter}, {"scatter", GK_NUMERIC | GK_BIT(OPR_BOOL), k_scatter_src},
-        {"scatter.value", GK_NUMERIC | GK_BIT(OPR_BOOL), k_scatter_value}, {"scatter_reduce", GK_NUMERIC, k_scatter_reduce},
-        {"nonzero", GK_ALL, k_nonzero},
+        {"slice_scatter", GK_ALL | GK_I32, k_slice_scatter}, {"scatter", GK_NUMERIC | GK_I32 | GK_BIT(OPR_BOOL), k_scatter_src},
+        {"scatter.value", GK_NUMERIC | GK_I32 | GK_BIT(OPR_BOOL), k_scatter_value}, {"scatter_reduce", GK_NUMERIC, k_scatter_reduce},
+        {"nonzero", GK_ALL | GK_I32, k_nonzero},
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
         int rc = gk_register(self, table[i].op, table[i].dtypes, table[i].fn);

@@ -252,8 +252,8 @@ int gk_register_segment(opr_plugin *self)
         {"segment_expand", GK_FLOATS, k_segment_expand},
         {"segment_softmax", GK_FLOATS, k_segment_softmax},
         {"segment_log_softmax", GK_FLOATS, k_segment_log_softmax},
-        {"jagged_to_padded", GK_NUMERIC | GK_BIT(OPR_BOOL), k_jagged_to_padded},
-        {"padded_to_jagged", GK_NUMERIC | GK_BIT(OPR_BOOL), k_padded_to_jagged},
+        {"jagged_to_padded", GK_NUMERIC | GK_I32 | GK_BIT(OPR_BOOL), k_jagged_to_padded},
+        {"padded_to_jagged", GK_NUMERIC | GK_I32 | GK_BIT(OPR_BOOL), k_padded_to_jagged},
     };
     for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
         int rc = gk_register(self, ops[i].op, ops[i].mask, ops[i].fn);

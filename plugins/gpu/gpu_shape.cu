@@ -80,6 +80,7 @@ int k_as_strided_scatter_op(const opr_kernel_call *c)
     case OPR_F32: gk_launch(k_add_strided<float>, gk_blocks(m), GK_THREADS, 0, k.stream, m, g, (float *)base, (const float *)src->data); break;
     case OPR_F64: gk_launch(k_add_strided<double>, gk_blocks(m), GK_THREADS, 0, k.stream, m, g, (double *)base, (const double *)src->data); break;
     case OPR_I64: gk_launch(k_add_strided<int64_t>, gk_blocks(m), GK_THREADS, 0, k.stream, m, g, (int64_t *)base, (const int64_t *)src->data); break;
+    case OPR_I32: gk_launch(k_add_strided<int32_t>, gk_blocks(m), GK_THREADS, 0, k.stream, m, g, (int32_t *)base, (const int32_t *)src->data); break;
     case OPR_BOOL: gk_launch(k_or_strided, gk_blocks(m), GK_THREADS, 0, k.stream, m, g, (uint8_t *)base, (const uint8_t *)src->data); break;
     case OPR_F16: gk_launch(k_add_strided<gpu_f16>, gk_blocks(m), GK_THREADS, 0, k.stream, m, g, (gpu_f16 *)base, (const gpu_f16 *)src->data); break;
     case OPR_BF16: gk_launch(k_add_strided<gpu_bf16>, gk_blocks(m), GK_THREADS, 0, k.stream, m, g, (gpu_bf16 *)base, (const gpu_bf16 *)src->data); break;
@@ -92,6 +93,6 @@ int k_as_strided_scatter_op(const opr_kernel_call *c)
 
 int gk_register_shape(opr_plugin *self)
 {
-    int rc = gk_register(self, "flip", GK_ALL, k_flip_op);
-    return rc ? rc : gk_register(self, "as_strided_scatter", GK_ALL, k_as_strided_scatter_op);
+    int rc = gk_register(self, "flip", GK_ALL | GK_I32, k_flip_op);
+    return rc ? rc : gk_register(self, "as_strided_scatter", GK_ALL | GK_I32, k_as_strided_scatter_op);
 }

@@ -1,4 +1,4 @@
-/* Sorting kernels: sort, topk, mode (f32, f64, i64), as plugins/cpu/cpu_sort.c: every
+/* Sorting kernels: sort, topk, mode (f32, f64, i64, i32), as plugins/cpu/cpu_sort.c: every
  * row along dim is sorted stably (ties keep their original order), NaN above every
  * number; sort writes the row, topk its first k entries (always sorted, so sorted=False
  * is satisfied too), mode the longest run of equal values (the smallest such value on
@@ -31,7 +31,7 @@ struct rows_args {
 
 template <class T> GK_DEV bool val_less(T a, T b)
 {
-    if constexpr (std::is_same<T, int64_t>::value) return a < b;
+    if constexpr (std::is_same<T, int64_t>::value || std::is_same<T, int32_t>::value) return a < b;
     else return a == a && (b != b || a < b); /* NaN above every number */
 }
 
@@ -178,6 +178,7 @@ int run_rows(const gk_ctx *k, const opr_kernel_call *c, rows_args *j, int32_t di
     case OPR_F32: return rows_launch<float>(k, *j, x->data, vals->data, (int64_t *)idx->data);
     case OPR_F64: return rows_launch<double>(k, *j, x->data, vals->data, (int64_t *)idx->data);
     case OPR_I64: return rows_launch<int64_t>(k, *j, x->data, vals->data, (int64_t *)idx->data);
+    case OPR_I32: return rows_launch<int32_t>(k, *j, x->data, vals->data, (int64_t *)idx->data);
     default:
         return GK_FAIL(c, OPR_ERR_UNSUPPORTED, "%s: dtype %s is not supported on %s", op, gk_dtype_name(x->dtype), GPU_NAME);
     }
@@ -251,7 +252,7 @@ int k_mode(const opr_kernel_call *c)
 
 int gk_register_sort(opr_plugin *self)
 {
-    const uint32_t dtypes = GK_NUMERIC;
+    const uint32_t dtypes = GK_NUMERIC | GK_I32;
     int rc;
     if ((rc = gk_register(self, "sort", dtypes, k_sort)) != OPR_OK) return rc;
     if ((rc = gk_register(self, "topk", dtypes, k_topk)) != OPR_OK) return rc;

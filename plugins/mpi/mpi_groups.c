@@ -129,6 +129,7 @@ MPI_Datatype mpid_type(opr_dtype dt)
     return dt == OPR_F32    ? MPI_FLOAT
            : dt == OPR_F64  ? MPI_DOUBLE
            : dt == OPR_I64  ? MPI_INT64_T
+           : dt == OPR_I32  ? MPI_INT32_T
            : dt == OPR_BOOL ? MPI_UINT8_T /* one byte, 0 or 1 */
                             : MPI_DATATYPE_NULL;
 }

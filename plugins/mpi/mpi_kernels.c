@@ -1,4 +1,4 @@
-/* The collectives of registry/ops/dist.yaml on CPU tensors (f32, f64, i64, bool), over
+/* The collectives of registry/ops/dist.yaml on CPU tensors (f32, f64, i64, i32, bool), over
  * MPI's non-blocking collectives waited on with the time-out (mpi_requests.c). Inputs
  * may be strided: they are packed into contiguous buffers first (outputs are
  * contiguous). MPI reads and writes only buffers of the kernel's own, copied into the
@@ -97,7 +97,7 @@ int mpid_coll_begin(const opr_kernel_call *call, int group_arg, const opr_tensor
     MPI_Comm_size(c->comm, &c->size);
     MPI_Comm_rank(c->comm, &c->rank);
     c->type = mpid_type(self->dtype);
-    if (c->type == MPI_DATATYPE_NULL) return mpid_fail(call, OPR_ERR_UNSUPPORTED, "f32, f64, i64 and bool only");
+    if (c->type == MPI_DATATYPE_NULL) return mpid_fail(call, OPR_ERR_UNSUPPORTED, "f32, f64, i64, i32 and bool only");
     if (self->numel > 0x7fffffff) return mpid_fail(call, OPR_ERR_UNSUPPORTED, "more than 2^31 - 1 elements");
     snprintf(c->what, sizeof c->what, "%s on group %lld (rank %d of %d)", c->name, (long long)c->group, c->rank,
              c->size);
@@ -283,7 +283,7 @@ int mpid_register_kernels(const opr_host_api *host, opr_plugin *self)
     for (size_t i = 0; !rc && i < sizeof kernels / sizeof kernels[0]; i++) {
         opr_kernel_desc k = {.struct_size = sizeof k, .op = kernels[i].op, .device = "cpu",
                              .dtypes = OPR_DTYPE_BIT(OPR_F32) | OPR_DTYPE_BIT(OPR_F64) | OPR_DTYPE_BIT(OPR_I64) |
-                                       OPR_DTYPE_BIT(OPR_BOOL),
+                                       OPR_DTYPE_BIT(OPR_I32) | OPR_DTYPE_BIT(OPR_BOOL),
                              .fn = kernels[i].fn};
         rc = host->register_kernel(self, &k);
     }

@@ -52,7 +52,7 @@ static int p2p_begin(const opr_kernel_call *call, const char *peer_arg, p2p *p)
     MPI_Comm_size(c->comm, &c->size);
     MPI_Comm_rank(c->comm, &c->rank);
     c->type = mpid_type(self->dtype);
-    if (c->type == MPI_DATATYPE_NULL) return mpid_fail(call, OPR_ERR_UNSUPPORTED, "f32, f64, i64 and bool only");
+    if (c->type == MPI_DATATYPE_NULL) return mpid_fail(call, OPR_ERR_UNSUPPORTED, "f32, f64, i64, i32 and bool only");
     if (self->numel > 0x7fffffff / 8) return mpid_fail(call, OPR_ERR_UNSUPPORTED, "more than 2^28 - 1 elements");
     p->tag = (int)call->args[2]->u.i;
     snprintf(c->what, sizeof c->what, "%s with tag %d on group %lld (rank %d of %d)", c->name, p->tag,

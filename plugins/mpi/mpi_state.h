@@ -38,7 +38,7 @@ int mpid_group(int64_t id, bool collective, MPI_Comm *comm, uint64_t *seq, char 
 void mpid_break(int64_t id, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* The time-out in seconds. */
 double mpid_timeout(void);
-/* MPI_FLOAT, MPI_DOUBLE, MPI_INT64_T, MPI_UINT8_T for f32, f64, i64, bool, else
+/* MPI_FLOAT, MPI_DOUBLE, MPI_INT64_T, MPI_INT32_T, MPI_UINT8_T for f32, f64, i64, i32, bool, else
  * MPI_DATATYPE_NULL. */
 MPI_Datatype mpid_type(opr_dtype dt);
 /* Waits for *req, collective seq on group, within the time-out; op names it short for

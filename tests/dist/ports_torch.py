@@ -1,5 +1,5 @@
 """torch.distributed (gloo) on the inputs of tests/dist/test_dist_ports.c, world group:
-all_reduce and reduce with every reduction for f32, f64 and i64 (gloo 1.13 refuses
+all_reduce and reduce with every reduction for f32, f64, i64 and i32 (gloo 1.13 refuses
 bool tensors: "Invalid scalar type"),
 all_gather, broadcast, gather and scatter (dst / src the last rank), all_to_all_single
 with test_dist_ports's uneven splits, and isend / irecv around the ring. Writes one line
@@ -19,7 +19,7 @@ import torch.multiprocessing as mp
 
 ROWS, COLS = 6, 2
 N = ROWS * COLS
-DTYPES = {"f32": torch.float32, "f64": torch.float64, "i64": torch.int64, "bool": torch.bool}
+DTYPES = {"f32": torch.float32, "f64": torch.float64, "i64": torch.int64, "i32": torch.int32, "bool": torch.bool}
 OPS = {"sum": dist.ReduceOp.SUM, "prod": dist.ReduceOp.PRODUCT, "max": dist.ReduceOp.MAX,
        "min": dist.ReduceOp.MIN, "band": dist.ReduceOp.BAND, "bor": dist.ReduceOp.BOR,
        "bxor": dist.ReduceOp.BXOR}
@@ -27,7 +27,7 @@ OPS = {"sum": dist.ReduceOp.SUM, "prod": dist.ReduceOp.PRODUCT, "max": dist.Redu
 
 def value(r, i, dt):
     """test_dist_ports.c's input()."""
-    if dt == "i64":
+    if dt in ("i64", "i32"):
         return float((r * 7 + i * 3) % 11 - 4)
     if dt == "bool":
         return float((r + i) % 3 == 0 or i % 5 == 0)
@@ -53,7 +53,7 @@ def a2a_input(r, size, dt):
     for s in range(size):
         for j in range(a2a_rows(r, s)):
             base = float((r + s + j) % 2) if dt == "bool" else 100.0 * r + 10 * s + j
-            second = 1 - base if dt == "bool" else base + (1 if dt == "i64" else 0.5)
+            second = 1 - base if dt == "bool" else base + (1 if dt in ("i64", "i32") else 0.5)
             v.append([base, second])
     return tensor(v, dt)
 

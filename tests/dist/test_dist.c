@@ -261,7 +261,7 @@ static void check_errors(void)
     coll b = {"broadcast_from", NULL, world.size};
     CHECK(run(&b, x, 0, &y) == OPR_ERR_INVALID && strstr(opr_last_error(), "is not a member"), "root: %s",
           opr_last_error());
-    coll m = {"all_reduce", "band", -1}; /* bitwise: i64 and bool only */
+    coll m = {"all_reduce", "band", -1}; /* bitwise: i64, i32 and bool only */
     CHECK(run(&m, x, 0, &y) == OPR_ERR_INVALID, "op band of f64 was accepted");
     if (ROWS % world.size == 0 && world.size > 1) { /* 5 rows do not split */
         double v[5 * COLS] = {0};

@@ -1,10 +1,10 @@
 /* The collectives PyTorch users port from, under mpirun (tests/dist/dist_check.sh):
  *
  *   test_dist_ports SIZE    on every rank, against a single-process reference (each
- *                           rank can make every rank's input), in f32, f64, i64 and
- *                           bool: all_reduce and reduce_to with every reduction that
+ *                           rank can make every rank's input), in f32, f64, i64, i32
+ *                           and bool: all_reduce and reduce_to with every reduction that
  *                           makes sense for the dtype (prod, band, bor, bxor too);
- *                           all_gather and broadcast_from in i64 and bool; gather_to,
+ *                           all_gather and broadcast_from in i64, i32 and bool; gather_to,
  *                           scatter_from (dst / src: world ranks, also on a sub-group,
  *                           where they differ from the group's), all_to_all_single
  *                           with uneven splits, send / recv around a ring with tags;
@@ -12,7 +12,7 @@
  *                           ranks against finite differences (f64); bad arguments
  *                           failing every rank alike
  *   test_dist_ports SIZE --torch F
- *                           also every world-group result of f32, f64 and i64 against
+ *                           also every world-group result of f32, f64, i64 and i32 against
  *                           torch.distributed's (gloo) in file F
  *                           (tests/dist/ports_torch.py; gloo has no bool)
  *   ... --device D          the same on device D's tensors (cuda: the NCCL kernels),
@@ -32,15 +32,17 @@
 #define N (ROWS * COLS)
 
 static opr_device dev = OPR_CPU;
-static const opr_dtype dtypes[] = {OPR_F32, OPR_F64, OPR_I64, OPR_BOOL};
+static const opr_dtype dtypes[] = {OPR_F32, OPR_F64, OPR_I64, OPR_I32, OPR_BOOL};
 
 static bool is_float(opr_dtype dt) { return dt == OPR_F32 || dt == OPR_F64; }
+static bool is_int(opr_dtype dt) { return dt == OPR_I64 || dt == OPR_I32; }
 
 /* Rank r's element i in dtype dt: floats distinct everywhere (no ties for max); i64
- * small, of both signs, with set and clear bits; bool a mix that differs by rank. */
+ * and i32 small, of both signs, with set and clear bits; bool a mix that differs by
+ * rank. */
 static double input(int r, int i, opr_dtype dt)
 {
-    if (dt == OPR_I64) return (double)((r * 7 + i * 3) % 11 - 4);
+    if (is_int(dt)) return (double)((r * 7 + i * 3) % 11 - 4);
     if (dt == OPR_BOOL) return (double)((r + i) % 3 == 0 || i % 5 == 0);
     return sin(1.0 + 7.3 * r + 0.37 * i) + 0.01 * r + 1.5; /* away from 0: prod's gradient divides */
 }
@@ -51,12 +53,15 @@ static opr_tensor *on_dev(opr_tensor *t) { return dist_test_to(t, dev); }
 static opr_tensor *make(const double *v, int64_t n, opr_dtype dt)
 {
     int64_t shape[2] = {n / COLS, COLS};
-    if (dt == OPR_I64 || dt == OPR_BOOL) {
+    if (is_int(dt) || dt == OPR_BOOL) {
         int64_t *iv = calloc((size_t)n + 1, sizeof *iv);
+        int32_t *i32 = calloc((size_t)n + 1, sizeof *i32);
         uint8_t *bv = calloc((size_t)n + 1, 1);
-        for (int64_t i = 0; i < n; i++) { iv[i] = (int64_t)v[i]; bv[i] = v[i] != 0; }
-        opr_tensor *t = opr_tensor_from_data(ctx, dt, 2, shape, dt == OPR_I64 ? (void *)iv : (void *)bv, OPR_CPU);
+        for (int64_t i = 0; i < n; i++) { iv[i] = (int64_t)v[i]; i32[i] = (int32_t)v[i]; bv[i] = v[i] != 0; }
+        opr_tensor *t = opr_tensor_from_data(ctx, dt, 2, shape,
+                                             dt == OPR_I64 ? (void *)iv : dt == OPR_I32 ? (void *)i32 : (void *)bv, OPR_CPU);
         free(iv);
+        free(i32);
         free(bv);
         return on_dev(t);
     }
@@ -116,12 +121,12 @@ static bool op_fits(const char *op, opr_dtype dt)
     return true;
 }
 
-/* Whether NCCL lacks op on dt (bitwise on i64, bxor on bool; PyTorch's NCCL backend
- * refuses them too): on the device the kernel refuses it, and with the CPU fallback on
- * it runs on MPI, on host copies. */
+/* Whether NCCL lacks op on dt (bitwise on i64 and i32, bxor on bool; PyTorch's NCCL
+ * backend refuses them too): on the device the kernel refuses it, and with the CPU
+ * fallback on it runs on MPI, on host copies. */
 static bool nccl_lacks(const char *op, opr_dtype dt)
 {
-    return dev.type != OPR_CPU.type && ((dt == OPR_I64 && op[0] == 'b') || (dt == OPR_BOOL && !strcmp(op, "bxor")));
+    return dev.type != OPR_CPU.type && ((is_int(dt) && op[0] == 'b') || (dt == OPR_BOOL && !strcmp(op, "bxor")));
 }
 
 /* Runs op; where NCCL lacks the reduction, checks the refusal first, then runs it with
@@ -226,7 +231,7 @@ static void a2a_input(int r, int size, opr_dtype dt, double *v, int64_t *rows)
         for (int64_t j = 0; j < a2a_rows(r, s); j++, n++) {
             double base = dt == OPR_BOOL ? (double)((r + s + j) % 2) : 100.0 * r + 10 * s + (double)j;
             v[n * COLS] = base;
-            v[n * COLS + 1] = dt == OPR_BOOL ? 1 - base : base + (dt == OPR_I64 ? 1 : 0.5);
+            v[n * COLS + 1] = dt == OPR_BOOL ? 1 - base : base + (is_int(dt) ? 1 : 0.5);
         }
     *rows = n;
 }

@@ -138,7 +138,8 @@ const char *ncclGetLastError(ncclComm_t comm)
 
 static MPI_Datatype type_of(ncclDataType_t t)
 {
-    return t == ncclFloat64 ? MPI_DOUBLE : t == ncclInt64 ? MPI_INT64_T : t == ncclUint8 ? MPI_UINT8_T : MPI_FLOAT;
+    return t == ncclFloat64 ? MPI_DOUBLE : t == ncclInt64 ? MPI_INT64_T : t == ncclInt32 ? MPI_INT32_T
+           : t == ncclUint8 ? MPI_UINT8_T : MPI_FLOAT;
 }
 
 static size_t size_of(ncclDataType_t t) { return t == ncclFloat64 || t == ncclInt64 ? 8 : t == ncclUint8 ? 1 : 4; }
@@ -157,8 +158,8 @@ static void average(void *buf, size_t n, ncclDataType_t t, int by)
 static ncclResult_t check(ncclComm_t comm, size_t count, ncclDataType_t t, ncclRedOp_t op)
 {
     if (!comm || count > 0x7fffffff) return fail(ncclInvalidArgument, "bad communicator or count");
-    if (t != ncclFloat32 && t != ncclFloat64 && t != ncclInt64 && t != ncclUint8)
-        return fail(ncclInvalidArgument, "the stand-in has f32, f64, i64 and uint8 only");
+    if (t != ncclFloat32 && t != ncclFloat64 && t != ncclInt64 && t != ncclInt32 && t != ncclUint8)
+        return fail(ncclInvalidArgument, "the stand-in has f32, f64, i64, i32 and uint8 only");
     if (op == ncclAvg && t != ncclFloat32 && t != ncclFloat64) return fail(ncclInvalidArgument, "ncclAvg of an integer");
     return ncclSuccess;
 }

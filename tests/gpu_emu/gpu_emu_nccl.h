@@ -25,7 +25,7 @@ typedef enum {
     ncclInProgress = 7,
 } ncclResult_t;
 typedef enum { ncclSum = 0, ncclProd = 1, ncclMax = 2, ncclMin = 3, ncclAvg = 4 } ncclRedOp_t;
-typedef enum { ncclUint8 = 1, ncclInt64 = 4, ncclFloat32 = 7, ncclFloat64 = 8 } ncclDataType_t;
+typedef enum { ncclUint8 = 1, ncclInt32 = 2, ncclInt64 = 4, ncclFloat32 = 7, ncclFloat64 = 8 } ncclDataType_t;
 #define NCCL_MAJOR 2
 #define NCCL_MINOR 28
 #define NCCL_VERSION_CODE 22800

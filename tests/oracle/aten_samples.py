@@ -41,7 +41,8 @@ import sys
 
 import torch
 
-DTYPES = {"f64": torch.float64, "f32": torch.float32, "i64": torch.int64, "bool": torch.bool}
+DTYPES = {"f64": torch.float64, "f32": torch.float32, "i64": torch.int64, "bool": torch.bool, "i32": torch.int32}
+DTYPE_WORDS = {v: k for k, v in DTYPES.items()}
 
 
 def read_cases(path):
@@ -120,7 +121,7 @@ def read_cases(path):
 
 
 SCALAR_TYPES = {"f64": torch.float64, "f32": torch.float32, "i64": torch.int64, "bool": torch.bool,
-                "f16": torch.float16, "bf16": torch.bfloat16}
+                "f16": torch.float16, "bf16": torch.bfloat16, "i32": torch.int32}
 
 
 def any_dims(self, dim=None, keepdim=False):
@@ -237,12 +238,14 @@ def main():
             if err is not None:
                 f.write("case %s error %s\n" % (case["id"], " ".join(str(err).split())[:300]))
                 continue
-            if isinstance(res, (bool, int, float)):  # a Scalar result (_local_scalar_dense): opreg's is 0-d
+            number = isinstance(res, (bool, int, float))
+            if number:  # a Scalar result (_local_scalar_dense): opreg's is 0-d, of any dtype
                 res = torch.tensor(res, dtype=torch.float64)
             outs = list(res) if isinstance(res, (tuple, list)) else [res]
             f.write("case %s ok %d\n" % (case["id"], len(outs)))
-            for k, t in enumerate(outs):
-                write_tensor(f, "out", k, t)
+            for k, t in enumerate(outs):  # the tag names the dtype: out:i64
+                tag = "out" if number or not isinstance(t, torch.Tensor) else "out:" + DTYPE_WORDS.get(t.dtype, "?")
+                write_tensor(f, tag, k, t)
             grads = [None] * len(case["rg"])
             pairs = [(o, g) for o, g in zip(outs, case["gradouts"])
                      if g is not None and o is not None and o.requires_grad]
