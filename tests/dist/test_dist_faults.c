@@ -281,7 +281,7 @@ static void limits_run(void)
     /* a split the last rank never joins: the others fail within the time-out */
     opr_dist_set_timeout(ctx, 1);
     if (world.rank == world.size - 1) {
-        sleep(2);
+        sleep(4); /* past the others' bound below: their split cannot have been joined */
     } else {
         t0 = now();
         rc = opr_dist_split(ctx, &world, 0, world.rank, &g);
@@ -289,7 +289,7 @@ static void limits_run(void)
         CHECK(rc == OPR_ERR_BACKEND && strstr(opr_last_error(), "split on group 0") &&
                   strstr(opr_last_error(), "timed out after 1 s"), "a split without the last rank: %d %s", rc,
               opr_last_error());
-        CHECK(took < 2, "the split's time-out took %.2f s", took);
+        CHECK(took < 3, "the split's time-out took %.2f s", took); /* 1 s, and room for a loaded machine */
         printf("rank %d/%d: a split without the last rank failed after %.1f s: %s\n", world.rank, world.size, took,
                opr_last_error());
     }
