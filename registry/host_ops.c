@@ -44,8 +44,11 @@ static opr_tensor *slice_view(const opr_op *op, opr_tensor *self, const opr_kern
     int64_t shape[OPR_MAX_DIMS], strides[OPR_MAX_DIMS];
     memcpy(shape, self->m.shape, (size_t)nd * sizeof *shape);
     memcpy(strides, self->m.strides, (size_t)nd * sizeof *strides);
-    shape[d] = (end - start + step - 1) / step;
-    strides[d] *= step;
+    /* end - start + step - 1 and stride * step overflow for a step near INT64_MAX; the
+     * stride is PyTorch's stride * step, except where that overflows: the dim then holds
+     * one element or none (a longer one steps inside the storage), which no stride moves */
+    shape[d] = end == start ? 0 : (end - start - 1) / step + 1;
+    if (__builtin_mul_overflow(strides[d], step, &strides[d])) strides[d] = self->m.strides[d];
     return opr_tensor_make_view(self, nd, shape, strides, self->m.offset + start * self->m.strides[d]);
 }
 

@@ -88,6 +88,15 @@ START_TEST(test_slice_bounds_and_refusals)
     t = tu_call1(ctx, "slice.Tensor", a, 5);
     ck_assert_int_eq(opr_tensor_numel(t), 0);
     opr_tensor_release(t);
+    /* a step near INT64_MAX: the first element alone (its count and stride once
+     * overflowed) */
+    a[2] = opr_v_int(2);
+    a[3] = opr_v_none();
+    a[4] = opr_v_int(INT64_MAX - 1);
+    t = tu_call1(ctx, "slice.Tensor", a, 5);
+    const int64_t s1[] = {1};
+    expect_values(t, 1, s1, (const double[]){2});
+    opr_tensor_release(t);
     /* None bounds, a negative start */
     a[2] = opr_v_int(-3);
     a[3] = opr_v_none();
